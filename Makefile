@@ -1,0 +1,75 @@
+# Makefile -- builds the trainer and its tests for the CPU and CUDA backends.
+#
+#   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
+#   make test_gpt_cpu    CPU model test against the committed fixture
+#   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
+#   make train_gpt       CUDA trainer (nvcc, cuBLASLt, cuDNN, NCCL); GPU_ARCH="80 90" by default
+#   make test_gpt        CUDA model test
+#   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
+#   make fixture         regenerate dev/test fixtures with PyTorch (train_gpt.py)
+#   make clean
+#
+# Variables: CC, NVCC, GPU_ARCH (e.g. GPU_ARCH=90), PRECISION (BF16|FP32|FP16 for CUDA builds).
+
+CC        ?= gcc
+CXX       ?= g++
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+MPICC     ?= mpicc
+PYTHON    ?= python3
+
+BUILD := build
+
+# ---------------------------------------------------------------- CPU backend
+CPU_WARN   := -Wall -Wextra -Werror -Wno-unknown-pragmas
+CPU_CFLAGS := -std=c11 -O3 -march=native -fopenmp -D_GNU_SOURCE $(CPU_WARN)
+CPU_LIBS   := -lopenblas -lm
+CPU_DEPS   := $(wildcard llmc/*.h llmc/cpu/*.h)
+
+train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
+	$(CC) $(CPU_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
+
+test_gpt_cpu: test_gpt.cu train_gpt.cu $(CPU_DEPS)
+	$(CC) $(CPU_CFLAGS) -x c test_gpt.cu -x none $(CPU_LIBS) -o $@
+
+# ---------------------------------------------------------------- CUDA backend
+GPU_ARCH   ?= 80 90
+PRECISION  ?= BF16
+NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
+              -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unknown-pragmas
+NVCC_LIBS  := -lcublas -lcublasLt -lcudnn -lnccl
+CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
+
+train_gpt: train_gpt.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
+
+test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) test_gpt.cu $(NVCC_LIBS) -o $@
+
+# ---------------------------------------------------------------- unit tests
+# Every dev/test/test_*.c is a CPU unit-test program built by this pattern rule.
+TEST_SRCS := $(wildcard dev/test/test_*.c)
+TEST_BINS := $(patsubst dev/test/%.c,$(BUILD)/%,$(TEST_SRCS))
+
+$(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) -I. $< $(CPU_LIBS) -o $@
+
+-include dev/emu/emu.mk
+
+unit-tests: $(TEST_BINS)
+
+test: train_gpt_cpu test_gpt_cpu unit-tests
+	bash dev/test/run_tests.sh
+
+test-gpu: test_gpt
+	./test_gpt
+
+fixture:
+	$(PYTHON) train_gpt.py --write-fixture
+
+clean:
+	rm -rf $(BUILD) train_gpt train_gpt_cpu test_gpt test_gpt_cpu test_gpt_emu
+
+.PHONY: test test-gpu fixture clean unit-tests

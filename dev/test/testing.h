@@ -1,0 +1,43 @@
+/*
+ * dev/test/testing.h -- the tiny test protocol every test program uses.
+ *
+ * Each check prints one line: "ok - <description>" or "not ok - <description> [file:line]".
+ * dev/test/run_tests.sh counts those lines over all test programs and prints the
+ * final "N passed, M failed". A test program must call testing_finish() and return
+ * its value; a program that crashes or exits non-zero without printing a "not ok"
+ * line is counted as one failure by the runner.
+ *
+ * Usage:
+ *   TEST_CHECK(err < 1e-5, "layernorm forward max rel err %.2e", err);
+ *   return testing_finish();
+ */
+#ifndef LLMC_TESTING_H
+#define LLMC_TESTING_H
+#include <stdio.h>
+
+static int testing_passed = 0;
+static int testing_failed = 0;
+
+#define TEST_CHECK(cond, ...)                                              \
+    do {                                                                   \
+        if (cond) {                                                        \
+            testing_passed++;                                              \
+            printf("ok - ");                                               \
+            printf(__VA_ARGS__);                                           \
+            printf("\n");                                                  \
+        } else {                                                           \
+            testing_failed++;                                              \
+            printf("not ok - ");                                           \
+            printf(__VA_ARGS__);                                           \
+            printf("  [%s:%d]\n", __FILE__, __LINE__);                     \
+        }                                                                  \
+        fflush(stdout);                                                    \
+    } while (0)
+
+/* prints the per-program summary; returns the exit status for main() */
+static inline int testing_finish(void) {
+    printf("# %d passed, %d failed\n", testing_passed, testing_failed);
+    return testing_failed ? 1 : 0;
+}
+
+#endif /* LLMC_TESTING_H */

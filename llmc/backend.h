@@ -1,0 +1,100 @@
+/*
+ * llmc/backend.h -- selects the compute backend at compile time and documents
+ * the interface both backends implement (DESIGN.md section 1).
+ *
+ *   gcc -x c -std=c11 ...        -> llmc/cpu/backend.h   (floatX = float)
+ *   nvcc ...                     -> llmc/cuda/backend.cuh (floatX = __nv_bfloat16
+ *                                   by default; -DENABLE_FP32 / -DENABLE_FP16)
+ *   g++ -DLLMC_EMU ...           -> llmc/cuda/backend.cuh on the CPU execution
+ *                                   layer in dev/emu/ (tests only)
+ *
+ * Every backend defines the type `floatX`, the macro PRECISION_NAME ("fp32",
+ * "bf16", "fp16") and FLOATX_IS_FLOAT (1 when floatX is float), and implements
+ * every function below with exactly these signatures. All pointers are device
+ * pointers unless named `host_*`. Host code never does arithmetic on floatX.
+ * Errors inside a backend (allocation failure, library error) print one line
+ * with file:line and exit(EXIT_FAILURE).
+ *
+ * Shapes use B = batch, T = sequence length, C = channels, NH = heads,
+ * hs = C/NH, V = real vocabulary, Vp = padded vocabulary (multiple of 128),
+ * N = B*T rows, OC = output channels of a matmul.
+ * "accumulates" means the function adds (+=) into that output; otherwise it
+ * overwrites.
+ *
+ * ---- lifetime / memory ----
+ * void  backend_init(int local_rank, int verbose);   select device, create handles, print device line
+ * void  backend_shutdown(void);
+ * const char* backend_device_name(void);             e.g. "CPU (2 threads)" or "NVIDIA H200"
+ * void* dev_malloc(size_t bytes, const char* what);   exits naming `what` and bytes on failure; memory is zeroed
+ * void  dev_free(void* p);
+ * void  dev_memcpy_h2d(void* dst, const void* host_src, size_t bytes);
+ * void  dev_memcpy_d2h(void* host_dst, const void* src, size_t bytes);
+ * void  dev_memcpy_d2d(void* dst, const void* src, size_t bytes);
+ * void  dev_memset(void* dst, int value, size_t bytes);
+ * void  dev_synchronize(void);                       waits for all queued work (no-op on CPU)
+ * void  dev_upload_floats(floatX* dst, const float* host_src, size_t n);    converts fp32 -> floatX (round to nearest)
+ * void  dev_download_floats(float* host_dst, const floatX* src, size_t n);  converts floatX -> fp32
+ * void  dev_copy_floats_to_floatX(floatX* dst, const float* src, size_t n); device fp32 -> floatX
+ *
+ * ---- forward/backward ops (one module per op family) ----
+ * encoder (token + position embedding):
+ *   encoder_forward(floatX* out(B,T,C), const int* inp(B,T), const floatX* wte(Vp,C), const floatX* wpe(maxT,C), B, T, C)
+ *   encoder_backward(floatX* dwte(Vp,C) accumulates, floatX* dwpe(maxT,C) accumulates,
+ *                    const floatX* dout(B,T,C), const int* inp(B,T), const int* host_inp(B,T), B, T, C)
+ *                    (host_inp: the same tokens on the host, for deterministic bucketing; deterministic)
+ * layernorm (Ba et al. 2016, eps 1e-5, biased variance):
+ *   layernorm_forward(floatX* out(N,C), float* mean(N), float* rstd(N), const floatX* inp(N,C), const floatX* w(C), const floatX* b(C), N, C)
+ *   fused_residual_layernorm_forward(floatX* residual(N,C) = inp1 + inp2, floatX* out(N,C), float* mean(N), float* rstd(N),
+ *                    const floatX* inp1(N,C), const floatX* inp2(N,C), const floatX* w(C), const floatX* b(C), N, C)
+ *   layernorm_backward(floatX* dinp(N,C) accumulates, floatX* dw(C) accumulates, floatX* db(C) accumulates, float* scratch,
+ *                    const floatX* dout(N,C), const floatX* inp(N,C), const floatX* w(C), const float* mean(N), const float* rstd(N), N, C)
+ *                    scratch: layernorm_scratch_floats(N, C) floats
+ * matmul (out = inp @ weight^T + bias; weight stored (OC, C) as in nn.Linear):
+ *   matmul_forward(floatX* out(N,OC), const floatX* inp(N,C), const floatX* weight(OC,C), const floatX* bias(OC) or NULL,
+ *                  N, C, OC, floatX* pre_gelu(N,OC) or NULL)
+ *                  If pre_gelu != NULL: pre_gelu = inp@W^T+b and out = gelu(pre_gelu) (GELU epilogue).
+ *   matmul_backward(floatX* dinp(N,C) (overwritten), floatX* dweight(OC,C) accumulates, floatX* dbias(OC) accumulates or NULL,
+ *                  floatX* dout(N,OC), const floatX* inp(N,C), const floatX* weight(OC,C), float* scratch,
+ *                  N, C, OC, const floatX* pre_gelu(N,OC) or NULL)
+ *                  If pre_gelu != NULL, dout is first multiplied in place by gelu'(pre_gelu) (dout is then clobbered).
+ *                  scratch: matmul_scratch_floats(N, C, OC) floats.
+ * gelu (tanh approximation, Hendrycks & Gimpel 2016):
+ *   gelu_forward(floatX* out(n), const floatX* inp(n), size_t n)
+ *   gelu_backward_inplace(floatX* d_in_out(n), const floatX* inp(n), size_t n)   d = d * gelu'(inp)
+ * residual:
+ *   residual_forward(floatX* out(n), const floatX* inp1(n), const floatX* inp2(n), size_t n)
+ * attention (causal multi-head self-attention, scale 1/sqrt(hs), Vaswani et al. 2017):
+ *   size_t attention_state_floats(B, T, NH)  fp32 values saved per layer for backward (CPU: (B,NH,T,T) probabilities;
+ *                                            GPU flash kernel: (B,NH,T) log-sum-exp)
+ *   size_t attention_scratch_floats(B, T, C, NH)  fp32 scratch for forward/backward (shared, not saved)
+ *   attention_forward(floatX* out(B,T,C), float* state, float* scratch, const floatX* qkv(B,T,3C), B, T, C, NH)
+ *                     qkv rows are [q(C) | k(C) | v(C)], head h uses channels h*hs..(h+1)*hs of each.
+ *   attention_backward(floatX* dqkv(B,T,3C) (overwritten), float* scratch, const floatX* dout(B,T,C),
+ *                      const floatX* qkv(B,T,3C), const floatX* out(B,T,C), const float* state, B, T, C, NH)
+ * fused classifier (softmax + cross-entropy + dlogits in one pass):
+ *   fused_classifier(floatX* logits(N,Vp) in: logits, out: dlogits if write_dlogits, float* losses(N) out,
+ *                    float dloss, const int* targets(N), N, V, Vp, int write_dlogits)
+ *                    losses[i] = -log softmax(logits[i,:V])[targets[i]]; dlogits = dloss*(p - onehot);
+ *                    columns V..Vp-1 are excluded from the softmax and get dlogits 0. targets < 0 are ignored (loss 0, dlogits 0).
+ * optimizer (AdamW, Loshchilov & Hutter 2019; bias-corrected as torch.optim.AdamW):
+ *   adamw_update(floatX* params(n), float* master(n) or NULL, const floatX* grads(n), float* m(n), float* v(n), size_t n,
+ *                size_t global_offset, float lr, float beta1, float beta2, float eps, float weight_decay,
+ *                float grad_scale, int t, unsigned int seed)
+ *                g = grads*grad_scale; m,v updated; p -= lr*(mhat/(sqrt(vhat)+eps) + wd*p).
+ *                If master != NULL the update runs on master (fp32) and params = round(master) (stochastic rounding
+ *                for bf16 with a random stream keyed by (seed, t, global_offset + i)). t starts at 1.
+ *   global_norm_squared(float* out(1) , const floatX* grads(n), size_t n, int accumulate)
+ *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
+ *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
+ *   has_inf_or_nan(const floatX* x(n), size_t n) -> int (host value; synchronises)
+ */
+#ifndef LLMC_BACKEND_H
+#define LLMC_BACKEND_H
+
+#if defined(__CUDACC__) || defined(LLMC_EMU)
+#include "cuda/backend.cuh"
+#else
+#include "cpu/backend.h"
+#endif
+
+#endif /* LLMC_BACKEND_H */

@@ -1,0 +1,194 @@
+/*
+ * llmc/utils.h -- checked wrappers for the C library calls the trainer makes,
+ * and atomic file writes (DESIGN.md sections 4 and 8).
+ *
+ * Error behaviour: every wrapper that fails prints ONE line to stderr of the form
+ *   "error: <what failed> (<path or detail>): <strerror>  [file:line]"
+ * and calls exit(EXIT_FAILURE). Nothing here returns an error code.
+ *
+ * Atomic writes: atomic_file_open(path) opens "<path>.tmp"; atomic_file_commit()
+ * flushes, fsyncs, closes and renames it over <path>; any write error (disk full,
+ * file-size limit) removes the temp file, leaves <path> untouched and exits.
+ * Writers never leave a half-written file under the real name.
+ *
+ * Header-only: static inline functions, no globals.
+ */
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* prints "error: <formatted message>  [file:line]" and exits with status 1 */
+#define FATAL(...) fatal_error_at(__FILE__, __LINE__, __VA_ARGS__)
+
+static inline void fatal_error_at(const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "  [%s:%d]\n", file, line);
+    va_end(ap);
+    exit(EXIT_FAILURE);
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* malloc that exits with the buffer name and byte count on failure */
+static inline void* malloc_check_at(size_t bytes, const char* what, const char* file, int line) {
+    void* p = malloc(bytes ? bytes : 1);
+    if (p == NULL) {
+        fatal_error_at(file, line, "out of host memory allocating %s (%zu bytes)", what, bytes);
+    }
+    return p;
+}
+#define malloc_check(bytes, what) malloc_check_at((bytes), (what), __FILE__, __LINE__)
+
+static inline void* calloc_check_at(size_t n, size_t size, const char* what, const char* file, int line) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL) {
+        fatal_error_at(file, line, "out of host memory allocating %s (%zu bytes)", what, n * size);
+    }
+    return p;
+}
+#define calloc_check(n, size, what) calloc_check_at((n), (size), (what), __FILE__, __LINE__)
+
+/* ---------------------------------------------------------------- files */
+
+static inline FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (f == NULL) {
+        fatal_error_at(file, line, "cannot open file '%s' (mode %s): %s", path, mode, strerror(errno));
+    }
+    return f;
+}
+#define fopen_check(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
+
+/* reads exactly `count` items or exits naming the file and what was expected */
+static inline void fread_check_at(void* ptr, size_t size, size_t count, FILE* f, const char* path,
+                                  const char* file, int line) {
+    size_t got = fread(ptr, size, count, f);
+    if (got != count) {
+        fatal_error_at(file, line, "file '%s' is truncated: expected %zu more items of %zu bytes, read %zu%s",
+                       path, count, size, got, ferror(f) ? " (read error)" : "");
+    }
+}
+#define fread_check(ptr, size, count, f, path) fread_check_at((ptr), (size), (count), (f), (path), __FILE__, __LINE__)
+
+static inline void fclose_check_at(FILE* f, const char* path, const char* file, int line) {
+    if (fclose(f) != 0) {
+        fatal_error_at(file, line, "cannot close file '%s': %s", path, strerror(errno));
+    }
+}
+#define fclose_check(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
+
+/* size of a file in bytes, or -1 if it cannot be stat'ed */
+static inline long long file_size_bytes(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) { return -1; }
+    return (long long)st.st_size;
+}
+
+static inline int file_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static inline int dir_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* creates `path` (one level) if missing; exits if it cannot be created or is not a writable directory */
+static inline void ensure_dir_writable_at(const char* path, const char* file, int line) {
+    if (!dir_exists(path)) {
+        if (mkdir(path, 0755) != 0) {
+            fatal_error_at(file, line, "cannot create output directory '%s': %s", path, strerror(errno));
+        }
+    }
+    if (access(path, W_OK | X_OK) != 0) {
+        fatal_error_at(file, line, "output directory '%s' is not writable: %s", path, strerror(errno));
+    }
+}
+#define ensure_dir_writable(path) ensure_dir_writable_at((path), __FILE__, __LINE__)
+
+/* ---------------------------------------------------------------- atomic writes */
+
+typedef struct {
+    FILE* f;
+    char path[1024];      /* final name */
+    char tmp_path[1040];  /* path + ".tmp" */
+} AtomicFile;
+
+/* opens path.tmp for writing; exits if it cannot be created */
+static inline void atomic_file_open_at(AtomicFile* af, const char* path, const char* file, int line) {
+    if (strlen(path) >= sizeof(af->path)) {
+        fatal_error_at(file, line, "path too long (%zu bytes, max %zu): '%s'", strlen(path), sizeof(af->path) - 1, path);
+    }
+#ifdef SIGXFSZ
+    /* exceeding a file-size limit must fail the write (EFBIG), not kill the process */
+    signal(SIGXFSZ, SIG_IGN);
+#endif
+    strcpy(af->path, path);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp", path);
+    af->f = fopen(af->tmp_path, "wb");
+    if (af->f == NULL) {
+        fatal_error_at(file, line, "cannot create file '%s': %s", af->tmp_path, strerror(errno));
+    }
+}
+#define atomic_file_open(af, path) atomic_file_open_at((af), (path), __FILE__, __LINE__)
+
+/* removes the temp file and exits with a message naming the file and the errno text */
+static inline void atomic_file_fail_at(AtomicFile* af, const char* what, int err, const char* file, int line) {
+    if (af->f) { fclose(af->f); af->f = NULL; }
+    remove(af->tmp_path);
+    fatal_error_at(file, line, "%s '%s' failed: %s (temp file removed, '%s' left unchanged)",
+                   what, af->tmp_path, strerror(err), af->path);
+}
+
+/* writes count items; on any error removes the temp file and exits */
+static inline void atomic_file_write_at(AtomicFile* af, const void* ptr, size_t size, size_t count,
+                                        const char* file, int line) {
+    if (count == 0) { return; }
+    errno = 0;
+    size_t wrote = fwrite(ptr, size, count, af->f);
+    if (wrote != count) {
+        atomic_file_fail_at(af, "writing", errno ? errno : EIO, file, line);
+    }
+}
+#define atomic_file_write(af, ptr, size, count) atomic_file_write_at((af), (ptr), (size), (count), __FILE__, __LINE__)
+
+/* flush + fsync + close + rename over the real name; on any error removes the temp file and exits */
+static inline void atomic_file_commit_at(AtomicFile* af, const char* file, int line) {
+    errno = 0;
+    if (fflush(af->f) != 0) { atomic_file_fail_at(af, "flushing", errno ? errno : EIO, file, line); }
+    if (fsync(fileno(af->f)) != 0) { atomic_file_fail_at(af, "syncing", errno ? errno : EIO, file, line); }
+    if (fclose(af->f) != 0) { af->f = NULL; atomic_file_fail_at(af, "closing", errno ? errno : EIO, file, line); }
+    af->f = NULL;
+    if (rename(af->tmp_path, af->path) != 0) {
+        int err = errno;
+        remove(af->tmp_path);
+        fatal_error_at(file, line, "cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(err));
+    }
+}
+#define atomic_file_commit(af) atomic_file_commit_at((af), __FILE__, __LINE__)
+
+/* ---------------------------------------------------------------- misc */
+
+/* FNV-1a 64-bit hash of a byte buffer, chained through `h` (start with 14695981039346656037) */
+static inline uint64_t fnv1a64(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
+    return h;
+}
+
+#endif /* LLMC_UTILS_H */
