@@ -1,0 +1,150 @@
+/*
+ * llmc/cpu/backend.h -- the CPU backend (DESIGN.md section 1): C11 + OpenMP,
+ * matmuls through CBLAS (OpenBLAS). Implements every function documented in
+ * llmc/backend.h with floatX = float (fp32 everywhere).
+ *
+ * "Device" memory is ordinary host memory (64-byte aligned, zeroed on
+ * allocation); copies are memcpy; dev_synchronize is a no-op.
+ *
+ * Threading model: one OpenMP thread pool does all the work. OpenBLAS is set to
+ * one thread and every sgemm is split by rows of its output over the OpenMP
+ * threads (llmc/cpu/matmul.h), so the two libraries never oversubscribe the
+ * cores and no spinning BLAS pool competes with OpenMP loops.
+ *
+ * Determinism: every reduction uses a static partition and a fixed combination
+ * order; results are bit-identical run to run for a given OpenMP thread count
+ * (most ops are even independent of the thread count; sgemm row splits are not
+ * guaranteed to be).
+ *
+ * Compile-time options:
+ *   -DLLMC_CPU_NAIVE   matmul and attention use plain OpenMP loops in the style
+ *                      of llm.c's train_gpt2.c (the speed baseline; same results
+ *                      up to fp32 rounding).
+ *
+ * Errors: allocation failures print one line naming the buffer and exit
+ * (llmc/utils.h). Header-only: static inline functions, no globals.
+ */
+#ifndef LLMC_CPU_BACKEND_H
+#define LLMC_CPU_BACKEND_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../utils.h"
+
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#define FLOATX_IS_FLOAT 1
+
+/* ---------------------------------------------------------------- threads */
+
+/* number of OpenMP threads a parallel region will use (1 without OpenMP) */
+static inline int cpu_num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* index of the calling thread inside a parallel region (0 without OpenMP) */
+static inline int cpu_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* static partition of [0, total) into `parts` contiguous ranges; range `idx` is
+ * [*start, *end). Range boundaries are rounded to multiples of `align` (>= 1)
+ * so vector loops start aligned. Pure function of its arguments (deterministic). */
+static inline void cpu_partition(long total, int parts, int idx, int align, long* start, long* end) {
+    long units = (total + align - 1) / align;
+    long per = units / parts, rem = units % parts;
+    long u0 = idx * per + (idx < rem ? idx : rem);
+    long u1 = u0 + per + (idx < rem ? 1 : 0);
+    long s = u0 * align, e = u1 * align;
+    *start = s < total ? s : total;
+    *end = e < total ? e : total;
+}
+
+/* makes OpenBLAS single-threaded (all parallelism comes from OpenMP). Idempotent. */
+static inline void cpu_blas_single_threaded(void) {
+    if (openblas_get_num_threads() != 1) { openblas_set_num_threads(1); }
+}
+
+/* ---------------------------------------------------------------- lifetime / memory */
+
+/* Human-readable device description, e.g. "CPU (2 OpenMP threads, OpenBLAS)".
+ * Returns a pointer to a static buffer (per translation unit). */
+static inline const char* backend_device_name(void) {
+    static char name[96];
+    snprintf(name, sizeof(name), "CPU (%d OpenMP thread%s, OpenBLAS%s)", cpu_num_threads(),
+             cpu_num_threads() == 1 ? "" : "s",
+#ifdef LLMC_CPU_NAIVE
+             ", naive matmul/attention"
+#else
+             ""
+#endif
+    );
+    return name;
+}
+
+/* Initialises the backend: pins OpenBLAS to one thread (see threading model
+ * above) and, if verbose, prints "device: <name>". local_rank is unused on the CPU. */
+static inline void backend_init(int local_rank, int verbose) {
+    (void)local_rank;
+    cpu_blas_single_threaded();
+    if (verbose) { printf("device: %s\n", backend_device_name()); }
+}
+
+/* Nothing to release on the CPU. */
+static inline void backend_shutdown(void) {}
+
+/* Allocates `bytes` (64-byte aligned, zeroed). Exits naming `what` on failure. */
+static inline void* dev_malloc(size_t bytes, const char* what) {
+    void* p = NULL;
+    size_t rounded = ((bytes ? bytes : 1) + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, rounded) != 0 || p == NULL) {
+        FATAL("out of memory allocating %s (%zu bytes)", what, bytes);
+    }
+    memset(p, 0, rounded);
+    return p;
+}
+
+static inline void dev_free(void* p) { free(p); }
+
+static inline void dev_memcpy_h2d(void* dst, const void* host_src, size_t bytes) { if (bytes) memcpy(dst, host_src, bytes); }
+static inline void dev_memcpy_d2h(void* host_dst, const void* src, size_t bytes) { if (bytes) memcpy(host_dst, src, bytes); }
+static inline void dev_memcpy_d2d(void* dst, const void* src, size_t bytes) { if (bytes) memmove(dst, src, bytes); }
+static inline void dev_memset(void* dst, int value, size_t bytes) { if (bytes) memset(dst, value, bytes); }
+
+/* all CPU work is synchronous */
+static inline void dev_synchronize(void) {}
+
+/* fp32 -> floatX (identity on the CPU), n floats */
+static inline void dev_upload_floats(floatX* dst, const float* host_src, size_t n) { dev_memcpy_h2d(dst, host_src, n * sizeof(float)); }
+/* floatX -> fp32 (identity on the CPU), n floats */
+static inline void dev_download_floats(float* host_dst, const floatX* src, size_t n) { dev_memcpy_d2h(host_dst, src, n * sizeof(float)); }
+/* device fp32 -> floatX (identity on the CPU), n floats; may overlap */
+static inline void dev_copy_floats_to_floatX(floatX* dst, const float* src, size_t n) { dev_memcpy_d2d(dst, src, n * sizeof(float)); }
+
+/* ---------------------------------------------------------------- ops */
+#include "encoder.h"
+#include "layernorm.h"
+#include "gelu.h"
+#include "matmul.h"
+#include "attention.h"
+#include "classifier.h"
+#include "adamw.h"
+
+#endif /* LLMC_CPU_BACKEND_H */

@@ -1,0 +1,43 @@
+/*
+ * llmc/cpu/gelu.h -- GELU, tanh approximation (Hendrycks & Gimpel 2016,
+ * "Gaussian Error Linear Units"; as GPT-2 and nn.GELU(approximate='tanh')),
+ * forward and backward, and the residual add. floatX = float.
+ */
+#ifndef LLMC_CPU_GELU_H
+#define LLMC_CPU_GELU_H
+
+#define LLMC_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline float gelu_scalar(float x) {
+    float u = LLMC_GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu(x) / dx for the tanh approximation */
+static inline float gelu_grad_scalar(float x) {
+    float u = LLMC_GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * LLMC_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* out(n) = gelu(inp(n)); may alias */
+static inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { out[i] = gelu_scalar(inp[i]); }
+}
+
+/* d_in_out(n) *= gelu'(inp(n)) */
+static inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { d_in_out[i] *= gelu_grad_scalar(inp[i]); }
+}
+
+/* out(n) = inp1(n) + inp2(n); out may alias either input */
+static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { out[i] = inp1[i] + inp2[i]; }
+}
+
+#endif /* LLMC_CPU_GELU_H */

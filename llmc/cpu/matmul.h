@@ -1,0 +1,124 @@
+/*
+ * llmc/cpu/matmul.h -- fully connected layer as in torch.nn.Linear:
+ * out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC), with an optional GELU
+ * epilogue (llmc/cpu/gelu.h), forward and backward. floatX = float.
+ *
+ * Optimised path: cblas_sgemm (OpenBLAS, single-threaded) called once per
+ * OpenMP thread on a static row slab of the output (cpu_sgemm_rows), so there
+ * is exactly one thread pool and the partition is fixed (deterministic).
+ * -DLLMC_CPU_NAIVE: plain OpenMP loops in the style of llm.c's train_gpt2.c
+ * (dot products per output element), the speed baseline.
+ */
+#ifndef LLMC_CPU_MATMUL_H
+#define LLMC_CPU_MATMUL_H
+
+/* Row-major Cm(M,Ncol) = op(A)(M,K) @ op(Bm)(K,Ncol) + beta * Cm, op = transpose if trans*.
+ * Rows of Cm are statically split over the OpenMP threads (multiples of 16 rows)
+ * and each thread calls single-threaded sgemm on its slab. Called from outside any
+ * parallel region. */
+static inline void cpu_sgemm_rows(int transA, int transB, int M, int Ncol, int K,
+                                  const float* A, int lda, const float* Bm, int ldb,
+                                  float beta, float* Cm, int ldc) {
+    if (M <= 0 || Ncol <= 0) { return; }
+    cpu_blas_single_threaded();
+    /* fewer threads for tiny problems: < ~1 MFLOP per thread is not worth a fork */
+    int nt = cpu_num_threads();
+    double flops = 2.0 * M * Ncol * K;
+    if (flops < 2e6 * nt) { nt = (int)(flops / 2e6) + 1; }
+    if (nt > (M + 15) / 16) { nt = (M + 15) / 16; }
+    #pragma omp parallel num_threads(nt)
+    {
+        long m0, m1;
+        cpu_partition(M, nt, cpu_thread_id(), 16, &m0, &m1);
+        if (m1 > m0) {
+            const float* a = transA ? A + m0 : A + (size_t)m0 * lda;
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                        (int)(m1 - m0), Ncol, K, 1.0f, a, lda, Bm, ldb, beta, Cm + (size_t)m0 * ldc, ldc);
+        }
+    }
+}
+
+/* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC) (bias may be NULL).
+ * If pre_gelu != NULL: pre_gelu(N,OC) = that result and out = gelu(pre_gelu). */
+static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                                  int N, int C, int OC, floatX* pre_gelu) {
+    float* dst = pre_gelu ? pre_gelu : out;
+#ifdef LLMC_CPU_NAIVE
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        for (int o = 0; o < OC; o++) {
+            const float* wr = weight + (size_t)o * C;
+            float val = bias ? bias[o] : 0.0f;
+            #pragma omp simd reduction(+:val)
+            for (int i = 0; i < C; i++) { val += x[i] * wr[i]; }
+            dst[(size_t)n * OC + o] = val;
+        }
+    }
+#else
+    if (bias) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) { memcpy(dst + (size_t)n * OC, bias, (size_t)OC * sizeof(float)); }
+    }
+    cpu_sgemm_rows(0, 1, N, OC, C, inp, C, weight, C, bias ? 1.0f : 0.0f, dst, OC);
+#endif
+    if (pre_gelu) { gelu_forward(out, pre_gelu, (size_t)N * OC); }
+}
+
+/* fp32 scratch needed by matmul_backward: none on the CPU (returns 0). */
+static inline size_t matmul_scratch_floats(int N, int C, int OC) { (void)N; (void)C; (void)OC; return 0; }
+
+/* Backward of matmul_forward:
+ *   if pre_gelu != NULL: dout(N,OC) *= gelu'(pre_gelu) in place (dout is clobbered);
+ *   dinp(N,C) = dout @ weight (overwritten; may be NULL to skip);
+ *   dweight(OC,C) += dout^T @ inp;  dbias(OC) += sum_n dout[n,:] (if dbias != NULL).
+ * scratch unused. Deterministic: fixed partitions; dbias sums rows in order. */
+static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dout,
+                                   const floatX* inp, const floatX* weight, float* scratch,
+                                   int N, int C, int OC, const floatX* pre_gelu) {
+    (void)scratch;
+    if (pre_gelu) { gelu_backward_inplace(dout, pre_gelu, (size_t)N * OC); }
+#ifdef LLMC_CPU_NAIVE
+    if (dinp) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float* dx = dinp + (size_t)n * C;
+            const float* d = dout + (size_t)n * OC;
+            for (int i = 0; i < C; i++) { dx[i] = 0.0f; }
+            for (int o = 0; o < OC; o++) {
+                const float* wr = weight + (size_t)o * C;
+                float g = d[o];
+                for (int i = 0; i < C; i++) { dx[i] += wr[i] * g; }
+            }
+        }
+    }
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        float* dw = dweight + (size_t)o * C;
+        float bsum = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + (size_t)n * C;
+            float g = dout[(size_t)n * OC + o];
+            bsum += g;
+            for (int i = 0; i < C; i++) { dw[i] += x[i] * g; }
+        }
+        if (dbias) { dbias[o] += bsum; }
+    }
+#else
+    if (dinp) { cpu_sgemm_rows(0, 0, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C); }
+    cpu_sgemm_rows(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias) {
+        #pragma omp parallel
+        {
+            long o0, o1;
+            cpu_partition(OC, cpu_num_threads(), cpu_thread_id(), 16, &o0, &o1);
+            for (int n = 0; n < N; n++) {
+                const float* d = dout + (size_t)n * OC;
+                for (long o = o0; o < o1; o++) { dbias[o] += d[o]; }
+            }
+        }
+    }
+#endif
+}
+
+#endif /* LLMC_CPU_MATMUL_H */
