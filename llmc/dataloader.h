@@ -1,0 +1,388 @@
+/*
+ * llmc/dataloader.h -- token-shard data loader with exact, rank-disjoint epochs and exact resume.
+ *
+ * Shard format (llm.c, DESIGN.md section 4; written by dev/data/prepare.py): little-endian
+ * int32 header[256] with header[0] = 20240520 (magic), header[1] = 1 (version),
+ * header[2] = token count; then `count` uint16 token ids. File size must be 1024 + 2*count.
+ * Every shard is checked at init (magic, version, size, enough tokens) and mmapped read-only;
+ * any problem -> one stderr line naming the file, what was found, what was expected and
+ * "regenerate with dev/data/prepare.py", then exit 1.
+ *
+ * Windows: with B*T tokens per batch, window w of a shard is the B*T+1 tokens starting at token
+ * w*B*T; a shard with count tokens has (count-1)/(B*T) windows (a shard shorter than B*T+1 tokens
+ * is refused). inputs = window[0..B*T), targets = window[1..B*T] (shifted by one), as int32.
+ *
+ * Epochs: the global window sequence of epoch e lists the shards in glob (alphabetical) order,
+ * or in a permutation seeded by (seed, e) when shuffle != 0, and within each shard its windows
+ * in order, or in a permutation seeded by (seed, e, shard) when shuffle. Rank r of N reads
+ * global positions r, r+N, r+2N, ...; when its next position is past the end, its epoch counter
+ * increments and it continues at position r of epoch e+1. So within each epoch every window
+ * is read exactly once over all ranks. (When the window count is not a multiple of N, some
+ * ranks read one window more than others in that epoch and roll over one call later.)
+ * Shuffling: Fisher-Yates (Knuth, TAOCP vol. 2, Algorithm P) driven by SplitMix64
+ * (Steele, Lea, Flood 2014), unbiased bounded draws by rejection. Deterministic in the seed.
+ *
+ * API (dl fields B, T, inputs, targets, num_windows_total are public and read-only):
+ *   dataloader_init(dl, glob_pattern, B, T, process_rank, num_processes, shuffle, seed)
+ *       B, T >= 1, 0 <= rank < num_processes; no shard matching the glob(3) pattern -> error naming it.
+ *   dataloader_next_batch(dl)         fills inputs[B*T], targets[B*T] (host int32) with the next window.
+ *   dataloader_reset(dl)              back to epoch 0, position = rank.
+ *   dataloader_windows_per_epoch(dl)  total windows over all shards (= num_windows_total).
+ *   dataloader_get_state / dataloader_set_state   (epoch, next global position) for exact resume;
+ *       set_state checks position % N == rank and position < windows_per_epoch (else FATAL).
+ *   dataloader_load_window(dl, k)     loads window k (0 <= k < num_windows_total) of the
+ *       unshuffled epoch-0 order into inputs/targets without moving the position (validation).
+ *   dataloader_set_vocab_limit(dl, V) from then on any token >= V in a loaded window is a FATAL
+ *       error naming the shard and token offset (0 = no check, the default).
+ *   dataloader_fingerprint(dl)        64-bit FNV-1a hash of shard base names, token counts and the
+ *       first/last 8 tokens of each shard (ranks compare it to detect different data).
+ *   dataloader_free(dl)               unmaps and frees everything.
+ *
+ * Header-only: static inline functions, no globals. POSIX: glob(3), open(2), mmap(2).
+ */
+#ifndef LLMC_DATALOADER_H
+#define LLMC_DATALOADER_H
+
+#include <fcntl.h>
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "llmc/utils.h"
+
+#define DATALOADER_MAGIC 20240520
+#define DATALOADER_VERSION 1
+#define DATALOADER_HEADER_BYTES 1024
+
+typedef struct {
+    uint64_t epoch;     /* epochs completed by this rank */
+    uint64_t position;  /* next global window position this rank reads in that epoch */
+} DataLoaderState;
+
+typedef struct {
+    /* public, read-only */
+    int B, T;
+    int* inputs;               /* [B*T] int32 host */
+    int* targets;              /* [B*T] int32 host */
+    size_t num_windows_total;  /* windows per epoch over all shards */
+    /* configuration */
+    int process_rank, num_processes, shuffle;
+    uint64_t seed;
+    int vocab_limit;           /* 0 = no token range check */
+    /* shards */
+    int num_shards;
+    char** shard_paths;        /* [num_shards] malloc'd copies */
+    void** shard_maps;         /* [num_shards] mmap base */
+    size_t* shard_map_bytes;   /* [num_shards] */
+    const uint16_t** shard_tokens;  /* [num_shards] = map base + 1024 bytes */
+    size_t* shard_num_tokens;  /* [num_shards] */
+    size_t* shard_windows;     /* [num_shards] */
+    /* position */
+    uint64_t epoch, position;
+    /* caches for the current epoch's order */
+    uint64_t order_epoch;      /* epoch the caches below were built for (UINT64_MAX = none) */
+    int* shard_order;          /* [num_shards] */
+    size_t* order_cumulative;  /* [num_shards+1] windows before the i-th shard of the order */
+    int perm_shard;            /* shard whose window permutation is cached (-1 = none) */
+    uint64_t perm_epoch;
+    size_t* window_perm;       /* [max windows in a shard] when shuffle */
+} DataLoader;
+
+/* SplitMix64 step (Steele, Lea, Flood 2014) */
+static inline uint64_t dataloader_splitmix64(uint64_t* s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* unbiased uniform integer in [0, n), n >= 1 */
+static inline uint64_t dataloader_below(uint64_t* s, uint64_t n) {
+    uint64_t limit = UINT64_MAX - (UINT64_MAX % n);
+    uint64_t r;
+    do { r = dataloader_splitmix64(s); } while (r >= limit);
+    return r % n;
+}
+
+/* RNG state for (seed, epoch, stream); stream 0 = shard order, 1+s = windows of shard s */
+static inline uint64_t dataloader_stream_seed(uint64_t seed, uint64_t epoch, uint64_t stream) {
+    uint64_t s = seed ^ 0x5DEECE66DULL;
+    uint64_t a = dataloader_splitmix64(&s);
+    s = a ^ (epoch * 0xD1B54A32D192ED03ULL);
+    uint64_t b = dataloader_splitmix64(&s);
+    s = b ^ (stream * 0xAEF17502108EF2D9ULL);
+    return dataloader_splitmix64(&s);
+}
+
+/* Fisher-Yates shuffle of perm[0..n) (already filled) */
+static inline void dataloader_shuffle_sizes(size_t* perm, size_t n, uint64_t rng) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)dataloader_below(&rng, (uint64_t)i);
+        size_t t = perm[i - 1]; perm[i - 1] = perm[j]; perm[j] = t;
+    }
+}
+
+static inline void dataloader_shuffle_ints(int* perm, int n, uint64_t rng) {
+    for (int i = n; i > 1; i--) {
+        int j = (int)dataloader_below(&rng, (uint64_t)i);
+        int t = perm[i - 1]; perm[i - 1] = perm[j]; perm[j] = t;
+    }
+}
+
+static inline char* dataloader_strdup(const char* s) {
+    size_t n = strlen(s) + 1;
+    char* d = (char*)malloc_check(n, "shard path");
+    memcpy(d, s, n);
+    return d;
+}
+
+/* validates and mmaps shard i (path already set); exits with a clear message on any problem */
+static inline void dataloader_open_shard(DataLoader* dl, int i) {
+    const char* path = dl->shard_paths[i];
+    const char* regen = "regenerate with dev/data/prepare.py";
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    struct stat st;
+    if (fstat(fd, &st) != 0) { close(fd); FATAL("cannot stat token shard '%s': %s", path, strerror(errno)); }
+    size_t bytes = (size_t)st.st_size;
+    if (bytes < DATALOADER_HEADER_BYTES) {
+        close(fd);
+        FATAL("token shard '%s' is %zu bytes, smaller than the %d-byte header; %s", path, bytes, DATALOADER_HEADER_BYTES, regen);
+    }
+    void* map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) { FATAL("cannot mmap token shard '%s' (%zu bytes): %s", path, bytes, strerror(errno)); }
+    int32_t header[3];
+    memcpy(header, map, sizeof(header));
+    if (header[0] != DATALOADER_MAGIC) {
+        munmap(map, bytes);
+        FATAL("token shard '%s' has magic %d, expected %d (not a token shard); %s", path, header[0], DATALOADER_MAGIC, regen);
+    }
+    if (header[1] != DATALOADER_VERSION) {
+        munmap(map, bytes);
+        FATAL("token shard '%s' has version %d, expected %d; %s", path, header[1], DATALOADER_VERSION, regen);
+    }
+    if (header[2] < 0) {
+        munmap(map, bytes);
+        FATAL("token shard '%s' has a negative token count %d in its header; %s", path, header[2], regen);
+    }
+    size_t count = (size_t)header[2];
+    size_t expected = DATALOADER_HEADER_BYTES + 2 * count;
+    if (bytes != expected) {
+        munmap(map, bytes);
+        FATAL("token shard '%s' is %zu bytes, expected %zu = 1024 + 2 * %zu tokens (header count); "
+              "the file is truncated or corrupt; %s", path, bytes, expected, count, regen);
+    }
+    size_t need = (size_t)dl->B * (size_t)dl->T + 1;
+    if (count < need) {
+        munmap(map, bytes);
+        FATAL("token shard '%s' has %zu tokens, but one batch window needs B*T+1 = %zu (B=%d, T=%d); "
+              "use a smaller batch size/sequence length or a larger shard", path, count, need, dl->B, dl->T);
+    }
+    dl->shard_maps[i] = map;
+    dl->shard_map_bytes[i] = bytes;
+    dl->shard_tokens[i] = (const uint16_t*)((const char*)map + DATALOADER_HEADER_BYTES);
+    dl->shard_num_tokens[i] = count;
+    dl->shard_windows[i] = (count - 1) / ((size_t)dl->B * (size_t)dl->T);
+}
+
+/* builds the shard order and cumulative window counts of epoch `epoch` (cached) */
+static inline void dataloader_build_order(DataLoader* dl, uint64_t epoch) {
+    if (dl->order_epoch == epoch) { return; }
+    for (int i = 0; i < dl->num_shards; i++) { dl->shard_order[i] = i; }
+    if (dl->shuffle) { dataloader_shuffle_ints(dl->shard_order, dl->num_shards, dataloader_stream_seed(dl->seed, epoch, 0)); }
+    dl->order_cumulative[0] = 0;
+    for (int i = 0; i < dl->num_shards; i++) {
+        dl->order_cumulative[i + 1] = dl->order_cumulative[i] + dl->shard_windows[dl->shard_order[i]];
+    }
+    dl->order_epoch = epoch;
+}
+
+/* copies window `w` of shard `s` into inputs/targets */
+static inline void dataloader_copy_window(DataLoader* dl, int s, size_t w) {
+    size_t n = (size_t)dl->B * (size_t)dl->T;
+    const uint16_t* tok = dl->shard_tokens[s] + w * n;
+    for (size_t i = 0; i < n; i++) {
+        dl->inputs[i] = (int)tok[i];
+        dl->targets[i] = (int)tok[i + 1];
+    }
+    if (dl->vocab_limit > 0) {
+        for (size_t i = 0; i <= n; i++) {
+            if ((int)tok[i] >= dl->vocab_limit) {
+                FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
+                      "regenerate with dev/data/prepare.py for this tokenizer", dl->shard_paths[s], (int)tok[i],
+                      w * n + i, dl->vocab_limit);
+            }
+        }
+    }
+}
+
+/* loads global position `pos` of epoch `epoch` */
+static inline void dataloader_load_position(DataLoader* dl, uint64_t epoch, uint64_t pos) {
+    dataloader_build_order(dl, epoch);
+    /* binary search: largest i with cumulative[i] <= pos */
+    int lo = 0, hi = dl->num_shards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (dl->order_cumulative[mid] <= pos) { lo = mid; } else { hi = mid - 1; }
+    }
+    /* skip shards with zero windows (cannot happen: each shard has >= 1) */
+    int s = dl->shard_order[lo];
+    size_t local = (size_t)(pos - dl->order_cumulative[lo]);
+    size_t w = local;
+    if (dl->shuffle) {
+        if (dl->perm_shard != s || dl->perm_epoch != epoch) {
+            for (size_t i = 0; i < dl->shard_windows[s]; i++) { dl->window_perm[i] = i; }
+            dataloader_shuffle_sizes(dl->window_perm, dl->shard_windows[s], dataloader_stream_seed(dl->seed, epoch, 1 + (uint64_t)s));
+            dl->perm_shard = s;
+            dl->perm_epoch = epoch;
+        }
+        w = dl->window_perm[local];
+    }
+    dataloader_copy_window(dl, s, w);
+}
+
+/* see header comment */
+static inline void dataloader_reset(DataLoader* dl) {
+    dl->epoch = 0;
+    dl->position = (uint64_t)dl->process_rank;
+}
+
+/* see header comment */
+static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int B, int T, int process_rank,
+                                   int num_processes, int shuffle, uint64_t seed) {
+    memset(dl, 0, sizeof(*dl));
+    if (glob_pattern == NULL || glob_pattern[0] == '\0') { FATAL("dataloader: empty token-shard file pattern"); }
+    if (B < 1 || T < 1) { FATAL("dataloader: batch size B=%d and sequence length T=%d must both be >= 1", B, T); }
+    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
+        FATAL("dataloader: process rank %d is not in [0, %d)", process_rank, num_processes);
+    }
+    dl->B = B; dl->T = T;
+    dl->process_rank = process_rank; dl->num_processes = num_processes;
+    dl->shuffle = shuffle ? 1 : 0;
+    dl->seed = seed;
+    glob_t g;
+    int rc = glob(glob_pattern, 0, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        if (rc == 0) { globfree(&g); }
+        FATAL("no token shard matches the pattern '%s'; check the path, or generate shards with dev/data/prepare.py", glob_pattern);
+    }
+    if (rc != 0) { FATAL("glob failed for token-shard pattern '%s' (glob error %d)", glob_pattern, rc); }
+    if (g.gl_pathc > 1000000) { globfree(&g); FATAL("pattern '%s' matches %zu files; at most 1000000 shards are supported", glob_pattern, (size_t)g.gl_pathc); }
+    int n = (int)g.gl_pathc;
+    dl->num_shards = n;
+    dl->shard_paths = (char**)calloc_check((size_t)n, sizeof(char*), "shard paths");
+    dl->shard_maps = (void**)calloc_check((size_t)n, sizeof(void*), "shard maps");
+    dl->shard_map_bytes = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard sizes");
+    dl->shard_tokens = (const uint16_t**)calloc_check((size_t)n, sizeof(uint16_t*), "shard tokens");
+    dl->shard_num_tokens = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard token counts");
+    dl->shard_windows = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard windows");
+    dl->shard_order = (int*)calloc_check((size_t)n, sizeof(int), "shard order");
+    dl->order_cumulative = (size_t*)calloc_check((size_t)n + 1, sizeof(size_t), "shard window offsets");
+    for (int i = 0; i < n; i++) { dl->shard_paths[i] = dataloader_strdup(g.gl_pathv[i]); }
+    globfree(&g);
+    size_t max_windows = 0;
+    dl->num_windows_total = 0;
+    for (int i = 0; i < n; i++) {
+        dataloader_open_shard(dl, i);
+        dl->num_windows_total += dl->shard_windows[i];
+        if (dl->shard_windows[i] > max_windows) { max_windows = dl->shard_windows[i]; }
+    }
+    dl->window_perm = dl->shuffle ? (size_t*)malloc_check(max_windows * sizeof(size_t), "window permutation") : NULL;
+    dl->inputs = (int*)malloc_check((size_t)B * (size_t)T * sizeof(int), "dataloader inputs");
+    dl->targets = (int*)malloc_check((size_t)B * (size_t)T * sizeof(int), "dataloader targets");
+    dl->order_epoch = UINT64_MAX;
+    dl->perm_shard = -1;
+    dl->perm_epoch = UINT64_MAX;
+    dl->vocab_limit = 0;
+    dataloader_reset(dl);
+}
+
+/* see header comment */
+static inline size_t dataloader_windows_per_epoch(const DataLoader* dl) { return dl->num_windows_total; }
+
+/* see header comment */
+static inline void dataloader_set_vocab_limit(DataLoader* dl, int vocab_size) { dl->vocab_limit = vocab_size > 0 ? vocab_size : 0; }
+
+/* see header comment */
+static inline void dataloader_next_batch(DataLoader* dl) {
+    if (dl->position >= (uint64_t)dl->num_windows_total) {
+        dl->epoch++;
+        dl->position = (uint64_t)dl->process_rank;
+        /* a rank with rank >= windows per epoch would never read anything: refuse instead of spinning */
+        if (dl->position >= (uint64_t)dl->num_windows_total) {
+            FATAL("dataloader: %zu windows per epoch is fewer than the %d processes; rank %d gets no data "
+                  "(use more data or a smaller B*T)", dl->num_windows_total, dl->num_processes, dl->process_rank);
+        }
+    }
+    dataloader_load_position(dl, dl->epoch, dl->position);
+    dl->position += (uint64_t)dl->num_processes;
+}
+
+/* see header comment */
+static inline void dataloader_get_state(const DataLoader* dl, DataLoaderState* st) {
+    st->epoch = dl->epoch;
+    st->position = dl->position;
+}
+
+/* see header comment; FATAL if the state does not belong to this rank/world/data */
+static inline void dataloader_set_state(DataLoader* dl, const DataLoaderState* st) {
+    if (st->position % (uint64_t)dl->num_processes != (uint64_t)dl->process_rank) {
+        FATAL("dataloader state: position %llu does not belong to rank %d of %d (position %% processes must equal the rank); "
+              "was the checkpoint written with a different number of processes?",
+              (unsigned long long)st->position, dl->process_rank, dl->num_processes);
+    }
+    if (st->position >= (uint64_t)dl->num_windows_total + (uint64_t)dl->num_processes) {
+        FATAL("dataloader state: position %llu is past the %zu windows per epoch; was the checkpoint written with "
+              "different data or a different B*T?", (unsigned long long)st->position, dl->num_windows_total);
+    }
+    dl->epoch = st->epoch;
+    dl->position = st->position;
+}
+
+/* see header comment */
+static inline void dataloader_load_window(DataLoader* dl, size_t global_window_index) {
+    if (global_window_index >= dl->num_windows_total) {
+        FATAL("dataloader: window %zu requested, but there are only %zu windows", global_window_index, dl->num_windows_total);
+    }
+    size_t k = global_window_index;
+    for (int s = 0; s < dl->num_shards; s++) {
+        if (k < dl->shard_windows[s]) { dataloader_copy_window(dl, s, k); return; }
+        k -= dl->shard_windows[s];
+    }
+}
+
+/* see header comment */
+static inline uint64_t dataloader_fingerprint(const DataLoader* dl) {
+    uint64_t h = 14695981039346656037ULL;
+    for (int i = 0; i < dl->num_shards; i++) {
+        const char* base = strrchr(dl->shard_paths[i], '/');
+        base = base ? base + 1 : dl->shard_paths[i];
+        h = fnv1a64(h, base, strlen(base) + 1);
+        uint64_t count = (uint64_t)dl->shard_num_tokens[i];
+        h = fnv1a64(h, &count, sizeof(count));
+        size_t k = count < 8 ? (size_t)count : 8;
+        h = fnv1a64(h, dl->shard_tokens[i], k * sizeof(uint16_t));
+        h = fnv1a64(h, dl->shard_tokens[i] + (count - k), k * sizeof(uint16_t));
+    }
+    return h;
+}
+
+/* see header comment */
+static inline void dataloader_free(DataLoader* dl) {
+    for (int i = 0; i < dl->num_shards; i++) {
+        if (dl->shard_maps && dl->shard_maps[i]) { munmap(dl->shard_maps[i], dl->shard_map_bytes[i]); }
+        if (dl->shard_paths) { free(dl->shard_paths[i]); }
+    }
+    free(dl->shard_paths); free(dl->shard_maps); free(dl->shard_map_bytes);
+    free((void*)dl->shard_tokens); free(dl->shard_num_tokens); free(dl->shard_windows);
+    free(dl->shard_order); free(dl->order_cumulative); free(dl->window_perm);
+    free(dl->inputs); free(dl->targets);
+    memset(dl, 0, sizeof(*dl));
+}
+
+#endif /* LLMC_DATALOADER_H */
