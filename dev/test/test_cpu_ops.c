@@ -1,0 +1,657 @@
+/*
+ * dev/test/test_cpu_ops.c -- unit tests of the CPU backend ops (llmc/cpu/ headers)
+ * against double-precision references written here, at normal and awkward shapes
+ * (N = 1, T = 1, C not a multiple of 8, hs not a multiple of 4, Vp > V).
+ *
+ * The double references of every backward are themselves validated against
+ * central finite differences of the double forward (fd_* checks), so the op
+ * tests do not merely compare one formula with itself.
+ *
+ * Error metric printed in each check: "abs" = max |got - ref|, "rel" = abs /
+ * max |ref| (error relative to the tensor's scale, robust to entries near 0).
+ *
+ * Tolerances (fp32, unit roundoff u = 2^-24 ~ 6e-8): an op whose outputs are sums
+ * of K products accumulates rounding error of about sqrt(K)*u relative to the
+ * output scale for random data (worst case K*u). With K <= 2304 here that is
+ * ~3e-6 typical; exp/tanh/sqrt add a few ulp. So REL_TOL = 2e-5 leaves margin for
+ * rounding while any indexing/formula bug gives errors of order 1. Elementwise
+ * ops with at most a few roundings use TIGHT_TOL = 1e-6. Finite-difference checks
+ * of the double references use h = 1e-5 (truncation ~h^2, cancellation ~1e-16/h,
+ * both < 1e-9) and FD_TOL = 1e-6.
+ *
+ * Build: make build/test_cpu_ops && ./build/test_cpu_ops  (prints ok/not ok lines)
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/backend.h"
+#include "dev/test/testing.h"
+
+#define REL_TOL 2e-5
+#define TIGHT_TOL 1e-6
+#define FD_TOL 1e-6
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static double rnd(void) { /* uniform in [-1, 1), xorshift64* */
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static float* frand(size_t n, double scale) {
+    float* p = (float*)dev_malloc(n * sizeof(float), "test");
+    for (size_t i = 0; i < n; i++) { p[i] = (float)(rnd() * scale); }
+    return p;
+}
+static double* todouble(const float* x, size_t n) {
+    double* d = (double*)malloc_check((n ? n : 1) * sizeof(double), "test");
+    for (size_t i = 0; i < n; i++) { d[i] = x[i]; }
+    return d;
+}
+static float* fcopy(const float* x, size_t n) {
+    float* p = (float*)dev_malloc(n * sizeof(float), "test");
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static double* dzeros(size_t n) { return (double*)calloc_check(n ? n : 1, sizeof(double), "test"); }
+
+typedef struct { double abs, rel; } Err;
+static Err cmp(const float* got, const double* ref, size_t n) {
+    double ma = 0.0, mr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= ma)) { ma = d; } /* NaN propagates */
+        if (fabs(ref[i]) > mr) { mr = fabs(ref[i]); }
+    }
+    Err e = {ma, mr > 0 ? ma / mr : ma};
+    return e;
+}
+static Err cmpd(const double* got, const double* ref, size_t n) {
+    double ma = 0.0, mr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - ref[i]);
+        if (!(d <= ma)) { ma = d; }
+        if (fabs(ref[i]) > mr) { mr = fabs(ref[i]); }
+    }
+    Err e = {ma, mr > 0 ? ma / mr : ma};
+    return e;
+}
+#define CHECK_ERR(e, tol, ...)                                                               \
+    do {                                                                                     \
+        char msg_[200];                                                                      \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                            \
+        TEST_CHECK((e).rel <= (tol), "%s: abs %.2e rel %.2e (tol %.0e)", msg_, (e).abs, (e).rel, (double)(tol)); \
+    } while (0)
+
+/* central finite differences of loss() w.r.t. every x[i]; returns error vs analytic grad */
+typedef double (*LossFn)(void* ctx);
+static Err fd_grad(LossFn loss, void* ctx, double* x, size_t n, const double* analytic) {
+    const double h = 1e-5;
+    double* fd = dzeros(n);
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + h; double lp = loss(ctx);
+        x[i] = x0 - h; double lm = loss(ctx);
+        x[i] = x0;
+        fd[i] = (lp - lm) / (2 * h);
+    }
+    Err e = cmpd(analytic, fd, n);
+    free(fd);
+    return e;
+}
+
+/* ---------------------------------------------------------------- double references */
+
+static double ref_gelu(double x) {
+    const double s = sqrt(2.0 / M_PI);
+    return 0.5 * x * (1.0 + tanh(s * (x + 0.044715 * x * x * x)));
+}
+static double ref_gelu_grad(double x) {
+    const double s = sqrt(2.0 / M_PI);
+    double th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void ref_layernorm_fwd(double* out, double* mean, double* rstd, const double* x, const double* w,
+                              const double* b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* xr = x + (size_t)n * C;
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) { m += xr[c]; }
+        m /= C;
+        for (int c = 0; c < C; c++) { v += (xr[c] - m) * (xr[c] - m); }
+        double r = 1.0 / sqrt(v / C + 1e-5);
+        for (int c = 0; c < C; c++) { out[(size_t)n * C + c] = (xr[c] - m) * r * w[c] + b[c]; }
+        if (mean) { mean[n] = m; rstd[n] = r; }
+    }
+}
+/* dx, dw, db accumulate */
+static void ref_layernorm_bwd(double* dx, double* dw, double* db, const double* dout, const double* x,
+                              const double* w, int N, int C) {
+    double* out = dzeros((size_t)N * C); double* mean = dzeros(N); double* rstd = dzeros(N);
+    double* zb = dzeros(C);
+    ref_layernorm_fwd(out, mean, rstd, x, w, zb, N, C);
+    for (int n = 0; n < N; n++) {
+        const double* d = dout + (size_t)n * C; const double* xr = x + (size_t)n * C;
+        double s1 = 0, s2 = 0;
+        for (int c = 0; c < C; c++) {
+            double xh = (xr[c] - mean[n]) * rstd[n];
+            s1 += d[c] * w[c]; s2 += d[c] * w[c] * xh;
+            dw[c] += d[c] * xh; db[c] += d[c];
+        }
+        s1 /= C; s2 /= C;
+        for (int c = 0; c < C; c++) {
+            double xh = (xr[c] - mean[n]) * rstd[n];
+            dx[(size_t)n * C + c] += (d[c] * w[c] - s1 - xh * s2) * rstd[n];
+        }
+    }
+    free(out); free(mean); free(rstd); free(zb);
+}
+
+/* pre = x W^T + b; out = gelu ? gelu(pre) : pre */
+static void ref_matmul_fwd(double* out, double* pre, const double* x, const double* W, const double* b,
+                           int N, int C, int OC, int gelu) {
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int i = 0; i < C; i++) { s += x[(size_t)n * C + i] * W[(size_t)o * C + i]; }
+            if (pre) { pre[(size_t)n * OC + o] = s; }
+            out[(size_t)n * OC + o] = gelu ? ref_gelu(s) : s;
+        }
+    }
+}
+/* dx overwritten, dW/db accumulate; dout is d(out) (before the gelu chain rule) */
+static void ref_matmul_bwd(double* dx, double* dW, double* db, const double* dout, const double* x,
+                           const double* W, const double* pre, int N, int C, int OC) {
+    memset(dx, 0, (size_t)N * C * sizeof(double));
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {
+            double g = dout[(size_t)n * OC + o];
+            if (pre) { g *= ref_gelu_grad(pre[(size_t)n * OC + o]); }
+            for (int i = 0; i < C; i++) {
+                dx[(size_t)n * C + i] += g * W[(size_t)o * C + i];
+                dW[(size_t)o * C + i] += g * x[(size_t)n * C + i];
+            }
+            if (db) { db[o] += g; }
+        }
+    }
+}
+
+static void ref_attention_fwd(double* out, double* P, const double* qkv, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hs);
+    for (int b = 0; b < B; b++) for (int h = 0; h < NH; h++) for (int t = 0; t < T; t++) {
+        double* row = P + (((size_t)b * NH + h) * T + t) * T;
+        const double* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        double mx = -1e300, s = 0;
+        for (int j = 0; j < T; j++) {
+            if (j > t) { row[j] = 0; continue; }
+            const double* k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+            double d = 0;
+            for (int i = 0; i < hs; i++) { d += q[i] * k[i]; }
+            row[j] = d * scale;
+            if (row[j] > mx) { mx = row[j]; }
+        }
+        for (int j = 0; j <= t; j++) { row[j] = exp(row[j] - mx); s += row[j]; }
+        for (int j = 0; j <= t; j++) { row[j] /= s; }
+        double* o = out + ((size_t)b * T + t) * C + h * hs;
+        for (int i = 0; i < hs; i++) {
+            double a = 0;
+            for (int j = 0; j <= t; j++) { a += row[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i]; }
+            o[i] = a;
+        }
+    }
+}
+/* dqkv overwritten */
+static void ref_attention_bwd(double* dqkv, const double* dout, const double* qkv, const double* P,
+                              int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hs);
+    memset(dqkv, 0, (size_t)B * T * C3 * sizeof(double));
+    double* dp = dzeros(T);
+    for (int b = 0; b < B; b++) for (int h = 0; h < NH; h++) for (int t = 0; t < T; t++) {
+        const double* row = P + (((size_t)b * NH + h) * T + t) * T;
+        const double* dO = dout + ((size_t)b * T + t) * C + h * hs;
+        const double* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        double s = 0;
+        for (int j = 0; j <= t; j++) {
+            const double* v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+            double d = 0;
+            for (int i = 0; i < hs; i++) { d += dO[i] * v[i]; }
+            dp[j] = d; s += row[j] * d;
+        }
+        for (int j = 0; j <= t; j++) {
+            double ds = row[j] * (dp[j] - s) * scale;
+            for (int i = 0; i < hs; i++) {
+                dqkv[((size_t)b * T + t) * C3 + h * hs + i] += ds * qkv[((size_t)b * T + j) * C3 + C + h * hs + i];
+                dqkv[((size_t)b * T + j) * C3 + C + h * hs + i] += ds * q[i];
+                dqkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i] += row[j] * dO[i];
+            }
+        }
+    }
+    free(dp);
+}
+
+/* losses(N); dlogits(N,Vp) (0 in padded columns and ignored rows) */
+static void ref_classifier(double* losses, double* dlogits, const double* logits, const int* tg, double dloss,
+                           int N, int V, int Vp) {
+    for (int n = 0; n < N; n++) {
+        const double* r = logits + (size_t)n * Vp;
+        double* d = dlogits + (size_t)n * Vp;
+        for (int j = 0; j < Vp; j++) { d[j] = 0; }
+        if (tg[n] < 0) { losses[n] = 0; continue; }
+        double mx = r[0], s = 0;
+        for (int j = 1; j < V; j++) { if (r[j] > mx) mx = r[j]; }
+        for (int j = 0; j < V; j++) { s += exp(r[j] - mx); }
+        losses[n] = log(s) + mx - r[tg[n]];
+        for (int j = 0; j < V; j++) { d[j] = dloss * (exp(r[j] - mx) / s - (j == tg[n])); }
+    }
+}
+
+/* ---------------------------------------------------------------- finite-difference validation of the references */
+
+typedef struct { double *x, *w, *b, *R, *out; int N, C; } LnCtx;
+static double ln_loss(void* p) {
+    LnCtx* c = (LnCtx*)p; double L = 0;
+    ref_layernorm_fwd(c->out, NULL, NULL, c->x, c->w, c->b, c->N, c->C);
+    for (int i = 0; i < c->N * c->C; i++) { L += c->out[i] * c->R[i]; }
+    return L;
+}
+typedef struct { double *x, *W, *b, *R, *out; int N, C, OC; } MmCtx;
+static double mm_loss(void* p) {
+    MmCtx* c = (MmCtx*)p; double L = 0;
+    ref_matmul_fwd(c->out, NULL, c->x, c->W, c->b, c->N, c->C, c->OC, 1);
+    for (int i = 0; i < c->N * c->OC; i++) { L += c->out[i] * c->R[i]; }
+    return L;
+}
+typedef struct { double *qkv, *R, *out, *P; int B, T, C, NH; } AttCtx;
+static double att_loss(void* p) {
+    AttCtx* c = (AttCtx*)p; double L = 0;
+    ref_attention_fwd(c->out, c->P, c->qkv, c->B, c->T, c->C, c->NH);
+    for (int i = 0; i < c->B * c->T * c->C; i++) { L += c->out[i] * c->R[i]; }
+    return L;
+}
+typedef struct { double *logits, *losses, *dl; const int* tg; double dloss; int N, V, Vp; } ClsCtx;
+static double cls_loss(void* p) {
+    ClsCtx* c = (ClsCtx*)p; double L = 0;
+    ref_classifier(c->losses, c->dl, c->logits, c->tg, c->dloss, c->N, c->V, c->Vp);
+    for (int i = 0; i < c->N; i++) { L += c->dloss * c->losses[i]; }
+    return L;
+}
+
+static void test_references_fd(void) {
+    { /* layernorm */
+        int N = 3, C = 7; size_t nc = (size_t)N * C;
+        double *x = dzeros(nc), *w = dzeros(C), *b = dzeros(C), *R = dzeros(nc), *out = dzeros(nc);
+        for (size_t i = 0; i < nc; i++) { x[i] = rnd(); R[i] = rnd(); }
+        for (int i = 0; i < C; i++) { w[i] = 1 + 0.5 * rnd(); b[i] = rnd(); }
+        double *dx = dzeros(nc), *dw = dzeros(C), *db = dzeros(C);
+        ref_layernorm_bwd(dx, dw, db, R, x, w, N, C);
+        LnCtx c = {x, w, b, R, out, N, C};
+        Err ex = fd_grad(ln_loss, &c, x, nc, dx), ew = fd_grad(ln_loss, &c, w, C, dw), eb = fd_grad(ln_loss, &c, b, C, db);
+        CHECK_ERR(ex, FD_TOL, "fd: layernorm reference dinp (N=3,C=7)");
+        CHECK_ERR(ew, FD_TOL, "fd: layernorm reference dw");
+        CHECK_ERR(eb, FD_TOL, "fd: layernorm reference db");
+        free(x); free(w); free(b); free(R); free(out); free(dx); free(dw); free(db);
+    }
+    { /* matmul + gelu */
+        int N = 3, C = 5, OC = 6;
+        double *x = dzeros(N * C), *W = dzeros(OC * C), *b = dzeros(OC), *R = dzeros(N * OC), *out = dzeros(N * OC), *pre = dzeros(N * OC);
+        for (int i = 0; i < N * C; i++) { x[i] = rnd(); }
+        for (int i = 0; i < OC * C; i++) { W[i] = rnd(); }
+        for (int i = 0; i < OC; i++) { b[i] = rnd(); }
+        for (int i = 0; i < N * OC; i++) { R[i] = rnd(); }
+        ref_matmul_fwd(out, pre, x, W, b, N, C, OC, 1);
+        double *dx = dzeros(N * C), *dW = dzeros(OC * C), *db = dzeros(OC);
+        ref_matmul_bwd(dx, dW, db, R, x, W, pre, N, C, OC);
+        MmCtx c = {x, W, b, R, out, N, C, OC};
+        Err ex = fd_grad(mm_loss, &c, x, N * C, dx), ew = fd_grad(mm_loss, &c, W, OC * C, dW), eb = fd_grad(mm_loss, &c, b, OC, db);
+        CHECK_ERR(ex, FD_TOL, "fd: matmul+gelu reference dinp (N=3,C=5,OC=6)");
+        CHECK_ERR(ew, FD_TOL, "fd: matmul+gelu reference dweight");
+        CHECK_ERR(eb, FD_TOL, "fd: matmul+gelu reference dbias");
+        free(x); free(W); free(b); free(R); free(out); free(pre); free(dx); free(dW); free(db);
+    }
+    { /* attention */
+        int B = 2, T = 4, C = 6, NH = 2; size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+        double *qkv = dzeros(nq), *R = dzeros(no), *out = dzeros(no), *P = dzeros((size_t)B * NH * T * T), *dq = dzeros(nq);
+        for (size_t i = 0; i < nq; i++) { qkv[i] = 2 * rnd(); }
+        for (size_t i = 0; i < no; i++) { R[i] = rnd(); }
+        ref_attention_fwd(out, P, qkv, B, T, C, NH);
+        ref_attention_bwd(dq, R, qkv, P, B, T, C, NH);
+        AttCtx c = {qkv, R, out, P, B, T, C, NH};
+        Err e = fd_grad(att_loss, &c, qkv, nq, dq);
+        CHECK_ERR(e, FD_TOL, "fd: attention reference dqkv (B=2,T=4,C=6,NH=2)");
+        free(qkv); free(R); free(out); free(P); free(dq);
+    }
+    { /* classifier */
+        int N = 3, V = 5, Vp = 8; int tg[3] = {2, -1, 4};
+        double *lg = dzeros(N * Vp), *ls = dzeros(N), *dl = dzeros(N * Vp), *dref = dzeros(N * Vp);
+        for (int i = 0; i < N * Vp; i++) { lg[i] = 3 * rnd(); }
+        ref_classifier(ls, dref, lg, tg, 0.7, N, V, Vp);
+        ClsCtx c = {lg, ls, dl, tg, 0.7, N, V, Vp};
+        Err e = fd_grad(cls_loss, &c, lg, N * Vp, dref);
+        CHECK_ERR(e, FD_TOL, "fd: classifier reference dlogits (N=3,V=5,Vp=8, one ignored row)");
+        free(lg); free(ls); free(dl); free(dref);
+    }
+}
+
+/* ---------------------------------------------------------------- op tests */
+
+static void test_encoder(int B, int T, int C, int Vp) {
+    int N = B * T;
+    int* inp = (int*)malloc_check(N * sizeof(int), "inp");
+    for (int i = 0; i < N; i++) { inp[i] = (int)((rnd() + 1) * 0.5 * Vp) % Vp; }
+    float *wte = frand((size_t)Vp * C, 1), *wpe = frand((size_t)T * C, 1), *out = frand((size_t)N * C, 1);
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+    double* ref = dzeros((size_t)N * C);
+    for (int n = 0; n < N; n++) for (int c = 0; c < C; c++) {
+        ref[(size_t)n * C + c] = (double)wte[(size_t)inp[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+    }
+    Err e = cmp(out, ref, (size_t)N * C);
+    CHECK_ERR(e, TIGHT_TOL, "encoder_forward B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+    float *dout = frand((size_t)N * C, 1), *dwte = frand((size_t)Vp * C, 1), *dwpe = frand((size_t)T * C, 1);
+    double *rwte = todouble(dwte, (size_t)Vp * C), *rwpe = todouble(dwpe, (size_t)T * C);
+    for (int n = 0; n < N; n++) for (int c = 0; c < C; c++) {
+        rwte[(size_t)inp[n] * C + c] += dout[(size_t)n * C + c];
+        rwpe[(size_t)(n % T) * C + c] += dout[(size_t)n * C + c];
+    }
+    encoder_backward(dwte, dwpe, dout, inp, inp, B, T, C);
+    Err e1 = cmp(dwte, rwte, (size_t)Vp * C), e2 = cmp(dwpe, rwpe, (size_t)T * C);
+    /* each entry is a sum of up to N values: error ~ sqrt(N) u */
+    CHECK_ERR(e1, REL_TOL, "encoder_backward dwte (accumulated, repeated tokens) B=%d T=%d C=%d", B, T, C);
+    CHECK_ERR(e2, REL_TOL, "encoder_backward dwpe (accumulated) B=%d T=%d C=%d", B, T, C);
+    free(inp); dev_free(wte); dev_free(wpe); dev_free(out); dev_free(dout); dev_free(dwte); dev_free(dwpe);
+    free(ref); free(rwte); free(rwpe);
+}
+
+static void test_layernorm(int N, int C) {
+    size_t nc = (size_t)N * C;
+    float *x = frand(nc, 2), *x2 = frand(nc, 1), *w = frand(C, 1), *b = frand(C, 1);
+    float *out = frand(nc, 1), *mean = frand(N, 1), *rstd = frand(N, 1), *res = frand(nc, 1);
+    double *dx = todouble(x, nc), *dw = todouble(w, C), *db = todouble(b, C);
+    double *rout = dzeros(nc), *rmean = dzeros(N), *rrstd = dzeros(N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    ref_layernorm_fwd(rout, rmean, rrstd, dx, dw, db, N, C);
+    Err e = cmp(out, rout, nc), em = cmp(mean, rmean, N), er = cmp(rstd, rrstd, N);
+    CHECK_ERR(e, REL_TOL, "layernorm_forward out N=%d C=%d", N, C);
+    CHECK_ERR(em, REL_TOL, "layernorm_forward mean N=%d C=%d", N, C);
+    CHECK_ERR(er, REL_TOL, "layernorm_forward rstd N=%d C=%d", N, C);
+    /* fused residual: residual = x + x2 then layernorm */
+    fused_residual_layernorm_forward(res, out, mean, rstd, x, x2, w, b, N, C);
+    double* rres = dzeros(nc);
+    for (size_t i = 0; i < nc; i++) { rres[i] = (double)x[i] + x2[i]; }
+    /* the reference normalises the fp32-rounded residual, as the op does */
+    double* rres32 = dzeros(nc);
+    for (size_t i = 0; i < nc; i++) { rres32[i] = (float)rres[i]; }
+    ref_layernorm_fwd(rout, rmean, rrstd, rres32, dw, db, N, C);
+    Err ef = cmp(res, rres, nc), eo = cmp(out, rout, nc);
+    CHECK_ERR(ef, TIGHT_TOL, "fused_residual_layernorm_forward residual N=%d C=%d", N, C);
+    CHECK_ERR(eo, REL_TOL, "fused_residual_layernorm_forward out N=%d C=%d", N, C);
+    /* backward, accumulating into random initial values */
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    float *dout = frand(nc, 1), *gx = frand(nc, 1), *gw = frand(C, 1), *gb = frand(C, 1);
+    double *rgx = todouble(gx, nc), *rgw = todouble(gw, C), *rgb = todouble(gb, C), *rdout = todouble(dout, nc);
+    ref_layernorm_bwd(rgx, rgw, rgb, rdout, dx, dw, N, C);
+    float* scratch = (float*)dev_malloc(layernorm_scratch_floats(N, C) * sizeof(float), "scratch");
+    layernorm_backward(gx, gw, gb, scratch, dout, x, w, mean, rstd, N, C);
+    Err g1 = cmp(gx, rgx, nc), g2 = cmp(gw, rgw, C), g3 = cmp(gb, rgb, C);
+    CHECK_ERR(g1, REL_TOL, "layernorm_backward dinp (accumulated) N=%d C=%d", N, C);
+    CHECK_ERR(g2, REL_TOL, "layernorm_backward dw (accumulated) N=%d C=%d", N, C);
+    CHECK_ERR(g3, REL_TOL, "layernorm_backward db (accumulated) N=%d C=%d", N, C);
+    dev_free(x); dev_free(x2); dev_free(w); dev_free(b); dev_free(out); dev_free(mean); dev_free(rstd); dev_free(res);
+    dev_free(dout); dev_free(gx); dev_free(gw); dev_free(gb); dev_free(scratch);
+    free(dx); free(dw); free(db); free(rout); free(rmean); free(rrstd); free(rres); free(rres32);
+    free(rgx); free(rgw); free(rgb); free(rdout);
+}
+
+static void test_matmul(int N, int C, int OC, int use_bias, int gelu) {
+    float *x = frand((size_t)N * C, 1), *W = frand((size_t)OC * C, 0.5), *b = use_bias ? frand(OC, 1) : NULL;
+    float *out = frand((size_t)N * OC, 1), *pre = gelu ? frand((size_t)N * OC, 1) : NULL;
+    double *rx = todouble(x, (size_t)N * C), *rW = todouble(W, (size_t)OC * C), *rb = b ? todouble(b, OC) : NULL;
+    double *rout = dzeros((size_t)N * OC), *rpre = dzeros((size_t)N * OC);
+    matmul_forward(out, x, W, b, N, C, OC, pre);
+    ref_matmul_fwd(rout, rpre, rx, rW, rb, N, C, OC, gelu);
+    Err e = cmp(out, rout, (size_t)N * OC);
+    CHECK_ERR(e, REL_TOL, "matmul_forward out N=%d C=%d OC=%d bias=%d gelu=%d", N, C, OC, use_bias, gelu);
+    if (gelu) {
+        Err ep = cmp(pre, rpre, (size_t)N * OC);
+        CHECK_ERR(ep, REL_TOL, "matmul_forward pre_gelu N=%d C=%d OC=%d", N, C, OC);
+    }
+    float *dout = frand((size_t)N * OC, 1), *dx = frand((size_t)N * C, 1), *dW = frand((size_t)OC * C, 1);
+    float* db = use_bias ? frand(OC, 1) : NULL;
+    double *rdout = todouble(dout, (size_t)N * OC), *rdx = dzeros((size_t)N * C), *rdW = todouble(dW, (size_t)OC * C);
+    double* rdb = db ? todouble(db, OC) : NULL;
+    /* the op multiplies by gelu'(pre_gelu) of its own fp32 pre_gelu */
+    double* rpre32 = gelu ? todouble(pre, (size_t)N * OC) : NULL;
+    ref_matmul_bwd(rdx, rdW, rdb, rdout, rx, rW, rpre32, N, C, OC);
+    float* scratch = (float*)dev_malloc(matmul_scratch_floats(N, C, OC) * sizeof(float), "scratch");
+    matmul_backward(dx, dW, db, dout, x, W, scratch, N, C, OC, pre);
+    Err g1 = cmp(dx, rdx, (size_t)N * C), g2 = cmp(dW, rdW, (size_t)OC * C);
+    CHECK_ERR(g1, REL_TOL, "matmul_backward dinp N=%d C=%d OC=%d bias=%d gelu=%d", N, C, OC, use_bias, gelu);
+    CHECK_ERR(g2, REL_TOL, "matmul_backward dweight (accumulated) N=%d C=%d OC=%d", N, C, OC);
+    if (db) {
+        Err g3 = cmp(db, rdb, OC);
+        CHECK_ERR(g3, REL_TOL, "matmul_backward dbias (accumulated) N=%d C=%d OC=%d", N, C, OC);
+    }
+    dev_free(x); dev_free(W); dev_free(b); dev_free(out); dev_free(pre); dev_free(dout); dev_free(dx); dev_free(dW);
+    dev_free(db); dev_free(scratch);
+    free(rx); free(rW); free(rb); free(rout); free(rpre); free(rdout); free(rdx); free(rdW); free(rdb); free(rpre32);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, ns = attention_state_floats(B, T, NH);
+    float *qkv = frand(nq, 2), *out = frand(no, 1), *state = frand(ns, 1);
+    float* scratch = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH) * sizeof(float), "scratch");
+    double *rqkv = todouble(qkv, nq), *rout = dzeros(no), *rP = dzeros(ns);
+    attention_forward(out, state, scratch, qkv, B, T, C, NH);
+    ref_attention_fwd(rout, rP, rqkv, B, T, C, NH);
+    Err e = cmp(out, rout, no), ep = cmp(state, rP, ns);
+    CHECK_ERR(e, REL_TOL, "attention_forward out B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    CHECK_ERR(ep, REL_TOL, "attention_forward state (probabilities, 0 above diagonal) B=%d T=%d NH=%d", B, T, NH);
+    float *dout = frand(no, 1), *dqkv = frand(nq, 1);
+    double *rdout = todouble(dout, no), *rdqkv = dzeros(nq);
+    ref_attention_bwd(rdqkv, rdout, rqkv, rP, B, T, C, NH);
+    attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+    Err g = cmp(dqkv, rdqkv, nq);
+    CHECK_ERR(g, REL_TOL, "attention_backward dqkv (overwritten) B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    dev_free(qkv); dev_free(out); dev_free(state); dev_free(scratch); dev_free(dout); dev_free(dqkv);
+    free(rqkv); free(rout); free(rP); free(rdout); free(rdqkv);
+}
+
+static void test_classifier(int N, int V, int Vp, int with_ignored) {
+    size_t nv = (size_t)N * Vp;
+    float* logits = frand(nv, 4);
+    int* tg = (int*)malloc_check(N * sizeof(int), "targets");
+    for (int i = 0; i < N; i++) { tg[i] = (int)((rnd() + 1) * 0.5 * V) % V; }
+    if (with_ignored) { tg[N / 2] = -1; }
+    for (size_t i = 0; i < nv; i++) { if ((int)(i % Vp) >= V) logits[i] = 100.0f; } /* padding must be ignored */
+    double *rl = todouble(logits, nv), *rloss = dzeros(N), *rd = dzeros(nv);
+    const double dloss = 1.0 / N;
+    ref_classifier(rloss, rd, rl, tg, dloss, N, V, Vp);
+    float* losses = frand(N, 1);
+    float* keep = fcopy(logits, nv);
+    fused_classifier(logits, losses, (float)dloss, tg, N, V, Vp, 0);
+    Err el0 = cmp(losses, rloss, N);
+    TEST_CHECK(memcmp(keep, logits, nv * sizeof(float)) == 0 && el0.rel <= REL_TOL,
+               "fused_classifier write_dlogits=0: logits untouched, losses abs %.2e rel %.2e N=%d V=%d Vp=%d",
+               el0.abs, el0.rel, N, V, Vp);
+    fused_classifier(logits, losses, (float)dloss, tg, N, V, Vp, 1);
+    Err el = cmp(losses, rloss, N), ed = cmp(logits, rd, nv);
+    CHECK_ERR(el, REL_TOL, "fused_classifier losses N=%d V=%d Vp=%d ignored=%d", N, V, Vp, with_ignored);
+    CHECK_ERR(ed, REL_TOL, "fused_classifier dlogits N=%d V=%d Vp=%d ignored=%d", N, V, Vp, with_ignored);
+    int pad_zero = 1;
+    for (int n = 0; n < N; n++) for (int j = (tg[n] < 0 ? 0 : V); j < Vp; j++) { pad_zero &= logits[(size_t)n * Vp + j] == 0.0f; }
+    if (with_ignored) { pad_zero &= losses[N / 2] == 0.0f; }
+    TEST_CHECK(pad_zero, "fused_classifier: dlogits exactly 0 in padded columns and ignored rows, loss 0 for ignored (N=%d V=%d Vp=%d)", N, V, Vp);
+    dev_free(logits); dev_free(losses); dev_free(keep); free(tg); free(rl); free(rloss); free(rd);
+}
+
+static void test_elementwise(size_t n) {
+    float *x = frand(n, 3), *y = frand(n, 1), *out = frand(n, 1), *d = frand(n, 1);
+    double *r = dzeros(n), *rd = dzeros(n);
+    gelu_forward(out, x, n);
+    for (size_t i = 0; i < n; i++) { r[i] = ref_gelu(x[i]); rd[i] = d[i] * ref_gelu_grad(x[i]); }
+    Err e = cmp(out, r, n);
+    /* tanhf is accurate to a few ulp; the tanh-gelu is well conditioned for |x| <= 3 */
+    CHECK_ERR(e, TIGHT_TOL, "gelu_forward n=%zu", n);
+    gelu_backward_inplace(d, x, n);
+    Err eb = cmp(d, rd, n);
+    CHECK_ERR(eb, TIGHT_TOL, "gelu_backward_inplace n=%zu", n);
+    residual_forward(out, x, y, n);
+    for (size_t i = 0; i < n; i++) { r[i] = (double)x[i] + y[i]; }
+    Err er = cmp(out, r, n);
+    CHECK_ERR(er, TIGHT_TOL, "residual_forward n=%zu", n);
+    scale_floats(out, 0.25f, n);
+    for (size_t i = 0; i < n; i++) { r[i] = (double)(float)r[i] * 0.25; }
+    Err es = cmp(out, r, n);
+    TEST_CHECK(es.abs == 0.0, "scale_floats by 0.25 exact: abs %.2e", es.abs);
+    dev_free(x); dev_free(y); dev_free(out); dev_free(d); free(r); free(rd);
+}
+
+static void test_norm_and_checks(size_t n) {
+    float* g = frand(n, 1);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) { ref += (double)g[i] * g[i]; }
+    float out = 123.0f;
+    global_norm_squared(&out, g, n, 0);
+    double rel = fabs(out - ref) / (ref > 0 ? ref : 1);
+    /* double accumulation: only the final fp32 rounding, ~u */
+    TEST_CHECK(rel <= TIGHT_TOL, "global_norm_squared n=%zu: rel %.2e", n, rel);
+    float acc = 5.0f;
+    global_norm_squared(&acc, g, n, 1);
+    double rel2 = fabs(acc - (ref + 5.0)) / (ref + 5.0);
+    TEST_CHECK(rel2 <= TIGHT_TOL, "global_norm_squared accumulate=1 n=%zu: rel %.2e", n, rel2);
+    TEST_CHECK(has_inf_or_nan(g, n) == 0, "has_inf_or_nan = 0 on finite data n=%zu", n);
+    if (n > 0) {
+        float keep = g[n - 1];
+        g[n - 1] = NAN; int a = has_inf_or_nan(g, n);
+        g[n - 1] = -INFINITY; int b = has_inf_or_nan(g, n);
+        g[n - 1] = keep;
+        TEST_CHECK(a == 1 && b == 1, "has_inf_or_nan detects NaN and -inf at the last element n=%zu", n);
+    }
+    dev_free(g);
+}
+
+static void test_adamw(int use_master) {
+    const size_t n = 1003;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    float *p = frand(n, 1), *m = (float*)dev_malloc(n * 4, "m"), *v = (float*)dev_malloc(n * 4, "v");
+    float* master = use_master ? fcopy(p, n) : NULL;
+    double *rp = todouble(p, n), *rm = dzeros(n), *rv = dzeros(n);
+    float* g = frand(n, 1);
+    double worst = 0;
+    for (int t = 1; t <= 5; t++) {
+        for (size_t i = 0; i < n; i++) { g[i] = (float)rnd(); }
+        adamw_update(p, master, g, m, v, n, 0, lr, b1, b2, eps, wd, gs, t, 42u);
+        for (size_t i = 0; i < n; i++) { /* hand-written torch.optim.AdamW step in double */
+            double gg = (double)g[i] * gs;
+            rm[i] = b1 * rm[i] + (1 - (double)b1) * gg;
+            rv[i] = b2 * rv[i] + (1 - (double)b2) * gg * gg;
+            double mh = rm[i] / (1 - pow(b1, t)), vh = rv[i] / (1 - pow(b2, t));
+            rp[i] = rp[i] * (1 - (double)lr * wd) - lr * mh / (sqrt(vh) + eps);
+        }
+        Err e = cmp(p, rp, n);
+        if (e.rel > worst) { worst = e.rel; }
+    }
+    int same = !use_master || memcmp(p, master, n * sizeof(float)) == 0;
+    /* each step adds a few fp32 roundings to p (|p| ~ 1, update ~ lr): ~1e-7 per step */
+    TEST_CHECK(worst <= TIGHT_TOL && same, "adamw_update 5 steps (wd=0.1, grad_scale=0.5, master=%s) vs double: worst rel %.2e",
+               use_master ? "yes, params == master" : "NULL", worst);
+    dev_free(p); dev_free(m); dev_free(v); dev_free(master); dev_free(g); free(rp); free(rm); free(rv);
+}
+
+/* runs a chain of ops that contain reductions on fresh copies of the same inputs; returns a hash */
+static uint64_t run_chain(int B, int T, int C, int NH, int Vp) {
+    uint64_t saved = rng_state;
+    rng_state = 1234567;
+    int N = B * T; size_t nc = (size_t)N * C, nq = nc * 3;
+    int* inp = (int*)malloc_check(N * sizeof(int), "inp");
+    for (int i = 0; i < N; i++) { inp[i] = (int)((rnd() + 1) * 0.5 * 7) % 7; } /* many repeats */
+    float *wte = frand((size_t)Vp * C, 1), *wpe = frand((size_t)T * C, 1), *x = frand(nc, 1);
+    float *W = frand((size_t)3 * C * C, 0.1), *bias = frand(3 * C, 1), *qkv = frand(nq, 1);
+    float *att = frand(nc, 1), *state = frand(attention_state_floats(B, T, NH), 1);
+    float* scr = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH) * 4, "s");
+    float *dqkv = frand(nq, 1), *dx = frand(nc, 1), *dW = frand((size_t)3 * C * C, 1), *db = frand(3 * C, 1);
+    float *mean = frand(N, 1), *rstd = frand(N, 1), *lnw = frand(C, 1), *lnb = frand(C, 1), *ln = frand(nc, 1);
+    float *dwte = frand((size_t)Vp * C, 1), *dwpe = frand((size_t)T * C, 1), *dlnw = frand(C, 1), *dlnb = frand(C, 1);
+    float *dln = frand(nc, 1), norm = 0;
+    encoder_forward(x, inp, wte, wpe, B, T, C);
+    layernorm_forward(ln, mean, rstd, x, lnw, lnb, N, C);
+    matmul_forward(qkv, ln, W, bias, N, C, 3 * C, NULL);
+    attention_forward(att, state, scr, qkv, B, T, C, NH);
+    attention_backward(dqkv, scr, att, qkv, att, state, B, T, C, NH);
+    matmul_backward(dln, dW, db, dqkv, ln, W, NULL, N, C, 3 * C, NULL);
+    layernorm_backward(dx, dlnw, dlnb, NULL, dln, x, lnw, mean, rstd, N, C);
+    encoder_backward(dwte, dwpe, dx, inp, inp, B, T, C);
+    global_norm_squared(&norm, dW, (size_t)3 * C * C, 0);
+    uint64_t h = 14695981039346656037ULL;
+    h = fnv1a64(h, att, nc * 4); h = fnv1a64(h, dqkv, nq * 4); h = fnv1a64(h, dW, (size_t)3 * C * C * 4);
+    h = fnv1a64(h, db, 3 * C * 4); h = fnv1a64(h, dx, nc * 4); h = fnv1a64(h, dlnw, C * 4);
+    h = fnv1a64(h, dwte, (size_t)Vp * C * 4); h = fnv1a64(h, dwpe, (size_t)T * C * 4); h = fnv1a64(h, &norm, 4);
+    free(inp);
+    float* bufs[] = {wte, wpe, x, W, bias, qkv, att, state, scr, dqkv, dx, dW, db, mean, rstd, lnw, lnb, ln,
+                     dwte, dwpe, dlnw, dlnb, dln};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { dev_free(bufs[i]); }
+    rng_state = saved;
+    return h;
+}
+
+int main(void) {
+    backend_init(0, 1);
+    printf("# test_cpu_ops: %s, precision %s\n", backend_device_name(), PRECISION_NAME);
+    TEST_CHECK(FLOATX_IS_FLOAT == 1 && sizeof(floatX) == 4, "floatX is fp32 on the CPU backend");
+    {
+        void* p = dev_malloc(1000, "probe");
+        int zero = 1;
+        for (int i = 0; i < 1000; i++) { zero &= ((unsigned char*)p)[i] == 0; }
+        TEST_CHECK(((uintptr_t)p % 64) == 0 && zero, "dev_malloc: 64-byte aligned and zeroed");
+        dev_free(p);
+    }
+    test_references_fd();
+
+    test_encoder(1, 1, 1, 1);
+    test_encoder(2, 3, 13, 5);
+    test_encoder(4, 64, 768, 50);
+
+    test_layernorm(1, 1);
+    test_layernorm(1, 13);
+    test_layernorm(5, 37);
+    test_layernorm(64, 768);
+
+    test_matmul(1, 1, 1, 1, 0);
+    test_matmul(1, 13, 7, 1, 1);
+    test_matmul(37, 29, 51, 0, 0);
+    test_matmul(37, 29, 51, 1, 1);
+    test_matmul(100, 768, 2304, 1, 0);
+    test_matmul(64, 768, 3072, 1, 1);
+    test_matmul(64, 3072, 768, 1, 0);
+
+    test_attention(1, 1, 8, 2);
+    test_attention(2, 5, 12, 3);  /* hs = 4 */
+    test_attention(2, 17, 30, 5); /* hs = 6: not a multiple of 4 (tail loop) */
+    test_attention(2, 64, 768, 12);
+
+    test_classifier(1, 1, 1, 0);
+    test_classifier(3, 5, 8, 1);
+    test_classifier(7, 100, 128, 1);
+    test_classifier(4, 50257, 50304, 1);
+
+    test_elementwise(1);
+    test_elementwise(1000003);
+    test_norm_and_checks(0);
+    test_norm_and_checks(1);
+    test_norm_and_checks(1000003);
+    test_adamw(0);
+    test_adamw(1);
+
+    uint64_t h1 = run_chain(2, 33, 96, 4, 11), h2 = run_chain(2, 33, 96, 4, 11);
+    TEST_CHECK(h1 == h2, "determinism: op chain bit-identical across two runs (hash %016llx vs %016llx)",
+               (unsigned long long)h1, (unsigned long long)h2);
+    uint64_t h3 = run_chain(4, 64, 768, 12, 50), h4 = run_chain(4, 64, 768, 12, 50);
+    TEST_CHECK(h3 == h4, "determinism: d12-shaped op chain (B=4,T=64,C=768) bit-identical across two runs");
+    backend_shutdown();
+    return testing_finish();
+}
