@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""
+train_gpt.py -- the PyTorch reference GPT-2 for this project.
+
+Two jobs:
+  (a) `--write-fixture`: write the test fixture that test_gpt.cu checks the C/CUDA
+      trainer against (dev/test/fixtures/gpt2_fixture_model.bin, _state.bin).
+  (b) train on our token shards for side-by-side comparison with the C trainer,
+      printing loss, ms and tokens/s per step and a final
+      `RESULT tokens_per_s=<median>` line.
+
+The model is a compact nanoGPT-style GPT-2 that matches the C trainer exactly:
+  params (fp32), file order, L layers stacked per tensor:
+    wte (Vp,C)  wpe (maxT,C)  ln1w ln1b (L,C)  qkvw (L,3C,C)  qkvb (L,3C)
+    attprojw (L,C,C)  attprojb (L,C)  ln2w ln2b (L,C)  fcw (L,4C,C)  fcb (L,4C)
+    fcprojw (L,C,4C)  fcprojb (L,C)  lnfw lnfb (C)
+  Linear weights are (out,in); qkv rows are [q|k|v]; LayerNorm eps 1e-5; GELU
+  tanh approximation; causal attention with scale 1/sqrt(hs); LM head tied to
+  wte: logits = lnf @ wte^T over Vp columns, loss over the first V columns only.
+  Vp = V rounded up to a multiple of 128; padded rows of wte are zero.
+
+Init (identical to llmc/rand.h in C): torch.manual_seed(seed); then for each
+tensor in file order and for each layer (or once for non-layer tensors), on a
+contiguous float32 tensor of exactly that slice's shape:
+  wte: normal_(0, 0.02) on the first V rows only; wpe, qkvw, fcw: normal_(0, 0.02);
+  attprojw, fcprojw: normal_(0, 0.02/sqrt(2L)); biases 0; LayerNorm weights 1.
+
+File formats (little-endian, int32 header[256]):
+  model     [0]=20240326 [1]=3 (fp32) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp; params fp32
+  state     [0]=20240327 [1]=2 [2]=B [3]=T [4]=n_steps [5..10]=fp32 bits of lr, beta1,
+            beta2, eps, weight_decay, grad_clip; body: inputs int32 (B*T), targets int32
+            (B*T), logits fp32 (B,T,V), loss fp32, grads fp32 (all params, file layout),
+            step_losses fp32 (n_steps)
+  shard     [0]=20240520 [1]=1 [2]=ntok; uint16 tokens
+
+Runs with torch 1.13 (CPU) and torch 2.x (CUDA; --compile uses torch.compile).
+Errors (bad files, bad flags) exit non-zero with one clear message.
+"""
+import argparse
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODEL_MAGIC, MODEL_VERSION_FP32 = 20240326, 3
+STATE_MAGIC, STATE_VERSION = 20240327, 2
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+HEADER_INTS = 256
+
+PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+MODEL_CONFIGS = {  # name: (L, C, NH, maxT)
+    "d2": (2, 128, 4, 256), "d4": (4, 256, 4, 256), "d6": (6, 384, 6, 256),
+    "d12": (12, 768, 12, 1024), "d24": (24, 1024, 16, 1024),
+    "d36": (36, 1280, 20, 1024), "d48": (48, 1600, 25, 1024),
+}
+
+
+def die(msg):
+    print(f"train_gpt.py: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def padded_vocab(V):
+    return ((V + 127) // 128) * 128
+
+
+# ----------------------------------------------------------------------------- model
+
+def param_shapes(L, C, V, maxT):
+    """Shapes of the 16 parameter tensors in file order (layer tensors stacked on dim 0)."""
+    Vp = padded_vocab(V)
+    return {
+        "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
+        "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
+        "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
+        "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,),
+    }
+
+
+class GPT(nn.Module):
+    """GPT-2 with the parameters stored as the 16 stacked tensors of the file format."""
+
+    def __init__(self, L, C, NH, V, maxT):
+        super().__init__()
+        if C % NH != 0:
+            die(f"channels {C} not divisible by heads {NH}")
+        self.L, self.C, self.NH, self.V, self.maxT = L, C, NH, V, maxT
+        self.Vp = padded_vocab(V)
+        self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s)) for n, s in param_shapes(L, C, V, maxT).items()})
+
+    def init_weights(self, seed):
+        """The shared C/PyTorch init (see module docstring); reproduced by llmc/rand.h."""
+        torch.manual_seed(seed)
+        std_proj = 0.02 / math.sqrt(2 * self.L)
+        with torch.no_grad():
+            for name in PARAM_NAMES:
+                t = self.p[name]
+                slices = [t] if name in ("wte", "wpe", "lnfw", "lnfb") else [t[l] for l in range(self.L)]
+                for s in slices:
+                    buf = torch.empty(s.shape, dtype=torch.float32)  # contiguous CPU fp32: same RNG path as C
+                    if name == "wte":
+                        buf.zero_()
+                        buf[: self.V].normal_(0.0, 0.02)
+                    elif name in ("wpe", "qkvw", "fcw"):
+                        buf.normal_(0.0, 0.02)
+                    elif name in ("attprojw", "fcprojw"):
+                        buf.normal_(0.0, std_proj)
+                    elif name in ("ln1w", "ln2w", "lnfw"):
+                        buf.fill_(1.0)
+                    else:
+                        buf.zero_()
+                    s.copy_(buf)
+
+    def forward(self, idx, targets=None):
+        """idx (B,T) int64 -> logits (B,T,V) [unpadded view], loss (scalar) or None."""
+        B, T = idx.shape
+        if T > self.maxT:
+            die(f"sequence length {T} > model max {self.maxT}")
+        p, C, NH = self.p, self.C, self.NH
+        hs = C // NH
+        x = p["wte"][idx] + p["wpe"][:T]
+        for l in range(self.L):
+            h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
+            qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])
+            q, k, v = qkv.split(C, dim=2)
+            q = q.view(B, T, NH, hs).transpose(1, 2)
+            k = k.view(B, T, NH, hs).transpose(1, 2)
+            v = v.view(B, T, NH, hs).transpose(1, 2)
+            if hasattr(F, "scaled_dot_product_attention") and x.is_cuda:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+                y = att @ v
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
+            h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
+            h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
+            x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
+        x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
+        logits = F.linear(x, p["wte"])[:, :, : self.V]  # tied head; padded columns excluded
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def optimizer(self, lr, weight_decay, betas=(0.9, 0.95), eps=1e-8, fused=False):
+        decay = [self.p[n] for n in PARAM_NAMES if n in DECAY_NAMES]
+        no_decay = [self.p[n] for n in PARAM_NAMES if n not in DECAY_NAMES]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        extra = {"fused": True} if fused else {}
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
+
+    def num_params(self):
+        return sum(t.numel() for t in self.p.values())
+
+
+# ----------------------------------------------------------------------------- file I/O
+
+def write_atomic(path, chunks):
+    """Writes the byte chunks to path.tmp and renames it to path."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        for c in chunks:
+            f.write(c)
+    os.replace(tmp, path)
+
+
+def header_bytes(ints):
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[: len(ints)] = ints
+    return h.tobytes()
+
+
+def f32_bits(x):
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def flat_params(model, grads=False):
+    ts = [(model.p[n].grad if grads else model.p[n]).detach().cpu().float().reshape(-1) for n in PARAM_NAMES]
+    return torch.cat(ts).numpy().astype("<f4")
+
+
+def write_model(model, path):
+    hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_FP32, model.maxT, model.V, model.L, model.NH, model.C, model.Vp])
+    write_atomic(path, [hdr, flat_params(model).tobytes()])
+
+
+def read_shard(path):
+    """Returns the uint16 tokens of an llm.c token shard; dies with a clear message on a bad file."""
+    if not os.path.isfile(path):
+        die(f"{path}: no such file (build the default data with: python3 dev/data/tinyshakespeare.py)")
+    size = os.path.getsize(path)
+    if size < HEADER_INTS * 4:
+        die(f"{path}: {size} bytes, too small for the 1024-byte shard header")
+    h = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+    if h[0] != SHARD_MAGIC or h[1] != SHARD_VERSION:
+        die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {SHARD_MAGIC}/{SHARD_VERSION} (a token shard from dev/data/prepare.py)")
+    ntok = int(h[2])
+    if size != HEADER_INTS * 4 + 2 * ntok:
+        die(f"{path}: {size} bytes, but header says {ntok} tokens ({HEADER_INTS * 4 + 2 * ntok} bytes expected)")
+    return np.fromfile(path, dtype="<u2", offset=HEADER_INTS * 4)
+
+
+# ----------------------------------------------------------------------------- fixture
+
+FIXTURE = dict(L=2, C=64, NH=4, maxT=64, V=100, B=4, T=32, seed=1337, data_seed=42, n_steps=10,
+               lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=0.5)
+
+
+def write_fixture(outdir):
+    cfg = FIXTURE
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"])
+    model.init_weights(cfg["seed"])
+    model_path = os.path.join(outdir, "gpt2_fixture_model.bin")
+    state_path = os.path.join(outdir, "gpt2_fixture_state.bin")
+    write_model(model, model_path)
+
+    B, T, V = cfg["B"], cfg["T"], cfg["V"]
+    g = torch.Generator().manual_seed(cfg["data_seed"])
+    tokens = torch.randint(0, V, (B, T + 1), generator=g)
+    x, y = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+
+    logits, loss = model(x, y)
+    loss.backward()
+    grads = flat_params(model, grads=True)
+    logits0 = logits.detach().numpy().astype("<f4")
+    loss0 = float(loss.item())
+
+    opt = model.optimizer(cfg["lr"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]), cfg["eps"])
+    step_losses, norms = [], []
+    model.zero_grad(set_to_none=True)
+    for step in range(cfg["n_steps"]):
+        _, l = model(x, y)
+        l.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step_losses.append(float(l.item()))
+        norms.append(norm)
+    assert step_losses[0] == loss0, "step 0 loss must equal the forward loss"
+
+    hdr = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, cfg["n_steps"]] +
+                       [f32_bits(cfg[k]) for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")])
+    write_atomic(state_path, [hdr, x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
+                              logits0.tobytes(), np.array([loss0], dtype="<f4").tobytes(), grads.tobytes(),
+                              np.array(step_losses, dtype="<f4").tobytes()])
+
+    print(f"torch {torch.__version__}; fixture config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    print(f"params: {model.num_params():,} (Vp={model.Vp}); initial loss {loss0:.6f} (ln V = {math.log(V):.6f})")
+    for i, (l, n) in enumerate(zip(step_losses, norms)):
+        print(f"step {i}: loss {l:.6f}  grad norm {n:.4f}{'  (clipped)' if n > cfg['grad_clip'] else ''}")
+    n_clipped = sum(n > cfg["grad_clip"] for n in norms)
+    print(f"clipping active on {n_clipped}/{len(norms)} steps (clip {cfg['grad_clip']})")
+    verify_fixture(model_path, state_path, model, logits0, loss0, grads, step_losses, x, y)
+
+
+def verify_fixture(model_path, state_path, model, logits, loss, grads, step_losses, x, y):
+    """Re-reads both files and checks every field against what was written."""
+    cfg = FIXTURE
+    h = np.fromfile(model_path, dtype="<i4", count=HEADER_INTS)
+    assert list(h[:8]) == [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], padded_vocab(cfg["V"])]
+    params = np.fromfile(model_path, dtype="<f4", offset=HEADER_INTS * 4)
+    fresh = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"])
+    fresh.init_weights(cfg["seed"])
+    assert np.array_equal(params, flat_params(fresh)), "model file differs from a fresh init"
+    wte = params[: model.Vp * model.C].reshape(model.Vp, model.C)
+    assert not wte[model.V:].any(), "padded wte rows must be zero"
+
+    B, T, V, n = cfg["B"], cfg["T"], cfg["V"], cfg["n_steps"]
+    h = np.fromfile(state_path, dtype="<i4", count=HEADER_INTS)
+    assert list(h[:5]) == [STATE_MAGIC, STATE_VERSION, B, T, n]
+    hf = h[5:11].astype("<i4").view("<f4")
+    assert np.array_equal(hf, np.array([cfg[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")], dtype="<f4"))
+    off = HEADER_INTS * 4
+    inp = np.fromfile(state_path, dtype="<i4", count=B * T, offset=off); off += 4 * B * T
+    tgt = np.fromfile(state_path, dtype="<i4", count=B * T, offset=off); off += 4 * B * T
+    lg = np.fromfile(state_path, dtype="<f4", count=B * T * V, offset=off); off += 4 * B * T * V
+    ls = np.fromfile(state_path, dtype="<f4", count=1, offset=off); off += 4
+    gr = np.fromfile(state_path, dtype="<f4", count=grads.size, offset=off); off += 4 * grads.size
+    sl = np.fromfile(state_path, dtype="<f4", count=n, offset=off); off += 4 * n
+    assert off == os.path.getsize(state_path), "state file has trailing bytes"
+    assert np.array_equal(inp, x.numpy().reshape(-1)) and np.array_equal(tgt, y.numpy().reshape(-1))
+    assert inp.min() >= 0 and inp.max() < V
+    assert np.array_equal(lg, logits.reshape(-1)) and ls[0] == np.float32(loss)
+    assert np.array_equal(gr, grads) and np.array_equal(sl, np.array(step_losses, dtype="<f4"))
+    g_wte = gr[: model.Vp * model.C].reshape(model.Vp, model.C)
+    assert not g_wte[model.V:].any(), "padded wte rows of the gradient must be zero"
+    # independent recomputation of the loss from the stored logits (float64 log-softmax)
+    l64 = lg.reshape(B * T, V).astype(np.float64)
+    l64 = l64 - l64.max(axis=1, keepdims=True)
+    lsm = l64 - np.log(np.exp(l64).sum(axis=1, keepdims=True))
+    ref = -lsm[np.arange(B * T), tgt].mean()
+    assert abs(ref - loss) < 1e-5, f"loss from stored logits {ref} != {loss}"
+    total = os.path.getsize(model_path) + os.path.getsize(state_path)
+    assert total < 2 * 1024 * 1024, f"fixture too large: {total} bytes"
+    print(f"re-read and verified {model_path} ({os.path.getsize(model_path):,} bytes) and "
+          f"{state_path} ({os.path.getsize(state_path):,} bytes); total {total:,} bytes")
+
+
+# ----------------------------------------------------------------------------- training
+
+class ShardLoader:
+    """Sequential (B, T+1) windows over one token shard, wrapping at the end."""
+
+    def __init__(self, path, B, T):
+        self.tokens = read_shard(path)
+        self.B, self.T, self.pos = B, T, 0
+        if len(self.tokens) < B * T + 1:
+            die(f"{path}: {len(self.tokens)} tokens, need at least B*T+1 = {B * T + 1}")
+
+    def next_batch(self):
+        B, T = self.B, self.T
+        if self.pos + B * T + 1 > len(self.tokens):
+            self.pos = 0
+        buf = torch.from_numpy(self.tokens[self.pos: self.pos + B * T + 1].astype(np.int64))
+        self.pos += B * T
+        return buf[:-1].view(B, T), buf[1:].view(B, T)
+
+
+def train(args):
+    if args.model not in MODEL_CONFIGS:
+        die(f"--model {args.model}: expected one of {', '.join(MODEL_CONFIGS)}")
+    L, C, NH, maxT = MODEL_CONFIGS[args.model]
+    B, T = args.batch_size, args.sequence_length
+    if T > maxT:
+        die(f"--sequence-length {T} exceeds the model's max {maxT}")
+    tokens_per_fwdbwd = B * T
+    total = args.total_batch_size if args.total_batch_size > 0 else tokens_per_fwdbwd
+    if total % tokens_per_fwdbwd != 0:
+        die(f"--total-batch-size {total} is not a multiple of B*T = {tokens_per_fwdbwd}")
+    accum = total // tokens_per_fwdbwd
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        die("--device cuda requested but CUDA is not available")
+    torch.manual_seed(args.seed)
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    autocast = (torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=dtype)
+                if dtype != torch.float32 else None)
+
+    train_loader = ShardLoader(args.input_bin, B, T)
+    val_loader = ShardLoader(args.input_val_bin, B, T) if args.input_val_bin else None
+
+    model = GPT(L, C, NH, 50257 if args.vocab_size <= 0 else args.vocab_size, maxT)
+    model.init_weights(args.seed)
+    model.to(device)
+    if train_loader.tokens.max() >= model.V:
+        die(f"{args.input_bin}: token id {int(train_loader.tokens.max())} >= vocab size {model.V}")
+    print(f"model {args.model}: L={L} C={C} NH={NH} maxT={maxT} V={model.V} Vp={model.Vp} "
+          f"params={model.num_params():,}; B={B} T={T} accum={accum} device={device} dtype={args.dtype} "
+          f"torch {torch.__version__}")
+    fused = device.startswith("cuda") and "fused" in torch.optim.AdamW.__init__.__code__.co_varnames
+    opt = model.optimizer(args.learning_rate, args.weight_decay, fused=fused)
+    fwd = model
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            die("--compile needs torch >= 2.0")
+        fwd = torch.compile(model)
+
+    def lr_at(step):
+        if step < args.warmup_iters:
+            return args.learning_rate * (step + 1) / args.warmup_iters
+        return args.learning_rate
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    rates = []
+    for step in range(args.num_iterations + 1):
+        last = step == args.num_iterations
+        if val_loader is not None and args.val_loss_every > 0 and (step % args.val_loss_every == 0 or last):
+            model.eval()
+            val_loader.pos = 0
+            with torch.no_grad():
+                vl = 0.0
+                for _ in range(args.val_max_steps):
+                    vx, vy = val_loader.next_batch()
+                    with (autocast if autocast else _null()):
+                        _, l = fwd(vx.to(device), vy.to(device))
+                    vl += l.item()
+            print(f"step {step:4d} | val loss {vl / args.val_max_steps:.6f}")
+            model.train()
+        if last:
+            break
+        t0 = time.time()
+        loss_acc = 0.0
+        for _ in range(accum):
+            bx, by = train_loader.next_batch()
+            with (autocast if autocast else _null()):
+                _, loss = fwd(bx.to(device), by.to(device))
+            loss = loss / accum
+            loss_acc += loss.detach()
+            loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip) if args.grad_clip > 0 else torch.tensor(0.0)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        dt = time.time() - t0
+        tps = accum * tokens_per_fwdbwd / dt
+        if step > 0 or args.num_iterations == 1:
+            rates.append(tps)  # step 0 includes warm-up/compilation
+        print(f"step {step + 1:4d}/{args.num_iterations} | loss {float(loss_acc):.6f} | norm {float(norm):.4f} | "
+              f"lr {lr_at(step):.2e} | {dt * 1000:.2f} ms | {tps:.0f} tok/s")
+    if rates:
+        print(f"RESULT tokens_per_s={float(np.median(rates)):.1f}")
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="PyTorch reference GPT-2: writes test fixtures and trains on token shards.")
+    ap.add_argument("--write-fixture", action="store_true", help="write dev/test/fixtures/gpt2_fixture_{model,state}.bin and exit")
+    ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
+    ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
+    ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")
+    ap.add_argument("--model", default="d2", help="d2|d4|d6|d12|d24|d36|d48")
+    ap.add_argument("--vocab-size", type=int, default=50257)
+    ap.add_argument("--batch-size", "-b", type=int, default=4)
+    ap.add_argument("--sequence-length", "-t", type=int, default=64)
+    ap.add_argument("--total-batch-size", "-d", type=int, default=-1, help="tokens per step (default B*T); must be a multiple of B*T")
+    ap.add_argument("--num-iterations", "-x", type=int, default=10)
+    ap.add_argument("--learning-rate", "-l", type=float, default=3e-4)
+    ap.add_argument("--warmup-iters", "-u", type=int, default=0)
+    ap.add_argument("--weight-decay", "-c", type=float, default=0.0)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--val-loss-every", "-v", type=int, default=0)
+    ap.add_argument("--val-max-steps", "-m", type=int, default=20)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--compile", type=int, default=0, help="1: torch.compile the model (torch >= 2.0)")
+    ap.add_argument("--device", default="", help="cpu|cuda (default: cuda if available)")
+    ap.add_argument("--seed", type=int, default=1337)
+    args = ap.parse_args(argv)
+    for name in ("batch_size", "sequence_length", "num_iterations"):
+        if getattr(args, name) <= 0:
+            die(f"--{name.replace('_', '-')} must be positive")
+    if args.write_fixture:
+        write_fixture(args.fixture_dir)
+    else:
+        train(args)
+
+
+if __name__ == "__main__":
+    main()
