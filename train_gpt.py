@@ -33,6 +33,13 @@ File formats (little-endian, int32 header[256]):
             step_losses fp32 (n_steps)
   shard     [0]=20240520 [1]=1 [2]=ntok; uint16 tokens
 
+Fixture optimizer semantics (what the C trainer must reproduce): global grad
+norm over all params, torch.nn.utils.clip_grad_norm_ scales every grad by
+min(1, grad_clip / (norm + 1e-6)); torch.optim.AdamW with two groups (weight
+decay on wte, wpe, qkvw, attprojw, fcw, fcprojw; 0 on biases/LayerNorm), decoupled
+decay p *= 1 - lr*wd before the Adam step, bias-corrected moments, t from 1.
+The fixture's clip (0.5) is active on all 10 steps (norms 1.76 .. 1.04).
+
 Runs with torch 1.13 (CPU) and torch 2.x (CUDA; --compile uses torch.compile).
 Errors (bad files, bad flags) exit non-zero with one clear message.
 """
