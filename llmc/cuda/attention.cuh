@@ -1,0 +1,1047 @@
+/*
+ * llmc/cuda/attention.cuh -- causal multi-head self-attention, flash-attention style
+ * (FlashAttention-2: Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism
+ * and Work Partitioning", Algorithms 1 (forward) and 2 (backward); online softmax from
+ * Milakov & Gimelshein 2018). Tensor-core MMA through llmc/cuda/mma.cuh.
+ *
+ * Contract (llmc/backend.h):
+ *   qkv  (B,T,3C) floatX, rows [q(C) | k(C) | v(C)]; head h uses channels h*hs..(h+1)*hs-1, hs = C/NH.
+ *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d].
+ *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
+ *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
+ *   scratch (B,NH,T) fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d] (backward only;
+ *         attention_scratch_floats = B*NH*T; forward does not touch it).
+ *   dqkv (B,T,3C) floatX, overwritten with dQ | dK | dV.
+ * The (T,T) score/probability matrix never exists in global memory.
+ *
+ * Paths (chosen per call by attention_flash_path):
+ *   MMA path: floatX = bf16 or fp16, hs in {16, 32, 64, 128}, qkv/out/dout/dqkv 16-byte aligned and
+ *     C a multiple of 8. Blocks of 4 warps; each warp owns 16 rows (mma m16n8k16 tiles).
+ *     Forward: block = 64 query rows; Q fragments in registers; K/V tiles of 64 keys double-buffered in
+ *       shared memory with cp.async; scores pre-scaled by log2(e)/sqrt(hs) so exp2f is used; tiles (and
+ *       8-key sub-tiles per warp) entirely above the diagonal are skipped; query tiles launched
+ *       longest-first. The (64 x hs) output is staged in shared memory for 128-bit stores.
+ *     Backward (deterministic, no atomics): (1) D = rowsum(dO*O) into scratch; (2) one block per 64-key
+ *       tile accumulates dK, dV in registers over the query tiles at or below the diagonal (FA2 Alg. 2
+ *       outer loop over keys); (3) one block per 64-query tile accumulates dQ over key tiles (recomputes
+ *       S and dP; 7 instead of 5 matmuls of work, in exchange for fp32-atomic-free determinism and no
+ *       dQ scratch).
+ *   Fallback path (any hs <= 256, every precision incl. fp32, any alignment): one warp per query row
+ *     (forward, dQ) or key row (dK, dV), fp32 CUDA-core arithmetic, same state and results.
+ * Both paths handle every T >= 1 (partial tiles are zero-filled and masked).
+ *
+ * Error behaviour: invalid shapes (C % NH != 0, hs > 256, grid too large) print file:line and exit
+ * (FATAL); every CUDA call and launch is checked (CUDA_CHECK / CUDA_CHECK_LAUNCH).
+ * All work is queued on main_stream(); nothing synchronises the host.
+ *
+ * When USE_CUDNN is defined, attention_cudnn.cuh provides the four contract functions instead; the
+ * flash entry points (attention_forward_flash / attention_backward_flash) stay available (dev/cuda).
+ */
+#ifndef LLMC_CUDA_ATTENTION_CUH
+#define LLMC_CUDA_ATTENTION_CUH
+
+#include "common.cuh"
+#include "mma.cuh"
+
+#define ATTN_THREADS 128   /* 4 warps per block on every attention kernel */
+#define ATTN_ROWS 64       /* query rows (forward, dQ) or key rows (dK/dV) per MMA block: 4 warps x 16 */
+#define ATTN_KTILE 64      /* keys per K/V tile in the forward and dQ kernels */
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+#define ATTN_FALLBACK_MAX_HS 256
+
+/* ======================================================================== small device helpers */
+
+#if !FLOATX_IS_FLOAT
+/* 32-bit word holding floatX p[0] (low half) and p[1] (high half); p 4-byte aligned */
+static __device__ __forceinline__ uint32_t attn_ld32(const floatX* p) {
+#ifdef LLMC_EMU
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+#else
+    return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+static __device__ __forceinline__ void attn_st32(floatX* p, uint32_t u) {
+#ifdef LLMC_EMU
+    memcpy(p, &u, 4);
+#else
+    *reinterpret_cast<uint32_t*>(p) = u;
+#endif
+}
+/* pack two 16-bit values: lo in bits 0..15, hi in bits 16..31 */
+static __device__ __forceinline__ uint32_t attn_pack_x(floatX lo, floatX hi) {
+    uint16_t a, b;
+    memcpy(&a, &lo, 2);
+    memcpy(&b, &hi, 2);
+    return (uint32_t)a | ((uint32_t)b << 16);
+}
+/* round two floats to floatX (nearest) and pack as above */
+static __device__ __forceinline__ uint32_t attn_pack_f(float lo, float hi) {
+#if !defined(LLMC_EMU) && defined(ENABLE_BF16)
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+#else
+    return attn_pack_x(from_float<floatX>(lo), from_float<floatX>(hi));
+#endif
+}
+/* d += A*B on the tensor cores, input type = floatX (bf16 or fp16) */
+static __device__ __forceinline__ void attn_mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(ENABLE_FP16)
+    mma_m16n8k16_f16(d, a, b, d);
+#else
+    mma_m16n8k16_bf16(d, a, b, d);
+#endif
+}
+/* A fragment (16x16) of a row-major smem matrix M with leading dimension LD: rows r0..r0+15, cols c0..c0+15 */
+template <int LD>
+static __device__ __forceinline__ void attn_load_a(uint32_t a[4], const floatX* M, int r0, int c0, int g, int t) {
+    a[0] = attn_ld32(M + (r0 + g) * LD + c0 + 2 * t);
+    a[1] = attn_ld32(M + (r0 + g + 8) * LD + c0 + 2 * t);
+    a[2] = attn_ld32(M + (r0 + g) * LD + c0 + 2 * t + 8);
+    a[3] = attn_ld32(M + (r0 + g + 8) * LD + c0 + 2 * t + 8);
+}
+/* B fragment (k16 x n8) with B = X^T, X row-major in smem: B[k][n] = X[n0+n][k0+k] (contiguous pairs) */
+template <int LD>
+static __device__ __forceinline__ void attn_load_bt(uint32_t b[2], const floatX* X, int n0, int k0, int g, int t) {
+    b[0] = attn_ld32(X + (n0 + g) * LD + k0 + 2 * t);
+    b[1] = attn_ld32(X + (n0 + g) * LD + k0 + 2 * t + 8);
+}
+/* B fragment (k16 x n8) with B = X, X row-major in smem: B[k][n] = X[k0+k][n0+n] (two 16-bit loads per word) */
+template <int LD>
+static __device__ __forceinline__ void attn_load_b(uint32_t b[2], const floatX* X, int k0, int n0, int g, int t) {
+    const floatX* p = X + (k0 + 2 * t) * LD + n0 + g;
+    b[0] = attn_pack_x(p[0], p[LD]);
+    b[1] = attn_pack_x(p[8 * LD], p[9 * LD]);
+}
+/* A fragment (16 rows x 16 cols) from fp32 accumulators of two adjacent 16x8 tiles (cols 0-7: x, 8-15: y) */
+static __device__ __forceinline__ void attn_acc_to_a(uint32_t a[4], const float x[4], const float y[4]) {
+    a[0] = attn_pack_f(x[0], x[1]);
+    a[1] = attn_pack_f(x[2], x[3]);
+    a[2] = attn_pack_f(y[0], y[1]);
+    a[3] = attn_pack_f(y[2], y[3]);
+}
+
+/* Block-cooperative copy of a (ROWS x HS) tile whose row r starts at src + r*ld into smem dst with
+ * leading dimension HS+8 (16-byte row padding: conflict-free fragment loads). Rows >= rows_valid are
+ * zero-filled. cp.async; the caller commits and waits. */
+template <int HS, int ROWS>
+static __device__ __forceinline__ void attn_load_tile(floatX* dst, const floatX* src, int rows_valid, size_t ld) {
+    constexpr int CPR = HS / 8; /* 16-byte chunks per row */
+    constexpr int LD = HS + 8;
+    for (int i = threadIdx.x; i < ROWS * CPR; i += blockDim.x) {
+        const int r = i / CPR;
+        const int c = i % CPR;
+        floatX* d = dst + r * LD + c * 8;
+        if (r < rows_valid) {
+            cp_async_16(d, src + (size_t)r * ld + c * 8);
+        } else {
+            x128 z;
+            for (int k = 0; k < 8; k++) { z[k] = from_float<floatX>(0.0f); }
+            store128(d, z);
+        }
+    }
+}
+/* A warp stores its 16 staged smem rows (leading dimension HS+8) to global rows row0.. (< T), 128-bit */
+template <int HS>
+static __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t ld, const floatX* stage, int row0, int T,
+                                                       int lane) {
+    constexpr int CPR = HS / 8;
+    constexpr int LD = HS + 8;
+    for (int i = lane; i < 16 * CPR; i += WARP_SIZE) {
+        const int r = i / CPR;
+        const int c = i % CPR;
+        if (row0 + r < T) { store128(dst + (size_t)(row0 + r) * ld + c * 8, load128(stage + r * LD + c * 8)); }
+    }
+}
+
+/* ======================================================================== MMA forward */
+
+/* grid (ceil(T/64), B*NH), block 128, dynamic smem attn_fwd_smem_bytes(HS).
+ * out (B,T,C), lse (B,NH,T) natural log, qkv (B,T,3C). scale_log2 = log2(e)/sqrt(HS). */
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attention_forward_mma_kernel(floatX* __restrict__ out, float* __restrict__ lse, const floatX* __restrict__ qkv,
+                                 int T, int C, int NH, float scale_log2) {
+    static_assert(HS % 16 == 0 && sizeof(floatX) == 2, "MMA attention needs hs % 16 == 0 and 16-bit floatX");
+    constexpr int LD = HS + 8;
+    constexpr int KS = HS / 16;          /* k-steps over the head dimension */
+    constexpr int SN = ATTN_KTILE / 8;   /* 8-key n-tiles of S */
+    constexpr int ON = HS / 8;           /* 8-column n-tiles of O */
+    DYNAMIC_SHARED(floatX, attn_smem);
+    floatX* smem = attn_smem;
+    floatX* Qs = smem;                       /* [64][LD] */
+    floatX* Ks = Qs + ATTN_ROWS * LD;        /* [2][64][LD] */
+    floatX* Vs = Ks + 2 * ATTN_KTILE * LD;   /* [2][64][LD] */
+
+    const int qt = (int)gridDim.x - 1 - (int)blockIdx.x; /* longest (last) query tiles first */
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const int q0 = qt * ATTN_ROWS;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int qw = q0 + warp * 16;           /* first query row of this warp */
+    const int qwmax = qw + 15;
+    const int qlast = (q0 + ATTN_ROWS - 1 < T - 1) ? q0 + ATTN_ROWS - 1 : T - 1;
+    const int ntiles = qlast / ATTN_KTILE + 1;
+
+    attn_load_tile<HS, ATTN_ROWS>(Qs, base + (size_t)q0 * ld, T - q0, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Ks, base + C, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Vs, base + 2 * C, T, ld);
+    cp_async_commit();
+
+    uint32_t qf[KS][4];
+    float o[ON][4];
+#pragma unroll
+    for (int n = 0; n < ON; n++) { o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f; }
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g and g+8 (log2 domain) */
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        cp_async_wait_all();
+        __syncthreads(); /* tile kt visible to all; everyone is done with tile kt-1's buffer */
+        if (kt == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) { attn_load_a<LD>(qf[ks], Qs, warp * 16, ks * 16, g, t); }
+        }
+        if (kt + 1 < ntiles) {
+            const int k1 = (kt + 1) * ATTN_KTILE;
+            const int nb = (kt + 1) & 1;
+            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + C, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + 2 * C, T - k1, ld);
+            cp_async_commit();
+        }
+        const floatX* Kb = Ks + (kt & 1) * ATTN_KTILE * LD;
+        const floatX* Vb = Vs + (kt & 1) * ATTN_KTILE * LD;
+        const int k0 = kt * ATTN_KTILE; /* k0 <= q0 <= qw: key k0 is visible to every row of the block */
+
+        /* S = Q K^T (16 x 64 per warp); 8-key tiles entirely above this warp's rows are skipped */
+        float s[SN][4];
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            if (k0 + n * 8 <= qwmax) {
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    uint32_t bf[2];
+                    attn_load_bt<LD>(bf, Kb, n * 8, ks * 16, g, t);
+                    attn_mma(s[n], qf[ks], bf);
+                }
+            }
+        }
+        /* scale into the log2 domain, causal mask (also covers skipped tiles and keys >= T) */
+        const bool diag = (k0 + ATTN_KTILE - 1 > qw);
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = s[n][e] * scale_log2;
+                if (diag) {
+                    const int col = k0 + n * 8 + 2 * t + (e & 1);
+                    const int row = qw + g + ((e >> 1) << 3);
+                    if (col > row) { v = -INFINITY; }
+                }
+                s[n][e] = v;
+            }
+        }
+        /* online softmax (row max over the quad of lanes sharing a row) */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0); /* finite: key k0 is unmasked for every row */
+        const float mn1 = fmaxf(m1, mx1);
+        const float alpha0 = exp2f(m0 - mn0); /* 0 on the first tile (m = -inf) */
+        const float alpha1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 *= alpha0;
+        l1 *= alpha1;
+#pragma unroll
+        for (int n = 0; n < ON; n++) {
+            o[n][0] *= alpha0;
+            o[n][1] *= alpha0;
+            o[n][2] *= alpha1;
+            o[n][3] *= alpha1;
+        }
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            s[n][0] = exp2f(s[n][0] - m0);
+            s[n][1] = exp2f(s[n][1] - m0);
+            s[n][2] = exp2f(s[n][2] - m1);
+            s[n][3] = exp2f(s[n][3] - m1);
+            l0 += s[n][0] + s[n][1];
+            l1 += s[n][2] + s[n][3];
+        }
+        /* O += P V: P (16 x 64, from the accumulators) as A, V tile (64 x HS) as B */
+#pragma unroll
+        for (int kk = 0; kk < ATTN_KTILE / 16; kk++) {
+            if (k0 + kk * 16 <= qwmax) {
+                uint32_t pa[4];
+                attn_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    uint32_t bf[2];
+                    attn_load_b<LD>(bf, Vb, kk * 16, n * 8, g, t);
+                    attn_mma(o[n], pa, bf);
+                }
+            }
+        }
+    }
+
+    /* epilogue: normalise, stage this warp's 16 rows in its own Q rows, 128-bit stores */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0;
+    const float inv1 = 1.0f / l1;
+    floatX* stage = Qs + warp * 16 * LD; /* only this warp ever read these rows */
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        attn_st32(stage + g * LD + n * 8 + 2 * t, attn_pack_f(o[n][0] * inv0, o[n][1] * inv0));
+        attn_st32(stage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(o[n][2] * inv1, o[n][3] * inv1));
+    }
+    __syncwarp();
+    attn_store_rows<HS>(out + (size_t)b * T * C + (size_t)h * HS, (size_t)C, stage, qw, T, lane);
+    if (t == 0) {
+        float* lrow = lse + (size_t)bh * T;
+        if (qw + g < T) { lrow[qw + g] = (m0 + log2f(l0)) * ATTN_LN2; }
+        if (qw + g + 8 < T) { lrow[qw + g + 8] = (m1 + log2f(l1)) * ATTN_LN2; }
+    }
+}
+
+/* ======================================================================== MMA backward: dK, dV */
+
+/* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_kv_smem_bytes(HS, BQ).
+ * One block per 64-key tile; loops over query tiles of BQ rows from the diagonal to T.
+ * Writes dK, dV of its keys into dqkv (k and v parts). lse natural log (B,NH,T), D (B,NH,T). */
+template <int HS, int BQ>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attention_backward_kv_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
+                                     const floatX* __restrict__ qkv, const float* __restrict__ lse,
+                                     const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
+                                     float scale) {
+    static_assert(HS % 16 == 0 && BQ % 16 == 0 && BQ <= ATTN_THREADS && sizeof(floatX) == 2, "bad tile");
+    constexpr int LD = HS + 8;
+    constexpr int KS = HS / 16;
+    constexpr int SN = BQ / 8;
+    constexpr int ON = HS / 8;
+    DYNAMIC_SHARED(floatX, attn_smem);
+    floatX* smem = attn_smem;
+    floatX* Ks = smem;                    /* [64][LD] */
+    floatX* Vs = Ks + ATTN_ROWS * LD;     /* [64][LD] */
+    floatX* Qs = Vs + ATTN_ROWS * LD;     /* [2][BQ][LD] */
+    floatX* dOs = Qs + 2 * BQ * LD;       /* [2][BQ][LD] */
+    float* Ls = (float*)(dOs + 2 * BQ * LD); /* [2][BQ] lse * log2(e) */
+    float* Ds = Ls + 2 * BQ;                 /* [2][BQ] */
+
+    const int kt = blockIdx.x; /* low key tiles have the most query tiles: launched first */
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const int k0 = kt * ATTN_ROWS;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float* lrow = lse + (size_t)bh * T;
+    const float* drow = Dsum + (size_t)bh * T;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int kw = k0 + warp * 16; /* first key row of this warp */
+    const int qt_begin = k0 / BQ;
+    const int qt_end = (T + BQ - 1) / BQ;
+
+    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
+    {
+        const int q0 = qt_begin * BQ;
+        attn_load_tile<HS, BQ>(Qs, base + (size_t)q0 * ld, T - q0, ld);
+        attn_load_tile<HS, BQ>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
+        if (threadIdx.x < BQ) {
+            const int q = q0 + threadIdx.x;
+            Ls[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+            Ds[threadIdx.x] = (q < T) ? drow[q] : 0.0f;
+        }
+    }
+    cp_async_commit();
+
+    float dk[ON][4], dv[ON][4];
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+    }
+
+    for (int qt = qt_begin; qt < qt_end; qt++) {
+        const int buf = (qt - qt_begin) & 1;
+        cp_async_wait_all();
+        __syncthreads();
+        if (qt + 1 < qt_end) {
+            const int q1 = (qt + 1) * BQ;
+            const int nb = buf ^ 1;
+            attn_load_tile<HS, BQ>(Qs + nb * BQ * LD, base + (size_t)q1 * ld, T - q1, ld);
+            attn_load_tile<HS, BQ>(dOs + nb * BQ * LD, dbase + (size_t)q1 * C, T - q1, (size_t)C);
+            if (threadIdx.x < BQ) {
+                const int q = q1 + threadIdx.x;
+                Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+                Ds[nb * BQ + threadIdx.x] = (q < T) ? drow[q] : 0.0f;
+            }
+            cp_async_commit();
+        }
+        const int q0 = qt * BQ;
+        if (q0 + BQ - 1 < kw) { continue; } /* every query of the tile precedes every key of this warp */
+        const floatX* Qb = Qs + buf * BQ * LD;
+        const floatX* dOb = dOs + buf * BQ * LD;
+        const float* Lb = Ls + buf * BQ;
+        const float* Db = Ds + buf * BQ;
+
+        /* S^T = K Q^T (16 keys x BQ queries per warp) */
+        float st[SN][4];
+#pragma unroll
+        for (int n = 0; n < SN; n++) { st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f; }
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t ka[4];
+            attn_load_a<LD>(ka, Ks, warp * 16, ks * 16, g, t);
+#pragma unroll
+            for (int n = 0; n < SN; n++) {
+                if (q0 + n * 8 + 7 >= kw) {
+                    uint32_t bf[2];
+                    attn_load_bt<LD>(bf, Qb, n * 8, ks * 16, g, t);
+                    attn_mma(st[n], ka, bf);
+                }
+            }
+        }
+        /* P^T = exp(S^T*scale - lse), zero where query < key or query >= T */
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = n * 8 + 2 * t + (e & 1);
+                const int q = q0 + qi;
+                const int key = kw + g + ((e >> 1) << 3);
+                st[n][e] = (q >= key && q < T) ? exp2f(st[n][e] * scale_log2 - Lb[qi]) : 0.0f;
+            }
+        }
+        /* dV += P^T dO */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            if (q0 + kk * 16 + 15 >= kw) {
+                uint32_t pa[4];
+                attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    uint32_t bf[2];
+                    attn_load_b<LD>(bf, dOb, kk * 16, n * 8, g, t);
+                    attn_mma(dv[n], pa, bf);
+                }
+            }
+        }
+        /* dP^T = V dO^T */
+        float dpt[SN][4];
+#pragma unroll
+        for (int n = 0; n < SN; n++) { dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f; }
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t va[4];
+            attn_load_a<LD>(va, Vs, warp * 16, ks * 16, g, t);
+#pragma unroll
+            for (int n = 0; n < SN; n++) {
+                if (q0 + n * 8 + 7 >= kw) {
+                    uint32_t bf[2];
+                    attn_load_bt<LD>(bf, dOb, n * 8, ks * 16, g, t);
+                    attn_mma(dpt[n], va, bf);
+                }
+            }
+        }
+        /* dS^T = P^T * (dP^T - D) */
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) { dpt[n][e] = st[n][e] * (dpt[n][e] - Db[n * 8 + 2 * t + (e & 1)]); }
+        }
+        /* dK += dS^T Q (scale applied at the end) */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            if (q0 + kk * 16 + 15 >= kw) {
+                uint32_t da[4];
+                attn_acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    uint32_t bf[2];
+                    attn_load_b<LD>(bf, Qb, kk * 16, n * 8, g, t);
+                    attn_mma(dk[n], da, bf);
+                }
+            }
+        }
+    }
+
+    /* epilogue: stage in this warp's own K/V rows (only this warp read them), 128-bit stores */
+    floatX* kstage = Ks + warp * 16 * LD;
+    floatX* vstage = Vs + warp * 16 * LD;
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
+        attn_st32(kstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dk[n][2] * scale, dk[n][3] * scale));
+        attn_st32(vstage + g * LD + n * 8 + 2 * t, attn_pack_f(dv[n][0], dv[n][1]));
+        attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
+    }
+    __syncwarp();
+    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
+    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
+    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+}
+
+/* ======================================================================== MMA backward: dQ */
+
+/* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_q_smem_bytes(HS).
+ * One block per 64-query tile; loops over key tiles up to the diagonal; writes dQ into dqkv (q part). */
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attention_backward_q_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
+                                    const floatX* __restrict__ qkv, const float* __restrict__ lse,
+                                    const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
+                                    float scale) {
+    static_assert(HS % 16 == 0 && sizeof(floatX) == 2, "bad tile");
+    constexpr int LD = HS + 8;
+    constexpr int KS = HS / 16;
+    constexpr int SN = ATTN_KTILE / 8;
+    constexpr int ON = HS / 8;
+    DYNAMIC_SHARED(floatX, attn_smem);
+    floatX* smem = attn_smem;
+    floatX* Qs = smem;                      /* [64][LD] */
+    floatX* dOs = Qs + ATTN_ROWS * LD;      /* [64][LD] */
+    floatX* Ks = dOs + ATTN_ROWS * LD;      /* [2][64][LD] */
+    floatX* Vs = Ks + 2 * ATTN_KTILE * LD;  /* [2][64][LD] */
+
+    const int qt = (int)gridDim.x - 1 - (int)blockIdx.x;
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const int q0 = qt * ATTN_ROWS;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int qw = q0 + warp * 16;
+    const int qwmax = qw + 15;
+    const int r0 = qw + g;
+    const int r1 = r0 + 8;
+    const float L0 = (r0 < T) ? lse[(size_t)bh * T + r0] * ATTN_LOG2E : 0.0f;
+    const float L1 = (r1 < T) ? lse[(size_t)bh * T + r1] * ATTN_LOG2E : 0.0f;
+    const float D0 = (r0 < T) ? Dsum[(size_t)bh * T + r0] : 0.0f;
+    const float D1 = (r1 < T) ? Dsum[(size_t)bh * T + r1] : 0.0f;
+    const int qlast = (q0 + ATTN_ROWS - 1 < T - 1) ? q0 + ATTN_ROWS - 1 : T - 1;
+    const int ntiles = qlast / ATTN_KTILE + 1;
+
+    attn_load_tile<HS, ATTN_ROWS>(Qs, base + (size_t)q0 * ld, T - q0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
+    attn_load_tile<HS, ATTN_KTILE>(Ks, base + C, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Vs, base + 2 * C, T, ld);
+    cp_async_commit();
+
+    float dq[ON][4];
+#pragma unroll
+    for (int n = 0; n < ON; n++) { dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f; }
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        cp_async_wait_all();
+        __syncthreads();
+        if (kt + 1 < ntiles) {
+            const int k1 = (kt + 1) * ATTN_KTILE;
+            const int nb = (kt + 1) & 1;
+            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + C, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + 2 * C, T - k1, ld);
+            cp_async_commit();
+        }
+        const floatX* Kb = Ks + (kt & 1) * ATTN_KTILE * LD;
+        const floatX* Vb = Vs + (kt & 1) * ATTN_KTILE * LD;
+        const int k0 = kt * ATTN_KTILE;
+
+        /* S = Q K^T and dP = dO V^T (16 x 64 per warp) */
+        float s[SN][4], dp[SN][4];
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+        }
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t qa[4], oa[4];
+            attn_load_a<LD>(qa, Qs, warp * 16, ks * 16, g, t);
+            attn_load_a<LD>(oa, dOs, warp * 16, ks * 16, g, t);
+#pragma unroll
+            for (int n = 0; n < SN; n++) {
+                if (k0 + n * 8 <= qwmax) {
+                    uint32_t bf[2];
+                    attn_load_bt<LD>(bf, Kb, n * 8, ks * 16, g, t);
+                    attn_mma(s[n], qa, bf);
+                    attn_load_bt<LD>(bf, Vb, n * 8, ks * 16, g, t);
+                    attn_mma(dp[n], oa, bf);
+                }
+            }
+        }
+        /* dS = P * (dP - D), P = exp(S*scale - lse) masked causally */
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = k0 + n * 8 + 2 * t + (e & 1);
+                const int row = (e >> 1) ? r1 : r0;
+                const float L = (e >> 1) ? L1 : L0;
+                const float D = (e >> 1) ? D1 : D0;
+                const float p = (col <= row) ? exp2f(s[n][e] * scale_log2 - L) : 0.0f;
+                dp[n][e] = p * (dp[n][e] - D);
+            }
+        }
+        /* dQ += dS K */
+#pragma unroll
+        for (int kk = 0; kk < ATTN_KTILE / 16; kk++) {
+            if (k0 + kk * 16 <= qwmax) {
+                uint32_t da[4];
+                attn_acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    uint32_t bf[2];
+                    attn_load_b<LD>(bf, Kb, kk * 16, n * 8, g, t);
+                    attn_mma(dq[n], da, bf);
+                }
+            }
+        }
+    }
+
+    floatX* stage = Qs + warp * 16 * LD; /* only this warp read these Q rows */
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        attn_st32(stage + g * LD + n * 8 + 2 * t, attn_pack_f(dq[n][0] * scale, dq[n][1] * scale));
+        attn_st32(stage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dq[n][2] * scale, dq[n][3] * scale));
+    }
+    __syncwarp();
+    attn_store_rows<HS>(dqkv + (size_t)b * T * ld + (size_t)h * HS, ld, stage, qw, T, lane);
+}
+#endif /* !FLOATX_IS_FLOAT */
+
+/* ======================================================================== D = rowsum(dO * O) */
+
+/* one warp per (b, t, h); block 128 threads. D (B,NH,T) fp32; dout, out (B,T,C). */
+__global__ void attention_backward_rowdot_kernel(float* __restrict__ Dsum, const floatX* __restrict__ dout,
+                                                 const floatX* __restrict__ out, int B, int T, int C, int NH) {
+    const int warps_per_block = blockDim.x / WARP_SIZE;
+    const long long idx = (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (idx >= (long long)B * T * NH) { return; }
+    const int hs = C / NH;
+    const int h = (int)(idx % NH);
+    const long long bt = idx / NH;
+    const int b = (int)(bt / T);
+    const int tt = (int)(bt % T);
+    const floatX* o = out + bt * C + (size_t)h * hs;
+    const floatX* d = dout + bt * C + (size_t)h * hs;
+    float acc = 0.0f;
+    for (int i = lane; i < hs; i += WARP_SIZE) { acc += to_float(o[i]) * to_float(d[i]); }
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) { Dsum[((size_t)b * NH + h) * T + tt] = acc; }
+}
+
+/* ======================================================================== fallback (any hs <= 256) */
+
+#define ATTN_FB_DIMS (ATTN_FALLBACK_MAX_HS / WARP_SIZE) /* head dims per lane */
+
+/* forward: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(hs+32) floats.
+ * Lanes split the keys (32 at a time) for the scores, then split the head dims for P V. */
+__global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, float* __restrict__ lse,
+                                                  const floatX* __restrict__ qkv, int T, int C, int NH,
+                                                  float scale_log2) {
+    DYNAMIC_SHARED(float, attn_fsm);
+    float* fsm = attn_fsm;
+    const int hs = C / NH;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    float* sq = fsm + warp * (hs + WARP_SIZE);
+    float* sp = sq + hs;
+    const int i = blockIdx.x * (ATTN_THREADS / WARP_SIZE) + warp;
+    if (i >= T) { return; } /* whole warp leaves together; no block barriers below */
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    for (int d = lane; d < hs; d += WARP_SIZE) { sq[d] = to_float(base[(size_t)i * ld + d]) * scale_log2; }
+    __syncwarp();
+    float acc[ATTN_FB_DIMS];
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) { acc[r] = 0.0f; }
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = 0; j0 <= i; j0 += WARP_SIZE) {
+        const int j = j0 + lane;
+        float s = -INFINITY;
+        if (j <= i) {
+            const floatX* kr = base + (size_t)j * ld + C;
+            float dot = 0.0f;
+            for (int d = 0; d < hs; d++) { dot += sq[d] * to_float(kr[d]); }
+            s = dot;
+        }
+        const float mn = fmaxf(m, warp_reduce_max(s)); /* finite: lane 0's key j0 <= i */
+        const float alpha = exp2f(m - mn);
+        const float p = (j <= i) ? exp2f(s - mn) : 0.0f;
+        l = l * alpha + warp_reduce_sum(p);
+        m = mn;
+        sp[lane] = p;
+        __syncwarp();
+        const int cnt = (i + 1 - j0 < WARP_SIZE) ? i + 1 - j0 : WARP_SIZE;
+#pragma unroll
+        for (int r = 0; r < ATTN_FB_DIMS; r++) {
+            const int d = lane + r * WARP_SIZE;
+            if (d < hs) {
+                float a = acc[r] * alpha;
+                for (int jj = 0; jj < cnt; jj++) { a += sp[jj] * to_float(base[(size_t)(j0 + jj) * ld + 2 * C + d]); }
+                acc[r] = a;
+            }
+        }
+        __syncwarp();
+    }
+    const float inv = 1.0f / l;
+    floatX* orow = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) {
+        const int d = lane + r * WARP_SIZE;
+        if (d < hs) { orow[d] = from_float<floatX>(acc[r] * inv); }
+    }
+    if (lane == 0) { lse[(size_t)bh * T + i] = (m + log2f(l)) * ATTN_LN2; }
+}
+
+/* backward dQ: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+32) floats. */
+__global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
+                                                     const floatX* __restrict__ qkv, const float* __restrict__ lse,
+                                                     const float* __restrict__ Dsum, int T, int C, int NH,
+                                                     float scale_log2, float scale) {
+    DYNAMIC_SHARED(float, attn_fsm);
+    float* fsm = attn_fsm;
+    const int hs = C / NH;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    float* sq = fsm + warp * (2 * hs + WARP_SIZE);
+    float* sdo = sq + hs;
+    float* sds = sdo + hs;
+    const int i = blockIdx.x * (ATTN_THREADS / WARP_SIZE) + warp;
+    if (i >= T) { return; }
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const floatX* dorow = dout + ((size_t)b * T + i) * C + (size_t)h * hs;
+    for (int d = lane; d < hs; d += WARP_SIZE) {
+        sq[d] = to_float(base[(size_t)i * ld + d]) * scale_log2;
+        sdo[d] = to_float(dorow[d]);
+    }
+    __syncwarp();
+    const float L = lse[(size_t)bh * T + i] * ATTN_LOG2E;
+    const float Di = Dsum[(size_t)bh * T + i];
+    float acc[ATTN_FB_DIMS];
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) { acc[r] = 0.0f; }
+    for (int j0 = 0; j0 <= i; j0 += WARP_SIZE) {
+        const int j = j0 + lane;
+        float ds = 0.0f;
+        if (j <= i) {
+            const floatX* kr = base + (size_t)j * ld + C;
+            const floatX* vr = base + (size_t)j * ld + 2 * C;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < hs; d++) {
+                s += sq[d] * to_float(kr[d]);
+                dp += sdo[d] * to_float(vr[d]);
+            }
+            ds = exp2f(s - L) * (dp - Di);
+        }
+        sds[lane] = ds;
+        __syncwarp();
+        const int cnt = (i + 1 - j0 < WARP_SIZE) ? i + 1 - j0 : WARP_SIZE;
+#pragma unroll
+        for (int r = 0; r < ATTN_FB_DIMS; r++) {
+            const int d = lane + r * WARP_SIZE;
+            if (d < hs) {
+                float a = acc[r];
+                for (int jj = 0; jj < cnt; jj++) { a += sds[jj] * to_float(base[(size_t)(j0 + jj) * ld + C + d]); }
+                acc[r] = a;
+            }
+        }
+        __syncwarp();
+    }
+    floatX* dqrow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) {
+        const int d = lane + r * WARP_SIZE;
+        if (d < hs) { dqrow[d] = from_float<floatX>(acc[r] * scale); }
+    }
+}
+
+/* backward dK, dV: one warp per key row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+64) floats. */
+__global__ void attention_backward_kv_fallback_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
+                                                      const floatX* __restrict__ qkv, const float* __restrict__ lse,
+                                                      const float* __restrict__ Dsum, int T, int C, int NH,
+                                                      float scale_log2, float scale) {
+    DYNAMIC_SHARED(float, attn_fsm);
+    float* fsm = attn_fsm;
+    const int hs = C / NH;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    float* sk = fsm + warp * (2 * hs + 2 * WARP_SIZE);
+    float* sv = sk + hs;
+    float* sp = sv + hs;
+    float* sds = sp + WARP_SIZE;
+    const int j = blockIdx.x * (ATTN_THREADS / WARP_SIZE) + warp;
+    if (j >= T) { return; }
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    for (int d = lane; d < hs; d += WARP_SIZE) {
+        sk[d] = to_float(base[(size_t)j * ld + C + d]) * scale_log2;
+        sv[d] = to_float(base[(size_t)j * ld + 2 * C + d]);
+    }
+    __syncwarp();
+    float ak[ATTN_FB_DIMS], av[ATTN_FB_DIMS];
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) { ak[r] = av[r] = 0.0f; }
+    for (int i0 = j; i0 < T; i0 += WARP_SIZE) {
+        const int i = i0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (i < T) {
+            const floatX* qr = base + (size_t)i * ld;
+            const floatX* dor = dbase + (size_t)i * C;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < hs; d++) {
+                s += sk[d] * to_float(qr[d]);
+                dp += sv[d] * to_float(dor[d]);
+            }
+            p = exp2f(s - lse[(size_t)bh * T + i] * ATTN_LOG2E);
+            ds = p * (dp - Dsum[(size_t)bh * T + i]);
+        }
+        sp[lane] = p;
+        sds[lane] = ds;
+        __syncwarp();
+        const int cnt = (T - i0 < WARP_SIZE) ? T - i0 : WARP_SIZE;
+#pragma unroll
+        for (int r = 0; r < ATTN_FB_DIMS; r++) {
+            const int d = lane + r * WARP_SIZE;
+            if (d < hs) {
+                float a = ak[r], c = av[r];
+                for (int ii = 0; ii < cnt; ii++) {
+                    const int q = i0 + ii;
+                    a += sds[ii] * to_float(base[(size_t)q * ld + d]);
+                    c += sp[ii] * to_float(dbase[(size_t)q * C + d]);
+                }
+                ak[r] = a;
+                av[r] = c;
+            }
+        }
+        __syncwarp();
+    }
+    floatX* drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
+#pragma unroll
+    for (int r = 0; r < ATTN_FB_DIMS; r++) {
+        const int d = lane + r * WARP_SIZE;
+        if (d < hs) {
+            drow[C + d] = from_float<floatX>(ak[r] * scale);
+            drow[2 * C + d] = from_float<floatX>(av[r]);
+        }
+    }
+}
+
+/* ======================================================================== host side */
+
+/* MMA tile sizes and shared memory (bytes) */
+static inline size_t attn_fwd_smem_bytes(int hs) { return (size_t)(ATTN_ROWS + 4 * ATTN_KTILE) * (hs + 8) * 2; }
+static inline size_t attn_bwd_q_smem_bytes(int hs) { return (size_t)(2 * ATTN_ROWS + 4 * ATTN_KTILE) * (hs + 8) * 2; }
+static inline size_t attn_bwd_kv_smem_bytes(int hs, int bq) {
+    return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)4 * bq * sizeof(float);
+}
+
+/* Validates the shape (FATAL on C % NH != 0, hs > 256, B*NH > 65535, T < 1) and returns hs. */
+static inline int attention_check_dims(int B, int T, int C, int NH) {
+    if (B < 1 || T < 1 || NH < 1 || C < 1 || C % NH != 0) {
+        FATAL("attention: invalid shape B=%d T=%d C=%d NH=%d (need C %% NH == 0)", B, T, C, NH);
+    }
+    const int hs = C / NH;
+    if (hs > ATTN_FALLBACK_MAX_HS) { FATAL("attention: head size %d > %d is not supported", hs, ATTN_FALLBACK_MAX_HS); }
+    if ((long long)B * NH > 65535) { FATAL("attention: B*NH = %lld exceeds the grid limit 65535", (long long)B * NH); }
+    return hs;
+}
+
+/* 1 when the tensor-core path handles this call (see the header comment), else 0 */
+static inline int attention_flash_path(int hs, int C, const void* p0, const void* p1, const void* p2) {
+#if FLOATX_IS_FLOAT
+    (void)hs; (void)C; (void)p0; (void)p1; (void)p2;
+    return 0;
+#else
+    if (!(hs == 16 || hs == 32 || hs == 64 || hs == 128)) { return 0; }
+    if (C % 8 != 0) { return 0; }
+    return ptr_aligned(p0, 16) && ptr_aligned(p1, 16) && ptr_aligned(p2, 16);
+#endif
+}
+
+/* raises the dynamic shared memory limit of `kernel` once per call site instantiation */
+template <class Kernel>
+static inline void attn_allow_smem(Kernel kernel, size_t bytes) {
+    if (bytes > 48 * 1024) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    }
+}
+
+#if !FLOATX_IS_FLOAT
+template <int HS>
+static inline void attention_forward_mma_launch(floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
+                                                int NH, float scale_log2) {
+    static int configured = 0;
+    const size_t smem = attn_fwd_smem_bytes(HS);
+    if (!configured) {
+        attn_allow_smem(attention_forward_mma_kernel<HS>, smem);
+        configured = 1;
+    }
+    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_mma_kernel<HS>)(out, lse, qkv, T, C, NH,
+                                                                                     scale_log2);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum, const floatX* dout,
+                                                 const floatX* qkv, const float* lse, int B, int T, int C, int NH,
+                                                 float scale_log2, float scale) {
+    constexpr int BQ = (HS >= 128) ? 32 : 64; /* keeps dK+dV+S+dP accumulators within 255 registers */
+    static int configured = 0;
+    const size_t smem_kv = attn_bwd_kv_smem_bytes(HS, BQ);
+    const size_t smem_q = attn_bwd_q_smem_bytes(HS);
+    if (!configured) {
+        attn_allow_smem(attention_backward_kv_mma_kernel<HS, BQ>, smem_kv);
+        attn_allow_smem(attention_backward_q_mma_kernel<HS>, smem_q);
+        configured = 1;
+    }
+    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
+    LAUNCH(grid, ATTN_THREADS, smem_kv, main_stream(), attention_backward_kv_mma_kernel<HS, BQ>)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    CUDA_CHECK_LAUNCH();
+    LAUNCH(grid, ATTN_THREADS, smem_q, main_stream(), attention_backward_q_mma_kernel<HS>)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    CUDA_CHECK_LAUNCH();
+}
+#endif
+
+/* Forward. out (B,T,C) floatX, lse (B,NH,T) fp32 natural log, qkv (B,T,3C) floatX.
+ * force_fallback != 0 selects the CUDA-core path even where the MMA path applies (tests). */
+static inline void attention_forward_flash_impl(floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
+                                                int NH, int force_fallback) {
+    const int hs = attention_check_dims(B, T, C, NH);
+    const float scale_log2 = ATTN_LOG2E / sqrtf((float)hs);
+#if !FLOATX_IS_FLOAT
+    if (!force_fallback && attention_flash_path(hs, C, out, qkv, qkv)) {
+        switch (hs) {
+            case 16: attention_forward_mma_launch<16>(out, lse, qkv, B, T, C, NH, scale_log2); return;
+            case 32: attention_forward_mma_launch<32>(out, lse, qkv, B, T, C, NH, scale_log2); return;
+            case 64: attention_forward_mma_launch<64>(out, lse, qkv, B, T, C, NH, scale_log2); return;
+            case 128: attention_forward_mma_launch<128>(out, lse, qkv, B, T, C, NH, scale_log2); return;
+            default: break;
+        }
+    }
+#else
+    (void)force_fallback;
+#endif
+    dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
+    const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (hs + WARP_SIZE) * sizeof(float);
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_fallback_kernel)(out, lse, qkv, T, C, NH,
+                                                                                      scale_log2);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* Backward. dqkv (B,T,3C) overwritten; Dsum: B*NH*T fp32 scratch; dout, out (B,T,C); qkv (B,T,3C);
+ * lse (B,NH,T) from the forward. Deterministic (fixed summation order, no atomics). */
+static inline void attention_backward_flash_impl(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
+                                                 const floatX* out, const float* lse, int B, int T, int C, int NH,
+                                                 int force_fallback) {
+    const int hs = attention_check_dims(B, T, C, NH);
+    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale_log2 = ATTN_LOG2E * scale;
+    {
+        const long long warps = (long long)B * T * NH;
+        const int wpb = ATTN_THREADS / WARP_SIZE;
+        const unsigned int blocks = (unsigned int)((warps + wpb - 1) / wpb);
+        LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel)(Dsum, dout, out, B, T, C, NH);
+        CUDA_CHECK_LAUNCH();
+    }
+#if !FLOATX_IS_FLOAT
+    if (!force_fallback && attention_flash_path(hs, C, dqkv, dout, qkv)) {
+        switch (hs) {
+            case 16: attention_backward_mma_launch<16>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 32: attention_backward_mma_launch<32>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 64: attention_backward_mma_launch<64>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 128: attention_backward_mma_launch<128>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            default: break;
+        }
+    }
+#else
+    (void)force_fallback;
+#endif
+    dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
+    const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (2 * hs + 2 * WARP_SIZE) * sizeof(float);
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_kv_fallback_kernel)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    CUDA_CHECK_LAUNCH();
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_q_fallback_kernel)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+static inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    attention_forward_flash_impl(out, lse, qkv, B, T, C, NH, 0);
+}
+static inline void attention_backward_flash(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
+                                            const floatX* out, const float* lse, int B, int T, int C, int NH) {
+    attention_backward_flash_impl(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH, 0);
+}
+
+/* ======================================================================== backend contract */
+#ifndef USE_CUDNN
+/* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp */
+static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
+/* fp32 scratch: D = rowsum(dO*O), (B,NH,T) */
+static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
+    (void)C;
+    return (size_t)B * NH * T;
+}
+/* out (B,T,C), state (B,NH,T) lse, scratch unused, qkv (B,T,3C) */
+static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
+                                     int C, int NH) {
+    (void)scratch;
+    attention_forward_flash(out, state, qkv, B, T, C, NH);
+}
+/* dqkv (B,T,3C) overwritten, scratch B*NH*T floats, dout/out (B,T,C), qkv (B,T,3C), state (B,NH,T) lse */
+static inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                      const floatX* out, const float* state, int B, int T, int C, int NH) {
+    attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+}
+#endif /* USE_CUDNN */
+
+#endif /* LLMC_CUDA_ATTENTION_CUH */
