@@ -227,7 +227,7 @@ static inline void args_store_value(const ArgSpec* s, const char* flag, const ch
         return;
     }
     if (text[0] == '\0') {
-        FATAL("%s: flag %s needs a %s value, got an empty string", program, flag, args_type_name(s->type));
+        FATAL("%s: flag %s needs a <%s> value, got an empty string", program, flag, args_type_name(s->type));
     }
     char* end = NULL;
     errno = 0;
@@ -339,7 +339,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         /* error paths: missing value, unknown, abbreviated or ambiguous flag */
         if (exact >= 0 && strchr(token, '=') == NULL && token_index + 1 >= argc) {
             free(opts);
-            FATAL("%s: flag '%s' needs a %s value (e.g. %s 4)", program, token, args_type_name(specs[exact].type), token);
+            FATAL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
         }
         if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
             free(opts);
