@@ -22,7 +22,7 @@ BUILD := build
 
 # ---------------------------------------------------------------- CPU backend
 CPU_WARN   := -Wall -Wextra -Werror -Wno-unknown-pragmas
-CPU_CFLAGS := -std=c11 -O3 -march=native -fopenmp -D_GNU_SOURCE $(CPU_WARN)
+CPU_CFLAGS := -I. -std=c11 -O3 -march=native -fopenmp -D_GNU_SOURCE $(CPU_WARN)
 CPU_LIBS   := -lopenblas -lm
 CPU_DEPS   := $(wildcard llmc/*.h llmc/cpu/*.h)
 
@@ -36,7 +36,7 @@ test_gpt_cpu: test_gpt.cu train_gpt.cu $(CPU_DEPS)
 GPU_ARCH   ?= 80 90
 PRECISION  ?= BF16
 NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
-NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
+NVCC_FLAGS := -I. -O3 -std=c++17 --use_fast_math -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unknown-pragmas
 NVCC_LIBS  := -lcublas -lcublasLt -lcudnn -lnccl
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
@@ -54,7 +54,7 @@ TEST_BINS := $(patsubst dev/test/%.c,$(BUILD)/%,$(TEST_SRCS))
 
 $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 	@mkdir -p $(BUILD)
-	$(CC) $(CPU_CFLAGS) -I. $< $(CPU_LIBS) -o $@
+	$(CC) $(CPU_CFLAGS) $< $(CPU_LIBS) -o $@
 
 -include dev/emu/emu.mk
 

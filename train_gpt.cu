@@ -1,0 +1,1279 @@
+/*
+ * train_gpt.cu -- GPT-2 pretraining: model, forward, backward, AdamW update,
+ * training loop, validation, sampling, checkpoints (DESIGN.md sections 1-4a).
+ *
+ * One source, two backends (llmc/backend.h):
+ *   gcc -x c -std=c11 ... train_gpt.cu   -> ./train_gpt_cpu  (fp32, OpenMP + OpenBLAS)
+ *   nvcc ... train_gpt.cu                -> ./train_gpt      (BF16 by default, cuBLASLt, cuDNN, NCCL)
+ * Written in the common subset of C11 and C++17. Host code never does arithmetic
+ * on floatX values and never dereferences device pointers.
+ *
+ * Model: GPT-2 (Radford et al. 2019): learned token + position embeddings,
+ * pre-LayerNorm blocks of causal multi-head attention and a tanh-GELU MLP of
+ * width 4C, final LayerNorm, LM head tied to the token embedding; the
+ * vocabulary is padded to a multiple of 128 and the padded columns are
+ * excluded from softmax, loss, gradient and sampling.
+ *
+ * When compiled with -DTESTING the file provides everything but main(), so
+ * test_gpt.cu can include it.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <dirent.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/args.h"
+#include "llmc/rand.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
+#include "llmc/logger.h"
+#include "llmc/mfu.h"
+#include "llmc/checkpoint.h"
+
+/* ============================================================ configuration */
+
+/* GPT-2 hyperparameters. Vp = vocab_size rounded up to a multiple of 128. */
+typedef struct {
+    int max_seq_len;       /* maxT: rows of wpe */
+    int vocab_size;        /* V: real vocabulary (50257 for GPT-2) */
+    int padded_vocab_size; /* Vp */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int channels;          /* C */
+} GPT2Config;
+
+/* the model sizes selectable with -e dN */
+typedef struct { const char* name; int L, C, NH, maxT; const char* note; } ModelDescriptor;
+static const ModelDescriptor MODEL_DESCRIPTORS[] = {
+    {"d2", 2, 128, 4, 256, "tiny CPU model"},
+    {"d4", 4, 256, 4, 256, "small CPU model"},
+    {"d6", 6, 384, 6, 256, "CPU model"},
+    {"d12", 12, 768, 12, 1024, "GPT-2 124M"},
+    {"d24", 24, 1024, 16, 1024, "GPT-2 350M"},
+    {"d36", 36, 1280, 20, 1024, "GPT-2 774M"},
+    {"d48", 48, 1600, 25, 1024, "GPT-2 1558M"},
+};
+#define NUM_MODEL_DESCRIPTORS ((int)(sizeof(MODEL_DESCRIPTORS) / sizeof(MODEL_DESCRIPTORS[0])))
+#define GPT2_VOCAB_SIZE 50257
+#define GPT2_EOT 50256
+
+static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
+
+/* returns 1 and fills cfg if `name` is a descriptor like "d12" */
+static int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name) {
+    for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
+        if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
+            cfg->num_layers = MODEL_DESCRIPTORS[i].L;
+            cfg->channels = MODEL_DESCRIPTORS[i].C;
+            cfg->num_heads = MODEL_DESCRIPTORS[i].NH;
+            cfg->max_seq_len = MODEL_DESCRIPTORS[i].maxT;
+            cfg->vocab_size = GPT2_VOCAB_SIZE;
+            cfg->padded_vocab_size = round_up_int(GPT2_VOCAB_SIZE, 128);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ============================================================ parameter table */
+
+/* parameter tensors in file order (DESIGN.md section 4) */
+enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    NUM_PARAMETER_TENSORS
+};
+static inline const char* parameter_name(int i) {
+    static const char* const names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    return names[i];
+}
+
+/* element counts of the 16 tensors: wte (Vp,C), wpe (maxT,C), per-layer tensors stacked over L */
+static void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
+    size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
+    size_t L = (size_t)c->num_layers, maxT = (size_t)c->max_seq_len;
+    sizes[P_WTE] = Vp * C;
+    sizes[P_WPE] = maxT * C;
+    sizes[P_LN1W] = L * C;
+    sizes[P_LN1B] = L * C;
+    sizes[P_QKVW] = L * 3 * C * C;
+    sizes[P_QKVB] = L * 3 * C;
+    sizes[P_ATTPROJW] = L * C * C;
+    sizes[P_ATTPROJB] = L * C;
+    sizes[P_LN2W] = L * C;
+    sizes[P_LN2B] = L * C;
+    sizes[P_FCW] = L * 4 * C * C;
+    sizes[P_FCB] = L * 4 * C;
+    sizes[P_FCPROJW] = L * C * 4 * C;
+    sizes[P_FCPROJB] = L * C;
+    sizes[P_LNFW] = C;
+    sizes[P_LNFB] = C;
+}
+
+/* 1 for tensors that are stacked per layer */
+static inline int parameter_is_per_layer(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
+
+/* 1 for tensors that get weight decay: 2-D weight matrices and the embeddings (never biases or LayerNorm) */
+static inline int parameter_is_decayed(int i) {
+    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+}
+
+/* A view of one flat buffer as the 16 tensors (same layout as the model file). */
+typedef struct {
+    floatX* t[NUM_PARAMETER_TENSORS];
+} ParameterTensors;
+
+static void parameter_tensors_point(ParameterTensors* p, floatX* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
+}
+
+/* ============================================================ activation table */
+
+/* activation tensors saved for backward; dtype floatX unless listed in ACT_IS_FP32 */
+enum {
+    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_STATE, A_RESIDUAL2,
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
+    A_LNF_RSTD, A_LOSSES, A_LOGITS, A_SCRATCH_BTC,
+    /* backward buffers */
+    A_DRESIDUAL, A_DBTC, A_DBT4C, A_SCRATCH_F32,
+    NUM_ACTIVATION_TENSORS
+};
+static inline const char* activation_name(int i) {
+    static const char* const names[NUM_ACTIVATION_TENSORS] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att_state", "residual2",
+    "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "residual3", "lnf", "lnf_mean",
+    "lnf_rstd", "losses", "logits", "scratch_btc",
+    "dresidual", "dbtc", "dbt4c", "scratch_f32"};
+    return names[i];
+}
+
+static inline int activation_is_fp32(int i) {
+    return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
+           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32;
+}
+
+typedef struct {
+    void* t[NUM_ACTIVATION_TENSORS];
+    size_t count[NUM_ACTIVATION_TENSORS]; /* elements */
+} ActivationTensors;
+
+static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* element counts for micro-batch (B,T); recompute: 0 none, 1 GELU output, 2 also LayerNorm outputs */
+static void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T, int recompute) {
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
+    size_t L_ln = recompute >= 2 ? 1 : L;
+    size_t L_gelu = recompute >= 1 ? 1 : L;
+    n[A_ENCODED] = BT * C;
+    n[A_LN1] = L_ln * BT * C;
+    n[A_LN1_MEAN] = L * BT;
+    n[A_LN1_RSTD] = L * BT;
+    n[A_QKV] = L * BT * 3 * C;
+    n[A_ATTY] = L * BT * C;
+    n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)NH);
+    n[A_RESIDUAL2] = L * BT * C;
+    n[A_LN2] = L_ln * BT * C;
+    n[A_LN2_MEAN] = L * BT;
+    n[A_LN2_RSTD] = L * BT;
+    n[A_FCH] = L * BT * 4 * C;
+    n[A_FCH_GELU] = L_gelu * BT * 4 * C;
+    n[A_RESIDUAL3] = L * BT * C;
+    n[A_LNF] = BT * C;
+    n[A_LNF_MEAN] = BT;
+    n[A_LNF_RSTD] = BT;
+    n[A_LOSSES] = BT;
+    n[A_LOGITS] = BT * Vp;
+    n[A_SCRATCH_BTC] = BT * C;
+    n[A_DRESIDUAL] = BT * C;
+    n[A_DBTC] = BT * C;
+    n[A_DBT4C] = BT * 4 * C;
+    size_t f32 = attention_scratch_floats(B, T, (int)C, (int)NH);
+    f32 = max_size(f32, layernorm_scratch_floats((int)BT, (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vp));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * C), (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * C)));
+    n[A_SCRATCH_F32] = max_size(f32, 1);
+}
+
+/* ============================================================ the model */
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params;   /* floatX, device */
+    ParameterTensors grads;    /* floatX, device */
+    floatX* params_memory;
+    floatX* grads_memory;
+    float* master_weights;     /* fp32 copy (NULL when floatX is float or -w 0) */
+    float* m_memory;           /* AdamW first moment, fp32 */
+    float* v_memory;           /* AdamW second moment, fp32 */
+    float* norm_scratch;       /* (1) device fp32 */
+    /* activations for the largest (B,T) */
+    int B, T, recompute;
+    ActivationTensors acts;
+    void* acts_memory;
+    size_t acts_bytes;
+    int* inputs;               /* (B,T) device */
+    int* targets;              /* (B,T) device */
+    float* host_losses;        /* (B,T) host */
+    float mean_loss;           /* loss of the last forward with targets, -1 if none */
+} GPT2;
+
+/* allocates parameter and gradient buffers for cfg (zeroed) */
+static void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
+    memset(model, 0, sizeof(*model));
+    model->config = *cfg;
+    gpt2_parameter_sizes(model->param_sizes, cfg);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
+    parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
+    model->mean_loss = -1.0f;
+}
+
+/* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
+ * train_gpt.py produces identical weights: for each tensor in file order and each layer,
+ * normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw; normal(0, 0.02/sqrt(2L)) for the
+ * residual projections attprojw, fcprojw; LayerNorm weights 1; biases 0. */
+static void gpt2_init_random(GPT2* model, uint64_t seed) {
+    const GPT2Config* c = &model->config;
+    float* host = (float*)calloc_check(model->num_parameters, sizeof(float), "host init weights");
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
+    float residual_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        size_t layers = parameter_is_per_layer(i) ? L : 1;
+        size_t per = n / layers;
+        for (size_t l = 0; l < layers; l++) {
+            float* t = host + off + l * per;
+            if (i == P_WTE) {
+                normal_(&rng, t, (size_t)c->vocab_size * C, 0.0, 0.02);
+            } else if (i == P_WPE || i == P_QKVW || i == P_FCW) {
+                normal_(&rng, t, per, 0.0, 0.02);
+            } else if (i == P_ATTPROJW || i == P_FCPROJW) {
+                normal_(&rng, t, per, 0.0, residual_std);
+            } else if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+                for (size_t k = 0; k < per; k++) { t[k] = 1.0f; }
+            } /* biases stay 0 */
+        }
+        off += n;
+    }
+    dev_upload_floats(model->params_memory, host, model->num_parameters);
+    free(host);
+}
+
+/* allocates gradients, optimizer state and activations for micro-batch (B,T) */
+static void gpt2_allocate_training_state(GPT2* model, int keep_master) {
+    size_t n = model->num_parameters;
+    model->grads_memory = (floatX*)dev_malloc(n * sizeof(floatX), "gradients");
+    parameter_tensors_point(&model->grads, model->grads_memory, model->param_sizes);
+    model->m_memory = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
+    model->v_memory = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
+    model->norm_scratch = (float*)dev_malloc(sizeof(float), "grad norm scratch");
+    if (!FLOATX_IS_FLOAT && keep_master) {
+        model->master_weights = (float*)dev_malloc(n * sizeof(float), "fp32 master weights");
+        /* master = params (exact: floatX -> fp32 is lossless) */
+        float* host = (float*)malloc_check(n * sizeof(float), "host master init");
+        dev_download_floats(host, model->params_memory, n);
+        dev_memcpy_h2d(model->master_weights, host, n * sizeof(float));
+        free(host);
+    }
+}
+
+/* allocates the activation table for micro-batch (B,T) as one buffer (256-byte aligned tensors) */
+static void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    gpt2_activation_sizes(model->acts.count, &model->config, B, T, recompute);
+    size_t offsets[NUM_ACTIVATION_TENSORS];
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
+        offsets[i] = total;
+        total += (model->acts.count[i] * elem + 255) / 256 * 256;
+    }
+    model->acts_bytes = total;
+    model->acts_memory = dev_malloc(total, "activations");
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        model->acts.t[i] = (char*)model->acts_memory + offsets[i];
+    }
+    model->inputs = (int*)dev_malloc((size_t)B * T * sizeof(int), "input tokens");
+    model->targets = (int*)dev_malloc((size_t)B * T * sizeof(int), "target tokens");
+    model->host_losses = (float*)malloc_check((size_t)B * T * sizeof(float), "host losses");
+}
+
+static void gpt2_free(GPT2* model) {
+    dev_free(model->params_memory);
+    if (model->grads_memory) { dev_free(model->grads_memory); }
+    if (model->m_memory) { dev_free(model->m_memory); }
+    if (model->v_memory) { dev_free(model->v_memory); }
+    if (model->master_weights) { dev_free(model->master_weights); }
+    if (model->norm_scratch) { dev_free(model->norm_scratch); }
+    if (model->acts_memory) { dev_free(model->acts_memory); }
+    if (model->inputs) { dev_free(model->inputs); }
+    if (model->targets) { dev_free(model->targets); }
+    free(model->host_losses);
+    memset(model, 0, sizeof(*model));
+}
+
+/* typed accessors into the activation table: layer l of a tensor stacked over layers */
+static inline floatX* actX(const GPT2* m, int i, int l, size_t per_layer) {
+    return (floatX*)m->acts.t[i] + (size_t)l * per_layer;
+}
+static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
+    return (float*)m->acts.t[i] + (size_t)l * per_layer;
+}
+static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
+    return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->config.num_layers);
+}
+
+/* per-layer views of the activations for one forward/backward at (B,T) <= allocated size */
+typedef struct {
+    floatX *residual_in, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *att_state, *ln2_mean, *ln2_rstd;
+} LayerActivations;
+
+static LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
+    const GPT2Config* c = &m->config;
+    size_t BT = (size_t)m->B * m->T, C = (size_t)c->channels;
+    LayerActivations a;
+    int l_ln = m->recompute >= 2 ? 0 : l;
+    int l_gelu = m->recompute >= 1 ? 0 : l;
+    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, l - 1, BT * C);
+    a.ln1 = actX(m, A_LN1, l_ln, BT * C);
+    a.qkv = actX(m, A_QKV, l, BT * 3 * C);
+    a.atty = actX(m, A_ATTY, l, BT * C);
+    a.residual2 = actX(m, A_RESIDUAL2, l, BT * C);
+    a.ln2 = actX(m, A_LN2, l_ln, BT * C);
+    a.fch = actX(m, A_FCH, l, BT * 4 * C);
+    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * C);
+    a.residual3 = actX(m, A_RESIDUAL3, l, BT * C);
+    a.ln1_mean = actF(m, A_LN1_MEAN, l, BT);
+    a.ln1_rstd = actF(m, A_LN1_RSTD, l, BT);
+    a.att_state = actF(m, A_ATT_STATE, l, attention_state_floats(m->B, m->T, c->num_heads));
+    a.ln2_mean = actF(m, A_LN2_MEAN, l, BT);
+    a.ln2_rstd = actF(m, A_LN2_RSTD, l, BT);
+    return a;
+}
+
+/* MLP up-projection: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue when gelu_fusion) */
+static void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, int l, int N, int gelu_fusion) {
+    int C = m->config.channels;
+    const floatX* fcw = layer_param(&m->params, m, P_FCW, l);
+    const floatX* fcb = layer_param(&m->params, m, P_FCB, l);
+    if (gelu_fusion) {
+        matmul_forward(a->fch_gelu, a->ln2, fcw, fcb, N, C, 4 * C, a->fch);
+    } else {
+        matmul_forward(a->fch, a->ln2, fcw, fcb, N, C, 4 * C, NULL);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    }
+}
+
+/* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the
+ * per-token losses (A_LOSSES) and model->mean_loss; if write_dlogits, the logits buffer is
+ * replaced by dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum)). */
+static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
+                         float dloss, int write_dlogits) {
+    const GPT2Config* c = &m->config;
+    if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T;
+    const ParameterTensors* p = &m->params;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
+    encoder_forward((floatX*)m->acts.t[A_ENCODED], inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
+    LayerActivations a0 = gpt2_layer_acts(m, 0);
+    layernorm_forward(a0.ln1, a0.ln1_mean, a0.ln1_rstd, a0.residual_in,
+                      layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), N, C);
+    for (int l = 0; l < L; l++) {
+        LayerActivations a = gpt2_layer_acts(m, l);
+        matmul_forward(a.qkv, a.ln1, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * C, NULL);
+        attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, C, NH);
+        matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l), layer_param(p, m, P_ATTPROJB, l), N, C, C, NULL);
+        fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, scratch,
+                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
+        gpt2_mlp_up_forward(m, &a, l, N, gelu_fusion);
+        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), layer_param(p, m, P_FCPROJB, l), N, 4 * C, C, NULL);
+        if (l + 1 < L) {
+            LayerActivations an = gpt2_layer_acts(m, l + 1);
+            fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, scratch,
+                                             layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), N, C);
+        } else {
+            fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
+                                             (float*)m->acts.t[A_LNF_RSTD], a.residual2, scratch,
+                                             p->t[P_LNFW], p->t[P_LNFB], N, C);
+        }
+    }
+    floatX* logits = (floatX*)m->acts.t[A_LOGITS];
+    matmul_forward(logits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], NULL, N, C, Vp, NULL);
+    if (targets != NULL) {
+        fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
+        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)(unsigned)N * sizeof(float));
+        double sum = 0.0;
+        for (int i = 0; i < N; i++) { sum += m->host_losses[i]; }
+        m->mean_loss = (float)(sum / N);
+    } else {
+        m->mean_loss = -1.0f;
+    }
+}
+
+/* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
+static void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N, int gelu_fusion) {
+    int C = m->config.channels;
+    const ParameterTensors* p = &m->params;
+    if (m->recompute >= 2) {
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
+                          layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), N, C);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
+                          layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
+    }
+    if (m->recompute >= 1) {
+        if (gelu_fusion) {
+            gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        } else {
+            gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        }
+    }
+}
+
+/* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate into model->grads.
+ * host_inputs: the same (B,T) tokens on the host (for the deterministic encoder backward). */
+static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, int B, int T, int gelu_fusion) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    int N = B * T;
+    const ParameterTensors* p = &m->params;
+    const ParameterTensors* g = &m->grads;
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    floatX* dbt4c = (floatX*)m->acts.t[A_DBT4C];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
+    /* LM head (tied): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
+    matmul_backward(dbtc, g->t[P_WTE], NULL, dlogits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], scratch_f32, N, C, Vp, NULL);
+    dev_memset(dresidual, 0, (size_t)N * C * sizeof(floatX));
+    LayerActivations last = gpt2_layer_acts(m, L - 1);
+    layernorm_backward(dresidual, g->t[P_LNFW], g->t[P_LNFB], scratch_f32, dbtc, last.residual3, p->t[P_LNFW],
+                       (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActivations a = gpt2_layer_acts(m, l);
+        gpt2_recompute_layer(m, &a, l, N, gelu_fusion);
+        /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
+        matmul_backward(dbt4c, layer_param(g, m, P_FCPROJW, l), layer_param(g, m, P_FCPROJB, l), dresidual, a.fch_gelu,
+                        layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * C, C, NULL);
+        /* fch_gelu = gelu(ln2 @ fcw^T + fcb) */
+        matmul_backward(dbtc, layer_param(g, m, P_FCW, l), layer_param(g, m, P_FCB, l), dbt4c, a.ln2,
+                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * C, a.fch);
+        layernorm_backward(dresidual, layer_param(g, m, P_LN2W, l), layer_param(g, m, P_LN2B, l), scratch_f32, dbtc,
+                           a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, N, C);
+        /* residual2 = residual_in + atty @ attprojw^T + attprojb */
+        matmul_backward(dbtc, layer_param(g, m, P_ATTPROJW, l), layer_param(g, m, P_ATTPROJB, l), dresidual, a.atty,
+                        layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, C, C, NULL);
+        attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, C, NH);
+        matmul_backward(dbtc, layer_param(g, m, P_QKVW, l), layer_param(g, m, P_QKVB, l), dbt4c, a.ln1,
+                        layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * C, NULL);
+        layernorm_backward(dresidual, layer_param(g, m, P_LN1W, l), layer_param(g, m, P_LN1B, l), scratch_f32, dbtc,
+                           a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, N, C);
+    }
+    encoder_backward(g->t[P_WTE], g->t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+}
+
+static void gpt2_zero_grad(GPT2* m) {
+    dev_memset(m->grads_memory, 0, m->num_parameters * sizeof(floatX));
+}
+
+/* squared L2 norm of the gradient range [start, end) (fp32, deterministic) */
+static float gpt2_grad_norm_squared(GPT2* m, size_t start, size_t end) {
+    float host = 0.0f;
+    global_norm_squared(m->norm_scratch, m->grads_memory + start, end - start, 0);
+    dev_memcpy_d2h(&host, m->norm_scratch, sizeof(float));
+    return host;
+}
+
+typedef struct {
+    float learning_rate, beta1, beta2, eps, weight_decay;
+    float grad_scale;   /* multiplies the gradient (clipping factor x 1/loss scale) */
+    int t;              /* step number, from 1 */
+    unsigned int seed;  /* stochastic-rounding seed */
+} AdamWStep;
+
+/* AdamW over the flat parameter range [start, end) (a ZeRO shard or everything), tensor by tensor so
+ * that weight decay applies only to decayed tensors. m/v/master are indexed from `state_base`
+ * (the first element of the range the optimizer state covers). */
+static void gpt2_update_range(GPT2* m, size_t start, size_t end, size_t state_base, const AdamWStep* s) {
+    size_t tensor_start = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t tensor_end = tensor_start + m->param_sizes[i];
+        size_t lo = start > tensor_start ? start : tensor_start;
+        size_t hi = end < tensor_end ? end : tensor_end;
+        if (lo < hi) {
+            float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
+            float* master = m->master_weights ? m->master_weights + (lo - state_base) : NULL;
+            adamw_update(m->params_memory + lo, master, m->grads_memory + lo, m->m_memory + (lo - state_base),
+                         m->v_memory + (lo - state_base), hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps,
+                         wd, s->grad_scale, s->t, s->seed);
+        }
+        tensor_start = tensor_end;
+    }
+}
+
+/* counts of decayed / non-decayed tensors and values (for the weight-decay grouping report/test) */
+static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors, size_t* n_decay_values,
+                                     int* n_other_tensors, size_t* n_other_values) {
+    *n_decay_tensors = 0; *n_other_tensors = 0; *n_decay_values = 0; *n_other_values = 0;
+    int L = m->config.num_layers;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        int tensors = parameter_is_per_layer(i) ? L : 1;
+        if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
+        else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }
+    }
+}
+
+/* ============================================================ model files */
+
+static int precision_is_bf16(void) { return strcmp(PRECISION_NAME, "bf16") == 0; }
+
+/* writes the weights as an llm.c-compatible model file: version 5 (raw bf16) for BF16 builds,
+ * version 3 (fp32) otherwise. Atomic: path.tmp then rename. */
+static void gpt2_write_model(const GPT2* m, const char* path) {
+    const GPT2Config* c = &m->config;
+    int header[FILE_HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    int bf16 = precision_is_bf16();
+    header[0] = MODEL_FILE_MAGIC;
+    header[1] = bf16 ? MODEL_FILE_VERSION_BF16 : MODEL_FILE_VERSION_FP32;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, header, sizeof(int), FILE_HEADER_INTS);
+    if (bf16 || FLOATX_IS_FLOAT) {
+        size_t bytes = m->num_parameters * sizeof(floatX);
+        void* host = malloc_check(bytes, "host copy of weights");
+        dev_memcpy_d2h(host, m->params_memory, bytes);
+        atomic_file_write(&af, host, 1, bytes);
+        free(host);
+    } else {
+        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host copy of weights");
+        dev_download_floats(host, m->params_memory, m->num_parameters);
+        atomic_file_write(&af, host, sizeof(float), m->num_parameters);
+        free(host);
+    }
+    atomic_file_commit(&af);
+}
+
+/* reads only the header of a model file into cfg and returns the file's version */
+static int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
+    int header[FILE_HEADER_INTS];
+    const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
+    FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC, MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16,
+                                      "model file", regen);
+    fclose(f);
+    cfg->max_seq_len = header[2];
+    cfg->vocab_size = header[3];
+    cfg->num_layers = header[4];
+    cfg->num_heads = header[5];
+    cfg->channels = header[6];
+    cfg->padded_vocab_size = header[7];
+    if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
+        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0) {
+        FATAL("model file '%s' has an invalid header: maxT=%d V=%d L=%d NH=%d C=%d Vp=%d (expected positive sizes, "
+              "Vp >= V, C divisible by NH)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
+              cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
+    }
+    return header[1];
+}
+
+/* allocates the model from a model file (fp32 v3 or bf16 v5; converted to this build's floatX) */
+static void gpt2_build_from_file(GPT2* m, const char* path) {
+    GPT2Config cfg;
+    int version = gpt2_read_model_header(path, &cfg);
+    gpt2_allocate_weights(m, &cfg);
+    size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
+    checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + m->num_parameters * elem), "model file",
+                          "regenerate it");
+    FILE* f = fopen_check(path, "rb");
+    fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
+    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16()) {
+        void* host = malloc_check(m->num_parameters * 2, "host weights");
+        fread_check(host, 2, m->num_parameters, f, path);
+        dev_memcpy_h2d(m->params_memory, host, m->num_parameters * 2);
+        free(host);
+    } else {
+        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host weights");
+        if (version == MODEL_FILE_VERSION_BF16) {
+            uint16_t* raw = (uint16_t*)malloc_check(m->num_parameters * 2, "host bf16 weights");
+            fread_check(raw, 2, m->num_parameters, f, path);
+            for (size_t i = 0; i < m->num_parameters; i++) { host[i] = bf16_bits_to_float(raw[i]); }
+            free(raw);
+        } else {
+            fread_check(host, sizeof(float), m->num_parameters, f, path);
+        }
+        dev_upload_floats(m->params_memory, host, m->num_parameters);
+        free(host);
+    }
+    fclose(f);
+}
+
+/* ============================================================ training configuration and flags */
+
+typedef struct {
+    const char* train_data;
+    const char* val_data;
+    const char* model;
+    const char* output_dir;
+    const char* tokenizer_path;
+    const char* lr_schedule;
+    const char* prompt;
+    int B, T, total_batch_size;
+    float learning_rate, final_lr_frac, wsd_decay_frac;
+    int warmup_steps;
+    float weight_decay, beta1, beta2, eps, grad_clip;
+    int max_steps;
+    int val_every, val_max_steps;
+    int sample_every, gen_tokens, top_k;
+    float temperature;
+    int checkpoint_every, checkpoints_keep, resume;
+    int zero_stage, recompute, gelu_fusion, master_weights;
+    int seed;
+    int log_every;
+} TrainConfig;
+
+static void train_config_defaults(TrainConfig* c) {
+    memset(c, 0, sizeof(*c));
+    c->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    c->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    c->model = "d4";
+    c->output_dir = "";
+    c->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
+    c->lr_schedule = "cosine";
+    c->prompt = "";
+    c->B = 8;
+    c->T = 64;
+    c->total_batch_size = -1;
+    c->learning_rate = 1e-3f;
+    c->final_lr_frac = 0.1f;
+    c->wsd_decay_frac = 0.2f;
+    c->warmup_steps = 20;
+    c->weight_decay = 0.1f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->grad_clip = 1.0f;
+    c->max_steps = 300;
+    c->val_every = 50;
+    c->val_max_steps = 20;
+    c->sample_every = 100;
+    c->gen_tokens = 64;
+    c->top_k = 0;
+    c->temperature = 1.0f;
+    c->checkpoint_every = 0;
+    c->checkpoints_keep = 2;
+    c->resume = 0;
+    c->zero_stage = 0;
+    c->recompute = 0;
+    c->gelu_fusion = 1;
+    c->master_weights = 1;
+    c->seed = 1337;
+    c->log_every = 1;
+}
+
+#define NO_MIN (-INFINITY)
+#define NO_MAX (INFINITY)
+
+/* the flag table: parser, --help and the logged config all come from it */
+static int train_config_specs(TrainConfig* c, ArgSpec* s) {
+    int n = 0;
+#define SPEC(SN, LN, TY, FIELD, LO, HI, HELP) \
+    do { s[n].short_name = SN; s[n].long_name = LN; s[n].type = TY; s[n].dest = (void*)&c->FIELD; \
+         s[n].min_value = LO; s[n].max_value = HI; s[n].help = HELP; n++; } while (0)
+    SPEC("i", "train-data", ARG_STRING, train_data, NO_MIN, NO_MAX, "glob pattern of training token shards");
+    SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
+    SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
+         "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d12 (124M), d24 (350M), d36 (774M), "
+         "d48 (1558M), or a model .bin file to start from");
+    SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
+    SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
+    SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
+    SPEC("t", "seq-len", ARG_INT, T, 1, NO_MAX, "sequence length T (at most the model's context length)");
+    SPEC("d", "total-batch-size", ARG_INT, total_batch_size, -1, NO_MAX,
+         "tokens per optimizer step; -1 = B*T*processes (sets gradient accumulation)");
+    SPEC("l", "learning-rate", ARG_FLOAT, learning_rate, 0, NO_MAX, "peak learning rate");
+    SPEC("u", "warmup-steps", ARG_INT, warmup_steps, 0, NO_MAX, "linear warmup steps");
+    SPEC("q", "final-lr-frac", ARG_FLOAT, final_lr_frac, 0, 1, "final learning rate as a fraction of the peak");
+    SPEC("k", "lr-schedule", ARG_STRING, lr_schedule, NO_MIN, NO_MAX, "learning rate schedule: cosine, linear, constant, wsd");
+    SPEC(NULL, "wsd-decay-frac", ARG_FLOAT, wsd_decay_frac, 0, 1, "WSD: fraction of steps spent decaying");
+    SPEC("c", "weight-decay", ARG_FLOAT, weight_decay, 0, NO_MAX, "AdamW weight decay (2-D weights and embeddings only)");
+    SPEC(NULL, "beta1", ARG_FLOAT, beta1, 0, 0.999999, "AdamW beta1");
+    SPEC(NULL, "beta2", ARG_FLOAT, beta2, 0, 0.999999, "AdamW beta2");
+    SPEC(NULL, "eps", ARG_FLOAT, eps, 0, NO_MAX, "AdamW epsilon");
+    SPEC(NULL, "grad-clip", ARG_FLOAT, grad_clip, 0, NO_MAX, "clip the global gradient norm to this value (0 = off)");
+    SPEC("x", "max-steps", ARG_INT, max_steps, -1, NO_MAX, "optimizer steps to run; -1 = one epoch of the training data");
+    SPEC("v", "val-every", ARG_INT, val_every, 0, NO_MAX, "validation loss every N steps (0 = only at the end)");
+    SPEC("m", "val-max-steps", ARG_INT, val_max_steps, -1, NO_MAX, "validation windows (batches) per evaluation; -1 = all");
+    SPEC("s", "sample-every", ARG_INT, sample_every, 0, NO_MAX, "print a sample every N steps (0 = only at the end)");
+    SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
+    SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
+    SPEC(NULL, "top-k", ARG_INT, top_k, 0, NO_MAX, "sample from the k most likely tokens (0 = all)");
+    SPEC(NULL, "prompt", ARG_STRING, prompt, NO_MIN, NO_MAX, "text the samples continue ('' = start from end-of-text)");
+    SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
+    SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
+    SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
+    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 2, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients");
+    SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
+    SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
+    SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
+    SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
+    SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
+#undef SPEC
+    return n;
+}
+#define MAX_SPECS 64
+
+/* ============================================================ training session */
+
+typedef struct {
+    int rank, world;           /* process layout (data parallel); 1 process until llmc/comm.h is wired in */
+} World;
+
+typedef struct {
+    TrainConfig cfg;
+    World world;
+    GPT2 model;
+    DataLoader train_loader;
+    DataLoader val_loader;
+    int has_val;
+    Tokenizer tokenizer;
+    int has_tokenizer;
+    LRScheduler scheduler;
+    Logger logger;
+    int grad_accum_steps;
+    int step;                  /* optimizer steps completed */
+    int max_steps;
+    uint64_t sample_rng;       /* xorshift state for sampling */
+    size_t shard_start, shard_end; /* range of the flat parameters whose optimizer state this rank owns */
+} TrainSession;
+
+static int is_model_descriptor(const char* s) {
+    GPT2Config tmp;
+    return gpt2_config_from_descriptor(&tmp, s);
+}
+
+/* ---------------------------------------------------------------- state file */
+
+/* state file layout (STATE_FILE_MAGIC, version 1), int32 header[256]:
+ *   [2] step  [3] rank  [4] world  [5] zero stage  [6] B  [7] T  [8] grad accum steps
+ *   [9] L  [10] C  [11] NH  [12] V  [13] Vp  [14] maxT  [15] has fp32 master weights
+ *   [16,17] num_parameters  [18,19] optimizer shard start  [20,21] shard size (uint64 as lo,hi int32)
+ *   [22,23] train loader epoch  [24,25] train loader position  [26,27] sampling RNG state
+ *   [28] sizeof(floatX)  [29] seed
+ * body: m (shard, fp32), v (shard, fp32), then master weights (shard, fp32) if [15] == 1. */
+static void header_put_u64(int* h, int i, uint64_t v) { h[i] = (int)(uint32_t)(v & 0xffffffffu); h[i + 1] = (int)(uint32_t)(v >> 32); }
+static uint64_t header_get_u64(const int* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
+
+static void session_write_state(const TrainSession* s, const char* path) {
+    const GPT2* m = &s->model;
+    const GPT2Config* c = &m->config;
+    int h[FILE_HEADER_INTS];
+    memset(h, 0, sizeof(h));
+    h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
+    h[2] = s->step; h[3] = s->world.rank; h[4] = s->world.world; h[5] = s->cfg.zero_stage;
+    h[6] = s->cfg.B; h[7] = s->cfg.T; h[8] = s->grad_accum_steps;
+    h[9] = c->num_layers; h[10] = c->channels; h[11] = c->num_heads; h[12] = c->vocab_size;
+    h[13] = c->padded_vocab_size; h[14] = c->max_seq_len; h[15] = m->master_weights != NULL;
+    header_put_u64(h, 16, m->num_parameters);
+    header_put_u64(h, 18, s->shard_start);
+    header_put_u64(h, 20, s->shard_end - s->shard_start);
+    DataLoaderState ls;
+    dataloader_get_state(&s->train_loader, &ls);
+    header_put_u64(h, 22, ls.epoch);
+    header_put_u64(h, 24, ls.position);
+    header_put_u64(h, 26, s->sample_rng);
+    h[28] = (int)sizeof(floatX);
+    h[29] = s->cfg.seed;
+    size_t n = s->shard_end - s->shard_start;
+    float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, h, sizeof(int), FILE_HEADER_INTS);
+    dev_memcpy_d2h(host, m->m_memory, n * sizeof(float));
+    atomic_file_write(&af, host, sizeof(float), n);
+    dev_memcpy_d2h(host, m->v_memory, n * sizeof(float));
+    atomic_file_write(&af, host, sizeof(float), n);
+    if (m->master_weights) {
+        dev_memcpy_d2h(host, m->master_weights, n * sizeof(float));
+        atomic_file_write(&af, host, sizeof(float), n);
+    }
+    atomic_file_commit(&af);
+    free(host);
+}
+
+/* refuses (one line naming the field) when the checkpoint's value differs from this run's */
+static void state_expect(const char* path, const char* field, const char* flag, long long found, long long expected) {
+    if (found != expected) {
+        FATAL("cannot resume from '%s': it was written with %s = %lld but this run has %lld (%s); "
+              "resume with the same configuration or start a new output directory",
+              path, field, found, expected, flag);
+    }
+}
+
+static void session_read_state(TrainSession* s, const char* path) {
+    GPT2* m = &s->model;
+    const GPT2Config* c = &m->config;
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                      "training state file", "it is written by train_gpt with -o DIR -n N");
+    state_expect(path, "world size", "number of processes", h[4], s->world.world);
+    state_expect(path, "rank", "process rank", h[3], s->world.rank);
+    state_expect(path, "ZeRO stage", "-z", h[5], s->cfg.zero_stage);
+    state_expect(path, "micro-batch B", "-b", h[6], s->cfg.B);
+    state_expect(path, "sequence length T", "-t", h[7], s->cfg.T);
+    state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", h[8], s->grad_accum_steps);
+    state_expect(path, "layers L", "model", h[9], c->num_layers);
+    state_expect(path, "channels C", "model", h[10], c->channels);
+    state_expect(path, "heads NH", "model", h[11], c->num_heads);
+    state_expect(path, "vocabulary V", "model", h[12], c->vocab_size);
+    state_expect(path, "padded vocabulary Vp", "model", h[13], c->padded_vocab_size);
+    state_expect(path, "context length", "model", h[14], c->max_seq_len);
+    state_expect(path, "fp32 master weights", "-w / precision", h[15], m->master_weights != NULL);
+    state_expect(path, "sizeof(floatX)", "precision build", h[28], (long long)sizeof(floatX));
+    state_expect(path, "parameter count", "model", (long long)header_get_u64(h, 16), (long long)m->num_parameters);
+    state_expect(path, "optimizer shard start", "ZeRO layout", (long long)header_get_u64(h, 18), (long long)s->shard_start);
+    size_t n = s->shard_end - s->shard_start;
+    state_expect(path, "optimizer shard size", "ZeRO layout", (long long)header_get_u64(h, 20), (long long)n);
+    long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) + (long long)n * 4 * (h[15] ? 3 : 2);
+    checkpoint_check_size(path, expected_bytes, "training state file", "the checkpoint is damaged; resume from an earlier one");
+    float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+    fread_check(host, sizeof(float), n, f, path);
+    dev_memcpy_h2d(m->m_memory, host, n * sizeof(float));
+    fread_check(host, sizeof(float), n, f, path);
+    dev_memcpy_h2d(m->v_memory, host, n * sizeof(float));
+    if (h[15]) {
+        fread_check(host, sizeof(float), n, f, path);
+        dev_memcpy_h2d(m->master_weights, host, n * sizeof(float));
+    }
+    free(host);
+    fclose(f);
+    s->step = h[2];
+    DataLoaderState ls;
+    ls.epoch = header_get_u64(h, 22);
+    ls.position = header_get_u64(h, 24);
+    dataloader_set_state(&s->train_loader, &ls);
+    s->sample_rng = header_get_u64(h, 26);
+}
+
+/* writes checkpoint `step` (model by rank 0, state by every rank, then the DONE marker) and prunes old ones */
+static void session_write_checkpoint(TrainSession* s) {
+    const char* dir = s->cfg.output_dir;
+    char path[1024];
+    if (s->world.rank == 0) {
+        checkpoint_model_path(path, sizeof(path), dir, s->step);
+        gpt2_write_model(&s->model, path);
+    }
+    checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
+    session_write_state(s, path);
+    if (s->world.rank == 0) {
+        checkpoint_write_done(dir, s->step);
+        printf("checkpoint: wrote step %d to %s\n", s->step, dir);
+        if (s->cfg.checkpoints_keep > 0) {
+            /* remove complete checkpoints older than the last `keep` */
+            int kept = 0;
+            for (int st = s->step; st >= 0; st--) {
+                char done[1024];
+                checkpoint_done_path(done, sizeof(done), dir, st);
+                if (!file_exists(done)) { continue; }
+                kept++;
+                if (kept > s->cfg.checkpoints_keep) { checkpoint_remove(dir, st, s->world.world); }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- evaluation and sampling */
+
+/* mean validation loss over the first val_max_steps windows of the validation shards (unshuffled);
+ * window k is evaluated by rank k % world, so the value does not depend on the number of ranks. */
+static float session_validate(TrainSession* s) {
+    GPT2* m = &s->model;
+    DataLoader* vl = &s->val_loader;
+    size_t windows = dataloader_windows_per_epoch(vl);
+    if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
+    int B = s->cfg.B, T = s->cfg.T;
+    double sum = 0.0;
+    size_t count = 0;
+    for (size_t k = (size_t)s->world.rank; k < windows; k += (size_t)s->world.world) {
+        dataloader_load_window(vl, k);
+        dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
+        dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+        for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
+        count += (size_t)B * T;
+    }
+    return count ? (float)(sum / (double)count) : -1.0f;
+}
+
+/* generates cfg.gen_tokens tokens after the prompt (or after <|endoftext|>), printing them as they come */
+static void session_sample(TrainSession* s) {
+    GPT2* m = &s->model;
+    const GPT2Config* c = &m->config;
+    int maxlen = m->T;
+    int* tokens = (int*)malloc_check((size_t)maxlen * sizeof(int), "sample tokens");
+    int n = 0;
+    if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
+        n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, maxlen - 1);
+    }
+    if (n == 0) { tokens[n++] = GPT2_EOT; }
+    float* logits = (float*)malloc_check((size_t)c->padded_vocab_size * sizeof(float), "sample logits");
+    char* text = (char*)malloc_check(65536, "sample text");
+    size_t text_len = 0;
+    TokenPrinter printer;
+    token_printer_init(&printer);
+    char chunk[TOKEN_PRINTER_MAX_OUT];
+    printf("sample (%s): ", s->cfg.prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
+    if (s->has_tokenizer && s->cfg.prompt[0]) { printf("%s", s->cfg.prompt); }
+    int generated = 0;
+    while (generated < s->cfg.gen_tokens && n < maxlen) {
+        dev_memcpy_h2d(m->inputs, tokens, (size_t)n * sizeof(int));
+        gpt2_forward(m, m->inputs, NULL, 1, n, s->cfg.gelu_fusion, 0.0f, 0);
+        dev_download_floats(logits, (floatX*)m->acts.t[A_LOGITS] + (size_t)(n - 1) * c->padded_vocab_size,
+                            (size_t)c->padded_vocab_size);
+        int next = sample_token(logits, c->vocab_size, s->cfg.temperature, s->cfg.top_k, random_f32(&s->sample_rng));
+        tokens[n++] = next;
+        generated++;
+        if (s->has_tokenizer) {
+            size_t k = token_printer_feed(&printer, &s->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
+            fwrite(chunk, 1, k, stdout);
+            if (text_len + k < 65535) { memcpy(text + text_len, chunk, k); text_len += k; }
+        } else {
+            printf("%d ", next);
+        }
+        fflush(stdout);
+    }
+    if (s->has_tokenizer) {
+        size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
+        fwrite(chunk, 1, k, stdout);
+        if (text_len + k < 65535) { memcpy(text + text_len, chunk, k); text_len += k; }
+    }
+    printf("\n");
+    if (generated < s->cfg.gen_tokens) {
+        printf("(sample stopped at the sequence length T=%d)\n", maxlen);
+    }
+    text[text_len] = '\0';
+    logger_log_text(&s->logger, "sample", s->step, "text", text);
+    free(tokens);
+    free(logits);
+    free(text);
+}
+
+/* ---------------------------------------------------------------- one optimizer step */
+
+typedef struct { float loss, grad_norm, lr; } StepResult;
+
+/* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
+static float clip_scale(float grad_norm, float grad_clip) {
+    if (grad_clip <= 0.0f) { return 1.0f; }
+    float coef = grad_clip / (grad_norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+/* runs grad_accum_steps micro-steps of forward+backward and one AdamW update */
+static StepResult session_train_step(TrainSession* s) {
+    GPT2* m = &s->model;
+    const TrainConfig* cfg = &s->cfg;
+    int B = cfg->B, T = cfg->T;
+    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    gpt2_zero_grad(m);
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
+        dataloader_next_batch(&s->train_loader);
+        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
+        dev_memcpy_h2d(m->targets, s->train_loader.targets, (size_t)B * T * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
+        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T, cfg->gelu_fusion);
+        loss_sum += m->mean_loss;
+    }
+    StepResult r;
+    r.loss = (float)(loss_sum / s->grad_accum_steps);
+    r.grad_norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters));
+    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    AdamWStep st;
+    st.learning_rate = r.lr;
+    st.beta1 = cfg->beta1; st.beta2 = cfg->beta2; st.eps = cfg->eps; st.weight_decay = cfg->weight_decay;
+    st.grad_scale = clip_scale(r.grad_norm, cfg->grad_clip);
+    st.t = s->step + 1;
+    st.seed = (unsigned int)cfg->seed;
+    gpt2_update_range(m, s->shard_start, s->shard_end, s->shard_start, &st);
+    s->step++;
+    return r;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* validates flag combinations that the per-flag ranges cannot express */
+static void session_check_config(TrainSession* s) {
+    const TrainConfig* c = &s->cfg;
+    const GPT2Config* mc = &s->model.config;
+    if (c->T > mc->max_seq_len) {
+        FATAL("flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T, mc->max_seq_len,
+              mc->max_seq_len);
+    }
+    long long tokens_per_micro = (long long)c->B * c->T * s->world.world;
+    long long total = c->total_batch_size == -1 ? tokens_per_micro : c->total_batch_size;
+    if (total <= 0 || total % tokens_per_micro != 0) {
+        FATAL("flag -d (--total-batch-size) is %d, which is not a positive multiple of B*T*processes = %d*%d*%d = %lld",
+              c->total_batch_size, c->B, c->T, s->world.world, tokens_per_micro);
+    }
+    s->grad_accum_steps = (int)(total / tokens_per_micro);
+}
+
+/* looks at the output directory: on resume returns the step of the latest complete checkpoint (or -1
+ * to start fresh when there is none); on a fresh run refuses to overwrite an earlier run's checkpoints. */
+static int session_prepare_output_dir(TrainSession* s) {
+    const char* dir = s->cfg.output_dir;
+    if (dir[0] == '\0') {
+        if (s->cfg.resume) { FATAL("flag -y 1 (--resume) needs an output directory to resume from (-o DIR)"); }
+        return -1;
+    }
+    if (s->world.rank == 0) { ensure_dir_writable(dir); }
+    int n_done = 0, n_models = 0, n_states = 0;
+    int done_step = checkpoint_latest_step(dir, "DONE_", &n_done);
+    checkpoint_latest_step(dir, "model_", &n_models);
+    checkpoint_latest_step(dir, "state_", &n_states);
+    if (!s->cfg.resume) {
+        if (n_done > 0 || n_models > 0 || n_states > 0) {
+            FATAL("output directory '%s' already holds checkpoints of an earlier run; pass -y 1 to resume it, or "
+                  "choose another -o (nothing was overwritten)", dir);
+        }
+        return -1;
+    }
+    if (done_step < 0) {
+        if (n_models > 0) {
+            FATAL("cannot resume from '%s': it holds model files but no complete checkpoint (no DONE_ marker and "
+                  "training state); a weights-only file cannot be resumed, start from it with -e FILE and -y 0 in "
+                  "a new output directory", dir);
+        }
+        printf("resume: no checkpoint in %s yet, starting from step 0\n", dir);
+        return -1;
+    }
+    return done_step;
+}
+
+static void print_memory_ledger(const TrainSession* s) {
+    const GPT2* m = &s->model;
+    double MiB = 1024.0 * 1024.0;
+    size_t n = m->num_parameters, shard = s->shard_end - s->shard_start;
+    printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
+           "activations %.1f\n",
+           n * sizeof(floatX) / MiB, n * sizeof(floatX) / MiB,
+           m->master_weights ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
+}
+
+static void session_init(TrainSession* s, int argc, char** argv) {
+    TrainConfig* cfg = &s->cfg;
+    s->world.rank = 0;
+    s->world.world = 1;
+    backend_init(0, 1);
+    /* model */
+    if (is_model_descriptor(cfg->model)) {
+        GPT2Config mc;
+        gpt2_config_from_descriptor(&mc, cfg->model);
+        gpt2_allocate_weights(&s->model, &mc);
+        gpt2_init_random(&s->model, (uint64_t)cfg->seed);
+    } else {
+        if (!file_exists(cfg->model)) {
+            FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d12 d24 d36 d48) nor an existing "
+                  "model file", cfg->model);
+        }
+        gpt2_build_from_file(&s->model, cfg->model);
+    }
+    session_check_config(s);
+    int resume_step = session_prepare_output_dir(s);
+    /* data */
+    dataloader_init(&s->train_loader, cfg->train_data, cfg->B, cfg->T, s->world.rank, s->world.world, 1,
+                    (uint64_t)cfg->seed);
+    s->has_val = cfg->val_data[0] != '\0';
+    if (s->has_val) {
+        dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
+    }
+    s->has_tokenizer = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    s->max_steps = cfg->max_steps;
+    if (s->max_steps == -1) {
+        size_t per_step = (size_t)s->grad_accum_steps * s->world.world;
+        s->max_steps = (int)(dataloader_windows_per_epoch(&s->train_loader) / per_step);
+        if (s->max_steps < 1) { s->max_steps = 1; }
+    }
+    lr_scheduler_init(&s->scheduler, cfg->lr_schedule, cfg->learning_rate, cfg->warmup_steps, s->max_steps,
+                      cfg->final_lr_frac, cfg->wsd_decay_frac);
+    /* training state */
+    gpt2_allocate_training_state(&s->model, cfg->master_weights);
+    gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
+    s->shard_start = 0;
+    s->shard_end = s->model.num_parameters;
+    s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
+    s->step = 0;
+    if (resume_step >= 0) {
+        char path[1024];
+        checkpoint_model_path(path, sizeof(path), cfg->output_dir, resume_step);
+        GPT2Config file_cfg;
+        gpt2_read_model_header(path, &file_cfg);
+        if (memcmp(&file_cfg, &s->model.config, sizeof(GPT2Config)) != 0) {
+            FATAL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
+                  "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
+                  file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, s->model.config.num_layers,
+                  s->model.config.channels, s->model.config.num_heads, s->model.config.vocab_size,
+                  s->model.config.max_seq_len);
+        }
+        /* the weights: reload into the existing buffers */
+        GPT2 loaded;
+        gpt2_build_from_file(&loaded, path);
+        dev_memcpy_d2d(s->model.params_memory, loaded.params_memory, s->model.num_parameters * sizeof(floatX));
+        gpt2_free(&loaded);
+        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
+        session_read_state(s, path);
+        printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir);
+    }
+    logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
+    if (resume_step >= 0 && s->world.rank == 0 && cfg->output_dir[0]) {
+        char logpath[1024];
+        snprintf(logpath, sizeof(logpath), "%s/log.jsonl", cfg->output_dir);
+        (void)logpath;
+    }
+    (void)argc; (void)argv;
+}
+
+static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
+    const GPT2Config* c = &s->model.config;
+    printf("+-----------------------+------------------------------------------------\n");
+    printf("| device                | %s\n", backend_device_name());
+    printf("| precision             | %s\n", PRECISION_NAME);
+    printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
+           c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    printf("| parameters            | %zu\n", s->model.num_parameters);
+    printf("| train data            | %s (%zu windows of B*T+1 tokens per epoch)\n", s->cfg.train_data,
+           dataloader_windows_per_epoch(&s->train_loader));
+    printf("| val data              | %s\n", s->has_val ? s->cfg.val_data : "(none)");
+    printf("| batch                 | B=%d T=%d x %d accumulation x %d processes = %d tokens/step\n", s->cfg.B,
+           s->cfg.T, s->grad_accum_steps, s->world.world, s->cfg.B * s->cfg.T * s->grad_accum_steps * s->world.world);
+    printf("| steps                 | %d (%s schedule, lr %.2e, warmup %d)\n", s->max_steps, s->cfg.lr_schedule,
+           s->cfg.learning_rate, s->cfg.warmup_steps);
+    printf("| processes / ZeRO      | %d / stage %d\n", s->world.world, s->cfg.zero_stage);
+    printf("+-----------------------+------------------------------------------------\n");
+    print_memory_ledger(s);
+    char* json = args_config_json(specs, n_specs);
+    size_t cap = strlen(json) + 512;
+    char* fields = (char*)malloc_check(cap, "config json");
+    snprintf(fields, cap, "%s,\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
+             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters, s->world.world,
+             s->grad_accum_steps, PRECISION_NAME, backend_device_name(), s->max_steps);
+    logger_log(&s->logger, "config", s->step, fields);
+    free(fields);
+    free(json);
+}
+
+static void session_free(TrainSession* s) {
+    gpt2_free(&s->model);
+    dataloader_free(&s->train_loader);
+    if (s->has_val) { dataloader_free(&s->val_loader); }
+    if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
+    logger_free(&s->logger);
+    backend_shutdown();
+}
+
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the training loop: validation and samples at their intervals and at the end, one line per step,
+ * checkpoints every -n steps and at the end (when -o is set) */
+static void session_run(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    const GPT2Config* c = &s->model.config;
+    double flops_per_token = gpt_flops_per_token(s->model.num_parameters, c->num_layers, c->channels, cfg->T);
+    double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
+    int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->world.world;
+    double train_seconds = 0.0;
+    for (;;) {
+        int last = s->step >= s->max_steps;
+        if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
+            float vl = session_validate(s);
+            if (s->world.rank == 0) { printf("val loss %.6f (step %d)\n", vl, s->step); }
+            char fields[128];
+            snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
+            logger_log(&s->logger, "val", s->step, fields);
+        }
+        if (cfg->gen_tokens > 0 && s->world.rank == 0 &&
+            (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
+            session_sample(s);
+        }
+        if (last) { break; }
+        double t0 = wall_seconds();
+        StepResult r = session_train_step(s);
+        double ms = (wall_seconds() - t0) * 1000.0;
+        train_seconds += ms / 1000.0;
+        double tok_s = tokens_per_step / (ms / 1000.0);
+        double mfu = compute_mfu(flops_per_token, tok_s, peak);
+        if (s->world.rank == 0 && (s->step % cfg->log_every == 0 || s->step == s->max_steps)) {
+            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
+                   r.loss, r.grad_norm, r.lr, ms, tok_s);
+            if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+            printf("\n");
+            fflush(stdout);
+        }
+        char fields[256];
+        if (mfu >= 0) {
+            snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
+                     r.loss, r.grad_norm, r.lr, ms, tok_s, mfu);
+        } else {
+            snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f",
+                     r.loss, r.grad_norm, r.lr, ms, tok_s);
+        }
+        logger_log(&s->logger, "train", s->step, fields);
+        if (cfg->output_dir[0] != '\0' &&
+            ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps)) {
+            session_write_checkpoint(s);
+        }
+    }
+    if (s->world.rank == 0 && train_seconds > 0) {
+        printf("done: %d steps, %.1f s of training\n", s->max_steps, train_seconds);
+    }
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session");
+    train_config_defaults(&s->cfg);
+    ArgSpec specs[MAX_SPECS];
+    int n_specs = train_config_specs(&s->cfg, specs);
+    const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
+    if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
+    session_init(s, argc, argv);
+    session_print_header(s, specs, n_specs);
+    session_run(s);
+    session_free(s);
+    free(s);
+    return 0;
+}
+#endif
