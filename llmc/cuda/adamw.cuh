@@ -1,0 +1,150 @@
+/*
+ * llmc/cuda/adamw.cuh -- AdamW (Loshchilov & Hutter 2019), bias-corrected as torch.optim.AdamW, plus the
+ * gradient utilities the optimizer step needs.
+ *
+ *   adamw_update(params(n) floatX, master(n) fp32 or NULL, grads(n) floatX, m(n) fp32, v(n) fp32, n,
+ *                global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed)
+ *       g = grads*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *       p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p)
+ *       With master: the update runs on master and params = round(master): stochastic rounding for bf16,
+ *       with 32 random bits from random_u32_counter(seed, t, global_offset + i) (common.cuh), so a
+ *       sharded update (ZeRO) rounds every element exactly as the unsharded one; nearest for fp16.
+ *       Without master: the update reads params, computes in fp32 and rounds the same way.
+ *   global_norm_squared(out(1) fp32, grads(n) floatX, n, accumulate)
+ *       out = (accumulate ? out : 0) + sum(grads^2). Deterministic two-pass: a FIXED grid of
+ *       NORM_PARTIALS blocks (independent of the device) writes per-block partial sums in a fixed tree
+ *       order; one block then sums them in fixed order. Bit-identical run to run and across GPUs.
+ *   scale_floats(x(n) floatX, s, n)          x *= s
+ *   has_inf_or_nan(x(n) floatX, n) -> int    1 if any element is Inf/NaN; synchronises the stream.
+ * Error behaviour: CUDA errors exit via CUDA_CHECK. All but has_inf_or_nan are queued on main_stream().
+ */
+#ifndef LLMC_CUDA_ADAMW_CUH
+#define LLMC_CUDA_ADAMW_CUH
+
+#include "common.cuh"
+
+#define NORM_PARTIALS 1024  /* blocks of the first global-norm pass (fixed for determinism) */
+#define NORM_BLOCK 512
+
+static __global__ void adamw_update_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                           size_t n, size_t global_offset, float lr, float beta1, float beta2,
+                                           float eps, float wd, float grad_scale, float bc1, float bc2,
+                                           unsigned int t, unsigned int seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = to_float(grads[i]) * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = master ? master[i] : to_float(params[i]);
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
+        p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+        if (master) { master[i] = p; }
+        round_to_floatX(&params[i], p, random_u32_counter(seed, t, global_offset + i));
+    }
+}
+
+static inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+                                size_t global_offset, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float grad_scale, int t, unsigned int seed) {
+    if (n == 0) { return; }
+    if (t < 1) { FATAL("adamw_update: step t must start at 1 (got %d)", t); }
+    const float bc1 = 1.0f - powf(beta1, (float)t);
+    const float bc2 = 1.0f - powf(beta2, (float)t);
+    const int block = 512;
+    LAUNCH(grid_for(n, block), block, 0, main_stream(), adamw_update_kernel)(params, master, grads, m, v, n, global_offset,
+        lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, (unsigned int)t, seed);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* pass 1: gridDim.x == NORM_PARTIALS blocks, grid-stride; partial[block] = sum of squares */
+template <int W>
+static __global__ void norm_squared_partial_kernel(float* partials, const floatX* x, size_t npack) {
+    __shared__ float red[32];
+    float acc = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npack; i += (size_t)gridDim.x * blockDim.x) {
+        PackedN<floatX, W> p = load_packed_cs<floatX, W>(x + i * W);
+#pragma unroll
+        for (int k = 0; k < W; k++) { float f = to_float(p[k]); acc += f * f; }
+    }
+    acc = block_reduce_sum(acc, red);
+    if (threadIdx.x == 0) { partials[blockIdx.x] = acc; }
+}
+
+/* pass 2: one block sums the partials in a fixed order */
+static __global__ void norm_squared_final_kernel(float* out, const float* partials, int np, int accumulate) {
+    __shared__ float red[32];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < np; i += blockDim.x) { acc += partials[i]; }
+    acc = block_reduce_sum(acc, red);
+    if (threadIdx.x == 0) { *out = (accumulate ? *out : 0.0f) + acc; }
+}
+
+static inline void global_norm_squared(float* out, const floatX* grads, size_t n, int accumulate) {
+    float* partials = cuda_state()->norm_partials;
+    if (n % X128_SIZE == 0 && ptr_aligned(grads, 16)) {
+        LAUNCH(NORM_PARTIALS, NORM_BLOCK, 0, main_stream(), norm_squared_partial_kernel<X128_SIZE>)(partials, grads, n / X128_SIZE);
+    } else {
+        LAUNCH(NORM_PARTIALS, NORM_BLOCK, 0, main_stream(), norm_squared_partial_kernel<1>)(partials, grads, n);
+    }
+    CUDA_CHECK_LAUNCH();
+    LAUNCH(1, NORM_BLOCK, 0, main_stream(), norm_squared_final_kernel)(out, partials, NORM_PARTIALS, accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int W>
+static __global__ void scale_elements_kernel(floatX* x, float s, size_t npack) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npack; i += (size_t)gridDim.x * blockDim.x) {
+        PackedN<floatX, W> p = load_packed<floatX, W>(x + i * W);
+#pragma unroll
+        for (int k = 0; k < W; k++) { p[k] = from_float<floatX>(to_float(p[k]) * s); }
+        store_packed<floatX, W>(x + i * W, p);
+    }
+}
+
+static inline void scale_floats(floatX* x, float s, size_t n) {
+    if (n == 0) { return; }
+    const int block = 256;
+    if (n % X128_SIZE == 0 && ptr_aligned(x, 16)) {
+        size_t np = n / X128_SIZE;
+        LAUNCH(grid_for(np, block), block, 0, main_stream(), scale_elements_kernel<X128_SIZE>)(x, s, np);
+    } else {
+        LAUNCH(grid_for(n, block), block, 0, main_stream(), scale_elements_kernel<1>)(x, s, n);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+/* sets *flag = 1 if any element is not finite (benign same-value race: every writer stores 1) */
+template <int W>
+static __global__ void find_inf_or_nan_kernel(int* flag, const floatX* x, size_t npack) {
+    int bad = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npack; i += (size_t)gridDim.x * blockDim.x) {
+        PackedN<floatX, W> p = load_packed_cs<floatX, W>(x + i * W);
+#pragma unroll
+        for (int k = 0; k < W; k++) { bad |= (__float_as_uint(to_float(p[k])) & 0x7f800000u) == 0x7f800000u; }
+    }
+    if (bad) { *flag = 1; }
+}
+
+static inline int has_inf_or_nan(const floatX* x, size_t n) {
+    int* flag = cuda_state()->flag;
+    CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), main_stream()));
+    if (n > 0) {
+        const int block = 256;
+        unsigned int grid = grid_for(n / X128_SIZE + 1, block);
+        if (grid > 4096) { grid = 4096; }
+        if (n % X128_SIZE == 0 && ptr_aligned(x, 16)) {
+            LAUNCH(grid, block, 0, main_stream(), find_inf_or_nan_kernel<X128_SIZE>)(flag, x, n / X128_SIZE);
+        } else {
+            LAUNCH(grid, block, 0, main_stream(), find_inf_or_nan_kernel<1>)(flag, x, n);
+        }
+        CUDA_CHECK_LAUNCH();
+    }
+    int host_flag = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, main_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+    return host_flag;
+}
+
+#endif /* LLMC_CUDA_ADAMW_CUH */

@@ -1,0 +1,171 @@
+/*
+ * llmc/cuda/backend.cuh -- the CUDA backend of llmc/backend.h (DESIGN.md section 1): device selection,
+ * memory, copies, conversions, and every op module. The contract (shapes, dtypes, accumulate vs
+ * overwrite) is documented in llmc/backend.h; each module header documents its kernels.
+ *
+ * One main stream (main_stream(), common.cuh) carries every kernel, copy and cuBLASLt call, so ops
+ * never synchronise the host; dev_synchronize() and the device->host copies do.
+ * Error behaviour: every CUDA/cuBLAS call is checked; failures print one line with file:line and
+ * exit(EXIT_FAILURE). No CUDA device: prints
+ *   "error: no CUDA device found; use ./train_gpt_cpu for the CPU build"
+ * and exits with status 1.
+ * Under LLMC_EMU (g++ + dev/emu/) the same code runs on the CPU execution layer: no cuBLASLt handle,
+ * device memory is host memory.
+ */
+#ifndef LLMC_CUDA_BACKEND_CUH
+#define LLMC_CUDA_BACKEND_CUH
+
+#include "common.cuh"
+#include "cast.cuh"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "gelu.cuh"
+#include "matmul.cuh"
+#include "classifier.cuh"
+#include "adamw.cuh"
+#include "attention.cuh"
+#ifdef USE_CUDNN
+#include "attention_cudnn.cuh"
+#endif
+
+/* ---------------------------------------------------------------- lifetime */
+
+/* selects device local_rank % device_count, creates the main stream, cuBLASLt handle and workspace,
+ * and the small scratch buffers; prints one device line when verbose */
+static inline void backend_init(int local_rank, int verbose) {
+    CudaBackendState* s = cuda_state();
+    if (s->initialized) { return; }
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count <= 0) {
+        fflush(stdout);
+        fprintf(stderr, "error: no CUDA device found; use ./train_gpt_cpu for the CPU build\n");
+        exit(1);
+    }
+    s->device = (local_rank < 0 ? 0 : local_rank) % count;
+    CUDA_CHECK(cudaSetDevice(s->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, s->device));
+    snprintf(s->name, sizeof(s->name), "%s", prop.name);
+    s->num_sms = prop.multiProcessorCount;
+    s->smem_optin = prop.sharedMemPerBlockOptin;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc((void**)&s->norm_partials, NORM_PARTIALS * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void**)&s->flag, sizeof(int)));
+#ifndef LLMC_EMU
+    CUBLAS_CHECK(cublasLtCreate(&s->lt));
+    s->workspace_bytes = MATMUL_WORKSPACE_BYTES;
+    CUDA_CHECK(cudaMalloc(&s->workspace, s->workspace_bytes));
+#endif
+    s->initialized = 1;
+    if (verbose) {
+        printf("device: %s (rank-local index %d of %d, cc %d.%d, %d SMs, %.1f GiB), precision %s\n", s->name,
+               s->device, count, prop.major, prop.minor, prop.multiProcessorCount,
+               (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), PRECISION_NAME);
+    }
+}
+
+static inline void backend_shutdown(void) {
+    CudaBackendState* s = cuda_state();
+    if (!s->initialized) { return; }
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    matmul_plans_destroy();
+#ifndef LLMC_EMU
+    CUDA_CHECK(cudaFree(s->workspace));
+    CUBLAS_CHECK(cublasLtDestroy(s->lt));
+#endif
+    if (llmc_encoder_buckets.dev_upload) { CUDA_CHECK(cudaFree(llmc_encoder_buckets.dev_upload)); }
+    free(llmc_encoder_buckets.host_upload);
+    free(llmc_encoder_buckets.counts);
+    memset(&llmc_encoder_buckets, 0, sizeof(llmc_encoder_buckets));
+    CUDA_CHECK(cudaFree(s->norm_partials));
+    CUDA_CHECK(cudaFree(s->flag));
+    CUDA_CHECK(cudaStreamDestroy(s->stream));
+    memset(s, 0, sizeof(*s));
+}
+
+/* e.g. "NVIDIA H200"; "CUDA (not initialised)" before backend_init */
+static inline const char* backend_device_name(void) {
+    return cuda_state()->initialized ? cuda_state()->name : "CUDA (not initialised)";
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* zeroed device allocation; exits naming `what` and the byte count on failure */
+static inline void* dev_malloc(size_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+#ifndef LLMC_EMU
+        (void)cudaGetLastError(); /* clear the sticky-free allocation error */
+        (void)cudaMemGetInfo(&free_b, &total_b);
+#endif
+        FATAL("out of device memory allocating %s (%zu bytes; %zu of %zu bytes free)", what ? what : "buffer", bytes,
+              free_b, total_b);
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, main_stream()));
+    return p;
+}
+
+static inline void dev_free(void* p) {
+    if (p) { CUDA_CHECK(cudaFree(p)); }
+}
+
+/* host -> device; the host buffer may be reused as soon as this returns */
+static inline void dev_memcpy_h2d(void* dst, const void* host_src, size_t bytes) {
+    if (bytes == 0) { return; }
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, main_stream()));
+}
+/* device -> host; waits for all queued work and the copy */
+static inline void dev_memcpy_d2h(void* host_dst, const void* src, size_t bytes) {
+    if (bytes == 0) { return; }
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, main_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+}
+static inline void dev_memcpy_d2d(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) { return; }
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, main_stream()));
+}
+static inline void dev_memset(void* dst, int value, size_t bytes) {
+    if (bytes == 0) { return; }
+    CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, main_stream()));
+}
+static inline void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(main_stream())); }
+
+/* ---------------------------------------------------------------- conversions */
+
+/* host fp32 (n) -> device floatX (n), round to nearest-even (converted on the host in chunks) */
+static inline void dev_upload_floats(floatX* dst, const float* host_src, size_t n) {
+#if FLOATX_IS_FLOAT
+    dev_memcpy_h2d(dst, host_src, n * sizeof(float));
+#else
+    const size_t chunk = (size_t)1 << 22;
+    floatX* tmp = (floatX*)malloc_check((n < chunk ? n : chunk) * sizeof(floatX) + 1, "upload conversion buffer");
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < m; i++) { tmp[i] = from_float<floatX>(host_src[off + i]); }
+        CUDA_CHECK(cudaMemcpyAsync(dst + off, tmp, m * sizeof(floatX), cudaMemcpyHostToDevice, main_stream()));
+        CUDA_CHECK(cudaStreamSynchronize(main_stream())); /* tmp is reused by the next chunk */
+    }
+    free(tmp);
+#endif
+}
+
+/* device floatX (n) -> host fp32 (n), exact; synchronises */
+static inline void dev_download_floats(float* host_dst, const floatX* src, size_t n) {
+#if FLOATX_IS_FLOAT
+    dev_memcpy_d2h(host_dst, src, n * sizeof(float));
+#else
+    const size_t chunk = (size_t)1 << 22;
+    floatX* tmp = (floatX*)malloc_check((n < chunk ? n : chunk) * sizeof(floatX) + 1, "download conversion buffer");
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        dev_memcpy_d2h(tmp, src + off, m * sizeof(floatX));
+        for (size_t i = 0; i < m; i++) { host_dst[off + i] = to_float(tmp[i]); }
+    }
+    free(tmp);
+#endif
+}
+
+#endif /* LLMC_CUDA_BACKEND_CUH */

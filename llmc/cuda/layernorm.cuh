@@ -1,0 +1,246 @@
+/*
+ * llmc/cuda/layernorm.cuh -- LayerNorm (Ba, Kiros, Hinton 2016), eps 1e-5, biased variance, as GPT-2.
+ *
+ *   layernorm_forward(out(N,C), mean(N) fp32, rstd(N) fp32, inp(N,C), w(C), b(C), N, C)
+ *   fused_residual_layernorm_forward(residual(N,C) = inp1 + inp2, out(N,C), mean(N), rstd(N),
+ *                                    inp1(N,C), inp2(N,C), w(C), b(C), N, C)
+ *       the residual is rounded to floatX first and the LayerNorm is taken of the rounded values, so
+ *       the result equals residual_forward followed by layernorm_forward.
+ *   layernorm_backward(dinp(N,C) +=, dw(C) +=, db(C) +=, scratch fp32, dout(N,C), inp(N,C), w(C),
+ *                      mean(N), rstd(N), N, C)     scratch: layernorm_scratch_floats(N, C) floats
+ *
+ * Forward: one warp per row, two-pass statistics in fp32 (mean, then sum of squared deviations),
+ * 128-bit loads when C is a multiple of the packet size (rows re-read from L1 for passes 2-3).
+ * mean/rstd may be NULL (inference).
+ * Backward: one warp per row; dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+ * dnorm = w * dout (standard derivation, as llm.c layernorm_backward). dw/db are reduced
+ * deterministically: the rows are split into a fixed number of chunks (a function of N only), each
+ * block sums its chunk into per-warp shared-memory rows in row order, then the warps in order, into
+ * scratch[chunk][2C]; a second kernel sums the chunks in order and adds to dw/db. No atomics.
+ * Error behaviour: C too large for shared memory (> ~7000 on H100/H200) exits with a message;
+ * launch errors exit via CUDA_CHECK_LAUNCH. Queued on main_stream(); no host sync.
+ */
+#ifndef LLMC_CUDA_LAYERNORM_CUH
+#define LLMC_CUDA_LAYERNORM_CUH
+
+#include "common.cuh"
+
+#define LAYERNORM_EPS 1e-5f
+#define LAYERNORM_FWD_WARPS 8     /* rows per forward block */
+#define LAYERNORM_BWD_WARPS 4     /* warps per backward block (each keeps 2*C fp32 partials in smem) */
+#define LAYERNORM_BWD_MAX_CHUNKS 1024
+#define LAYERNORM_BWD_MIN_ROWS 16
+
+/* number of row chunks of the backward reduction: depends on N only (determinism across devices) */
+static inline int layernorm_backward_chunks(int N) {
+    int ch = CEIL_DIV(N, LAYERNORM_BWD_MIN_ROWS);
+    if (ch > LAYERNORM_BWD_MAX_CHUNKS) { ch = LAYERNORM_BWD_MAX_CHUNKS; }
+    return ch < 1 ? 1 : ch;
+}
+/* fp32 scratch needed by layernorm_backward */
+static inline size_t layernorm_scratch_floats(int N, int C) { return (size_t)layernorm_backward_chunks(N) * 2 * (size_t)C; }
+
+/* loads W input values at column c of a row: x1 (plain) or round(x1 + x2) (fused residual) */
+template <int W, bool FUSED>
+static __device__ __forceinline__ void layernorm_load_input(float* v, const floatX* x1, const floatX* x2, int c) {
+    PackedN<floatX, W> a = load_packed<floatX, W>(x1 + c);
+    if constexpr (FUSED) {
+        PackedN<floatX, W> b = load_packed<floatX, W>(x2 + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) { v[k] = to_float(from_float<floatX>(to_float(a[k]) + to_float(b[k]))); }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) { v[k] = to_float(a[k]); }
+    }
+}
+
+template <int W, bool FUSED>
+static __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                const floatX* inp1, const floatX* inp2, const floatX* w,
+                                                const floatX* b, int N, int C) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= N) { return; } /* whole warp leaves together; no block barrier below */
+    const floatX* x1 = inp1 + (size_t)row * C;
+    const floatX* x2 = FUSED ? inp2 + (size_t)row * C : NULL;
+    float v[W];
+    float sum = 0.0f;
+    for (int c = lane * W; c < C; c += WARP_SIZE * W) {
+        layernorm_load_input<W, FUSED>(v, x1, x2, c);
+        if constexpr (FUSED) {
+            PackedN<floatX, W> r;
+#pragma unroll
+            for (int k = 0; k < W; k++) { r[k] = from_float<floatX>(v[k]); }
+            store_packed<floatX, W>(residual + (size_t)row * C + c, r);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) { sum += v[k]; }
+    }
+    const float m = warp_reduce_sum(sum) / (float)C;
+    float var = 0.0f;
+    for (int c = lane * W; c < C; c += WARP_SIZE * W) {
+        layernorm_load_input<W, FUSED>(v, x1, x2, c);
+#pragma unroll
+        for (int k = 0; k < W; k++) { float d = v[k] - m; var += d * d; }
+    }
+    const float s = rsqrtf(warp_reduce_sum(var) / (float)C + LAYERNORM_EPS);
+    for (int c = lane * W; c < C; c += WARP_SIZE * W) {
+        layernorm_load_input<W, FUSED>(v, x1, x2, c);
+        PackedN<floatX, W> wv = load_packed<floatX, W>(w + c);
+        PackedN<floatX, W> bv = load_packed<floatX, W>(b + c);
+        PackedN<floatX, W> o;
+#pragma unroll
+        for (int k = 0; k < W; k++) { o[k] = from_float<floatX>((v[k] - m) * s * to_float(wv[k]) + to_float(bv[k])); }
+        store_packed<floatX, W>(out + (size_t)row * C + c, o);
+    }
+    if (lane == 0) {
+        if (mean) { mean[row] = m; }
+        if (rstd) { rstd[row] = s; }
+    }
+}
+
+/* block = LAYERNORM_BWD_WARPS warps, one block per row chunk; smem: warps * 2C floats */
+template <int W>
+static __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                                 const floatX* w, const float* mean, const float* rstd, int N, int C,
+                                                 int rows_per_chunk) {
+    DYNAMIC_SHARED(float, acc);
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int nwarps = blockDim.x / WARP_SIZE;
+    for (int i = threadIdx.x; i < nwarps * 2 * C; i += blockDim.x) { acc[i] = 0.0f; }
+    __syncthreads();
+    float* my_dw = acc + (size_t)warp * 2 * C;
+    float* my_db = my_dw + C;
+    const int row0 = blockIdx.x * rows_per_chunk;
+    const int row_end = min(N, row0 + rows_per_chunk);
+    for (int row = row0 + warp; row < row_end; row += nwarps) {
+        const float m = mean[row];
+        const float s = rstd[row];
+        const floatX* x = inp + (size_t)row * C;
+        const floatX* dy = dout + (size_t)row * C;
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane * W; c < C; c += WARP_SIZE * W) {
+            PackedN<floatX, W> xv = load_packed<floatX, W>(x + c);
+            PackedN<floatX, W> gv = load_packed<floatX, W>(dy + c);
+            PackedN<floatX, W> wv = load_packed<floatX, W>(w + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                float xhat = (to_float(xv[k]) - m) * s;
+                float dn = to_float(wv[k]) * to_float(gv[k]);
+                s1 += dn;
+                s2 += dn * xhat;
+            }
+        }
+        s1 = warp_reduce_sum(s1) / (float)C;
+        s2 = warp_reduce_sum(s2) / (float)C;
+        floatX* dx = dinp + (size_t)row * C;
+        for (int c = lane * W; c < C; c += WARP_SIZE * W) {
+            PackedN<floatX, W> xv = load_packed<floatX, W>(x + c);
+            PackedN<floatX, W> gv = load_packed<floatX, W>(dy + c);
+            PackedN<floatX, W> wv = load_packed<floatX, W>(w + c);
+            PackedN<floatX, W> dv = load_packed<floatX, W>(dx + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                float xhat = (to_float(xv[k]) - m) * s;
+                float g = to_float(gv[k]);
+                float dn = to_float(wv[k]) * g;
+                dv[k] = from_float<floatX>(to_float(dv[k]) + (dn - s1 - xhat * s2) * s);
+                my_dw[c + k] += g * xhat;
+                my_db[c + k] += g;
+            }
+            store_packed<floatX, W>(dx + c, dv);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float t = 0.0f;
+        for (int q = 0; q < nwarps; q++) { t += acc[(size_t)q * 2 * C + i]; }
+        partials[(size_t)blockIdx.x * 2 * C + i] = t;
+    }
+}
+
+/* block (32, 32): 32 columns of the (chunks, 2C) partials; fixed-order sum, then dw/db += */
+static __global__ void layernorm_backward_reduce_kernel(floatX* dw, floatX* db, const float* partials, int nchunks, int C) {
+    __shared__ float tile[32][33];
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    float t = 0.0f;
+    if (col < 2 * C) {
+        for (int ch = threadIdx.y; ch < nchunks; ch += 32) { t += partials[(size_t)ch * 2 * C + col]; }
+    }
+    tile[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < 2 * C) {
+        float sum = 0.0f;
+        for (int q = 0; q < 32; q++) { sum += tile[q][threadIdx.x]; }
+        floatX* dst = col < C ? dw + col : db + (col - C);
+        *dst = from_float<floatX>(to_float(*dst) + sum);
+    }
+}
+
+static inline int layernorm_vec_ok(int C, const void* a, const void* b, const void* c, const void* d, const void* e) {
+    return C % X128_SIZE == 0 && ptr_aligned(a, 16) && ptr_aligned(b, 16) && ptr_aligned(c, 16) &&
+           (d == NULL || ptr_aligned(d, 16)) && (e == NULL || ptr_aligned(e, 16));
+}
+
+static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                                     const floatX* b, int N, int C) {
+    if (N == 0) { return; }
+    const int block = LAYERNORM_FWD_WARPS * WARP_SIZE;
+    const unsigned int grid = (unsigned int)CEIL_DIV(N, LAYERNORM_FWD_WARPS);
+    if (layernorm_vec_ok(C, out, inp, w, b, NULL)) {
+        LAUNCH(grid, block, 0, main_stream(), layernorm_forward_kernel<X128_SIZE, false>)(NULL, out, mean, rstd, inp, NULL, w, b, N, C);
+    } else {
+        LAUNCH(grid, block, 0, main_stream(), layernorm_forward_kernel<1, false>)(NULL, out, mean, rstd, inp, NULL, w, b, N, C);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+static inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                    const floatX* inp1, const floatX* inp2, const floatX* w,
+                                                    const floatX* b, int N, int C) {
+    if (N == 0) { return; }
+    const int block = LAYERNORM_FWD_WARPS * WARP_SIZE;
+    const unsigned int grid = (unsigned int)CEIL_DIV(N, LAYERNORM_FWD_WARPS);
+    if (layernorm_vec_ok(C, out, inp1, w, b, inp2) && ptr_aligned(residual, 16)) {
+        LAUNCH(grid, block, 0, main_stream(), layernorm_forward_kernel<X128_SIZE, true>)(residual, out, mean, rstd, inp1, inp2, w, b, N, C);
+    } else {
+        LAUNCH(grid, block, 0, main_stream(), layernorm_forward_kernel<1, true>)(residual, out, mean, rstd, inp1, inp2, w, b, N, C);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, float* scratch, const floatX* dout,
+                                      const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N,
+                                      int C) {
+    if (N == 0 || C == 0) { return; }
+    const int nchunks = layernorm_backward_chunks(N);
+    const int rows_per_chunk = CEIL_DIV(N, nchunks);
+    const int block = LAYERNORM_BWD_WARPS * WARP_SIZE;
+    const size_t smem = (size_t)LAYERNORM_BWD_WARPS * 2 * (size_t)C * sizeof(float);
+    const int vec = layernorm_vec_ok(C, dinp, inp, w, dout, NULL);
+#ifndef LLMC_EMU
+    if (smem > 48 * 1024) {
+        if (smem > cuda_state()->smem_optin) {
+            FATAL("layernorm_backward: C=%d needs %zu bytes of shared memory, device allows %zu", C, smem,
+                  cuda_state()->smem_optin);
+        }
+        if (vec) {
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X128_SIZE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        } else {
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        }
+    }
+#endif
+    if (vec) {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<X128_SIZE>)(dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
+    } else {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<1>)(dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
+    }
+    CUDA_CHECK_LAUNCH();
+    dim3 rblock(32, 32);
+    LAUNCH((unsigned int)CEIL_DIV(2 * C, 32), rblock, 0, main_stream(), layernorm_backward_reduce_kernel)(dw, db, scratch, nchunks, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+#endif /* LLMC_CUDA_LAYERNORM_CUH */
