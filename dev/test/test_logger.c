@@ -1,0 +1,134 @@
+/*
+ * dev/test/test_logger.c -- unit tests of llmc/logger.h: line format, JSON string escaping
+ * (checked byte-exactly and, where python3 is available, by a real JSON parser), rank-0-only
+ * writing, disabled logging, append vs overwrite, and logger_truncate_after_step.
+ */
+#include "llmc/logger.h"
+#include "dev/test/testing.h"
+
+static char g_dir[256];
+
+/* reads the whole file into a malloc'd NUL-terminated buffer */
+static char* slurp(const char* path, size_t* n_out) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { *n_out = 0; char* e = (char*)malloc(1); e[0] = 0; return e; }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* buf = (char*)malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    *n_out = got;
+    return buf;
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/test_logger_XXXXXX");
+    if (mkdtemp(g_dir) == NULL) { perror("mkdtemp"); return 1; }
+    char out_dir[300], path[400];
+    snprintf(out_dir, sizeof(out_dir), "%s/run", g_dir); /* created by logger_init */
+    snprintf(path, sizeof(path), "%s/log.jsonl", out_dir);
+
+    Logger lg;
+    logger_init(&lg, out_dir, 0, 0);
+    TEST_CHECK(lg.file != NULL && dir_exists(out_dir), "rank 0 creates the output directory and opens log.jsonl");
+    logger_log(&lg, "config", 0, "\"batch-size\":4");
+    logger_log(&lg, "train", 1, "\"loss\":3.5,\"lr\":0.0001");
+    logger_log(&lg, "val", 1, NULL);
+    logger_log_text(&lg, "sample", 2, "text", "a\"b\\c\nd\te\x01\x7f caf\xC3\xA9 \xF0\x9F\xA4\x97 bad\xFF end\xE2\x82");
+    logger_log_text_n(&lg, "sample", 3, "text", "nul\0byte", 8);
+    size_t n;
+    char* s = slurp(path, &n);
+    const char* expect =
+        "{\"kind\":\"config\",\"step\":0,\"batch-size\":4}\n"
+        "{\"kind\":\"train\",\"step\":1,\"loss\":3.5,\"lr\":0.0001}\n"
+        "{\"kind\":\"val\",\"step\":1}\n"
+        "{\"kind\":\"sample\",\"step\":2,\"text\":\"a\\\"b\\\\c\\nd\\te\\u0001\\u007f caf\xC3\xA9 \xF0\x9F\xA4\x97 bad\\ufffd end\\ufffd\\ufffd\"}\n"
+        "{\"kind\":\"sample\",\"step\":3,\"text\":\"nul\\u0000byte\"}\n";
+    TEST_CHECK(strcmp(s, expect) == 0, "lines are flushed immediately and escaped byte-exactly:\n%s", s);
+    free(s);
+    char num[32];
+    TEST_CHECK(strcmp(logger_json_number(num, sizeof(num), NAN), "null") == 0 && strcmp(logger_json_number(num, sizeof(num), 0.25), "0.25") == 0,
+               "logger_json_number writes null for NaN and plain numbers otherwise");
+    /* a real JSON parser accepts every line, if python3 is available */
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "command -v python3 >/dev/null 2>&1 || exit 77; python3 -c \"import json,sys; "
+             "[json.loads(l) for l in open(sys.argv[1], encoding='utf-8')]\" '%s'", path);
+    int rc = system(cmd);
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) { printf("# python3 not found: JSON parse check skipped\n"); }
+    else { TEST_CHECK(rc == 0, "python json.loads parses every line (strict UTF-8)"); }
+
+    /* append mode keeps existing lines */
+    logger_log(&lg, "train", 4, "\"loss\":3.0");
+    logger_log(&lg, "train", 10, "\"loss\":2.0");
+    logger_log_text(&lg, "sample", 11, "text", "fake \"step\":1 inside text");
+    logger_log(&lg, "config", 12, "\"resumed\":1");
+    logger_free(&lg);
+    TEST_CHECK(lg.file == NULL, "logger_free closes the file");
+    /* truncate after step 4: keeps steps <= 4 and config lines */
+    logger_truncate_after_step(path, 4);
+    s = slurp(path, &n);
+    int has4 = strstr(s, "\"step\":4,") != NULL, has10 = strstr(s, "\"step\":10,") != NULL, has11 = strstr(s, "\"step\":11,") != NULL;
+    int has_cfg12 = strstr(s, "\"resumed\":1") != NULL, has_sample2 = strstr(s, "\"step\":2,") != NULL;
+    TEST_CHECK(has4 && has_sample2 && !has10, "truncate_after_step(4) keeps steps <= 4 and drops step 10");
+    TEST_CHECK(!has11, "a \"step\" inside a text value is not mistaken for the key (step 11 line dropped)");
+    TEST_CHECK(has_cfg12, "config lines are kept regardless of their step");
+    char tmp_path[420];
+    snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", path);
+    TEST_CHECK(!file_exists(tmp_path), "no temporary file is left behind");
+    free(s);
+    /* crash-cut last line is dropped */
+    FILE* f = fopen_check(path, "ab");
+    fputs("{\"kind\":\"train\",\"step\":2,\"partia", f);
+    fclose_check(f, path);
+    logger_truncate_after_step(path, 100);
+    s = slurp(path, &n);
+    int all_closed = n > 0 && s[n - 1] == '\n';
+    for (size_t i = 1; i < n; i++) { if (s[i] == '\n' && s[i - 1] != '}') { all_closed = 0; } }
+    TEST_CHECK(all_closed && strstr(s, "partia") == NULL, "an unterminated last line is dropped (every line ends with '}')");
+    free(s);
+    logger_truncate_after_step("/nonexistent_dir_xyz/log.jsonl", 5);
+    TEST_CHECK(1, "truncating a missing log is a no-op (did not exit)");
+    /* resume: append */
+    logger_init(&lg, out_dir, 0, 1);
+    logger_log(&lg, "train", 5, "\"loss\":2.9");
+    logger_free(&lg);
+    s = slurp(path, &n);
+    TEST_CHECK(strstr(s, "\"step\":4,") && strstr(s, "\"step\":5,\"loss\":2.9}\n"), "append mode keeps old lines and adds new ones");
+    free(s);
+    /* overwrite */
+    logger_init(&lg, out_dir, 0, 0);
+    logger_log(&lg, "train", 1, NULL);
+    logger_free(&lg);
+    s = slurp(path, &n);
+    TEST_CHECK(strcmp(s, "{\"kind\":\"train\",\"step\":1}\n") == 0, "append=0 starts a new log");
+    free(s);
+    /* other ranks and disabled logging write nothing */
+    char dir2[300];
+    snprintf(dir2, sizeof(dir2), "%s/rank1", g_dir);
+    logger_init(&lg, dir2, 1, 0);
+    logger_log(&lg, "train", 1, NULL);
+    logger_log_text(&lg, "sample", 1, "text", "x");
+    logger_free(&lg);
+    TEST_CHECK(!dir_exists(dir2), "rank 1 creates and writes nothing");
+    logger_init(&lg, NULL, 0, 0);
+    logger_log(&lg, "train", 1, NULL);
+    logger_free(&lg);
+    logger_init(&lg, "", 0, 0);
+    TEST_CHECK(lg.file == NULL, "NULL or empty output dir disables logging");
+    logger_free(&lg);
+    /* scanner unit checks */
+    int has_step, is_cfg;
+    long long st;
+    const char* l1 = "{\"kind\":\"config\",\"step\":-1}";
+    logger_scan_line(l1, strlen(l1), &has_step, &st, &is_cfg);
+    TEST_CHECK(has_step && st == -1 && is_cfg, "scanner reads a negative step and the config kind");
+    const char* l2 = "{\"kind\":\"x\",\"nested\":{\"step\":99},\"text\":\"\\\\\",\"step\":7}";
+    logger_scan_line(l2, strlen(l2), &has_step, &st, &is_cfg);
+    TEST_CHECK(has_step && st == 7 && !is_cfg, "scanner ignores nested objects and handles an escaped backslash before the closing quote (step %lld)", st);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) { fprintf(stderr, "warning: could not remove %s\n", g_dir); }
+    return testing_finish();
+}
