@@ -15,13 +15,14 @@
  *   Returns 0 normally; 1 if -h/--help was given (help printed to stdout; caller exits 0).
  *   On any user error prints ONE line to stderr ("error: ...") and exits with status 1:
  *   unknown or misspelled flag (with the closest known flag if one is near), missing value,
- *   empty value, non-numeric value or trailing garbage ("4x"), non-finite float, int overflow,
+ *   empty numeric value, non-numeric value or trailing garbage ("4x"), non-finite float, int overflow,
  *   value outside [min_value, max_value] (the bounds are printed), stray positional arguments.
  *   A malformed table (duplicate names, "h"/"help" used by a spec, NULL dest) is a programming
  *   error and also exits via FATAL.
  * args_print_help(specs, n, program_name, usage_header, out): one line per flag,
  *   "  -b, --batch-size <int>   micro-batch size per process (default: 4; range 1..inf)",
- *   defaults read from the current values at dest.
+ *   defaults read from the current values at dest (NULL string: "none", empty string: '').
+ *   String values may be empty ("-o ''"); what an empty string means is the caller's choice.
  * args_print_config(specs, n, out): "name = value" per spec (after parsing: the resolved config).
  * args_config_json(specs, n): malloc'd string of JSON members "\"batch-size\":4,..." (no braces;
  *   strings escaped per RFC 8259) for the log's config line; caller frees.
@@ -121,7 +122,9 @@ static inline const char* args_value_string(const ArgSpec* s, char* buf, size_t 
     else if (s->type == ARG_FLOAT) { snprintf(buf, cap, "%g", (double)*(const float*)s->dest); }
     else {
         const char* v = *(char* const*)s->dest;
-        snprintf(buf, cap, "%s", v ? v : "none");
+        if (v == NULL) { snprintf(buf, cap, "none"); }
+        else if (v[0] == '\0') { snprintf(buf, cap, "''"); }
+        else { snprintf(buf, cap, "%s", v); }
     }
     return buf;
 }
@@ -222,8 +225,7 @@ static inline void args_store_value(const ArgSpec* s, const char* flag, const ch
     if (isfinite(s->min_value)) { snprintf(lo, sizeof(lo), "%g", s->min_value); } else { snprintf(lo, sizeof(lo), "-inf"); }
     if (isfinite(s->max_value)) { snprintf(hi, sizeof(hi), "%g", s->max_value); } else { snprintf(hi, sizeof(hi), "inf"); }
     if (s->type == ARG_STRING) {
-        if (text[0] == '\0') { FATAL("%s: flag %s needs a non-empty string value", program, flag); }
-        *(const char**)s->dest = text;
+        *(const char**)s->dest = text; /* may be empty: the caller decides what '' means */
         return;
     }
     if (text[0] == '\0') {
