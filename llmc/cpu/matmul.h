@@ -4,8 +4,8 @@
  * epilogue (llmc/cpu/gelu.h), forward and backward. floatX = float.
  *
  * Optimised path: cblas_sgemm (OpenBLAS, single-threaded) called once per
- * OpenMP thread on a static row slab of the output (cpu_sgemm_rows), so there
- * is exactly one thread pool and the partition is fixed (deterministic).
+ * OpenMP thread on a static row or column slab of the output (cpu_sgemm_rows),
+ * so there is exactly one thread pool and the partition is fixed (deterministic).
  * -DLLMC_CPU_NAIVE: plain OpenMP loops in the style of llm.c's train_gpt2.c
  * (dot products per output element), the speed baseline.
  */
@@ -13,27 +13,38 @@
 #define LLMC_CPU_MATMUL_H
 
 /* Row-major Cm(M,Ncol) = op(A)(M,K) @ op(Bm)(K,Ncol) + beta * Cm, op = transpose if trans*.
- * Rows of Cm are statically split over the OpenMP threads (multiples of 16 rows)
- * and each thread calls single-threaded sgemm on its slab. Called from outside any
+ * The output is statically split over the OpenMP threads into slabs of rows (if
+ * M >= Ncol) or of columns (otherwise; multiples of 16) and each thread calls
+ * single-threaded sgemm on its slab. Splitting the larger output dimension means
+ * the operand every thread must read in full is the smaller one (e.g. for the
+ * lm head, x(N,C) rather than wte(Vp,C)). Every output element is reduced over K
+ * by one thread: deterministic for a given thread count. Call from outside any
  * parallel region. */
 static inline void cpu_sgemm_rows(int transA, int transB, int M, int Ncol, int K,
                                   const float* A, int lda, const float* Bm, int ldb,
                                   float beta, float* Cm, int ldc) {
     if (M <= 0 || Ncol <= 0) { return; }
     cpu_blas_single_threaded();
+    const int split_rows = M >= Ncol;
+    const int D = split_rows ? M : Ncol;
     /* fewer threads for tiny problems: < ~1 MFLOP per thread is not worth a fork */
     int nt = cpu_num_threads();
     double flops = 2.0 * M * Ncol * K;
     if (flops < 2e6 * nt) { nt = (int)(flops / 2e6) + 1; }
-    if (nt > (M + 15) / 16) { nt = (M + 15) / 16; }
+    if (nt > (D + 15) / 16) { nt = (D + 15) / 16; }
+    const CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
     #pragma omp parallel num_threads(nt)
     {
-        long m0, m1;
-        cpu_partition(M, nt, cpu_thread_id(), 16, &m0, &m1);
-        if (m1 > m0) {
-            const float* a = transA ? A + m0 : A + (size_t)m0 * lda;
-            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                        (int)(m1 - m0), Ncol, K, 1.0f, a, lda, Bm, ldb, beta, Cm + (size_t)m0 * ldc, ldc);
+        long d0, d1;
+        cpu_partition(D, nt, cpu_thread_id(), 16, &d0, &d1);
+        if (d1 > d0 && split_rows) {
+            const float* a = transA ? A + d0 : A + (size_t)d0 * lda;
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)(d1 - d0), Ncol, K, 1.0f, a, lda, Bm, ldb,
+                        beta, Cm + (size_t)d0 * ldc, ldc);
+        } else if (d1 > d0) {
+            const float* b = transB ? Bm + (size_t)d0 * ldb : Bm + d0;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, (int)(d1 - d0), K, 1.0f, A, lda, b, ldb,
+                        beta, Cm + d0, ldc);
         }
     }
 }
