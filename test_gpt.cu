@@ -1,0 +1,322 @@
+/*
+ * test_gpt.cu -- numerical test of the whole model against the PyTorch reference
+ * fixture (DESIGN.md section 5). Same source for every backend:
+ *   test_gpt_cpu  (gcc, fp32)   test_gpt (nvcc, BF16 or FP32 build)   test_gpt_emu (CUDA kernels on the CPU layer)
+ *
+ * Fixture (written by `python3 train_gpt.py --write-fixture`, PyTorch autograd as the oracle):
+ *   dev/test/fixtures/gpt2_fixture_model.bin  initial weights (model file v3, L=2 C=64 NH=4 V=100 Vp=128 maxT=64)
+ *   dev/test/fixtures/gpt2_fixture_state.bin  debug state (magic 20240327 v2): header B, T, n_steps and the
+ *       AdamW hyperparameters (fp32 bit patterns in header[5..10]); body inputs (B*T int32), targets (B*T int32),
+ *       logits (B,T,V) fp32, loss fp32, grads (all params, file layout) fp32, step_losses (n_steps) fp32.
+ *
+ * Checks: init from seed == fixture weights; logits; loss; every parameter gradient (max abs error and
+ * error relative to the tensor's largest magnitude, printed per tensor); the losses of 10 AdamW steps
+ * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
+ * file + training state) restores bit-identical weights and optimizer state; weight-decay grouping of d12.
+ *
+ * Tolerances by precision (error measured as max|ours - ref| / max|ref| per tensor):
+ *   fp32: reference and ours both accumulate in fp32 but in different orders. A dot product of K terms
+ *         carries a relative rounding error of about sqrt(K) * 2^-24 ~ 1e-6 for K <= 256; through the two
+ *         layers and the softmax this grows by a small factor. We allow 1e-5 for logits/loss/gradients and
+ *         the step losses (10x margin over what we measure, still 1000x tighter than a real bug).
+ *   bf16: inputs and outputs rounded to 8 mantissa bits (relative error 2^-9 = 2e-3 per rounding), with
+ *         ~10 roundings on a path from input to logits: 2e-2 for logits and loss; gradients pass through
+ *         twice as many roundings and the small ones lose most bits: 1e-1 relative to the tensor max;
+ *         step losses 2e-2.
+ */
+#define TESTING
+#include "train_gpt.cu"
+#include "dev/test/testing.h"
+
+typedef struct {
+    double logits, loss, grads, step_losses;
+} Tolerances;
+
+static Tolerances tolerances_for_precision(void) {
+    Tolerances t;
+    if (FLOATX_IS_FLOAT) {
+        t.logits = 1e-5; t.loss = 1e-5; t.grads = 1e-5; t.step_losses = 1e-5;
+    } else {
+        t.logits = 2e-2; t.loss = 2e-2; t.grads = 1e-1; t.step_losses = 2e-2;
+    }
+    return t;
+}
+
+typedef struct {
+    int B, T, n_steps;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int* inputs;
+    int* targets;
+    float* logits;       /* (B,T,V) */
+    float loss;
+    float* grads;        /* num_parameters */
+    float* step_losses;  /* n_steps */
+} Fixture;
+
+static float float_from_bits(int bits) {
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static void fixture_load(Fixture* fx, const char* path, const GPT2* m) {
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(path, h, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION,
+                                      "debug state fixture", "regenerate with `make fixture`");
+    fx->B = h[2]; fx->T = h[3]; fx->n_steps = h[4];
+    fx->lr = float_from_bits(h[5]); fx->beta1 = float_from_bits(h[6]); fx->beta2 = float_from_bits(h[7]);
+    fx->eps = float_from_bits(h[8]); fx->weight_decay = float_from_bits(h[9]); fx->grad_clip = float_from_bits(h[10]);
+    size_t BT = (size_t)fx->B * fx->T, V = (size_t)m->config.vocab_size;
+    long long expected = (long long)sizeof(int) * FILE_HEADER_INTS + (long long)(2 * BT * sizeof(int)) +
+                         (long long)((BT * V + 1 + m->num_parameters + (size_t)fx->n_steps) * sizeof(float));
+    checkpoint_check_size(path, expected, "debug state fixture", "regenerate with `make fixture`");
+    fx->inputs = (int*)malloc_check(BT * sizeof(int), "fixture inputs");
+    fx->targets = (int*)malloc_check(BT * sizeof(int), "fixture targets");
+    fx->logits = (float*)malloc_check(BT * V * sizeof(float), "fixture logits");
+    fx->grads = (float*)malloc_check(m->num_parameters * sizeof(float), "fixture grads");
+    fx->step_losses = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "fixture step losses");
+    fread_check(fx->inputs, sizeof(int), BT, f, path);
+    fread_check(fx->targets, sizeof(int), BT, f, path);
+    fread_check(fx->logits, sizeof(float), BT * V, f, path);
+    fread_check(&fx->loss, sizeof(float), 1, f, path);
+    fread_check(fx->grads, sizeof(float), m->num_parameters, f, path);
+    fread_check(fx->step_losses, sizeof(float), (size_t)fx->n_steps, f, path);
+    fclose(f);
+}
+
+static void fixture_free(Fixture* fx) {
+    free(fx->inputs); free(fx->targets); free(fx->logits); free(fx->grads); free(fx->step_losses);
+}
+
+/* max|a-b| and max|b| over n values */
+static void compare_arrays(const float* a, const float* b, size_t n, double* max_abs_err, double* max_ref) {
+    double e = 0.0, r = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e)) { e = d; } /* NaN propagates as a failure */
+        if (fabs((double)b[i]) > r) { r = fabs((double)b[i]); }
+    }
+    *max_abs_err = e;
+    *max_ref = r;
+}
+
+static double relative_to_max(double err, double ref) { return ref > 0 ? err / ref : err; }
+
+/* one forward+backward on the fixture batch (fresh gradients); returns the loss */
+static float run_forward_backward(GPT2* m, const Fixture* fx) {
+    size_t BT = (size_t)fx->B * fx->T;
+    dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
+    dev_memcpy_h2d(m->targets, fx->targets, BT * sizeof(int));
+    gpt2_zero_grad(m);
+    gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
+    gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T, 1);
+    return m->mean_loss;
+}
+
+/* the fixture's AdamW sequence: n_steps of (forward/backward, clip, update); losses[] receives each loss */
+static void run_adamw_steps(GPT2* m, const Fixture* fx, float* losses) {
+    for (int step = 0; step < fx->n_steps; step++) {
+        losses[step] = run_forward_backward(m, fx);
+        float norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters));
+        AdamWStep st;
+        st.learning_rate = fx->lr; st.beta1 = fx->beta1; st.beta2 = fx->beta2; st.eps = fx->eps;
+        st.weight_decay = fx->weight_decay; st.grad_scale = clip_scale(norm, fx->grad_clip);
+        st.t = step + 1; st.seed = 42;
+        gpt2_update_range(m, 0, m->num_parameters, 0, &st);
+    }
+}
+
+static void build_fixture_model(GPT2* m, const char* model_path, const Fixture* fx_or_null, int B, int T) {
+    gpt2_build_from_file(m, model_path);
+    gpt2_allocate_training_state(m, 1);
+    gpt2_allocate_activations(m, fx_or_null ? fx_or_null->B : B, fx_or_null ? fx_or_null->T : T, 0);
+}
+
+static void test_init_matches_reference(const GPT2* ref) {
+    GPT2 m;
+    gpt2_allocate_weights(&m, &ref->config);
+    gpt2_init_random(&m, 1337);
+    float* a = (float*)malloc_check(m.num_parameters * sizeof(float), "init a");
+    float* b = (float*)malloc_check(m.num_parameters * sizeof(float), "init b");
+    dev_download_floats(a, m.params_memory, m.num_parameters);
+    dev_download_floats(b, ref->params_memory, m.num_parameters);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < m.num_parameters; i++) { if (memcmp(&a[i], &b[i], sizeof(float)) != 0) { mismatches++; } }
+    TEST_CHECK(mismatches == 0, "init from seed 1337 equals PyTorch's init bit for bit (%zu of %zu values differ)",
+               mismatches, m.num_parameters);
+    free(a); free(b);
+    gpt2_free(&m);
+}
+
+static void test_forward_backward(GPT2* m, const Fixture* fx, const Tolerances* tol) {
+    const GPT2Config* c = &m->config;
+    size_t BT = (size_t)fx->B * fx->T, V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size;
+    /* logits: forward without targets keeps the logits buffer */
+    dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
+    gpt2_forward(m, m->inputs, NULL, fx->B, fx->T, 1, 0.0f, 0);
+    float* padded = (float*)malloc_check(BT * Vp * sizeof(float), "logits");
+    float* logits = (float*)malloc_check(BT * V * sizeof(float), "logits");
+    dev_download_floats(padded, (floatX*)m->acts.t[A_LOGITS], BT * Vp);
+    for (size_t i = 0; i < BT; i++) { memcpy(logits + i * V, padded + i * Vp, V * sizeof(float)); }
+    double err, ref;
+    compare_arrays(logits, fx->logits, BT * V, &err, &ref);
+    TEST_CHECK(relative_to_max(err, ref) <= tol->logits, "logits (%zu,%zu): max abs err %.3e, rel to max %.3e (tol %.0e)",
+               BT, V, err, relative_to_max(err, ref), tol->logits);
+    free(padded); free(logits);
+    float loss = run_forward_backward(m, fx);
+    double lerr = fabs((double)loss - fx->loss) / fabs((double)fx->loss);
+    TEST_CHECK(lerr <= tol->loss, "loss %.7f vs reference %.7f (rel err %.2e, tol %.0e)", loss, fx->loss, lerr, tol->loss);
+    float* grads = (float*)malloc_check(m->num_parameters * sizeof(float), "grads");
+    dev_download_floats(grads, m->grads_memory, m->num_parameters);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = m->param_sizes[i];
+        compare_arrays(grads + off, fx->grads + off, n, &err, &ref);
+        TEST_CHECK(relative_to_max(err, ref) <= tol->grads, "grad %-8s (%8zu values): max abs err %.3e, max |ref| %.3e, rel %.3e (tol %.0e)",
+                   parameter_name(i), n, err, ref, relative_to_max(err, ref), tol->grads);
+        off += n;
+    }
+    /* padded vocabulary rows of dwte must be exactly zero */
+    size_t C = (size_t)c->channels, nonzero = 0;
+    for (size_t r = V; r < Vp; r++) { for (size_t k = 0; k < C; k++) { if (grads[r * C + k] != 0.0f) { nonzero++; } } }
+    TEST_CHECK(nonzero == 0, "padded vocabulary rows of the wte gradient are exactly zero (%zu non-zero)", nonzero);
+    free(grads);
+}
+
+static void test_adamw_steps(const char* model_path, const Fixture* fx, const Tolerances* tol) {
+    float* losses = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "losses");
+    float* losses2 = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "losses2");
+    GPT2 m;
+    build_fixture_model(&m, model_path, fx, 0, 0);
+    run_adamw_steps(&m, fx, losses);
+    double worst = 0.0;
+    for (int s = 0; s < fx->n_steps; s++) {
+        double e = fabs((double)losses[s] - fx->step_losses[s]) / fabs((double)fx->step_losses[s]);
+        printf("#   step %d: loss %.7f reference %.7f rel err %.2e\n", s, losses[s], fx->step_losses[s], e);
+        if (!(e <= worst)) { worst = e; }
+    }
+    TEST_CHECK(worst <= tol->step_losses, "%d AdamW steps (lr %.0e, wd %.2f, clip %.2f): worst loss rel err %.2e (tol %.0e)",
+               fx->n_steps, fx->lr, fx->weight_decay, fx->grad_clip, worst, tol->step_losses);
+    TEST_CHECK(losses[fx->n_steps - 1] < losses[0] - 0.01f, "training lowers the loss (%.4f -> %.4f)", losses[0],
+               losses[fx->n_steps - 1]);
+    /* determinism: a second identical run gives bit-identical losses and weights */
+    float* w1 = (float*)malloc_check(m.num_parameters * sizeof(float), "w1");
+    float* w2 = (float*)malloc_check(m.num_parameters * sizeof(float), "w2");
+    dev_download_floats(w1, m.params_memory, m.num_parameters);
+    GPT2 m2;
+    build_fixture_model(&m2, model_path, fx, 0, 0);
+    run_adamw_steps(&m2, fx, losses2);
+    dev_download_floats(w2, m2.params_memory, m2.num_parameters);
+    TEST_CHECK(memcmp(losses, losses2, (size_t)fx->n_steps * sizeof(float)) == 0, "two identical runs give bit-identical losses");
+    TEST_CHECK(memcmp(w1, w2, m.num_parameters * sizeof(float)) == 0, "two identical runs give bit-identical weights");
+    free(w1); free(w2);
+    gpt2_free(&m);
+    gpt2_free(&m2);
+    free(losses); free(losses2);
+}
+
+/* checkpoint round trip: write model + state after 3 steps, read into a fresh session, compare everything */
+static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx) {
+    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX";
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    TrainSession* a = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session a");
+    TrainSession* b = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session b");
+    Fixture three = *fx;
+    three.n_steps = 3;
+    float losses[3];
+    build_fixture_model(&a->model, model_path, fx, 0, 0);
+    run_adamw_steps(&a->model, &three, losses);
+    /* minimal session fields used by the state writer/reader */
+    train_config_defaults(&a->cfg);
+    a->cfg.B = fx->B; a->cfg.T = fx->T; a->cfg.output_dir = dir;
+    a->world.rank = 0; a->world.world = 1; a->grad_accum_steps = 1; a->step = 3;
+    a->shard_start = 0; a->shard_end = a->model.num_parameters; a->sample_rng = 12345;
+    char shard_path[1100];
+    snprintf(shard_path, sizeof(shard_path), "%s/shard.bin", dir);
+    {   /* a small token shard so the loader state can round-trip too */
+        int h[FILE_HEADER_INTS];
+        memset(h, 0, sizeof(h));
+        int ntok = 4 * fx->B * fx->T + 1;
+        h[0] = 20240520; h[1] = 1; h[2] = ntok;
+        FILE* f = fopen_check(shard_path, "wb");
+        fwrite(h, sizeof(int), FILE_HEADER_INTS, f);
+        for (int i = 0; i < ntok; i++) { uint16_t t = (uint16_t)(i % 100); fwrite(&t, 2, 1, f); }
+        fclose(f);
+    }
+    dataloader_init(&a->train_loader, shard_path, fx->B, fx->T, 0, 1, 1, 7);
+    dataloader_next_batch(&a->train_loader);
+    session_write_checkpoint(a);
+    char path[1100];
+    checkpoint_done_path(path, sizeof(path), dir, 3);
+    TEST_CHECK(file_exists(path), "checkpoint writes the DONE marker last");
+    TEST_CHECK(checkpoint_latest_step(dir, "DONE_", NULL) == 3, "latest complete checkpoint is found (step 3)");
+    b->cfg = a->cfg; b->world = a->world; b->grad_accum_steps = 1;
+    b->shard_start = 0;
+    checkpoint_model_path(path, sizeof(path), dir, 3);
+    build_fixture_model(&b->model, path, fx, 0, 0);
+    b->shard_end = b->model.num_parameters;
+    dataloader_init(&b->train_loader, shard_path, fx->B, fx->T, 0, 1, 1, 7);
+    checkpoint_state_path(path, sizeof(path), dir, 3, 0);
+    session_read_state(b, path);
+    size_t n = a->model.num_parameters;
+    float* x = (float*)malloc_check(n * sizeof(float), "x");
+    float* y = (float*)malloc_check(n * sizeof(float), "y");
+    dev_download_floats(x, a->model.params_memory, n);
+    dev_download_floats(y, b->model.params_memory, n);
+    TEST_CHECK(memcmp(x, y, n * sizeof(float)) == 0, "checkpoint round trip: weights bit-identical");
+    dev_memcpy_d2h(x, a->model.m_memory, n * sizeof(float));
+    dev_memcpy_d2h(y, b->model.m_memory, n * sizeof(float));
+    int m_same = memcmp(x, y, n * sizeof(float)) == 0;
+    dev_memcpy_d2h(x, a->model.v_memory, n * sizeof(float));
+    dev_memcpy_d2h(y, b->model.v_memory, n * sizeof(float));
+    int v_same = memcmp(x, y, n * sizeof(float)) == 0;
+    TEST_CHECK(m_same && v_same, "checkpoint round trip: AdamW m and v bit-identical");
+    TEST_CHECK(b->step == 3 && b->sample_rng == 12345, "checkpoint round trip: step and sampling RNG restored");
+    dataloader_next_batch(&a->train_loader);
+    dataloader_next_batch(&b->train_loader);
+    TEST_CHECK(memcmp(a->train_loader.inputs, b->train_loader.inputs, (size_t)fx->B * fx->T * sizeof(int)) == 0,
+               "checkpoint round trip: data loader continues with the same batch");
+    free(x); free(y);
+    dataloader_free(&a->train_loader); dataloader_free(&b->train_loader);
+    gpt2_free(&a->model); gpt2_free(&b->model);
+    free(a); free(b);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) { printf("# warning: could not remove %s\n", dir); }
+}
+
+static void test_weight_decay_groups_d12(void) {
+    GPT2 m;
+    memset(&m, 0, sizeof(m));
+    gpt2_config_from_descriptor(&m.config, "d12");
+    gpt2_parameter_sizes(m.param_sizes, &m.config);
+    int nd, no;
+    size_t vd, vo;
+    gpt2_weight_decay_groups(&m, &nd, &vd, &no, &vo);
+    TEST_CHECK(nd == 50 && vd == 124354560, "d12 decayed group: %d tensors, %zu values (expected 50, 124354560)", nd, vd);
+    TEST_CHECK(no == 98 && vo == 121344, "d12 non-decayed group: %d tensors, %zu values (expected 98, 121344)", no, vo);
+    TEST_CHECK(vd + vo == 124475904, "d12 parameter count %zu (expected 124475904)", vd + vo);
+}
+
+int main(int argc, char** argv) {
+    const char* model_path = argc > 1 ? argv[1] : "dev/test/fixtures/gpt2_fixture_model.bin";
+    const char* state_path = argc > 2 ? argv[2] : "dev/test/fixtures/gpt2_fixture_state.bin";
+    backend_init(0, 1);
+    Tolerances tol = tolerances_for_precision();
+    printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name());
+    GPT2 m;
+    gpt2_build_from_file(&m, model_path);
+    Fixture fx;
+    fixture_load(&fx, state_path, &m);
+    gpt2_allocate_training_state(&m, 1);
+    gpt2_allocate_activations(&m, fx.B, fx.T, 0);
+    test_init_matches_reference(&m);
+    test_forward_backward(&m, &fx, &tol);
+    gpt2_free(&m);
+    test_adamw_steps(model_path, &fx, &tol);
+    test_checkpoint_round_trip(model_path, &fx);
+    test_weight_decay_groups_d12();
+    fixture_free(&fx);
+    backend_shutdown();
+    return testing_finish();
+}
