@@ -1,0 +1,423 @@
+/*
+ * dev/cuda/attention.cu -- checks and times the causal attention kernels of llmc/cuda/attention.cuh
+ * (and llmc/cuda/attention_cudnn.cuh when built with -DUSE_CUDNN).
+ *
+ *   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -DENABLE_BF16 dev/cuda/attention.cu -o attention
+ *   ./attention            # checks at several shapes, then timing at GPT-2 shapes
+ *   ./attention check      # checks only
+ *
+ * Check: random qkv and dout (uniform [-1,1]), rounded to floatX; a CPU reference in FP64 (naive causal
+ * attention forward and backward, Vaswani et al. 2017) on exactly the rounded values; every GPU output
+ * buffer is poisoned with NaN before each run, so unwritten elements fail. Flash MMA path, the CUDA-core
+ * fallback path (forced), and cuDNN (if built) are checked; the backward is also run twice and compared
+ * bit for bit (determinism).
+ *
+ * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
+ * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
+ * floatX output is rounded once (<= u relative); P (or dS) is rounded to floatX before its matmul
+ * (each term <= u relative, so the sum errs by <= u * sum|term| <= u * max|ref|-scale); Q.K and dO.V are
+ * accumulated in fp32 from exact inputs. Hence |gpu - ref| <= 8 u * max|ref| per tensor (a factor 2-4
+ * margin over the sum of these bounds). lse is fp32 from exact inputs: |err| <= 1e-3 * max(1,|ref|)
+ * (exp2 approximation ~2 ulp, fp32 accumulation over <= T terms).
+ *
+ * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
+ * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
+ * the dense BF16 peak of an H100/H200 SXM.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../llmc/cuda/common.cuh"
+#include "../../llmc/cuda/attention.cuh"
+#ifdef USE_CUDNN
+#include "../../llmc/cuda/attention_cudnn.cuh"
+#endif
+
+#define PEAK_TFLOPS 989.0
+
+/* ------------------------------------------------------------------ helpers */
+
+static unsigned long long rng_state = 0x2545F4914F6CDD1Dull;
+static float urand_pm1(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+/* unit roundoff used by the tolerances (see header comment) */
+static double floatx_u(void) {
+#if defined(ENABLE_FP32)
+    return 1e-5;
+#elif defined(ENABLE_FP16)
+    return 1.0 / 2048.0;
+#else
+    return 1.0 / 256.0;
+#endif
+}
+
+/* fills host floats with random values already rounded to floatX; uploads them */
+static void random_floatx(float* host, floatX* dev, size_t n) {
+    floatX* tmp = (floatX*)malloc(n * sizeof(floatX));
+    if (!tmp) { FATAL("out of host memory"); }
+    for (size_t i = 0; i < n; i++) {
+        tmp[i] = from_float<floatX>(urand_pm1());
+        host[i] = to_float(tmp[i]);
+    }
+    CUDA_CHECK(cudaMemcpy(dev, tmp, n * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+static void download_floatx(float* host, const floatX* dev, size_t n) {
+    floatX* tmp = (floatX*)malloc(n * sizeof(floatX));
+    if (!tmp) { FATAL("out of host memory"); }
+    CUDA_CHECK(cudaMemcpy(tmp, dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) { host[i] = to_float(tmp[i]); }
+    free(tmp);
+}
+/* all-ones bytes: NaN in fp32, bf16 and fp16 */
+static void poison(void* dev, size_t bytes) { CUDA_CHECK(cudaMemset(dev, 0xFF, bytes)); }
+
+/* ------------------------------------------------------------------ FP64 reference */
+
+/* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C) */
+static void ref_forward(double* out, double* lse, const float* qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double* s = (double*)malloc((size_t)T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                double m = -DBL_MAX;
+                for (int j = 0; j <= i; j++) {
+                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int x = 0; x < hs; x++) { d += (double)q[x] * k[x]; }
+                    s[j] = d * scale;
+                    if (s[j] > m) { m = s[j]; }
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) { sum += exp(s[j] - m); }
+                const double l = m + log(sum);
+                lse[((size_t)b * NH + h) * T + i] = l;
+                double* o = out + ((size_t)b * T + i) * C + h * hs;
+                for (int x = 0; x < hs; x++) { o[x] = 0; }
+                for (int j = 0; j <= i; j++) {
+                    const double p = exp(s[j] - l);
+                    const float* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    for (int x = 0; x < hs; x++) { o[x] += p * v[x]; }
+                }
+            }
+    free(s);
+}
+
+/* dqkv (B,T,3C) from dout (B,T,C) and qkv */
+static void ref_backward(double* dqkv, const float* dout, const float* qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double* p = (double*)malloc((size_t)T * sizeof(double));
+    double* dp = (double*)malloc((size_t)T * sizeof(double));
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                const float* dO = dout + ((size_t)b * T + i) * C + h * hs;
+                double m = -DBL_MAX;
+                for (int j = 0; j <= i; j++) {
+                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int x = 0; x < hs; x++) { d += (double)q[x] * k[x]; }
+                    p[j] = d * scale;
+                    if (p[j] > m) { m = p[j]; }
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) { p[j] = exp(p[j] - m); sum += p[j]; }
+                double D = 0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] /= sum;
+                    const float* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    double d = 0;
+                    for (int x = 0; x < hs; x++) { d += (double)dO[x] * v[x]; }
+                    dp[j] = d;
+                    D += p[j] * d;
+                }
+                double* dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                for (int j = 0; j <= i; j++) {
+                    const double ds = p[j] * (dp[j] - D) * scale;
+                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double* dk = dqkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double* dv = dqkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    for (int x = 0; x < hs; x++) {
+                        dq[x] += ds * k[x];
+                        dk[x] += ds * q[x];
+                        dv[x] += p[j] * dO[x];
+                    }
+                }
+            }
+    free(p);
+    free(dp);
+}
+
+/* ------------------------------------------------------------------ comparison */
+
+/* returns 1 if every |got-ref| <= tol_rel*max|ref| (+ tol_abs) and nothing is NaN; prints a summary */
+static int compare(const char* what, const float* got, const double* ref, size_t n, double tol_rel_to_max,
+                   double tol_abs) {
+    double maxref = 0;
+    for (size_t i = 0; i < n; i++) { maxref = fmax(maxref, fabs(ref[i])); }
+    const double tol = tol_rel_to_max * maxref + tol_abs;
+    double maxerr = 0;
+    size_t bad = 0, first_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= tol)) {
+            if (bad == 0) { first_bad = i; }
+            bad++;
+        }
+        if (e > maxerr || e != e) { maxerr = e; }
+    }
+    printf("    %-22s max|ref| %.3e  max err %.3e  tol %.3e  %s", what, maxref, maxerr, tol, bad ? "FAIL" : "ok");
+    if (bad) { printf("  (%zu bad, first at %zu: got %g want %g)", bad, first_bad, got[first_bad], ref[first_bad]); }
+    printf("\n");
+    return bad == 0;
+}
+
+typedef struct {
+    int B, T, C, NH;
+} Shape;
+
+typedef enum { IMPL_FLASH, IMPL_FALLBACK, IMPL_CUDNN } Impl;
+static const char* impl_name(Impl im) {
+    return im == IMPL_FLASH ? "flash" : im == IMPL_FALLBACK ? "fallback" : "cudnn";
+}
+
+static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Shape s) {
+    switch (im) {
+        case IMPL_FLASH: attention_forward_flash_impl(out, lse, qkv, s.B, s.T, s.C, s.NH, 0); break;
+        case IMPL_FALLBACK: attention_forward_flash_impl(out, lse, qkv, s.B, s.T, s.C, s.NH, 1); break;
+        case IMPL_CUDNN:
+#ifdef USE_CUDNN
+            attention_forward_cudnn(out, lse, qkv, s.B, s.T, s.C, s.NH);
+#endif
+            break;
+    }
+}
+static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                         const floatX* out, const float* lse, Shape s) {
+    switch (im) {
+        case IMPL_FLASH: attention_backward_flash_impl(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, 0); break;
+        case IMPL_FALLBACK:
+            attention_backward_flash_impl(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, 1);
+            break;
+        case IMPL_CUDNN:
+#ifdef USE_CUDNN
+            attention_backward_cudnn(dqkv, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
+#endif
+            break;
+    }
+}
+static int impl_applies(Impl im, Shape s) {
+#ifdef USE_CUDNN
+    if (im == IMPL_CUDNN) { return attention_cudnn_supported(s.C / s.NH); }
+#else
+    (void)s;
+    if (im == IMPL_CUDNN) { return 0; }
+#endif
+    return 1;
+}
+
+/* checks one implementation at one shape; returns 1 on pass */
+static int check_shape(Impl im, Shape s) {
+    const size_t nqkv = (size_t)s.B * s.T * 3 * s.C, nout = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
+    float* h_qkv = (float*)malloc(nqkv * sizeof(float));
+    float* h_dout = (float*)malloc(nout * sizeof(float));
+    float* h_out = (float*)malloc(nout * sizeof(float));
+    float* h_lse = (float*)malloc(nl * sizeof(float));
+    float* h_dqkv = (float*)malloc(nqkv * sizeof(float));
+    float* h_dqkv2 = (float*)malloc(nqkv * sizeof(float));
+    double* r_out = (double*)malloc(nout * sizeof(double));
+    double* r_lse = (double*)malloc(nl * sizeof(double));
+    double* r_dqkv = (double*)malloc(nqkv * sizeof(double));
+    if (!h_qkv || !h_dout || !h_out || !h_lse || !h_dqkv || !h_dqkv2 || !r_out || !r_lse || !r_dqkv) {
+        FATAL("out of host memory");
+    }
+    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
+    float *d_lse, *d_scratch;
+    CUDA_CHECK(cudaMalloc(&d_qkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, nl * sizeof(float)));
+    random_floatx(h_qkv, d_qkv, nqkv);
+    random_floatx(h_dout, d_dout, nout);
+    ref_forward(r_out, r_lse, h_qkv, s.B, s.T, s.C, s.NH);
+    ref_backward(r_dqkv, h_dout, h_qkv, s.B, s.T, s.C, s.NH);
+
+    printf("  %-8s B=%d T=%d C=%d NH=%d (hs=%d)\n", impl_name(im), s.B, s.T, s.C, s.NH, s.C / s.NH);
+    const double u = floatx_u();
+    int ok = 1;
+    poison(d_out, nout * sizeof(floatX));
+    poison(d_lse, nl * sizeof(float));
+    run_forward(im, d_out, d_lse, d_qkv, s);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    download_floatx(h_out, d_out, nout);
+    CUDA_CHECK(cudaMemcpy(h_lse, d_lse, nl * sizeof(float), cudaMemcpyDeviceToHost));
+    ok &= compare("out", h_out, r_out, nout, 8 * u, 0);
+    {
+        int lse_ok = 1;
+        double maxerr = 0;
+        for (size_t i = 0; i < nl; i++) {
+            const double e = fabs(h_lse[i] - r_lse[i]);
+            if (!(e <= 1e-3 * fmax(1.0, fabs(r_lse[i])))) { lse_ok = 0; }
+            if (e > maxerr || e != e) { maxerr = e; }
+        }
+        printf("    %-22s max err %.3e  %s\n", "lse", maxerr, lse_ok ? "ok" : "FAIL");
+        ok &= lse_ok;
+    }
+    poison(d_dqkv, nqkv * sizeof(floatX));
+    poison(d_scratch, nl * sizeof(float));
+    run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    download_floatx(h_dqkv, d_dqkv, nqkv);
+    /* compare dq, dk, dv separately (each has its own scale) */
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++) {
+        const size_t n = (size_t)s.B * s.T * s.C;
+        float* g = (float*)malloc(n * sizeof(float));
+        double* r = (double*)malloc(n * sizeof(double));
+        for (size_t row = 0; row < (size_t)s.B * s.T; row++)
+            for (int c = 0; c < s.C; c++) {
+                g[row * s.C + c] = h_dqkv[row * 3 * s.C + part * s.C + c];
+                r[row * s.C + c] = r_dqkv[row * 3 * s.C + part * s.C + c];
+            }
+        ok &= compare(names[part], g, r, n, 8 * u, 0);
+        free(g);
+        free(r);
+    }
+    /* determinism: a second backward must match bit for bit */
+    poison(d_dqkv, nqkv * sizeof(floatX));
+    run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    download_floatx(h_dqkv2, d_dqkv, nqkv);
+    const int same = memcmp(h_dqkv, h_dqkv2, nqkv * sizeof(float)) == 0;
+    printf("    %-22s %s\n", "backward deterministic", same ? "ok" : (im == IMPL_CUDNN ? "no (cuDNN)" : "FAIL"));
+    if (im != IMPL_CUDNN) { ok &= same; }
+
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_scratch));
+    free(h_qkv); free(h_dout); free(h_out); free(h_lse); free(h_dqkv); free(h_dqkv2);
+    free(r_out); free(r_lse); free(r_dqkv);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ timing */
+
+static int cmp_float(const void* a, const void* b) {
+    const float x = *(const float*)a, y = *(const float*)b;
+    return (x > y) - (x < y);
+}
+
+static void time_shape(Impl im, Shape s) {
+    const size_t nqkv = (size_t)s.B * s.T * 3 * s.C, nout = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
+    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
+    float *d_lse, *d_scratch;
+    CUDA_CHECK(cudaMalloc(&d_qkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, nl * sizeof(float)));
+    float* tmp = (float*)malloc(nqkv * sizeof(float));
+    random_floatx(tmp, d_qkv, nqkv);
+    random_floatx(tmp, d_dout, nout);
+    free(tmp);
+
+    const int warmup = 5, reps = 50;
+    float ms_f[50], ms_b[50];
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (int r = 0; r < warmup + reps; r++) {
+        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
+        run_forward(im, d_out, d_lse, d_qkv, s);
+        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_f[r - warmup], e0, e1)); }
+        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
+        run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
+        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_b[r - warmup], e0, e1)); }
+    }
+    qsort(ms_f, reps, sizeof(float), cmp_float);
+    qsort(ms_b, reps, sizeof(float), cmp_float);
+    const double hs = (double)(s.C / s.NH);
+    const double flops_f = 4.0 * s.B * s.NH * (double)s.T * s.T * hs / 2.0;
+    const double flops_b = 2.5 * flops_f;
+    const double mf = ms_f[reps / 2], mb = ms_b[reps / 2];
+    const double tf = flops_f / (mf * 1e-3) / 1e12, tb = flops_b / (mb * 1e-3) / 1e12;
+    printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d hs=%-4d  fwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)  "
+           "bwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)\n",
+           impl_name(im), s.B, s.T, s.C, s.NH, s.C / s.NH, mf, tf, 100.0 * tf / PEAK_TFLOPS, mb, tb,
+           100.0 * tb / PEAK_TFLOPS);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_scratch));
+}
+
+int main(int argc, char** argv) {
+    const int check_only = (argc > 1 && strcmp(argv[1], "check") == 0);
+    CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (sm_%d%d), floatX = %s\n", prop.name, prop.major, prop.minor, PRECISION_NAME);
+
+    const Shape shapes[] = {
+        {2, 1, 64, 4},     /* T = 1, hs 16 (test fixture config) */
+        {2, 17, 64, 4},    /* hs 16, partial tile */
+        {2, 64, 64, 2},    /* hs 32, exactly one tile */
+        {2, 100, 128, 2},  /* hs 64, partial second tile */
+        {1, 129, 256, 2},  /* hs 128, one row into the third tile */
+        {1, 300, 768, 12}, /* GPT-2 head size, several tiles */
+        {1, 77, 96, 2},    /* hs 48: fallback path */
+        {1, 65, 24, 3},    /* hs 8: fallback path */
+    };
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    const Impl impls[] = {IMPL_FLASH, IMPL_FALLBACK, IMPL_CUDNN};
+    int passed = 0, failed = 0;
+    printf("checks (tolerance 8u*max|ref|, u = %g):\n", floatx_u());
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < nshapes; i++) {
+            if (!impl_applies(impls[k], shapes[i])) { continue; }
+            if (check_shape(impls[k], shapes[i])) { passed++; } else { failed++; }
+        }
+    printf("attention checks: %d passed, %d failed\n", passed, failed);
+    if (!check_only && failed == 0) {
+        printf("timing (median of 50 after 5 warm-up; %% of %.0f TFLOP/s dense BF16 H100/H200 SXM):\n", PEAK_TFLOPS);
+        const Shape tshapes[] = {
+            {16, 1024, 768, 12},  /* GPT-2 124M, hs 64 */
+            {8, 2048, 768, 12},   /* longer context */
+            {16, 1024, 1536, 12}, /* hs 128 */
+        };
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 3; i++) {
+                if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
+                time_shape(impls[k], tshapes[i]);
+            }
+    }
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
