@@ -941,7 +941,11 @@ static void session_sample(TrainSession* s) {
     int* tokens = (int*)malloc_check((size_t)maxlen * sizeof(int), "sample tokens");
     int n = 0;
     if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
-        n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, maxlen - 1);
+        int full = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, maxlen - 1);
+        n = full < 0 ? 0 : (full > maxlen - 1 ? maxlen - 1 : full);
+        if (full > maxlen - 1) { printf("(prompt of %d tokens cut to %d to fit T=%d)\n", full, n, maxlen); }
+    } else if (s->cfg.prompt[0] != '\0') {
+        printf("(no tokenizer: the prompt is ignored)\n");
     }
     if (n == 0) { tokens[n++] = GPT2_EOT; }
     float* logits = (float*)malloc_check((size_t)c->padded_vocab_size * sizeof(float), "sample logits");
@@ -1089,7 +1093,7 @@ static void print_memory_ledger(const TrainSession* s) {
            m->master_weights ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
 }
 
-static void session_init(TrainSession* s, int argc, char** argv) {
+static void session_init(TrainSession* s) {
     TrainConfig* cfg = &s->cfg;
     s->world.rank = 0;
     s->world.world = 1;
@@ -1112,9 +1116,11 @@ static void session_init(TrainSession* s, int argc, char** argv) {
     /* data */
     dataloader_init(&s->train_loader, cfg->train_data, cfg->B, cfg->T, s->world.rank, s->world.world, 1,
                     (uint64_t)cfg->seed);
+    dataloader_set_vocab_limit(&s->train_loader, s->model.config.vocab_size);
     s->has_val = cfg->val_data[0] != '\0';
     if (s->has_val) {
         dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
+        dataloader_set_vocab_limit(&s->val_loader, s->model.config.vocab_size);
     }
     s->has_tokenizer = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
     s->max_steps = cfg->max_steps;
@@ -1153,13 +1159,13 @@ static void session_init(TrainSession* s, int argc, char** argv) {
         session_read_state(s, path);
         printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir);
     }
-    logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
-    if (resume_step >= 0 && s->world.rank == 0 && cfg->output_dir[0]) {
+    if (resume_step >= 0 && s->world.rank == 0) {
+        /* lines logged after the checkpoint by the interrupted run are dropped, so the log has no duplicates */
         char logpath[1024];
         snprintf(logpath, sizeof(logpath), "%s/log.jsonl", cfg->output_dir);
-        (void)logpath;
+        if (file_exists(logpath)) { logger_truncate_after_step(logpath, resume_step); }
     }
-    (void)argc; (void)argv;
+    logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }
 
 static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
@@ -1269,7 +1275,7 @@ int main(int argc, char** argv) {
     int n_specs = train_config_specs(&s->cfg, specs);
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
-    session_init(s, argc, argv);
+    session_init(s);
     session_print_header(s, specs, n_specs);
     session_run(s);
     session_free(s);
