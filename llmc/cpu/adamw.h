@@ -23,7 +23,7 @@ static inline void adamw_update(floatX* params, float* master, const floatX* gra
     const float bc1 = 1.0f - (float)pow((double)beta1, (double)t);
     const float bc2 = 1.0f - (float)pow((double)beta2, (double)t);
     float* p = master ? master : params;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         const float g = grads[i] * grad_scale;
         const float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -45,7 +45,7 @@ static inline void adamw_update(floatX* params, float* master, const floatX* gra
  * the chunk sums are added in chunk order in double. */
 static inline void global_norm_squared(float* out, const floatX* grads, size_t n, int accumulate) {
     double partial[LLMC_NORM_CHUNKS];
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (int k = 0; k < LLMC_NORM_CHUNKS; k++) {
         long s, e;
         cpu_partition((long)n, LLMC_NORM_CHUNKS, k, 16, &s, &e);
@@ -61,14 +61,14 @@ static inline void global_norm_squared(float* out, const floatX* grads, size_t n
 
 /* x(n) *= s */
 static inline void scale_floats(floatX* x, float s, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) { x[i] *= s; }
 }
 
 /* returns 1 if any of x(n) is +-inf or NaN (exponent bits all ones), else 0 */
 static inline int has_inf_or_nan(const floatX* x, size_t n) {
     int bad = 0;
-    #pragma omp parallel for schedule(static) reduction(|:bad)
+    #pragma omp parallel for schedule(static) reduction(|:bad) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], sizeof(bits));

@@ -76,7 +76,7 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
         }
     }
 #else
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if((long)B * T * T * C >= 16L * LLMC_CPU_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const float* base = qkv + (size_t)b * T * C3;
@@ -128,7 +128,7 @@ static inline void attention_backward(floatX* dqkv, float* scratch, const floatX
     (void)out;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if((long)B * T * T * C >= 16L * LLMC_CPU_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const float* base = qkv + (size_t)b * T * C3;

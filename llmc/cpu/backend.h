@@ -64,6 +64,21 @@ static inline int cpu_thread_id(void) {
 #endif
 }
 
+/* number of threads in the current team (1 outside a parallel region). Partitions
+ * inside a parallel region use this, never the requested count, so every index is
+ * covered even if the runtime grants fewer threads. */
+static inline int cpu_team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+/* loops over fewer elements than this run on one thread: a fork/join costs more
+ * than the work, and on a loaded machine a barrier can wait a whole time slice */
+#define LLMC_CPU_PAR_MIN 32768
+
 /* static partition of [0, total) into `parts` contiguous ranges; range `idx` is
  * [*start, *end). Range boundaries are rounded to multiples of `align` (>= 1)
  * so vector loops start aligned. Pure function of its arguments (deterministic). */

@@ -17,7 +17,7 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
     for (int i = 0; i < N; i++) {
         if (targets[i] >= V) { FATAL("fused_classifier: target %d at row %d is >= vocab size %d", targets[i], i, V); }
     }
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if((long)N * V >= LLMC_CPU_PAR_MIN)
     for (int i = 0; i < N; i++) {
         float* row = logits + (size_t)i * Vp;
         const int tgt = targets[i];

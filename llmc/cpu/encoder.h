@@ -11,7 +11,7 @@
 static inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                    int B, int T, int C) {
     const long N = (long)B * T;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(N * C >= LLMC_CPU_PAR_MIN)
     for (long n = 0; n < N; n++) {
         const float* we = wte + (size_t)inp[n] * C;
         const float* pe = wpe + (size_t)(n % T) * C;
@@ -29,10 +29,10 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
                                     const int* host_inp, int B, int T, int C) {
     (void)host_inp;
     const long N = (long)B * T;
-    #pragma omp parallel
+    #pragma omp parallel if(N * C >= LLMC_CPU_PAR_MIN)
     {
         long c0, c1;
-        cpu_partition(C, cpu_num_threads(), cpu_thread_id(), 16, &c0, &c1);
+        cpu_partition(C, cpu_team_size(), cpu_thread_id(), 16, &c0, &c1);
         for (long n = 0; n < N; n++) {
             const float* d = dout + (size_t)n * C;
             float* gw = dwte + (size_t)inp[n] * C;

@@ -24,19 +24,19 @@ static inline float gelu_grad_scalar(float x) {
 
 /* out(n) = gelu(inp(n)); may alias */
 static inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) { out[i] = gelu_scalar(inp[i]); }
 }
 
 /* d_in_out(n) *= gelu'(inp(n)) */
 static inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) { d_in_out[i] *= gelu_grad_scalar(inp[i]); }
 }
 
 /* out(n) = inp1(n) + inp2(n); out may alias either input */
 static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) { out[i] = inp1[i] + inp2[i]; }
 }
 

@@ -27,7 +27,7 @@ static inline void layernorm_row(float* out, float* mean_out, float* rstd_out, c
 /* out(N,C) = layernorm(inp(N,C)) * w(C) + b(C); mean(N), rstd(N) saved (fp32) for backward. */
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                                      const floatX* w, const floatX* b, int N, int C) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if((long)N * C >= LLMC_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, w, b, C);
     }
@@ -38,7 +38,7 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd, cons
 static inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
                                                     const floatX* inp1, const floatX* inp2,
                                                     const floatX* w, const floatX* b, int N, int C) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if((long)N * C >= LLMC_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         float* r = residual + (size_t)n * C;
         const float* a = inp1 + (size_t)n * C;
@@ -60,7 +60,7 @@ static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, floa
                                       const floatX* dout, const floatX* inp, const floatX* w,
                                       const float* mean, const float* rstd, int N, int C) {
     (void)scratch;
-    #pragma omp parallel
+    #pragma omp parallel if((long)N * C >= LLMC_CPU_PAR_MIN)
     {
         #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -84,7 +84,7 @@ static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, floa
         }
         /* implicit barrier not needed for correctness (pass 2 reads only inputs), kept by omp for */
         long c0, c1;
-        cpu_partition(C, cpu_num_threads(), cpu_thread_id(), 16, &c0, &c1);
+        cpu_partition(C, cpu_team_size(), cpu_thread_id(), 16, &c0, &c1);
         for (int n = 0; n < N; n++) {
             const float* d = dout + (size_t)n * C;
             const float* x = inp + (size_t)n * C;

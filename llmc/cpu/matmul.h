@@ -36,7 +36,7 @@ static inline void cpu_sgemm_rows(int transA, int transB, int M, int Ncol, int K
     #pragma omp parallel num_threads(nt)
     {
         long d0, d1;
-        cpu_partition(D, nt, cpu_thread_id(), 16, &d0, &d1);
+        cpu_partition(D, cpu_team_size(), cpu_thread_id(), 16, &d0, &d1);
         if (d1 > d0 && split_rows) {
             const float* a = transA ? A + d0 : A + (size_t)d0 * lda;
             cblas_sgemm(CblasRowMajor, ta, tb, (int)(d1 - d0), Ncol, K, 1.0f, a, lda, Bm, ldb,
@@ -55,20 +55,35 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
                                   int N, int C, int OC, floatX* pre_gelu) {
     float* dst = pre_gelu ? pre_gelu : out;
 #ifdef LLMC_CPU_NAIVE
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
+    /* llm.c train_gpt2.c style: blocks of 8 rows share each weight row (register
+     * tile of 8 accumulators); the leftover rows use one dot product per output */
+    const int N8 = N / 8 * 8;
+    #pragma omp parallel for schedule(static) if((long)N * OC >= LLMC_CPU_PAR_MIN)
+    for (int n0 = 0; n0 < N8; n0 += 8) {
+        for (int o = 0; o < OC; o++) {
+            const float* wr = weight + (size_t)o * C;
+            float acc[8];
+            for (int r = 0; r < 8; r++) { acc[r] = bias ? bias[o] : 0.0f; }
+            for (int i = 0; i < C; i++) {
+                const float wi = wr[i];
+                for (int r = 0; r < 8; r++) { acc[r] += inp[(size_t)(n0 + r) * C + i] * wi; }
+            }
+            for (int r = 0; r < 8; r++) { dst[(size_t)(n0 + r) * OC + o] = acc[r]; }
+        }
+    }
+    for (int n = N8; n < N; n++) {
         const float* x = inp + (size_t)n * C;
+        #pragma omp parallel for schedule(static)
         for (int o = 0; o < OC; o++) {
             const float* wr = weight + (size_t)o * C;
             float val = bias ? bias[o] : 0.0f;
-            #pragma omp simd reduction(+:val)
             for (int i = 0; i < C; i++) { val += x[i] * wr[i]; }
             dst[(size_t)n * OC + o] = val;
         }
     }
 #else
     if (bias) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if((long)N * OC >= LLMC_CPU_PAR_MIN)
         for (int n = 0; n < N; n++) { memcpy(dst + (size_t)n * OC, bias, (size_t)OC * sizeof(float)); }
     }
     cpu_sgemm_rows(0, 1, N, OC, C, inp, C, weight, C, bias ? 1.0f : 0.0f, dst, OC);
@@ -119,10 +134,10 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     if (dinp) { cpu_sgemm_rows(0, 0, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C); }
     cpu_sgemm_rows(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
-        #pragma omp parallel
+        #pragma omp parallel if((long)N * OC >= LLMC_CPU_PAR_MIN)
         {
             long o0, o1;
-            cpu_partition(OC, cpu_num_threads(), cpu_thread_id(), 16, &o0, &o1);
+            cpu_partition(OC, cpu_team_size(), cpu_thread_id(), 16, &o0, &o1);
             for (int n = 0; n < N; n++) {
                 const float* d = dout + (size_t)n * OC;
                 for (long o = o0; o < o1; o++) { dbias[o] += d[o]; }
