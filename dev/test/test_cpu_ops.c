@@ -633,6 +633,7 @@ int main(void) {
     test_attention(2, 5, 12, 3);  /* hs = 4 */
     test_attention(2, 17, 30, 5); /* hs = 6: not a multiple of 4 (tail loop) */
     test_attention(2, 64, 768, 12);
+    test_attention(1, 150, 40, 2); /* T > 64: several query tiles, last one partial */
 
     test_classifier(1, 1, 1, 0);
     test_classifier(3, 5, 8, 1);

@@ -7,15 +7,15 @@
  *   subtracted), out = P v, written back as (B,T,C) with heads concatenated.
  *   state(B,NH,T,T) = P in fp32 (masked entries stored as 0), saved for backward.
  *
- * Optimised path: one task per (b,h), statically scheduled; K (forward) or V
- * (backward) is transposed into scratch so every inner loop is a unit-stride
- * axpy that the compiler vectorises without reassociating sums (so results do not
- * depend on -ffast-math or the thread count). -DLLMC_CPU_NAIVE: llm.c-style
- * dot-product loops per (b,t,h).
+ * Optimised path: one task per (b,h), statically scheduled over OpenMP threads;
+ * inside a task the query rows are processed in tiles of ATT_TILE rows, and every
+ * product is a single-threaded cblas_sgemm on strided views of qkv (causal: a tile
+ * of rows [t0,t1) only touches keys [0,t1)). Each task owns its output slices and
+ * runs in a fixed order, so results are deterministic and independent of the
+ * thread count. -DLLMC_CPU_NAIVE: llm.c-style dot-product loops per (b,t,h).
  *
- * Scratch: attention_scratch_floats = B*T*C + B*NH*T floats, independent of the
- * thread count (one transposed (hs,T) matrix and one T-row per (b,h) task).
- * C must be divisible by NH (exits otherwise).
+ * Scratch: attention_scratch_floats = B*NH*min(T,ATT_TILE)*T floats (one dP/dS
+ * tile per task), independent of the thread count. C % NH != 0 exits.
  */
 #ifndef LLMC_CPU_ATTENTION_H
 #define LLMC_CPU_ATTENTION_H
@@ -23,9 +23,12 @@
 /* fp32 values per layer kept for backward: the (B,NH,T,T) probabilities */
 static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T * T; }
 
+#define ATT_TILE 64 /* query rows per sgemm tile */
+
 /* fp32 scratch shared by forward and backward (not preserved between calls) */
 static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
-    return (size_t)B * T * C + (size_t)B * NH * T;
+    (void)C;
+    return (size_t)B * NH * (T < ATT_TILE ? T : ATT_TILE) * T;
 }
 
 static inline void attention_check_shape(int C, int NH) {
@@ -76,43 +79,30 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
         }
     }
 #else
+    (void)scratch;
+    cpu_blas_single_threaded();
     #pragma omp parallel for schedule(static) if((long)B * T * T * C >= 16L * LLMC_CPU_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        const float* base = qkv + (size_t)b * T * C3;
-        float* kt = scratch + (size_t)bh * hs * T; /* K^T (hs,T) */
-        for (int t2 = 0; t2 < T; t2++) {
-            const float* k = base + (size_t)t2 * C3 + C + h * hs;
-            for (int i = 0; i < hs; i++) { kt[(size_t)i * T + t2] = k[i]; }
-        }
-        for (int t = 0; t < T; t++) {
-            const float* q = base + (size_t)t * C3 + h * hs;
-            float* row = state + ((size_t)bh * T + t) * T;
-            const int len = t + 1;
-            for (int j = 0; j < len; j++) { row[j] = 0.0f; }
-            int i = 0;
-            for (; i + 4 <= hs; i += 4) { /* 4 channels per sweep: fewer row loads/stores */
-                const float q0 = q[i] * scale, q1 = q[i + 1] * scale, q2 = q[i + 2] * scale, q3 = q[i + 3] * scale;
-                const float* k0 = kt + (size_t)i * T;
-                const float* k1 = k0 + T;
-                const float* k2 = k1 + T;
-                const float* k3 = k2 + T;
-                for (int j = 0; j < len; j++) { row[j] += q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]; }
+        const float* Q = qkv + (size_t)b * T * C3 + h * hs; /* (T,hs) views, leading dim 3C */
+        const float* K = Q + C;
+        const float* V = Q + 2 * C;
+        float* O = out + (size_t)b * T * C + h * hs;        /* (T,hs), leading dim C */
+        float* P = state + (size_t)bh * T * T;              /* (T,T) */
+        for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
+            const int t1 = t0 + ATT_TILE < T ? t0 + ATT_TILE : T, rows = t1 - t0;
+            float* Pt = P + (size_t)t0 * T;
+            /* S[t0:t1, 0:t1] = scale * Q[t0:t1] K[0:t1]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale, Q + (size_t)t0 * C3, C3,
+                        K, C3, 0.0f, Pt, T);
+            for (int t = t0; t < t1; t++) {
+                float* row = P + (size_t)t * T;
+                attention_softmax_row(row, t + 1);
+                for (int j = t + 1; j < T; j++) { row[j] = 0.0f; }
             }
-            for (; i < hs; i++) {
-                const float qi = q[i] * scale;
-                const float* ki = kt + (size_t)i * T;
-                for (int j = 0; j < len; j++) { row[j] += qi * ki[j]; }
-            }
-            attention_softmax_row(row, len);
-            for (int j = len; j < T; j++) { row[j] = 0.0f; }
-            float* o = out + ((size_t)b * T + t) * C + h * hs;
-            for (int c = 0; c < hs; c++) { o[c] = 0.0f; }
-            for (int j = 0; j < len; j++) {
-                const float p = row[j];
-                const float* v = base + (size_t)j * C3 + 2 * C + h * hs;
-                for (int c = 0; c < hs; c++) { o[c] += p * v[c]; }
-            }
+            /* O[t0:t1] = P[t0:t1, 0:t1] V[0:t1] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, Pt, T, V, C3,
+                        0.0f, O + (size_t)t0 * C, C);
         }
     }
 #endif
@@ -128,71 +118,72 @@ static inline void attention_backward(floatX* dqkv, float* scratch, const floatX
     (void)out;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
+    const size_t tile_floats = (size_t)(T < ATT_TILE ? T : ATT_TILE) * T;
+    cpu_blas_single_threaded();
     #pragma omp parallel for schedule(static) if((long)B * T * T * C >= 16L * LLMC_CPU_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
-        const float* base = qkv + (size_t)b * T * C3;
-        float* dbase = dqkv + (size_t)b * T * C3;
-        float* dp = scratch + (size_t)B * T * C + (size_t)bh * T; /* dP row, then dS row */
+        const float* Q = qkv + (size_t)b * T * C3 + h * hs; /* (T,hs) views, leading dim 3C */
+        const float* K = Q + C;
+        const float* V = Q + 2 * C;
+        float* dQ = dqkv + (size_t)b * T * C3 + h * hs;
+        float* dK = dQ + C;
+        float* dV = dQ + 2 * C;
+        const float* dO = dout + (size_t)b * T * C + h * hs; /* (T,hs), leading dim C */
+        const float* P = state + (size_t)bh * T * T;
+        float* dS = scratch + (size_t)bh * tile_floats;      /* (rows, T) tile */
         for (int t = 0; t < T; t++) {
-            float* dk = dbase + (size_t)t * C3 + C + h * hs;
-            for (int c = 0; c < hs; c++) { dk[c] = 0.0f; dk[C + c] = 0.0f; } /* dk and dv */
+            for (int c = 0; c < hs; c++) { dK[(size_t)t * C3 + c] = 0.0f; dV[(size_t)t * C3 + c] = 0.0f; }
         }
-#ifndef LLMC_CPU_NAIVE
-        float* vt = scratch + (size_t)bh * hs * T; /* V^T (hs,T) */
-        for (int t2 = 0; t2 < T; t2++) {
-            const float* v = base + (size_t)t2 * C3 + 2 * C + h * hs;
-            for (int i = 0; i < hs; i++) { vt[(size_t)i * T + t2] = v[i]; }
-        }
-#endif
-        for (int t = 0; t < T; t++) {
-            const float* P = state + ((size_t)bh * T + t) * T;
-            const float* dO = dout + ((size_t)b * T + t) * C + h * hs;
-            const float* q = base + (size_t)t * C3 + h * hs;
-            const int len = t + 1;
-            /* dP[j] = dO . v_j */
+        for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
+            const int t1 = t0 + ATT_TILE < T ? t0 + ATT_TILE : T, rows = t1 - t0;
+            const float* Pt = P + (size_t)t0 * T;
+            const float* dOt = dO + (size_t)t0 * C;
 #ifdef LLMC_CPU_NAIVE
-            for (int j = 0; j < len; j++) {
-                const float* v = base + (size_t)j * C3 + 2 * C + h * hs;
-                float s = 0.0f;
-                #pragma omp simd reduction(+:s)
-                for (int i = 0; i < hs; i++) { s += dO[i] * v[i]; }
-                dp[j] = s;
-            }
-#else
-            for (int j = 0; j < len; j++) { dp[j] = 0.0f; }
-            int i = 0;
-            for (; i + 4 <= hs; i += 4) {
-                const float g0 = dO[i], g1 = dO[i + 1], g2 = dO[i + 2], g3 = dO[i + 3];
-                const float* v0 = vt + (size_t)i * T;
-                const float* v1 = v0 + T;
-                const float* v2 = v1 + T;
-                const float* v3 = v2 + T;
-                for (int j = 0; j < len; j++) { dp[j] += g0 * v0[j] + g1 * v1[j] + g2 * v2[j] + g3 * v3[j]; }
-            }
-            for (; i < hs; i++) {
-                const float gi = dO[i];
-                const float* vi = vt + (size_t)i * T;
-                for (int j = 0; j < len; j++) { dp[j] += gi * vi[j]; }
-            }
-#endif
-            /* softmax backward: dS = P * (dP - sum(P*dP)), pre-multiplied by scale */
-            float s = 0.0f;
-            for (int j = 0; j < len; j++) { s += P[j] * dp[j]; }
-            for (int j = 0; j < len; j++) { dp[j] = P[j] * (dp[j] - s) * scale; }
-            float* dq = dbase + (size_t)t * C3 + h * hs;
-            for (int c = 0; c < hs; c++) { dq[c] = 0.0f; }
-            for (int j = 0; j < len; j++) {
-                const float* kj = base + (size_t)j * C3 + C + h * hs;
-                float* dkj = dbase + (size_t)j * C3 + C + h * hs;
-                float* dvj = dkj + C;
-                const float ds = dp[j], pj = P[j];
-                for (int c = 0; c < hs; c++) {
-                    dq[c] += ds * kj[c];
-                    dkj[c] += ds * q[c];
-                    dvj[c] += pj * dO[c];
+            (void)rows; (void)Pt; (void)dOt;
+            for (int t = t0; t < t1; t++) { /* dP[t, j] = dO[t] . V[j], one dot product each */
+                for (int j = 0; j < t1; j++) {
+                    float s = 0.0f;
+                    #pragma omp simd reduction(+:s)
+                    for (int i = 0; i < hs; i++) { s += dO[(size_t)t * C + i] * V[(size_t)j * C3 + i]; }
+                    dS[(size_t)(t - t0) * T + j] = s;
                 }
             }
+#else
+            /* dP[t0:t1, 0:t1] = dO[t0:t1] V[0:t1]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, 1.0f, dOt, C, V, C3, 0.0f, dS, T);
+#endif
+            /* dS = P * (dP - rowsum(P * dP)) * scale (zero above the diagonal since P is) */
+            for (int t = t0; t < t1; t++) {
+                const float* pr = P + (size_t)t * T;
+                float* dr = dS + (size_t)(t - t0) * T;
+                float s = 0.0f;
+                for (int j = 0; j <= t; j++) { s += pr[j] * dr[j]; }
+                for (int j = 0; j < t1; j++) { dr[j] = pr[j] * (dr[j] - s) * scale; }
+            }
+#ifdef LLMC_CPU_NAIVE
+            for (int t = t0; t < t1; t++) { /* llm.c-style accumulation loops */
+                float* dq = dQ + (size_t)t * C3;
+                const float* q = Q + (size_t)t * C3;
+                const float* g = dO + (size_t)t * C;
+                for (int c = 0; c < hs; c++) { dq[c] = 0.0f; }
+                for (int j = 0; j <= t; j++) {
+                    const float ds = dS[(size_t)(t - t0) * T + j], pj = P[(size_t)t * T + j];
+                    for (int c = 0; c < hs; c++) {
+                        dq[c] += ds * K[(size_t)j * C3 + c];
+                        dK[(size_t)j * C3 + c] += ds * q[c];
+                        dV[(size_t)j * C3 + c] += pj * g[c];
+                    }
+                }
+            }
+#else
+            /* dV[0:t1] += P[t0:t1,0:t1]^T dO[t0:t1];  dQ[t0:t1] = dS K[0:t1];  dK[0:t1] += dS^T Q[t0:t1] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, Pt, T, dOt, C, 1.0f, dV, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, dS, T, K, C3, 0.0f,
+                        dQ + (size_t)t0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, dS, T, Q + (size_t)t0 * C3, C3,
+                        1.0f, dK, C3);
+#endif
         }
     }
 }
