@@ -658,6 +658,7 @@ typedef struct {
     int zero_stage, recompute, gelu_fusion, master_weights;
     int seed;
     int log_every;
+    int exit_after_steps;
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -697,6 +698,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->master_weights = 1;
     c->seed = 1337;
     c->log_every = 1;
+    c->exit_after_steps = 0;
 }
 
 #define NO_MIN (-INFINITY)
@@ -746,6 +748,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
+    SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
+         "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
 #undef SPEC
     return n;
 }
@@ -1221,6 +1225,7 @@ static void session_run(TrainSession* s) {
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->world.world;
     double train_seconds = 0.0;
+    int start_step = s->step;
     for (;;) {
         int last = s->step >= s->max_steps;
         if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
@@ -1257,9 +1262,14 @@ static void session_run(TrainSession* s) {
                      r.loss, r.grad_norm, r.lr, ms, tok_s);
         }
         logger_log(&s->logger, "train", s->step, fields);
+        int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
-            ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps)) {
+            ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {
             session_write_checkpoint(s);
+        }
+        if (exiting) {
+            if (s->world.rank == 0) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
+            return;
         }
     }
     if (s->world.rank == 0 && train_seconds > 0) {

@@ -54,8 +54,10 @@ static inline FILE* checkpoint_open_checked(const char* path, int header[FILE_HE
         FATAL("%s '%s' has magic number %d, expected %d: not a %s (%s)", what, path, header[0], magic, what, regen);
     }
     if (header[1] != version_a && header[1] != version_b) {
-        FATAL("%s '%s' has version %d, expected %d%s%s (%s)", what, path, header[1], version_a,
-              version_b != version_a ? " or " : "", "", regen);
+        if (version_b != version_a) {
+            FATAL("%s '%s' has version %d, expected %d or %d (%s)", what, path, header[1], version_a, version_b, regen);
+        }
+        FATAL("%s '%s' has version %d, expected %d (%s)", what, path, header[1], version_a, regen);
     }
     return f;
 }

@@ -1,0 +1,82 @@
+# dev/test/cli_bad_input.sh -- bad input gets one clear stderr line and a non-zero exit (no crash, no
+# assert, no silent default), and nothing the user had is overwritten.
+source "$(dirname "$0")/cli_lib.sh"
+VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
+
+expect_error "unknown flag" "unknown flag" -- $TRAIN -bogus 1
+expect_error "--batch-size" "misspelled flag suggests the right one" -- $TRAIN --batch-sise 4
+expect_error "-b" "missing value" -- $TRAIN -b
+expect_error "abc" "non-numeric value" -- $TRAIN -b abc
+expect_error "4x" "trailing garbage in a number" -- $TRAIN -b 4x
+expect_error "1e-3x" "non-numeric float" -- $TRAIN -l 1e-3x
+expect_error "-b" "negative batch size" -- $TRAIN -b -4
+expect_error "-t" "zero sequence length" -- $TRAIN -t 0
+expect_error "context length" "T above the model's context" -- $TRAIN -e d2 -t 1000
+expect_error "-d" "total batch not divisible by B*T" -- $TRAIN "${FAST[@]}" -d 1000
+expect_error "positional" "stray positional argument" -- $TRAIN "${FAST[@]}" extra
+expect_error "/nonexistent" "missing shard" -- $TRAIN "${FAST[@]}" -i "/nonexistent/shard_*.bin"
+head -c 2000 $VAL > "$TMP/truncated.bin"
+expect_error "truncated.bin" "truncated shard" -- $TRAIN "${FAST[@]}" -i "$TMP/truncated.bin"
+python3 -c "
+import struct,sys
+h=[0]*256; h[0]=20240520; h[1]=1; h[2]=50
+open('$TMP/short.bin','wb').write(struct.pack('<256i',*h)+bytes(100))
+h[0]=12345; h[2]=20000
+open('$TMP/badmagic.bin','wb').write(struct.pack('<256i',*h)+bytes(40000))
+h[0]=20240520; h[1]=9
+open('$TMP/badversion.bin','wb').write(struct.pack('<256i',*h)+bytes(40000))
+"
+expect_error "short.bin" "shard too short for one batch names the file and count" -- $TRAIN "${FAST[@]}" -i "$TMP/short.bin"
+expect_error "magic" "shard with the wrong magic" -- $TRAIN "${FAST[@]}" -i "$TMP/badmagic.bin"
+expect_error "version" "shard with the wrong version" -- $TRAIN "${FAST[@]}" -i "$TMP/badversion.bin"
+expect_error "neither a model descriptor" "unknown model descriptor / missing model file" -- $TRAIN -e d3
+python3 -c "
+import struct
+d=open('dev/test/fixtures/gpt2_fixture_model.bin','rb').read()
+h=list(struct.unpack('<256i',d[:1024]))
+h[1]=4
+open('$TMP/model_v4.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
+open('$TMP/model_trunc.bin','wb').write(d[:len(d)//2])
+h[1]=3; h[0]=1
+open('$TMP/model_magic.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
+"
+expect_error "version 4" "model file with the wrong version" -- $TRAIN -e "$TMP/model_v4.bin"
+expect_error "magic" "model file with the wrong magic" -- $TRAIN -e "$TMP/model_magic.bin"
+expect_error "bytes" "truncated model file" -- $TRAIN -e "$TMP/model_trunc.bin"
+expect_error "learning-rate schedule" "unknown learning-rate schedule" -- $TRAIN "${FAST[@]}" -k sawtooth
+expect_error "output directory" "output directory that cannot be created" -- $TRAIN "${FAST[@]}" -x 1 -o /dev/null/out
+expect_error "-o" "resume without an output directory" -- $TRAIN "${FAST[@]}" -y 1
+
+# missing tokenizer: training still runs, sampling says why it is off
+$TRAIN "${FAST[@]}" -x 2 -g 8 --tokenizer "$TMP/none.bin" > "$TMP/tok.out" 2> "$TMP/tok.err"
+rc=$?
+check $(( rc != 0 )) "missing tokenizer: training still runs (exit $rc)"
+grep -qi "tokenizer" "$TMP/tok.err" "$TMP/tok.out"
+check $? "missing tokenizer: a message says why decoding is off"
+
+# a fresh run never overwrites an earlier run's checkpoints
+D="$TMP/run"
+$TRAIN "${FAST[@]}" -x 2 -o "$D" > /dev/null 2>&1
+sum_before=$(cat "$D"/* | sha256sum)
+expect_error "already holds checkpoints" "fresh run into a directory with checkpoints is refused" -- $TRAIN "${FAST[@]}" -x 2 -o "$D"
+check $([ "$(cat "$D"/* | sha256sum)" = "$sum_before" ]; echo $?) "...and nothing in it changed"
+# resume with another configuration is refused, naming the field
+expect_error "micro-batch B" "resume with a different -b is refused" -- $TRAIN "${FAST[@]}" -b 2 -x 4 -o "$D" -y 1
+expect_error "L" "resume with a different model is refused" -- $TRAIN -e d4 -b 4 -t 32 -j '' -g 0 -x 4 -o "$D" -y 1
+# resume from a weights-only directory is refused
+W="$TMP/weights_only"; mkdir -p "$W"; cp "$D/model_00000002.bin" "$W/"
+expect_error "weights-only" "resume from weights only is refused" -- $TRAIN "${FAST[@]}" -x 4 -o "$W" -y 1
+
+# full disk during a checkpoint: the temp file is removed, the previous checkpoint survives
+F="$TMP/full"
+$TRAIN "${FAST[@]}" -x 4 -n 2 -o "$F" > /dev/null 2>&1
+sum_before=$(cat "$F/model_00000004.bin" "$F/state_00000004_00000.bin" | sha256sum)
+( ulimit -f 8000; exec $TRAIN "${FAST[@]}" -x 6 -n 2 -o "$F" -y 1 ) > "$TMP/full.out" 2> "$TMP/full.err"
+rc=$?
+check $(( rc == 0 || rc >= 128 )) "write failure during a checkpoint exits non-zero without a crash (exit $rc: $(head -c 300 "$TMP/full.err"))"
+test "$(grep -c '' "$TMP/full.err")" -eq 1 && grep -q "^error: .*temp file removed" "$TMP/full.err"
+check $? "...with one error line saying the temp file was removed"
+ls "$F" | grep -q '\.tmp$'
+check $(( $? == 0 )) "...no .tmp file is left behind ($(ls "$F" | tr '\n' ' '))"
+test "$(cat "$F/model_00000004.bin" "$F/state_00000004_00000.bin" | sha256sum)" = "$sum_before" && test -f "$F/DONE_00000004" && test ! -f "$F/DONE_00000006"
+check $? "...the previous checkpoint (step 4) is intact and the failed one is not marked complete"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# dev/test/run_tests.sh -- runs the whole CPU test suite (what `make test` and CI run).
+#
+# Runs, in order: every build/test_* unit-test program, every build/emu_test_* program (CUDA kernels
+# on the CPU execution layer), ./test_gpt_cpu (model vs the PyTorch fixture), ./test_gpt_emu if built,
+# and every dev/test/cli_*.sh script (the real CLI: resume, bad input, multi-process runs).
+# Each prints "ok - ..." / "not ok - ..." lines; this script counts them. A program that exits
+# non-zero without a "not ok" line, or prints no check at all, counts as one failure.
+# Ends with the line "N passed, M failed" and exits non-zero if anything failed.
+# Set TESTS_FILTER=regex to run only matching programs.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+passed=0
+failed=0
+failed_names=()
+
+run_one() {
+    local name="$1"; shift
+    if [ -n "${TESTS_FILTER:-}" ] && ! [[ "$name" =~ ${TESTS_FILTER} ]]; then return; fi
+    echo "=== $name"
+    local log
+    log=$(mktemp)
+    local start=$SECONDS
+    "$@" > "$log" 2>&1
+    local rc=$?
+    cat "$log"
+    local p f
+    p=$(grep -c '^ok - ' "$log")
+    f=$(grep -c '^not ok - ' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok - $name exited with status $rc without reporting a failed check"
+        f=1
+    fi
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok - $name ran no checks"
+        f=1
+    fi
+    echo "--- $name: $p passed, $f failed ($((SECONDS - start)) s)"
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [ "$f" -gt 0 ]; then failed_names+=("$name"); fi
+    rm -f "$log"
+}
+
+for t in build/test_*; do
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
+for t in build/emu_test_*; do
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
+run_one test_gpt_cpu ./test_gpt_cpu
+if [ -x ./test_gpt_emu ]; then run_one test_gpt_emu ./test_gpt_emu; fi
+for t in dev/test/cli_*.sh; do
+    [ -f "$t" ] && run_one "$(basename "$t")" bash "$t"
+done
+
+echo
+if [ "${#failed_names[@]}" -gt 0 ]; then echo "failing: ${failed_names[*]}"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
