@@ -50,7 +50,7 @@ for t in build/emu_test_*; do
 done
 run_one test_gpt_cpu ./test_gpt_cpu
 if [ -x ./test_gpt_emu ]; then run_one test_gpt_emu ./test_gpt_emu; fi
-for t in dev/test/cli_*.sh; do
+for t in dev/test/cli_*.sh dev/test/check_*.sh; do
     [ -f "$t" ] && run_one "$(basename "$t")" bash "$t"
 done
 

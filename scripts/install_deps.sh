@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
+# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts). Skips what is installed.
+# The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, cuDNN 9, NCCL) in /usr/local/cuda.
+set -euo pipefail
+pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+else
+    echo "dependencies: all installed (${pkgs[*]})"
+fi
