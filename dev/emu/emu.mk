@@ -1,0 +1,50 @@
+# dev/emu/emu.mk -- builds the CUDA-on-CPU execution layer tests (included by the top-level Makefile).
+#
+#   build/emu_test_runtime            self-tests of dev/emu/emu.h + emu_mma.h with toy kernels
+#   build/emu_test_kernels_fp32       every llmc/cuda kernel module vs a CPU reference, floatX = float
+#   build/emu_test_kernels_bf16       the same with floatX = bf16 (default GPU precision)
+#   test_gpt_emu                      the whole model step (test_gpt.cu) on the emulator, FP32
+#
+# All are built with g++ -std=c++17 -O2 -DLLMC_EMU; no GPU, no CUDA libraries (only the CUDA headers).
+
+EMU_CXX      ?= $(CXX)
+EMU_CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda_bf16.h) /usr/local/cuda/include/cuda_bf16.h)
+EMU_CXXFLAGS := -std=c++17 -O2 -g -DLLMC_EMU -I. -I$(dir $(EMU_CUDA_INC)) \
+                -Wall -Wextra -Wno-unused-function -Wno-class-memaccess -Wno-unknown-pragmas
+EMU_LIBS     := -lm -lpthread
+EMU_DEPS     := $(wildcard dev/emu/*.h) dev/test/testing.h $(wildcard llmc/*.h llmc/cuda/*.cuh)
+# the CPU reference is the CPU backend, compiled as C in its own translation unit
+EMU_REF_CFLAGS := -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -I. -Wall -Wextra -Wno-unknown-pragmas
+EMU_REF_LIBS   := -fopenmp -lopenblas -lm
+
+EMU_TEST_BINS := $(BUILD)/emu_test_runtime
+ifneq ($(wildcard dev/emu/test_kernels.cpp),)
+EMU_TEST_BINS += $(BUILD)/emu_test_kernels_fp32 $(BUILD)/emu_test_kernels_bf16
+endif
+
+$(BUILD)/emu_test_runtime: dev/emu/test_emu_runtime.cpp $(EMU_DEPS)
+	@mkdir -p $(BUILD)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $< $(EMU_LIBS) -o $@
+
+$(BUILD)/emu_cpu_reference.o: dev/emu/cpu_reference.c dev/emu/cpu_reference.h $(wildcard llmc/*.h llmc/cpu/*.h)
+	@mkdir -p $(BUILD)
+	$(CC) $(EMU_REF_CFLAGS) -c $< -o $@
+
+$(BUILD)/emu_test_kernels_fp32: dev/emu/test_kernels.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
+	@mkdir -p $(BUILD)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
+
+$(BUILD)/emu_test_kernels_bf16: dev/emu/test_kernels.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
+	@mkdir -p $(BUILD)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
+
+# the whole model step on the emulator (test_gpt.cu is the lead's; tolerated while it does not exist)
+test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
+	@test -f test_gpt.cu || { echo "test_gpt_emu: test_gpt.cu does not exist yet" >&2; exit 1; }
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
+
+unit-tests: $(EMU_TEST_BINS)
+
+.PHONY: emu-tests
+emu-tests: $(EMU_TEST_BINS)
+	@for t in $(EMU_TEST_BINS); do echo "== $$t"; ./$$t || exit 1; done
