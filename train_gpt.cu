@@ -1190,6 +1190,11 @@ static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_sp
     printf("| processes / ZeRO      | %d / stage %d\n", s->world.world, s->cfg.zero_stage);
     printf("+-----------------------+------------------------------------------------\n");
     print_memory_ledger(s);
+    int nd, no;
+    size_t vd, vo;
+    gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
+    printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
+           vd, no, vo);
     char* json = args_config_json(specs, n_specs);
     size_t cap = strlen(json) + 512;
     char* fields = (char*)malloc_check(cap, "config json");

@@ -17,3 +17,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     echo "dependencies: all installed (${pkgs[*]})"
 fi
+# the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
+if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    if ! python3 -c "import cudnn" > /dev/null 2>&1; then
+        echo "installing nvidia-cudnn-frontend (headers for USE_CUDNN=1)"
+        python3 -m pip install -q nvidia-cudnn-frontend || echo "warning: could not install nvidia-cudnn-frontend; USE_CUDNN=1 builds will fail"
+    fi
+fi
