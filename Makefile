@@ -74,13 +74,18 @@ unit-tests: $(TEST_BINS)
 test: train_gpt_cpu test_gpt_cpu unit-tests
 	bash dev/test/run_tests.sh
 
-test-gpu: test_gpt
+# FP32 build of the model test (TF32 off) next to the default BF16 one
+test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
+	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+
+test-gpu: test_gpt test_gpt_fp32
 	./test_gpt
+	./test_gpt_fp32
 
 fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu test_gpt test_gpt_cpu test_gpt_emu
+	rm -rf $(BUILD) train_gpt train_gpt_cpu test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu
 
 .PHONY: test test-gpu fixture clean unit-tests
