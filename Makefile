@@ -29,6 +29,10 @@ CPU_DEPS   := $(wildcard llmc/*.h llmc/cpu/*.h)
 train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
 
+# the speed baseline: matmul and attention as plain OpenMP loops in the style of llm.c's train_gpt2.c
+train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)
+	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
+
 test_gpt_cpu: test_gpt.cu train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -Wno-unused-function -x c test_gpt.cu -x none $(CPU_LIBS) -o $@
 
@@ -86,6 +90,6 @@ fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu
+	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu
 
 .PHONY: test test-gpu fixture clean unit-tests
