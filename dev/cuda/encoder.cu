@@ -1,0 +1,75 @@
+/*
+ * dev/cuda/encoder.cu -- checks and times encoder_forward / encoder_backward (llmc/cuda/encoder.cuh)
+ * at GPT-2 124M shapes: B=8, T=1024, C=768, Vp=50304.
+ * Tokens are drawn from a skewed distribution (half of them from 64 ids) so buckets have very
+ * different sizes, as in real text.
+ * Tolerances: forward is one fp32 add rounded once: UNIT_ROUNDOFF*|ref|. Backward adds a fp32 sum of
+ * up to B*T terms (fp32 accumulation error ~ count * 2^-24 * sum|terms|, covered by atol 1e-4 here
+ * since |dout| <= 1e-2) to an accumulator rounded once: UNIT_ROUNDOFF*|ref|.
+ * Determinism: two backward runs from the same state must be bitwise identical.
+ */
+#include "common.h"
+
+int main(void) {
+    backend_init(0, 1);
+    const int B = 8, T = 1024, C = 768, V = 50257, Vp = 50304, maxT = 1024;
+    const size_t N = (size_t)B * T;
+    std::vector<int> tok(N);
+    uint64_t s = 7;
+    for (size_t i = 0; i < N; i++) {
+        tok[i] = (rng_next(&s) & 1) ? (int)(rng_next(&s) % 64) : (int)(rng_next(&s) % V);
+    }
+    int* dtok = (int*)dev_malloc(N * sizeof(int), "tokens");
+    dev_memcpy_h2d(dtok, tok.data(), N * sizeof(int));
+    std::vector<float> hwte((size_t)Vp * C), hwpe((size_t)maxT * C), hdout(N * C);
+    floatX* wte = upload_random(hwte.data(), hwte.size(), -1.0f, 1.0f, 1, "wte");
+    floatX* wpe = upload_random(hwpe.data(), hwpe.size(), -1.0f, 1.0f, 2, "wpe");
+    floatX* dout = upload_random(hdout.data(), hdout.size(), -1e-2f, 1e-2f, 3, "dout");
+    floatX* out = (floatX*)dev_malloc(N * C * sizeof(floatX), "out");
+
+    poison(out, N * C * sizeof(floatX));
+    encoder_forward(out, dtok, wte, wpe, B, T, C);
+    std::vector<double> ref(N * C);
+    for (size_t i = 0; i < N; i++) {
+        for (int c = 0; c < C; c++) { ref[i * C + c] = (double)hwte[(size_t)tok[i] * C + c] + hwpe[(i % T) * C + c]; }
+    }
+    std::vector<float> got = download(out, N * C);
+    check_close("encoder_forward", got.data(), ref.data(), N * C, 1e-7, UNIT_ROUNDOFF);
+
+    /* backward: accumulate into copies of wte/wpe (random initial grads) */
+    floatX* dwte = (floatX*)dev_malloc(hwte.size() * sizeof(floatX), "dwte");
+    floatX* dwpe = (floatX*)dev_malloc(hwpe.size() * sizeof(floatX), "dwpe");
+    floatX* dwte2 = (floatX*)dev_malloc(hwte.size() * sizeof(floatX), "dwte2");
+    floatX* dwpe2 = (floatX*)dev_malloc(hwpe.size() * sizeof(floatX), "dwpe2");
+    dev_memcpy_d2d(dwte, wte, hwte.size() * sizeof(floatX));
+    dev_memcpy_d2d(dwpe, wpe, hwpe.size() * sizeof(floatX));
+    dev_memcpy_d2d(dwte2, wte, hwte.size() * sizeof(floatX));
+    dev_memcpy_d2d(dwpe2, wpe, hwpe.size() * sizeof(floatX));
+    encoder_backward(dwte, dwpe, dout, dtok, tok.data(), B, T, C);
+    encoder_backward(dwte2, dwpe2, dout, dtok, tok.data(), B, T, C);
+    std::vector<double> rwte(hwte.begin(), hwte.end()), rwpe(hwpe.begin(), hwpe.end());
+    for (size_t i = 0; i < N; i++) {
+        for (int c = 0; c < C; c++) {
+            rwte[(size_t)tok[i] * C + c] += hdout[i * C + c];
+            rwpe[(i % T) * C + c] += hdout[i * C + c];
+        }
+    }
+    got = download(dwte, hwte.size());
+    check_close("encoder_backward dwte", got.data(), rwte.data(), rwte.size(), 1e-4, UNIT_ROUNDOFF);
+    got = download(dwpe, hwpe.size());
+    check_close("encoder_backward dwpe", got.data(), rwpe.data(), rwpe.size(), 1e-4, UNIT_ROUNDOFF);
+    check_bitwise("encoder_backward deterministic (dwte)", dwte, dwte2, hwte.size() * sizeof(floatX));
+    check_bitwise("encoder_backward deterministic (dwpe)", dwpe, dwpe2, hwpe.size() * sizeof(floatX));
+
+    const double eb = sizeof(floatX);
+    /* forward floor: write out, read wpe rows (T*C) and the distinct wte rows (<= N*C), tokens */
+    report_bw("encoder_forward", bench_ms([&] { encoder_forward(out, dtok, wte, wpe, B, T, C); }),
+              eb * (2.0 * N * C + (double)T * C) + 4.0 * N);
+    report_bw("encoder_backward (incl. host bucketing)",
+              bench_ms([&] { encoder_backward(dwte, dwpe, dout, dtok, tok.data(), B, T, C); }),
+              eb * (2.0 * N * C + 2.0 * (double)T * C));
+    dev_free(dtok); dev_free(wte); dev_free(wpe); dev_free(dout); dev_free(out);
+    dev_free(dwte); dev_free(dwpe); dev_free(dwte2); dev_free(dwpe2);
+    backend_shutdown();
+    return finish("encoder");
+}

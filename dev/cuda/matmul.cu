@@ -1,0 +1,143 @@
+/*
+ * dev/cuda/matmul.cu -- checks and times matmul_forward / matmul_backward (llmc/cuda/matmul.cuh,
+ * cuBLASLt) at the GPT-2 124M MLP shape: N = B*T = 8*1024, C = 768, OC = 3072 (fc layer, GELU epilogue).
+ * Reference: fp64 dot products on the same rounded inputs, on a sample of 64 rows of out/dinp and
+ * 32 rows of dweight (the full fp64 reference would take minutes).
+ * Tolerance: |err| <= UNIT_ROUNDOFF*|ref| (one output rounding) + K * 2^-22 * sum_k |a_k b_k|
+ * (fp32 accumulation of K products, with margin) + fast-math tanh for the GELU output.
+ * dbias: fixed-order fp32 sums of N terms rounded once into floatX. Determinism of dbias checked bitwise.
+ */
+#include "common.h"
+
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_ref(double x) {
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+int main(void) {
+    backend_init(0, 1);
+    const int N = 8 * 1024, C = 768, OC = 3072;
+    const size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    std::vector<float> hx(NC), hw(OCC), hb(OC), hdout(NO), hdw(OCC), hdb(OC);
+    floatX* x = upload_random(hx.data(), NC, -1.0f, 1.0f, 1, "inp");
+    floatX* w = upload_random(hw.data(), OCC, -0.06f, 0.06f, 2, "weight");
+    floatX* b = upload_random(hb.data(), OC, -0.1f, 0.1f, 3, "bias");
+    floatX* dout = upload_random(hdout.data(), NO, -1.0f, 1.0f, 4, "dout");
+    floatX* dw = upload_random(hdw.data(), OCC, -0.1f, 0.1f, 5, "dweight");
+    floatX* db = upload_random(hdb.data(), OC, -0.1f, 0.1f, 6, "dbias");
+    floatX* out = (floatX*)dev_malloc(NO * sizeof(floatX), "out");
+    floatX* pre = (floatX*)dev_malloc(NO * sizeof(floatX), "pre_gelu");
+    floatX* dinp = (floatX*)dev_malloc(NC * sizeof(floatX), "dinp");
+    floatX* dout2 = (floatX*)dev_malloc(NO * sizeof(floatX), "dout copy");
+    float* scratch = (float*)dev_malloc(matmul_scratch_floats(N, C, OC) * sizeof(float), "scratch");
+    const double acc_eps = 1.0 / 4194304.0; /* 2^-22 */
+
+    const int SR = 64;
+    std::vector<int> rows(SR);
+    for (int i = 0; i < SR; i++) { rows[i] = (int)(((size_t)i * 2654435761u) % N); }
+    std::vector<size_t> idx((size_t)SR * OC);
+    std::vector<double> ref((size_t)SR * OC), tol_abs((size_t)SR * OC);
+
+    /* forward with bias, no GELU */
+    poison(out, NO * sizeof(floatX));
+    matmul_forward(out, x, w, b, N, C, OC, NULL);
+    std::vector<float> got = download(out, NO);
+    double max_absdot = 0;
+    for (int i = 0; i < SR; i++) {
+        for (int o = 0; o < OC; o++) {
+            double s = hb[o], sa = fabs(hb[o]);
+            for (int c = 0; c < C; c++) {
+                double p = (double)hx[(size_t)rows[i] * C + c] * hw[(size_t)o * C + c];
+                s += p; sa += fabs(p);
+            }
+            ref[(size_t)i * OC + o] = s;
+            idx[(size_t)i * OC + o] = (size_t)rows[i] * OC + o;
+            if (sa > max_absdot) { max_absdot = sa; }
+        }
+    }
+    const double atol_fwd = C * acc_eps * max_absdot + 1e-6;
+    check_close_idx("matmul_forward (bias)", got.data(), ref.data(), idx.data(), idx.size(), atol_fwd, UNIT_ROUNDOFF);
+    /* all elements written (NaN poison gone) */
+    { size_t nan = 0; for (size_t i = 0; i < NO; i++) { nan += got[i] != got[i]; } check_true("matmul_forward wrote every element", nan == 0); }
+
+    /* forward with GELU epilogue: pre_gelu = xW^T+b, out = gelu(pre_gelu) */
+    poison(out, NO * sizeof(floatX)); poison(pre, NO * sizeof(floatX));
+    matmul_forward(out, x, w, b, N, C, OC, pre);
+    std::vector<float> gpre = download(pre, NO);
+    got = download(out, NO);
+    check_close_idx("matmul_forward pre_gelu", gpre.data(), ref.data(), idx.data(), idx.size(), atol_fwd, UNIT_ROUNDOFF);
+    std::vector<double> rg(ref.size());
+    for (size_t k = 0; k < ref.size(); k++) { rg[k] = gelu_ref(ref[k]); }
+    check_close_idx("matmul_forward gelu(out)", got.data(), rg.data(), idx.data(), idx.size(),
+                    atol_fwd + 2.0 * FAST_MATH_REL, UNIT_ROUNDOFF);
+
+    /* backward with pre_gelu: dout *= gelu'(pre); dbias += colsum; dinp = dout W; dW += dout^T x */
+    std::vector<float> hpre = gpre;
+    dev_memcpy_d2d(dout2, dout, NO * sizeof(floatX));
+    floatX* db2 = (floatX*)dev_malloc(OC * sizeof(floatX), "dbias copy");
+    dev_memcpy_d2d(db2, db, OC * sizeof(floatX));
+    poison(dinp, NC * sizeof(floatX));
+    matmul_backward(dinp, dw, db, dout, x, w, scratch, N, C, OC, pre);
+    std::vector<float> gdout = download(dout, NO); /* rounded dgelu'd dout the GEMMs used */
+    std::vector<double> rdout(NO);
+    for (size_t k = 0; k < NO; k++) { rdout[k] = hdout[k] * gelu_grad_ref(hpre[k]); }
+    check_close("matmul_backward dout*gelu'(pre)", gdout.data(), rdout.data(), NO, 8.0 * FAST_MATH_REL, UNIT_ROUNDOFF);
+    std::vector<double> rdb(hdb.begin(), hdb.end());
+    double max_abscol = 0;
+    {
+        std::vector<double> absc(OC, 0.0);
+        for (size_t r = 0; r < (size_t)N; r++) {
+            for (int o = 0; o < OC; o++) { rdb[o] += gdout[r * OC + o]; absc[o] += fabs(gdout[r * OC + o]); }
+        }
+        for (int o = 0; o < OC; o++) { max_abscol = std::max(max_abscol, absc[o]); }
+    }
+    check_close("matmul_backward dbias", download(db, OC).data(), rdb.data(), OC, N * acc_eps * max_abscol + 1e-6, UNIT_ROUNDOFF);
+    /* dinp sample rows */
+    got = download(dinp, NC);
+    std::vector<size_t> idx2((size_t)SR * C);
+    std::vector<double> ref2((size_t)SR * C);
+    double max_abs2 = 0;
+    for (int i = 0; i < SR; i++) {
+        for (int c = 0; c < C; c++) {
+            double s = 0, sa = 0;
+            for (int o = 0; o < OC; o++) { double p = (double)gdout[(size_t)rows[i] * OC + o] * hw[(size_t)o * C + c]; s += p; sa += fabs(p); }
+            ref2[(size_t)i * C + c] = s; idx2[(size_t)i * C + c] = (size_t)rows[i] * C + c;
+            max_abs2 = std::max(max_abs2, sa);
+        }
+    }
+    check_close_idx("matmul_backward dinp", got.data(), ref2.data(), idx2.data(), idx2.size(), OC * acc_eps * max_abs2 + 1e-6, UNIT_ROUNDOFF);
+    /* dweight sample rows o */
+    got = download(dw, OCC);
+    const int SO = 32;
+    std::vector<size_t> idx3((size_t)SO * C);
+    std::vector<double> ref3((size_t)SO * C);
+    double max_abs3 = 0;
+    for (int j = 0; j < SO; j++) {
+        int o = (int)(((size_t)j * 40503u) % OC);
+        for (int c = 0; c < C; c++) {
+            double s = hdw[(size_t)o * C + c], sa = fabs(s);
+            for (int r = 0; r < N; r++) { double p = (double)gdout[(size_t)r * OC + o] * hx[(size_t)r * C + c]; s += p; sa += fabs(p); }
+            ref3[(size_t)j * C + c] = s; idx3[(size_t)j * C + c] = (size_t)o * C + c;
+            max_abs3 = std::max(max_abs3, sa);
+        }
+    }
+    check_close_idx("matmul_backward dweight (+=)", got.data(), ref3.data(), idx3.data(), idx3.size(), N * acc_eps * max_abs3 + 1e-6, UNIT_ROUNDOFF);
+    /* determinism of the fused dgelu + dbias pass */
+    matmul_backward(dinp, dw, db2, dout2, x, w, scratch, N, C, OC, pre);
+    check_bitwise("matmul_backward dbias deterministic", db, db2, OC * sizeof(floatX));
+    check_bitwise("matmul_backward dgelu deterministic", dout, dout2, NO * sizeof(floatX));
+
+    const double flops_f = 2.0 * N * C * OC;
+    report_flops("matmul_forward (bias)", bench_ms([&] { matmul_forward(out, x, w, b, N, C, OC, NULL); }), flops_f);
+    report_flops("matmul_forward (bias+gelu)", bench_ms([&] { matmul_forward(out, x, w, b, N, C, OC, pre); }), flops_f);
+    report_flops("matmul_backward (dbias, no gelu)", bench_ms([&] { matmul_backward(dinp, dw, db, dout, x, w, scratch, N, C, OC, NULL); }), 2.0 * flops_f);
+    report_bw("matmul_dbias + dgelu pass alone", bench_ms([&] { matmul_dbias(db, dout2, pre, scratch, N, OC); }),
+              3.0 * NO * sizeof(floatX));
+    /* the attention projection and lm-head shapes */
+    report_flops("matmul_forward qkv (768->2304)", bench_ms([&] { matmul_forward(out, x, w, b, N, C, 2304, NULL); }), 2.0 * N * C * 2304);
+    dev_free(x); dev_free(w); dev_free(b); dev_free(dout); dev_free(dw); dev_free(db); dev_free(db2);
+    dev_free(out); dev_free(pre); dev_free(dinp); dev_free(dout2); dev_free(scratch);
+    backend_shutdown();
+    return finish("matmul");
+}
