@@ -36,6 +36,7 @@
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
 #include "llmc/checkpoint.h"
+#include "llmc/loss_scaler.h"
 
 /* ============================================================ configuration */
 
@@ -777,6 +778,8 @@ typedef struct {
     int max_steps;
     uint64_t sample_rng;       /* xorshift state for sampling */
     size_t shard_start, shard_end; /* range of the flat parameters whose optimizer state this rank owns */
+    int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
+    LossScaler scaler;
 } TrainSession;
 
 static int is_model_descriptor(const char* s) {
@@ -791,7 +794,7 @@ static int is_model_descriptor(const char* s) {
  *   [9] L  [10] C  [11] NH  [12] V  [13] Vp  [14] maxT  [15] has fp32 master weights
  *   [16,17] num_parameters  [18,19] optimizer shard start  [20,21] shard size (uint64 as lo,hi int32)
  *   [22,23] train loader epoch  [24,25] train loader position  [26,27] sampling RNG state
- *   [28] sizeof(floatX)  [29] seed
+ *   [28] sizeof(floatX)  [29] seed  [30] loss scale (fp32 bits)  [31] loss scaler good steps
  * body: m (shard, fp32), v (shard, fp32), then master weights (shard, fp32) if [15] == 1. */
 static void header_put_u64(int* h, int i, uint64_t v) { h[i] = (int)(uint32_t)(v & 0xffffffffu); h[i + 1] = (int)(uint32_t)(v >> 32); }
 static uint64_t header_get_u64(const int* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
@@ -816,6 +819,8 @@ static void session_write_state(const TrainSession* s, const char* path) {
     header_put_u64(h, 26, s->sample_rng);
     h[28] = (int)sizeof(floatX);
     h[29] = s->cfg.seed;
+    memcpy(&h[30], &s->scaler.scale, sizeof(float));
+    h[31] = s->scaler.good_steps;
     size_t n = s->shard_end - s->shard_start;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     AtomicFile af;
@@ -885,6 +890,8 @@ static void session_read_state(TrainSession* s, const char* path) {
     ls.position = header_get_u64(h, 24);
     dataloader_set_state(&s->train_loader, &ls);
     s->sample_rng = header_get_u64(h, 26);
+    memcpy(&s->scaler.scale, &h[30], sizeof(float));
+    s->scaler.good_steps = h[31];
 }
 
 /* writes checkpoint `step` (model by rank 0, state by every rank, then the DONE marker) and prunes old ones */
@@ -1011,6 +1018,8 @@ static StepResult session_train_step(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     int B = cfg->B, T = cfg->T;
     float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    float loss_scale = s->loss_scaling ? s->scaler.scale : 1.0f;
+    dloss *= loss_scale; /* FP16: scale the loss so small gradients do not flush to zero (Micikevicius et al. 2018) */
     gpt2_zero_grad(m);
     double loss_sum = 0.0;
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
@@ -1023,15 +1032,24 @@ static StepResult session_train_step(TrainSession* s) {
     }
     StepResult r;
     r.loss = (float)(loss_sum / s->grad_accum_steps);
-    r.grad_norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters));
+    int skip_update = 0;
+    if (s->loss_scaling) {
+        /* inf/NaN in the scaled gradients: halve the scale and skip this update (dynamic loss scaling) */
+        skip_update = loss_scaler_update(&s->scaler, has_inf_or_nan(m->grads_memory, m->num_parameters));
+    }
+    r.grad_norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters)) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
     AdamWStep st;
     st.learning_rate = r.lr;
     st.beta1 = cfg->beta1; st.beta2 = cfg->beta2; st.eps = cfg->eps; st.weight_decay = cfg->weight_decay;
-    st.grad_scale = clip_scale(r.grad_norm, cfg->grad_clip);
+    st.grad_scale = clip_scale(r.grad_norm, cfg->grad_clip) / loss_scale;
     st.t = s->step + 1;
     st.seed = (unsigned int)cfg->seed;
-    gpt2_update_range(m, s->shard_start, s->shard_end, s->shard_start, &st);
+    if (!skip_update) {
+        gpt2_update_range(m, s->shard_start, s->shard_end, s->shard_start, &st);
+    } else if (s->world.rank == 0) {
+        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
+    }
     s->step++;
     return r;
 }
@@ -1141,6 +1159,8 @@ static void session_init(TrainSession* s) {
     s->shard_start = 0;
     s->shard_end = s->model.num_parameters;
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
+    s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;
+    loss_scaler_init(&s->scaler, 65536.0f, 1000);
     s->step = 0;
     if (resume_step >= 0) {
         char path[1024];
