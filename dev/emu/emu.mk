@@ -18,7 +18,7 @@ EMU_REF_CFLAGS := -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -I. -Wall -Wextra -Wno-
 EMU_REF_LIBS   := -fopenmp -lopenblas -lm
 
 EMU_TEST_BINS := $(BUILD)/emu_test_runtime
-ifneq ($(wildcard dev/emu/test_kernels.cpp),)
+ifneq ($(wildcard dev/emu/test_kernels_ops.cpp),)
 EMU_TEST_BINS += $(BUILD)/emu_test_kernels_fp32 $(BUILD)/emu_test_kernels_bf16
 endif
 
@@ -30,11 +30,11 @@ $(BUILD)/emu_cpu_reference.o: dev/emu/cpu_reference.c dev/emu/cpu_reference.h $(
 	@mkdir -p $(BUILD)
 	$(CC) $(EMU_REF_CFLAGS) -c $< -o $@
 
-$(BUILD)/emu_test_kernels_fp32: dev/emu/test_kernels.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
+$(BUILD)/emu_test_kernels_fp32: dev/emu/test_kernels_ops.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
 	@mkdir -p $(BUILD)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
 
-$(BUILD)/emu_test_kernels_bf16: dev/emu/test_kernels.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
+$(BUILD)/emu_test_kernels_bf16: dev/emu/test_kernels_ops.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
 	@mkdir -p $(BUILD)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
 

@@ -1,0 +1,59 @@
+/* dev/emu/cpu_reference.c -- see dev/emu/cpu_reference.h. One C11 translation unit with the CPU backend. */
+#include "llmc/cpu/backend.h"
+#include "dev/emu/cpu_reference.h"
+
+void ref_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+void ref_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    encoder_backward(dwte, dwpe, dout, inp, inp, B, T, C);
+}
+void ref_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                           int N, int C) {
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+void ref_fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* inp1,
+                                          const float* inp2, const float* w, const float* b, int N, int C) {
+    fused_residual_layernorm_forward(residual, out, mean, rstd, inp1, inp2, w, b, N, C);
+}
+void ref_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                            const float* mean, const float* rstd, int N, int C) {
+    float* scratch = (float*)calloc(layernorm_scratch_floats(N, C) + 1, sizeof(float));
+    layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
+    free(scratch);
+}
+void ref_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        float* pre_gelu) {
+    matmul_forward(out, inp, weight, bias, N, C, OC, pre_gelu);
+}
+void ref_matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC, const float* pre_gelu) {
+    float* scratch = (float*)calloc(matmul_scratch_floats(N, C, OC) + 1, sizeof(float));
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, pre_gelu);
+    free(scratch);
+}
+void ref_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward(out, inp, n); }
+void ref_gelu_backward_inplace(float* d, const float* inp, size_t n) { gelu_backward_inplace(d, inp, n); }
+void ref_residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward(out, a, b, n); }
+void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
+                                    int NH) {
+    float* state = (float*)calloc(attention_state_floats(B, T, NH) + 1, sizeof(float));
+    float* scratch = (float*)calloc(attention_scratch_floats(B, T, C, NH) + 1, sizeof(float));
+    attention_forward(out, state, scratch, qkv, B, T, C, NH);
+    if (dqkv) { attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH); }
+    free(state);
+    free(scratch);
+}
+void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
+                          int write_dlogits) {
+    fused_classifier(logits, losses, dloss, targets, N, V, Vp, write_dlogits);
+}
+void ref_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    adamw_update(params, NULL, grads, m, v, n, 0, lr, beta1, beta2, eps, weight_decay, grad_scale, t, 0);
+}
+void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulate) {
+    global_norm_squared(out, g, n, accumulate);
+}
+void ref_scale_floats(float* x, float s, size_t n) { scale_floats(x, s, n); }
+int ref_has_inf_or_nan(const float* x, size_t n) { return has_inf_or_nan(x, n); }

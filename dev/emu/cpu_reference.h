@@ -1,0 +1,42 @@
+/*
+ * dev/emu/cpu_reference.h -- the CPU backend (llmc/cpu/, floatX = float) exported as ref_* functions
+ * with C linkage, so a C++ test compiled against the CUDA backend on the emulator (which defines the
+ * same function names) can link against it. Implemented in dev/emu/cpu_reference.c (its own C
+ * translation unit). All pointers are host memory, fp32; scratch/state buffers are allocated inside.
+ * attention: the CPU backend's saved state (probabilities) differs from the GPU's (log-sum-exp), so
+ * ref_attention_forward_backward runs both directions with its own state.
+ */
+#ifndef LLMC_DEV_EMU_CPU_REFERENCE_H
+#define LLMC_DEV_EMU_CPU_REFERENCE_H
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+void ref_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
+void ref_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
+void ref_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                           int N, int C);
+void ref_fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* inp1,
+                                          const float* inp2, const float* w, const float* b, int N, int C);
+void ref_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                            const float* mean, const float* rstd, int N, int C);
+void ref_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        float* pre_gelu);
+void ref_matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC, const float* pre_gelu);
+void ref_gelu_forward(float* out, const float* inp, size_t n);
+void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
+void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
+void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
+                                    int NH);
+void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
+                          int write_dlogits);
+void ref_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, float grad_scale, int t);
+void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulate);
+void ref_scale_floats(float* x, float s, size_t n);
+int ref_has_inf_or_nan(const float* x, size_t n);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,540 @@
+/*
+ * dev/emu/test_kernels_ops.cpp -- every llmc/cuda kernel module, forward and backward, run through the
+ * CPU execution layer (dev/emu/) and compared with the CPU backend (dev/emu/cpu_reference.c).
+ *
+ * - Fresh random seed per run (printed; EMU_SEED=<n> reproduces a run).
+ * - Inputs are rounded to floatX first, so both backends see identical values.
+ * - Outputs that an op overwrites are poisoned (0xFF bytes = NaN) before the run, so an element the
+ *   kernels never write fails the check; accumulated outputs start from the same random values.
+ * - Shapes: the fixture config (B=4,T=32,C=64,NH=4,V=100,Vp=128) and awkward ones: C not a multiple
+ *   of the 128-bit vector width (bf16: 8, fp32: 4), T and N not multiples of any block size, N=1,
+ *   T=1, head sizes 16/32/64/128 (tensor-core attention in bf16) and 6/12 (fallback), odd element
+ *   counts for elementwise ops. Both attention paths are forced where both apply.
+ * - Every __global__ kernel in llmc/cuda/*.cuh (except the cuDNN file) must have been launched at
+ *   least once (tensor-core kernels only in 16-bit builds), and the distinct instantiations are listed.
+ * - Determinism: the backward ops run twice and must be bit-identical.
+ * - Error measure: max_i |got_i - ref_i| / max_i |ref_i| (NaN counts as infinite).
+ * Tolerances (argued from the arithmetic, not fitted):
+ *   FP32 build: forward 1e-5 (fp32 epsilon 6e-8 times sums of at most a few hundred terms, and
+ *   libm/fast-math differences of a few ulp); backward 1e-4 (longer reductions: up to N*... terms with
+ *   cancellation in dinp/dw/dqkv).
+ *   BF16 build: the result is rounded to bf16 (half an ulp: 2^-9 = 2.0e-3 relative) after fp32 math;
+ *   ops with bf16 intermediates (pre-GELU, attention probabilities in the MMA path, stochastic rounding)
+ *   add a few more such roundings: forward 8 * 2^-9 = 1.6e-2, backward and attention 16 * 2^-9 = 3.1e-2.
+ *   AdamW: the fp32 master weights and m, v are checked at the fp32 tolerance; bf16 params are within one
+ *   bf16 ulp (2^-8 relative) of the master weights (stochastic rounding).
+ */
+#include "llmc/backend.h"
+#include "dev/emu/cpu_reference.h"
+#include "dev/test/testing.h"
+
+#include <dirent.h>
+#include <set>
+#include <string>
+#include <vector>
+
+#if FLOATX_IS_FLOAT
+static const double TOL_FWD = 1e-5, TOL_BWD = 1e-4, TOL_ATT = 1e-4;
+#else
+static const double TOL_FWD = 8.0 / 512, TOL_BWD = 16.0 / 512, TOL_ATT = 16.0 / 512;
+#endif
+static const double TOL_FP32 = 1e-5;
+
+/* ---------------------------------------------------------------- random numbers */
+static uint64_t rng_s;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float urand(void) { return (float)((rng_next() >> 40) / 16777216.0) * 2.0f - 1.0f; } /* [-1, 1) */
+static std::vector<float> randv(size_t n, float scale = 1.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = urand() * scale;
+    return v;
+}
+
+/* ---------------------------------------------------------------- device helpers */
+static floatX* dX(size_t n) { return (floatX*)dev_malloc(n * sizeof(floatX) + 1, "test"); }
+static float* dF(size_t n) { return (float*)dev_malloc(n * sizeof(float) + 1, "test"); }
+/* rounds v to floatX in place (so both sides see identical inputs) and returns a device copy */
+static floatX* upX(std::vector<float>& v) {
+    floatX* d = dX(v.size());
+    if (!v.empty()) {
+        dev_upload_floats(d, v.data(), v.size());
+        dev_download_floats(v.data(), d, v.size());
+    }
+    return d;
+}
+static float* upF(const std::vector<float>& v) {
+    float* d = dF(v.size());
+    if (!v.empty()) dev_memcpy_h2d(d, v.data(), v.size() * sizeof(float));
+    return d;
+}
+static std::vector<float> downX(const floatX* d, size_t n) {
+    std::vector<float> v(n);
+    if (n) dev_download_floats(v.data(), d, n);
+    return v;
+}
+static std::vector<float> downF(const float* d, size_t n) {
+    std::vector<float> v(n);
+    if (n) dev_memcpy_d2h(v.data(), d, n * sizeof(float));
+    return v;
+}
+static void poisonX(floatX* d, size_t n) { dev_memset(d, 0xFF, n * sizeof(floatX)); }
+static void poisonF(float* d, size_t n) { dev_memset(d, 0xFF, n * sizeof(float)); }
+static std::vector<float> roundX(std::vector<float> v) {
+    floatX* d = upX(v);
+    dev_free(d);
+    return v;
+}
+
+/* ---------------------------------------------------------------- comparison table */
+struct Row { std::string op, shape; double err, tol; };
+static std::vector<Row> table;
+
+static double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+    double mx = 0, num = 0;
+    for (size_t i = 0; i < ref.size(); i++) mx = std::max(mx, (double)fabsf(ref[i]));
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!std::isfinite(got[i]) && std::isfinite(ref[i])) return INFINITY;
+        num = std::max(num, fabs((double)got[i] - (double)ref[i]));
+    }
+    return mx > 0 ? num / mx : num;
+}
+static void check(const char* op, const std::string& shape, const std::vector<float>& got,
+                  const std::vector<float>& ref, double tol) {
+    double e = rel_err(got, ref);
+    table.push_back(Row{op, shape, e, tol});
+    TEST_CHECK(e <= tol, "%-34s %-26s max rel err %.2e (tol %.1e)", op, shape.c_str(), e, tol);
+}
+static std::string shp(const char* fmt, ...) {
+    char b[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+/* ---------------------------------------------------------------- encoder */
+static void test_encoder(int B, int T, int C, int V, int Vp) {
+    std::string s = shp("B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+    const int N = B * T;
+    std::vector<int> tok(N);
+    for (auto& t : tok) t = (int)(rng_next() % (uint64_t)std::min(V, 7)); /* repeats force bucket merging */
+    std::vector<float> wte = randv((size_t)Vp * C), wpe = randv((size_t)T * C);
+    floatX* d_wte = upX(wte);
+    floatX* d_wpe = upX(wpe);
+    int* d_tok = (int*)dev_malloc(N * sizeof(int), "tok");
+    dev_memcpy_h2d(d_tok, tok.data(), N * sizeof(int));
+    floatX* d_out = dX((size_t)N * C);
+    poisonX(d_out, (size_t)N * C);
+    encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C);
+    std::vector<float> ref((size_t)N * C);
+    ref_encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    check("encoder_forward", s, downX(d_out, ref.size()), roundX(ref), TOL_FWD);
+
+    std::vector<float> dout = randv((size_t)N * C), dwte = randv((size_t)Vp * C), dwpe = randv((size_t)T * C);
+    floatX* d_dout = upX(dout);
+    floatX* d_dwte = upX(dwte);
+    floatX* d_dwpe = upX(dwpe);
+    std::vector<float> dwte0 = dwte, dwpe0 = dwpe;
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    ref_encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    std::vector<float> g_wte = downX(d_dwte, dwte.size()), g_wpe = downX(d_dwpe, dwpe.size());
+    check("encoder_backward dwte", s, g_wte, dwte, TOL_BWD);
+    check("encoder_backward dwpe", s, g_wpe, dwpe, TOL_BWD);
+    /* determinism: same accumulation again from the same start */
+    dev_upload_floats(d_dwte, dwte0.data(), dwte0.size());
+    dev_upload_floats(d_dwpe, dwpe0.data(), dwpe0.size());
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    TEST_CHECK(downX(d_dwte, dwte.size()) == g_wte && downX(d_dwpe, dwpe.size()) == g_wpe,
+               "encoder_backward bit-identical on a second run (%s)", s.c_str());
+    dev_free(d_wte); dev_free(d_wpe); dev_free(d_tok); dev_free(d_out); dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+static void test_layernorm(int N, int C) {
+    std::string s = shp("N=%d C=%d", N, C);
+    std::vector<float> inp = randv((size_t)N * C, 2.0f), inp2 = randv((size_t)N * C), w = randv(C), b = randv(C);
+    for (auto& x : inp) x += 0.5f; /* nonzero mean */
+    floatX* d_inp = upX(inp);
+    floatX* d_inp2 = upX(inp2);
+    floatX* d_w = upX(w);
+    floatX* d_b = upX(b);
+    floatX* d_out = dX((size_t)N * C);
+    floatX* d_res = dX((size_t)N * C);
+    float* d_mean = dF(N);
+    float* d_rstd = dF(N);
+    std::vector<float> out((size_t)N * C), mean(N), rstd(N), res((size_t)N * C);
+
+    poisonX(d_out, out.size()); poisonF(d_mean, N); poisonF(d_rstd, N);
+    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    ref_layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    check("layernorm_forward out", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+    check("layernorm_forward mean", s, downF(d_mean, N), mean, TOL_FP32);
+    check("layernorm_forward rstd", s, downF(d_rstd, N), rstd, TOL_FP32 * 10);
+
+    poisonX(d_out, out.size()); poisonX(d_res, res.size()); poisonF(d_mean, N); poisonF(d_rstd, N);
+    fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_inp, d_inp2, d_w, d_b, N, C);
+    std::vector<float> g_res = downX(d_res, res.size());
+    /* the reference normalises the residual as stored in floatX (what the GPU code normalises too) */
+    ref_fused_residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), inp.data(), inp2.data(),
+                                         w.data(), b.data(), N, C);
+    check("fused_residual_layernorm residual", s, g_res, roundX(res), TOL_FWD);
+    std::vector<float> resX = roundX(res);
+    ref_layernorm_forward(out.data(), mean.data(), rstd.data(), resX.data(), w.data(), b.data(), N, C);
+    check("fused_residual_layernorm out", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+    check("fused_residual_layernorm rstd", s, downF(d_rstd, N), rstd, TOL_FP32 * 10);
+
+    /* backward from the reference's mean/rstd of inp */
+    ref_layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    std::vector<float> dout = randv((size_t)N * C), dinp = randv((size_t)N * C), dw = randv(C), db = randv(C);
+    floatX* d_dout = upX(dout);
+    floatX* d_dinp = upX(dinp);
+    floatX* d_dw = upX(dw);
+    floatX* d_db = upX(db);
+    std::vector<float> dinp0 = dinp, dw0 = dw, db0 = db;
+    dev_memcpy_h2d(d_mean, mean.data(), N * sizeof(float));
+    dev_memcpy_h2d(d_rstd, rstd.data(), N * sizeof(float));
+    size_t ns = layernorm_scratch_floats(N, C);
+    float* d_scratch = dF(ns);
+    poisonF(d_scratch, ns);
+    layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    ref_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+    std::vector<float> g1 = downX(d_dinp, dinp.size()), g2 = downX(d_dw, C), g3 = downX(d_db, C);
+    check("layernorm_backward dinp", s, g1, dinp, TOL_BWD);
+    check("layernorm_backward dw", s, g2, dw, TOL_BWD);
+    check("layernorm_backward db", s, g3, db, TOL_BWD);
+    dev_upload_floats(d_dinp, dinp0.data(), dinp0.size());
+    dev_upload_floats(d_dw, dw0.data(), C);
+    dev_upload_floats(d_db, db0.data(), C);
+    poisonF(d_scratch, ns);
+    layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    TEST_CHECK(downX(d_dinp, dinp.size()) == g1 && downX(d_dw, C) == g2 && downX(d_db, C) == g3,
+               "layernorm_backward bit-identical on a second run (%s)", s.c_str());
+    dev_free(d_inp); dev_free(d_inp2); dev_free(d_w); dev_free(d_b); dev_free(d_out); dev_free(d_res);
+    dev_free(d_mean); dev_free(d_rstd); dev_free(d_dout); dev_free(d_dinp); dev_free(d_dw); dev_free(d_db);
+    dev_free(d_scratch);
+}
+
+/* ---------------------------------------------------------------- matmul (+ bias / GELU epilogues) */
+static void test_matmul(int N, int C, int OC, int use_bias, int use_gelu) {
+    std::string s = shp("N=%d C=%d OC=%d%s%s", N, C, OC, use_bias ? " bias" : "", use_gelu ? " gelu" : "");
+    std::vector<float> inp = randv((size_t)N * C), w = randv((size_t)OC * C, 0.5f), b = randv(OC);
+    floatX* d_inp = upX(inp);
+    floatX* d_w = upX(w);
+    floatX* d_b = upX(b);
+    floatX* d_out = dX((size_t)N * OC);
+    floatX* d_pre = dX((size_t)N * OC);
+    poisonX(d_out, (size_t)N * OC);
+    poisonX(d_pre, (size_t)N * OC);
+    std::vector<float> out((size_t)N * OC), pre((size_t)N * OC);
+    matmul_forward(d_out, d_inp, d_w, use_bias ? d_b : NULL, N, C, OC, use_gelu ? d_pre : NULL);
+    ref_matmul_forward(out.data(), inp.data(), w.data(), use_bias ? b.data() : NULL, N, C, OC,
+                       use_gelu ? pre.data() : NULL);
+    check("matmul_forward out", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+    std::vector<float> preX = use_gelu ? downX(d_pre, pre.size()) : std::vector<float>();
+    if (use_gelu) check("matmul_forward pre_gelu", s, preX, roundX(pre), TOL_FWD);
+
+    std::vector<float> dout = randv((size_t)N * OC), dw = randv((size_t)OC * C), db = randv(OC);
+    floatX* d_dout = upX(dout);
+    floatX* d_dinp = dX((size_t)N * C);
+    floatX* d_dw = upX(dw);
+    floatX* d_db = upX(db);
+    poisonX(d_dinp, (size_t)N * C);
+    size_t ns = matmul_scratch_floats(N, C, OC);
+    float* d_scratch = dF(ns);
+    poisonF(d_scratch, ns);
+    if (use_gelu) dev_upload_floats(d_pre, preX.data(), preX.size()); /* both sides use the same pre_gelu */
+    matmul_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, d_scratch, N, C, OC,
+                    use_gelu ? d_pre : NULL);
+    std::vector<float> dinp((size_t)N * C);
+    ref_matmul_backward(dinp.data(), dw.data(), use_bias ? db.data() : NULL, dout.data(), inp.data(), w.data(), N, C,
+                        OC, use_gelu ? preX.data() : NULL);
+    check("matmul_backward dinp", s, downX(d_dinp, dinp.size()), dinp, TOL_BWD);
+    check("matmul_backward dweight", s, downX(d_dw, dw.size()), dw, TOL_BWD);
+    if (use_bias) check("matmul_backward dbias", s, downX(d_db, OC), db, TOL_BWD);
+    dev_free(d_inp); dev_free(d_w); dev_free(d_b); dev_free(d_out); dev_free(d_pre); dev_free(d_dout);
+    dev_free(d_dinp); dev_free(d_dw); dev_free(d_db); dev_free(d_scratch);
+}
+
+/* ---------------------------------------------------------------- gelu / residual / casts */
+static void test_elementwise(size_t n) {
+    std::string s = shp("n=%zu", n);
+    std::vector<float> a = randv(n, 3.0f), b = randv(n), d = randv(n);
+    floatX* d_a = upX(a);
+    floatX* d_b = upX(b);
+    floatX* d_o = dX(n);
+    std::vector<float> ref(n);
+    poisonX(d_o, n);
+    gelu_forward(d_o, d_a, n);
+    ref_gelu_forward(ref.data(), a.data(), n);
+    check("gelu_forward", s, downX(d_o, n), roundX(ref), TOL_FWD);
+    floatX* d_d = upX(d);
+    gelu_backward_inplace(d_d, d_a, n);
+    ref_gelu_backward_inplace(d.data(), a.data(), n);
+    check("gelu_backward_inplace", s, downX(d_d, n), roundX(d), TOL_FWD);
+    poisonX(d_o, n);
+    residual_forward(d_o, d_a, d_b, n);
+    ref_residual_forward(ref.data(), a.data(), b.data(), n);
+    check("residual_forward", s, downX(d_o, n), roundX(ref), TOL_FWD);
+    /* cast.cuh: fp32 -> floatX on the device and back */
+    std::vector<float> f = randv(n, 10.0f);
+    float* d_f = upF(f);
+    float* d_f2 = dF(n);
+    poisonX(d_o, n);
+    poisonF(d_f2, n);
+    dev_copy_floats_to_floatX(d_o, d_f, n);
+    dev_copy_floatX_to_floats(d_f2, d_o, n);
+    check("cast fp32->floatX->fp32", s, downF(d_f2, n), roundX(f), 0.0);
+    dev_free(d_a); dev_free(d_b); dev_free(d_o); dev_free(d_d); dev_free(d_f); dev_free(d_f2);
+}
+
+/* ---------------------------------------------------------------- attention */
+static void test_attention(int B, int T, int C, int NH, int force_fallback) {
+    const int hs = C / NH;
+    std::string s = shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
+    const char* path = force_fallback ? "attention fallback" : "attention (dispatch)";
+    std::vector<float> qkv = randv((size_t)B * T * 3 * C, 1.5f), dout = randv((size_t)B * T * C);
+    floatX* d_qkv = upX(qkv);
+    floatX* d_dout = upX(dout);
+    floatX* d_out = dX((size_t)B * T * C);
+    floatX* d_dqkv = dX((size_t)B * T * 3 * C);
+    float* d_state = dF(attention_state_floats(B, T, NH));
+    float* d_scratch = dF(attention_scratch_floats(B, T, C, NH));
+    poisonX(d_out, (size_t)B * T * C);
+    poisonX(d_dqkv, (size_t)B * T * 3 * C);
+    poisonF(d_state, attention_state_floats(B, T, NH));
+    if (force_fallback) {
+        attention_forward_flash_impl(d_out, d_state, d_qkv, B, T, C, NH, 1);
+    } else {
+        attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH);
+    }
+    std::vector<float> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C);
+    ref_attention_forward_backward(out.data(), dqkv.data(), qkv.data(), dout.data(), B, T, C, NH);
+    std::vector<float> g_out = downX(d_out, out.size());
+    check((std::string(path) + " forward").c_str(), s, g_out, roundX(out), TOL_ATT);
+    /* backward from this side's own forward output and state */
+    poisonF(d_scratch, attention_scratch_floats(B, T, C, NH));
+    if (force_fallback) {
+        attention_backward_flash_impl(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, 1);
+    } else {
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    }
+    std::vector<float> g_dqkv = downX(d_dqkv, dqkv.size());
+    check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
+    poisonX(d_dqkv, dqkv.size());
+    if (force_fallback) {
+        attention_backward_flash_impl(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, 1);
+    } else {
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    }
+    TEST_CHECK(downX(d_dqkv, dqkv.size()) == g_dqkv, "%s backward bit-identical on a second run (%s)", path, s.c_str());
+    dev_free(d_qkv); dev_free(d_dout); dev_free(d_out); dev_free(d_dqkv); dev_free(d_state); dev_free(d_scratch);
+}
+
+/* ---------------------------------------------------------------- fused classifier */
+static void test_classifier(int N, int V, int Vp, int write_dlogits) {
+    std::string s = shp("N=%d V=%d Vp=%d%s", N, V, Vp, write_dlogits ? " dlogits" : "");
+    std::vector<float> logits = randv((size_t)N * Vp, 4.0f);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 30.0f; /* padded columns must be ignored */
+    std::vector<int> tgt(N);
+    for (int i = 0; i < N; i++) tgt[i] = (i % 5 == 3) ? -1 : (int)(rng_next() % (uint64_t)V);
+    floatX* d_logits = upX(logits);
+    float* d_losses = dF(N);
+    int* d_tgt = (int*)dev_malloc(N * sizeof(int), "tgt");
+    dev_memcpy_h2d(d_tgt, tgt.data(), N * sizeof(int));
+    poisonF(d_losses, N);
+    const float dloss = 1.0f / N;
+    fused_classifier(d_logits, d_losses, dloss, d_tgt, N, V, Vp, write_dlogits);
+    std::vector<float> ref = logits, losses(N);
+    ref_fused_classifier(ref.data(), losses.data(), dloss, tgt.data(), N, V, Vp, write_dlogits);
+    check("fused_classifier losses", s, downF(d_losses, N), losses, TOL_FWD);
+    check(write_dlogits ? "fused_classifier dlogits" : "fused_classifier logits untouched", s,
+          downX(d_logits, logits.size()), roundX(ref), write_dlogits ? TOL_FWD : 0.0);
+    dev_free(d_logits); dev_free(d_losses); dev_free(d_tgt);
+}
+
+/* ---------------------------------------------------------------- optimizer and norms */
+static void test_adamw(size_t n, int use_master) {
+    std::string s = shp("n=%zu%s", n, use_master ? " master" : "");
+    std::vector<float> p = randv(n), g = randv(n), m = randv(n, 0.1f), v = randv(n, 0.01f);
+    for (auto& x : v) x = fabsf(x);
+    floatX* d_p = upX(p); /* p now floatX-exact */
+    floatX* d_g = upX(g);
+    float* d_m = upF(m);
+    float* d_v = upF(v);
+    float* d_master = use_master ? upF(p) : NULL;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    const int t = 3;
+    adamw_update(d_p, d_master, d_g, d_m, d_v, n, 1000, lr, b1, b2, eps, wd, gs, t, 1234u);
+    ref_adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, t);
+    check("adamw m", s, downF(d_m, n), m, TOL_FP32);
+    check("adamw v", s, downF(d_v, n), v, TOL_FP32);
+    std::vector<float> gp = downX(d_p, n);
+    if (use_master) {
+        std::vector<float> gm = downF(d_master, n);
+        check("adamw master (fp32)", s, gm, p, TOL_FP32);
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            double ulp = FLOATX_IS_FLOAT ? 0.0 : fabs(gm[i]) / 128.0; /* bf16: 8 significant bits */
+            double d = fabs(gp[i] - gm[i]);
+            worst = std::max(worst, ulp > 0 ? d / ulp : (d > 0 ? INFINITY : 0));
+        }
+        TEST_CHECK(worst <= 1.0, "adamw params within one ulp of the master weights (%s): worst %.2f ulp", s.c_str(), worst);
+    } else {
+        check("adamw params", s, gp, roundX(p), FLOATX_IS_FLOAT ? TOL_FP32 : TOL_FWD);
+    }
+    dev_free(d_p); dev_free(d_g); dev_free(d_m); dev_free(d_v);
+    if (d_master) dev_free(d_master);
+}
+
+static void test_norm_scale_inf(size_t n) {
+    std::string s = shp("n=%zu", n);
+    std::vector<float> g = randv(n);
+    floatX* d_g = upX(g);
+    float* d_out = dF(1);
+    float prior = 3.25f, got = 0, ref = 0;
+    for (int acc = 0; acc < 2; acc++) {
+        dev_memcpy_h2d(d_out, &prior, sizeof(float));
+        global_norm_squared(d_out, d_g, n, acc);
+        dev_memcpy_d2h(&got, d_out, sizeof(float));
+        ref = prior;
+        ref_global_norm_squared(&ref, g.data(), n, acc);
+        check(acc ? "global_norm_squared accumulate" : "global_norm_squared", s, std::vector<float>{got},
+              std::vector<float>{ref}, 1e-5);
+    }
+    scale_floats(d_g, 0.375f, n);
+    ref_scale_floats(g.data(), 0.375f, n);
+    check("scale_floats", s, downX(d_g, n), roundX(g), FLOATX_IS_FLOAT ? 0.0 : TOL_FWD);
+    int clean = has_inf_or_nan(d_g, n);
+    size_t pos[3] = {0, n / 2, n - 1};
+    int found = 0;
+    for (int k = 0; k < 3; k++) {
+        std::vector<float> bad = g;
+        bad[pos[k]] = (k == 1) ? NAN : INFINITY;
+        dev_upload_floats(d_g, bad.data(), n);
+        found += has_inf_or_nan(d_g, n) == 1;
+    }
+    TEST_CHECK(clean == 0 && found == 3 && ref_has_inf_or_nan(g.data(), n) == 0,
+               "has_inf_or_nan: clean %d, found %d/3 (first, middle NaN, last) (%s)", clean, found, s.c_str());
+    dev_free(d_g); dev_free(d_out);
+}
+
+/* ---------------------------------------------------------------- kernel coverage */
+static std::set<std::string> kernels_in_sources(void) {
+    std::set<std::string> names;
+    DIR* dir = opendir("llmc/cuda");
+    if (!dir) return names;
+    struct dirent* e;
+    while ((e = readdir(dir)) != NULL) {
+        std::string f = e->d_name;
+        if (f.size() < 4 || f.substr(f.size() - 4) != ".cuh" || f.find("cudnn") != std::string::npos) continue;
+        FILE* fp = fopen(("llmc/cuda/" + f).c_str(), "r");
+        if (!fp) continue;
+        std::string text;
+        char buf[4096];
+        size_t r;
+        while ((r = fread(buf, 1, sizeof buf, fp)) > 0) text.append(buf, r);
+        fclose(fp);
+        size_t at = 0;
+        while ((at = text.find("__global__ void", at)) != std::string::npos) {
+            size_t paren = text.find('(', at);
+            size_t lb = text.find("__launch_bounds__", at);
+            if (lb != std::string::npos && lb < paren) paren = text.find('(', text.find(')', lb) + 1);
+            size_t end = paren;
+            while (end > at && isspace((unsigned char)text[end - 1])) end--;
+            size_t start = end;
+            while (start > at && (isalnum((unsigned char)text[start - 1]) || text[start - 1] == '_')) start--;
+            names.insert(text.substr(start, end - start));
+            at = paren;
+        }
+    }
+    closedir(dir);
+    return names;
+}
+
+int main(void) {
+    const char* es = getenv("EMU_SEED");
+    uint64_t seed = es ? strtoull(es, NULL, 10) : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20));
+    rng_s = seed;
+    printf("# seed %llu (EMU_SEED=%llu reproduces), precision %s\n", (unsigned long long)seed,
+           (unsigned long long)seed, PRECISION_NAME);
+    backend_init(0, 1);
+    double t0 = emu::now_ms();
+
+    test_encoder(4, 32, 64, 100, 128); /* fixture */
+    test_encoder(3, 7, 36, 100, 128);
+    test_encoder(1, 1, 30, 10, 128);
+
+    test_layernorm(128, 64);
+    test_layernorm(21, 36);
+    test_layernorm(1, 30);
+    test_layernorm(300, 768); /* many rows, several backward chunks, C > block */
+
+    test_matmul(128, 64, 192, 1, 0);
+    test_matmul(128, 64, 256, 1, 1);
+    test_matmul(21, 36, 100, 0, 0);
+    test_matmul(21, 36, 100, 1, 1);
+    test_matmul(1, 30, 7, 1, 0);
+    test_matmul(130, 20, 13, 0, 1);
+    test_matmul(70, 20, 13, 1, 1);
+
+    test_elementwise(4 * 32 * 64);
+    test_elementwise(1003);
+    test_elementwise(1);
+
+    test_attention(4, 32, 64, 4, 0); /* fixture: hs=16 */
+    test_attention(4, 32, 64, 4, 1);
+    test_attention(2, 45, 64, 2, 0); /* hs=32, T not a multiple of the tile */
+    test_attention(1, 33, 128, 2, 0); /* hs=64 */
+    test_attention(1, 20, 128, 1, 0); /* hs=128 */
+    test_attention(3, 7, 36, 3, 0);   /* hs=12: fallback */
+    test_attention(2, 1, 30, 5, 0);   /* T=1, hs=6 */
+
+    test_classifier(128, 100, 128, 1); /* fixture */
+    test_classifier(128, 100, 128, 0);
+    test_classifier(7, 37, 40, 1);
+    test_classifier(7, 30, 37, 1); /* Vp not a multiple of the vector width: scalar kernel */
+    test_classifier(1, 100, 128, 1);
+
+    test_adamw(4 * 64 * 64 + 5, 0);
+    test_adamw(4 * 64 * 64 + 5, 1);
+    test_adamw(1, 1);
+
+    test_norm_scale_inf(64 * 64);
+    test_norm_scale_inf(1003);
+    test_norm_scale_inf(1);
+
+    /* every kernel of llmc/cuda launched at least once */
+    std::set<std::string> launched, instances;
+    for (const auto& r : emu::launch_log()) {
+        launched.insert(emu::base_name(r.name));
+        instances.insert(r.name);
+    }
+    std::set<std::string> src = kernels_in_sources();
+    int missing = 0;
+    std::string miss;
+    for (const auto& k : src) {
+        if (FLOATX_IS_FLOAT && k.find("mma") != std::string::npos) continue; /* tensor cores: 16-bit builds */
+        if (k == "add_bias_kernel") continue; /* nvcc only: bias when no cuBLASLt epilogue fits (gpu_check.sh) */
+        if (!launched.count(k)) { missing++; miss += " " + k; }
+    }
+    TEST_CHECK(!src.empty() && missing == 0, "all %zu kernels in llmc/cuda were launched (%zu distinct instantiations)%s%s",
+               src.size(), instances.size(), missing ? "; never launched:" : "", miss.c_str());
+    printf("# instantiations launched:");
+    for (const auto& k : instances) printf(" %s", k.c_str());
+    printf("\n");
+    TEST_CHECK(emu::error_count() == 0 && cudaDeviceSynchronize() == cudaSuccess, "no emulator error (%d)", emu::error_count());
+
+    printf("#\n# %-34s | %-26s | %-12s | %s\n", "kernel (" PRECISION_NAME ")", "shape", "max rel err", "tol");
+    for (const auto& r : table) printf("# %-34s | %-26s | %-12.2e | %.1e\n", r.op.c_str(), r.shape.c_str(), r.err, r.tol);
+    printf("# emulated time %.1f s\n", (emu::now_ms() - t0) / 1000.0);
+    backend_shutdown();
+    return testing_finish();
+}
