@@ -219,7 +219,6 @@ static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, floa
     const int block = LAYERNORM_BWD_WARPS * WARP_SIZE;
     const size_t smem = (size_t)LAYERNORM_BWD_WARPS * 2 * (size_t)C * sizeof(float);
     const int vec = layernorm_vec_ok(C, dinp, inp, w, dout, NULL);
-#ifndef LLMC_EMU
     if (smem > 48 * 1024) {
         if (smem > cuda_state()->smem_optin) {
             FATAL("layernorm_backward: C=%d needs %zu bytes of shared memory, device allows %zu", C, smem,
@@ -231,7 +230,6 @@ static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, floa
             CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         }
     }
-#endif
     if (vec) {
         LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<X128_SIZE>)(dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
     } else {
