@@ -36,6 +36,7 @@
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
 #include "llmc/checkpoint.h"
+#include "llmc/comm.h"
 #include "llmc/loss_scaler.h"
 
 /* ============================================================ configuration */
@@ -230,6 +231,12 @@ typedef struct {
     int* targets;              /* (B,T) device */
     float* host_losses;        /* (B,T) host */
     float mean_loss;           /* loss of the last forward with targets, -1 if none */
+    /* data parallel: called by gpt2_backward after layer l's gradients are complete (l = L-1 .. 0) and with
+     * l = -1 after the last tensors (wte, wpe, lnfw, lnfb); NULL = none (ZeRO-2 reduce-scatters here) */
+    void (*grad_hook)(void* ctx, int layer);
+    void* grad_hook_ctx;
+    size_t num_parameters_padded; /* params/grads buffer length: num_parameters rounded up to a multiple of
+                                     the data-parallel world (ZeRO shards); = num_parameters until set */
 } GPT2;
 
 /* allocates parameter and gradient buffers for cfg (zeroed) */
@@ -239,6 +246,7 @@ static void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
     gpt2_parameter_sizes(model->param_sizes, cfg);
     model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->num_parameters_padded = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
     model->mean_loss = -1.0f;
@@ -278,10 +286,13 @@ static void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
-/* allocates gradients, optimizer state and activations for micro-batch (B,T) */
-static void gpt2_allocate_training_state(GPT2* model, int keep_master) {
-    size_t n = model->num_parameters;
-    model->grads_memory = (floatX*)dev_malloc(n * sizeof(floatX), "gradients");
+/* allocates gradients (num_parameters_padded, floatX) and the optimizer state for the flat range
+ * [state_start, state_start + state_n) of the padded parameter buffer (fp32 m, v and, in mixed precision
+ * with keep_master, master weights initialised from the parameters): the whole model, or one ZeRO shard
+ * (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"). */
+static void gpt2_allocate_training_state_range(GPT2* model, int keep_master, size_t state_start, size_t state_n) {
+    size_t n = state_n;
+    model->grads_memory = (floatX*)dev_malloc(model->num_parameters_padded * sizeof(floatX), "gradients");
     parameter_tensors_point(&model->grads, model->grads_memory, model->param_sizes);
     model->m_memory = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
     model->v_memory = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
@@ -290,10 +301,15 @@ static void gpt2_allocate_training_state(GPT2* model, int keep_master) {
         model->master_weights = (float*)dev_malloc(n * sizeof(float), "fp32 master weights");
         /* master = params (exact: floatX -> fp32 is lossless) */
         float* host = (float*)malloc_check(n * sizeof(float), "host master init");
-        dev_download_floats(host, model->params_memory, n);
+        dev_download_floats(host, model->params_memory + state_start, n);
         dev_memcpy_h2d(model->master_weights, host, n * sizeof(float));
         free(host);
     }
+}
+
+/* allocates gradients and optimizer state for the whole model (one process) */
+static inline void gpt2_allocate_training_state(GPT2* model, int keep_master) {
+    gpt2_allocate_training_state_range(model, keep_master, 0, model->num_parameters);
 }
 
 /* allocates the activation table for micro-batch (B,T) as one buffer (256-byte aligned tensors) */
@@ -492,8 +508,10 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, in
                         layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * C, NULL);
         layernorm_backward(dresidual, layer_param(g, m, P_LN1W, l), layer_param(g, m, P_LN1B, l), scratch_f32, dbtc,
                            a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, N, C);
+        if (m->grad_hook) { m->grad_hook(m->grad_hook_ctx, l); }
     }
     encoder_backward(g->t[P_WTE], g->t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+    if (m->grad_hook) { m->grad_hook(m->grad_hook_ctx, -1); }
 }
 
 static void gpt2_zero_grad(GPT2* m) {
@@ -660,6 +678,10 @@ typedef struct {
     int seed;
     int log_every;
     int exit_after_steps;
+    /* multi-process (llmc/comm.h) */
+    const char* nccl_init;
+    float comm_timeout;
+    int comm_stats;
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -700,6 +722,9 @@ static void train_config_defaults(TrainConfig* c) {
     c->seed = 1337;
     c->log_every = 1;
     c->exit_after_steps = 0;
+    c->nccl_init = "auto";
+    c->comm_timeout = 600.0f;
+    c->comm_stats = 0;
 }
 
 #define NO_MIN (-INFINITY)
@@ -751,6 +776,11 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
+    SPEC(NULL, "nccl-init", ARG_STRING, nccl_init, NO_MIN, NO_MAX,
+         "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
+    SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
+         "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
+    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step");
 #undef SPEC
     return n;
 }
@@ -759,7 +789,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
 /* ============================================================ training session */
 
 typedef struct {
-    int rank, world;           /* process layout (data parallel); 1 process until llmc/comm.h is wired in */
+    int rank, world;           /* process layout (data parallel): this process, number of processes */
+    Comm comm;                 /* the data-parallel group (llmc/comm.h) */
 } World;
 
 typedef struct {
@@ -904,6 +935,7 @@ static void session_write_checkpoint(TrainSession* s) {
     }
     checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
     session_write_state(s, path);
+    comm_barrier(&s->world.comm); /* every rank's state is on disk before the checkpoint is marked complete */
     if (s->world.rank == 0) {
         checkpoint_write_done(dir, s->step);
         printf("checkpoint: wrote step %d to %s\n", s->step, dir);
@@ -941,7 +973,9 @@ static float session_validate(TrainSession* s) {
         for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
         count += (size_t)B * T;
     }
-    return count ? (float)(sum / (double)count) : -1.0f;
+    double red[2] = {sum, (double)count};
+    comm_all_reduce_host_f64(&s->world.comm, red, 2);
+    return red[1] > 0 ? (float)(red[0] / red[1]) : -1.0f;
 }
 
 /* generates cfg.gen_tokens tokens after the prompt (or after <|endoftext|>), printing them as they come */
@@ -1012,14 +1046,73 @@ static float clip_scale(float grad_norm, float grad_clip) {
     return coef < 1.0f ? coef : 1.0f;
 }
 
-/* runs grad_accum_steps micro-steps of forward+backward and one AdamW update */
+/* ---------------------------------------------------------------- data parallel schedule
+ *
+ * Layout (all stages): the flat parameter/gradient buffers hold num_parameters_padded = world * S elements,
+ * S = ceil(P / world); rank r owns the contiguous shard [r*S, (r+1)*S) (the last one ends in up to world-1
+ * padding zeros that are never updated). Gradients are scaled by dloss = 1/(B*T*accum*world), so the sum
+ * over ranks is the average; they are reduced once per optimizer step, never per micro-step.
+ *   ZeRO-0: ring all-reduce of the gradients (reduce-scatter + all-gather with the same chunks, so the sums
+ *           equal ZeRO-1's bit for bit), every rank holds and updates everything (m, v, master: P each).
+ *   ZeRO-1: reduce-scatter the gradients after the last micro-step, AdamW on the own shard (m, v, master:
+ *           S each), all-gather the parameters (queued after the update on the GPU streams).
+ *   ZeRO-2: as ZeRO-1, but during the last micro-step's backward each layer's gradients are reduce-scattered
+ *           as soon as the layer is done (gpt2_backward's grad_hook; on the GPU on the communication stream
+ *           while backward continues). Sharded: the reduced gradients (only the own shard is valid and read),
+ *           m, v, master. Not sharded in this implementation: the local accumulation buffer the backward
+ *           kernels write into (P floatX), so ZeRO-2's extra gradient saving shows in the ledger's formula
+ *           column, not in this process's allocation.
+ * Gradient norm: ZeRO-0 over the full reduced gradient; ZeRO-1/2 the sum of squares over the own shard,
+ * all-reduced (the norm of the fully reduced gradient). FP16 overflow check: the same ranges, all-reduced,
+ * so every rank's loss scaler takes the same decision. */
+
+/* the comm dtype of floatX */
+static CommDtype floatx_comm_dtype(void) {
+    if (FLOATX_IS_FLOAT) { return COMM_F32; }
+    return precision_is_bf16() ? COMM_BF16 : COMM_F16;
+}
+
+/* ZeRO-2 bucket reduction, called by gpt2_backward: layer l's 12 per-layer tensor slices (or, for l = -1,
+ * wte, wpe, lnfw, lnfb) are reduce-scattered to their owners, one contiguous segment at a time */
+static void session_zero2_grad_hook(void* ctx, int layer) {
+    TrainSession* s = (TrainSession*)ctx;
+    GPT2* m = &s->model;
+    size_t S = comm_shard_size(&s->world.comm, m->num_parameters), off = 0;
+    size_t L = (size_t)m->config.num_layers;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = m->param_sizes[i];
+        int per_layer = parameter_is_per_layer(i);
+        if (layer >= 0 && per_layer) {
+            size_t per = n / L;
+            comm_reduce_scatter_owned(&s->world.comm, m->grads_memory, floatx_comm_dtype(), off + (size_t)layer * per,
+                                      off + (size_t)(layer + 1) * per, S);
+        } else if (layer < 0 && !per_layer) {
+            comm_reduce_scatter_owned(&s->world.comm, m->grads_memory, floatx_comm_dtype(), off, off + n, S);
+        }
+        off += n;
+    }
+}
+
+/* [lo, hi): the part of the real (unpadded) parameters whose optimizer state this rank owns */
+static void session_owned_range(const TrainSession* s, size_t* lo, size_t* hi) {
+    size_t P = s->model.num_parameters;
+    *lo = s->shard_start < P ? s->shard_start : P;
+    *hi = s->shard_end < P ? s->shard_end : P;
+}
+
+/* runs grad_accum_steps micro-steps of forward+backward, the gradient reduction of the ZeRO stage and one
+ * AdamW update (see the schedule comment above); returns the global loss and gradient norm */
 static StepResult session_train_step(TrainSession* s) {
     GPT2* m = &s->model;
     const TrainConfig* cfg = &s->cfg;
+    Comm* comm = &s->world.comm;
     int B = cfg->B, T = cfg->T;
-    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    int world = s->world.world, zero = cfg->zero_stage;
+    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps * (float)world);
+    size_t P = m->num_parameters, S = comm_shard_size(comm, P);
     float loss_scale = s->loss_scaling ? s->scaler.scale : 1.0f;
     dloss *= loss_scale; /* FP16: scale the loss so small gradients do not flush to zero (Micikevicius et al. 2018) */
+    comm_counters_reset(comm);
     gpt2_zero_grad(m);
     double loss_sum = 0.0;
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
@@ -1027,17 +1120,40 @@ static StepResult session_train_step(TrainSession* s) {
         dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
         dev_memcpy_h2d(m->targets, s->train_loader.targets, (size_t)B * T * sizeof(int));
         gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
+        int last = micro == s->grad_accum_steps - 1;
+        if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
         gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T, cfg->gelu_fusion);
+        m->grad_hook = NULL; m->grad_hook_ctx = NULL;
         loss_sum += m->mean_loss;
     }
+    /* gradient reduction (ZeRO-2 already issued its per-layer reduce-scatters during backward) */
+    if (zero == 0) {
+        comm_reduce_scatter_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, P, S);
+        comm_all_gather_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, P, S);
+    } else if (zero == 1) {
+        comm_reduce_scatter_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, m->num_parameters_padded, S);
+    }
+    comm_join(comm);
+    size_t lo, hi;
+    if (zero == 0) { lo = 0; hi = P; } else { session_owned_range(s, &lo, &hi); }
+    /* [0] loss over ranks, [1] squared norm (ZeRO-1/2: of the own shard), [2] inf/NaN flag (FP16) */
+    double red[3];
+    red[0] = loss_sum / s->grad_accum_steps;
+    red[1] = hi > lo ? (double)gpt2_grad_norm_squared(m, lo, hi) : 0.0;
+    red[2] = (s->loss_scaling && hi > lo) ? (double)has_inf_or_nan(m->grads_memory + lo, hi - lo) : 0.0;
+    if (zero == 0) {
+        comm_all_reduce_host_f64(comm, red, 1); /* norm and flag are computed on the full reduced gradient */
+    } else {
+        comm_all_reduce_host_f64(comm, red, 3);
+    }
     StepResult r;
-    r.loss = (float)(loss_sum / s->grad_accum_steps);
+    r.loss = (float)(red[0] / world);
     int skip_update = 0;
     if (s->loss_scaling) {
         /* inf/NaN in the scaled gradients: halve the scale and skip this update (dynamic loss scaling) */
-        skip_update = loss_scaler_update(&s->scaler, has_inf_or_nan(m->grads_memory, m->num_parameters));
+        skip_update = loss_scaler_update(&s->scaler, red[2] > 0.0);
     }
-    r.grad_norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters)) / loss_scale;
+    r.grad_norm = (float)sqrt(red[1]) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
     AdamWStep st;
     st.learning_rate = r.lr;
@@ -1046,11 +1162,22 @@ static StepResult session_train_step(TrainSession* s) {
     st.t = s->step + 1;
     st.seed = (unsigned int)cfg->seed;
     if (!skip_update) {
-        gpt2_update_range(m, s->shard_start, s->shard_end, s->shard_start, &st);
+        if (hi > lo) { gpt2_update_range(m, lo, hi, zero == 0 ? 0 : s->shard_start, &st); }
+        if (zero >= 1) {
+            /* every rank gets the updated shards (queued after the update on the GPU) */
+            comm_all_gather_owned(comm, m->params_memory, floatx_comm_dtype(), 0, m->num_parameters_padded, S);
+            comm_join(comm);
+        }
     } else if (s->world.rank == 0) {
         printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
     }
     s->step++;
+    if (cfg->comm_stats) {
+        printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)\n",
+               s->world.rank, s->step, comm->counters.bytes_sent, comm->counters.bytes_recv, comm->counters.calls, zero,
+               world, P, S);
+        fflush(stdout);
+    }
     return r;
 }
 
@@ -1105,21 +1232,117 @@ static int session_prepare_output_dir(TrainSession* s) {
     return done_step;
 }
 
+/* Memory ledger of one process (every rank holds the same sizes: shards are padded to equal length).
+ * Line 1: what this process allocated (MiB). Line 2: the exact optimizer-state element count per rank
+ * (S = ceil(P/N), padding N*S - P). Line 3: the standard mixed-precision Adam formulas of Rajbhandari et al.
+ * 2019 (bytes per parameter: 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N)
+ * for this model and N, with the stage in use marked. */
 static void print_memory_ledger(const TrainSession* s) {
     const GPT2* m = &s->model;
     double MiB = 1024.0 * 1024.0;
-    size_t n = m->num_parameters, shard = s->shard_end - s->shard_start;
+    size_t n = m->num_parameters, np = m->num_parameters_padded, shard = s->shard_end - s->shard_start;
+    int N = s->world.world, z = s->cfg.zero_stage;
     printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
            "activations %.1f\n",
-           n * sizeof(floatX) / MiB, n * sizeof(floatX) / MiB,
+           np * sizeof(floatX) / MiB, np * sizeof(floatX) / MiB,
            m->master_weights ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
+    printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
+           "(m+v%s)\n", shard, n, z, N, np - n, shard * 4 * (m->master_weights ? 3 : 2),
+           m->master_weights ? "+master" : "");
+    double P = (double)n, GiB = 1024.0 * 1024.0 * 1024.0;
+    printf("ZeRO ledger (mixed-precision Adam, GiB per process, N=%d): baseline 16P %.3f%s | ZeRO-1 (4+12/N)P %.3f%s | "
+           "ZeRO-2 (2+14/N)P %.3f%s\n", N, 16.0 * P / GiB, z == 0 ? " <-" : "", (4.0 + 12.0 / N) * P / GiB,
+           z == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, z == 2 ? " <-" : "");
+    if (z == 2 && N > 1) {
+        printf("ZeRO-2 note: the reduced gradients are sharded, but this process still holds the full local "
+               "gradient accumulation buffer (%.1f MiB)\n", np * sizeof(floatX) / MiB);
+    }
+}
+
+/* refuses, with one line printed by rank 0, when any rank's value differs from rank 0's (all ranks call it);
+ * `what` names the quantity. Other ranks exit quietly (after rank 0 printed). */
+static void session_require_same(TrainSession* s, uint64_t value, const char* what, const char* hint) {
+    Comm* c = &s->world.comm;
+    if (c->world == 1) { return; }
+    uint64_t root = value;
+    comm_broadcast_host(c, &root, sizeof(root), 0);
+    double differs = root != value ? 1.0 : 0.0;
+    comm_all_reduce_host_f64(c, &differs, 1);
+    if (differs > 0) {
+        if (c->rank == 0) {
+            FATAL("%d of %d processes were started with a different %s than rank 0 (%016llx); %s", (int)differs,
+                  c->world, what, (unsigned long long)root, hint);
+        }
+        comm_barrier(c); /* rank 0 exits and the launcher ends the job; never passes */
+        exit(EXIT_FAILURE);
+    }
+}
+
+/* hash of the resolved configuration (every flag's value, world size) and of the data (dataloader
+ * fingerprints), so ranks started with different flags or data are refused at start */
+static uint64_t session_config_hash(TrainSession* s) {
+    ArgSpec specs[MAX_SPECS];
+    int n = train_config_specs(&s->cfg, specs);
+    char* json = args_config_json(specs, n);
+    uint64_t h = comm_hash64(14695981039346656037ULL, json, strlen(json));
+    free(json);
+    uint64_t fp = dataloader_fingerprint(&s->train_loader);
+    h = comm_hash64(h, &fp, sizeof(fp));
+    if (s->has_val) { fp = dataloader_fingerprint(&s->val_loader); h = comm_hash64(h, &fp, sizeof(fp)); }
+    h = comm_hash64(h, &s->world.world, sizeof(int));
+    h = comm_hash64(h, &s->model.num_parameters, sizeof(size_t));
+    return h;
+}
+
+/* pads the parameter buffer to world * ceil(P/world) elements and sets this rank's optimizer shard:
+ * ZeRO-0 the whole model, ZeRO-1/2 [rank*S, (rank+1)*S) */
+static void session_setup_shards(TrainSession* s) {
+    GPT2* m = &s->model;
+    size_t P = m->num_parameters, S = comm_shard_size(&s->world.comm, P), Ppad = S * (size_t)s->world.world;
+    if (Ppad != P) {
+        floatX* padded = (floatX*)dev_malloc(Ppad * sizeof(floatX), "parameters (padded to the ZeRO shards)");
+        dev_memcpy_d2d(padded, m->params_memory, P * sizeof(floatX));
+        dev_free(m->params_memory);
+        m->params_memory = padded;
+        parameter_tensors_point(&m->params, m->params_memory, m->param_sizes);
+    }
+    m->num_parameters_padded = Ppad;
+    if (s->cfg.zero_stage == 0) {
+        s->shard_start = 0;
+        s->shard_end = P;
+    } else {
+        s->shard_start = (size_t)s->world.rank * S;
+        s->shard_end = s->shard_start + S;
+    }
+}
+
+/* resume with another world size or ZeRO stage: refused (re-sharding is not implemented), one clear line */
+static void session_check_resume_layout(TrainSession* s, int resume_step) {
+    char path[1024];
+    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                      "training state file", "it is written by train_gpt with -o DIR -n N");
+    fclose(f);
+    if (h[4] != s->world.world || h[5] != s->cfg.zero_stage) {
+        if (s->world.rank == 0) {
+            FATAL("cannot resume from '%s': checkpoint step %d was written by %d processes with ZeRO stage %d, this run "
+                  "has %d processes and ZeRO stage %d; re-sharding the optimizer state is not supported, resume with "
+                  "%d processes and -z %d", s->cfg.output_dir, resume_step, h[4], h[5], s->world.world,
+                  s->cfg.zero_stage, h[4], h[5]);
+        }
+        comm_barrier(&s->world.comm);
+        exit(EXIT_FAILURE);
+    }
 }
 
 static void session_init(TrainSession* s) {
     TrainConfig* cfg = &s->cfg;
-    s->world.rank = 0;
-    s->world.world = 1;
-    backend_init(0, 1);
+    comm_init(&s->world.comm, NULL, NULL, cfg->nccl_init, cfg->comm_timeout);
+    s->world.rank = s->world.comm.rank;
+    s->world.world = s->world.comm.world;
+    backend_init(s->world.comm.local_rank, s->world.rank == 0);
+    comm_init_device(&s->world.comm, cfg->nccl_init);
     /* model */
     if (is_model_descriptor(cfg->model)) {
         GPT2Config mc;
@@ -1153,11 +1376,16 @@ static void session_init(TrainSession* s) {
     }
     lr_scheduler_init(&s->scheduler, cfg->lr_schedule, cfg->learning_rate, cfg->warmup_steps, s->max_steps,
                       cfg->final_lr_frac, cfg->wsd_decay_frac);
-    /* training state */
-    gpt2_allocate_training_state(&s->model, cfg->master_weights);
+    /* every rank has the same flags, data and checkpoint to resume from */
+    session_require_same(s, session_config_hash(s), "configuration (flags, data shards)",
+                         "start every process with the same flags and data");
+    session_require_same(s, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
+                         "every process must see the same output directory");
+    if (resume_step >= 0) { session_check_resume_layout(s, resume_step); }
+    /* training state: this rank's optimizer shard */
+    session_setup_shards(s);
+    gpt2_allocate_training_state_range(&s->model, cfg->master_weights, s->shard_start, s->shard_end - s->shard_start);
     gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
-    s->shard_start = 0;
-    s->shard_end = s->model.num_parameters;
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
     s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;
     loss_scaler_init(&s->scaler, 65536.0f, 1000);
@@ -1181,7 +1409,7 @@ static void session_init(TrainSession* s) {
         gpt2_free(&loaded);
         checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
         session_read_state(s, path);
-        printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir);
+        if (s->world.rank == 0) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
     }
     if (resume_step >= 0 && s->world.rank == 0) {
         /* lines logged after the checkpoint by the interrupted run are dropped, so the log has no duplicates */
@@ -1194,6 +1422,7 @@ static void session_init(TrainSession* s) {
 
 static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     const GPT2Config* c = &s->model.config;
+    if (s->world.rank != 0) { return; } /* only rank 0 prints and logs */
     printf("+-----------------------+------------------------------------------------\n");
     printf("| device                | %s\n", backend_device_name());
     printf("| precision             | %s\n", PRECISION_NAME);
@@ -1232,6 +1461,7 @@ static void session_free(TrainSession* s) {
     if (s->has_val) { dataloader_free(&s->val_loader); }
     if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
     logger_free(&s->logger);
+    comm_finalize(&s->world.comm);
     backend_shutdown();
 }
 
