@@ -511,6 +511,21 @@ static void test_elementwise(size_t n) {
     dev_free(x); dev_free(y); dev_free(out); dev_free(d); free(r); free(rd);
 }
 
+/* cpu_expf (vectorisable exp used by softmax and the classifier) vs double exp:
+ * a degree-7 polynomial (truncation < 5e-9) plus ~4 fp32 roundings gives a few
+ * ulp, so 5e-7 relative (about 8 ulp) is the bound; a wrong coefficient or
+ * exponent scaling gives errors >= 1e-4. */
+static void test_expf(void) {
+    double worst = 0, worst_x = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.0f + (float)i * (175.0f / 2000000.0f);
+        double ref = exp((double)x), rel = fabs(cpu_expf(x) - ref) / ref;
+        if (rel > worst) { worst = rel; worst_x = x; }
+    }
+    TEST_CHECK(worst <= 5e-7 && cpu_expf(0.0f) == 1.0f,
+               "cpu_expf on [-87, 88] (2M points): max rel err %.2e at x=%.4f; exp(0) == 1", worst, worst_x);
+}
+
 static void test_norm_and_checks(size_t n) {
     float* g = frand(n, 1);
     double ref = 0;
@@ -640,6 +655,7 @@ int main(void) {
     test_classifier(7, 100, 128, 1);
     test_classifier(4, 50257, 50304, 1);
 
+    test_expf();
     test_elementwise(1);
     test_elementwise(1000003);
     test_norm_and_checks(0);

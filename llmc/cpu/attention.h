@@ -40,7 +40,8 @@ static inline void attention_softmax_row(float* row, int len) {
     float mx = row[0];
     for (int j = 1; j < len; j++) { mx = row[j] > mx ? row[j] : mx; }
     float s = 0.0f;
-    for (int j = 0; j < len; j++) { float e = expf(row[j] - mx); row[j] = e; s += e; }
+    #pragma omp simd reduction(+:s)
+    for (int j = 0; j < len; j++) { float e = cpu_expf(row[j] - mx); row[j] = e; s += e; }
     const float inv = 1.0f / s;
     for (int j = 0; j < len; j++) { row[j] *= inv; }
 }

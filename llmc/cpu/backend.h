@@ -97,6 +97,30 @@ static inline void cpu_blas_single_threaded(void) {
     if (openblas_get_num_threads() != 1) { openblas_set_num_threads(1); }
 }
 
+/* exp(x) in fp32 without a libm call, so loops over it vectorise (glibc's expf
+ * only vectorises under -ffast-math). Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, degree-7 Taylor polynomial for e^r (truncation < 5e-9 relative),
+ * then scaling by 2^n through the exponent bits: max error a few ulp (test:
+ * classifier/attention vs double). Inputs are clamped to [-87, 88]: for
+ * x < -87 the result is e^-87 ~ 1.6e-38 instead of a smaller number. */
+static inline float cpu_expf(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; /* ln2 = 0.693359375 - 2.12194440e-4 */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
 /* ---------------------------------------------------------------- lifetime / memory */
 
 /* Human-readable device description, e.g. "CPU (2 OpenMP threads, OpenBLAS)".

@@ -10,7 +10,8 @@
  *   if write_dlogits: logits[i,:] is overwritten by dlogits = dloss * (softmax - onehot(target)),
  *                     with 0 in the padded columns V..Vp-1.
  * targets[i] < 0: ignored row (losses[i] = 0, dlogits row all 0). targets[i] >= V exits.
- * Exact softmax (row max subtracted); exp sum accumulated in double. Per-row work,
+ * Exact softmax (row max subtracted; exp via cpu_expf, a few ulp); exp sum accumulated
+ * in double by a fixed simd reduction. Per-row work,
  * statically scheduled: deterministic. When write_dlogits == 0, logits are unchanged. */
 static inline void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets,
                                     int N, int V, int Vp, int write_dlogits) {
@@ -31,13 +32,15 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
         const float xt = row[tgt];
         double sum = 0.0;
         if (write_dlogits) {
-            for (int j = 0; j < V; j++) { float e = expf(row[j] - mx); row[j] = e; sum += e; }
+            #pragma omp simd reduction(+:sum)
+            for (int j = 0; j < V; j++) { float e = cpu_expf(row[j] - mx); row[j] = e; sum += e; }
             const float scale = (float)(dloss / sum);
             for (int j = 0; j < V; j++) { row[j] *= scale; }
             row[tgt] -= dloss;
             for (int j = V; j < Vp; j++) { row[j] = 0.0f; }
         } else {
-            for (int j = 0; j < V; j++) { sum += expf(row[j] - mx); }
+            #pragma omp simd reduction(+:sum)
+            for (int j = 0; j < V; j++) { sum += cpu_expf(row[j] - mx); }
         }
         losses[i] = (float)(log(sum) - (double)(xt - mx));
     }
