@@ -26,8 +26,22 @@ CPU_CFLAGS := -I. -std=c11 -O3 -march=native -fopenmp -D_GNU_SOURCE $(CPU_WARN)
 CPU_LIBS   := -lopenblas -lm
 CPU_DEPS   := $(wildcard llmc/*.h llmc/cpu/*.h)
 
+# Multi-process CPU build: where MPI exists (OpenMPI's mpicc), train_gpt_cpu is built with -DUSE_MPI and the
+# flags `mpicc --showme` reports, so it runs under `mpirun -np N` (and still alone, as an MPI singleton).
+# USE_MPI=0 forces the single-process build.
+USE_MPI ?= $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
+ifeq ($(USE_MPI),1)
+MPI_CFLAGS := -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) --showme 2>/dev/null))
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
+endif
+
 train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
-	$(CC) $(CPU_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) $(MPI_LIBS) -o $@
+
+# collective tests run under mpirun by dev/test/cli_dp_comm.sh
+$(BUILD)/mpi_comm: dev/test/mpi_comm.c llmc/comm.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
 # the speed baseline: matmul and attention as plain OpenMP loops in the style of llm.c's train_gpt2.c
 train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)
@@ -75,7 +89,9 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-test: train_gpt_cpu test_gpt_cpu unit-tests
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm)
+
+test: train_gpt_cpu test_gpt_cpu unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off) next to the default BF16 one

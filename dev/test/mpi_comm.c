@@ -1,0 +1,215 @@
+/*
+ * dev/test/mpi_comm.c -- llmc/comm.h collectives on the MPI backend, run under
+ * `mpirun --oversubscribe -np N build/mpi_comm` by dev/test/cli_dp_comm.sh (N = 1, 2, 3, 5).
+ *
+ * Checks (rank 0 prints "ok - ..." / "not ok - ..."; a check fails if it fails on any rank):
+ *   - all-reduce of fp32/fp64/int32 buffers of awkward lengths (0, 1, N-1, 7, 1000, 12347) equals the exact
+ *     sum (the values are small integers, so fp32 sums are exact);
+ *   - reduce-scatter / all-gather over "owned" sub-ranges with uneven, partly empty chunks;
+ *   - bytes sent/received per rank equal the ring model exactly, and are within one shard of the
+ *     theory 2(N-1)/N * bytes (all-reduce) and (N-1)/N * bytes (reduce-scatter, all-gather);
+ *   - the fp32 all-reduce of non-integer values is bitwise deterministic and identical on every rank;
+ *   - host fp64 all-reduce, host broadcast, send/recv around a ring, barrier, sub-groups (comm_split).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/comm.h"
+
+static Comm g;
+static int n_pass = 0, n_fail = 0;
+
+/* collective: the check passes only if `ok` on every rank */
+static void check_all(int ok, const char* fmt, ...) {
+    double bad = ok ? 0.0 : 1.0;
+    CommCounters saved = g.counters;
+    comm_all_reduce_host_f64(&g, &bad, 1);
+    g.counters = saved;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (g.rank == 0) {
+        printf("%s - [N=%d] %s%s\n", bad == 0.0 ? "ok" : "not ok", g.world, msg,
+               bad == 0.0 ? "" : " (failed on some rank)");
+        fflush(stdout);
+    }
+    if (bad == 0.0) { n_pass++; } else { n_fail++; }
+}
+
+static float value_f(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 13) % 31) - 15); }
+
+static void test_all_reduce_f32(size_t count) {
+    int N = g.world;
+    float* x = (float*)malloc_check((count + 1) * sizeof(float), "x");
+    for (size_t i = 0; i < count; i++) { x[i] = value_f(g.rank, i); }
+    comm_counters_reset(&g);
+    comm_all_reduce(&g, x, COMM_F32, count);
+    int ok = 1;
+    for (size_t i = 0; i < count; i++) {
+        float want = 0;
+        for (int r = 0; r < N; r++) { want += value_f(r, i); }
+        if (x[i] != want) { ok = 0; }
+    }
+    check_all(ok, "fp32 all-reduce of %zu values is exact on every rank", count);
+    size_t shard = comm_shard_size(&g, count), rs_s, rs_r, ag_s, ag_r;
+    comm_ring_bytes(&g, 0, count, shard, 4, 0, &rs_s, &rs_r);
+    comm_ring_bytes(&g, 0, count, shard, 4, 1, &ag_s, &ag_r);
+    int exact = g.counters.bytes_sent == rs_s + ag_s && g.counters.bytes_recv == rs_r + ag_r;
+    double theory = 2.0 * (N - 1) / N * (double)count * 4.0;
+    double diff = fabs((double)g.counters.bytes_sent - theory);
+    int near = diff <= 2.0 * shard * 4.0 + 1e-9;
+    check_all(exact && near, "all-reduce of %zu fp32: sent %llu recv %llu bytes, theory 2(N-1)/N*bytes = %.0f "
+              "(|diff| %.0f <= 2 chunks)", count, g.counters.bytes_sent, g.counters.bytes_recv, theory, diff);
+    free(x);
+}
+
+static void test_types(void) {
+    int N = g.world;
+    size_t n = 1001;
+    double* d = (double*)malloc_check(n * sizeof(double), "d");
+    int* k = (int*)malloc_check(n * sizeof(int), "k");
+    for (size_t i = 0; i < n; i++) { d[i] = 0.5 * (double)(g.rank + 1) + (double)i; k[i] = (int)i * (g.rank + 1); }
+    comm_all_reduce(&g, d, COMM_F64, n);
+    comm_all_reduce(&g, k, COMM_I32, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        double wd = 0.5 * N * (N + 1) / 2.0 + (double)i * N;
+        int wk = (int)i * N * (N + 1) / 2;
+        if (d[i] != wd || k[i] != wk) { ok = 0; }
+    }
+    check_all(ok, "fp64 and int32 all-reduce of %zu values are exact", n);
+    free(d); free(k);
+}
+
+/* reduce-scatter + all-gather over sub-ranges [begin,end) of a padded buffer with uneven chunks */
+static void test_owned(size_t P, size_t begin, size_t end) {
+    int N = g.world;
+    size_t shard = comm_shard_size(&g, P), Ppad = shard * (size_t)N;
+    float* x = (float*)malloc_check(Ppad * sizeof(float), "x");
+    for (size_t i = 0; i < Ppad; i++) { x[i] = value_f(g.rank, i); }
+    comm_counters_reset(&g);
+    comm_reduce_scatter_owned(&g, x, COMM_F32, begin, end, shard);
+    size_t rs_sent = g.counters.bytes_sent;
+    int ok = 1;
+    size_t lo = (size_t)g.rank * shard, hi = lo + shard;
+    for (size_t i = (lo > begin ? lo : begin); i < (hi < end ? hi : end); i++) {
+        float want = 0;
+        for (int r = 0; r < N; r++) { want += value_f(r, i); }
+        if (x[i] != want) { ok = 0; }
+    }
+    for (size_t i = 0; i < Ppad; i++) {
+        if ((i < begin || i >= end) && x[i] != value_f(g.rank, i)) { ok = 0; } /* outside: untouched */
+    }
+    check_all(ok, "reduce-scatter over [%zu,%zu) of %zu (shard %zu): owned elements hold the sum, others untouched",
+              begin, end, Ppad, shard);
+    size_t own_lo = lo > begin ? lo : begin, own_hi = hi < end ? hi : end;
+    size_t own = own_hi > own_lo ? own_hi - own_lo : 0;
+    check_all(rs_sent == (end - begin - own) * 4, "reduce-scatter sent %zu bytes = (range - own chunk) * 4 = %zu",
+              rs_sent, (end - begin - own) * 4);
+    /* all-gather: each owner writes a marker into its chunk; afterwards everyone sees every marker */
+    for (size_t i = own_lo; i < own_hi; i++) { x[i] = (float)(1000 + g.rank); }
+    comm_all_gather_owned(&g, x, COMM_F32, begin, end, shard);
+    ok = 1;
+    for (size_t i = begin; i < end; i++) {
+        if (x[i] != (float)(1000 + (int)(i / shard))) { ok = 0; }
+    }
+    check_all(ok, "all-gather over [%zu,%zu): every element holds its owner's value", begin, end);
+    free(x);
+}
+
+static void test_equal_count(void) {
+    int N = g.world;
+    size_t count = 4096, total = count * (size_t)N;
+    float* x = (float*)malloc_check(total * sizeof(float), "x");
+    for (size_t i = 0; i < total; i++) { x[i] = value_f(g.rank, i); }
+    comm_counters_reset(&g);
+    comm_reduce_scatter(&g, x, COMM_F32, count);
+    double theory = (double)(N - 1) / N * (double)total * 4.0;
+    check_all((double)g.counters.bytes_sent == theory && (double)g.counters.bytes_recv == theory,
+              "equal-count reduce-scatter of %zu fp32: sent %llu = (N-1)/N*bytes = %.0f exactly", total,
+              g.counters.bytes_sent, theory);
+    comm_counters_reset(&g);
+    comm_all_gather(&g, x, COMM_F32, count);
+    check_all((double)g.counters.bytes_sent == theory && (double)g.counters.bytes_recv == theory,
+              "equal-count all-gather of %zu fp32: sent %llu = (N-1)/N*bytes = %.0f exactly", total,
+              g.counters.bytes_sent, theory);
+    int ok = 1;
+    for (size_t i = 0; i < total; i++) {
+        float want = 0;
+        for (int r = 0; r < N; r++) { want += value_f(r, i); }
+        if (x[i] != want) { ok = 0; }
+    }
+    check_all(ok, "reduce-scatter then all-gather == all-reduce");
+    free(x);
+}
+
+static void test_determinism(void) {
+    size_t n = 5003;
+    float* a = (float*)malloc_check(n * sizeof(float), "a");
+    float* b = (float*)malloc_check(n * sizeof(float), "b");
+    for (size_t i = 0; i < n; i++) { a[i] = b[i] = sinf((float)(i + 1) * 0.37f * (float)(g.rank + 1)) * 1e-3f; }
+    comm_all_reduce(&g, a, COMM_F32, n);
+    comm_all_reduce(&g, b, COMM_F32, n);
+    int same = memcmp(a, b, n * sizeof(float)) == 0;
+    /* identical on every rank: compare with rank 0's copy */
+    float* r0 = (float*)malloc_check(n * sizeof(float), "r0");
+    memcpy(r0, a, n * sizeof(float));
+    comm_broadcast_host(&g, r0, n * sizeof(float), 0);
+    int everywhere = memcmp(a, r0, n * sizeof(float)) == 0;
+    check_all(same && everywhere, "fp32 all-reduce of non-integer values: bitwise repeatable and identical on all ranks");
+    free(a); free(b); free(r0);
+}
+
+static void test_p2p_and_groups(void) {
+    int N = g.world;
+    double h[3] = {1.0, (double)g.rank, 0.25};
+    comm_all_reduce_host_f64(&g, h, 3);
+    check_all(h[0] == N && h[1] == N * (N - 1) / 2.0 && h[2] == 0.25 * N, "host fp64 all-reduce");
+    uint64_t v = g.rank == 0 ? 0x1234567890abcdefULL : 0;
+    comm_broadcast_host(&g, &v, sizeof(v), 0);
+    check_all(v == 0x1234567890abcdefULL, "host broadcast from rank 0");
+    if (N > 1) {
+        int out[4] = {g.rank, g.rank * 2, 7, 9}, in[4] = {0, 0, 0, 0};
+        int right = (g.rank + 1) % N, left = (g.rank + N - 1) % N;
+        if (g.rank % 2 == 0) {
+            comm_send(&g, out, COMM_I32, 4, right);
+            comm_recv(&g, in, COMM_I32, 4, left);
+        } else {
+            comm_recv(&g, in, COMM_I32, 4, left);
+            comm_send(&g, out, COMM_I32, 4, right);
+        }
+        check_all(in[0] == left && in[1] == 2 * left && in[3] == 9, "send/recv around the ring");
+    }
+    comm_barrier(&g);
+    Comm sub;
+    comm_split(&g, g.rank % 2, g.rank, &sub);
+    int expect_size = N / 2 + ((N % 2) && (g.rank % 2 == 0) ? 1 : 0);
+    double s = (double)g.rank;
+    comm_all_reduce_host_f64(&sub, &s, 1);
+    double want = 0;
+    for (int r = g.rank % 2; r < N; r += 2) { want += r; }
+    check_all(sub.world == expect_size && sub.rank == g.rank / 2 && s == want,
+              "comm_split into even/odd ranks: sizes, ranks and a sub-group all-reduce");
+    comm_finalize(&sub);
+}
+
+int main(int argc, char** argv) {
+    comm_init(&g, &argc, &argv, "", 60.0);
+    int N = g.world;
+    size_t counts[] = {0, 1, (size_t)(N > 1 ? N - 1 : 1), 7, 1000, 12347};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) { test_all_reduce_f32(counts[i]); }
+    test_types();
+    test_owned(12347, 0, 12347 + (12347 % (size_t)N ? (size_t)N - 12347 % (size_t)N : 0));
+    test_owned(12347, 100, 2000);
+    test_owned(12347, 5000, 5001);
+    test_owned(12347, 3, 12340);
+    test_equal_count();
+    test_determinism();
+    test_p2p_and_groups();
+    if (g.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
+    comm_finalize(&g);
+    return n_fail ? 1 : 0;
+}
