@@ -5,8 +5,11 @@
  * (llmc/cuda/common.cuh includes this header instead of the CUDA runtime). Every CUDA thread of
  * a block runs as its own fiber (a user-space coroutine with its own small stack); the blocks of
  * a grid run one after another on the calling OS thread. A fiber runs until it reaches a
- * synchronisation point (__syncthreads, a warp collective, __nanosleep) or exits, so the
- * interleaving is deterministic: two runs of the same program give bit-identical results.
+ * synchronisation point (__syncthreads, a warp collective, __nanosleep) or exits; the warps of a
+ * block run one at a time, each until all its lanes wait at __syncthreads or have exited (so a
+ * missing __syncthreads between warps shows up as wrong data). The interleaving is deterministic:
+ * two runs of the same program give bit-identical results. EMU_SCHEDULE=reverse runs warps
+ * last-to-first (a second legal schedule, to expose races that the first one hides).
  *
  * What it provides (see dev/emu/README.md for the full list and for what it cannot show):
  *  - qualifiers __global__/__device__/__host__/__forceinline__/__launch_bounds__(...)/__shared__
@@ -40,8 +43,9 @@
  *    device properties of a fake "CPU emulator" device, cudaFuncSetAttribute, errors).
  *    cudaMalloc places each allocation so that its (16-byte rounded) end abuts a PROT_NONE guard
  *    page and a guard page precedes its first page; the rest of the first page and the up-to-15
- *    bytes of rounding slack are canaries (0xFF). New allocations are filled with 0xFF (NaN), so
- *    reads of uninitialised device memory poison results. Faults on guard pages are reported with
+ *    bytes of rounding slack are canaries (the 16-bit word 0x7FA5 repeated: a signalling NaN as
+ *    fp32/bf16, so arithmetic on it yields different bits). New allocations are filled with the same
+ *    pattern, so reads of uninitialised device memory poison results (NaN). Faults on guard pages are reported with
  *    the kernel, block, thread and the offset relative to the allocation; canaries are checked
  *    after every launch and at cudaFree. cudaMemcpy/cudaMemset check their device ranges.
  *  - Errors detected inside a kernel print one line "emu: kernel ... error: ..." on stderr,
@@ -229,6 +233,7 @@ struct State {
     char* smem_ptr = nullptr;
     char* smem_guard = nullptr;
     size_t stack_bytes = 0;
+    int reverse_warps = -1;   /* EMU_SCHEDULE=reverse */
     bool sig_installed = false;
     std::vector<LaunchRecord> log;
 };
@@ -401,12 +406,20 @@ inline void install_fault_handler() {
 }
 
 /* ---------------------------------------------------------------- device memory */
+/* Canary / "uninitialised" pattern: the 16-bit word 0x7FA5 repeated (bytes A5 7F). It is a SIGNALLING
+ * NaN as fp32 (0x7FA57FA5) and as bf16 (0x7FA5), a NaN as fp16, so reads poison results; and any
+ * arithmetic on it returns a QUIET NaN with different bits, so a write of a value computed from an
+ * out-of-bounds read still damages the canary (a plain 0xFF NaN canary would be written back unchanged). */
+inline unsigned char canary_byte(const void* a) { return ((uintptr_t)a & 1) ? 0x7F : 0xA5; }
+inline void canary_fill(char* p, size_t n) {
+    for (size_t i = 0; i < n; i++) { p[i] = (char)canary_byte(p + i); }
+}
 inline bool canary_ok(const Alloc& al, std::string* where) {
     if (al.pinned) { return true; }
     const unsigned char* lo = (const unsigned char*)al.base + g.page;
     const unsigned char* u = (const unsigned char*)al.user;
     for (const unsigned char* p = lo; p < u; p++) {
-        if (*p != 0xFF) {
+        if (*p != canary_byte(p)) {
             char b[256];
             snprintf(b, sizeof b, "device allocation #%lu (%zu bytes at %p) was written %ld bytes BEFORE its start",
                      al.id, al.size, (void*)al.user, (long)(u - p));
@@ -415,7 +428,7 @@ inline bool canary_ok(const Alloc& al, std::string* where) {
         }
     }
     for (const unsigned char* p = u + al.size; p < (const unsigned char*)al.data_end; p++) {
-        if (*p != 0xFF) {
+        if (*p != canary_byte(p)) {
             char b[256];
             snprintf(b, sizeof b,
                      "device allocation #%lu (%zu bytes at %p) was written %ld bytes PAST ITS END (byte offset %ld)",
@@ -434,8 +447,8 @@ inline bool check_all_canaries() {
             kernel_fail_code(cudaErrorIllegalAddress, "%s", w.c_str());
             /* repaint so that one overrun is reported once */
             Alloc& al = kv.second;
-            memset(al.base + g.page, 0xFF, al.user - (al.base + g.page));
-            memset(al.user + al.size, 0xFF, al.data_end - (al.user + al.size));
+            canary_fill(al.base + g.page, al.user - (al.base + g.page));
+            canary_fill(al.user + al.size, al.data_end - (al.user + al.size));
             return false;
         }
     }
@@ -468,7 +481,7 @@ inline cudaError_t device_malloc(void** p, size_t size, bool pinned) {
         al.data_end = al.base + g.page + data;
         mprotect(al.data_end, g.page, PROT_NONE);
         al.user = al.data_end - rounded;
-        memset(al.base + g.page, 0xFF, data); /* canaries and "uninitialised" poison (NaN) */
+        canary_fill(al.base + g.page, data); /* canaries and "uninitialised" poison (signalling NaN) */
     }
     g.allocs[(uintptr_t)al.user] = al;
     *p = al.user;
@@ -624,13 +637,25 @@ inline bool run_block() {
     for (int i = 0; i < n; i++) { fiber_reset(g.pool[i]); }
     g.block_failed = false;
     for (;;) {
+        /* Warp-at-a-time, depth-first: a warp runs until every lane waits at __syncthreads or has
+         * exited (its warp collectives complete on the way), then the next warp runs. This is a legal
+         * GPU schedule (warps advance independently between block barriers) that exposes missing
+         * __syncthreads between warps; EMU_SCHEDULE=reverse runs the warps last-to-first. */
         bool progressed = false;
-        for (int i = 0; i < n; i++) {
-            Fiber* f = g.pool[i];
-            if (f->state == F_READY) {
-                switch_to(f);
-                progressed = true;
-                if (g.block_failed) { return false; }
+        const int nwarps = (n + 31) / 32;
+        for (int w0 = 0; w0 < nwarps; w0++) {
+            const int w = g.reverse_warps ? nwarps - 1 - w0 : w0;
+            const int lo = w * 32, hi = std::min(n, lo + 32);
+            for (bool again = true; again;) {
+                again = false;
+                for (int i = lo; i < hi; i++) {
+                    Fiber* f = g.pool[i];
+                    if (f->state == F_READY) {
+                        switch_to(f);
+                        progressed = again = true;
+                        if (g.block_failed) { return false; }
+                    }
+                }
             }
         }
         if (progressed) { continue; }
@@ -929,6 +954,10 @@ inline bool check_pointer_arg(const T& v, int idx, const std::string& name) {
 
 inline void run_grid() {
     const int n = (int)(g.block.x * g.block.y * g.block.z);
+    if (g.reverse_warps < 0) {
+        const char* sch = getenv("EMU_SCHEDULE");
+        g.reverse_warps = (sch && strcmp(sch, "reverse") == 0) ? 1 : 0;
+    }
     while ((int)g.pool.size() < n) { g.pool.push_back(make_fiber()); }
     g.nthreads = n;
     ensure_smem_region();

@@ -242,8 +242,8 @@ static __global__ void read_at_kernel(const float* p, long idx, float* out) { *o
 static __global__ void copy_first_kernel(const float* p, float* out) { *out = p[0]; }
 static __global__ void deep_stack_kernel(float* out, int n) {
     volatile float big[64 * 1024]; /* 256 KiB: larger than the fiber stack */
-    for (int i = 0; i < n; i++) { big[i] = (float)i; }
-    *out = big[n - 1];
+    for (int i = n - 1; i >= 0; i--) { big[i] = (float)i; } /* top down: the first page past the stack is the guard */
+    *out = big[0];
 }
 static __global__ void null_and_sizes_kernel(float* maybe_null, size_t n, float* out) {
     out[0] = maybe_null == NULL ? (float)n : -1.0f;

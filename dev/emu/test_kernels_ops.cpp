@@ -13,6 +13,8 @@
  * - Every __global__ kernel in llmc/cuda/*.cuh (except the cuDNN file) must have been launched at
  *   least once (tensor-core kernels only in 16-bit builds), and the distinct instantiations are listed.
  * - Determinism: the backward ops run twice and must be bit-identical.
+ * - Schedules: everything runs with warps first-to-last; the block-level kernels run again with warps
+ *   last-to-first (rows marked in the table by repetition), so a race hidden by one order shows in the other.
  * - Error measure: max_i |got_i - ref_i| / max_i |ref_i| (NaN counts as infinite).
  * Tolerances (argued from the arithmetic, not fitted):
  *   FP32 build: forward 1e-5 (fp32 epsilon 6e-8 times sums of at most a few hundred terms, and
@@ -56,8 +58,9 @@ static std::vector<float> randv(size_t n, float scale = 1.0f) {
 }
 
 /* ---------------------------------------------------------------- device helpers */
-static floatX* dX(size_t n) { return (floatX*)dev_malloc(n * sizeof(floatX) + 1, "test"); }
-static float* dF(size_t n) { return (float*)dev_malloc(n * sizeof(float) + 1, "test"); }
+/* exact sizes: a buffer's end abuts the emulator's guard page / canary, so overruns are caught */
+static floatX* dX(size_t n) { return (floatX*)dev_malloc(n * sizeof(floatX), "test"); }
+static float* dF(size_t n) { return (float*)dev_malloc(n * sizeof(float), "test"); }
 /* rounds v to floatX in place (so both sides see identical inputs) and returns a device copy */
 static floatX* upX(std::vector<float>& v) {
     floatX* d = dX(v.size());
@@ -510,6 +513,17 @@ int main(void) {
     test_norm_scale_inf(64 * 64);
     test_norm_scale_inf(1003);
     test_norm_scale_inf(1);
+
+    /* the block-level kernels again under the second legal schedule (warps last-to-first) */
+    emu::g.reverse_warps = 1;
+    test_layernorm(128, 64);
+    test_attention(4, 32, 64, 4, 0);
+    test_attention(3, 7, 36, 3, 0);
+    test_classifier(128, 100, 128, 1);
+    test_matmul(21, 36, 100, 1, 1);
+    test_encoder(4, 32, 64, 100, 128);
+    test_norm_scale_inf(1003);
+    emu::g.reverse_warps = 0;
 
     /* every kernel of llmc/cuda launched at least once */
     std::set<std::string> launched, instances;
