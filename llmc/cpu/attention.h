@@ -38,6 +38,7 @@ static inline void attention_check_shape(int C, int NH) {
 /* softmax in place over row[0..len) (len >= 1), exact: subtracts the max */
 static inline void attention_softmax_row(float* row, int len) {
     float mx = row[0];
+    #pragma omp simd reduction(max:mx)
     for (int j = 1; j < len; j++) { mx = row[j] > mx ? row[j] : mx; }
     float s = 0.0f;
     #pragma omp simd reduction(+:s)

@@ -100,12 +100,16 @@ static inline void cpu_blas_single_threaded(void) {
 /* exp(x) in fp32 without a libm call, so loops over it vectorise (glibc's expf
  * only vectorises under -ffast-math). Cody-Waite reduction x = n ln2 + r,
  * |r| <= ln2/2, degree-7 Taylor polynomial for e^r (truncation < 5e-9 relative),
- * then scaling by 2^n through the exponent bits: max error a few ulp (test:
- * classifier/attention vs double). Inputs are clamped to [-87, 88]: for
- * x < -87 the result is e^-87 ~ 1.6e-38 instead of a smaller number. */
+ * then scaling by 2^n through the exponent bits: max error ~2 ulp for
+ * x in [-87, 88] (tested). The exponent is clamped in integer arithmetic (float
+ * compares would block vectorisation): -2^21 < x < -87 returns a value below
+ * ~2^-125 instead of the true tiny one, x > 88 a finite huge value; |x| >= 2^21
+ * and non-finite x are not supported (callers pass x - rowmax <= 0 of finite,
+ * sane logits; a diverged model gives a non-finite loss either way). */
 static inline float cpu_expf(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    /* round to nearest by adding and subtracting 1.5*2^23 (floorf does not vectorise
+     * under the default -ftrapping-math); valid for |x| < 2^21 */
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; /* ln2 = 0.693359375 - 2.12194440e-4 */
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
@@ -115,10 +119,12 @@ static inline float cpu_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
+    int32_t e = (int32_t)n;
+    e = e < -126 ? -126 : e;
+    e = e > 127 ? 127 : e;
+    union { int32_t i; float f; } scale; /* type punning through a union (defined in C, GCC/Clang in C++) */
+    scale.i = (e + 127) << 23;
+    return p * scale.f;
 }
 
 /* ---------------------------------------------------------------- lifetime / memory */

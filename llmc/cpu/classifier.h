@@ -28,6 +28,7 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
             continue;
         }
         float mx = row[0];
+        #pragma omp simd reduction(max:mx)
         for (int j = 1; j < V; j++) { mx = row[j] > mx ? row[j] : mx; }
         const float xt = row[tgt];
         double sum = 0.0;
