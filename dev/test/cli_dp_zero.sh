@@ -1,0 +1,50 @@
+# dev/test/cli_dp_zero.sh -- ZeRO-1 and ZeRO-2 against ZeRO-0 on 2, 3 and 5 ranks, 4 steps each (d2 has
+# 6,868,480 parameters: 3 ranks pad the flat buffer by 2 values; under ZeRO-2 the per-layer buckets split
+# unevenly over the shards, some chunks empty, for every N):
+#   - losses and final weights equal ZeRO-0 (relative 1e-6; the reduced gradients are the same ring sums,
+#     only the squared-norm summation order differs, which changes the clip factor by ~1e-7);
+#   - grad norm at step 1 equals the single-process norm over the same global batch (1e-5 relative: fp32
+#     gradients summed in another order);
+#   - bytes sent and received by EVERY rank in a step vs theory (P fp32 gradients of 4 bytes):
+#     ZeRO-0 ring all-reduce 2(N-1)/N*4P; ZeRO-1/2 reduce-scatter + all-gather (N-1)/N*4P each,
+#     within 256 bytes (padding of at most N-1 values and the 3 fp64 scalars of loss/norm/overflow flag);
+#   - optimizer state per rank: the state file of every rank holds 2*ceil(P/N) fp32 values (m, v) for
+#     ZeRO-1/2, 2P for ZeRO-0, i.e. 1/N of the unsharded amount plus padding.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4 --comm-stats 1)
+P=6868480
+for N in 2 3 5; do
+    $TRAIN "${F[@]}" -x 1 -d $((128 * N)) -o "$TMP/single$N" > "$TMP/single$N.log" 2>&1
+    single=$(python3 -c "import json,sys; print([o['grad_norm'] for o in map(json.loads, open(sys.argv[1])) if o['kind']=='train'][0])" "$TMP/single$N/log.jsonl")
+    for z in 0 1 2; do
+        D="$TMP/n${N}z$z"
+        MPIRUN $N $TRAIN "${F[@]}" -z $z -o "$D" > "$D.log" 2>&1
+        check $? "N=$N ZeRO-$z: 4 steps under mpirun"
+        norm1=$(python3 -c "import json,sys; print([o['grad_norm'] for o in map(json.loads, open(sys.argv[1])) if o['kind']=='train'][0])" "$D/log.jsonl")
+        python3 -c "import sys; a,b=float('$norm1'),float('$single'); sys.exit(0 if abs(a-b) <= 1e-5*b else 1)" 2> /dev/null
+        check $? "N=$N ZeRO-$z: step-1 grad norm $norm1 equals the single-process norm $single"
+        python3 - "$D.log" $N $z $P <<'PY'
+import re, sys
+log, N, z, P = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = [tuple(map(int, m.groups())) for m in re.finditer(r"comm: rank (\d+) step 2 sent (\d+) recv (\d+)", open(log).read())]
+theory = 2 * (N - 1) / N * 4 * P  # all-reduce, or reduce-scatter + all-gather
+ok = len(rows) == N and all(abs(s - theory) <= 256 and abs(r - theory) <= 256 for _, s, r in rows)
+print("theory %.0f bytes per rank; measured (rank, sent, recv): %s" % (theory, sorted(rows)))
+sys.exit(0 if ok else 1)
+PY
+        check $? "N=$N ZeRO-$z: bytes per rank per step match the ring theory within 256 bytes"
+        S=$(( (P + N - 1) / N )); want=$(( z == 0 ? 1024 + 8 * P : 1024 + 8 * S )); ok=0
+        for ((r = 0; r < N; r++)); do
+            f=$(printf "%s/state_00000004_%05d.bin" "$D" $r)
+            test "$(stat -c %s "$f" 2> /dev/null)" = "$want" || ok=1
+        done
+        check $ok "N=$N ZeRO-$z: every rank's optimizer state file is $want bytes (m+v of $([ $z = 0 ] && echo "all $P" || echo "ceil(P/N) = $S") values)"
+        if [ $z -gt 0 ]; then
+            out=$(dp_compare_logs "$TMP/n${N}z0/log.jsonl" "$D/log.jsonl" train loss 1e-6 4)
+            check $? "N=$N ZeRO-$z vs ZeRO-0 losses: $out"
+            out=$(dp_compare_models "$TMP/n${N}z0/model_00000004.bin" "$D/model_00000004.bin" 1e-6)
+            check $? "N=$N ZeRO-$z vs ZeRO-0 weights: $out"
+        fi
+    done
+done
