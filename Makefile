@@ -70,6 +70,13 @@ NVCC_FLAGS += -DUSE_CUDNN -isystem $(CUDNN_FRONTEND_PATH)
 endif
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
+# CUDA_MPI=1: bootstrap the NCCL communicator through MPI (mpirun / srun + PMIx); default: rank and world from
+# the environment and the NCCL id through a shared directory or TCP (llmc/comm.h, --nccl-init)
+ifeq ($(CUDA_MPI),1)
+NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null))
+NVCC_LIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
+endif
+
 train_gpt: train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
 
