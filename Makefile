@@ -98,7 +98,7 @@ unit-tests: $(TEST_BINS)
 
 MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm)
 
-test: train_gpt_cpu test_gpt_cpu unit-tests $(MPI_TEST_BINS)
+test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off) next to the default BF16 one
@@ -113,6 +113,6 @@ fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu
+	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16
 
 .PHONY: test test-gpu fixture clean unit-tests

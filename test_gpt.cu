@@ -19,10 +19,15 @@
  *         carries a relative rounding error of about sqrt(K) * 2^-24 ~ 1e-6 for K <= 256; through the two
  *         layers and the softmax this grows by a small factor. We allow 1e-5 for logits/loss/gradients and
  *         the step losses (10x margin over what we measure, still 1000x tighter than a real bug).
- *   bf16: inputs and outputs rounded to 8 mantissa bits (relative error 2^-9 = 2e-3 per rounding), with
- *         ~10 roundings on a path from input to logits: 2e-2 for logits and loss; gradients pass through
- *         twice as many roundings and the small ones lose most bits: 1e-1 relative to the tensor max;
- *         step losses 2e-2.
+ *   bf16: every stored activation, weight and gradient is rounded to 8 mantissa bits (relative error
+ *         u = 2^-9 ~ 2e-3 per rounding; matmuls and reductions accumulate in fp32). About 5 roundings lie on
+ *         the path from the embeddings to a logit: 5u ~ 1e-2 for logits. The loss is a mean over B*T tokens
+ *         of log-softmax values whose rounding errors are independent, so it keeps about one rounding: 2e-3.
+ *         Gradients pass through about 15 roundings (forward activations, then every backward product):
+ *         15u ~ 3e-2. Step losses: each AdamW step moves weights by ~lr, and bf16 weight storage (with
+ *         stochastic rounding from fp32 master weights) perturbs them by u*|w|; 5e-3 over 10 steps.
+ *         Measured on the CPU execution layer (dev/emu, BF16 build): logits 4e-3, loss 3e-5, gradients
+ *         <= 7.5e-3, step losses <= 1.7e-4.
  */
 #define TESTING
 #include "train_gpt.cu"
@@ -37,7 +42,7 @@ static Tolerances tolerances_for_precision(void) {
     if (FLOATX_IS_FLOAT) {
         t.logits = 1e-5; t.loss = 1e-5; t.grads = 1e-5; t.step_losses = 1e-5;
     } else {
-        t.logits = 2e-2; t.loss = 2e-2; t.grads = 1e-1; t.step_losses = 2e-2;
+        t.logits = 1e-2; t.loss = 2e-3; t.grads = 3e-2; t.step_losses = 5e-3;
     }
     return t;
 }

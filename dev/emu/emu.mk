@@ -4,6 +4,7 @@
 #   build/emu_test_kernels_fp32       every llmc/cuda kernel module vs a CPU reference, floatX = float
 #   build/emu_test_kernels_bf16       the same with floatX = bf16 (default GPU precision)
 #   test_gpt_emu                      the whole model step (test_gpt.cu) on the emulator, FP32
+#   test_gpt_emu_bf16                 the same in BF16
 #
 # All are built with g++ -std=c++17 -O2 -DLLMC_EMU; no GPU, no CUDA libraries (only the CUDA headers).
 
@@ -42,6 +43,11 @@ $(BUILD)/emu_test_kernels_bf16: dev/emu/test_kernels_ops.cpp $(BUILD)/emu_cpu_re
 test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 	@test -f test_gpt.cu || { echo "test_gpt_emu: test_gpt.cu does not exist yet" >&2; exit 1; }
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
+
+# the same in BF16: exercises the tensor-core attention path and stochastic rounding against the fixture
+# with test_gpt.cu's BF16 tolerances
+test_gpt_emu_bf16: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
 
 unit-tests: $(EMU_TEST_BINS)
 

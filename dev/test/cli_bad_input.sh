@@ -1,6 +1,6 @@
 # dev/test/cli_bad_input.sh -- bad input gets one clear stderr line and a non-zero exit (no crash, no
 # assert, no silent default), and nothing the user had is overwritten.
-source "$(dirname "$0")/cli_lib.sh"
+source "$(dirname "$0")/lib_cli.sh"
 VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 
 expect_error "unknown flag" "unknown flag" -- $TRAIN -bogus 1

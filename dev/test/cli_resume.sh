@@ -1,7 +1,7 @@
 # dev/test/cli_resume.sh -- resume through the real CLI is bit-identical:
 # 20 steps straight == 10 steps, stop (checkpoint), resume with -y 1, 10 more steps:
 # identical loss values for steps 11..20 and identical final weights.
-source "$(dirname "$0")/cli_lib.sh"
+source "$(dirname "$0")/lib_cli.sh"
 A="$TMP/straight"; B="$TMP/resumed"
 $TRAIN "${FAST[@]}" -x 20 -o "$A" > "$TMP/a.log" 2>&1
 check $? "straight run of 20 steps"

@@ -49,7 +49,9 @@ for t in build/emu_test_*; do
     [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done
 run_one test_gpt_cpu ./test_gpt_cpu
-if [ -x ./test_gpt_emu ]; then run_one test_gpt_emu ./test_gpt_emu; fi
+for t in test_gpt_emu test_gpt_emu_bf16; do
+    if [ -x "./$t" ]; then run_one "$t" "./$t"; fi
+done
 for t in dev/test/cli_*.sh dev/test/check_*.sh; do
     [ -f "$t" ] && run_one "$(basename "$t")" bash "$t"
 done

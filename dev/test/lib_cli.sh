@@ -1,4 +1,4 @@
-# dev/test/cli_lib.sh -- helpers for the CLI test scripts (sourced, not run).
+# dev/test/lib_cli.sh -- helpers for the CLI test scripts (sourced, not run).
 # check COND_EXIT_STATUS "description"  prints ok/not ok like dev/test/testing.h.
 # expect_error "substring" "description" -- cmd...  runs cmd, expects a non-zero exit below 128 (no crash),
 #   exactly one line on stderr, starting with "error:" and containing substring.
