@@ -572,6 +572,17 @@ static void test_adamw(int use_master) {
         if (e.rel > worst) { worst = e.rel; }
     }
     int same = !use_master || memcmp(p, master, n * sizeof(float)) == 0;
+    { /* vectorised and scalar paths give bit-identical elements: whole array vs one element per call */
+        float *p2 = fcopy(p, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n);
+        adamw_update(p, master, g, m, v, n, 0, lr, b1, b2, eps, wd, gs, 6, 42u);
+        for (size_t i = 0; i < n; i++) {
+            adamw_update(p2 + i, NULL, g + i, m2 + i, v2 + i, 1, i, lr, b1, b2, eps, wd, gs, 6, 42u);
+        }
+        int bit = memcmp(p, p2, n * 4) == 0 && memcmp(m, m2, n * 4) == 0 && memcmp(v, v2, n * 4) == 0;
+        TEST_CHECK(bit, "adamw_update: whole-array (vector) and element-by-element (scalar) updates bit-identical (master=%s)",
+                   use_master ? "yes" : "NULL");
+        dev_free(p2); dev_free(m2); dev_free(v2);
+    }
     /* each step adds a few fp32 roundings to p (|p| ~ 1, update ~ lr): ~1e-7 per step */
     TEST_CHECK(worst <= TIGHT_TOL && same, "adamw_update 5 steps (wd=0.1, grad_scale=0.5, master=%s) vs double: worst rel %.2e",
                use_master ? "yes, params == master" : "NULL", worst);
