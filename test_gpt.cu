@@ -114,7 +114,7 @@ static float run_forward_backward(GPT2* m, const Fixture* fx) {
     dev_memcpy_h2d(m->targets, fx->targets, BT * sizeof(int));
     gpt2_zero_grad(m);
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
-    gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T, 1);
+    gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T);
     return m->mean_loss;
 }
 

@@ -452,7 +452,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
 }
 
 /* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
-static void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N, int gelu_fusion) {
+static void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N) {
     int C = m->config.channels;
     const ParameterTensors* p = &m->params;
     if (m->recompute >= 2) {
@@ -462,17 +462,13 @@ static void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int 
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
     }
     if (m->recompute >= 1) {
-        if (gelu_fusion) {
-            gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-        } else {
-            gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-        }
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C); /* fch holds the pre-GELU values either way */
     }
 }
 
 /* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate into model->grads.
  * host_inputs: the same (B,T) tokens on the host (for the deterministic encoder backward). */
-static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, int B, int T, int gelu_fusion) {
+static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, int B, int T) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     int N = B * T;
@@ -491,7 +487,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, in
                        (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], N, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActivations a = gpt2_layer_acts(m, l);
-        gpt2_recompute_layer(m, &a, l, N, gelu_fusion);
+        gpt2_recompute_layer(m, &a, l, N);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
         matmul_backward(dbt4c, layer_param(g, m, P_FCPROJW, l), layer_param(g, m, P_FCPROJB, l), dresidual, a.fch_gelu,
                         layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * C, C, NULL);
@@ -678,6 +674,7 @@ typedef struct {
     int seed;
     int log_every;
     int exit_after_steps;
+    int shuffle;
     /* multi-process (llmc/comm.h) */
     const char* nccl_init;
     float comm_timeout;
@@ -722,6 +719,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->seed = 1337;
     c->log_every = 1;
     c->exit_after_steps = 0;
+    c->shuffle = 1;
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
@@ -773,6 +771,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
+    SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
@@ -1122,14 +1121,14 @@ static StepResult session_train_step(TrainSession* s) {
         gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
         int last = micro == s->grad_accum_steps - 1;
         if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
-        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T, cfg->gelu_fusion);
+        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
         loss_sum += m->mean_loss;
     }
     /* gradient reduction (ZeRO-2 already issued its per-layer reduce-scatters during backward) */
     if (zero == 0) {
-        comm_reduce_scatter_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, P, S);
-        comm_all_gather_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, P, S);
+        /* MPI: ring reduce-scatter + all-gather with the chunks of S (same sums as ZeRO-1); NCCL: ncclAllReduce */
+        comm_all_reduce(comm, m->grads_memory, floatx_comm_dtype(), P);
     } else if (zero == 1) {
         comm_reduce_scatter_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, m->num_parameters_padded, S);
     }
@@ -1359,8 +1358,8 @@ static void session_init(TrainSession* s) {
     session_check_config(s);
     int resume_step = session_prepare_output_dir(s);
     /* data */
-    dataloader_init(&s->train_loader, cfg->train_data, cfg->B, cfg->T, s->world.rank, s->world.world, 1,
-                    (uint64_t)cfg->seed);
+    dataloader_init(&s->train_loader, cfg->train_data, cfg->B, cfg->T, s->world.rank, s->world.world,
+                    cfg->shuffle, (uint64_t)cfg->seed);
     dataloader_set_vocab_limit(&s->train_loader, s->model.config.vocab_size);
     s->has_val = cfg->val_data[0] != '\0';
     if (s->has_val) {
