@@ -31,6 +31,7 @@ static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
     return (size_t)B * NH * (T < ATT_TILE ? T : ATT_TILE) * T;
 }
 
+/* exits with a message unless NH > 0 and C % NH == 0 */
 static inline void attention_check_shape(int C, int NH) {
     if (NH <= 0 || C % NH != 0) { FATAL("attention: C=%d is not divisible by NH=%d", C, NH); }
 }
@@ -53,7 +54,7 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
     attention_check_shape(C, NH);
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    (void)scratch;
+    (void)scratch; /* forward needs no scratch on the CPU (backward uses it) */
 #ifdef LLMC_CPU_NAIVE
     #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++) {
@@ -81,7 +82,6 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
         }
     }
 #else
-    (void)scratch;
     cpu_blas_single_threaded();
     #pragma omp parallel for schedule(static) if((long)B * T * T * C >= 16L * LLMC_CPU_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {

@@ -13,8 +13,9 @@
  *
  * Determinism: every reduction uses a static partition and a fixed combination
  * order; results are bit-identical run to run for a given OpenMP thread count
- * (most ops are even independent of the thread count; sgemm row splits are not
- * guaranteed to be).
+ * (most ops are even independent of the thread count; the sgemm row/column slabs
+ * of matmul are not guaranteed to be). Loops over fewer than LLMC_CPU_PAR_MIN
+ * elements run on one thread.
  *
  * Compile-time options:
  *   -DLLMC_CPU_NAIVE   matmul and attention use plain OpenMP loops in the style
