@@ -26,8 +26,9 @@
  *   reduce-scatter sends and receives sum_{c != own} |c_c| * es = (N-1)/N * count * es for equal chunks,
  *   all-gather the same, all-reduce (= reduce-scatter + all-gather) 2(N-1)/N * count * es.
  * On NCCL, equal-chunk calls map to ncclReduceScatter/ncclAllGather in place; uneven ones to grouped
- * ncclReduce/ncclBroadcast per chunk (root = owner); the counters then hold the same ring-model numbers
- * (NCCL does not report bytes), documented as nominal.
+ * ncclReduce/ncclBroadcast per chunk (root = owner); comm_all_reduce to one ncclAllReduce; the counters then
+ * hold the same ring-model numbers (NCCL does not report bytes), documented as nominal. NCCL runs
+ * collectives in a world of one too (so one GPU exercises the NCCL path); MPI/single skip them.
  *
  * Counters: every call adds its payload bytes sent/received by this rank to comm->counters
  * (comm_counters_reset starts a new interval, e.g. one optimizer step).
@@ -65,6 +66,12 @@
 #include "llmc/utils.h"
 
 #ifdef USE_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* the C API only: OpenMPI's deprecated C++ bindings do not compile warning-free */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #endif
 #if defined(__CUDACC__) && !defined(LLMC_EMU)
@@ -285,9 +292,17 @@ static inline void comm_nccl_begin(Comm* c) {
 
 /* ---------------------------------------------------------------- collectives */
 
+/* NCCL runs collectives even in a world of one (so a single GPU exercises the NCCL path); MPI and the
+ * single-process backend skip them */
+#ifdef COMM_HAVE_NCCL
+#define COMM_WORLD1_COLLECTIVES 1
+#else
+#define COMM_WORLD1_COLLECTIVES 0
+#endif
+
 /* see the header comment ("owned" ranges). buf: device buffer of at least `end` elements of type t. */
 static inline void comm_reduce_scatter_owned(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard) {
-    if (c->world == 1 || end <= begin) { return; }
+    if (end <= begin || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
     size_t sent, recv, es = comm_dtype_size(t);
     comm_ring_bytes(c, begin, end, shard, es, 0, &sent, &recv);
     comm_count(c, sent, recv);
@@ -319,7 +334,7 @@ static inline void comm_reduce_scatter_owned(Comm* c, void* buf, CommDtype t, si
 
 /* see the header comment ("owned" ranges) */
 static inline void comm_all_gather_owned(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard) {
-    if (c->world == 1 || end <= begin) { return; }
+    if (end <= begin || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
     size_t sent, recv, es = comm_dtype_size(t);
     comm_ring_bytes(c, begin, end, shard, es, 1, &sent, &recv);
     comm_count(c, sent, recv);
@@ -354,8 +369,20 @@ static inline size_t comm_shard_size(const Comm* c, size_t n) { return (n + (siz
  * 2(N-1)/N * count * es bytes each way per rank */
 static inline void comm_all_reduce(Comm* c, void* buf, CommDtype t, size_t count) {
     size_t shard = comm_shard_size(c, count);
+#ifdef COMM_HAVE_NCCL
+    /* one ncclAllReduce (NCCL picks ring or tree); counted with the ring model */
+    if (count == 0) { return; }
+    size_t s1, r1, s2, r2, es = comm_dtype_size(t);
+    comm_ring_bytes(c, 0, count, shard, es, 0, &s1, &r1);
+    comm_ring_bytes(c, 0, count, shard, es, 1, &s2, &r2);
+    comm_count(c, s1 + s2, r1 + r2);
+    comm_nccl_begin(c);
+    COMM_NCCL_CHECK(ncclAllReduce(buf, buf, count, comm_nccl_type(t), ncclSum, c->nccl, c->stream));
+    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
+#else
     comm_reduce_scatter_owned(c, buf, t, 0, count, shard);
     comm_all_gather_owned(c, buf, t, 0, count, shard);
+#endif
 }
 
 /* equal-count reduce-scatter: buf holds world*count elements; afterwards rank r's block
@@ -374,7 +401,6 @@ static inline void comm_all_gather(Comm* c, void* buf, CommDtype t, size_t count
  * NCCL error or after timeout_s seconds without completion. */
 static inline void comm_join(Comm* c) {
 #ifdef COMM_HAVE_NCCL
-    if (c->world == 1) { COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_comm, 0)); return; }
     time_t start = time(NULL);
     for (;;) {
         cudaError_t q = cudaEventQuery(c->ev_comm);
