@@ -47,6 +47,18 @@ $(BUILD)/mpi_comm: dev/test/mpi_comm.c llmc/comm.h llmc/utils.h
 train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
 
+# per-op CPU benchmark, optimized vs plain loops: ./build/cpu_ops_bench ./build/cpu_ops_bench_naive
+cpu-bench: $(BUILD)/cpu_ops_bench $(BUILD)/cpu_ops_bench_naive
+	./$(BUILD)/cpu_ops_bench ./$(BUILD)/cpu_ops_bench_naive
+
+$(BUILD)/cpu_ops_bench: dev/bench/cpu_ops_bench.c $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $< $(CPU_LIBS) -o $@
+
+$(BUILD)/cpu_ops_bench_naive: dev/bench/cpu_ops_bench.c $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE $< $(CPU_LIBS) -o $@
+
 test_gpt_cpu: test_gpt.cu train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -Wno-unused-function -x c test_gpt.cu -x none $(CPU_LIBS) -o $@
 
@@ -115,4 +127,4 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16
 
-.PHONY: test test-gpu fixture clean unit-tests
+.PHONY: test test-gpu fixture clean unit-tests cpu-bench
