@@ -79,6 +79,7 @@ ifeq ($(CUDNN_FRONTEND_PATH),)
 $(error USE_CUDNN=1 needs the cudnn-frontend headers: pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH)
 endif
 NVCC_FLAGS += -DUSE_CUDNN -isystem $(CUDNN_FRONTEND_PATH)
+NVCC_LIBS  += -lnvrtc
 endif
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
