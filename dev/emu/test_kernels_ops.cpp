@@ -10,7 +10,7 @@
  *   of the 128-bit vector width (bf16: 8, fp32: 4), T and N not multiples of any block size, N=1,
  *   T=1, head sizes 16/32/64/128 (tensor-core attention in bf16) and 6/12 (fallback), odd element
  *   counts for elementwise ops. Both attention paths are forced where both apply.
- * - Every __global__ kernel in llmc/cuda/*.cuh (except the cuDNN file) must have been launched at
+ * - Every __global__ kernel in llmc/cuda/ headers (except the cuDNN file) must have been launched at
  *   least once (tensor-core kernels only in 16-bit builds), and the distinct instantiations are listed.
  * - Determinism: the backward ops run twice and must be bit-identical.
  * - Schedules: everything runs with warps first-to-last; the block-level kernels run again with warps
@@ -499,6 +499,11 @@ int main(void) {
     test_attention(1, 20, 128, 1, 0); /* hs=128 */
     test_attention(3, 7, 36, 3, 0);   /* hs=12: fallback */
     test_attention(2, 1, 30, 5, 0);   /* T=1, hs=6 */
+    /* several 64-row query / 64-key tiles: double buffering, diagonal-tile skips, 32-row tiles at hs=128 */
+    test_attention(1, 150, 128, 2, 0); /* hs=64, 3 tiles, partial last */
+    test_attention(1, 97, 256, 2, 0);  /* hs=128 */
+    test_attention(1, 130, 64, 4, 0);  /* hs=16 */
+    test_attention(1, 129, 64, 2, 0);  /* hs=32, one row past two tiles */
 
     test_classifier(128, 100, 128, 1); /* fixture */
     test_classifier(128, 100, 128, 0);
