@@ -981,8 +981,9 @@ static float session_validate(TrainSession* s) {
 static void session_sample(TrainSession* s) {
     GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
-    int maxlen = m->T;
-    int* tokens = (int*)malloc_check((size_t)maxlen * sizeof(int), "sample tokens");
+    int maxlen = m->T;                       /* the model sees at most the last T tokens (context crop) */
+    int capacity = maxlen + s->cfg.gen_tokens;
+    int* tokens = (int*)malloc_check((size_t)capacity * sizeof(int), "sample tokens");
     int n = 0;
     if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
         int full = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, maxlen - 1);
@@ -1001,10 +1002,11 @@ static void session_sample(TrainSession* s) {
     printf("sample (%s): ", s->cfg.prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
     if (s->has_tokenizer && s->cfg.prompt[0]) { printf("%s", s->cfg.prompt); }
     int generated = 0;
-    while (generated < s->cfg.gen_tokens && n < maxlen) {
-        dev_memcpy_h2d(m->inputs, tokens, (size_t)n * sizeof(int));
-        gpt2_forward(m, m->inputs, NULL, 1, n, s->cfg.gelu_fusion, 0.0f, 0);
-        dev_download_floats(logits, (floatX*)m->acts.t[A_LOGITS] + (size_t)(n - 1) * c->padded_vocab_size,
+    while (generated < s->cfg.gen_tokens) {
+        int len = n < maxlen ? n : maxlen;
+        dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
+        gpt2_forward(m, m->inputs, NULL, 1, len, s->cfg.gelu_fusion, 0.0f, 0);
+        dev_download_floats(logits, (floatX*)m->acts.t[A_LOGITS] + (size_t)(len - 1) * c->padded_vocab_size,
                             (size_t)c->padded_vocab_size);
         int next = sample_token(logits, c->vocab_size, s->cfg.temperature, s->cfg.top_k, random_f32(&s->sample_rng));
         tokens[n++] = next;
@@ -1024,9 +1026,6 @@ static void session_sample(TrainSession* s) {
         if (text_len + k < 65535) { memcpy(text + text_len, chunk, k); text_len += k; }
     }
     printf("\n");
-    if (generated < s->cfg.gen_tokens) {
-        printf("(sample stopped at the sequence length T=%d)\n", maxlen);
-    }
     text[text_len] = '\0';
     logger_log_text(&s->logger, "sample", s->step, "text", text);
     free(tokens);
