@@ -5,7 +5,7 @@
 #   dp_compare_logs A B KIND FIELD RTOL [STEPS]  the FIELD values of KIND records in two log.jsonl files agree
 #                           within relative RTOL at every step (and there are STEPS of them when given)
 #   dp_require_mpi          prints "not ok" and exits 1 when mpirun or an MPI build of train_gpt_cpu is missing
-source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib_cli.sh"
 export OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none  # containers without CMA (ptrace) permissions
