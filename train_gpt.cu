@@ -1251,6 +1251,12 @@ static void print_memory_ledger(const TrainSession* s) {
     printf("ZeRO ledger (mixed-precision Adam, GiB per process, N=%d): baseline 16P %.3f%s | ZeRO-1 (4+12/N)P %.3f%s | "
            "ZeRO-2 (2+14/N)P %.3f%s\n", N, 16.0 * P / GiB, z == 0 ? " <-" : "", (4.0 + 12.0 / N) * P / GiB,
            z == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, z == 2 ? " <-" : "");
+    size_t free_b = 0, total_b = 0;
+    dev_memory_info(&free_b, &total_b);
+    size_t per_seq = m->acts_bytes / (size_t)(m->B > 0 ? m->B : 1);
+    size_t fit_B = per_seq ? (free_b + m->acts_bytes) / per_seq : 0;
+    printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
+           "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
     if (z == 2 && N > 1) {
         printf("ZeRO-2 note: the reduced gradients are sharded, but this process still holds the full local "
                "gradient accumulation buffer (%.1f MiB)\n", np * sizeof(floatX) / MiB);

@@ -32,6 +32,7 @@
  * void  dev_memcpy_d2d(void* dst, const void* src, size_t bytes);
  * void  dev_memset(void* dst, int value, size_t bytes);
  * void  dev_synchronize(void);                       waits for all queued work (no-op on CPU)
+ * void  dev_memory_info(size_t* free_bytes, size_t* total_bytes);  device memory (CPU: available host RAM)
  * void  dev_upload_floats(floatX* dst, const float* host_src, size_t n);    converts fp32 -> floatX (round to nearest)
  * void  dev_download_floats(float* host_dst, const floatX* src, size_t n);  converts floatX -> fp32
  * void  dev_copy_floats_to_floatX(floatX* dst, const float* src, size_t n); device fp32 -> floatX

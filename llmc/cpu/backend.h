@@ -177,6 +177,13 @@ static inline void dev_memset(void* dst, int value, size_t bytes) { if (bytes) m
 /* all CPU work is synchronous */
 static inline void dev_synchronize(void) {}
 
+/* "device" memory = host RAM: available and total physical bytes (sysconf) */
+static inline void dev_memory_info(size_t* free_bytes, size_t* total_bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    *free_bytes = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)page;
+    *total_bytes = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)page;
+}
+
 /* fp32 -> floatX (identity on the CPU), n floats */
 static inline void dev_upload_floats(floatX* dst, const float* host_src, size_t n) { dev_memcpy_h2d(dst, host_src, n * sizeof(float)); }
 /* floatX -> fp32 (identity on the CPU), n floats */

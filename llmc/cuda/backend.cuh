@@ -133,6 +133,11 @@ static inline void dev_memset(void* dst, int value, size_t bytes) {
 }
 static inline void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(main_stream())); }
 
+/* free and total memory of the current device in bytes (cudaMemGetInfo) */
+static inline void dev_memory_info(size_t* free_bytes, size_t* total_bytes) {
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 /* ---------------------------------------------------------------- conversions */
 
 /* host fp32 (n) -> device floatX (n), round to nearest-even (converted on the host in chunks) */
