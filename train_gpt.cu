@@ -702,7 +702,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
     c->grad_clip = 1.0f;
-    c->max_steps = 300;
+    c->max_steps = 600;
     c->val_every = 50;
     c->val_max_steps = 20;
     c->sample_every = 100;
