@@ -52,7 +52,11 @@ def read_log(path):
 
 
 def plot(path, out, title=None, logy=False):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        die("matplotlib is not installed for %s: apt-get install python3-matplotlib, or pip install matplotlib"
+            % sys.executable)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ts, tl, vs, vl = read_log(path)
