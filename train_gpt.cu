@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 
 #include "llmc/utils.h"
 #include "llmc/backend.h"
@@ -825,6 +827,7 @@ static int is_model_descriptor(const char* s) {
  *   [16,17] num_parameters  [18,19] optimizer shard start  [20,21] shard size (uint64 as lo,hi int32)
  *   [22,23] train loader epoch  [24,25] train loader position  [26,27] sampling RNG state
  *   [28] sizeof(floatX)  [29] seed  [30] loss scale (fp32 bits)  [31] loss scaler good steps
+ *   [32,33] training data fingerprint (dataloader_fingerprint: shard names and sizes)
  * body: m (shard, fp32), v (shard, fp32), then master weights (shard, fp32) if [15] == 1. */
 static void header_put_u64(int* h, int i, uint64_t v) { h[i] = (int)(uint32_t)(v & 0xffffffffu); h[i + 1] = (int)(uint32_t)(v >> 32); }
 static uint64_t header_get_u64(const int* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
@@ -851,6 +854,7 @@ static void session_write_state(const TrainSession* s, const char* path) {
     h[29] = s->cfg.seed;
     memcpy(&h[30], &s->scaler.scale, sizeof(float));
     h[31] = s->scaler.good_steps;
+    header_put_u64(h, 32, dataloader_fingerprint(&s->train_loader));
     size_t n = s->shard_end - s->shard_start;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     AtomicFile af;
@@ -897,12 +901,21 @@ static void session_read_state(TrainSession* s, const char* path) {
     state_expect(path, "context length", "model", h[14], c->max_seq_len);
     state_expect(path, "fp32 master weights", "-w / precision", h[15], m->master_weights != NULL);
     state_expect(path, "sizeof(floatX)", "precision build", h[28], (long long)sizeof(floatX));
+    state_expect(path, "seed", "--seed", h[29], s->cfg.seed);
+    if (header_get_u64(h, 32) != dataloader_fingerprint(&s->train_loader)) {
+        FATAL("cannot resume from '%s': it was written while training on other data (shard names or sizes differ "
+              "from -i '%s'); resume with the same training data or start a new output directory", path,
+              s->cfg.train_data);
+    }
     state_expect(path, "parameter count", "model", (long long)header_get_u64(h, 16), (long long)m->num_parameters);
     state_expect(path, "optimizer shard start", "ZeRO layout", (long long)header_get_u64(h, 18), (long long)s->shard_start);
     size_t n = s->shard_end - s->shard_start;
     state_expect(path, "optimizer shard size", "ZeRO layout", (long long)header_get_u64(h, 20), (long long)n);
     long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) + (long long)n * 4 * (h[15] ? 3 : 2);
-    checkpoint_check_size(path, expected_bytes, "training state file", "the checkpoint is damaged; resume from an earlier one");
+    char regen[1200];
+    snprintf(regen, sizeof(regen), "the checkpoint is damaged; to resume from the previous one, delete %s/DONE_%08d",
+             s->cfg.output_dir, h[2]);
+    checkpoint_check_size(path, expected_bytes, "training state file", regen);
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     fread_check(host, sizeof(float), n, f, path);
     dev_memcpy_h2d(m->m_memory, host, n * sizeof(float));
@@ -982,13 +995,17 @@ static void session_sample(TrainSession* s) {
     GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
     int maxlen = m->T;                       /* the model sees at most the last T tokens (context crop) */
-    int capacity = maxlen + s->cfg.gen_tokens;
+    int prompt_len = 0;
+    if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
+        prompt_len = tokenizer_encode(&s->tokenizer, s->cfg.prompt, NULL, 0); /* returns the full count */
+        if (prompt_len < 0) { prompt_len = 0; }
+    }
+    int capacity = prompt_len + 1 + s->cfg.gen_tokens;
     int* tokens = (int*)malloc_check((size_t)capacity * sizeof(int), "sample tokens");
     int n = 0;
-    if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
-        int full = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, maxlen - 1);
-        n = full < 0 ? 0 : (full > maxlen - 1 ? maxlen - 1 : full);
-        if (full > maxlen - 1) { printf("(prompt of %d tokens cut to %d to fit T=%d)\n", full, n, maxlen); }
+    if (prompt_len > 0) {
+        n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, prompt_len);
+        if (n > maxlen) { printf("(prompt of %d tokens: the model sees its last %d tokens, T=%d)\n", n, maxlen, maxlen); }
     } else if (s->cfg.prompt[0] != '\0') {
         printf("(no tokenizer: the prompt is ignored)\n");
     }
@@ -1196,6 +1213,55 @@ static void session_check_config(TrainSession* s) {
               c->total_batch_size, c->B, c->T, s->world.world, tokens_per_micro);
     }
     s->grad_accum_steps = (int)(total / tokens_per_micro);
+    if (c->max_steps == 0) {
+        FATAL("flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+    }
+    if (c->val_max_steps == 0) {
+        FATAL("flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
+              "count, or -j '' to turn validation off");
+    }
+    const char* schedules[] = {"cosine", "linear", "constant", "wsd"};
+    int known = 0;
+    for (int i = 0; i < 4; i++) { known |= strcmp(c->lr_schedule, schedules[i]) == 0; }
+    if (!known) {
+        FATAL("flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
+    }
+    if (strlen(c->output_dir) > 900) {
+        FATAL("flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
+              "appended)", strlen(c->output_dir));
+    }
+}
+
+/* holds an exclusive lock on DIR/.lock for the life of the process (rank 0), so two runs can never write
+ * into the same output directory at once; the kernel releases it when the process exits */
+static void session_lock_output_dir(const char* dir) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, strerror(errno)); }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        FATAL("output directory '%s' is in use by another running training process (lock '%s' is held); wait for "
+              "it to finish or choose another -o", dir, path);
+    }
+    /* fd stays open on purpose: the lock lives until exit */
+}
+
+/* removes leftover "*.tmp" files of an interrupted checkpoint write (never valid data) */
+static void session_remove_stale_temp_files(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    char path[2048];
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        int ours = strncmp(e->d_name, "model_", 6) == 0 || strncmp(e->d_name, "state_", 6) == 0 ||
+                   strncmp(e->d_name, "DONE_", 5) == 0 || strncmp(e->d_name, "log.jsonl", 9) == 0;
+        if (ours && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (remove(path) == 0) { printf("removed the leftover temp file %s of an interrupted write\n", path); }
+        }
+    }
+    closedir(d);
 }
 
 /* looks at the output directory: on resume returns the step of the latest complete checkpoint (or -1
@@ -1206,7 +1272,11 @@ static int session_prepare_output_dir(TrainSession* s) {
         if (s->cfg.resume) { FATAL("flag -y 1 (--resume) needs an output directory to resume from (-o DIR)"); }
         return -1;
     }
-    if (s->world.rank == 0) { ensure_dir_writable(dir); }
+    if (s->world.rank == 0) {
+        ensure_dir_writable(dir);
+        session_lock_output_dir(dir);
+        session_remove_stale_temp_files(dir);
+    }
     int n_done = 0, n_models = 0, n_states = 0;
     int done_step = checkpoint_latest_step(dir, "DONE_", &n_done);
     checkpoint_latest_step(dir, "model_", &n_models);
@@ -1226,6 +1296,10 @@ static int session_prepare_output_dir(TrainSession* s) {
         }
         printf("resume: no checkpoint in %s yet, starting from step 0\n", dir);
         return -1;
+    }
+    if (s->cfg.max_steps > 0 && done_step >= s->cfg.max_steps) {
+        FATAL("cannot resume from '%s': its latest checkpoint is at step %d but -x (--max-steps) is %d; nothing is "
+              "left to do (raise -x to train further)", dir, done_step, s->cfg.max_steps);
     }
     return done_step;
 }
@@ -1532,7 +1606,8 @@ static void session_run(TrainSession* s) {
         }
     }
     if (s->world.rank == 0 && train_seconds > 0) {
-        printf("done: %d steps, %.1f s of training\n", s->max_steps, train_seconds);
+        printf("done: %d steps in this run (now at step %d), %.1f s of training\n", s->step - start_step, s->step,
+               train_seconds);
     }
 }
 

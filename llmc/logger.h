@@ -21,8 +21,9 @@
  *   bytes >= 0x80 passed through when they form valid UTF-8 (RFC 3629: no overlongs, no
  *   surrogates, <= U+10FFFF), otherwise each invalid byte becomes \ufffd.
  * logger_truncate_after_step(path, step): rewrites `path` atomically (path.tmp + rename) keeping
- *   only lines whose top-level "step" is <= step, lines of kind "config", and lines without a
- *   step; an unterminated last line (a write cut short by a crash) is dropped. A missing file is
+ *   only lines whose top-level "step" is < step, "train" lines of exactly `step`, lines of kind
+ *   "config", and lines without a step (val/sample lines of `step` are dropped: the resumed run
+ *   logs them again); an unterminated last line (a write cut short by a crash) is dropped. A missing file is
  *   a no-op. Used before appending on resume, so lines logged after the
  *   checkpoint by the crashed run are not duplicated. Read/write errors -> FATAL.
  * logger_free(lg): closes the file (FATAL on close error).
@@ -208,7 +209,11 @@ static inline void logger_truncate_after_step(const char* path, int step) {
         int has_step, is_config;
         long long s;
         logger_scan_line(line, len, &has_step, &s, &is_config);
-        if (is_config || !has_step || s <= (long long)step) {
+        line[len] = '\0';
+        int is_train = strstr(line, "\"kind\":\"train\"") != NULL;
+        /* step S's train line was logged before checkpoint S; its val/sample lines are logged again by the
+         * resumed run, which evaluates and samples at step S first */
+        if (is_config || !has_step || s < (long long)step || (s == (long long)step && is_train)) {
             atomic_file_write(&af, line, 1, len);
             atomic_file_write(&af, "\n", 1, 1);
         }

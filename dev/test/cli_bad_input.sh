@@ -43,7 +43,7 @@ open('$TMP/model_magic.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
 expect_error "version 4" "model file with the wrong version" -- $TRAIN -e "$TMP/model_v4.bin"
 expect_error "magic" "model file with the wrong magic" -- $TRAIN -e "$TMP/model_magic.bin"
 expect_error "bytes" "truncated model file" -- $TRAIN -e "$TMP/model_trunc.bin"
-expect_error "learning-rate schedule" "unknown learning-rate schedule" -- $TRAIN "${FAST[@]}" -k sawtooth
+expect_error "--lr-schedule" "unknown learning-rate schedule" -- $TRAIN "${FAST[@]}" -k sawtooth
 expect_error "output directory" "output directory that cannot be created" -- $TRAIN "${FAST[@]}" -x 1 -o /dev/null/out
 expect_error "-o" "resume without an output directory" -- $TRAIN "${FAST[@]}" -y 1
 
@@ -80,3 +80,20 @@ ls "$F" | grep -q '\.tmp$'
 check $(( $? == 0 )) "...no .tmp file is left behind ($(ls "$F" | tr '\n' ' '))"
 test "$(cat "$F/model_00000004.bin" "$F/state_00000004_00000.bin" | sha256sum)" = "$sum_before" && test -f "$F/DONE_00000004" && test ! -f "$F/DONE_00000006"
 check $? "...the previous checkpoint (step 4) is intact and the failed one is not marked complete"
+
+# flags whose value passes the range check but makes no sense
+expect_error "-x (--max-steps) is 0" "-x 0 is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 0
+expect_error "-m (--val-max-steps) is 0" "-m 0 (evaluate nothing) is refused" -- $TRAIN -e d2 -b 4 -t 32 -g 0 -x 1 -m 0
+expect_error "characters long" "an output path too long for checkpoint names is refused" -- $TRAIN "${FAST[@]}" -x 1 -o "$TMP/$(printf 'd%.0s' $(seq 1 950))"
+# two runs can never write into the same output directory at once
+L="$TMP/locked"
+$TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -x 400 -o "$L" > /dev/null 2>&1 &
+pid=$!
+for i in $(seq 1 50); do grep -q '"kind":"train"' "$L/log.jsonl" 2> /dev/null && break; sleep 0.2; done
+expect_error "in use by another running training process" "a second run into a directory in use is refused" -- $TRAIN "${FAST[@]}" -x 2 -o "$L" -y 1
+kill $pid 2> /dev/null; wait $pid 2> /dev/null
+# resume with another seed or other training data is refused; -x below the checkpoint step too
+expect_error "seed" "resume with a different --seed is refused" -- $TRAIN "${FAST[@]}" -x 4 -o "$D" -y 1 --seed 7
+cp dev/data/tinyshakespeare/tiny_shakespeare_val.bin "$TMP/other_train.bin"
+expect_error "other data" "resume with different training data is refused" -- $TRAIN "${FAST[@]}" -x 4 -o "$D" -y 1 -i "$TMP/other_train.bin"
+expect_error "nothing is left to do" "resume with -x at or below the checkpoint step is refused" -- $TRAIN "${FAST[@]}" -x 2 -o "$D" -y 1

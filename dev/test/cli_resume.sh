@@ -3,13 +3,14 @@
 # identical loss values for steps 11..20 and identical final weights.
 source "$(dirname "$0")/lib_cli.sh"
 A="$TMP/straight"; B="$TMP/resumed"
-$TRAIN "${FAST[@]}" -x 20 -o "$A" > "$TMP/a.log" 2>&1
+EVAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -v 10 -m 2 -s 10 -g 4)
+$TRAIN "${FAST[@]}" "${EVAL[@]}" -x 20 -o "$A" > "$TMP/a.log" 2>&1
 check $? "straight run of 20 steps"
-$TRAIN "${FAST[@]}" -x 20 -o "$B" --exit-after-steps 10 > "$TMP/b1.log" 2>&1
+$TRAIN "${FAST[@]}" "${EVAL[@]}" -x 20 -o "$B" --exit-after-steps 10 > "$TMP/b1.log" 2>&1
 check $? "first half: 10 steps then exit with a checkpoint"
 test -f "$B/DONE_00000010" && test -f "$B/model_00000010.bin" && test -f "$B/state_00000010_00000.bin"
 check $? "checkpoint of step 10 is complete (model, state, DONE marker)"
-$TRAIN "${FAST[@]}" -x 20 -o "$B" -y 1 > "$TMP/b2.log" 2>&1
+$TRAIN "${FAST[@]}" "${EVAL[@]}" -x 20 -o "$B" -y 1 > "$TMP/b2.log" 2>&1
 check $? "second half: resume with -y 1"
 grep -q "resume: continuing from step 10" "$TMP/b2.log"
 check $? "resumed run says it continues from step 10"
@@ -36,3 +37,33 @@ for line in open(sys.argv[1]):
 sys.exit(0 if {"config", "train"} <= kinds else 1)
 PY
 check $? "log.jsonl is valid JSON lines with config and train records and the documented fields"
+python3 - "$B/log.jsonl" <<'PY'
+import json, sys, collections
+c = collections.Counter((o["kind"], o["step"]) for o in map(json.loads, open(sys.argv[1])) if o["kind"] != "config")
+dups = [k for k, v in c.items() if v > 1]
+print("# duplicate (kind, step) records:", dups)
+sys.exit(1 if dups else 0)
+PY
+check $? "resumed log.jsonl has no duplicate train, val or sample record"
+# an interrupted checkpoint write leaves a .tmp file; the next run removes it
+touch "$B/model_00000030.bin.tmp"
+$TRAIN "${FAST[@]}" -x 22 -o "$B" -y 1 > "$TMP/b3.log" 2>&1
+test ! -e "$B/model_00000030.bin.tmp" && grep -q "removed the leftover temp file" "$TMP/b3.log"
+check $? "a leftover .tmp file of an interrupted checkpoint write is removed (and said) on the next run"
+# resuming from an older checkpoint than the log's last lines: no duplicate records afterwards
+C="$TMP/older"
+$TRAIN "${FAST[@]}" -j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 2 -x 8 -n 4 -v 4 -s 4 -g 2 -nk 0 -o "$C" > /dev/null 2>&1
+rm -f "$C/DONE_00000008"
+$TRAIN "${FAST[@]}" -j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 2 -x 8 -n 4 -v 4 -s 4 -g 2 -nk 0 -o "$C" -y 1 > "$TMP/c.log" 2>&1
+grep -q "resume: continuing from step 4" "$TMP/c.log"
+check $? "with the newest DONE marker gone, -y 1 resumes from the previous checkpoint (step 4)"
+python3 - "$C/log.jsonl" <<'PY'
+import json, sys, collections
+recs = [o for o in map(json.loads, open(sys.argv[1])) if o["kind"] != "config"]
+c = collections.Counter((o["kind"], o["step"]) for o in recs)
+dups = [k for k, v in c.items() if v > 1]
+want = {("val", 4), ("val", 8), ("sample", 4), ("sample", 8)} | {("train", s) for s in range(1, 9)}
+print("# duplicates:", dups, "missing:", sorted(want - set(c)))
+sys.exit(1 if dups or (want - set(c)) else 0)
+PY
+check $? "after resuming from step 4 the log holds each train/val/sample record of steps 1..8 exactly once"
