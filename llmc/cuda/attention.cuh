@@ -115,6 +115,28 @@ static __device__ __forceinline__ void attn_load_b(uint32_t b[2], const floatX* 
     b[0] = attn_pack_x(p[0], p[LD]);
     b[1] = attn_pack_x(p[8 * LD], p[9 * LD]);
 }
+/* Warp GEMM acc (16 x SN*8, fp32) = A (16 rows from smem row r0, KS*16 cols) @ X^T (SN*8 rows of smem X, same
+ * cols): the 16x8 output tile n is computed only when n*8 + 7 >= n_edge (causal skip of tiles that are fully
+ * masked; n_edge <= 0 computes every tile); skipped tiles stay 0. Fragment layouts: attn_load_a/attn_load_bt. */
+template <int LD, int SN, int KS>
+static __device__ __forceinline__ void attn_warp_gemm_abt(float acc[SN][4], const floatX* A, int r0, const floatX* X,
+                                                          int n_edge, int g, int t) {
+#pragma unroll
+    for (int n = 0; n < SN; n++) { acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f; }
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[4];
+        attn_load_a<LD>(a, A, r0, ks * 16, g, t);
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            if (n * 8 + 7 >= n_edge) {
+                uint32_t bf[2];
+                attn_load_bt<LD>(bf, X, n * 8, ks * 16, g, t);
+                attn_mma(acc[n], a, bf);
+            }
+        }
+    }
+}
 /* A fragment (16 rows x 16 cols) from fp32 accumulators of two adjacent 16x8 tiles (cols 0-7: x, 8-15: y) */
 static __device__ __forceinline__ void attn_acc_to_a(uint32_t a[4], const float x[4], const float y[4]) {
     a[0] = attn_pack_f(x[0], x[1]);
@@ -410,23 +432,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const float* Lb = Ls + buf * BQ;
         const float* Db = Ds + buf * BQ;
 
-        /* S^T = K Q^T (16 keys x BQ queries per warp) */
+        /* S^T = K Q^T (16 keys x BQ queries per warp; query tiles entirely before this warp's keys skipped) */
         float st[SN][4];
-#pragma unroll
-        for (int n = 0; n < SN; n++) { st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f; }
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t ka[4];
-            attn_load_a<LD>(ka, Ks, warp * 16, ks * 16, g, t);
-#pragma unroll
-            for (int n = 0; n < SN; n++) {
-                if (q0 + n * 8 + 7 >= kw) {
-                    uint32_t bf[2];
-                    attn_load_bt<LD>(bf, Qb, n * 8, ks * 16, g, t);
-                    attn_mma(st[n], ka, bf);
-                }
-            }
-        }
+        attn_warp_gemm_abt<LD, SN, KS>(st, Ks, warp * 16, Qb, kw - q0, g, t);
         /* P^T = exp(S^T*scale - lse), zero where query < key or query >= T */
 #pragma unroll
         for (int n = 0; n < SN; n++) {
@@ -454,21 +462,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         }
         /* dP^T = V dO^T */
         float dpt[SN][4];
-#pragma unroll
-        for (int n = 0; n < SN; n++) { dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f; }
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t va[4];
-            attn_load_a<LD>(va, Vs, warp * 16, ks * 16, g, t);
-#pragma unroll
-            for (int n = 0; n < SN; n++) {
-                if (q0 + n * 8 + 7 >= kw) {
-                    uint32_t bf[2];
-                    attn_load_bt<LD>(bf, dOb, n * 8, ks * 16, g, t);
-                    attn_mma(dpt[n], va, bf);
-                }
-            }
-        }
+        attn_warp_gemm_abt<LD, SN, KS>(dpt, Vs, warp * 16, dOb, kw - q0, g, t);
         /* dS^T = P^T * (dP^T - D) */
 #pragma unroll
         for (int n = 0; n < SN; n++) {
