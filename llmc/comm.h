@@ -30,6 +30,18 @@
  * hold the same ring-model numbers (NCCL does not report bytes), documented as nominal. NCCL runs
  * collectives in a world of one too (so one GPU exercises the NCCL path); MPI/single skip them.
  *
+ * Segment lists (gradient buckets). A bucket is several pieces of one flat virtual buffer that need not be
+ * contiguous in memory: CommSegment {ptr, begin, end} says that ptr[k] is element begin+k, for the range
+ * [begin, end). comm_reduce_scatter_segments / comm_all_gather_segments / comm_all_reduce_segments run one
+ * collective over all pieces of a bucket: chunk ownership follows the global index (as above), so every
+ * element is summed in the same ring order as by a single call over the whole buffer (bucketed and
+ * unbucketed reductions agree bit for bit). MPI: one ring pass whose messages pack the pieces of every
+ * segment; NCCL: one ncclGroupStart/End of per-segment calls. Bytes: the sum of the per-segment ring costs.
+ *
+ * Fences (GPU): comm_fence_record(c, k) marks the collectives issued so far; comm_fence_wait(c, k) makes
+ * the compute stream wait for that mark without blocking the host (double-buffered gradient buckets:
+ * a buffer is reused only after its reduction finished). k < COMM_FENCES. No-ops on the CPU build.
+ *
  * Counters: every call adds its payload bytes sent/received by this rank to comm->counters
  * (comm_counters_reset starts a new interval, e.g. one optimizer step).
  *
@@ -96,6 +108,15 @@ static inline size_t comm_dtype_size(CommDtype t) {
     }
 }
 
+#define COMM_FENCES 4
+
+/* one piece of a flat virtual buffer: ptr[k] is element begin+k, for k in [0, end-begin) (see the header
+ * comment, "Segment lists") */
+typedef struct {
+    void* ptr;
+    size_t begin, end;
+} CommSegment;
+
 typedef struct {
     unsigned long long bytes_sent;  /* payload bytes this rank sent */
     unsigned long long bytes_recv;  /* payload bytes this rank received */
@@ -121,6 +142,7 @@ typedef struct {
     cudaStream_t stream;       /* communication stream */
     cudaEvent_t ev_compute;    /* recorded on the compute stream before a collective */
     cudaEvent_t ev_comm;       /* recorded on the communication stream after a collective */
+    cudaEvent_t ev_fence[COMM_FENCES]; /* marks, see comm_fence_record */
     double* dscratch;          /* (64) device doubles for comm_all_reduce_host_f64 */
 #endif
 } Comm;
@@ -249,22 +271,57 @@ static inline void comm_add_into(void* dst, const void* src, size_t n, CommDtype
     }
 }
 
-static inline void comm_mpi_ring(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard, int gather) {
+/* one ring pass over the segments: reduce-scatter (gather = 0: each received piece is added into place)
+ * or all-gather (gather = 1: copied into place). At ring step k this rank sends its pieces of chunk sc and
+ * receives the pieces of chunk rc from the left neighbour; with several segments the pieces travel packed
+ * in one message (one segment: sent and received in place, no packing). */
+static inline void comm_mpi_ring_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard,
+                                          int gather) {
     int N = c->world, r = c->rank;
-    size_t es = comm_dtype_size(t), lo_s, hi_s, lo_r, hi_r;
+    size_t es = comm_dtype_size(t), lo, hi;
     int right = (r + 1) % N, left = (r - 1 + N) % N;
-    char* b = (char*)buf;
-    if (!gather) { comm_ensure_tmp(c, (shard ? shard : 1) * es); }
+    int direct = nseg == 1;
+    size_t piece = shard ? shard : 1;
+    if (!direct) {
+        comm_ensure_tmp(c, 2 * piece * es); /* [send pack | receive] */
+    } else if (!gather) {
+        comm_ensure_tmp(c, piece * es);     /* receive */
+    }
+    char* sbuf = (char*)c->tmp;
+    char* rbuf = direct ? (char*)c->tmp : (char*)c->tmp + piece * es;
     for (int k = 0; k + 1 < N; k++) {
         int sc = gather ? ((r - k) % N + N) % N : ((r - k - 1) % N + N) % N;
         int rc = gather ? ((r - k - 1) % N + N) % N : ((r - k - 2) % N + 2 * N) % N;
-        comm_chunk(begin, end, shard, sc, &lo_s, &hi_s);
-        comm_chunk(begin, end, shard, rc, &lo_r, &hi_r);
-        if (gather) {
-            comm_mpi_sendrecv(c, b + lo_s * es, hi_s - lo_s, b + lo_r * es, hi_r - lo_r, t, right, left);
-        } else {
-            comm_mpi_sendrecv(c, b + lo_s * es, hi_s - lo_s, c->tmp, hi_r - lo_r, t, right, left);
-            comm_add_into(b + lo_r * es, c->tmp, hi_r - lo_r, t);
+        if (direct) {
+            char* base = (char*)seg[0].ptr;
+            size_t lo_s, hi_s;
+            comm_chunk(seg[0].begin, seg[0].end, shard, sc, &lo_s, &hi_s);
+            comm_chunk(seg[0].begin, seg[0].end, shard, rc, &lo, &hi);
+            char* src = base + (lo_s - seg[0].begin) * es;
+            char* dst = base + (lo - seg[0].begin) * es;
+            comm_mpi_sendrecv(c, src, hi_s - lo_s, gather ? dst : rbuf, hi - lo, t, right, left);
+            if (!gather) { comm_add_into(dst, rbuf, hi - lo, t); }
+            continue;
+        }
+        size_t ns = 0, nr = 0;
+        for (int i = 0; i < nseg; i++) {
+            comm_chunk(seg[i].begin, seg[i].end, shard, sc, &lo, &hi);
+            memcpy(sbuf + ns * es, (char*)seg[i].ptr + (lo - seg[i].begin) * es, (hi - lo) * es);
+            ns += hi - lo;
+            comm_chunk(seg[i].begin, seg[i].end, shard, rc, &lo, &hi);
+            nr += hi - lo;
+        }
+        comm_mpi_sendrecv(c, sbuf, ns, rbuf, nr, t, right, left);
+        size_t off = 0;
+        for (int i = 0; i < nseg; i++) {
+            comm_chunk(seg[i].begin, seg[i].end, shard, rc, &lo, &hi);
+            char* dst = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
+            if (gather) {
+                memcpy(dst, rbuf + off * es, (hi - lo) * es);
+            } else {
+                comm_add_into(dst, rbuf + off * es, hi - lo, t);
+            }
+            off += hi - lo;
         }
     }
 }
@@ -300,66 +357,127 @@ static inline void comm_nccl_begin(Comm* c) {
 #define COMM_WORLD1_COLLECTIVES 0
 #endif
 
-/* see the header comment ("owned" ranges). buf: device buffer of at least `end` elements of type t. */
-static inline void comm_reduce_scatter_owned(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard) {
-    if (end <= begin || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
+/* ring-model bytes of a segment list (sum over segments of comm_ring_bytes) */
+static inline void comm_segments_bytes(const Comm* c, const CommSegment* seg, int nseg, size_t shard, size_t es,
+                                       int gather, size_t* sent, size_t* recv) {
+    *sent = 0; *recv = 0;
+    for (int i = 0; i < nseg; i++) {
+        size_t s1, r1;
+        comm_ring_bytes(c, seg[i].begin, seg[i].end, shard, es, gather, &s1, &r1);
+        *sent += s1; *recv += r1;
+    }
+}
+
+/* reduce-scatter over a segment list (see the header comment, "Segment lists" and "owned" ranges): after it,
+ * every element of every segment that this rank owns (global index in [rank*shard, (rank+1)*shard)) holds
+ * the sum over ranks; the other elements hold partial sums (undefined). In place. */
+static inline void comm_reduce_scatter_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
+    if (nseg <= 0 || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
     size_t sent, recv, es = comm_dtype_size(t);
-    comm_ring_bytes(c, begin, end, shard, es, 0, &sent, &recv);
+    comm_segments_bytes(c, seg, nseg, shard, es, 0, &sent, &recv);
+    if (sent + recv == 0 && c->world > 1) { return; }
     comm_count(c, sent, recv);
 #if defined(COMM_HAVE_NCCL)
     comm_nccl_begin(c);
-    char* b = (char*)buf;
-    if (begin == 0 && end == shard * (size_t)c->world) {
+    if (nseg == 1 && seg[0].begin == 0 && seg[0].end == shard * (size_t)c->world) {
+        char* b = (char*)seg[0].ptr;
         COMM_NCCL_CHECK(ncclReduceScatter(b, b + (size_t)c->rank * shard * es, shard, comm_nccl_type(t), ncclSum,
                                           c->nccl, c->stream));
     } else {
         COMM_NCCL_CHECK(ncclGroupStart());
-        for (int q = 0; q < c->world; q++) {
-            size_t lo, hi;
-            comm_chunk(begin, end, shard, q, &lo, &hi);
-            if (hi > lo) {
-                COMM_NCCL_CHECK(ncclReduce(b + lo * es, b + lo * es, hi - lo, comm_nccl_type(t), ncclSum, q, c->nccl,
-                                           c->stream));
+        for (int i = 0; i < nseg; i++) {
+            for (int q = 0; q < c->world; q++) {
+                size_t lo, hi;
+                comm_chunk(seg[i].begin, seg[i].end, shard, q, &lo, &hi);
+                if (hi > lo) {
+                    char* p = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
+                    COMM_NCCL_CHECK(ncclReduce(p, p, hi - lo, comm_nccl_type(t), ncclSum, q, c->nccl, c->stream));
+                }
             }
         }
         COMM_NCCL_CHECK(ncclGroupEnd());
     }
     COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
 #elif defined(USE_MPI)
-    comm_mpi_ring(c, buf, t, begin, end, shard, 0);
+    comm_mpi_ring_segments(c, seg, nseg, t, shard, 0);
 #else
-    (void)buf; (void)t; (void)shard;
+    (void)t; (void)shard;
 #endif
+}
+
+/* all-gather over a segment list: afterwards every element of every segment holds its owner's value */
+static inline void comm_all_gather_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
+    if (nseg <= 0 || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
+    size_t sent, recv, es = comm_dtype_size(t);
+    comm_segments_bytes(c, seg, nseg, shard, es, 1, &sent, &recv);
+    if (sent + recv == 0 && c->world > 1) { return; }
+    comm_count(c, sent, recv);
+#if defined(COMM_HAVE_NCCL)
+    comm_nccl_begin(c);
+    if (nseg == 1 && seg[0].begin == 0 && seg[0].end == shard * (size_t)c->world) {
+        char* b = (char*)seg[0].ptr;
+        COMM_NCCL_CHECK(ncclAllGather(b + (size_t)c->rank * shard * es, b, shard, comm_nccl_type(t), c->nccl, c->stream));
+    } else {
+        COMM_NCCL_CHECK(ncclGroupStart());
+        for (int i = 0; i < nseg; i++) {
+            for (int q = 0; q < c->world; q++) {
+                size_t lo, hi;
+                comm_chunk(seg[i].begin, seg[i].end, shard, q, &lo, &hi);
+                if (hi > lo) {
+                    char* p = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
+                    COMM_NCCL_CHECK(ncclBroadcast(p, p, hi - lo, comm_nccl_type(t), q, c->nccl, c->stream));
+                }
+            }
+        }
+        COMM_NCCL_CHECK(ncclGroupEnd());
+    }
+    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
+#elif defined(USE_MPI)
+    comm_mpi_ring_segments(c, seg, nseg, t, shard, 1);
+#else
+    (void)t; (void)shard;
+#endif
+}
+
+/* all-reduce over a segment list (a DDP gradient bucket): every element of every segment ends up holding
+ * the sum over ranks. MPI: reduce-scatter + all-gather with chunks of `shard` (the ZeRO layout, so the sums
+ * equal those of comm_reduce_scatter_segments bit for bit); NCCL: grouped ncclAllReduce per segment, counted
+ * with the same ring model. */
+static inline void comm_all_reduce_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
+#if defined(COMM_HAVE_NCCL)
+    if (nseg <= 0) { return; }
+    size_t s1, r1, s2, r2, es = comm_dtype_size(t);
+    comm_segments_bytes(c, seg, nseg, shard, es, 0, &s1, &r1);
+    comm_segments_bytes(c, seg, nseg, shard, es, 1, &s2, &r2);
+    comm_count(c, s1 + s2, r1 + r2);
+    comm_nccl_begin(c);
+    COMM_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < nseg; i++) {
+        if (seg[i].end > seg[i].begin) {
+            COMM_NCCL_CHECK(ncclAllReduce(seg[i].ptr, seg[i].ptr, seg[i].end - seg[i].begin, comm_nccl_type(t), ncclSum,
+                                          c->nccl, c->stream));
+        }
+    }
+    COMM_NCCL_CHECK(ncclGroupEnd());
+    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
+#else
+    comm_reduce_scatter_segments(c, seg, nseg, t, shard);
+    comm_all_gather_segments(c, seg, nseg, t, shard);
+#endif
+}
+
+/* see the header comment ("owned" ranges). buf: device buffer of at least `end` elements of type t. */
+static inline void comm_reduce_scatter_owned(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard) {
+    if (end <= begin) { return; }
+    CommSegment seg = {(char*)buf + begin * comm_dtype_size(t), begin, end};
+    comm_reduce_scatter_segments(c, &seg, 1, t, shard);
 }
 
 /* see the header comment ("owned" ranges) */
 static inline void comm_all_gather_owned(Comm* c, void* buf, CommDtype t, size_t begin, size_t end, size_t shard) {
-    if (end <= begin || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
-    size_t sent, recv, es = comm_dtype_size(t);
-    comm_ring_bytes(c, begin, end, shard, es, 1, &sent, &recv);
-    comm_count(c, sent, recv);
-#if defined(COMM_HAVE_NCCL)
-    comm_nccl_begin(c);
-    char* b = (char*)buf;
-    if (begin == 0 && end == shard * (size_t)c->world) {
-        COMM_NCCL_CHECK(ncclAllGather(b + (size_t)c->rank * shard * es, b, shard, comm_nccl_type(t), c->nccl, c->stream));
-    } else {
-        COMM_NCCL_CHECK(ncclGroupStart());
-        for (int q = 0; q < c->world; q++) {
-            size_t lo, hi;
-            comm_chunk(begin, end, shard, q, &lo, &hi);
-            if (hi > lo) {
-                COMM_NCCL_CHECK(ncclBroadcast(b + lo * es, b + lo * es, hi - lo, comm_nccl_type(t), q, c->nccl, c->stream));
-            }
-        }
-        COMM_NCCL_CHECK(ncclGroupEnd());
-    }
-    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
-#elif defined(USE_MPI)
-    comm_mpi_ring(c, buf, t, begin, end, shard, 1);
-#else
-    (void)buf; (void)t; (void)shard;
-#endif
+    if (end <= begin) { return; }
+    CommSegment seg = {(char*)buf + begin * comm_dtype_size(t), begin, end};
+    comm_all_gather_segments(c, &seg, 1, t, shard);
 }
 
 /* shard size that splits n elements over the group: ceil(n / world) */
@@ -422,6 +540,24 @@ static inline void comm_join(Comm* c) {
     COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_comm, 0));
 #else
     (void)c;
+#endif
+}
+
+/* marks every collective issued so far as fence k (0 <= k < COMM_FENCES); see comm_fence_wait */
+static inline void comm_fence_record(Comm* c, int k) {
+#ifdef COMM_HAVE_NCCL
+    COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream));
+#else
+    (void)c; (void)k;
+#endif
+}
+
+/* later compute-stream work waits for fence k (the host does not block; comm_join still watches for hangs) */
+static inline void comm_fence_wait(Comm* c, int k) {
+#ifdef COMM_HAVE_NCCL
+    COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_fence[k], 0));
+#else
+    (void)c; (void)k;
 #endif
 }
 
@@ -767,6 +903,10 @@ static inline void comm_init_device(Comm* c, const char* init_method) {
     COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming));
     COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_comm, cudaEventDisableTiming));
     COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
+    for (int k = 0; k < COMM_FENCES; k++) {
+        COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_fence[k], cudaEventDisableTiming));
+        COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream));
+    }
     COMM_CUDA_CHECK(cudaMalloc((void**)&c->dscratch, 64 * sizeof(double)));
     c->backend = "nccl";
     comm_barrier(c);
@@ -799,6 +939,10 @@ static inline void comm_split(Comm* parent, int color, int key, Comm* out) {
     COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_compute, cudaEventDisableTiming));
     COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_comm, cudaEventDisableTiming));
     COMM_CUDA_CHECK(cudaEventRecord(out->ev_comm, out->stream));
+    for (int k = 0; k < COMM_FENCES; k++) {
+        COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_fence[k], cudaEventDisableTiming));
+        COMM_CUDA_CHECK(cudaEventRecord(out->ev_fence[k], out->stream));
+    }
     COMM_CUDA_CHECK(cudaMalloc((void**)&out->dscratch, 64 * sizeof(double)));
 #endif
 #if !defined(USE_MPI) && !defined(COMM_HAVE_NCCL)
@@ -816,6 +960,7 @@ static inline void comm_finalize(Comm* c) {
         COMM_CUDA_CHECK(cudaStreamDestroy(c->stream));
         COMM_CUDA_CHECK(cudaEventDestroy(c->ev_compute));
         COMM_CUDA_CHECK(cudaEventDestroy(c->ev_comm));
+        for (int k = 0; k < COMM_FENCES; k++) { COMM_CUDA_CHECK(cudaEventDestroy(c->ev_fence[k])); }
         COMM_CUDA_CHECK(cudaFree(c->dscratch));
     }
 #endif

@@ -9,6 +9,10 @@
  *   - bytes sent/received per rank equal the ring model exactly, and are within one shard of the
  *     theory 2(N-1)/N * bytes (all-reduce) and (N-1)/N * bytes (reduce-scatter, all-gather);
  *   - the fp32 all-reduce of non-integer values is bitwise deterministic and identical on every rank;
+ *   - segment lists (gradient buckets): pieces of one virtual buffer scattered over separate allocations,
+ *     reduce-scattered / all-gathered / all-reduced in one call, give bit for bit the values of one call over
+ *     the contiguous buffer (non-integer values, so the summation order matters), and count the sum of the
+ *     per-segment ring bytes;
  *   - host fp64 all-reduce, host broadcast, send/recv around a ring, barrier, sub-groups (comm_split).
  */
 #include <math.h>
@@ -163,6 +167,56 @@ static void test_determinism(void) {
     free(a); free(b); free(r0);
 }
 
+/* a virtual buffer of P values cut at `cuts` into segments that live in separate allocations */
+static void test_segments(size_t P) {
+    int N = g.world;
+    size_t shard = comm_shard_size(&g, P), Ppad = shard * (size_t)N;
+    size_t cuts[] = {0, 1, 17, P / 3, P / 3 + 5, P / 2, P - 2, P};
+    int nseg = (int)(sizeof(cuts) / sizeof(cuts[0])) - 1;
+    float* whole = (float*)malloc_check(Ppad * sizeof(float), "whole");
+    CommSegment seg[8];
+    for (size_t i = 0; i < Ppad; i++) { whole[i] = sinf((float)(i + 3) * 0.61f * (float)(g.rank + 2)) * 1e-2f; }
+    for (int k = 0; k < nseg; k++) {
+        size_t n = cuts[k + 1] - cuts[k];
+        seg[k].ptr = malloc_check((n + 1) * sizeof(float), "segment");
+        seg[k].begin = cuts[k];
+        seg[k].end = cuts[k + 1];
+        memcpy(seg[k].ptr, whole + cuts[k], n * sizeof(float));
+    }
+    for (int op = 0; op < 3; op++) {
+        comm_counters_reset(&g);
+        if (op == 0) { comm_reduce_scatter_owned(&g, whole, COMM_F32, 0, P, shard); }
+        if (op == 1) { comm_all_gather_owned(&g, whole, COMM_F32, 0, P, shard); }
+        if (op == 2) { comm_reduce_scatter_owned(&g, whole, COMM_F32, 0, P, shard); comm_all_gather_owned(&g, whole, COMM_F32, 0, P, shard); }
+        CommCounters one = g.counters;
+        comm_counters_reset(&g);
+        if (op == 0) { comm_reduce_scatter_segments(&g, seg, nseg, COMM_F32, shard); }
+        if (op == 1) { comm_all_gather_segments(&g, seg, nseg, COMM_F32, shard); }
+        if (op == 2) { comm_all_reduce_segments(&g, seg, nseg, COMM_F32, shard); }
+        size_t lo = (size_t)g.rank * shard, hi = lo + shard;
+        int same = 1;
+        for (int k = 0; k < nseg; k++) {
+            for (size_t i = seg[k].begin; i < seg[k].end; i++) {
+                int defined = op != 0 || (i >= lo && i < hi); /* reduce-scatter: only owned values are defined */
+                if (defined && ((float*)seg[k].ptr)[i - seg[k].begin] != whole[i]) { same = 0; }
+            }
+        }
+        size_t es, er, s1, r1;
+        comm_segments_bytes(&g, seg, nseg, shard, 4, op == 1, &es, &er);
+        if (op == 2) { comm_segments_bytes(&g, seg, nseg, shard, 4, 1, &s1, &r1); es += s1; er += r1; }
+        static const char* names[] = {"reduce-scatter", "all-gather", "all-reduce"};
+        check_all(same, "%s over %d scattered segments of %zu values equals one call over the buffer bit for bit",
+                  names[op], nseg, P);
+        check_all(g.counters.bytes_sent == es && g.counters.bytes_recv == er &&
+                  g.counters.bytes_sent == one.bytes_sent && g.counters.bytes_recv == one.bytes_recv,
+                  "%s over segments: sent %llu recv %llu bytes = the per-segment ring sum = the one-call bytes", names[op],
+                  g.counters.bytes_sent, g.counters.bytes_recv);
+        for (int k = 0; k < nseg; k++) { memcpy(seg[k].ptr, whole + seg[k].begin, (seg[k].end - seg[k].begin) * sizeof(float)); }
+    }
+    for (int k = 0; k < nseg; k++) { free(seg[k].ptr); }
+    free(whole);
+}
+
 static void test_p2p_and_groups(void) {
     int N = g.world;
     double h[3] = {1.0, (double)g.rank, 0.25};
@@ -208,6 +262,8 @@ int main(int argc, char** argv) {
     test_owned(12347, 3, 12340);
     test_equal_count();
     test_determinism();
+    test_segments(12347);
+    test_segments(400);
     test_p2p_and_groups();
     if (g.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
     comm_finalize(&g);
