@@ -239,6 +239,22 @@ typedef struct {
     void* grad_hook_ctx;
     size_t num_parameters_padded; /* params/grads buffer length: num_parameters rounded up to a multiple of
                                      the data-parallel world (ZeRO shards); = num_parameters until set */
+    /* Sharded gradient layout (ZeRO-2; all NULL/0 in the full layout, where grads_memory holds every
+     * gradient). Per micro-step, backward writes the 12 per-layer tensors of layer l into grad_slots[l % 2]
+     * (tensor i at grad_slot_offset[i], one layer's slice) and wte/wpe/lnfw/lnfb into grad_globals (grads.t
+     * points there; the per-layer grads.t entries are NULL); gpt2_backward zeroes a slot before the layer
+     * that uses it and grad_globals at its start, and the grad_hook must consume each layer's gradients
+     * (reduce-scatter, then add the owned part into grad_shard) before the slot is reused two layers later.
+     * grad_shard holds the reduced gradients of the flat range [grad_shard_start, +grad_shard_n), summed over
+     * the micro-steps: the only gradients kept across micro-steps. */
+    floatX* grad_slots[2];
+    size_t grad_slot_offset[NUM_PARAMETER_TENSORS];
+    size_t grad_slot_elems;
+    floatX* grad_globals;
+    size_t grad_globals_elems;
+    floatX* grad_shard;
+    size_t grad_shard_start, grad_shard_n;
+    size_t grads_bytes;           /* gradient storage allocated, all buffers (memory ledger) */
 } GPT2;
 
 /* allocates parameter and gradient buffers for cfg (zeroed) */
@@ -288,14 +304,52 @@ static void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
-/* allocates gradients (num_parameters_padded, floatX) and the optimizer state for the flat range
- * [state_start, state_start + state_n) of the padded parameter buffer (fp32 m, v and, in mixed precision
- * with keep_master, master weights initialised from the parameters): the whole model, or one ZeRO shard
- * (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"). */
-static void gpt2_allocate_training_state_range(GPT2* model, int keep_master, size_t state_start, size_t state_n) {
+/* the sharded gradient layout (see GPT2): two layer slots, the global tensors' gradients and the
+ * accumulator of the reduced gradients of [state_start, state_start + state_n) */
+static void gpt2_allocate_sharded_grads(GPT2* model, size_t state_start, size_t state_n) {
+    size_t L = (size_t)model->config.num_layers, slot = 0, globals = 0;
+    memset(&model->grads, 0, sizeof(model->grads));
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (parameter_is_per_layer(i)) {
+            model->grad_slot_offset[i] = slot;
+            slot += model->param_sizes[i] / L;
+        } else {
+            globals += model->param_sizes[i];
+        }
+    }
+    model->grad_slot_elems = slot;
+    model->grad_slots[0] = (floatX*)dev_malloc(slot * sizeof(floatX), "gradients (ZeRO-2 layer slot 0)");
+    model->grad_slots[1] = (floatX*)dev_malloc(slot * sizeof(floatX), "gradients (ZeRO-2 layer slot 1)");
+    model->grad_globals = (floatX*)dev_malloc(globals * sizeof(floatX), "gradients (ZeRO-2 wte, wpe, lnf)");
+    model->grad_globals_elems = globals;
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!parameter_is_per_layer(i)) {
+            model->grads.t[i] = model->grad_globals + off;
+            off += model->param_sizes[i];
+        }
+    }
+    model->grad_shard = (floatX*)dev_malloc(state_n * sizeof(floatX), "gradients (ZeRO-2 own shard)");
+    model->grad_shard_start = state_start;
+    model->grad_shard_n = state_n;
+    model->grads_bytes = (2 * slot + globals + state_n) * sizeof(floatX);
+}
+
+/* allocates gradients and the optimizer state for the flat range [state_start, state_start + state_n) of
+ * the padded parameter buffer (fp32 m, v and, in mixed precision with keep_master, master weights
+ * initialised from the parameters): the whole model, or one ZeRO shard (Rajbhandari et al. 2019, "ZeRO:
+ * Memory Optimizations Toward Training Trillion Parameter Models"). Gradients: sharded_grads = 0, the full
+ * buffer (num_parameters_padded floatX); 1, the sharded layout of ZeRO-2 (see GPT2). */
+static void gpt2_allocate_training_state_range(GPT2* model, int keep_master, size_t state_start, size_t state_n,
+                                               int sharded_grads) {
     size_t n = state_n;
-    model->grads_memory = (floatX*)dev_malloc(model->num_parameters_padded * sizeof(floatX), "gradients");
-    parameter_tensors_point(&model->grads, model->grads_memory, model->param_sizes);
+    if (sharded_grads) {
+        gpt2_allocate_sharded_grads(model, state_start, state_n);
+    } else {
+        model->grads_memory = (floatX*)dev_malloc(model->num_parameters_padded * sizeof(floatX), "gradients");
+        parameter_tensors_point(&model->grads, model->grads_memory, model->param_sizes);
+        model->grads_bytes = model->num_parameters_padded * sizeof(floatX);
+    }
     model->m_memory = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
     model->v_memory = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
     model->norm_scratch = (float*)dev_malloc(sizeof(float), "grad norm scratch");
@@ -311,7 +365,7 @@ static void gpt2_allocate_training_state_range(GPT2* model, int keep_master, siz
 
 /* allocates gradients and optimizer state for the whole model (one process) */
 static inline void gpt2_allocate_training_state(GPT2* model, int keep_master) {
-    gpt2_allocate_training_state_range(model, keep_master, 0, model->num_parameters);
+    gpt2_allocate_training_state_range(model, keep_master, 0, model->num_parameters, 0);
 }
 
 /* allocates the activation table for micro-batch (B,T) as one buffer (256-byte aligned tensors) */
@@ -340,6 +394,11 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
 static void gpt2_free(GPT2* model) {
     dev_free(model->params_memory);
     if (model->grads_memory) { dev_free(model->grads_memory); }
+    for (int k = 0; k < 2; k++) {
+        if (model->grad_slots[k]) { dev_free(model->grad_slots[k]); }
+    }
+    if (model->grad_globals) { dev_free(model->grad_globals); }
+    if (model->grad_shard) { dev_free(model->grad_shard); }
     if (model->m_memory) { dev_free(model->m_memory); }
     if (model->v_memory) { dev_free(model->v_memory); }
     if (model->master_weights) { dev_free(model->master_weights); }
@@ -360,6 +419,39 @@ static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
 }
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
     return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->config.num_layers);
+}
+/* where backward writes the gradient of layer l's slice of per-layer tensor i (full or sharded layout) */
+static inline floatX* layer_grad(const GPT2* m, int i, int l) {
+    if (m->grad_slots[0]) { return m->grad_slots[l & 1] + m->grad_slot_offset[i]; }
+    return layer_param(&m->grads, m, i, l);
+}
+/* the gradient buckets of backward: layer l's slices of the 12 per-layer tensors (l >= 0) or the global
+ * tensors wte, wpe, lnfw, lnfb (l = -1), as segments of the flat gradient (element size sizeof(floatX))
+ * pointing at where backward wrote them; returns the count */
+static int gpt2_grad_segments(const GPT2* m, int l, CommSegment* seg) {
+    size_t off = 0, L = (size_t)m->config.num_layers;
+    int n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t size = m->param_sizes[i];
+        if (l >= 0 && parameter_is_per_layer(i)) {
+            size_t per = size / L;
+            seg[n].ptr = layer_grad(m, i, l);
+            seg[n].begin = off + (size_t)l * per;
+            seg[n].end = seg[n].begin + per;
+            n++;
+        } else if (l < 0 && !parameter_is_per_layer(i)) {
+            seg[n].ptr = m->grads.t[i];
+            seg[n].begin = off;
+            seg[n].end = off + size;
+            n++;
+        }
+        off += size;
+    }
+    return n;
+}
+/* the reduced gradient of flat element i (full layout: any i; sharded: i in the own shard) */
+static inline floatX* gpt2_grad_at(const GPT2* m, size_t i) {
+    return m->grad_shard ? m->grad_shard + (i - m->grad_shard_start) : m->grads_memory + i;
 }
 
 /* per-layer views of the activations for one forward/backward at (B,T) <= allocated size */
@@ -481,6 +573,9 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, in
     floatX* dbt4c = (floatX*)m->acts.t[A_DBT4C];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
+    if (m->grad_globals) { /* sharded layout: this micro-step's gradients of wte, wpe, lnf start from zero */
+        dev_memset(m->grad_globals, 0, m->grad_globals_elems * sizeof(floatX));
+    }
     /* LM head (tied): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
     matmul_backward(dbtc, g->t[P_WTE], NULL, dlogits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], scratch_f32, N, C, Vp, NULL);
     dev_memset(dresidual, 0, (size_t)N * C * sizeof(floatX));
@@ -490,21 +585,22 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, in
     for (int l = L - 1; l >= 0; l--) {
         LayerActivations a = gpt2_layer_acts(m, l);
         gpt2_recompute_layer(m, &a, l, N);
+        if (m->grad_slots[0]) { dev_memset(m->grad_slots[l & 1], 0, m->grad_slot_elems * sizeof(floatX)); }
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
-        matmul_backward(dbt4c, layer_param(g, m, P_FCPROJW, l), layer_param(g, m, P_FCPROJB, l), dresidual, a.fch_gelu,
+        matmul_backward(dbt4c, layer_grad(m, P_FCPROJW, l), layer_grad(m, P_FCPROJB, l), dresidual, a.fch_gelu,
                         layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * C, C, NULL);
         /* fch_gelu = gelu(ln2 @ fcw^T + fcb) */
-        matmul_backward(dbtc, layer_param(g, m, P_FCW, l), layer_param(g, m, P_FCB, l), dbt4c, a.ln2,
+        matmul_backward(dbtc, layer_grad(m, P_FCW, l), layer_grad(m, P_FCB, l), dbt4c, a.ln2,
                         layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * C, a.fch);
-        layernorm_backward(dresidual, layer_param(g, m, P_LN2W, l), layer_param(g, m, P_LN2B, l), scratch_f32, dbtc,
+        layernorm_backward(dresidual, layer_grad(m, P_LN2W, l), layer_grad(m, P_LN2B, l), scratch_f32, dbtc,
                            a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, N, C);
         /* residual2 = residual_in + atty @ attprojw^T + attprojb */
-        matmul_backward(dbtc, layer_param(g, m, P_ATTPROJW, l), layer_param(g, m, P_ATTPROJB, l), dresidual, a.atty,
+        matmul_backward(dbtc, layer_grad(m, P_ATTPROJW, l), layer_grad(m, P_ATTPROJB, l), dresidual, a.atty,
                         layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, C, C, NULL);
         attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, C, NH);
-        matmul_backward(dbtc, layer_param(g, m, P_QKVW, l), layer_param(g, m, P_QKVB, l), dbt4c, a.ln1,
+        matmul_backward(dbtc, layer_grad(m, P_QKVW, l), layer_grad(m, P_QKVB, l), dbt4c, a.ln1,
                         layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * C, NULL);
-        layernorm_backward(dresidual, layer_param(g, m, P_LN1W, l), layer_param(g, m, P_LN1B, l), scratch_f32, dbtc,
+        layernorm_backward(dresidual, layer_grad(m, P_LN1W, l), layer_grad(m, P_LN1B, l), scratch_f32, dbtc,
                            a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, N, C);
         if (m->grad_hook) { m->grad_hook(m->grad_hook_ctx, l); }
     }
@@ -512,14 +608,16 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* host_inputs, in
     if (m->grad_hook) { m->grad_hook(m->grad_hook_ctx, -1); }
 }
 
+/* zeroes the gradients kept across micro-steps (full buffer, or the ZeRO-2 shard accumulator) */
 static void gpt2_zero_grad(GPT2* m) {
-    dev_memset(m->grads_memory, 0, m->num_parameters * sizeof(floatX));
+    if (m->grads_memory) { dev_memset(m->grads_memory, 0, m->num_parameters * sizeof(floatX)); }
+    if (m->grad_shard) { dev_memset(m->grad_shard, 0, m->grad_shard_n * sizeof(floatX)); }
 }
 
 /* squared L2 norm of the gradient range [start, end) (fp32, deterministic) */
 static float gpt2_grad_norm_squared(GPT2* m, size_t start, size_t end) {
     float host = 0.0f;
-    global_norm_squared(m->norm_scratch, m->grads_memory + start, end - start, 0);
+    global_norm_squared(m->norm_scratch, gpt2_grad_at(m, start), end - start, 0);
     dev_memcpy_d2h(&host, m->norm_scratch, sizeof(float));
     return host;
 }
@@ -543,7 +641,7 @@ static void gpt2_update_range(GPT2* m, size_t start, size_t end, size_t state_ba
         if (lo < hi) {
             float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
             float* master = m->master_weights ? m->master_weights + (lo - state_base) : NULL;
-            adamw_update(m->params_memory + lo, master, m->grads_memory + lo, m->m_memory + (lo - state_base),
+            adamw_update(m->params_memory + lo, master, gpt2_grad_at(m, lo), m->m_memory + (lo - state_base),
                          m->v_memory + (lo - state_base), hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps,
                          wd, s->grad_scale, s->t, s->seed);
         }
@@ -1063,20 +1161,30 @@ static float clip_scale(float grad_norm, float grad_clip) {
 
 /* ---------------------------------------------------------------- data parallel schedule
  *
- * Layout (all stages): the flat parameter/gradient buffers hold num_parameters_padded = world * S elements,
+ * Layout (all stages): the flat parameter buffer holds num_parameters_padded = world * S elements,
  * S = ceil(P / world); rank r owns the contiguous shard [r*S, (r+1)*S) (the last one ends in up to world-1
  * padding zeros that are never updated). Gradients are scaled by dloss = 1/(B*T*accum*world), so the sum
- * over ranks is the average; they are reduced once per optimizer step, never per micro-step.
- *   ZeRO-0: ring all-reduce of the gradients (reduce-scatter + all-gather with the same chunks, so the sums
- *           equal ZeRO-1's bit for bit), every rank holds and updates everything (m, v, master: P each).
- *   ZeRO-1: reduce-scatter the gradients after the last micro-step, AdamW on the own shard (m, v, master:
- *           S each), all-gather the parameters (queued after the update on the GPU streams).
- *   ZeRO-2: as ZeRO-1, but during the last micro-step's backward each layer's gradients are reduce-scattered
- *           as soon as the layer is done (gpt2_backward's grad_hook; on the GPU on the communication stream
- *           while backward continues). Sharded: the reduced gradients (only the own shard is valid and read),
- *           m, v, master. Not sharded in this implementation: the local accumulation buffer the backward
- *           kernels write into (P floatX), so ZeRO-2's extra gradient saving shows in the ledger's formula
- *           column, not in this process's allocation.
+ * over ranks is the average.
+ *
+ * Gradient buckets, as DDP does (Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
+ * Parallel Training"): gpt2_backward calls session_grad_hook as soon as layer l's gradients are complete
+ * (l = L-1 .. 0, then l = -1 for wte, wpe, lnfw, lnfb, which are complete only at the end); the hook issues
+ * that bucket's collective (gpt2_grad_segments: the layer's slices of the 12 per-layer tensors, one
+ * segment-list collective). On the GPU it runs on the communication stream while backward continues on the
+ * compute stream (comm.h: the collective waits for the compute work queued so far); comm_join after
+ * backward makes the optimizer wait for all of them.
+ *   ZeRO-0: the last micro-step's buckets are all-reduced (ring reduce-scatter + all-gather with the chunks
+ *           of S, so the sums equal ZeRO-1's bit for bit); earlier micro-steps only accumulate locally, so
+ *           gradients are reduced once per optimizer step. Every rank updates everything (m, v, master: P).
+ *   ZeRO-1: the last micro-step's buckets are reduce-scattered; AdamW on the own shard (m, v, master: S
+ *           each), then the parameters are all-gathered (queued after the update on the GPU streams).
+ *   ZeRO-2: gradients are sharded too (GPT2's sharded layout): backward writes each layer's gradients into
+ *           one of two layer slots, the hook reduce-scatters the slot and adds the owned part into the
+ *           shard accumulator (S floatX) one layer later (comm fence, so the add waits only for that
+ *           bucket), after which the slot is reused. Kept: 2 layer slots + wte/wpe/lnf + S, never the full
+ *           gradient. The price (as in DeepSpeed's ZeRO-2): with gradient accumulation the reduce-scatter
+ *           runs every micro-step (accum x (N-1)/N x gradient bytes per step instead of once), and the
+ *           accumulation order differs from ZeRO-0/1 (sum over ranks, then over micro-steps).
  * Gradient norm: ZeRO-0 over the full reduced gradient; ZeRO-1/2 the sum of squares over the own shard,
  * all-reduced (the norm of the fully reduced gradient). FP16 overflow check: the same ranges, all-reduced,
  * so every rank's loss scaler takes the same decision. */
@@ -1087,24 +1195,44 @@ static CommDtype floatx_comm_dtype(void) {
     return precision_is_bf16() ? COMM_BF16 : COMM_F16;
 }
 
-/* ZeRO-2 bucket reduction, called by gpt2_backward: layer l's 12 per-layer tensor slices (or, for l = -1,
- * wte, wpe, lnfw, lnfb) are reduce-scattered to their owners, one contiguous segment at a time */
-static void session_zero2_grad_hook(void* ctx, int layer) {
+/* ZeRO-2: adds the owned parts of the (reduce-scattered) bucket segments into the shard accumulator */
+static void session_accumulate_owned(GPT2* m, const CommSegment* seg, int n) {
+    size_t a = m->grad_shard_start, b = a + m->grad_shard_n;
+    for (int k = 0; k < n; k++) {
+        size_t lo = seg[k].begin > a ? seg[k].begin : a, hi = seg[k].end < b ? seg[k].end : b;
+        if (hi > lo) { add_floats(m->grad_shard + (lo - a), (floatX*)seg[k].ptr + (lo - seg[k].begin), hi - lo); }
+    }
+}
+
+/* gpt2_backward's grad_hook: bucket `layer` (>= 0, or -1 for the global tensors) is complete; issues its
+ * collective (see the schedule comment). ZeRO-2 also folds the previous bucket into the shard first. */
+static void session_grad_hook(void* ctx, int layer) {
     TrainSession* s = (TrainSession*)ctx;
     GPT2* m = &s->model;
-    size_t S = comm_shard_size(&s->world.comm, m->num_parameters), off = 0;
-    size_t L = (size_t)m->config.num_layers;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = m->param_sizes[i];
-        int per_layer = parameter_is_per_layer(i);
-        if (layer >= 0 && per_layer) {
-            size_t per = n / L;
-            comm_reduce_scatter_owned(&s->world.comm, m->grads_memory, floatx_comm_dtype(), off + (size_t)layer * per,
-                                      off + (size_t)(layer + 1) * per, S);
-        } else if (layer < 0 && !per_layer) {
-            comm_reduce_scatter_owned(&s->world.comm, m->grads_memory, floatx_comm_dtype(), off, off + n, S);
+    Comm* c = &s->world.comm;
+    size_t S = comm_shard_size(c, m->num_parameters);
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = gpt2_grad_segments(m, layer, seg);
+    if (s->cfg.zero_stage == 0) {
+        comm_all_reduce_segments(c, seg, n, floatx_comm_dtype(), S);
+    } else if (s->cfg.zero_stage == 1) {
+        comm_reduce_scatter_segments(c, seg, n, floatx_comm_dtype(), S);
+    } else {
+        int prev = layer >= 0 ? layer + 1 : 0; /* the bucket issued by the previous call */
+        if (prev < m->config.num_layers) {
+            CommSegment pseg[NUM_PARAMETER_TENSORS];
+            int pn = gpt2_grad_segments(m, prev, pseg);
+            comm_fence_wait(c, prev & 1);
+            session_accumulate_owned(m, pseg, pn); /* before gpt2_backward zeroes that slot for layer prev-2 */
         }
-        off += n;
+        comm_reduce_scatter_segments(c, seg, n, floatx_comm_dtype(), S);
+        if (layer >= 0) {
+            comm_fence_record(c, layer & 1);
+        } else {
+            comm_fence_record(c, 2);
+            comm_fence_wait(c, 2);
+            session_accumulate_owned(m, seg, n); /* before the next micro-step zeroes grad_globals */
+        }
     }
 }
 
@@ -1130,23 +1258,18 @@ static StepResult session_train_step(TrainSession* s) {
     comm_counters_reset(comm);
     gpt2_zero_grad(m);
     double loss_sum = 0.0;
+    /* buckets are reduced during the last micro-step's backward (ZeRO-2: every micro-step's), see above */
+    int reduce = world > 1 || COMM_WORLD1_COLLECTIVES;
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
         dataloader_next_batch(&s->train_loader);
         dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
         dev_memcpy_h2d(m->targets, s->train_loader.targets, (size_t)B * T * sizeof(int));
         gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
         int last = micro == s->grad_accum_steps - 1;
-        if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
+        if (zero == 2 || (last && reduce)) { m->grad_hook = session_grad_hook; m->grad_hook_ctx = s; }
         gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
         loss_sum += m->mean_loss;
-    }
-    /* gradient reduction (ZeRO-2 already issued its per-layer reduce-scatters during backward) */
-    if (zero == 0) {
-        /* MPI: ring reduce-scatter + all-gather with the chunks of S (same sums as ZeRO-1); NCCL: ncclAllReduce */
-        comm_all_reduce(comm, m->grads_memory, floatx_comm_dtype(), P);
-    } else if (zero == 1) {
-        comm_reduce_scatter_owned(comm, m->grads_memory, floatx_comm_dtype(), 0, m->num_parameters_padded, S);
     }
     comm_join(comm);
     size_t lo, hi;
@@ -1155,7 +1278,7 @@ static StepResult session_train_step(TrainSession* s) {
     double red[3];
     red[0] = loss_sum / s->grad_accum_steps;
     red[1] = hi > lo ? (double)gpt2_grad_norm_squared(m, lo, hi) : 0.0;
-    red[2] = (s->loss_scaling && hi > lo) ? (double)has_inf_or_nan(m->grads_memory + lo, hi - lo) : 0.0;
+    red[2] = (s->loss_scaling && hi > lo) ? (double)has_inf_or_nan(gpt2_grad_at(m, lo), hi - lo) : 0.0;
     if (zero == 0) {
         comm_all_reduce_host_f64(comm, red, 1); /* norm and flag are computed on the full reduced gradient */
     } else {
@@ -1316,7 +1439,7 @@ static void print_memory_ledger(const TrainSession* s) {
     int N = s->world.world, z = s->cfg.zero_stage;
     printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
            "activations %.1f\n",
-           np * sizeof(floatX) / MiB, np * sizeof(floatX) / MiB,
+           np * sizeof(floatX) / MiB, m->grads_bytes / MiB,
            m->master_weights ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
     printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
            "(m+v%s)\n", shard, n, z, N, np - n, shard * 4 * (m->master_weights ? 3 : 2),
@@ -1331,9 +1454,10 @@ static void print_memory_ledger(const TrainSession* s) {
     size_t fit_B = per_seq ? (free_b + m->acts_bytes) / per_seq : 0;
     printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
            "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
-    if (z == 2 && N > 1) {
-        printf("ZeRO-2 note: the reduced gradients are sharded, but this process still holds the full local "
-               "gradient accumulation buffer (%.1f MiB)\n", np * sizeof(floatX) / MiB);
+    if (m->grad_shard) {
+        printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu + own shard %zu = %zu values of %zu "
+               "(full gradients are never kept)\n", m->grad_slot_elems, m->grad_globals_elems, m->grad_shard_n,
+               2 * m->grad_slot_elems + m->grad_globals_elems + m->grad_shard_n, n);
     }
 }
 
@@ -1462,7 +1586,8 @@ static void session_init(TrainSession* s) {
     if (resume_step >= 0) { session_check_resume_layout(s, resume_step); }
     /* training state: this rank's optimizer shard */
     session_setup_shards(s);
-    gpt2_allocate_training_state_range(&s->model, cfg->master_weights, s->shard_start, s->shard_end - s->shard_start);
+    gpt2_allocate_training_state_range(&s->model, cfg->master_weights, s->shard_start, s->shard_end - s->shard_start,
+                                       cfg->zero_stage == 2);
     gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
     s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;

@@ -415,6 +415,16 @@ static void test_norm_scale_inf(size_t n) {
     scale_floats(d_g, 0.375f, n);
     ref_scale_floats(g.data(), 0.375f, n);
     check("scale_floats", s, downX(d_g, n), roundX(g), FLOATX_IS_FLOAT ? 0.0 : TOL_FWD);
+    {
+        /* dst += src: fp32 sum of the two stored values, rounded once (exact match with the CPU on rounded inputs) */
+        std::vector<float> h = randv(n), sum = downX(d_g, n);
+        floatX* d_h = upX(h);
+        add_floats(d_g, d_h, n);
+        ref_add_floats(sum.data(), roundX(h).data(), n);
+        check("add_floats", s, downX(d_g, n), roundX(sum), 0.0);
+        g = downX(d_g, n);
+        dev_free(d_h);
+    }
     int clean = has_inf_or_nan(d_g, n);
     size_t pos[3] = {0, n / 2, n - 1};
     int found = 0;

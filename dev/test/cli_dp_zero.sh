@@ -10,6 +10,17 @@
 #     within 256 bytes (padding of at most N-1 values and the 3 fp64 scalars of loss/norm/overflow flag);
 #   - optimizer state per rank: the state file of every rank holds 2*ceil(P/N) fp32 values (m, v) for
 #     ZeRO-1/2, 2P for ZeRO-0, i.e. 1/N of the unsharded amount plus padding.
+# With 2 micro-steps of gradient accumulation (N = 3, -d 768):
+#   - ZeRO-0/1 reduce once per optimizer step (the buckets of the last micro-step only): bytes per step equal
+#     the accumulation-free theory above, not twice it;
+#   - ZeRO-2 reduce-scatters every micro-step's buckets (the full gradient is never kept, so they cannot wait)
+#     and all-gathers once: (2 + 1)(N-1)/N*4P per rank;
+#   - ZeRO-1 vs ZeRO-0: losses 1e-6 and weights 1e-6 as above. ZeRO-2 vs ZeRO-0: losses 1e-6, weights 1e-5:
+#     ZeRO-2 sums over ranks first and over micro-steps second, ZeRO-0 the other way round, so the gradients
+#     differ by a few fp32 ulps, and Adam turns that into up to ~lr per step for near-cancelling elements (the
+#     argument and tolerance of cli_dp_equiv.sh; measured 8.5e-7);
+#   - the ZeRO-2 memory ledger accounts for every gradient value held: 2 layer slots + wte/wpe/lnf + own shard,
+#     and its gradient MiB equal those values x 4 bytes.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4 --comm-stats 1)
@@ -48,3 +59,43 @@ PY
         fi
     done
 done
+
+N=3
+for z in 0 1 2; do
+    D="$TMP/acc$z"
+    MPIRUN $N $TRAIN "${F[@]}" -z $z -d $((256 * N)) -o "$D" > "$D.log" 2>&1
+    check $? "N=$N ZeRO-$z with 2 accumulation micro-steps: 4 steps under mpirun"
+    python3 - "$D.log" $N $z $P <<'PY'
+import re, sys
+log, N, z, P = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = [tuple(map(int, m.groups())) for m in re.finditer(r"comm: rank (\d+) step 2 sent (\d+) recv (\d+)", open(log).read())]
+times = 3 if z == 2 else 2  # ZeRO-2: reduce-scatter per micro-step (2) + all-gather; else once per step
+theory = times * (N - 1) / N * 4 * P
+ok = len(rows) == N and all(abs(s - theory) <= 256 * times and abs(r - theory) <= 256 * times for _, s, r in rows)
+print("theory %d x (N-1)/N x 4P = %.0f bytes per rank; measured (rank, sent, recv): %s" % (times, theory, sorted(rows)))
+sys.exit(0 if ok else 1)
+PY
+    check $? "N=$N ZeRO-$z, 2 micro-steps: bytes per rank per step = $([ $z = 2 ] && echo "2 reduce-scatters + 1 all-gather" || echo "one reduction per optimizer step")"
+done
+out=$(dp_compare_logs "$TMP/acc0/log.jsonl" "$TMP/acc1/log.jsonl" train loss 1e-6 4) && \
+    out="$out; $(dp_compare_models "$TMP/acc0/model_00000004.bin" "$TMP/acc1/model_00000004.bin" 1e-6)"
+check $? "N=$N, 2 micro-steps, ZeRO-1 vs ZeRO-0: $out"
+out=$(dp_compare_logs "$TMP/acc0/log.jsonl" "$TMP/acc2/log.jsonl" train loss 1e-6 4) && \
+    out="$out; $(dp_compare_models "$TMP/acc0/model_00000004.bin" "$TMP/acc2/model_00000004.bin" 1e-5)"
+check $? "N=$N, 2 micro-steps, ZeRO-2 vs ZeRO-0: $out"
+python3 - "$TMP/acc2.log" $N $P <<'PY'
+import re, sys
+log, N, P = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = open(log).read()
+m = re.search(r"ZeRO-2 gradients: 2 layer slots of (\d+) \+ wte/wpe/lnf (\d+) \+ own shard (\d+) = (\d+) values of (\d+)", t)
+g = re.search(r"memory per process \(MiB\): parameters [\d.]+ \| gradients ([\d.]+)", t)
+L, C = 2, 128  # d2
+slot = 12 * C * C + 13 * C  # one layer's 12 tensors
+glob = P - L * slot  # wte, wpe, lnfw, lnfb
+S = -(-P // N)
+ok = bool(m and g) and tuple(map(int, m.groups())) == (slot, glob, S, 2 * slot + glob + S, P) \
+    and abs(float(g.group(1)) - (2 * slot + glob + S) * 4 / 2**20) < 0.05
+print("ledger: %s; gradients %s MiB; expected slot %d, globals %d, shard %d" % (m.groups() if m else None, g.group(1) if g else None, slot, glob, S))
+sys.exit(0 if ok else 1)
+PY
+check $? "ZeRO-2 memory ledger: gradient storage = 2 layer slots + wte/wpe/lnf + own shard (values and MiB)"
