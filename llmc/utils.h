@@ -7,7 +7,9 @@
  * and calls exit(EXIT_FAILURE). Nothing here returns an error code.
  *
  * Atomic writes: atomic_file_open(path) opens "<path>.tmp"; atomic_file_commit()
- * flushes, fsyncs, closes and renames it over <path>; any write error (disk full,
+ * flushes, fsyncs, closes and renames it over <path>, then fsyncs the directory so the
+ * rename itself survives a crash (best effort: a directory that cannot be opened or
+ * synced, e.g. on some network filesystems, is not an error); any write error (disk full,
  * file-size limit) removes the temp file, leaves <path> untouched and exits.
  * Writers never leave a half-written file under the real name.
  *
@@ -17,6 +19,7 @@
 #define LLMC_UTILS_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,6 +181,21 @@ static inline void atomic_file_commit_at(AtomicFile* af, const char* file, int l
         int err = errno;
         remove(af->tmp_path);
         fatal_error_at(file, line, "cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(err));
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", af->path);
+    char* slash = strrchr(dir, '/');
+    if (slash == dir) {
+        dir[1] = '\0';
+    } else if (slash) {
+        *slash = '\0';
+    } else {
+        snprintf(dir, sizeof(dir), ".");
+    }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
     }
 }
 #define atomic_file_commit(af) atomic_file_commit_at((af), __FILE__, __LINE__)

@@ -99,3 +99,9 @@ print("ledger: %s; gradients %s MiB; expected slot %d, globals %d, shard %d" % (
 sys.exit(0 if ok else 1)
 PY
 check $? "ZeRO-2 memory ledger: gradient storage = 2 layer slots + wte/wpe/lnf + own shard (values and MiB)"
+# one process: ZeRO-2's sharded gradient layout (layer slots + shard accumulator, no collectives) gives the
+# same weights as the full gradient buffer bit for bit (one micro-step: the accumulator adds to zero, exact)
+$TRAIN "${F[@]}" -z 0 -d 128 -o "$TMP/one_z0" > "$TMP/one_z0.log" 2>&1 && \
+    $TRAIN "${F[@]}" -z 2 -d 128 -o "$TMP/one_z2" > "$TMP/one_z2.log" 2>&1 && \
+    cmp -s "$TMP/one_z0/model_00000004.bin" "$TMP/one_z2/model_00000004.bin"
+check $? "one process: ZeRO-2's sharded gradient layout gives weights identical to ZeRO-0 after 4 steps"
