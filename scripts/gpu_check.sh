@@ -5,7 +5,8 @@
 #   3. dev/cuda checks (every kernel vs a CPU reference, then timed);
 #   4. GPT-2 124M (d12) benchmark: BF16, T=1024, B=$BENCH_B, $BENCH_STEPS steps; median tokens/s after warm-up,
 #      MFU = tokens/s * (6N + 6*L*C*T) / peak (llm.c's convention; H100/H200 SXM dense BF16 peak 989 TFLOP/s);
-#   5. a 1-process ZeRO-1 run through the NCCL path;
+#   5. 1-process ZeRO-0/1/2 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
+#      with 2 accumulation micro-steps: layer slots, fences, shard accumulator), last losses side by side;
 #   6. train_gpt.py with torch.compile on the same config (PyTorch must be installed there);
 #   then prints one closing table. Must finish in under 8 minutes. Full logs go to $OUT (or ./gpu_check_logs).
 # Usage: bash scripts/gpu_check.sh        (env: BENCH_B=64 BENCH_STEPS=40 SKIP_TORCH=0)
@@ -61,9 +62,13 @@ read -r OURS OURS_MFU <<< "$(median_tok_s "$LOGS/bench_ours/log.jsonl" 2>/dev/nu
 row "ours d12 BF16 B=$BENCH_B T=1024 tokens/s" "${OURS:-n/a} (MFU ${OURS_MFU:-n/a}; exit $rc)"
 rm -rf "$LOGS/bench_ours"/*.bin
 
-# 5. one-process ZeRO-1 through the NCCL path
-timeout 60 ./train_gpt -e d12 -b 8 -t 1024 -x 3 -z 1 -i "$DATA" -j '' -g 0 > "$LOGS/zero1.txt" 2>&1
-row "ZeRO-1, 1 process (NCCL path)" "exit $? ($(grep -c '^step' "$LOGS/zero1.txt") steps)"
+# 5. one-process ZeRO-0/1/2 through the NCCL path (a world of one still runs every collective on NCCL)
+for z in 0 1 2; do
+    timeout 60 ./train_gpt -e d12 -b 8 -t 1024 -d 16384 -x 3 -z $z -i "$DATA" -j '' -g 0 > "$LOGS/zero$z.txt" 2>&1
+    rc=$?
+    row "ZeRO-$z, 1 process, 2 micro-steps (NCCL path)" \
+        "exit $rc ($(grep -c '^step' "$LOGS/zero$z.txt") steps; last: $(grep '^step' "$LOGS/zero$z.txt" | tail -n 1 | cut -c1-60))"
+done
 
 # 6. PyTorch reference with torch.compile
 TORCH="n/a"
