@@ -979,18 +979,14 @@ static void state_expect(const char* path, const char* field, const char* flag, 
     }
 }
 
-static void session_read_state(TrainSession* s, const char* path) {
-    GPT2* m = &s->model;
+/* the checks every state file passes whatever the process layout (model, precision, seed, data, batch) */
+static void state_check_common(const TrainSession* s, const char* path, const int* h) {
+    const GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
-    int h[FILE_HEADER_INTS];
-    FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
-                                      "training state file", "it is written by train_gpt with -o DIR -n N");
-    state_expect(path, "world size", "number of processes", h[4], s->world.world);
-    state_expect(path, "rank", "process rank", h[3], s->world.rank);
-    state_expect(path, "ZeRO stage", "-z", h[5], s->cfg.zero_stage);
     state_expect(path, "micro-batch B", "-b", h[6], s->cfg.B);
     state_expect(path, "sequence length T", "-t", h[7], s->cfg.T);
-    state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", h[8], s->grad_accum_steps);
+    state_expect(path, "tokens per optimizer step", "-d", (long long)h[6] * h[7] * h[8] * h[4],
+                 (long long)s->cfg.B * s->cfg.T * s->grad_accum_steps * s->world.world);
     state_expect(path, "layers L", "model", h[9], c->num_layers);
     state_expect(path, "channels C", "model", h[10], c->channels);
     state_expect(path, "heads NH", "model", h[11], c->num_heads);
@@ -1006,14 +1002,39 @@ static void session_read_state(TrainSession* s, const char* path) {
               s->cfg.train_data);
     }
     state_expect(path, "parameter count", "model", (long long)header_get_u64(h, 16), (long long)m->num_parameters);
-    state_expect(path, "optimizer shard start", "ZeRO layout", (long long)header_get_u64(h, 18), (long long)s->shard_start);
-    size_t n = s->shard_end - s->shard_start;
-    state_expect(path, "optimizer shard size", "ZeRO layout", (long long)header_get_u64(h, 20), (long long)n);
+}
+
+/* the training-state file's expected size: header + m, v (+ master) of its shard of n values */
+static void state_check_size(const TrainSession* s, const char* path, const int* h, size_t n) {
     long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) + (long long)n * 4 * (h[15] ? 3 : 2);
     char regen[1200];
     snprintf(regen, sizeof(regen), "the checkpoint is damaged; to resume from the previous one, delete %s/DONE_%08d",
              s->cfg.output_dir, h[2]);
     checkpoint_check_size(path, expected_bytes, "training state file", regen);
+}
+
+/* step, sampling RNG and loss scaler from a state header */
+static void session_restore_counters(TrainSession* s, const int* h) {
+    s->step = h[2];
+    s->sample_rng = header_get_u64(h, 26);
+    memcpy(&s->scaler.scale, &h[30], sizeof(float));
+    s->scaler.good_steps = h[31];
+}
+
+static void session_read_state(TrainSession* s, const char* path) {
+    GPT2* m = &s->model;
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                      "training state file", "it is written by train_gpt with -o DIR -n N");
+    state_expect(path, "world size", "number of processes", h[4], s->world.world);
+    state_expect(path, "rank", "process rank", h[3], s->world.rank);
+    state_expect(path, "ZeRO stage", "-z", h[5], s->cfg.zero_stage);
+    state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", h[8], s->grad_accum_steps);
+    state_check_common(s, path, h);
+    state_expect(path, "optimizer shard start", "ZeRO layout", (long long)header_get_u64(h, 18), (long long)s->shard_start);
+    size_t n = s->shard_end - s->shard_start;
+    state_expect(path, "optimizer shard size", "ZeRO layout", (long long)header_get_u64(h, 20), (long long)n);
+    state_check_size(s, path, h, n);
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     fread_check(host, sizeof(float), n, f, path);
     dev_memcpy_h2d(m->m_memory, host, n * sizeof(float));
@@ -1025,14 +1046,75 @@ static void session_read_state(TrainSession* s, const char* path) {
     }
     free(host);
     fclose(f);
-    s->step = h[2];
     DataLoaderState ls;
     ls.epoch = header_get_u64(h, 22);
     ls.position = header_get_u64(h, 24);
     dataloader_set_state(&s->train_loader, &ls);
-    s->sample_rng = header_get_u64(h, 26);
-    memcpy(&s->scaler.scale, &h[30], sizeof(float));
-    s->scaler.good_steps = h[31];
+    session_restore_counters(s, h);
+}
+
+/* Resume with another number of processes or ZeRO stage (re-sharding). Every rank reads the parts of the
+ * old ranks' state files that overlap its new optimizer shard [shard_start, shard_end) (old ZeRO-0 files
+ * each hold everything: rank 0's is read), so m, v and master weights continue exactly. Data: the old
+ * ranks stood at consecutive global positions p0, p0+1, ... of one epoch; the new rank r continues at
+ * p0 + r, so the remaining windows of the epoch are still read exactly once. Refused (one line) when the
+ * old ranks were not at consecutive positions of one epoch or p0 is not a multiple of the new process count
+ * (an epoch ended inside an optimizer step). The tokens per optimizer step (-d) must be unchanged. */
+static void session_read_state_resharded(TrainSession* s, int step, int old_world) {
+    GPT2* m = &s->model;
+    size_t n = s->shard_end - s->shard_start, P = m->num_parameters;
+    size_t lo = s->shard_start < P ? s->shard_start : P, hi = s->shard_end < P ? s->shard_end : P;
+    int sections = m->master_weights ? 3 : 2;
+    float* host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
+    int h0[FILE_HEADER_INTS];
+    memset(h0, 0, sizeof(h0));
+    for (int q = 0; q < old_world; q++) {
+        char path[1024];
+        int h[FILE_HEADER_INTS];
+        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, step, q);
+        FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                          "training state file", "it is written by train_gpt with -o DIR -n N");
+        state_check_common(s, path, h);
+        state_expect(path, "rank", "file name", h[3], q);
+        state_expect(path, "world size", "the other state files of this checkpoint", h[4], old_world);
+        size_t start_q = (size_t)header_get_u64(h, 18), n_q = (size_t)header_get_u64(h, 20);
+        state_check_size(s, path, h, n_q);
+        if (q == 0) {
+            memcpy(h0, h, sizeof(h0));
+        } else if (header_get_u64(h, 22) != header_get_u64(h0, 22) ||
+                   header_get_u64(h, 24) != header_get_u64(h0, 24) + (uint64_t)q) {
+            FATAL("cannot re-shard '%s': its processes stood at different data positions (an epoch ended inside an "
+                  "optimizer step); resume with %d processes and -z %d", s->cfg.output_dir, old_world, h0[5]);
+        }
+        size_t a = lo > start_q ? lo : start_q, b = hi < start_q + n_q ? hi : start_q + n_q;
+        if (a < b && (h[5] != 0 || q == 0)) {
+            for (int k = 0; k < sections; k++) {
+                long off = (long)(FILE_HEADER_INTS * sizeof(int) + ((size_t)k * n_q + (a - start_q)) * sizeof(float));
+                if (fseek(f, off, SEEK_SET) != 0) { FATAL("cannot seek in '%s': %s", path, strerror(errno)); }
+                fread_check(host + (size_t)k * n + (a - s->shard_start), sizeof(float), b - a, f, path);
+            }
+        }
+        fclose(f);
+    }
+    dev_memcpy_h2d(m->m_memory, host, n * sizeof(float));
+    dev_memcpy_h2d(m->v_memory, host + n, n * sizeof(float));
+    if (m->master_weights) { dev_memcpy_h2d(m->master_weights, host + 2 * n, n * sizeof(float)); }
+    free(host);
+    uint64_t p0 = header_get_u64(h0, 24);
+    if (p0 % (uint64_t)s->world.world != 0) {
+        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d (an epoch ended "
+              "inside an optimizer step); resume with %d processes and -z %d", s->cfg.output_dir, s->world.world,
+              (unsigned long long)p0, s->world.world, old_world, h0[5]);
+    }
+    DataLoaderState ls;
+    ls.epoch = header_get_u64(h0, 22);
+    ls.position = p0 + (uint64_t)s->world.rank;
+    if (ls.position >= (uint64_t)dataloader_windows_per_epoch(&s->train_loader)) {
+        ls.epoch++;
+        ls.position = (uint64_t)s->world.rank;
+    }
+    dataloader_set_state(&s->train_loader, &ls);
+    session_restore_counters(s, h0);
 }
 
 /* writes checkpoint `step` (model by rank 0, state by every rank, then the DONE marker) and prunes old ones */
@@ -1518,24 +1600,35 @@ static void session_setup_shards(TrainSession* s) {
     }
 }
 
-/* resume with another world size or ZeRO stage: refused (re-sharding is not implemented), one clear line */
-static void session_check_resume_layout(TrainSession* s, int resume_step) {
+/* the number of processes that wrote checkpoint resume_step (its rank-0 state file); prints one line when
+ * the layout (processes or ZeRO stage) differs, so the optimizer state will be re-sharded */
+static int session_resume_world(TrainSession* s, int resume_step) {
     char path[1024];
     checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
     int h[FILE_HEADER_INTS];
     FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
                                       "training state file", "it is written by train_gpt with -o DIR -n N");
     fclose(f);
-    if (h[4] != s->world.world || h[5] != s->cfg.zero_stage) {
+    long long tokens = (long long)h[6] * h[7] * h[8] * h[4];
+    long long ours = (long long)s->cfg.B * s->cfg.T * s->grad_accum_steps * s->world.world;
+    if (h[6] != s->cfg.B || h[7] != s->cfg.T || tokens != ours) {
+        /* one line from rank 0; the others wait for the launcher to end the job */
         if (s->world.rank == 0) {
-            FATAL("cannot resume from '%s': checkpoint step %d was written by %d processes with ZeRO stage %d, this run "
-                  "has %d processes and ZeRO stage %d; re-sharding the optimizer state is not supported, resume with "
-                  "%d processes and -z %d", s->cfg.output_dir, resume_step, h[4], h[5], s->world.world,
-                  s->cfg.zero_stage, h[4], h[5]);
+            state_expect(path, "micro-batch B", "-b", h[6], s->cfg.B);
+            state_expect(path, "sequence length T", "-t", h[7], s->cfg.T);
+            FATAL("cannot resume from '%s': checkpoint step %d was trained with %lld tokens per optimizer step "
+                  "(B=%d T=%d x %d accumulation x %d processes), this run has %lld; resume with -d %lld",
+                  s->cfg.output_dir, resume_step, tokens, h[6], h[7], h[8], h[4], ours, tokens);
         }
         comm_barrier(&s->world.comm);
         exit(EXIT_FAILURE);
     }
+    if ((h[4] != s->world.world || h[5] != s->cfg.zero_stage) && s->world.rank == 0) {
+        printf("resume: checkpoint step %d was written by %d processes with ZeRO stage %d; re-sharding the optimizer "
+               "state for %d processes with ZeRO stage %d\n", resume_step, h[4], h[5], s->world.world,
+               s->cfg.zero_stage);
+    }
+    return h[4] != s->world.world || h[5] != s->cfg.zero_stage ? h[4] : 0;
 }
 
 static void session_init(TrainSession* s) {
@@ -1583,7 +1676,7 @@ static void session_init(TrainSession* s) {
                          "start every process with the same flags and data");
     session_require_same(s, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                          "every process must see the same output directory");
-    if (resume_step >= 0) { session_check_resume_layout(s, resume_step); }
+    int reshard_from = resume_step >= 0 ? session_resume_world(s, resume_step) : 0; /* old world, 0 = same layout */
     /* training state: this rank's optimizer shard */
     session_setup_shards(s);
     gpt2_allocate_training_state_range(&s->model, cfg->master_weights, s->shard_start, s->shard_end - s->shard_start,
@@ -1610,8 +1703,12 @@ static void session_init(TrainSession* s) {
         gpt2_build_from_file(&loaded, path);
         dev_memcpy_d2d(s->model.params_memory, loaded.params_memory, s->model.num_parameters * sizeof(floatX));
         gpt2_free(&loaded);
-        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
-        session_read_state(s, path);
+        if (reshard_from > 0) {
+            session_read_state_resharded(s, resume_step, reshard_from);
+        } else {
+            checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
+            session_read_state(s, path);
+        }
         if (s->world.rank == 0) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
     }
     if (resume_step >= 0 && s->world.rank == 0) {
