@@ -120,16 +120,17 @@ static inline void checkpoint_write_done(const char* dir, int step) {
     atomic_file_commit(&af);
 }
 
-/* removes the files of checkpoint `step` (model, DONE marker, and the states of ranks 0..world-1) */
+/* removes the files of checkpoint `step` (model, DONE marker, and the states of ranks 0..world-1 and of any
+ * further consecutive ranks: a checkpoint written before a re-sharded resume may have more) */
 static inline void checkpoint_remove(const char* dir, int step, int world) {
     char path[1024];
     checkpoint_done_path(path, sizeof(path), dir, step);
     remove(path); /* the marker first: a half-removed checkpoint is never taken as complete */
     checkpoint_model_path(path, sizeof(path), dir, step);
     remove(path);
-    for (int r = 0; r < world; r++) {
+    for (int r = 0;; r++) {
         checkpoint_state_path(path, sizeof(path), dir, step, r);
-        remove(path);
+        if (remove(path) != 0 && r >= world) { break; }
     }
 }
 

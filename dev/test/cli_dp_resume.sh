@@ -6,6 +6,7 @@
 #     losses of steps 5..8 within 1e-6 relative (same windows in the same global order: the data position is
 #     translated), final weights within 1e-5 of max|w| (the same per-window gradients summed in another order
 #     over ranks and micro-steps; the argument of cli_dp_equiv.sh);
+#     pruning the old checkpoint (-nk 1) removes every old rank's state file;
 #   - a resume that changes the tokens per optimizer step (-d) is refused with one clear line;
 #   - processes started with different flags are refused at start (configuration hash).
 source "$(dirname "$0")/dp_lib.sh"
@@ -41,8 +42,10 @@ cp -r "$TMP/x" "$TMP/y"; cp -r "$TMP/x" "$TMP/w"
 grep -E '^step +[5-8]/8' "$TMP/r3.log" | sed -E 's/ *[|] [0-9.]+ ms.*//' > "$TMP/r3.steps"
 for run in "x 2 1" "y 1 0"; do
     set -- $run
-    MPIRUN $2 $TRAIN "${G[@]}" -z $3 -o "$TMP/$1" -y 1 > "$TMP/$1.resume.log" 2>&1
+    MPIRUN $2 $TRAIN "${G[@]}" -z $3 -o "$TMP/$1" -y 1 -nk 1 > "$TMP/$1.resume.log" 2>&1
     check $? "resume the 3-rank ZeRO-2 checkpoint on $2 process(es) with ZeRO-$3"
+    test -f "$TMP/$1/DONE_00000008" && test -z "$(ls "$TMP/$1" | grep '_00000004')"
+    check $? "$2 process(es): keeping 1 checkpoint removes all of step 4, including the 3 old ranks' states"
     grep -q "resume: checkpoint step 4 was written by 3 processes with ZeRO stage 2; re-sharding the optimizer state for $2 processes with ZeRO stage $3" "$TMP/$1.resume.log"
     check $? "$2 process(es): the re-sharding is announced"
     out=$(dp_compare_logs "$TMP/r3/log.jsonl" "$TMP/$1/log.jsonl" train loss 1e-6 8)
