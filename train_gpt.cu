@@ -318,10 +318,14 @@ static void gpt2_allocate_sharded_grads(GPT2* model, size_t state_start, size_t 
         }
     }
     model->grad_slot_elems = slot;
-    model->grad_slots[0] = (floatX*)dev_malloc(slot * sizeof(floatX), "gradients (ZeRO-2 layer slot 0)");
-    model->grad_slots[1] = (floatX*)dev_malloc(slot * sizeof(floatX), "gradients (ZeRO-2 layer slot 1)");
-    model->grad_globals = (floatX*)dev_malloc(globals * sizeof(floatX), "gradients (ZeRO-2 wte, wpe, lnf)");
     model->grad_globals_elems = globals;
+    /* one allocation: [slot 0 | slot 1 | wte, wpe, lnfw, lnfb | own shard], each part 256-byte aligned */
+    size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
+    floatX* base = (floatX*)dev_malloc((2 * a_slot + a_glob + state_n) * sizeof(floatX), "gradients (ZeRO-2 sharded)");
+    model->grad_slots[0] = base;
+    model->grad_slots[1] = base + a_slot;
+    model->grad_globals = base + 2 * a_slot;
+    model->grad_shard = base + 2 * a_slot + a_glob;
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (!parameter_is_per_layer(i)) {
@@ -329,10 +333,9 @@ static void gpt2_allocate_sharded_grads(GPT2* model, size_t state_start, size_t 
             off += model->param_sizes[i];
         }
     }
-    model->grad_shard = (floatX*)dev_malloc(state_n * sizeof(floatX), "gradients (ZeRO-2 own shard)");
     model->grad_shard_start = state_start;
     model->grad_shard_n = state_n;
-    model->grads_bytes = (2 * slot + globals + state_n) * sizeof(floatX);
+    model->grads_bytes = (2 * a_slot + a_glob + state_n) * sizeof(floatX);
 }
 
 /* allocates gradients and the optimizer state for the flat range [state_start, state_start + state_n) of
@@ -394,11 +397,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
 static void gpt2_free(GPT2* model) {
     dev_free(model->params_memory);
     if (model->grads_memory) { dev_free(model->grads_memory); }
-    for (int k = 0; k < 2; k++) {
-        if (model->grad_slots[k]) { dev_free(model->grad_slots[k]); }
-    }
-    if (model->grad_globals) { dev_free(model->grad_globals); }
-    if (model->grad_shard) { dev_free(model->grad_shard); }
+    if (model->grad_slots[0]) { dev_free(model->grad_slots[0]); } /* the one ZeRO-2 gradient allocation */
     if (model->m_memory) { dev_free(model->m_memory); }
     if (model->v_memory) { dev_free(model->v_memory); }
     if (model->master_weights) { dev_free(model->master_weights); }
