@@ -1179,8 +1179,8 @@ static void session_sample(TrainSession* s) {
         prompt_len = tokenizer_encode(&s->tokenizer, s->cfg.prompt, NULL, 0); /* returns the full count */
         if (prompt_len < 0) { prompt_len = 0; }
     }
-    int capacity = prompt_len + 1 + s->cfg.gen_tokens;
-    int* tokens = (int*)malloc_check((size_t)capacity * sizeof(int), "sample tokens");
+    size_t capacity = (size_t)prompt_len + 1 + (size_t)(s->cfg.gen_tokens > 0 ? s->cfg.gen_tokens : 0);
+    int* tokens = (int*)malloc_check(capacity * sizeof(int), "sample tokens");
     int n = 0;
     if (prompt_len > 0) {
         n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, tokens, prompt_len);

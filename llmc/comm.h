@@ -12,6 +12,8 @@
  *                              algorithms for clusters of workstations"; the same ring NCCL uses), so the
  *                              summation order is fixed and the byte counters measure what is really sent.
  *   gcc without USE_MPI        a world of one process; every collective is a no-op (copies where needed).
+ *   g++ -DLLMC_EMU -DLLMC_EMU_NCCL -DUSE_MPI   tests only: the NCCL code path, with NCCL emulated over MPI
+ *                              (dev/emu/emu_nccl.h) and the CUDA kernels on the CPU emulator.
  *
  * Buffers: "device" pointers (on the CPU build device memory is host memory). Element types: CommDtype.
  * Reductions are sums. On the MPI backend only F32, F64 and I32 can be reduced (BF16/F16 need the GPU).
@@ -90,6 +92,9 @@
 #define COMM_HAVE_NCCL 1
 #include <cuda_runtime.h>
 #include <nccl.h>
+#elif defined(LLMC_EMU) && defined(LLMC_EMU_NCCL)
+#define COMM_HAVE_NCCL 1
+#include "dev/emu/emu_nccl.h" /* tests only: NCCL's API over MPI, with the kernels on the CPU emulator */
 #endif
 
 /* ---------------------------------------------------------------- types */

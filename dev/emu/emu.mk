@@ -5,6 +5,8 @@
 #   build/emu_test_kernels_bf16       the same with floatX = bf16 (default GPU precision)
 #   test_gpt_emu                      the whole model step (test_gpt.cu) on the emulator, FP32
 #   test_gpt_emu_bf16                 the same in BF16
+#   train_gpt_emu_mpi                 the trainer (GPU build, FP32) on the emulator with NCCL emulated over MPI
+#                                     (dev/emu/emu_nccl.h): the NCCL data-parallel path under mpirun
 #
 # All are built with g++ -std=c++17 -O2 -DLLMC_EMU; no GPU, no CUDA libraries (only the CUDA headers).
 
@@ -48,6 +50,12 @@ test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 # with test_gpt.cu's BF16 tolerances
 test_gpt_emu_bf16: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
+
+# the GPU build's data-parallel code path (comm.h's NCCL branch, bucket hooks, ZeRO-2 fences) under mpirun,
+# run by dev/test/cli_dp_nccl_emu.sh; only where MPI exists
+train_gpt_emu_mpi: train_gpt.cu $(EMU_DEPS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE -DLLMC_EMU_NCCL $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
+	    $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 unit-tests: $(EMU_TEST_BINS)
 
