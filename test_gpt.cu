@@ -115,7 +115,7 @@ static float run_forward_backward(GPT2* m, const Fixture* fx) {
     gpt2_zero_grad(m);
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
     gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T);
-    return m->mean_loss;
+    return gpt2_mean_loss(m);
 }
 
 /* the fixture's AdamW sequence: n_steps of (forward/backward, clip, update); losses[] receives each loss */
@@ -186,6 +186,42 @@ static void test_forward_backward(GPT2* m, const Fixture* fx, const Tolerances* 
     for (size_t r = V; r < Vp; r++) { for (size_t k = 0; k < C; k++) { if (grads[r * C + k] != 0.0f) { nonzero++; } } }
     TEST_CHECK(nonzero == 0, "padded vocabulary rows of the wte gradient are exactly zero (%zu non-zero)", nonzero);
     free(grads);
+}
+
+/* the loss is reduced on the device (no host sync per micro-step): the mean must equal the host-side fp64 sum
+ * of the per-token losses that the trainer used to do (CPU: the same sequential sum; CUDA: a fixed fp64 tree,
+ * whose last-bit differences from the sequential sum lie far below the fp32 rounding of the mean; the inputs
+ * are the fixed fixture, so this is not a matter of luck from run to run), and the accumulator must hold the
+ * exact fp64 sum of the means of the forwards since the reset */
+static void test_loss_accumulator(GPT2* m, const Fixture* fx) {
+    size_t BT = (size_t)fx->B * fx->T;
+    float* tok = (float*)malloc_check(BT * sizeof(float), "token losses");
+    float means[3];
+    double expected = 0.0;
+    gpt2_loss_sum_reset(m);
+    for (int k = 0; k < 3; k++) {
+        dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
+        dev_memcpy_h2d(m->targets, fx->targets, BT * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 0.0f, 0);
+        means[k] = gpt2_mean_loss(m);
+        expected += (double)means[k];
+        if (k == 0) {
+            dev_memcpy_d2h(tok, m->acts.t[A_LOSSES], BT * sizeof(float));
+            double sum = 0.0;
+            for (size_t i = 0; i < BT; i++) { sum += tok[i]; }
+            float host_mean = (float)(sum / (double)BT);
+            TEST_CHECK(memcmp(&host_mean, &means[0], sizeof(float)) == 0,
+                       "device loss mean %.9g equals the host fp64 sum of the %zu token losses %.9g bit for bit",
+                       means[0], BT, host_mean);
+        }
+    }
+    double sum = gpt2_loss_sum_read(m);
+    TEST_CHECK(memcmp(&sum, &expected, sizeof(double)) == 0 && memcmp(&means[0], &means[2], sizeof(float)) == 0,
+               "loss accumulator over 3 forwards = %.17g (expected %.17g, the fp64 sum of the 3 means)", sum, expected);
+    gpt2_loss_sum_reset(m);
+    sum = gpt2_loss_sum_read(m);
+    TEST_CHECK(sum == 0.0, "gpt2_loss_sum_reset zeroes the accumulator (%g)", sum);
+    free(tok);
 }
 
 static void test_adamw_steps(const char* model_path, const Fixture* fx, const Tolerances* tol) {
@@ -317,6 +353,7 @@ int main(int argc, char** argv) {
     gpt2_allocate_activations(&m, fx.B, fx.T, 0);
     test_init_matches_reference(&m);
     test_forward_backward(&m, &fx, &tol);
+    test_loss_accumulator(&m, &fx);
     gpt2_free(&m);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);

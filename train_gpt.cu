@@ -231,8 +231,9 @@ typedef struct {
     size_t acts_bytes;
     int* inputs;               /* (B,T) device */
     int* targets;              /* (B,T) device */
-    float* host_losses;        /* (B,T) host */
-    float mean_loss;           /* loss of the last forward with targets, -1 if none */
+    float* host_losses;        /* (B,T) host (validation) */
+    float* loss_mean;          /* (1) device fp32: mean loss of the last forward with targets (gpt2_mean_loss) */
+    double* loss_sum;          /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
     /* data parallel: called by gpt2_backward after layer l's gradients are complete (l = L-1 .. 0) and with
      * l = -1 after the last tensors (wte, wpe, lnfw, lnfb); NULL = none (ZeRO-2 reduce-scatters here) */
     void (*grad_hook)(void* ctx, int layer);
@@ -251,7 +252,6 @@ static void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
     model->num_parameters_padded = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
-    model->mean_loss = -1.0f;
 }
 
 /* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
@@ -335,6 +335,8 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
     model->inputs = (int*)dev_malloc((size_t)B * T * sizeof(int), "input tokens");
     model->targets = (int*)dev_malloc((size_t)B * T * sizeof(int), "target tokens");
     model->host_losses = (float*)malloc_check((size_t)B * T * sizeof(float), "host losses");
+    model->loss_sum = (double*)dev_malloc(2 * sizeof(double), "loss accumulators");
+    model->loss_mean = (float*)(model->loss_sum + 1);
 }
 
 static void gpt2_free(GPT2* model) {
@@ -348,6 +350,7 @@ static void gpt2_free(GPT2* model) {
     if (model->inputs) { dev_free(model->inputs); }
     if (model->targets) { dev_free(model->targets); }
     free(model->host_losses);
+    if (model->loss_sum) { dev_free(model->loss_sum); }
     memset(model, 0, sizeof(*model));
 }
 
@@ -405,7 +408,8 @@ static void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, int l, int N
 }
 
 /* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the
- * per-token losses (A_LOSSES) and model->mean_loss; if write_dlogits, the logits buffer is
+ * per-token losses (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device
+ * without a host sync (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is
  * replaced by dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum)). */
 static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
                          float dloss, int write_dlogits) {
@@ -444,13 +448,23 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     matmul_forward(logits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], NULL, N, C, Vp, NULL);
     if (targets != NULL) {
         fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
-        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)(unsigned)N * sizeof(float));
-        double sum = 0.0;
-        for (int i = 0; i < N; i++) { sum += m->host_losses[i]; }
-        m->mean_loss = (float)(sum / N);
-    } else {
-        m->mean_loss = -1.0f;
+        loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
     }
+}
+
+/* mean loss of the last gpt2_forward with targets (synchronises: copies one float) */
+static inline float gpt2_mean_loss(GPT2* m) {
+    float host = 0.0f;
+    dev_memcpy_d2h(&host, m->loss_mean, sizeof(float));
+    return host;
+}
+/* zeroes the device loss accumulator (queued) */
+static void gpt2_loss_sum_reset(GPT2* m) { dev_memset(m->loss_sum, 0, sizeof(double)); }
+/* sum of the mean losses of the forwards with targets since gpt2_loss_sum_reset (synchronises) */
+static double gpt2_loss_sum_read(GPT2* m) {
+    double host = 0.0;
+    dev_memcpy_d2h(&host, m->loss_sum, sizeof(double));
+    return host;
 }
 
 /* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
@@ -982,6 +996,7 @@ static float session_validate(TrainSession* s) {
         dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
         dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
         gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
         for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
         count += (size_t)B * T;
     }
@@ -1129,7 +1144,7 @@ static StepResult session_train_step(TrainSession* s) {
     dloss *= loss_scale; /* FP16: scale the loss so small gradients do not flush to zero (Micikevicius et al. 2018) */
     comm_counters_reset(comm);
     gpt2_zero_grad(m);
-    double loss_sum = 0.0;
+    gpt2_loss_sum_reset(m);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
         dataloader_next_batch(&s->train_loader);
         dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
@@ -1139,8 +1154,8 @@ static StepResult session_train_step(TrainSession* s) {
         if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
         gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
-        loss_sum += m->mean_loss;
     }
+    double loss_sum = gpt2_loss_sum_read(m); /* the one loss read of the step (synchronises) */
     /* gradient reduction (ZeRO-2 already issued its per-layer reduce-scatters during backward) */
     if (zero == 0) {
         /* MPI: ring reduce-scatter + all-gather with the chunks of S (same sums as ZeRO-1); NCCL: ncclAllReduce */

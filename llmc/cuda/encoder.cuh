@@ -12,7 +12,11 @@
  * inputs); the implementation here is our own: counting sort of positions by token, buckets launched
  * largest first so frequent tokens do not finish last.
  * Tokens must be >= 0 (checked on the host; exits with a message otherwise) and < Vp (not checked: Vp is
- * not passed). Queued on main_stream(); the host bucketing runs while the GPU works, no host sync.
+ * not passed). Queued on main_stream(); the host bucketing runs while the GPU works, no host sync: the
+ * buckets go to the GPU from two pinned host buffers used in turn, each guarded by an event recorded after
+ * its copy, so the host only waits when it is two calls ahead of the GPU. The buffers are sized for
+ * 4*B*T ints (the most a call needs) on the first call and reallocated only if B*T grows (that call
+ * synchronises: cudaFreeHost/cudaMalloc).
  */
 #ifndef LLMC_CUDA_ENCODER_CUH
 #define LLMC_CUDA_ENCODER_CUH
@@ -98,14 +102,48 @@ static inline void encoder_forward(floatX* out, const int* inp, const floatX* wt
 
 /* host-side bucketing state, grown on demand (static: one per translation unit) */
 typedef struct {
-    int* host_upload;   /* [3*nb bucket triples | N positions] */
-    size_t host_cap;    /* ints */
-    int* counts;        /* per token */
+    int* host_upload[2];      /* pinned, used in turn: [3*nb bucket triples | N positions] */
+    cudaEvent_t uploaded[2];  /* recorded on the main stream after the copy out of host_upload[i] */
+    int slot;                 /* host_upload buffer of the next call */
+    size_t cap;               /* ints in each host_upload buffer and in dev_upload */
+    int* counts;              /* per token */
     size_t counts_cap;
     int* dev_upload;
-    size_t dev_cap;     /* ints */
 } EncoderBucketState;
 static EncoderBucketState llmc_encoder_buckets;
+
+/* releases the bucket buffers (backend_shutdown; also before they grow) */
+static inline void encoder_buckets_free(void) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    if (s->cap > 0) {
+        CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+        for (int i = 0; i < 2; i++) {
+            CUDA_CHECK(cudaFreeHost(s->host_upload[i]));
+            CUDA_CHECK(cudaEventDestroy(s->uploaded[i]));
+        }
+        CUDA_CHECK(cudaFree(s->dev_upload));
+    }
+    free(s->counts);
+    memset(s, 0, sizeof(*s));
+}
+
+/* makes room for `need` ints (one-time: sized for 4N, the most a call with N positions needs) */
+static inline void encoder_buckets_reserve(size_t need, int N) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    if (need <= s->cap) { return; }
+    int* counts = s->counts;
+    size_t counts_cap = s->counts_cap;
+    s->counts = NULL; /* keep the counts across the reallocation */
+    encoder_buckets_free();
+    s->counts = counts;
+    s->counts_cap = counts_cap;
+    s->cap = need > 4 * (size_t)N ? need : 4 * (size_t)N;
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost((void**)&s->host_upload[i], s->cap * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->uploaded[i], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaMalloc((void**)&s->dev_upload, s->cap * sizeof(int)));
+}
 
 static inline int encoder_bucket_compare(const void* a, const void* b) {
     const int* x = (const int*)a;
@@ -150,13 +188,13 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     int nb = 0;
     for (int v = 0; v <= max_tok; v++) { nb += s->counts[v] > 0; }
     size_t need = 3 * (size_t)nb + (size_t)N;
-    if (need > s->host_cap) {
-        free(s->host_upload);
-        s->host_cap = need;
-        s->host_upload = (int*)malloc_check(need * sizeof(int), "encoder bucket upload");
-    }
-    int* trip = s->host_upload;
-    int* pos = s->host_upload + 3 * (size_t)nb;
+    encoder_buckets_reserve(need, N);
+    /* this buffer's previous copy (two calls ago) must have left it before it is overwritten */
+    const int slot = s->slot;
+    s->slot ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(s->uploaded[slot]));
+    int* trip = s->host_upload[slot];
+    int* pos = trip + 3 * (size_t)nb;
     /* exclusive prefix sum -> start offsets; buckets in token order */
     int off = 0, b = 0;
     for (int v = 0; v <= max_tok; v++) {
@@ -172,13 +210,9 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     }
     for (int i = 0; i < N; i++) { pos[s->counts[host_inp[i]]++] = i; } /* increasing i per token: stable */
     qsort(trip, (size_t)nb, 3 * sizeof(int), encoder_bucket_compare);
-    if (need > s->dev_cap) {
-        if (s->dev_upload) { CUDA_CHECK(cudaFree(s->dev_upload)); }
-        s->dev_cap = need;
-        CUDA_CHECK(cudaMalloc((void**)&s->dev_upload, need * sizeof(int)));
-    }
-    /* pageable source: the copy is staged before this call returns, so the host buffer may be reused */
-    CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, s->host_upload, need * sizeof(int), cudaMemcpyHostToDevice, main_stream()));
+    /* pinned source: copied when the main stream reaches it (after the previous call's kernels read dev_upload) */
+    CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, trip, need * sizeof(int), cudaMemcpyHostToDevice, main_stream()));
+    CUDA_CHECK(cudaEventRecord(s->uploaded[slot], main_stream()));
     const int block = 128;
     dim3 grid((unsigned int)nb, (unsigned int)CEIL_DIV(C / W, block));
     const int* dbuckets = s->dev_upload;
