@@ -808,6 +808,25 @@ typedef struct {
     Comm comm;                 /* the data-parallel group (llmc/comm.h) */
 } World;
 
+/* Training batches, double-buffered: batch k of the run is trained from slot k % 2, a pinned host buffer
+ * (inputs then targets, 2*B*T int32) and its device copy. After queueing micro-step k's forward, the trainer
+ * loads batch k+1 into the other slot and queues its upload on the copy stream (dev_memcpy_h2d_async), so the
+ * host reads the data and the copy runs while the GPU computes; the main stream waits for the upload's event
+ * before micro-step k+1's kernels. A slot's pinned buffer is refilled only after its previous upload finished
+ * (dev_event_synchronize), and its device buffer is overwritten only by an upload that starts after the work
+ * already queued on the main stream, which includes micro-step k-1, the last reader of that slot. While a
+ * batch is pending the loader is one batch ahead, so checkpoints save the state from before the pending batch
+ * (session_train_data_state): the position of the next batch to train on. Allocated on first use. */
+typedef struct {
+    int* host[2];              /* pinned (host_malloc_pinned): inputs (B*T) then targets (B*T) */
+    int* dev[2];               /* device copies, same layout */
+    DevEvent uploaded[2];      /* recorded when the slot's upload has finished */
+    int next;                  /* slot of the next batch to train on */
+    int pending;               /* 1 = slot `next` holds a loaded batch that is not trained on yet */
+    DataLoaderState before_pending; /* train loader state before the pending batch was loaded */
+    int allocated;
+} BatchPipeline;
+
 typedef struct {
     TrainConfig cfg;
     World world;
@@ -826,6 +845,7 @@ typedef struct {
     size_t shard_start, shard_end; /* range of the flat parameters whose optimizer state this rank owns */
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
+    BatchPipeline batches;     /* double-buffered upload of the training batches (session_batch_*) */
 } TrainSession;
 
 static int is_model_descriptor(const char* s) {
@@ -846,6 +866,60 @@ static int is_model_descriptor(const char* s) {
 static void header_put_u64(int* h, int i, uint64_t v) { h[i] = (int)(uint32_t)(v & 0xffffffffu); h[i + 1] = (int)(uint32_t)(v >> 32); }
 static uint64_t header_get_u64(const int* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
 
+/* the train loader state of the next batch to train on (not of a batch already loaded ahead) */
+static void session_train_data_state(const TrainSession* s, DataLoaderState* ls) {
+    if (s->batches.pending) { *ls = s->batches.before_pending; } else { dataloader_get_state(&s->train_loader, ls); }
+}
+
+/* loads the train loader's next batch into the free slot and queues its upload (see BatchPipeline) */
+static void session_batch_load(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    size_t n = (size_t)s->cfg.B * s->cfg.T;
+    if (!p->allocated) {
+        for (int i = 0; i < 2; i++) {
+            p->host[i] = (int*)host_malloc_pinned(2 * n * sizeof(int), "pinned training batch");
+            p->dev[i] = (int*)dev_malloc(2 * n * sizeof(int), "training batch");
+            p->uploaded[i] = dev_event_create();
+        }
+        p->allocated = 1;
+    }
+    if (p->pending) { FATAL("internal: a training batch is already loaded ahead"); }
+    int slot = p->next;
+    dataloader_get_state(&s->train_loader, &p->before_pending);
+    dataloader_next_batch(&s->train_loader);
+    dev_event_synchronize(p->uploaded[slot]); /* the slot's previous upload has left the pinned buffer */
+    memcpy(p->host[slot], s->train_loader.inputs, n * sizeof(int));
+    memcpy(p->host[slot] + n, s->train_loader.targets, n * sizeof(int));
+    dev_memcpy_h2d_async(p->dev[slot], p->host[slot], 2 * n * sizeof(int), p->uploaded[slot]);
+    p->pending = 1;
+}
+
+/* the slot of the next batch to train on (loaded now unless loaded ahead); main-stream work queued after this
+ * call sees its upload */
+static int session_batch_take(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    if (!p->pending) { session_batch_load(s); }
+    int slot = p->next;
+    dev_wait_event(p->uploaded[slot]);
+    p->pending = 0;
+    p->next ^= 1;
+    return slot;
+}
+
+static void session_batches_free(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    if (p->allocated) {
+        dev_synchronize();
+        for (int i = 0; i < 2; i++) {
+            dev_event_synchronize(p->uploaded[i]);
+            dev_event_destroy(p->uploaded[i]);
+            host_free_pinned(p->host[i]);
+            dev_free(p->dev[i]);
+        }
+    }
+    memset(p, 0, sizeof(*p));
+}
+
 static void session_write_state(const TrainSession* s, const char* path) {
     const GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
@@ -860,7 +934,7 @@ static void session_write_state(const TrainSession* s, const char* path) {
     header_put_u64(h, 18, s->shard_start);
     header_put_u64(h, 20, s->shard_end - s->shard_start);
     DataLoaderState ls;
-    dataloader_get_state(&s->train_loader, &ls);
+    session_train_data_state(s, &ls);
     header_put_u64(h, 22, ls.epoch);
     header_put_u64(h, 24, ls.position);
     header_put_u64(h, 26, s->sample_rng);
@@ -946,6 +1020,7 @@ static void session_read_state(TrainSession* s, const char* path) {
     ls.epoch = header_get_u64(h, 22);
     ls.position = header_get_u64(h, 24);
     dataloader_set_state(&s->train_loader, &ls);
+    s->batches.pending = 0; /* a batch loaded ahead (none at start) belongs to the old position */
     s->sample_rng = header_get_u64(h, 26);
     memcpy(&s->scaler.scale, &h[30], sizeof(float));
     s->scaler.good_steps = h[31];
@@ -1146,13 +1221,14 @@ static StepResult session_train_step(TrainSession* s) {
     gpt2_zero_grad(m);
     gpt2_loss_sum_reset(m);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
-        dataloader_next_batch(&s->train_loader);
-        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
-        dev_memcpy_h2d(m->targets, s->train_loader.targets, (size_t)B * T * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
+        int slot = session_batch_take(s); /* uploaded while the previous micro-step computed */
+        const int* inputs = s->batches.dev[slot];
+        gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, cfg->gelu_fusion, dloss, 1);
+        /* the next batch (of this optimizer step, or the next step's first) loads while the GPU computes */
+        if (micro + 1 < s->grad_accum_steps || s->step + 1 < s->max_steps) { session_batch_load(s); }
         int last = micro == s->grad_accum_steps - 1;
         if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
-        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
+        gpt2_backward(m, inputs, s->batches.host[slot], B, T);
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
     }
     double loss_sum = gpt2_loss_sum_read(m); /* the one loss read of the step (synchronises) */
@@ -1549,6 +1625,7 @@ static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_sp
 }
 
 static void session_free(TrainSession* s) {
+    session_batches_free(s);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
     if (s->has_val) { dataloader_free(&s->val_loader); }
