@@ -12,7 +12,9 @@
  * Checks: init from seed == fixture weights; logits; loss; every parameter gradient (max abs error and
  * error relative to the tensor's largest magnitude, printed per tensor); the losses of 10 AdamW steps
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
- * file + training state) restores bit-identical weights and optimizer state; weight-decay grouping of d12.
+ * file + training state) restores bit-identical weights and optimizer state; session_train_step (batches uploaded
+ * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; weight-decay
+ * grouping of d12.
  *
  * Tolerances by precision (error measured as max|ours - ref| / max|ref| per tensor):
  *   fp32: reference and ours both accumulate in fp32 but in different orders. A dot product of K terms
@@ -410,8 +412,10 @@ static int device_equal(const void* a, const void* b, size_t bytes) {
 /* session_train_step (batches uploaded ahead on the copy stream, loss read once per step) gives bit-identical
  * losses, norms, weights and optimizer state to the old synchronous loop, over 3 steps of 2 micro-steps that
  * cross an epoch boundary of a 5-window shard; while the next step's batch is loaded ahead, the data position a
- * checkpoint saves is that of the next batch to train on; nothing is loaded beyond the last step */
-static void test_train_step_pipeline(const char* model_path, const Fixture* fx) {
+ * checkpoint saves is that of the next batch to train on; nothing is loaded beyond the last step.
+ * cuda_graphs = 1 (CUDA backend, also under dev/emu): the same with --cuda-graphs 1, i.e. one eager warm-up
+ * micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
+static void test_train_step_pipeline(const char* model_path, const Fixture* fx, int cuda_graphs) {
     char dir[] = "/tmp/llmc_test_pipe_XXXXXX";
     if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
     char shard[1100];
@@ -420,6 +424,8 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx) 
     const int steps = 3, accum = 2;
     TrainSession* a = test_session_open(model_path, fx, shard, accum, steps);
     TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps);
+    a->cfg.cuda_graphs = cuda_graphs;
+    const char* how = cuda_graphs ? "with --cuda-graphs 1" : "batches uploaded ahead, loss read once per step";
     int same_results = 1, same_position = 1, pending_ahead = 1;
     for (int k = 0; k < steps; k++) {
         StepResult ra = session_train_step(a);
@@ -432,15 +438,22 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx) 
         same_position &= sa.epoch == sr.epoch && sa.position == sr.position;
         pending_ahead &= a->batches.pending == (k + 1 < steps);
     }
-    TEST_CHECK(same_results, "session_train_step (batches uploaded ahead, loss read once per step): %d steps x %d "
-               "micro-steps give bit-identical loss, norm and lr to the synchronous loop", steps, accum);
+    TEST_CHECK(same_results, "session_train_step (%s): %d steps x %d micro-steps give bit-identical loss, norm and lr "
+               "to the synchronous eager loop", how, steps, accum);
+    if (cuda_graphs) {
+        TEST_CHECK(a->graphs.replays == steps * accum - 1 && a->graphs.captured[0] && a->graphs.captured[1],
+                   "--cuda-graphs 1: 1 eager warm-up micro-step, then %ld graph replays (expected %d) of the 2 captured "
+                   "slot graphs", a->graphs.replays, steps * accum - 1);
+    }
     TEST_CHECK(same_position && pending_ahead, "the next step's batch is loaded ahead (not after the last step), and "
                "the checkpoint data position is that of the next batch to train on");
     size_t P = a->model.num_parameters;
     TEST_CHECK(device_equal(a->model.params_memory, ref->model.params_memory, P * sizeof(floatX)) &&
                device_equal(a->model.m_memory, ref->model.m_memory, P * sizeof(float)) &&
                device_equal(a->model.v_memory, ref->model.v_memory, P * sizeof(float)),
-               "session_train_step: weights and AdamW m, v bit-identical to the synchronous loop after %d steps", steps);
+               "session_train_step (%s): weights and AdamW m, v bit-identical to the synchronous loop after %d steps",
+               how, steps);
+    session_graphs_free(a);
     test_session_close(a);
     test_session_close(ref);
     remove(shard);
@@ -478,7 +491,8 @@ int main(int argc, char** argv) {
     gpt2_free(&m);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
-    test_train_step_pipeline(model_path, &fx);
+    test_train_step_pipeline(model_path, &fx, 0);
+    if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
     test_weight_decay_groups_d12();
     fixture_free(&fx);
     backend_shutdown();

@@ -695,6 +695,7 @@ typedef struct {
     const char* nccl_init;
     float comm_timeout;
     int comm_stats;
+    int cuda_graphs;           /* 1 = replay one micro-step's forward+backward as a CUDA graph */
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -739,6 +740,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
+    c->cuda_graphs = 0;
 }
 
 #define NO_MIN (-INFINITY)
@@ -796,6 +798,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
          "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
     SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step");
+    SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
+         "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
+         "(CUDA build, one process; same results)");
 #undef SPEC
     return n;
 }
@@ -827,6 +832,23 @@ typedef struct {
     int allocated;
 } BatchPipeline;
 
+/* --cuda-graphs 1: after one eager warm-up micro-step (cuBLASLt plans, kernel attributes and buffers set up), the
+ * forward+backward of a micro-step on batch slot i is captured once into exec[i] (it bakes in the slot's device
+ * buffers, every model buffer and dloss) and replayed for every later micro-step on that slot. Host work of a
+ * micro-step happens before its replay: the batch upload (BatchPipeline) and the encoder-backward token
+ * bucketing into pinned staging buffer i (encoder_backward_stage), which the graph's first copy reads; the
+ * staging waits for the previous replay of exec[i] (two micro-steps back). A new dloss (FP16 loss scaling)
+ * recaptures. */
+typedef struct {
+    int warm;                  /* the eager warm-up micro-step has run */
+    int captured[2];
+    DevGraph exec[2];
+    float dloss[2];            /* dloss baked into exec[i] */
+    DevEvent replayed[2];      /* recorded after each replay of exec[i] */
+    int events;                /* replayed[] created */
+    long replays;              /* graph replays so far (tests) */
+} MicroStepGraphs;
+
 typedef struct {
     TrainConfig cfg;
     World world;
@@ -846,6 +868,7 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     BatchPipeline batches;     /* double-buffered upload of the training batches (session_batch_*) */
+    MicroStepGraphs graphs;    /* --cuda-graphs (session_graph_micro_step) */
 } TrainSession;
 
 static int is_model_descriptor(const char* s) {
@@ -918,6 +941,50 @@ static void session_batches_free(TrainSession* s) {
         }
     }
     memset(p, 0, sizeof(*p));
+}
+
+/* --cuda-graphs 1: runs micro-step forward+backward on batch slot `slot` as a graph replay (capturing it first
+ * if needed), loads the next batch if `load_next` (its upload overlaps the replay) and returns 1; returns 0 when
+ * the caller must run the micro-step eagerly and load the next batch itself (graphs off, or the warm-up) */
+static int session_graph_micro_step(TrainSession* s, int slot, float dloss, int load_next) {
+    MicroStepGraphs* g = &s->graphs;
+    GPT2* m = &s->model;
+    int B = s->cfg.B, T = s->cfg.T;
+    if (!s->cfg.cuda_graphs) { return 0; }
+    if (!g->warm) { g->warm = 1; return 0; }
+    if (!g->events) {
+        for (int i = 0; i < 2; i++) { g->replayed[i] = dev_event_create(); }
+        g->events = 1;
+    }
+    const int* inputs = s->batches.dev[slot];
+    const int* host_inputs = s->batches.host[slot];
+    dev_event_synchronize(g->replayed[slot]); /* the previous replay of this graph is done with its staging buffer */
+    encoder_backward_stage(slot, host_inputs, B, T);
+    if (!g->captured[slot] || g->dloss[slot] != dloss) {
+        if (g->captured[slot]) { dev_graph_destroy(g->exec[slot]); }
+        dev_graph_begin_capture();
+        gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, s->cfg.gelu_fusion, dloss, 1);
+        gpt2_backward(m, inputs, host_inputs, B, T);
+        g->exec[slot] = dev_graph_end_capture();
+        g->captured[slot] = 1;
+        g->dloss[slot] = dloss;
+    }
+    /* queued before the replay: the upload into the other slot waits only for the work before it (the previous
+     * micro-step, that slot's last reader) and then overlaps this replay */
+    if (load_next) { session_batch_load(s); }
+    dev_graph_launch(g->exec[slot]);
+    dev_event_record(g->replayed[slot]);
+    g->replays++;
+    return 1;
+}
+
+static void session_graphs_free(TrainSession* s) {
+    MicroStepGraphs* g = &s->graphs;
+    for (int i = 0; i < 2; i++) {
+        if (g->events) { dev_event_synchronize(g->replayed[i]); dev_event_destroy(g->replayed[i]); }
+        if (g->captured[i]) { dev_graph_destroy(g->exec[i]); }
+    }
+    memset(g, 0, sizeof(*g));
 }
 
 static void session_write_state(const TrainSession* s, const char* path) {
@@ -1223,12 +1290,16 @@ static StepResult session_train_step(TrainSession* s) {
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
         int slot = session_batch_take(s); /* uploaded while the previous micro-step computed */
         const int* inputs = s->batches.dev[slot];
-        gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, cfg->gelu_fusion, dloss, 1);
         /* the next batch (of this optimizer step, or the next step's first) loads while the GPU computes */
-        if (micro + 1 < s->grad_accum_steps || s->step + 1 < s->max_steps) { session_batch_load(s); }
+        int more = micro + 1 < s->grad_accum_steps || s->step + 1 < s->max_steps;
+        int graphed = session_graph_micro_step(s, slot, dloss, more); /* --cuda-graphs 1: forward+backward replayed */
+        if (!graphed) {
+            gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, cfg->gelu_fusion, dloss, 1);
+            if (more) { session_batch_load(s); }
+        }
         int last = micro == s->grad_accum_steps - 1;
         if (zero == 2 && last && world > 1) { m->grad_hook = session_zero2_grad_hook; m->grad_hook_ctx = s; }
-        gpt2_backward(m, inputs, s->batches.host[slot], B, T);
+        if (!graphed) { gpt2_backward(m, inputs, s->batches.host[slot], B, T); }
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
     }
     double loss_sum = gpt2_loss_sum_read(m); /* the one loss read of the step (synchronises) */
@@ -1316,6 +1387,14 @@ static void session_check_config(TrainSession* s) {
     for (int i = 0; i < 4; i++) { known |= strcmp(c->lr_schedule, schedules[i]) == 0; }
     if (!known) {
         FATAL("flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
+    }
+    if (c->cuda_graphs && s->world.world > 1) {
+        FATAL("flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks "
+              "issue collectives during backward, which a captured graph cannot replay; use --cuda-graphs 0",
+              s->world.world);
+    }
+    if (c->cuda_graphs && !dev_graphs_supported()) {
+        FATAL("flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
     }
     if (strlen(c->output_dir) > 900) {
         FATAL("flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
@@ -1625,6 +1704,7 @@ static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_sp
 }
 
 static void session_free(TrainSession* s) {
+    session_graphs_free(s);
     session_batches_free(s);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);

@@ -53,6 +53,19 @@
  * void  dev_wait_event(DevEvent e);                  the main stream waits for e (the host does not);
  *                                                    an event never recorded is complete
  * void  dev_event_synchronize(DevEvent e);           the host waits for e (CPU: no-op)
+ * void  dev_event_record(DevEvent e);                records e on the main stream (complete when the work queued
+ *                                                    before it is)
+ *
+ * ---- graphs (--cuda-graphs: one micro-step's forward+backward captured once and replayed) ----
+ * int   dev_graphs_supported(void);                  1 on CUDA, 0 on the CPU (which refuses the flag)
+ * DevGraph                                           opaque (CUDA: cudaGraphExec_t; CPU: int)
+ * void  dev_graph_begin_capture(void);               main-stream work queued from now on is recorded, not run
+ *                                                    (CUDA: cudaStreamCaptureModeThreadLocal); CPU: exits
+ * DevGraph dev_graph_end_capture(void);              ends the capture and instantiates the graph; exits with the
+ *                                                    CUDA error if the capture failed (e.g. a synchronising call)
+ * void  dev_graph_launch(DevGraph g);                queues one replay on the main stream
+ * void  dev_graph_destroy(DevGraph g);
+ * Captured work reads and writes the same addresses, with the same kernel arguments, at every replay.
  *
  * ---- forward/backward ops (one module per op family) ----
  * encoder (token + position embedding):
@@ -60,6 +73,11 @@
  *   encoder_backward(floatX* dwte(Vp,C) accumulates, floatX* dwpe(maxT,C) accumulates,
  *                    const floatX* dout(B,T,C), const int* inp(B,T), const int* host_inp(B,T), B, T, C)
  *                    (host_inp: the same tokens on the host, for deterministic bucketing; deterministic)
+ *   encoder_backward_stage(int stage, const int* host_inp(B,T), B, T)
+ *                    graph mode: buckets host_inp into staging buffer `stage` (0/1) so that an encoder_backward
+ *                    captured next, and every replay of it, copies from there with fixed sizes; before a replay the
+ *                    caller stages the new tokens into the same buffer once the previous replay reading it is done.
+ *                    Never during a capture. CPU: no-op.
  * layernorm (Ba et al. 2016, eps 1e-5, biased variance):
  *   layernorm_forward(floatX* out(N,C), float* mean(N), float* rstd(N), const floatX* inp(N,C), const floatX* w(C), const floatX* b(C), N, C)
  *   fused_residual_layernorm_forward(floatX* residual(N,C) = inp1 + inp2, floatX* out(N,C), float* mean(N), float* rstd(N),

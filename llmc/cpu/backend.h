@@ -208,6 +208,19 @@ static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t 
 }
 static inline void dev_wait_event(DevEvent e) { (void)e; }
 static inline void dev_event_synchronize(DevEvent e) { (void)e; }
+static inline void dev_event_record(DevEvent e) { (void)e; }
+
+/* ---------------------------------------------------------------- graphs: none on the CPU */
+
+typedef int DevGraph;
+static inline int dev_graphs_supported(void) { return 0; }
+static inline void dev_graph_begin_capture(void) { FATAL("internal: CUDA graphs are not available in the CPU build"); }
+static inline DevGraph dev_graph_end_capture(void) {
+    FATAL("internal: CUDA graphs are not available in the CPU build");
+    return 0;
+}
+static inline void dev_graph_launch(DevGraph g) { (void)g; FATAL("internal: CUDA graphs are not available in the CPU build"); }
+static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 
 /* ---------------------------------------------------------------- ops */
 #include "encoder.h"

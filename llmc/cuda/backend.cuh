@@ -185,6 +185,28 @@ static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t 
 static inline void dev_wait_event(DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(main_stream(), e, 0)); }
 /* the host waits for e */
 static inline void dev_event_synchronize(DevEvent e) { CUDA_CHECK(cudaEventSynchronize(e)); }
+/* records e on the main stream */
+static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
+
+/* ---------------------------------------------------------------- graphs */
+
+typedef cudaGraphExec_t DevGraph;
+static inline int dev_graphs_supported(void) { return 1; }
+/* main-stream work from now on is recorded (thread-local mode: this thread's unsafe calls are refused) */
+static inline void dev_graph_begin_capture(void) {
+    CUDA_CHECK(cudaStreamBeginCapture(main_stream(), cudaStreamCaptureModeThreadLocal));
+}
+/* ends the capture, instantiates it and frees the template graph */
+static inline DevGraph dev_graph_end_capture(void) {
+    cudaGraph_t graph = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(main_stream(), &graph));
+    cudaGraphExec_t exec = NULL;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return exec;
+}
+static inline void dev_graph_launch(DevGraph g) { CUDA_CHECK(cudaGraphLaunch(g, main_stream())); }
+static inline void dev_graph_destroy(DevGraph g) { CUDA_CHECK(cudaGraphExecDestroy(g)); }
 
 /* ---------------------------------------------------------------- conversions */
 
