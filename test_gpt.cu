@@ -12,7 +12,9 @@
  * Checks: init from seed == fixture weights; logits; loss; every parameter gradient (max abs error and
  * error relative to the tensor's largest magnitude, printed per tensor); the losses of 10 AdamW steps
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
- * file + training state) restores bit-identical weights and optimizer state; weight-decay grouping of d12.
+ * file + training state) restores bit-identical weights and optimizer state; session_train_step (batches uploaded
+ * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; weight-decay
+ * grouping of d12.
  *
  * Tolerances by precision (error measured as max|ours - ref| / max|ref| per tensor):
  *   fp32: reference and ours both accumulate in fp32 but in different orders. A dot product of K terms
@@ -115,7 +117,7 @@ static float run_forward_backward(GPT2* m, const Fixture* fx) {
     gpt2_zero_grad(m);
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
     gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T);
-    return m->mean_loss;
+    return gpt2_mean_loss(m);
 }
 
 /* the fixture's AdamW sequence: n_steps of (forward/backward, clip, update); losses[] receives each loss */
@@ -186,6 +188,42 @@ static void test_forward_backward(GPT2* m, const Fixture* fx, const Tolerances* 
     for (size_t r = V; r < Vp; r++) { for (size_t k = 0; k < C; k++) { if (grads[r * C + k] != 0.0f) { nonzero++; } } }
     TEST_CHECK(nonzero == 0, "padded vocabulary rows of the wte gradient are exactly zero (%zu non-zero)", nonzero);
     free(grads);
+}
+
+/* the loss is reduced on the device (no host sync per micro-step): the mean must equal the host-side fp64 sum
+ * of the per-token losses that the trainer used to do (CPU: the same sequential sum; CUDA: a fixed fp64 tree,
+ * whose last-bit differences from the sequential sum lie far below the fp32 rounding of the mean; the inputs
+ * are the fixed fixture, so this is not a matter of luck from run to run), and the accumulator must hold the
+ * exact fp64 sum of the means of the forwards since the reset */
+static void test_loss_accumulator(GPT2* m, const Fixture* fx) {
+    size_t BT = (size_t)fx->B * fx->T;
+    float* tok = (float*)malloc_check(BT * sizeof(float), "token losses");
+    float means[3];
+    double expected = 0.0;
+    gpt2_loss_sum_reset(m);
+    for (int k = 0; k < 3; k++) {
+        dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
+        dev_memcpy_h2d(m->targets, fx->targets, BT * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 0.0f, 0);
+        means[k] = gpt2_mean_loss(m);
+        expected += (double)means[k];
+        if (k == 0) {
+            dev_memcpy_d2h(tok, m->acts.t[A_LOSSES], BT * sizeof(float));
+            double sum = 0.0;
+            for (size_t i = 0; i < BT; i++) { sum += tok[i]; }
+            float host_mean = (float)(sum / (double)BT);
+            TEST_CHECK(memcmp(&host_mean, &means[0], sizeof(float)) == 0,
+                       "device loss mean %.9g equals the host fp64 sum of the %zu token losses %.9g bit for bit",
+                       means[0], BT, host_mean);
+        }
+    }
+    double sum = gpt2_loss_sum_read(m);
+    TEST_CHECK(memcmp(&sum, &expected, sizeof(double)) == 0 && memcmp(&means[0], &means[2], sizeof(float)) == 0,
+               "loss accumulator over 3 forwards = %.17g (expected %.17g, the fp64 sum of the 3 means)", sum, expected);
+    gpt2_loss_sum_reset(m);
+    sum = gpt2_loss_sum_read(m);
+    TEST_CHECK(sum == 0.0, "gpt2_loss_sum_reset zeroes the accumulator (%g)", sum);
+    free(tok);
 }
 
 static void test_adamw_steps(const char* model_path, const Fixture* fx, const Tolerances* tol) {
@@ -290,6 +328,138 @@ static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx
     if (system(cmd) != 0) { printf("# warning: could not remove %s\n", dir); }
 }
 
+/* ---------------------------------------------------------------- session_train_step against the old loop */
+
+/* a token shard of ntok pseudo-random tokens < 100 */
+static void write_test_shard(const char* path, int ntok) {
+    int h[FILE_HEADER_INTS];
+    memset(h, 0, sizeof(h));
+    h[0] = 20240520; h[1] = 1; h[2] = ntok;
+    FILE* f = fopen_check(path, "wb");
+    fwrite(h, sizeof(int), FILE_HEADER_INTS, f);
+    for (int i = 0; i < ntok; i++) { uint16_t t = (uint16_t)((i * 7919u + 13u) % 100u); fwrite(&t, 2, 1, f); }
+    fclose(f);
+}
+
+/* a single-process session on the fixture model with `accum` micro-steps per optimizer step (cosine schedule,
+ * clipping at 1, master weights), reading `shard` shuffled */
+static TrainSession* test_session_open(const char* model_path, const Fixture* fx, const char* shard, int accum,
+                                       int max_steps) {
+    TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "test session");
+    train_config_defaults(&s->cfg);
+    s->cfg.B = fx->B; s->cfg.T = fx->T; s->cfg.total_batch_size = accum * fx->B * fx->T;
+    comm_init(&s->world.comm, NULL, NULL, "auto", 600.0);
+    comm_init_device(&s->world.comm, "auto");
+    s->world.rank = 0; s->world.world = 1;
+    build_fixture_model(&s->model, model_path, fx, 0, 0);
+    s->grad_accum_steps = accum;
+    s->max_steps = max_steps;
+    s->shard_start = 0; s->shard_end = s->model.num_parameters;
+    dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
+    lr_scheduler_init(&s->scheduler, "cosine", 1e-3f, 1, max_steps, 0.1f, 0.2f);
+    return s;
+}
+
+static void test_session_close(TrainSession* s) {
+    session_batches_free(s);
+    gpt2_free(&s->model);
+    dataloader_free(&s->train_loader);
+    comm_finalize(&s->world.comm);
+    free(s);
+}
+
+/* the trainer's step as it was before batches were uploaded ahead and the loss reduced on the device: load,
+ * blocking upload, forward, backward, per-micro-step loss read; then norm, clip and AdamW as session_train_step */
+static StepResult reference_train_step(TrainSession* s) {
+    GPT2* m = &s->model;
+    int B = s->cfg.B, T = s->cfg.T;
+    size_t n = (size_t)B * T, P = m->num_parameters;
+    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    gpt2_zero_grad(m);
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
+        dataloader_next_batch(&s->train_loader);
+        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, n * sizeof(int));
+        dev_memcpy_h2d(m->targets, s->train_loader.targets, n * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, dloss, 1);
+        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
+        loss_sum += gpt2_mean_loss(m);
+    }
+    StepResult r;
+    r.loss = (float)(loss_sum / s->grad_accum_steps);
+    r.grad_norm = (float)sqrt((double)gpt2_grad_norm_squared(m, 0, P));
+    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    AdamWStep st;
+    st.learning_rate = r.lr; st.beta1 = s->cfg.beta1; st.beta2 = s->cfg.beta2; st.eps = s->cfg.eps;
+    st.weight_decay = s->cfg.weight_decay; st.grad_scale = clip_scale(r.grad_norm, s->cfg.grad_clip);
+    st.t = s->step + 1; st.seed = (unsigned int)s->cfg.seed;
+    gpt2_update_range(m, 0, P, 0, &st);
+    s->step++;
+    return r;
+}
+
+/* 1 if the device buffers a and b (bytes) are equal */
+static int device_equal(const void* a, const void* b, size_t bytes) {
+    char* x = (char*)malloc_check(bytes, "compare x");
+    char* y = (char*)malloc_check(bytes, "compare y");
+    dev_memcpy_d2h(x, a, bytes);
+    dev_memcpy_d2h(y, b, bytes);
+    int same = memcmp(x, y, bytes) == 0;
+    free(x); free(y);
+    return same;
+}
+
+/* session_train_step (batches uploaded ahead on the copy stream, loss read once per step) gives bit-identical
+ * losses, norms, weights and optimizer state to the old synchronous loop, over 3 steps of 2 micro-steps that
+ * cross an epoch boundary of a 5-window shard; while the next step's batch is loaded ahead, the data position a
+ * checkpoint saves is that of the next batch to train on; nothing is loaded beyond the last step.
+ * cuda_graphs = 1 (CUDA backend, also under dev/emu): the same with --cuda-graphs 1, i.e. one eager warm-up
+ * micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
+static void test_train_step_pipeline(const char* model_path, const Fixture* fx, int cuda_graphs) {
+    char dir[] = "/tmp/llmc_test_pipe_XXXXXX";
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    char shard[1100];
+    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
+    write_test_shard(shard, 5 * fx->B * fx->T + 1);
+    const int steps = 3, accum = 2;
+    TrainSession* a = test_session_open(model_path, fx, shard, accum, steps);
+    TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps);
+    a->cfg.cuda_graphs = cuda_graphs;
+    const char* how = cuda_graphs ? "with --cuda-graphs 1" : "batches uploaded ahead, loss read once per step";
+    int same_results = 1, same_position = 1, pending_ahead = 1;
+    for (int k = 0; k < steps; k++) {
+        StepResult ra = session_train_step(a);
+        StepResult rr = reference_train_step(ref);
+        printf("#   step %d: loss %.7f norm %.6f (reference %.7f %.6f)\n", k + 1, ra.loss, ra.grad_norm, rr.loss, rr.grad_norm);
+        same_results &= memcmp(&ra, &rr, sizeof(StepResult)) == 0;
+        DataLoaderState sa, sr;
+        session_train_data_state(a, &sa);
+        dataloader_get_state(&ref->train_loader, &sr);
+        same_position &= sa.epoch == sr.epoch && sa.position == sr.position;
+        pending_ahead &= a->batches.pending == (k + 1 < steps);
+    }
+    TEST_CHECK(same_results, "session_train_step (%s): %d steps x %d micro-steps give bit-identical loss, norm and lr "
+               "to the synchronous eager loop", how, steps, accum);
+    if (cuda_graphs) {
+        TEST_CHECK(a->graphs.replays == steps * accum - 1 && a->graphs.captured[0] && a->graphs.captured[1],
+                   "--cuda-graphs 1: 1 eager warm-up micro-step, then %ld graph replays (expected %d) of the 2 captured "
+                   "slot graphs", a->graphs.replays, steps * accum - 1);
+    }
+    TEST_CHECK(same_position && pending_ahead, "the next step's batch is loaded ahead (not after the last step), and "
+               "the checkpoint data position is that of the next batch to train on");
+    size_t P = a->model.num_parameters;
+    TEST_CHECK(device_equal(a->model.params_memory, ref->model.params_memory, P * sizeof(floatX)) &&
+               device_equal(a->model.m_memory, ref->model.m_memory, P * sizeof(float)) &&
+               device_equal(a->model.v_memory, ref->model.v_memory, P * sizeof(float)),
+               "session_train_step (%s): weights and AdamW m, v bit-identical to the synchronous loop after %d steps",
+               how, steps);
+    session_graphs_free(a);
+    test_session_close(a);
+    test_session_close(ref);
+    remove(shard);
+    rmdir(dir);
+}
+
 static void test_weight_decay_groups_d12(void) {
     GPT2 m;
     memset(&m, 0, sizeof(m));
@@ -317,9 +487,12 @@ int main(int argc, char** argv) {
     gpt2_allocate_activations(&m, fx.B, fx.T, 0);
     test_init_matches_reference(&m);
     test_forward_backward(&m, &fx, &tol);
+    test_loss_accumulator(&m, &fx);
     gpt2_free(&m);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
+    test_train_step_pipeline(model_path, &fx, 0);
+    if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
     test_weight_decay_groups_d12();
     fixture_free(&fx);
     backend_shutdown();

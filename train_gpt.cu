@@ -231,8 +231,9 @@ typedef struct {
     size_t acts_bytes;
     int* inputs;               /* (B,T) device */
     int* targets;              /* (B,T) device */
-    float* host_losses;        /* (B,T) host */
-    float mean_loss;           /* loss of the last forward with targets, -1 if none */
+    float* host_losses;        /* (B,T) host (validation) */
+    float* loss_mean;          /* (1) device fp32: mean loss of the last forward with targets (gpt2_mean_loss) */
+    double* loss_sum;          /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
     /* data parallel: called by gpt2_backward after layer l's gradients are complete (l = L-1 .. 0) and with
      * l = -1 after the last tensors (wte, wpe, lnfw, lnfb); NULL = none (ZeRO-2 reduce-scatters here) */
     void (*grad_hook)(void* ctx, int layer);
@@ -267,7 +268,6 @@ static void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
     model->num_parameters_padded = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
-    model->mean_loss = -1.0f;
 }
 
 /* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
@@ -392,6 +392,8 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
     model->inputs = (int*)dev_malloc((size_t)B * T * sizeof(int), "input tokens");
     model->targets = (int*)dev_malloc((size_t)B * T * sizeof(int), "target tokens");
     model->host_losses = (float*)malloc_check((size_t)B * T * sizeof(float), "host losses");
+    model->loss_sum = (double*)dev_malloc(2 * sizeof(double), "loss accumulators");
+    model->loss_mean = (float*)(model->loss_sum + 1);
 }
 
 static void gpt2_free(GPT2* model) {
@@ -406,6 +408,7 @@ static void gpt2_free(GPT2* model) {
     if (model->inputs) { dev_free(model->inputs); }
     if (model->targets) { dev_free(model->targets); }
     free(model->host_losses);
+    if (model->loss_sum) { dev_free(model->loss_sum); }
     memset(model, 0, sizeof(*model));
 }
 
@@ -496,7 +499,8 @@ static void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, int l, int N
 }
 
 /* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the
- * per-token losses (A_LOSSES) and model->mean_loss; if write_dlogits, the logits buffer is
+ * per-token losses (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device
+ * without a host sync (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is
  * replaced by dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum)). */
 static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
                          float dloss, int write_dlogits) {
@@ -535,13 +539,23 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     matmul_forward(logits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], NULL, N, C, Vp, NULL);
     if (targets != NULL) {
         fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
-        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)(unsigned)N * sizeof(float));
-        double sum = 0.0;
-        for (int i = 0; i < N; i++) { sum += m->host_losses[i]; }
-        m->mean_loss = (float)(sum / N);
-    } else {
-        m->mean_loss = -1.0f;
+        loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
     }
+}
+
+/* mean loss of the last gpt2_forward with targets (synchronises: copies one float) */
+static inline float gpt2_mean_loss(GPT2* m) {
+    float host = 0.0f;
+    dev_memcpy_d2h(&host, m->loss_mean, sizeof(float));
+    return host;
+}
+/* zeroes the device loss accumulator (queued) */
+static void gpt2_loss_sum_reset(GPT2* m) { dev_memset(m->loss_sum, 0, sizeof(double)); }
+/* sum of the mean losses of the forwards with targets since gpt2_loss_sum_reset (synchronises) */
+static double gpt2_loss_sum_read(GPT2* m) {
+    double host = 0.0;
+    dev_memcpy_d2h(&host, m->loss_sum, sizeof(double));
+    return host;
 }
 
 /* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
@@ -778,6 +792,7 @@ typedef struct {
     const char* nccl_init;
     float comm_timeout;
     int comm_stats;
+    int cuda_graphs;           /* 1 = replay one micro-step's forward+backward as a CUDA graph */
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -822,6 +837,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
+    c->cuda_graphs = 0;
 }
 
 #define NO_MIN (-INFINITY)
@@ -879,6 +895,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
          "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
     SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step");
+    SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
+         "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
+         "(CUDA build, one process; same results)");
 #undef SPEC
     return n;
 }
@@ -890,6 +909,42 @@ typedef struct {
     int rank, world;           /* process layout (data parallel): this process, number of processes */
     Comm comm;                 /* the data-parallel group (llmc/comm.h) */
 } World;
+
+/* Training batches, double-buffered: batch k of the run is trained from slot k % 2, a pinned host buffer
+ * (inputs then targets, 2*B*T int32) and its device copy. After queueing micro-step k's forward, the trainer
+ * loads batch k+1 into the other slot and queues its upload on the copy stream (dev_memcpy_h2d_async), so the
+ * host reads the data and the copy runs while the GPU computes; the main stream waits for the upload's event
+ * before micro-step k+1's kernels. A slot's pinned buffer is refilled only after its previous upload finished
+ * (dev_event_synchronize), and its device buffer is overwritten only by an upload that starts after the work
+ * already queued on the main stream, which includes micro-step k-1, the last reader of that slot. While a
+ * batch is pending the loader is one batch ahead, so checkpoints save the state from before the pending batch
+ * (session_train_data_state): the position of the next batch to train on. Allocated on first use. */
+typedef struct {
+    int* host[2];              /* pinned (host_malloc_pinned): inputs (B*T) then targets (B*T) */
+    int* dev[2];               /* device copies, same layout */
+    DevEvent uploaded[2];      /* recorded when the slot's upload has finished */
+    int next;                  /* slot of the next batch to train on */
+    int pending;               /* 1 = slot `next` holds a loaded batch that is not trained on yet */
+    DataLoaderState before_pending; /* train loader state before the pending batch was loaded */
+    int allocated;
+} BatchPipeline;
+
+/* --cuda-graphs 1: after one eager warm-up micro-step (cuBLASLt plans, kernel attributes and buffers set up), the
+ * forward+backward of a micro-step on batch slot i is captured once into exec[i] (it bakes in the slot's device
+ * buffers, every model buffer and dloss) and replayed for every later micro-step on that slot. Host work of a
+ * micro-step happens before its replay: the batch upload (BatchPipeline) and the encoder-backward token
+ * bucketing into pinned staging buffer i (encoder_backward_stage), which the graph's first copy reads; the
+ * staging waits for the previous replay of exec[i] (two micro-steps back). A new dloss (FP16 loss scaling)
+ * recaptures. */
+typedef struct {
+    int warm;                  /* the eager warm-up micro-step has run */
+    int captured[2];
+    DevGraph exec[2];
+    float dloss[2];            /* dloss baked into exec[i] */
+    DevEvent replayed[2];      /* recorded after each replay of exec[i] */
+    int events;                /* replayed[] created */
+    long replays;              /* graph replays so far (tests) */
+} MicroStepGraphs;
 
 typedef struct {
     TrainConfig cfg;
@@ -909,6 +964,8 @@ typedef struct {
     size_t shard_start, shard_end; /* range of the flat parameters whose optimizer state this rank owns */
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
+    BatchPipeline batches;     /* double-buffered upload of the training batches (session_batch_*) */
+    MicroStepGraphs graphs;    /* --cuda-graphs (session_graph_micro_step) */
 } TrainSession;
 
 static int is_model_descriptor(const char* s) {
@@ -929,6 +986,104 @@ static int is_model_descriptor(const char* s) {
 static void header_put_u64(int* h, int i, uint64_t v) { h[i] = (int)(uint32_t)(v & 0xffffffffu); h[i + 1] = (int)(uint32_t)(v >> 32); }
 static uint64_t header_get_u64(const int* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
 
+/* the train loader state of the next batch to train on (not of a batch already loaded ahead) */
+static void session_train_data_state(const TrainSession* s, DataLoaderState* ls) {
+    if (s->batches.pending) { *ls = s->batches.before_pending; } else { dataloader_get_state(&s->train_loader, ls); }
+}
+
+/* loads the train loader's next batch into the free slot and queues its upload (see BatchPipeline) */
+static void session_batch_load(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    size_t n = (size_t)s->cfg.B * s->cfg.T;
+    if (!p->allocated) {
+        for (int i = 0; i < 2; i++) {
+            p->host[i] = (int*)host_malloc_pinned(2 * n * sizeof(int), "pinned training batch");
+            p->dev[i] = (int*)dev_malloc(2 * n * sizeof(int), "training batch");
+            p->uploaded[i] = dev_event_create();
+        }
+        p->allocated = 1;
+    }
+    if (p->pending) { FATAL("internal: a training batch is already loaded ahead"); }
+    int slot = p->next;
+    dataloader_get_state(&s->train_loader, &p->before_pending);
+    dataloader_next_batch(&s->train_loader);
+    dev_event_synchronize(p->uploaded[slot]); /* the slot's previous upload has left the pinned buffer */
+    memcpy(p->host[slot], s->train_loader.inputs, n * sizeof(int));
+    memcpy(p->host[slot] + n, s->train_loader.targets, n * sizeof(int));
+    dev_memcpy_h2d_async(p->dev[slot], p->host[slot], 2 * n * sizeof(int), p->uploaded[slot]);
+    p->pending = 1;
+}
+
+/* the slot of the next batch to train on (loaded now unless loaded ahead); main-stream work queued after this
+ * call sees its upload */
+static int session_batch_take(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    if (!p->pending) { session_batch_load(s); }
+    int slot = p->next;
+    dev_wait_event(p->uploaded[slot]);
+    p->pending = 0;
+    p->next ^= 1;
+    return slot;
+}
+
+static void session_batches_free(TrainSession* s) {
+    BatchPipeline* p = &s->batches;
+    if (p->allocated) {
+        dev_synchronize();
+        for (int i = 0; i < 2; i++) {
+            dev_event_synchronize(p->uploaded[i]);
+            dev_event_destroy(p->uploaded[i]);
+            host_free_pinned(p->host[i]);
+            dev_free(p->dev[i]);
+        }
+    }
+    memset(p, 0, sizeof(*p));
+}
+
+/* --cuda-graphs 1: runs micro-step forward+backward on batch slot `slot` as a graph replay (capturing it first
+ * if needed), loads the next batch if `load_next` (its upload overlaps the replay) and returns 1; returns 0 when
+ * the caller must run the micro-step eagerly and load the next batch itself (graphs off, or the warm-up) */
+static int session_graph_micro_step(TrainSession* s, int slot, float dloss, int load_next) {
+    MicroStepGraphs* g = &s->graphs;
+    GPT2* m = &s->model;
+    int B = s->cfg.B, T = s->cfg.T;
+    if (!s->cfg.cuda_graphs) { return 0; }
+    if (!g->warm) { g->warm = 1; return 0; }
+    if (!g->events) {
+        for (int i = 0; i < 2; i++) { g->replayed[i] = dev_event_create(); }
+        g->events = 1;
+    }
+    const int* inputs = s->batches.dev[slot];
+    const int* host_inputs = s->batches.host[slot];
+    dev_event_synchronize(g->replayed[slot]); /* the previous replay of this graph is done with its staging buffer */
+    encoder_backward_stage(slot, host_inputs, B, T);
+    if (!g->captured[slot] || g->dloss[slot] != dloss) {
+        if (g->captured[slot]) { dev_graph_destroy(g->exec[slot]); }
+        dev_graph_begin_capture();
+        gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, s->cfg.gelu_fusion, dloss, 1);
+        gpt2_backward(m, inputs, host_inputs, B, T);
+        g->exec[slot] = dev_graph_end_capture();
+        g->captured[slot] = 1;
+        g->dloss[slot] = dloss;
+    }
+    /* queued before the replay: the upload into the other slot waits only for the work before it (the previous
+     * micro-step, that slot's last reader) and then overlaps this replay */
+    if (load_next) { session_batch_load(s); }
+    dev_graph_launch(g->exec[slot]);
+    dev_event_record(g->replayed[slot]);
+    g->replays++;
+    return 1;
+}
+
+static void session_graphs_free(TrainSession* s) {
+    MicroStepGraphs* g = &s->graphs;
+    for (int i = 0; i < 2; i++) {
+        if (g->events) { dev_event_synchronize(g->replayed[i]); dev_event_destroy(g->replayed[i]); }
+        if (g->captured[i]) { dev_graph_destroy(g->exec[i]); }
+    }
+    memset(g, 0, sizeof(*g));
+}
+
 static void session_write_state(const TrainSession* s, const char* path) {
     const GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
@@ -943,7 +1098,7 @@ static void session_write_state(const TrainSession* s, const char* path) {
     header_put_u64(h, 18, s->shard_start);
     header_put_u64(h, 20, s->shard_end - s->shard_start);
     DataLoaderState ls;
-    dataloader_get_state(&s->train_loader, &ls);
+    session_train_data_state(s, &ls);
     header_put_u64(h, 22, ls.epoch);
     header_put_u64(h, 24, ls.position);
     header_put_u64(h, 26, s->sample_rng);
@@ -1049,6 +1204,7 @@ static void session_read_state(TrainSession* s, const char* path) {
     ls.epoch = header_get_u64(h, 22);
     ls.position = header_get_u64(h, 24);
     dataloader_set_state(&s->train_loader, &ls);
+    s->batches.pending = 0; /* a batch loaded ahead (none at start) belongs to the old position */
     session_restore_counters(s, h);
 }
 
@@ -1113,6 +1269,7 @@ static void session_read_state_resharded(TrainSession* s, int step, int old_worl
         ls.position = (uint64_t)s->world.rank;
     }
     dataloader_set_state(&s->train_loader, &ls);
+    s->batches.pending = 0;
     session_restore_counters(s, h0);
 }
 
@@ -1161,6 +1318,7 @@ static float session_validate(TrainSession* s) {
         dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
         dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
         gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
         for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
         count += (size_t)B * T;
     }
@@ -1338,20 +1496,29 @@ static StepResult session_train_step(TrainSession* s) {
     dloss *= loss_scale; /* FP16: scale the loss so small gradients do not flush to zero (Micikevicius et al. 2018) */
     comm_counters_reset(comm);
     gpt2_zero_grad(m);
-    double loss_sum = 0.0;
-    /* buckets are reduced during the last micro-step's backward (ZeRO-2: every micro-step's), see above */
-    int reduce = world > 1 || COMM_WORLD1_COLLECTIVES;
+    gpt2_loss_sum_reset(m);
+    /* buckets are reduced during the last micro-step's backward (ZeRO-2: every micro-step's), see above; a
+     * world of one reduces nothing, except through NCCL under ZeRO-1/2 (so one GPU exercises that path) */
+    int reduce = world > 1 || (COMM_WORLD1_COLLECTIVES && zero > 0);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
-        dataloader_next_batch(&s->train_loader);
-        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, (size_t)B * T * sizeof(int));
-        dev_memcpy_h2d(m->targets, s->train_loader.targets, (size_t)B * T * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, cfg->gelu_fusion, dloss, 1);
+        int slot = session_batch_take(s); /* uploaded while the previous micro-step computed */
+        const int* inputs = s->batches.dev[slot];
+        /* the next batch (of this optimizer step, or the next step's first) loads while the GPU computes */
+        int more = micro + 1 < s->grad_accum_steps || s->step + 1 < s->max_steps;
         int last = micro == s->grad_accum_steps - 1;
-        if (zero == 2 || (last && reduce)) { m->grad_hook = session_grad_hook; m->grad_hook_ctx = s; }
-        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
+        /* a micro-step whose backward issues gradient buckets runs eagerly (the hook's collectives and ZeRO-2's
+         * slot consumption are not captured); the others may be replayed from a graph (--cuda-graphs 1) */
+        int hooked = zero == 2 || (last && reduce);
+        int graphed = !hooked && session_graph_micro_step(s, slot, dloss, more);
+        if (!graphed) {
+            gpt2_forward(m, inputs, inputs + (size_t)B * T, B, T, cfg->gelu_fusion, dloss, 1);
+            if (more) { session_batch_load(s); }
+        }
+        if (hooked) { m->grad_hook = session_grad_hook; m->grad_hook_ctx = s; }
+        if (!graphed) { gpt2_backward(m, inputs, s->batches.host[slot], B, T); }
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
-        loss_sum += m->mean_loss;
     }
+    double loss_sum = gpt2_loss_sum_read(m); /* the one loss read of the step (synchronises) */
     comm_join(comm);
     size_t lo, hi;
     if (zero == 0) { lo = 0; hi = P; } else { session_owned_range(s, &lo, &hi); }
@@ -1429,6 +1596,18 @@ static void session_check_config(TrainSession* s) {
     for (int i = 0; i < 4; i++) { known |= strcmp(c->lr_schedule, schedules[i]) == 0; }
     if (!known) {
         FATAL("flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
+    }
+    if (c->cuda_graphs && s->world.world > 1) {
+        FATAL("flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks "
+              "issue collectives during backward, which a captured graph cannot replay; use --cuda-graphs 0",
+              s->world.world);
+    }
+    if (c->cuda_graphs && !dev_graphs_supported()) {
+        FATAL("flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
+    }
+    if (c->cuda_graphs && c->zero_stage == 2) {
+        FATAL("flag --cuda-graphs 1 does not combine with -z 2: every ZeRO-2 micro-step's backward hands its "
+              "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1");
     }
     if (strlen(c->output_dir) > 900) {
         FATAL("flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
@@ -1755,6 +1934,8 @@ static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_sp
 }
 
 static void session_free(TrainSession* s) {
+    session_graphs_free(s);
+    session_batches_free(s);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
     if (s->has_val) { dataloader_free(&s->val_loader); }

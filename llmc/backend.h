@@ -37,12 +37,47 @@
  * void  dev_download_floats(float* host_dst, const floatX* src, size_t n);  converts floatX -> fp32
  * void  dev_copy_floats_to_floatX(floatX* dst, const float* src, size_t n); device fp32 -> floatX
  *
+ * ---- pinned host memory, events, asynchronous uploads (no host synchronisation inside a step) ----
+ * DevEvent                                           opaque event handle (CUDA: cudaEvent_t without timing;
+ *                                                    CPU: int, every event is always complete)
+ * void* host_malloc_pinned(size_t bytes, const char* what);  page-locked host memory (CUDA: cudaMallocHost;
+ *                                                    CPU: malloc), zeroed; exits naming `what` on failure
+ * void  host_free_pinned(void* p);                   NULL is ignored
+ * DevEvent dev_event_create(void);  void dev_event_destroy(DevEvent e);
+ * void  dev_memcpy_h2d_async(void* dst, const void* host_src, size_t bytes, DevEvent done);
+ *        host_src must come from host_malloc_pinned. The copy runs on a separate copy stream: it starts
+ *        after all work queued on the main stream before this call (so dst may still be read by that
+ *        work), overlaps work queued after it, and records `done` when it has finished. The host must not
+ *        change host_src before dev_event_synchronize(done); main-stream work that reads dst must be
+ *        queued after dev_wait_event(done). CPU: memcpy at once.
+ * void  dev_wait_event(DevEvent e);                  the main stream waits for e (the host does not);
+ *                                                    an event never recorded is complete
+ * void  dev_event_synchronize(DevEvent e);           the host waits for e (CPU: no-op)
+ * void  dev_event_record(DevEvent e);                records e on the main stream (complete when the work queued
+ *                                                    before it is)
+ *
+ * ---- graphs (--cuda-graphs: one micro-step's forward+backward captured once and replayed) ----
+ * int   dev_graphs_supported(void);                  1 on CUDA, 0 on the CPU (which refuses the flag)
+ * DevGraph                                           opaque (CUDA: cudaGraphExec_t; CPU: int)
+ * void  dev_graph_begin_capture(void);               main-stream work queued from now on is recorded, not run
+ *                                                    (CUDA: cudaStreamCaptureModeThreadLocal); CPU: exits
+ * DevGraph dev_graph_end_capture(void);              ends the capture and instantiates the graph; exits with the
+ *                                                    CUDA error if the capture failed (e.g. a synchronising call)
+ * void  dev_graph_launch(DevGraph g);                queues one replay on the main stream
+ * void  dev_graph_destroy(DevGraph g);
+ * Captured work reads and writes the same addresses, with the same kernel arguments, at every replay.
+ *
  * ---- forward/backward ops (one module per op family) ----
  * encoder (token + position embedding):
  *   encoder_forward(floatX* out(B,T,C), const int* inp(B,T), const floatX* wte(Vp,C), const floatX* wpe(maxT,C), B, T, C)
  *   encoder_backward(floatX* dwte(Vp,C) accumulates, floatX* dwpe(maxT,C) accumulates,
  *                    const floatX* dout(B,T,C), const int* inp(B,T), const int* host_inp(B,T), B, T, C)
  *                    (host_inp: the same tokens on the host, for deterministic bucketing; deterministic)
+ *   encoder_backward_stage(int stage, const int* host_inp(B,T), B, T)
+ *                    graph mode: buckets host_inp into staging buffer `stage` (0/1) so that an encoder_backward
+ *                    captured next, and every replay of it, copies from there with fixed sizes; before a replay the
+ *                    caller stages the new tokens into the same buffer once the previous replay reading it is done.
+ *                    Never during a capture. CPU: no-op.
  * layernorm (Ba et al. 2016, eps 1e-5, biased variance):
  *   layernorm_forward(floatX* out(N,C), float* mean(N), float* rstd(N), const floatX* inp(N,C), const floatX* w(C), const floatX* b(C), N, C)
  *   fused_residual_layernorm_forward(floatX* residual(N,C) = inp1 + inp2, floatX* out(N,C), float* mean(N), float* rstd(N),
@@ -77,6 +112,10 @@
  *                    float dloss, const int* targets(N), N, V, Vp, int write_dlogits)
  *                    losses[i] = -log softmax(logits[i,:V])[targets[i]]; dlogits = dloss*(p - onehot);
  *                    columns V..Vp-1 are excluded from the softmax and get dlogits 0. targets < 0 are ignored (loss 0, dlogits 0).
+ *   loss_mean_accumulate(float* mean(1) out, double* sum(1) accumulates, const float* losses(N), int N)
+ *                    mean = (float)(fp64 sum of losses / N); sum += (double)mean. Deterministic fixed-order fp64 sum
+ *                    (CPU: sequential; CUDA: one block, fixed tree). Queued: the trainer reads the loss once per
+ *                    optimizer step instead of after every micro-step.
  * optimizer (AdamW, Loshchilov & Hutter 2019; bias-corrected as torch.optim.AdamW):
  *   adamw_update(floatX* params(n), float* master(n) or NULL, const floatX* grads(n), float* m(n), float* v(n), size_t n,
  *                size_t global_offset, float lr, float beta1, float beta2, float eps, float weight_decay,

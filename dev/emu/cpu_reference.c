@@ -48,6 +48,9 @@ void ref_fused_classifier(float* logits, float* losses, float dloss, const int* 
                           int write_dlogits) {
     fused_classifier(logits, losses, dloss, targets, N, V, Vp, write_dlogits);
 }
+void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N) {
+    loss_mean_accumulate(mean, sum, losses, N);
+}
 void ref_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                       float beta2, float eps, float weight_decay, float grad_scale, int t) {
     adamw_update(params, NULL, grads, m, v, n, 0, lr, beta1, beta2, eps, weight_decay, grad_scale, t, 0);

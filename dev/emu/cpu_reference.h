@@ -37,6 +37,7 @@ void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulat
 void ref_scale_floats(float* x, float s, size_t n);
 void ref_add_floats(float* dst, const float* src, size_t n);
 int ref_has_inf_or_nan(const float* x, size_t n);
+void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N);
 #ifdef __cplusplus
 }
 #endif

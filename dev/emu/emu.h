@@ -48,6 +48,16 @@
  *    pattern, so reads of uninitialised device memory poison results (NaN). Faults on guard pages are reported with
  *    the kernel, block, thread and the offset relative to the allocation; canaries are checked
  *    after every launch and at cudaFree. cudaMemcpy/cudaMemset check their device ranges.
+ *  - stream capture and graphs (cudaStreamBeginCapture/EndCapture/IsCapturing, cudaGraphInstantiate,
+ *    cudaGraphLaunch, cudaGraphExecDestroy, cudaGraphDestroy): while a stream is captured, kernel
+ *    launches, cudaMemcpyAsync, cudaMemsetAsync, event records and emu::host_task on it are recorded
+ *    (arguments by value, checked at capture time) instead of run; cudaGraphLaunch replays them in
+ *    order. One capture at a time. A call that would synchronise with the capturing stream
+ *    (cudaStreamSynchronize/Query of it, cudaDeviceSynchronize, synchronous cudaMemcpy/cudaMemset,
+ *    cudaEventSynchronize/Query of an event recorded in the capture) returns
+ *    cudaErrorStreamCaptureUnsupported and invalidates the capture, so cudaStreamEndCapture returns
+ *    cudaErrorStreamCaptureInvalidated and no graph, as on CUDA. A captured copy must use pinned
+ *    (cudaMallocHost) host memory: the graph reads it when replayed.
  *  - Errors detected inside a kernel print one line "emu: kernel ... error: ..." on stderr,
  *    abandon the grid, and make the error sticky (cudaErrorLaunchFailure / cudaErrorIllegalAddress
  *    returned by every later runtime call), like a faulting kernel on a GPU. emu::clear_errors()
@@ -89,6 +99,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -195,7 +206,16 @@ struct Alloc {
 
 struct LaunchRecord { std::string name; dim3 grid, block; size_t smem; };
 
-struct EventRec { double t_ms; };
+struct EventRec { double t_ms; bool captured; };
+
+/* a graph from stream capture (cudaGraph_t) or its instantiation (cudaGraphExec_t): the recorded work in
+ * capture order, each node a closure holding its arguments by value */
+struct GraphObj {
+    int magic;
+    std::vector<std::string> names;
+    std::vector<std::function<void()>> nodes;
+};
+static constexpr int kGraphMagic = 0x47524150, kGraphExecMagic = 0x47455845;
 
 struct State {
     /* memory */
@@ -236,6 +256,11 @@ struct State {
     int reverse_warps = -1;   /* EMU_SCHEDULE=reverse */
     bool sig_installed = false;
     std::vector<LaunchRecord> log;
+    /* stream capture: work queued on capture_stream is recorded into capture_graph instead of run */
+    const void* capture_stream = nullptr;
+    GraphObj* capture_graph = nullptr;
+    bool capture_invalidated = false;
+    long graph_launches = 0;  /* cudaGraphLaunch calls that replayed (tests) */
 };
 inline State g;
 
@@ -332,6 +357,21 @@ inline void kernel_fail_code(cudaError_t code, const char* fmt, ...) {
     }
 }
 #define EMU_FAIL(...) ::emu::kernel_fail_code(cudaErrorLaunchFailure, __VA_ARGS__)
+
+/* ---------------------------------------------------------------- stream capture */
+/* true while `stream` is being captured (the legacy NULL stream never is) */
+inline bool capturing(const void* stream) { return g.capture_graph && stream && stream == g.capture_stream; }
+inline void capture_record(const std::string& what, std::function<void()> fn) {
+    g.capture_graph->names.push_back(what);
+    g.capture_graph->nodes.push_back(std::move(fn));
+}
+/* a call that would synchronise with the capturing stream: refused, and the capture is invalidated */
+inline cudaError_t capture_violation(const char* call) {
+    g.capture_invalidated = true;
+    return api_error(cudaErrorStreamCaptureUnsupported,
+                     "%s during stream capture would synchronise with the capturing stream; the capture is invalidated",
+                     call);
+}
 
 /* ---------------------------------------------------------------- fault handler */
 inline void describe_address(char* out, size_t n, uintptr_t a) {
@@ -991,11 +1031,24 @@ struct Launch {
     const char* name;
     const char* file;
     int line;
+    cudaStream_t stream;
 
     /* parameters typed like the kernel's, so arguments convert exactly as with <<<>>> (NULL, int->size_t) */
     void operator()(P... p) const {
         std::string nm = normalize_name(name);
         if (g.sticky) { return; }
+        if (capturing(stream)) {
+            /* recorded with its arguments by value (as a kernel node); the configuration is checked now */
+            if (!launch_check((const void*)fn, nm, grid, block, smem, file, line)) {
+                g.capture_invalidated = true;
+                return;
+            }
+            Launch replay = *this;
+            replay.stream = nullptr; /* a replay runs the grid */
+            std::tuple<std::decay_t<P>...> args(p...);
+            capture_record(nm, [replay, args]() { std::apply(replay, args); });
+            return;
+        }
         if (!launch_check((const void*)fn, nm, grid, block, smem, file, line)) { return; }
         install_fault_handler();
         g.in_launch = true;
@@ -1030,9 +1083,9 @@ struct Launch {
     }
 };
 template <class... P>
-inline Launch<P...> make_launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t, const char* name,
+inline Launch<P...> make_launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char* name,
                                 const char* file, int line) {
-    return Launch<P...>{fn, grid, block, smem, name, file, line};
+    return Launch<P...>{fn, grid, block, smem, name, file, line, stream};
 }
 
 /* ---------------------------------------------------------------- test helpers */
@@ -1050,6 +1103,17 @@ inline int launches_matching(const char* sub, size_t from = 0) {
     for (size_t i = from; i < g.log.size(); i++) { c += g.log[i].name.find(sub) != std::string::npos; }
     return c;
 }
+/* host work queued on `stream` (what cudaLaunchHostFunc would be): runs now, or is recorded while the stream
+ * is captured and runs when the graph is replayed. Used by the host-loop matmuls of llmc/cuda/matmul.cuh. */
+inline void host_task(cudaStream_t stream, const char* what, std::function<void()> fn) {
+    if (g.sticky) { return; }
+    if (capturing(stream)) {
+        capture_record(what, std::move(fn));
+        return;
+    }
+    fn();
+}
+inline long graph_launches() { return g.graph_launches; }
 inline size_t live_allocations() {
     size_t c = 0;
     for (auto& kv : g.allocs) { c += !kv.second.pinned; }
@@ -1309,7 +1373,9 @@ namespace emu {
 inline cudaError_t sticky_or(cudaError_t e = cudaSuccess) { return g.sticky ? g.sticky : e; }
 inline int num_sms() { return env_int("EMU_NUM_SMS", 132); }
 struct StreamObj { int magic; };
-inline cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what) {
+/* dry: only the checks (a copy being captured); a captured host<->device copy needs pinned host memory */
+inline cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what,
+                              bool dry = false) {
     if (g.sticky) { return g.sticky; }
     if (n == 0) { return cudaSuccess; }
     bool dst_dev = false, src_dev = false;
@@ -1332,36 +1398,76 @@ inline cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
         return api_error(cudaErrorInvalidValue, "%s: source [%p, +%zu) is not inside one device allocation", what, src,
                          n);
     }
+    if (dry) {
+        const void* host = !dst_dev ? dst : (!src_dev ? src : nullptr);
+        const Alloc* a = host ? find_alloc(host, 0) : nullptr;
+        if (host && !(a && a->pinned && (const char*)host + n <= a->data_end)) {
+            g.capture_invalidated = true;
+            return api_error(cudaErrorStreamCaptureUnsupported,
+                             "%s during stream capture: host memory [%p, +%zu) is not inside one cudaMallocHost "
+                             "allocation (a graph replays the copy later; the capture is invalidated)", what, host, n);
+        }
+        return cudaSuccess;
+    }
     memmove(dst, src, n);
     return cudaSuccess;
 }
-inline cudaError_t emu_memset(void* dst, int v, size_t n, const char* what) {
+inline cudaError_t emu_memset(void* dst, int v, size_t n, const char* what, bool dry = false) {
     if (g.sticky) { return g.sticky; }
     if (n == 0) { return cudaSuccess; }
     if (!device_range(dst, n)) {
         return api_error(cudaErrorInvalidValue, "%s: [%p, +%zu) is not inside one device allocation", what, dst, n);
     }
-    memset(dst, v, n);
+    if (!dry) { memset(dst, v, n); }
     return cudaSuccess;
 }
 } /* namespace emu */
 
-inline cudaError_t emu_cudaMalloc(void** p, size_t n) { return ::emu::device_malloc(p, n, false); }
-template <class T> inline cudaError_t emu_cudaMalloc(T** p, size_t n) { return ::emu::device_malloc((void**)p, n, false); }
-inline cudaError_t emu_cudaMallocHost(void** p, size_t n, unsigned = 0) { return ::emu::device_malloc(p, n, true); }
-template <class T> inline cudaError_t emu_cudaMallocHost(T** p, size_t n, unsigned = 0) {
-    return ::emu::device_malloc((void**)p, n, true);
+/* allocation and release during a capture are refused like the other calls that may synchronise */
+inline cudaError_t emu_cudaMalloc(void** p, size_t n) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaMalloc"); }
+    return ::emu::device_malloc(p, n, false);
 }
-inline cudaError_t emu_cudaFree(void* p) { return ::emu::device_free(p, false); }
-inline cudaError_t emu_cudaFreeHost(void* p) { return ::emu::device_free(p, true); }
+template <class T> inline cudaError_t emu_cudaMalloc(T** p, size_t n) { return emu_cudaMalloc((void**)p, n); }
+inline cudaError_t emu_cudaMallocHost(void** p, size_t n, unsigned = 0) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaMallocHost"); }
+    return ::emu::device_malloc(p, n, true);
+}
+template <class T> inline cudaError_t emu_cudaMallocHost(T** p, size_t n, unsigned = 0) {
+    return emu_cudaMallocHost((void**)p, n);
+}
+inline cudaError_t emu_cudaFree(void* p) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaFree"); }
+    return ::emu::device_free(p, false);
+}
+inline cudaError_t emu_cudaFreeHost(void* p) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaFreeHost"); }
+    return ::emu::device_free(p, true);
+}
 inline cudaError_t emu_cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaMemcpy (synchronous)"); }
     return ::emu::emu_memcpy(d, s, n, k, "cudaMemcpy");
 }
-inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = 0) {
+inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = 0) {
+    if (::emu::capturing(st)) {
+        cudaError_t e = ::emu::emu_memcpy(d, s, n, k, "cudaMemcpyAsync", true);
+        if (e != cudaSuccess) { return e; }
+        ::emu::capture_record("cudaMemcpyAsync", [d, s, n, k]() { ::emu::emu_memcpy(d, s, n, k, "cudaMemcpyAsync (graph node)"); });
+        return cudaSuccess;
+    }
     return ::emu::emu_memcpy(d, s, n, k, "cudaMemcpyAsync");
 }
-inline cudaError_t emu_cudaMemset(void* d, int v, size_t n) { return ::emu::emu_memset(d, v, n, "cudaMemset"); }
-inline cudaError_t emu_cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = 0) {
+inline cudaError_t emu_cudaMemset(void* d, int v, size_t n) {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaMemset (synchronous)"); }
+    return ::emu::emu_memset(d, v, n, "cudaMemset");
+}
+inline cudaError_t emu_cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st = 0) {
+    if (::emu::capturing(st)) {
+        cudaError_t e = ::emu::emu_memset(d, v, n, "cudaMemsetAsync", true);
+        if (e != cudaSuccess) { return e; }
+        ::emu::capture_record("cudaMemsetAsync", [d, v, n]() { ::emu::emu_memset(d, v, n, "cudaMemsetAsync (graph node)"); });
+        return cudaSuccess;
+    }
     return ::emu::emu_memset(d, v, n, "cudaMemsetAsync");
 }
 inline cudaError_t emu_cudaMemGetInfo(size_t* free_b, size_t* total) {
@@ -1387,6 +1493,9 @@ inline const char* emu_cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNotReady: return "device not ready";
+        case cudaErrorIllegalState: return "the operation is not permitted in the current state";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
         default: return "unknown error (emu)";
     }
 }
@@ -1400,10 +1509,14 @@ inline const char* emu_cudaGetErrorName(cudaError_t e) {
         case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
         case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
         case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+        case cudaErrorIllegalState: return "cudaErrorIllegalState";
+        case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
         default: return "cudaErrorUnknown(emu)";
     }
 }
 inline cudaError_t emu_cudaDeviceSynchronize() {
+    if (::emu::g.capture_graph) { return ::emu::capture_violation("cudaDeviceSynchronize"); }
     ::emu::check_all_canaries();
     return ::emu::sticky_or();
 }
@@ -1464,11 +1577,19 @@ inline cudaError_t emu_cudaStreamDestroy(cudaStream_t s) {
     delete (::emu::StreamObj*)s;
     return ::emu::sticky_or();
 }
-inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return emu_cudaDeviceSynchronize(); }
-inline cudaError_t emu_cudaStreamQuery(cudaStream_t) { return ::emu::sticky_or(); }
+inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t s) {
+    if (::emu::capturing(s)) { return ::emu::capture_violation("cudaStreamSynchronize of the capturing stream"); }
+    if (::emu::g.capture_graph) { return ::emu::sticky_or(); } /* another stream: in order, nothing pending */
+    return emu_cudaDeviceSynchronize();
+}
+inline cudaError_t emu_cudaStreamQuery(cudaStream_t s) {
+    if (::emu::capturing(s)) { return ::emu::capture_violation("cudaStreamQuery of the capturing stream"); }
+    return ::emu::sticky_or();
+}
+/* in order: nothing to wait for (while capturing, a dependency that order already gives) */
 inline cudaError_t emu_cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return ::emu::sticky_or(); }
 inline cudaError_t emu_cudaEventCreate(cudaEvent_t* e) {
-    *e = (cudaEvent_t)(new ::emu::EventRec{0.0});
+    *e = (cudaEvent_t)(new ::emu::EventRec{0.0, false});
     return ::emu::sticky_or();
 }
 inline cudaError_t emu_cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return emu_cudaEventCreate(e); }
@@ -1476,12 +1597,99 @@ inline cudaError_t emu_cudaEventDestroy(cudaEvent_t e) {
     delete (::emu::EventRec*)e;
     return ::emu::sticky_or();
 }
-inline cudaError_t emu_cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
-    ((::emu::EventRec*)e)->t_ms = ::emu::now_ms();
+inline cudaError_t emu_cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
+    ::emu::EventRec* r = (::emu::EventRec*)e;
+    if (::emu::capturing(s)) {
+        r->captured = true;
+        ::emu::capture_record("cudaEventRecord", [r]() { r->t_ms = ::emu::now_ms(); });
+        return ::emu::sticky_or();
+    }
+    r->captured = false;
+    r->t_ms = ::emu::now_ms();
     return ::emu::sticky_or();
 }
-inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t) { return ::emu::sticky_or(); }
-inline cudaError_t emu_cudaEventQuery(cudaEvent_t) { return ::emu::sticky_or(); }
+inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t e) {
+    if (::emu::g.capture_graph && ((::emu::EventRec*)e)->captured) {
+        return ::emu::capture_violation("cudaEventSynchronize of an event recorded in the capture");
+    }
+    return ::emu::sticky_or();
+}
+inline cudaError_t emu_cudaEventQuery(cudaEvent_t e) {
+    if (::emu::g.capture_graph && ((::emu::EventRec*)e)->captured) {
+        return ::emu::capture_violation("cudaEventQuery of an event recorded in the capture");
+    }
+    return ::emu::sticky_or();
+}
+/* ---- stream capture and graphs (see the header comment) */
+inline cudaError_t emu_cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+    if (::emu::g.sticky) { return ::emu::g.sticky; }
+    if (!s) { return ::emu::api_error(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: the legacy NULL stream cannot be captured"); }
+    if (::emu::g.capture_graph) {
+        return ::emu::api_error(cudaErrorIllegalState, "cudaStreamBeginCapture: a capture is already in progress (emu: one at a time)");
+    }
+    ::emu::g.capture_graph = new ::emu::GraphObj{::emu::kGraphMagic, {}, {}};
+    ::emu::g.capture_stream = s;
+    ::emu::g.capture_invalidated = false;
+    return cudaSuccess;
+}
+inline cudaError_t emu_cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+    if (!graph) { return ::emu::api_error(cudaErrorInvalidValue, "cudaStreamEndCapture: NULL graph pointer"); }
+    *graph = nullptr;
+    if (!::emu::capturing(s)) { return ::emu::api_error(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not being captured"); }
+    ::emu::GraphObj* gr = ::emu::g.capture_graph;
+    bool invalid = ::emu::g.capture_invalidated;
+    ::emu::g.capture_graph = nullptr;
+    ::emu::g.capture_stream = nullptr;
+    ::emu::g.capture_invalidated = false;
+    if (invalid) {
+        delete gr;
+        return ::emu::api_error(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated by an earlier error");
+    }
+    if (::emu::g.sticky) { delete gr; return ::emu::g.sticky; }
+    *graph = (cudaGraph_t)gr;
+    return cudaSuccess;
+}
+inline cudaError_t emu_cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+    *status = !::emu::capturing(s) ? cudaStreamCaptureStatusNone
+              : ::emu::g.capture_invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return ::emu::sticky_or();
+}
+inline cudaError_t emu_cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long = 0) {
+    ::emu::GraphObj* gr = (::emu::GraphObj*)graph;
+    if (!exec || !gr || gr->magic != ::emu::kGraphMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphInstantiate: not a graph"); }
+    if (::emu::g.sticky) { return ::emu::g.sticky; }
+    ::emu::GraphObj* ex = new ::emu::GraphObj(*gr); /* a snapshot: later changes to the graph do not affect it */
+    ex->magic = ::emu::kGraphExecMagic;
+    *exec = (cudaGraphExec_t)ex;
+    return cudaSuccess;
+}
+inline cudaError_t emu_cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    ::emu::GraphObj* ex = (::emu::GraphObj*)exec;
+    if (!ex || ex->magic != ::emu::kGraphExecMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphLaunch: not an instantiated graph"); }
+    if (::emu::g.sticky) { return ::emu::g.sticky; }
+    if (::emu::capturing(s)) { /* a graph launched into a capture becomes part of it */
+        ::emu::GraphObj copy = *ex;
+        ::emu::capture_record("cudaGraphLaunch", [copy]() { for (auto& n : copy.nodes) { if (!::emu::g.sticky) { n(); } } });
+        return cudaSuccess;
+    }
+    for (size_t i = 0; i < ex->nodes.size() && !::emu::g.sticky; i++) { ex->nodes[i](); }
+    ::emu::g.graph_launches++;
+    return ::emu::sticky_or();
+}
+inline cudaError_t emu_cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    ::emu::GraphObj* ex = (::emu::GraphObj*)exec;
+    if (!ex || ex->magic != ::emu::kGraphExecMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphExecDestroy: not an instantiated graph"); }
+    ex->magic = 0;
+    delete ex;
+    return ::emu::sticky_or();
+}
+inline cudaError_t emu_cudaGraphDestroy(cudaGraph_t graph) {
+    ::emu::GraphObj* gr = (::emu::GraphObj*)graph;
+    if (!gr || gr->magic != ::emu::kGraphMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphDestroy: not a graph"); }
+    gr->magic = 0;
+    delete gr;
+    return ::emu::sticky_or();
+}
 inline cudaError_t emu_cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     *ms = (float)(((::emu::EventRec*)b)->t_ms - ((::emu::EventRec*)a)->t_ms);
     return ::emu::sticky_or();
@@ -1546,6 +1754,13 @@ inline cudaError_t emu_cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, 
 #define cudaEventQuery emu_cudaEventQuery
 #define cudaEventElapsedTime emu_cudaEventElapsedTime
 #define cudaFuncSetAttribute emu_cudaFuncSetAttribute
+#define cudaStreamBeginCapture emu_cudaStreamBeginCapture
+#define cudaStreamEndCapture emu_cudaStreamEndCapture
+#define cudaStreamIsCapturing emu_cudaStreamIsCapturing
+#define cudaGraphInstantiate emu_cudaGraphInstantiate
+#define cudaGraphLaunch emu_cudaGraphLaunch
+#define cudaGraphExecDestroy emu_cudaGraphExecDestroy
+#define cudaGraphDestroy emu_cudaGraphDestroy
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor emu_cudaOccupancyMaxActiveBlocksPerMultiprocessor
 
 #endif /* LLMC_DEV_EMU_H */

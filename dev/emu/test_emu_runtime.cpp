@@ -4,7 +4,8 @@
  * shuffles (incl. partial and non-power-of-two participation), votes, atomics, launch limits,
  * error detection (divergent barriers, bad masks, deadlock, out-of-bounds global and shared
  * accesses, host pointers as kernel arguments, bad copies, double free, stack overflow, missing
- * cp.async wait) and the mma.m16n8k16 emulation against a scalar reference written from the PTX
+ * cp.async wait), stream capture and graph replay (including the calls a capture refuses) and the
+ * mma.m16n8k16 emulation against a scalar reference written from the PTX
  * ISA fragment tables. Faults that kill the process are tested in a forked child.
  *
  * Build: g++ -std=c++17 -O2 -DLLMC_EMU -I. -I/usr/local/cuda/include (see dev/emu/emu.mk).
@@ -643,6 +644,133 @@ static void test_cp_async(void) {
     CK(cudaFree(src)); CK(cudaFree(out));
 }
 
+/* ---------------------------------------------------------------- stream capture and graphs */
+static __global__ void axpb_kernel(float* x, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { x[i] = a * x[i] + b; }
+}
+
+static void test_graphs(void) {
+    const int n = 100;
+    cudaStream_t s, other;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreate(&other));
+    float* x = dmalloc<float>(n);
+    float* y = dmalloc<float>(n);
+    float* pinned = nullptr;
+    CK(cudaMallocHost(&pinned, n * sizeof(float)));
+    std::vector<float> h(n), pageable(n, 5.0f);
+    for (int i = 0; i < n; i++) { pinned[i] = (float)i; }
+    CK(cudaMemset(x, 0, n * sizeof(float)));
+    cudaStreamCaptureStatus st;
+    CK(cudaStreamIsCapturing(s, &st));
+    TEST_CHECK(st == cudaStreamCaptureStatusNone, "cudaStreamIsCapturing: None before a capture");
+    /* capture: upload from pinned memory, two launches (by-value arguments), a memset, a host task, a copy back */
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamIsCapturing(s, &st));
+    cudaStreamCaptureStatus st_other;
+    CK(cudaStreamIsCapturing(other, &st_other));
+    TEST_CHECK(st == cudaStreamCaptureStatusActive && st_other == cudaStreamCaptureStatusNone,
+               "cudaStreamIsCapturing: Active on the captured stream, None on another");
+    size_t launches0 = emu::launch_log().size();
+    float a = 2.0f;
+    CK(cudaMemcpyAsync(x, pinned, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    LAUNCH(1, 128, 0, s, axpb_kernel)(x, a, 1.0f, n);
+    a = 100.0f; /* the captured launch keeps a = 2 */
+    LAUNCH(1, 128, 0, s, axpb_kernel)(x, 3.0f, 0.0f, n);
+    CK(cudaGetLastError());
+    CK(cudaMemsetAsync(y, 0, n * sizeof(float), s));
+    int host_runs = 0;
+    emu::host_task(s, "count", [&host_runs]() { host_runs++; });
+    CK(cudaMemcpyAsync(pinned, x, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    /* work on another stream during the capture runs at once */
+    LAUNCH(1, 128, 0, other, axpb_kernel)(y, 1.0f, 7.0f, n);
+    CK(cudaMemcpy(h.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorStreamCaptureUnsupported
+           ? cudaSuccess : cudaErrorUnknown);
+    TEST_CHECK(emu::launch_log().size() == launches0 + 1 && host_runs == 0 && pinned[3] == 3.0f,
+               "during capture nothing on the captured stream runs (only the other stream's launch: %zu; host task "
+               "runs %d)", emu::launch_log().size() - launches0, host_runs);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    TEST_CHECK(e == cudaErrorStreamCaptureInvalidated && graph == nullptr,
+               "a synchronous cudaMemcpy during capture is refused (cudaErrorStreamCaptureUnsupported) and "
+               "invalidates it: cudaStreamEndCapture returns %s and no graph", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    TEST_CHECK(cudaGetLastError() == cudaSuccess, "capture errors are not sticky");
+    /* the same capture without the violation */
+    for (int i = 0; i < n; i++) { pinned[i] = (float)i; }
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    a = 2.0f;
+    CK(cudaMemcpyAsync(x, pinned, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    LAUNCH(1, 128, 0, s, axpb_kernel)(x, a, 1.0f, n);
+    a = 100.0f;
+    LAUNCH(1, 128, 0, s, axpb_kernel)(x, 3.0f, 0.0f, n);
+    CK(cudaMemsetAsync(y, 0, n * sizeof(float), s));
+    emu::host_task(s, "count", [&host_runs]() { host_runs++; });
+    CK(cudaMemcpyAsync(pinned, x, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphDestroy(graph)); /* the instance stays valid */
+    int bad = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < n; i++) { pinned[i] = (float)(i + rep); } /* a replay reads the pinned buffer anew */
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) { bad += pinned[i] != 3.0f * (2.0f * (float)(i + rep) + 1.0f); }
+    }
+    CK(cudaMemcpy(h.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+    TEST_CHECK(bad == 0 && host_runs == 3 && h[0] == 0.0f && emu::graph_launches() == 3,
+               "3 replays run copy, kernels (captured arguments), memset and host task in order on fresh input: %d "
+               "wrong, host task ran %d times", bad, host_runs);
+    /* refused during capture, each invalidating it */
+    struct { const char* what; int kind; } cases[] = {
+        {"cudaStreamSynchronize of the capturing stream", 0}, {"cudaDeviceSynchronize", 1},
+        {"cudaMalloc", 2}, {"a captured copy from pageable host memory", 3}, {"cudaEventSynchronize of a captured event", 4}};
+    for (auto& c : cases) {
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        LAUNCH(1, 128, 0, s, axpb_kernel)(x, 1.0f, 1.0f, n);
+        cudaEvent_t ev;
+        CK(cudaEventCreate(&ev));
+        float* tmp = nullptr;
+        cudaError_t r = cudaSuccess;
+        if (c.kind == 0) { r = cudaStreamSynchronize(s); }
+        if (c.kind == 1) { r = cudaDeviceSynchronize(); }
+        if (c.kind == 2) { r = cudaMalloc(&tmp, 64); }
+        if (c.kind == 3) { r = cudaMemcpyAsync(x, pageable.data(), n * sizeof(float), cudaMemcpyHostToDevice, s); }
+        if (c.kind == 4) { CK(cudaEventRecord(ev, s)); r = cudaEventSynchronize(ev); }
+        CK(cudaStreamIsCapturing(s, &st));
+        cudaGraph_t gr = nullptr;
+        cudaError_t end = cudaStreamEndCapture(s, &gr);
+        TEST_CHECK(r == cudaErrorStreamCaptureUnsupported && st == cudaStreamCaptureStatusInvalidated &&
+                   end == cudaErrorStreamCaptureInvalidated && gr == nullptr,
+                   "%s during capture: %s, capture invalidated, cudaStreamEndCapture -> %s", c.what, cudaGetErrorName(r),
+                   cudaGetErrorName(end));
+        CK(cudaEventDestroy(ev));
+        (void)cudaGetLastError();
+    }
+    e = cudaStreamEndCapture(s, &graph);
+    TEST_CHECK(e == cudaErrorIllegalState, "cudaStreamEndCapture without a capture is refused (%s)", cudaGetErrorName(e));
+    e = cudaStreamBeginCapture(0, cudaStreamCaptureModeThreadLocal);
+    TEST_CHECK(e == cudaErrorStreamCaptureUnsupported, "the legacy NULL stream cannot be captured (%s)", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    /* a captured kernel with a barrier bug is reported when the graph runs it (sticky, like any kernel error) */
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    LAUNCH(1, 64, 0, s, divergent_sites_kernel)(y);
+    CK(cudaStreamEndCapture(s, &graph));
+    TEST_CHECK(cudaGetLastError() == cudaSuccess, "capturing a faulty kernel reports nothing yet");
+    cudaGraphExec_t bad_exec;
+    CK(cudaGraphInstantiate(&bad_exec, graph, 0));
+    CK(cudaGraphDestroy(graph));
+    (void)cudaGraphLaunch(bad_exec, s);
+    expect_kernel_error(cudaErrorLaunchFailure, "different barriers", "a barrier bug in a replayed graph");
+    CK(cudaGraphExecDestroy(bad_exec));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaFreeHost(pinned));
+    CK(cudaFree(x)); CK(cudaFree(y));
+    CK(cudaStreamDestroy(s)); CK(cudaStreamDestroy(other));
+}
+
 static void test_scheduler_speed(void) {
     const int rounds = 50, blocks = 8;
     int* o = dmalloc<int>(1024 * blocks);
@@ -673,6 +801,7 @@ int main(void) {
     test_mma_variant<1>();
     test_mma_variant<0>();
     test_cp_async();
+    test_graphs();
     test_scheduler_speed();
     TEST_CHECK(cudaDeviceSynchronize() == cudaSuccess, "no sticky error left at the end");
     return testing_finish();

@@ -363,6 +363,31 @@ static void test_classifier(int N, int V, int Vp, int write_dlogits) {
     dev_free(d_logits); dev_free(d_losses); dev_free(d_tgt);
 }
 
+/* loss_mean_accumulate: the fp32 mean of the fp64 tree sum is within one ulp of the CPU backend's sequential
+ * fp64 sum (the two fp64 sums differ by ~N * 2^-53 relative, so the fp32 means are almost always equal), and the
+ * fp64 accumulator adds exactly the fp32 means, over two calls */
+static void test_loss_mean(int N) {
+    std::vector<float> losses = randv((size_t)N, 5.0f);
+    for (float& x : losses) { x = 5.0f + x; } /* token losses are >= 0 */
+    float* d_losses = upF(losses);
+    double* d_acc = (double*)dev_malloc(2 * sizeof(double), "loss accumulators");
+    float* d_mean = (float*)(d_acc + 1);
+    float got[2], ref_mean = 0.0f;
+    double ref_sum = 0.0;
+    for (int k = 0; k < 2; k++) {
+        loss_mean_accumulate(d_mean, d_acc, d_losses, N);
+        dev_memcpy_d2h(&got[k], d_mean, sizeof(float));
+        ref_loss_mean_accumulate(&ref_mean, &ref_sum, losses.data(), N);
+    }
+    double sum = 0.0;
+    dev_memcpy_d2h(&sum, d_acc, sizeof(double));
+    float ulp = nextafterf(ref_mean, INFINITY) - ref_mean;
+    TEST_CHECK(fabsf(got[0] - ref_mean) <= ulp && got[0] == got[1] && sum == (double)got[0] + (double)got[1],
+               "loss_mean_accumulate N=%d: mean %.9g vs CPU %.9g (1 ulp %.1e), deterministic, sum %.17g = 2 x mean", N,
+               got[0], ref_mean, ulp, sum);
+    dev_free(d_losses); dev_free(d_acc);
+}
+
 /* ---------------------------------------------------------------- optimizer and norms */
 static void test_adamw(size_t n, int use_master) {
     std::string s = shp("n=%zu%s", n, use_master ? " master" : "");
@@ -520,6 +545,9 @@ int main(void) {
     test_classifier(7, 37, 40, 1);
     test_classifier(7, 30, 37, 1); /* Vp not a multiple of the vector width: scalar kernel */
     test_classifier(1, 100, 128, 1);
+    test_loss_mean(128);
+    test_loss_mean(1);
+    test_loss_mean(1000);
 
     test_adamw(4 * 64 * 64 + 5, 0);
     test_adamw(4 * 64 * 64 + 5, 1);
@@ -535,6 +563,7 @@ int main(void) {
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
     test_classifier(128, 100, 128, 1);
+    test_loss_mean(1000);
     test_matmul(21, 36, 100, 1, 1);
     test_encoder(4, 32, 64, 100, 128);
     test_norm_scale_inf(1003);

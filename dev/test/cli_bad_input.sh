@@ -97,3 +97,5 @@ expect_error "seed" "resume with a different --seed is refused" -- $TRAIN "${FAS
 cp dev/data/tinyshakespeare/tiny_shakespeare_val.bin "$TMP/other_train.bin"
 expect_error "other data" "resume with different training data is refused" -- $TRAIN "${FAST[@]}" -x 4 -o "$D" -y 1 -i "$TMP/other_train.bin"
 expect_error "nothing is left to do" "resume with -x at or below the checkpoint step is refused" -- $TRAIN "${FAST[@]}" -x 2 -o "$D" -y 1
+# --cuda-graphs 1 needs the CUDA backend (the multi-process refusal is in cli_dp_fail.sh)
+expect_error "--cuda-graphs 1 needs the CUDA build" "--cuda-graphs 1 on the CPU build is refused" -- $TRAIN "${FAST[@]}" -x 1 --cuda-graphs 1

@@ -2,7 +2,8 @@
 #   - rank 1 of 3 killed with SIGKILL mid-run: the job (mpirun) exits non-zero within 60 s, the survivors do
 #     not hang in their next collective;
 #   - the MPI build runs without mpirun as a world of one (MPI singleton);
-#   - collective tests of llmc/comm.h on 1, 2, 3 and 5 ranks (build/mpi_comm).
+#   - collective tests of llmc/comm.h on 1, 2, 3 and 5 ranks (build/mpi_comm);
+#   - --cuda-graphs 1 with 2 processes is refused with one clear line per rank.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 100000)
@@ -56,3 +57,8 @@ if [ -x build/mpi_comm ]; then
 else
     echo "not ok - build/mpi_comm missing (make build/mpi_comm)"
 fi
+# --cuda-graphs 1 with several processes: refused before any work (checked before the CPU-build refusal)
+MPIRUN 2 $TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --cuda-graphs 1 > "$TMP/graphs.log" 2>&1
+rc=$?
+test $rc -ne 0 && grep -q "error: flag --cuda-graphs 1 works with one process only (this run has 2)" "$TMP/graphs.log"
+check $? "--cuda-graphs 1 with 2 processes is refused (exit $rc): $(grep -m1 'error:' "$TMP/graphs.log")"

@@ -191,6 +191,37 @@ static inline void dev_download_floats(float* host_dst, const floatX* src, size_
 /* device fp32 -> floatX (identity on the CPU), n floats; may overlap */
 static inline void dev_copy_floats_to_floatX(floatX* dst, const float* src, size_t n) { dev_memcpy_d2d(dst, src, n * sizeof(float)); }
 
+/* ---------------------------------------------------------------- pinned memory, events, async uploads */
+
+/* every "event" is complete at once: all CPU work is synchronous */
+typedef int DevEvent;
+
+/* "pinned" host memory is plain host memory on the CPU (64-byte aligned, zeroed) */
+static inline void* host_malloc_pinned(size_t bytes, const char* what) { return dev_malloc(bytes, what); }
+static inline void host_free_pinned(void* p) { free(p); }
+static inline DevEvent dev_event_create(void) { return 0; }
+static inline void dev_event_destroy(DevEvent e) { (void)e; }
+/* copies at once; `done` is complete on return */
+static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t bytes, DevEvent done) {
+    (void)done;
+    dev_memcpy_h2d(dst, host_src, bytes);
+}
+static inline void dev_wait_event(DevEvent e) { (void)e; }
+static inline void dev_event_synchronize(DevEvent e) { (void)e; }
+static inline void dev_event_record(DevEvent e) { (void)e; }
+
+/* ---------------------------------------------------------------- graphs: none on the CPU */
+
+typedef int DevGraph;
+static inline int dev_graphs_supported(void) { return 0; }
+static inline void dev_graph_begin_capture(void) { FATAL("internal: CUDA graphs are not available in the CPU build"); }
+static inline DevGraph dev_graph_end_capture(void) {
+    FATAL("internal: CUDA graphs are not available in the CPU build");
+    return 0;
+}
+static inline void dev_graph_launch(DevGraph g) { (void)g; FATAL("internal: CUDA graphs are not available in the CPU build"); }
+static inline void dev_graph_destroy(DevGraph g) { (void)g; }
+
 /* ---------------------------------------------------------------- ops */
 #include "encoder.h"
 #include "layernorm.h"

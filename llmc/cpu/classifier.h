@@ -47,4 +47,16 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
     }
 }
 
+/* Mean of the N per-token losses(N) (fp32), accumulated for the optimizer step:
+ *   *mean = (float)(sum_i losses[i] / N)   with the sum in fp64, sequentially i = 0..N-1
+ *   *sum += (double)*mean
+ * (mean(1) fp32, sum(1) fp64; both "device" memory). One thread, fixed order: deterministic, and
+ * equal bit for bit to the host-side sum the trainer used to do. N >= 1. */
+static inline void loss_mean_accumulate(float* mean, double* sum, const float* losses, int N) {
+    double acc = 0.0;
+    for (int i = 0; i < N; i++) { acc += losses[i]; }
+    *mean = (float)(acc / N);
+    *sum += (double)*mean;
+}
+
 #endif /* LLMC_CPU_CLASSIFIER_H */

@@ -42,4 +42,9 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     }
 }
 
+/* graph mode only (CUDA): nothing to stage on the CPU */
+static inline void encoder_backward_stage(int stage, const int* host_inp, int B, int T) {
+    (void)stage; (void)host_inp; (void)B; (void)T;
+}
+
 #endif /* LLMC_CPU_ENCODER_H */

@@ -4,7 +4,17 @@
  * overwrite) is documented in llmc/backend.h; each module header documents its kernels.
  *
  * One main stream (main_stream(), common.cuh) carries every kernel, copy and cuBLASLt call, so ops
- * never synchronise the host; dev_synchronize() and the device->host copies do.
+ * never synchronise the host; dev_synchronize() and the device->host copies do. A second stream,
+ * copy_stream, carries only dev_memcpy_h2d_async (ordered against the main stream with events), so the
+ * next training batch uploads while the current micro-step computes.
+ * Host synchronisation points that remain in a training step (train_gpt.cu, CUDA path):
+ *   - the loss read (gpt2_loss_sum_read, one fp64 per optimizer step, where the loss is printed);
+ *   - the gradient-norm read (gpt2_grad_norm_squared; the clip factor and the printed norm need it) and,
+ *     in FP16 builds, has_inf_or_nan (the loss scaler decides on the host whether to skip the update);
+ *   - comm_all_reduce_host_f64 (multi-process: the reduced loss/norm on the host);
+ *   - bounded run-ahead waits that only block when the host is two micro-steps ahead of the GPU: the
+ *     encoder bucket upload buffers (encoder.cuh) and the batch upload buffers (dev_event_synchronize);
+ *   - one-time allocations on the first step (encoder bucket buffers; cuDNN workspace growth).
  * Error behaviour: every CUDA/cuBLAS call is checked; failures print one line with file:line and
  * exit(EXIT_FAILURE). No CUDA device: prints
  *   "error: no CUDA device found; use ./train_gpt_cpu for the CPU build"
@@ -50,6 +60,8 @@ static inline void backend_init(int local_rank, int verbose) {
     s->num_sms = prop.multiProcessorCount;
     s->smem_optin = prop.sharedMemPerBlockOptin;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->copy_fork, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc((void**)&s->norm_partials, NORM_PARTIALS * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void**)&s->flag, sizeof(int)));
 #ifndef LLMC_EMU
@@ -74,12 +86,12 @@ static inline void backend_shutdown(void) {
     CUDA_CHECK(cudaFree(s->workspace));
     CUBLAS_CHECK(cublasLtDestroy(s->lt));
 #endif
-    if (llmc_encoder_buckets.dev_upload) { CUDA_CHECK(cudaFree(llmc_encoder_buckets.dev_upload)); }
-    free(llmc_encoder_buckets.host_upload);
-    free(llmc_encoder_buckets.counts);
-    memset(&llmc_encoder_buckets, 0, sizeof(llmc_encoder_buckets));
+    CUDA_CHECK(cudaStreamSynchronize(s->copy_stream));
+    encoder_buckets_free();
     CUDA_CHECK(cudaFree(s->norm_partials));
     CUDA_CHECK(cudaFree(s->flag));
+    CUDA_CHECK(cudaEventDestroy(s->copy_fork));
+    CUDA_CHECK(cudaStreamDestroy(s->copy_stream));
     CUDA_CHECK(cudaStreamDestroy(s->stream));
     memset(s, 0, sizeof(*s));
 }
@@ -137,6 +149,64 @@ static inline void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(main
 static inline void dev_memory_info(size_t* free_bytes, size_t* total_bytes) {
     CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
+
+/* ---------------------------------------------------------------- pinned memory, events, async uploads */
+
+typedef cudaEvent_t DevEvent;
+
+/* page-locked host memory (zeroed); exits naming `what` on failure */
+static inline void* host_malloc_pinned(size_t bytes, const char* what) {
+    void* p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess || p == NULL) {
+        FATAL("out of pinned host memory allocating %s (%zu bytes)", what ? what : "buffer", bytes);
+    }
+    memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+static inline void host_free_pinned(void* p) {
+    if (p) { CUDA_CHECK(cudaFreeHost(p)); }
+}
+/* an event without timing (cheaper to record and wait on) */
+static inline DevEvent dev_event_create(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+}
+static inline void dev_event_destroy(DevEvent e) { CUDA_CHECK(cudaEventDestroy(e)); }
+/* pinned host -> device on the copy stream, after the main stream's queued work; records `done` (see backend.h) */
+static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t bytes, DevEvent done) {
+    CudaBackendState* s = cuda_state();
+    CUDA_CHECK(cudaEventRecord(s->copy_fork, s->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, s->copy_fork, 0));
+    if (bytes) { CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s->copy_stream)); }
+    CUDA_CHECK(cudaEventRecord(done, s->copy_stream));
+}
+/* the main stream waits for e; the host does not */
+static inline void dev_wait_event(DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(main_stream(), e, 0)); }
+/* the host waits for e */
+static inline void dev_event_synchronize(DevEvent e) { CUDA_CHECK(cudaEventSynchronize(e)); }
+/* records e on the main stream */
+static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
+
+/* ---------------------------------------------------------------- graphs */
+
+typedef cudaGraphExec_t DevGraph;
+static inline int dev_graphs_supported(void) { return 1; }
+/* main-stream work from now on is recorded (thread-local mode: this thread's unsafe calls are refused) */
+static inline void dev_graph_begin_capture(void) {
+    CUDA_CHECK(cudaStreamBeginCapture(main_stream(), cudaStreamCaptureModeThreadLocal));
+}
+/* ends the capture, instantiates it and frees the template graph */
+static inline DevGraph dev_graph_end_capture(void) {
+    cudaGraph_t graph = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(main_stream(), &graph));
+    cudaGraphExec_t exec = NULL;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return exec;
+}
+static inline void dev_graph_launch(DevGraph g) { CUDA_CHECK(cudaGraphLaunch(g, main_stream())); }
+static inline void dev_graph_destroy(DevGraph g) { CUDA_CHECK(cudaGraphExecDestroy(g)); }
 
 /* ---------------------------------------------------------------- conversions */
 

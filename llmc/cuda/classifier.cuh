@@ -13,6 +13,13 @@
  * re-reads the row (from L2: a 50304-column bf16 row is 100 KB) with streaming loads and writes
  * dlogits in place with streaming stores. Without write_dlogits only pass 1 runs.
  * Queued on main_stream(); no host sync. Launch errors exit via CUDA_CHECK_LAUNCH.
+ *
+ *   loss_mean_accumulate(mean(1) fp32 out, sum(1) fp64 accumulates, losses(N) fp32, N)
+ *     mean = (float)(sum_i losses[i] / N), the sum in fp64; sum += (double)mean. One block of
+ *     LOSS_MEAN_BLOCK threads: thread t sums i = t, t+256, ... in order, then a fixed shared-memory
+ *     tree: deterministic (the fp64 sum may differ from a sequential one in its last bits, far below
+ *     the fp32 rounding of mean). Lets the trainer read the loss once per optimizer step instead of
+ *     copying the per-token losses to the host after every micro-step.
  */
 #ifndef LLMC_CUDA_CLASSIFIER_CUH
 #define LLMC_CUDA_CLASSIFIER_CUH
@@ -109,6 +116,31 @@ static inline void fused_classifier(floatX* logits, float* losses, float dloss, 
     } else {
         LAUNCH(N, CLASSIFIER_BLOCK, 0, main_stream(), fused_classifier_kernel<1>)(logits, losses, dloss, targets, V, Vp, write_dlogits);
     }
+    CUDA_CHECK_LAUNCH();
+}
+
+#define LOSS_MEAN_BLOCK 256
+
+static __global__ void loss_mean_accumulate_kernel(float* mean, double* sum, const float* losses, int N) {
+    __shared__ double part[LOSS_MEAN_BLOCK];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < N; i += LOSS_MEAN_BLOCK) { acc += (double)losses[i]; }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = LOSS_MEAN_BLOCK / 2; half > 0; half >>= 1) {
+        if ((int)threadIdx.x < half) { part[threadIdx.x] += part[threadIdx.x + half]; }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float m = (float)(part[0] / (double)N);
+        *mean = m;
+        *sum += (double)m;
+    }
+}
+
+static inline void loss_mean_accumulate(float* mean, double* sum, const float* losses, int N) {
+    if (N <= 0) { return; }
+    LAUNCH(1, LOSS_MEAN_BLOCK, 0, main_stream(), loss_mean_accumulate_kernel)(mean, sum, losses, N);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -251,6 +251,8 @@ typedef struct {
     size_t smem_optin;        /* max dynamic shared memory per block after opt-in (bytes) */
     char name[256];
     cudaStream_t stream;
+    cudaStream_t copy_stream; /* dev_memcpy_h2d_async: host->device uploads that overlap main-stream work */
+    cudaEvent_t copy_fork;    /* recorded on the main stream before each async upload, waited on by copy_stream */
     float* norm_partials;     /* global_norm_squared partial sums (NORM_PARTIALS floats) */
     int* flag;                /* has_inf_or_nan result (1 int) */
 #ifndef LLMC_EMU

@@ -12,7 +12,11 @@
  * inputs); the implementation here is our own: counting sort of positions by token, buckets launched
  * largest first so frequent tokens do not finish last.
  * Tokens must be >= 0 (checked on the host; exits with a message otherwise) and < Vp (not checked: Vp is
- * not passed). Queued on main_stream(); the host bucketing runs while the GPU works, no host sync.
+ * not passed). Queued on main_stream(); the host bucketing runs while the GPU works, no host sync: the
+ * buckets go to the GPU from two pinned host buffers used in turn, each guarded by an event recorded after
+ * its copy, so the host only waits when it is two calls ahead of the GPU. The buffers are sized for
+ * 1 + 4*B*T ints (the most a call needs) on the first call and reallocated only if B*T grows (that call
+ * synchronises: cudaFreeHost/cudaMalloc). Under CUDA-graph capture, see encoder_backward_stage.
  */
 #ifndef LLMC_CUDA_ENCODER_CUH
 #define LLMC_CUDA_ENCODER_CUH
@@ -59,15 +63,17 @@ static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* d
     store_packed<floatX, W>(dwpe + (size_t)t * C + c, g);
 }
 
-/* buckets: nb triples (token, start, count) into positions[]; grid (nb, channel tiles) */
+/* upload = [nb | positions (N) | nb triples (token, start, count) into positions]; grid (>= nb, channel tiles):
+ * blocks past nb exit (a graph replays the launch with N blocks) */
 template <int W>
-static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* buckets,
-                                                   const int* positions, int C) {
+static __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* upload, int N, int C) {
     int c = (blockIdx.y * blockDim.x + threadIdx.x) * W;
-    if (c >= C) { return; }
-    int tok = buckets[3 * blockIdx.x + 0];
-    int start = buckets[3 * blockIdx.x + 1];
-    int count = buckets[3 * blockIdx.x + 2];
+    if (c >= C || (int)blockIdx.x >= upload[0]) { return; }
+    const int* positions = upload + 1;
+    const int* bucket = upload + 1 + N + 3 * (size_t)blockIdx.x;
+    int tok = bucket[0];
+    int start = bucket[1];
+    int count = bucket[2];
     float acc[W];
 #pragma unroll
     for (int k = 0; k < W; k++) { acc[k] = 0.0f; }
@@ -96,22 +102,118 @@ static inline void encoder_forward(floatX* out, const int* inp, const floatX* wt
     CUDA_CHECK_LAUNCH();
 }
 
-/* host-side bucketing state, grown on demand (static: one per translation unit) */
+/* host-side bucketing state, grown on demand (static: one per translation unit).
+ * An upload is [nb | positions (N) | nb triples (token, start, count)]: positions at a fixed offset, so a
+ * graph can replay the copy and the launch with fixed sizes. */
 typedef struct {
-    int* host_upload;   /* [3*nb bucket triples | N positions] */
-    size_t host_cap;    /* ints */
-    int* counts;        /* per token */
+    int* host_upload[2];      /* pinned, used in turn by eager calls */
+    cudaEvent_t uploaded[2];  /* recorded on the main stream after the copy out of host_upload[i] */
+    int slot;                 /* host_upload buffer of the next eager call */
+    int* stage[2];            /* pinned, graph mode: filled by encoder_backward_stage, read by captured copies */
+    const int* stage_src;     /* host tokens staged last (checked by a captured encoder_backward) */
+    int stage_current;        /* staging buffer filled last */
+    int N;                    /* positions the buffers are sized for: 1 + 4N ints each */
+    int* counts;              /* per token */
     size_t counts_cap;
     int* dev_upload;
-    size_t dev_cap;     /* ints */
 } EncoderBucketState;
 static EncoderBucketState llmc_encoder_buckets;
+
+/* releases the bucket buffers (backend_shutdown; also before they grow) */
+static inline void encoder_buckets_free(void) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    if (s->N > 0) {
+        CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+        for (int i = 0; i < 2; i++) {
+            CUDA_CHECK(cudaFreeHost(s->host_upload[i]));
+            CUDA_CHECK(cudaFreeHost(s->stage[i]));
+            CUDA_CHECK(cudaEventDestroy(s->uploaded[i]));
+        }
+        CUDA_CHECK(cudaFree(s->dev_upload));
+    }
+    free(s->counts);
+    memset(s, 0, sizeof(*s));
+}
+
+/* makes room for uploads of N positions (1 + 4N ints: nb <= N). Allocates (synchronising) only when N grows,
+ * so never during a capture that follows a call with the same N. */
+static inline void encoder_buckets_reserve(int N) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    if (N <= s->N) { return; }
+    EncoderBucketState keep = *s;
+    s->counts = NULL; /* keep the counts across the reallocation */
+    encoder_buckets_free();
+    s->counts = keep.counts;
+    s->counts_cap = keep.counts_cap;
+    s->N = N;
+    size_t cap = 1 + 4 * (size_t)N;
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost((void**)&s->host_upload[i], cap * sizeof(int)));
+        CUDA_CHECK(cudaMallocHost((void**)&s->stage[i], cap * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->uploaded[i], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaMalloc((void**)&s->dev_upload, cap * sizeof(int)));
+}
 
 static inline int encoder_bucket_compare(const void* a, const void* b) {
     const int* x = (const int*)a;
     const int* y = (const int*)b;
     if (x[2] != y[2]) { return x[2] > y[2] ? -1 : 1; } /* larger buckets first */
     return (x[0] > y[0]) - (x[0] < y[0]);              /* then by token id */
+}
+
+/* counting sort of the N positions of host_inp by token into out = [nb | positions | triples] (1 + 4N ints);
+ * returns the ints used, 1 + N + 3*nb. Exits on a negative token. */
+static inline size_t encoder_bucket_tokens(int* out, const int* host_inp, int N) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    int max_tok = 0;
+    for (int i = 0; i < N; i++) {
+        if (host_inp[i] < 0) { FATAL("encoder_backward: negative token id %d at position %d", host_inp[i], i); }
+        if (host_inp[i] > max_tok) { max_tok = host_inp[i]; }
+    }
+    if ((size_t)max_tok + 2 > s->counts_cap) {
+        free(s->counts);
+        s->counts_cap = (size_t)max_tok + 2;
+        s->counts = (int*)malloc_check(s->counts_cap * sizeof(int), "encoder bucket counts");
+    }
+    memset(s->counts, 0, ((size_t)max_tok + 2) * sizeof(int));
+    for (int i = 0; i < N; i++) { s->counts[host_inp[i]]++; }
+    int nb = 0;
+    for (int v = 0; v <= max_tok; v++) { nb += s->counts[v] > 0; }
+    int* pos = out + 1;
+    int* trip = out + 1 + N;
+    out[0] = nb;
+    /* exclusive prefix sum -> start offsets; buckets in token order */
+    int off = 0, b = 0;
+    for (int v = 0; v <= max_tok; v++) {
+        int cnt = s->counts[v];
+        if (cnt > 0) {
+            trip[3 * b + 0] = v;
+            trip[3 * b + 1] = off;
+            trip[3 * b + 2] = cnt;
+            b++;
+        }
+        s->counts[v] = off; /* now: next write slot */
+        off += cnt;
+    }
+    for (int i = 0; i < N; i++) { pos[s->counts[host_inp[i]]++] = i; } /* increasing i per token: stable */
+    qsort(trip, (size_t)nb, 3 * sizeof(int), encoder_bucket_compare);
+    return 1 + (size_t)N + 3 * (size_t)nb;
+}
+
+/* Graph mode (--cuda-graphs): buckets the tokens host_inp(B,T) into pinned staging buffer `stage` (0 or 1) on
+ * the host. An encoder_backward captured next (same host_inp) uploads from that buffer with the fixed size
+ * 1 + 4*B*T ints and launches B*T blocks (those past the bucket count exit), so each replay only needs the new
+ * tokens staged into the same buffer first. The caller must make sure the previous replay that read `stage`
+ * has finished. May allocate (synchronising) on the first call or when B*T grows; never call it during a
+ * capture. */
+static inline void encoder_backward_stage(int stage, const int* host_inp, int B, int T) {
+    EncoderBucketState* s = &llmc_encoder_buckets;
+    if (stage < 0 || stage > 1) { FATAL("encoder_backward_stage: stage %d is not 0 or 1", stage); }
+    encoder_buckets_reserve(B * T);
+    encoder_bucket_tokens(s->stage[stage], host_inp, B * T);
+    s->stage_src = host_inp;
+    s->stage_current = stage;
 }
 
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, const int* host_inp,
@@ -135,58 +237,37 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     }
     /* dwte: counting sort of positions by token on the host */
     EncoderBucketState* s = &llmc_encoder_buckets;
-    int max_tok = 0;
-    for (int i = 0; i < N; i++) {
-        if (host_inp[i] < 0) { FATAL("encoder_backward: negative token id %d at position %d", host_inp[i], i); }
-        if (host_inp[i] > max_tok) { max_tok = host_inp[i]; }
-    }
-    if ((size_t)max_tok + 2 > s->counts_cap) {
-        free(s->counts);
-        s->counts_cap = (size_t)max_tok + 2;
-        s->counts = (int*)malloc_check(s->counts_cap * sizeof(int), "encoder bucket counts");
-    }
-    memset(s->counts, 0, ((size_t)max_tok + 2) * sizeof(int));
-    for (int i = 0; i < N; i++) { s->counts[host_inp[i]]++; }
-    int nb = 0;
-    for (int v = 0; v <= max_tok; v++) { nb += s->counts[v] > 0; }
-    size_t need = 3 * (size_t)nb + (size_t)N;
-    if (need > s->host_cap) {
-        free(s->host_upload);
-        s->host_cap = need;
-        s->host_upload = (int*)malloc_check(need * sizeof(int), "encoder bucket upload");
-    }
-    int* trip = s->host_upload;
-    int* pos = s->host_upload + 3 * (size_t)nb;
-    /* exclusive prefix sum -> start offsets; buckets in token order */
-    int off = 0, b = 0;
-    for (int v = 0; v <= max_tok; v++) {
-        int cnt = s->counts[v];
-        if (cnt > 0) {
-            trip[3 * b + 0] = v;
-            trip[3 * b + 1] = off;
-            trip[3 * b + 2] = cnt;
-            b++;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(main_stream(), &capture));
+    unsigned int blocks;
+    if (capture != cudaStreamCaptureStatusNone) {
+        /* being captured into a graph: the copy from the staged buffer and the launch get fixed sizes */
+        if (s->stage_src != host_inp || s->N < N) {
+            FATAL("encoder_backward captured without encoder_backward_stage of the same tokens first");
         }
-        s->counts[v] = off; /* now: next write slot */
-        off += cnt;
-    }
-    for (int i = 0; i < N; i++) { pos[s->counts[host_inp[i]]++] = i; } /* increasing i per token: stable */
-    qsort(trip, (size_t)nb, 3 * sizeof(int), encoder_bucket_compare);
-    if (need > s->dev_cap) {
-        if (s->dev_upload) { CUDA_CHECK(cudaFree(s->dev_upload)); }
-        s->dev_cap = need;
-        CUDA_CHECK(cudaMalloc((void**)&s->dev_upload, need * sizeof(int)));
-    }
-    /* pageable source: the copy is staged before this call returns, so the host buffer may be reused */
-    CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, s->host_upload, need * sizeof(int), cudaMemcpyHostToDevice, main_stream()));
-    const int block = 128;
-    dim3 grid((unsigned int)nb, (unsigned int)CEIL_DIV(C / W, block));
-    const int* dbuckets = s->dev_upload;
-    const int* dpos = s->dev_upload + 3 * (size_t)nb;
-    if (vec) {
-        LAUNCH(grid, block, 0, main_stream(), encoder_backward_wte_kernel<X128_SIZE>)(dwte, dout, dbuckets, dpos, C);
+        CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, s->stage[s->stage_current], (1 + 4 * (size_t)N) * sizeof(int),
+                                   cudaMemcpyHostToDevice, main_stream()));
+        blocks = (unsigned int)N;
     } else {
-        LAUNCH(grid, block, 0, main_stream(), encoder_backward_wte_kernel<1>)(dwte, dout, dbuckets, dpos, C);
+        encoder_buckets_reserve(N);
+        /* this buffer's previous copy (two calls ago) must have left it before it is overwritten */
+        const int slot = s->slot;
+        s->slot ^= 1;
+        CUDA_CHECK(cudaEventSynchronize(s->uploaded[slot]));
+        size_t need = encoder_bucket_tokens(s->host_upload[slot], host_inp, N);
+        /* pinned source: copied when the main stream reaches it (after the previous call's kernels read dev_upload) */
+        CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, s->host_upload[slot], need * sizeof(int), cudaMemcpyHostToDevice,
+                                   main_stream()));
+        CUDA_CHECK(cudaEventRecord(s->uploaded[slot], main_stream()));
+        blocks = (unsigned int)s->host_upload[slot][0];
+    }
+    if (blocks == 0) { return; }
+    const int block = 128;
+    dim3 grid(blocks, (unsigned int)CEIL_DIV(C / W, block));
+    if (vec) {
+        LAUNCH(grid, block, 0, main_stream(), encoder_backward_wte_kernel<X128_SIZE>)(dwte, dout, s->dev_upload, N, C);
+    } else {
+        LAUNCH(grid, block, 0, main_stream(), encoder_backward_wte_kernel<1>)(dwte, dout, s->dev_upload, N, C);
     }
     CUDA_CHECK_LAUNCH();
 }

@@ -23,7 +23,7 @@
  * Under LLMC_EMU (no cuBLASLt) the GEMMs are host loops with fp32 accumulation and one rounding to
  * floatX, bias included in fp32 as the BIAS epilogue does; gelu, dgelu and dbias still run as kernels.
  * Error behaviour: cuBLASLt / CUDA errors exit with file:line. Queued on main_stream(); no host sync
- * (except under LLMC_EMU, where the host loops synchronise first).
+ * (under LLMC_EMU the host loops are queued with emu::host_task, so they too can be captured into a graph).
  */
 #ifndef LLMC_CUDA_MATMUL_CUH
 #define LLMC_CUDA_MATMUL_CUH
@@ -303,17 +303,19 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
         }
     }
 #else
-    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
-    for (int r = 0; r < N; r++) {
-        const floatX* x = inp + (size_t)r * C;
-        for (int o = 0; o < OC; o++) {
-            const floatX* w = weight + (size_t)o * C;
-            float acc = 0.0f;
-            for (int c = 0; c < C; c++) { acc += to_float(x[c]) * to_float(w[c]); }
-            if (bias) { acc += to_float(bias[o]); }
-            gemm_out[(size_t)r * OC + o] = from_float<floatX>(acc);
+    /* a host loop queued in stream order (recorded, not run, while the stream is captured into a graph) */
+    ::emu::host_task(main_stream(), "matmul_forward (emu host loop)", [=]() {
+        for (int r = 0; r < N; r++) {
+            const floatX* x = inp + (size_t)r * C;
+            for (int o = 0; o < OC; o++) {
+                const floatX* w = weight + (size_t)o * C;
+                float acc = 0.0f;
+                for (int c = 0; c < C; c++) { acc += to_float(x[c]) * to_float(w[c]); }
+                if (bias) { acc += to_float(bias[o]); }
+                gemm_out[(size_t)r * OC + o] = from_float<floatX>(acc);
+            }
         }
-    }
+    });
 #endif
     if (pre_gelu) { gelu_forward(out, pre_gelu, (size_t)N * OC); }
 }
@@ -332,27 +334,28 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     /* dW^T(C,OC) += inp^T(C,N) @ dout(N,OC): B = dout stored (OC,N) col-major, transposed */
     matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
 #else
-    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
-    float* row = (float*)malloc_check((size_t)C * sizeof(float), "emulated matmul row");
-    for (int r = 0; r < N; r++) {
-        for (int c = 0; c < C; c++) { row[c] = 0.0f; }
-        for (int o = 0; o < OC; o++) {
-            float g = to_float(dout[(size_t)r * OC + o]);
-            const floatX* w = weight + (size_t)o * C;
-            for (int c = 0; c < C; c++) { row[c] += g * to_float(w[c]); }
-        }
-        for (int c = 0; c < C; c++) { dinp[(size_t)r * C + c] = from_float<floatX>(row[c]); }
-    }
-    for (int o = 0; o < OC; o++) {
-        for (int c = 0; c < C; c++) { row[c] = to_float(dweight[(size_t)o * C + c]); }
+    ::emu::host_task(main_stream(), "matmul_backward (emu host loop)", [=]() {
+        float* row = (float*)malloc_check((size_t)C * sizeof(float), "emulated matmul row");
         for (int r = 0; r < N; r++) {
-            float g = to_float(dout[(size_t)r * OC + o]);
-            const floatX* x = inp + (size_t)r * C;
-            for (int c = 0; c < C; c++) { row[c] += g * to_float(x[c]); }
+            for (int c = 0; c < C; c++) { row[c] = 0.0f; }
+            for (int o = 0; o < OC; o++) {
+                float g = to_float(dout[(size_t)r * OC + o]);
+                const floatX* w = weight + (size_t)o * C;
+                for (int c = 0; c < C; c++) { row[c] += g * to_float(w[c]); }
+            }
+            for (int c = 0; c < C; c++) { dinp[(size_t)r * C + c] = from_float<floatX>(row[c]); }
         }
-        for (int c = 0; c < C; c++) { dweight[(size_t)o * C + c] = from_float<floatX>(row[c]); }
-    }
-    free(row);
+        for (int o = 0; o < OC; o++) {
+            for (int c = 0; c < C; c++) { row[c] = to_float(dweight[(size_t)o * C + c]); }
+            for (int r = 0; r < N; r++) {
+                float g = to_float(dout[(size_t)r * OC + o]);
+                const floatX* x = inp + (size_t)r * C;
+                for (int c = 0; c < C; c++) { row[c] += g * to_float(x[c]); }
+            }
+            for (int c = 0; c < C; c++) { dweight[(size_t)o * C + c] = from_float<floatX>(row[c]); }
+        }
+        free(row);
+    });
 #endif
 }
 
