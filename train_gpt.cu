@@ -897,7 +897,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step");
     SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
          "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
-         "(CUDA build, one process; same results)");
+         "(CUDA build, one process, not with -z 2; micro-steps that issue gradient buckets run eagerly; same results)");
 #undef SPEC
     return n;
 }
@@ -1208,21 +1208,16 @@ static void session_read_state(TrainSession* s, const char* path) {
     session_restore_counters(s, h);
 }
 
-/* Resume with another number of processes or ZeRO stage (re-sharding). Every rank reads the parts of the
- * old ranks' state files that overlap its new optimizer shard [shard_start, shard_end) (old ZeRO-0 files
- * each hold everything: rank 0's is read), so m, v and master weights continue exactly. Data: the old
- * ranks stood at consecutive global positions p0, p0+1, ... of one epoch; the new rank r continues at
- * p0 + r, so the remaining windows of the epoch are still read exactly once. Refused (one line) when the
- * old ranks were not at consecutive positions of one epoch or p0 is not a multiple of the new process count
- * (an epoch ended inside an optimizer step). The tokens per optimizer step (-d) must be unchanged. */
-static void session_read_state_resharded(TrainSession* s, int step, int old_world) {
-    GPT2* m = &s->model;
-    size_t n = s->shard_end - s->shard_start, P = m->num_parameters;
-    size_t lo = s->shard_start < P ? s->shard_start : P, hi = s->shard_end < P ? s->shard_end : P;
-    int sections = m->master_weights ? 3 : 2;
-    float* host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
-    int h0[FILE_HEADER_INTS];
-    memset(h0, 0, sizeof(h0));
+/* Reads the state files of the old_world ranks of checkpoint `step` for re-sharding: checks each (the
+ * common checks, rank, world size, step, size) and that the old ranks stood at consecutive data positions
+ * p0, p0+1, ... of one epoch with p0 a multiple of this run's process count (not needed when same_world);
+ * FATAL with one line otherwise. With host != NULL it also copies m, v (and master) of the old shards that
+ * overlap [lo, hi) into host (sections of n values from shard_start) and rank 0's header into h0. */
+static void session_scan_old_states(TrainSession* s, int step, int old_world, int same_world, float* host,
+                                    size_t lo, size_t hi, size_t n, int* h0) {
+    int first[FILE_HEADER_INTS];
+    memset(first, 0, sizeof(first));
+    int sections = s->model.master_weights ? 3 : 2;
     for (int q = 0; q < old_world; q++) {
         char path[1024];
         int h[FILE_HEADER_INTS];
@@ -1232,17 +1227,19 @@ static void session_read_state_resharded(TrainSession* s, int step, int old_worl
         state_check_common(s, path, h);
         state_expect(path, "rank", "file name", h[3], q);
         state_expect(path, "world size", "the other state files of this checkpoint", h[4], old_world);
+        state_expect(path, "step", "file name", h[2], step);
         size_t start_q = (size_t)header_get_u64(h, 18), n_q = (size_t)header_get_u64(h, 20);
         state_check_size(s, path, h, n_q);
         if (q == 0) {
-            memcpy(h0, h, sizeof(h0));
-        } else if (header_get_u64(h, 22) != header_get_u64(h0, 22) ||
-                   header_get_u64(h, 24) != header_get_u64(h0, 24) + (uint64_t)q) {
-            FATAL("cannot re-shard '%s': its processes stood at different data positions (an epoch ended inside an "
-                  "optimizer step); resume with %d processes and -z %d", s->cfg.output_dir, old_world, h0[5]);
+            memcpy(first, h, sizeof(first));
+        } else if (!same_world && (header_get_u64(h, 22) != header_get_u64(first, 22) ||
+                                   header_get_u64(h, 24) != header_get_u64(first, 24) + (uint64_t)q)) {
+            FATAL("cannot re-shard '%s' to %d processes: its %d processes stood at different data positions (an epoch "
+                  "ended inside an optimizer step); resume with %d processes (any -z)", s->cfg.output_dir,
+                  s->world.world, old_world, old_world);
         }
         size_t a = lo > start_q ? lo : start_q, b = hi < start_q + n_q ? hi : start_q + n_q;
-        if (a < b && (h[5] != 0 || q == 0)) {
+        if (host && a < b && (h[5] != 0 || q == 0)) {
             for (int k = 0; k < sections; k++) {
                 long off = (long)(FILE_HEADER_INTS * sizeof(int) + ((size_t)k * n_q + (a - start_q)) * sizeof(float));
                 if (fseek(f, off, SEEK_SET) != 0) { FATAL("cannot seek in '%s': %s", path, strerror(errno)); }
@@ -1251,22 +1248,58 @@ static void session_read_state_resharded(TrainSession* s, int step, int old_worl
         }
         fclose(f);
     }
+    uint64_t p0 = header_get_u64(first, 24);
+    if (!same_world && p0 % (uint64_t)s->world.world != 0) {
+        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d (an epoch ended "
+              "inside an optimizer step); resume with %d processes (any -z)", s->cfg.output_dir, s->world.world,
+              (unsigned long long)p0, s->world.world, old_world);
+    }
+    if (h0) { memcpy(h0, first, sizeof(first)); }
+}
+
+/* Resume with another number of processes or ZeRO stage (re-sharding). Every rank reads the parts of the
+ * old ranks' state files that overlap its new optimizer shard [shard_start, shard_end) (old ZeRO-0 files
+ * each hold everything: rank 0's is read), so m, v and master weights continue exactly. Data: the old
+ * ranks stood at consecutive global positions p0, p0+1, ... of one epoch; the new rank r continues at
+ * p0 + r, so the remaining windows of the epoch are still read exactly once. Refused (one line) when the
+ * old ranks were not at consecutive positions of one epoch or p0 is not a multiple of the new process count
+ * (an epoch ended inside an optimizer step). With the same number of processes (only -z changed) every rank
+ * keeps its own position. The tokens per optimizer step (-d) must be unchanged. */
+static void session_read_state_resharded(TrainSession* s, int step, int old_world) {
+    GPT2* m = &s->model;
+    size_t n = s->shard_end - s->shard_start, P = m->num_parameters;
+    size_t lo = s->shard_start < P ? s->shard_start : P, hi = s->shard_end < P ? s->shard_end : P;
+    int sections = m->master_weights ? 3 : 2;
+    int same_world = old_world == s->world.world; /* only the ZeRO stage changed: every rank keeps its position */
+    /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
+     * launcher when rank 0 exits) */
+    if (s->world.rank == 0) { session_scan_old_states(s, step, old_world, same_world, NULL, 0, 0, 0, NULL); }
+    comm_barrier(&s->world.comm);
+    float* host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
+    int h0[FILE_HEADER_INTS], hmine[FILE_HEADER_INTS];
+    session_scan_old_states(s, step, old_world, same_world, host, lo, hi, n, h0);
+    if (same_world) {
+        char path[1024];
+        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, step, s->world.rank);
+        FILE* f = checkpoint_open_checked(path, hmine, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                          "training state file", "it is written by train_gpt with -o DIR -n N");
+        fclose(f);
+    }
     dev_memcpy_h2d(m->m_memory, host, n * sizeof(float));
     dev_memcpy_h2d(m->v_memory, host + n, n * sizeof(float));
     if (m->master_weights) { dev_memcpy_h2d(m->master_weights, host + 2 * n, n * sizeof(float)); }
     free(host);
-    uint64_t p0 = header_get_u64(h0, 24);
-    if (p0 % (uint64_t)s->world.world != 0) {
-        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d (an epoch ended "
-              "inside an optimizer step); resume with %d processes and -z %d", s->cfg.output_dir, s->world.world,
-              (unsigned long long)p0, s->world.world, old_world, h0[5]);
-    }
     DataLoaderState ls;
-    ls.epoch = header_get_u64(h0, 22);
-    ls.position = p0 + (uint64_t)s->world.rank;
-    if (ls.position >= (uint64_t)dataloader_windows_per_epoch(&s->train_loader)) {
-        ls.epoch++;
-        ls.position = (uint64_t)s->world.rank;
+    if (same_world) {
+        ls.epoch = header_get_u64(hmine, 22);
+        ls.position = header_get_u64(hmine, 24);
+    } else {
+        ls.epoch = header_get_u64(h0, 22);
+        ls.position = header_get_u64(h0, 24) + (uint64_t)s->world.rank;
+        if (ls.position >= (uint64_t)dataloader_windows_per_epoch(&s->train_loader)) {
+            ls.epoch++;
+            ls.position = (uint64_t)s->world.rank;
+        }
     }
     dataloader_set_state(&s->train_loader, &ls);
     s->batches.pending = 0;
@@ -1412,8 +1445,9 @@ static float clip_scale(float grad_norm, float grad_clip) {
  * segment-list collective). On the GPU it runs on the communication stream while backward continues on the
  * compute stream (comm.h: the collective waits for the compute work queued so far); comm_join after
  * backward makes the optimizer wait for all of them.
- *   ZeRO-0: the last micro-step's buckets are all-reduced (ring reduce-scatter + all-gather with the chunks
- *           of S, so the sums equal ZeRO-1's bit for bit); earlier micro-steps only accumulate locally, so
+ *   ZeRO-0: the last micro-step's buckets are all-reduced (MPI: ring reduce-scatter + all-gather with the
+ *           chunks of S, so the sums equal ZeRO-1's bit for bit; NCCL: ncclAllReduce, whose summation order
+ *           may differ); earlier micro-steps only accumulate locally, so
  *           gradients are reduced once per optimizer step. Every rank updates everything (m, v, master: P).
  *   ZeRO-1: the last micro-step's buckets are reduce-scattered; AdamW on the own shard (m, v, master: S
  *           each), then the parameters are all-gathered (queued after the update on the GPU streams).
@@ -1421,7 +1455,10 @@ static float clip_scale(float grad_norm, float grad_clip) {
  *           one of two layer slots, the hook reduce-scatters the slot and adds the owned part into the
  *           shard accumulator (S floatX) one layer later (comm fence, so the add waits only for that
  *           bucket), after which the slot is reused. Kept: 2 layer slots + wte/wpe/lnf + S, never the full
- *           gradient. The price (as in DeepSpeed's ZeRO-2): with gradient accumulation the reduce-scatter
+ *           buffer; the embedding gradients stay whole, since the LM head writes wte's at the start of backward
+ *           and the encoder at the end (for small models, or few processes, that can exceed the full buffer
+ *           of ZeRO-0/1: the ledger says so). Overlap is one layer deep: bucket l's collective is queued after
+ *           the add of bucket l+1, which waited for bucket l+1's reduce-scatter. The price (as in DeepSpeed's ZeRO-2): with gradient accumulation the reduce-scatter
  *           runs every micro-step (accum x (N-1)/N x gradient bytes per step instead of once), and the
  *           accumulation order differs from ZeRO-0/1 (sum over ranks, then over micro-steps).
  * Gradient norm: ZeRO-0 over the full reduced gradient; ZeRO-1/2 the sum of squares over the own shard,
@@ -1518,8 +1555,8 @@ static StepResult session_train_step(TrainSession* s) {
         if (!graphed) { gpt2_backward(m, inputs, s->batches.host[slot], B, T); }
         m->grad_hook = NULL; m->grad_hook_ctx = NULL;
     }
+    comm_join(comm); /* every bucket reduced (and the NCCL watchdog checked) before the step's first host read */
     double loss_sum = gpt2_loss_sum_read(m); /* the one loss read of the step (synchronises) */
-    comm_join(comm);
     size_t lo, hi;
     if (zero == 0) { lo = 0; hi = P; } else { session_owned_range(s, &lo, &hi); }
     /* [0] loss over ranks, [1] squared norm (ZeRO-1/2: of the own shard), [2] inf/NaN flag (FP16) */
@@ -1715,9 +1752,14 @@ static void print_memory_ledger(const TrainSession* s) {
     printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
            "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
     if (m->grad_shard) {
-        printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu + own shard %zu = %zu values of %zu "
-               "(full gradients are never kept)\n", m->grad_slot_elems, m->grad_globals_elems, m->grad_shard_n,
-               2 * m->grad_slot_elems + m->grad_globals_elems + m->grad_shard_n, n);
+        size_t held = 2 * m->grad_slot_elems + m->grad_globals_elems + m->grad_shard_n;
+        printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu (kept whole: complete only at the end of "
+               "backward) + own shard %zu = %zu values, against %zu for the full buffer of ZeRO-0/1\n",
+               m->grad_slot_elems, m->grad_globals_elems, m->grad_shard_n, held, np);
+        if (held >= np) {
+            printf("ZeRO-2 note: for this model and %d processes that is no saving (the tied embedding's gradient "
+                   "dominates); -z 1 holds less gradient memory\n", N);
+        }
     }
 }
 

@@ -56,7 +56,8 @@
  * which print one line "error: <call> failed: <reason>  [file:line]" and abort the whole job
  * (MPI_Abort / ncclCommAbort + exit(1)). A peer that dies: under mpirun the runtime kills the remaining
  * ranks (MPI_ERRORS_ARE_FATAL semantics); on NCCL comm_join polls ncclCommGetAsyncError and aborts the
- * communicator after comm->timeout_s seconds without progress.
+ * communicator after comm->timeout_s seconds without progress, and so does every host wait of the CUDA
+ * backend (comm_init_device installs comm_watchdog with cuda_set_wait_watchdog).
  *
  * Header-only: static inline functions, no non-static globals. Include after llmc/backend.h on CUDA builds
  * (uses main_stream()).
@@ -113,7 +114,7 @@ static inline size_t comm_dtype_size(CommDtype t) {
     }
 }
 
-#define COMM_FENCES 4
+#define COMM_FENCES 3 /* the trainer uses 0, 1 (ZeRO-2 layer slots) and 2 (the embedding bucket) */
 
 /* one piece of a flat virtual buffer: ptr[k] is element begin+k, for k in [0, end-begin) (see the header
  * comment, "Segment lists") */
@@ -200,12 +201,12 @@ static inline void comm_count(Comm* c, size_t sent, size_t recv) {
 }
 static inline void comm_counters_reset(Comm* c) { memset(&c->counters, 0, sizeof(c->counters)); }
 
-/* chunk c of [begin,end) under shards of `shard` elements: [*lo, *hi) (lo == hi when empty) */
+/* chunk c of [begin,end) under shards of `shard` elements: [*lo, *hi) (lo == hi == begin when empty) */
 static inline void comm_chunk(size_t begin, size_t end, size_t shard, int c, size_t* lo, size_t* hi) {
     size_t a = (size_t)c * shard, b = a + shard;
     *lo = a > begin ? a : begin;
     *hi = b < end ? b : end;
-    if (*lo > *hi) { *lo = *hi; }
+    if (*lo >= *hi) { *lo = *hi = begin; } /* empty: anchored at begin, so lo - begin is never negative */
 }
 
 /* ring-model bytes one rank sends/receives in a reduce-scatter or all-gather over owned chunks:
@@ -519,6 +520,26 @@ static inline void comm_all_gather(Comm* c, void* buf, CommDtype t, size_t count
     comm_all_gather_owned(c, buf, t, 0, count * (size_t)c->world, count);
 }
 
+#ifdef COMM_HAVE_NCCL
+/* the NCCL watchdog (Comm* ctx): aborts the job, one error line, on an asynchronous NCCL error or when a wait
+ * has lasted longer than timeout_s. Called by comm_join's polling loop and, through cuda_set_wait_watchdog,
+ * by every host wait of the CUDA backend (a host wait can be stuck behind a collective, e.g. ZeRO-2's fence). */
+static inline void comm_watchdog(void* ctx, double waited_s) {
+    Comm* c = (Comm*)ctx;
+    ncclResult_t async_err = ncclSuccess;
+    COMM_NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async_err));
+    if (async_err != ncclSuccess && async_err != ncclInProgress) {
+        ncclCommAbort(c->nccl);
+        comm_fail_at("NCCL collective (asynchronous error)", ncclGetErrorString(async_err), __FILE__, __LINE__);
+    }
+    if (waited_s > c->timeout_s) {
+        ncclCommAbort(c->nccl);
+        comm_fail_at("NCCL collective", "no progress within the timeout (--comm-timeout); a peer rank probably died",
+                     __FILE__, __LINE__);
+    }
+}
+#endif
+
 /* makes later compute-stream work wait for every collective issued so far; on NCCL also the watchdog:
  * polls until the communication stream is idle, aborting the job (one error line) on an asynchronous
  * NCCL error or after timeout_s seconds without completion. */
@@ -529,17 +550,7 @@ static inline void comm_join(Comm* c) {
         cudaError_t q = cudaEventQuery(c->ev_comm);
         if (q == cudaSuccess) { break; }
         if (q != cudaErrorNotReady) { COMM_CUDA_CHECK(q); }
-        ncclResult_t async_err = ncclSuccess;
-        COMM_NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async_err));
-        if (async_err != ncclSuccess && async_err != ncclInProgress) {
-            ncclCommAbort(c->nccl);
-            comm_fail_at("NCCL collective (asynchronous error)", ncclGetErrorString(async_err), __FILE__, __LINE__);
-        }
-        if (difftime(time(NULL), start) > c->timeout_s) {
-            ncclCommAbort(c->nccl);
-            comm_fail_at("NCCL collective", "no progress within the timeout (--comm-timeout); a peer rank probably died",
-                         __FILE__, __LINE__);
-        }
+        comm_watchdog(c, difftime(time(NULL), start));
         usleep(100);
     }
     COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_comm, 0));
@@ -914,6 +925,7 @@ static inline void comm_init_device(Comm* c, const char* init_method) {
     }
     COMM_CUDA_CHECK(cudaMalloc((void**)&c->dscratch, 64 * sizeof(double)));
     c->backend = "nccl";
+    cuda_set_wait_watchdog(comm_watchdog, c); /* host waits of the backend poll the watchdog from now on */
     comm_barrier(c);
     if (c->rank == 0 && fsdir[0]) { comm_bootstrap_fs_cleanup(fsdir, run_id); }
 #else
@@ -960,6 +972,7 @@ static inline void comm_split(Comm* parent, int color, int key, Comm* out) {
 static inline void comm_finalize(Comm* c) {
 #ifdef COMM_HAVE_NCCL
     if (c->nccl) {
+        if (cuda_state()->watchdog_ctx == (void*)c) { cuda_set_wait_watchdog(NULL, NULL); }
         COMM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
         COMM_NCCL_CHECK(ncclCommDestroy(c->nccl));
         COMM_CUDA_CHECK(cudaStreamDestroy(c->stream));

@@ -8,6 +8,9 @@
 #     over ranks and micro-steps; the argument of cli_dp_equiv.sh);
 #     pruning the old checkpoint (-nk 1) removes every old rank's state file;
 #   - a resume that changes the tokens per optimizer step (-d) is refused with one clear line;
+#   - with an epoch ending inside an optimizer step (20-window shard): re-sharding to another process count is
+#     refused with one line (the ranks stand at staggered positions), a ZeRO-stage change on the same 3
+#     processes continues with the same losses as the straight run (1e-6);
 #   - processes started with different flags are refused at start (configuration hash).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -62,3 +65,26 @@ mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 $TRAIN "${F[@]}" 
 rc=$?
 test $rc -ne 0 && test "$(grep -c '^error:' "$TMP/e.err")" -eq 1 && grep -q "started with a different configuration" "$TMP/e.err" && ! grep -q "^step" "$TMP/e.log"
 check $? "ranks started with different flags refused before training, one line (exit $rc): $(grep '^error:' "$TMP/e.err" | head -c 160)"
+# an epoch that ends inside an optimizer step (a 20-window shard, 3 ranks x 4 micro-steps = 12 windows per
+# step): the ranks then stand at staggered positions, so re-sharding to 2 processes is refused (one line),
+# while a change of the ZeRO stage alone keeps every rank's own position and continues like the straight run
+python3 - "$TMP/short.bin" <<'PY'
+import struct, sys
+src = open("dev/data/tinyshakespeare/tiny_shakespeare_train.bin", "rb").read()
+n = 20 * 128 + 1
+hdr = [0] * 256; hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + src[1024:1024 + 2 * n])
+PY
+H=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 1536 -i "$TMP/short.bin")
+MPIRUN 3 $TRAIN "${H[@]}" -z 1 -o "$TMP/e1" > "$TMP/e1.log" 2>&1
+check $? "20-window shard, 3 ranks ZeRO-1 x 4 micro-steps: 6 steps straight (epochs end inside steps)"
+MPIRUN 3 $TRAIN "${H[@]}" -z 1 -o "$TMP/e2" --exit-after-steps 4 > "$TMP/e2.log" 2>&1
+check $? "the same, 4 steps and exit with a checkpoint"
+MPIRUN 2 $TRAIN "${H[@]}" -z 1 -o "$TMP/e2" -y 1 > "$TMP/e2b.log" 2> "$TMP/e2b.err"
+rc=$?
+test $rc -ne 0 && test "$(grep -c '^error:' "$TMP/e2b.err")" -eq 1 && grep -q "stood at different data positions\|is not a multiple" "$TMP/e2b.err"
+check $? "re-sharding 3 -> 2 processes at staggered positions refused with one line (exit $rc): $(grep '^error:' "$TMP/e2b.err" | head -c 160)"
+MPIRUN 3 $TRAIN "${H[@]}" -z 2 -o "$TMP/e2" -y 1 > "$TMP/e2c.log" 2>&1
+check $? "the same checkpoint resumed by 3 processes with -z 2 (only the ZeRO stage changes)"
+out=$(dp_compare_logs "$TMP/e1/log.jsonl" "$TMP/e2/log.jsonl" train loss 1e-6 6)
+check $? "ZeRO-1 -> ZeRO-2 on 3 processes: losses of all 6 steps vs the straight run: $out"

@@ -168,7 +168,7 @@ static inline int has_inf_or_nan(const floatX* x, size_t n) {
     }
     int host_flag = 0;
     CUDA_CHECK(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, main_stream()));
-    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+    cuda_host_wait_stream(main_stream());
     return host_flag;
 }
 

@@ -62,6 +62,7 @@ static inline void backend_init(int local_rank, int verbose) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&s->copy_fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->wait_event, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc((void**)&s->norm_partials, NORM_PARTIALS * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void**)&s->flag, sizeof(int)));
 #ifndef LLMC_EMU
@@ -91,6 +92,7 @@ static inline void backend_shutdown(void) {
     CUDA_CHECK(cudaFree(s->norm_partials));
     CUDA_CHECK(cudaFree(s->flag));
     CUDA_CHECK(cudaEventDestroy(s->copy_fork));
+    CUDA_CHECK(cudaEventDestroy(s->wait_event));
     CUDA_CHECK(cudaStreamDestroy(s->copy_stream));
     CUDA_CHECK(cudaStreamDestroy(s->stream));
     memset(s, 0, sizeof(*s));
@@ -133,7 +135,7 @@ static inline void dev_memcpy_h2d(void* dst, const void* host_src, size_t bytes)
 static inline void dev_memcpy_d2h(void* host_dst, const void* src, size_t bytes) {
     if (bytes == 0) { return; }
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, main_stream()));
-    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
+    cuda_host_wait_stream(main_stream());
 }
 static inline void dev_memcpy_d2d(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) { return; }
@@ -143,7 +145,7 @@ static inline void dev_memset(void* dst, int value, size_t bytes) {
     if (bytes == 0) { return; }
     CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, main_stream()));
 }
-static inline void dev_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(main_stream())); }
+static inline void dev_synchronize(void) { cuda_host_wait_stream(main_stream()); }
 
 /* free and total memory of the current device in bytes (cudaMemGetInfo) */
 static inline void dev_memory_info(size_t* free_bytes, size_t* total_bytes) {
@@ -184,7 +186,7 @@ static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t 
 /* the main stream waits for e; the host does not */
 static inline void dev_wait_event(DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(main_stream(), e, 0)); }
 /* the host waits for e */
-static inline void dev_event_synchronize(DevEvent e) { CUDA_CHECK(cudaEventSynchronize(e)); }
+static inline void dev_event_synchronize(DevEvent e) { cuda_host_wait_event(e); }
 /* records e on the main stream */
 static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
 

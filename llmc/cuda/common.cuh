@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../utils.h"
 
@@ -253,6 +255,9 @@ typedef struct {
     cudaStream_t stream;
     cudaStream_t copy_stream; /* dev_memcpy_h2d_async: host->device uploads that overlap main-stream work */
     cudaEvent_t copy_fork;    /* recorded on the main stream before each async upload, waited on by copy_stream */
+    cudaEvent_t wait_event;   /* cuda_host_wait_stream: recorded on the stream waited for */
+    void (*watchdog)(void* ctx, double waited_s); /* see cuda_host_wait_event; NULL = plain blocking waits */
+    void* watchdog_ctx;
     float* norm_partials;     /* global_norm_squared partial sums (NORM_PARTIALS floats) */
     int* flag;                /* has_inf_or_nan result (1 int) */
 #ifndef LLMC_EMU
@@ -267,6 +272,42 @@ static CudaBackendState llmc_cuda_state;
 static inline CudaBackendState* cuda_state(void) { return &llmc_cuda_state; }
 /* the single stream every launch of this backend uses */
 static inline cudaStream_t main_stream(void) { return llmc_cuda_state.stream; }
+
+/* ---------------------------------------------------------------- host waits */
+
+/* Every host wait on device work goes through these two. Without a watchdog they block
+ * (cudaEventSynchronize / cudaStreamSynchronize). With one (cuda_set_wait_watchdog; llmc/comm.h installs the
+ * NCCL watchdog), they poll every 100 us and call watchdog(ctx, seconds waited), which may abort the job: a
+ * wait that is stuck behind a collective whose peer died (e.g. ZeRO-2's compute stream waiting on a bucket's
+ * fence) then still ends within --comm-timeout instead of hanging. */
+static inline void cuda_set_wait_watchdog(void (*fn)(void* ctx, double waited_s), void* ctx) {
+    llmc_cuda_state.watchdog = fn;
+    llmc_cuda_state.watchdog_ctx = ctx;
+}
+static inline void cuda_host_wait_event(cudaEvent_t e) {
+    CudaBackendState* s = cuda_state();
+    if (!s->watchdog) {
+        CUDA_CHECK(cudaEventSynchronize(e));
+        return;
+    }
+    time_t start = time(NULL);
+    for (;;) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) { return; }
+        if (q != cudaErrorNotReady) { CUDA_CHECK(q); }
+        s->watchdog(s->watchdog_ctx, difftime(time(NULL), start));
+        usleep(100);
+    }
+}
+static inline void cuda_host_wait_stream(cudaStream_t stream) {
+    CudaBackendState* s = cuda_state();
+    if (!s->watchdog) {
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return;
+    }
+    CUDA_CHECK(cudaEventRecord(s->wait_event, stream));
+    cuda_host_wait_event(s->wait_event);
+}
 
 /* ---------------------------------------------------------------- launch sizing */
 

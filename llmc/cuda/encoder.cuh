@@ -253,7 +253,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
         /* this buffer's previous copy (two calls ago) must have left it before it is overwritten */
         const int slot = s->slot;
         s->slot ^= 1;
-        CUDA_CHECK(cudaEventSynchronize(s->uploaded[slot]));
+        cuda_host_wait_event(s->uploaded[slot]);
         size_t need = encoder_bucket_tokens(s->host_upload[slot], host_inp, N);
         /* pinned source: copied when the main stream reaches it (after the previous call's kernels read dev_upload) */
         CUDA_CHECK(cudaMemcpyAsync(s->dev_upload, s->host_upload[slot], need * sizeof(int), cudaMemcpyHostToDevice,
