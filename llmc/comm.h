@@ -374,29 +374,36 @@ static inline void comm_segments_bytes(const Comm* c, const CommSegment* seg, in
     }
 }
 
-/* reduce-scatter over a segment list (see the header comment, "Segment lists" and "owned" ranges): after it,
- * every element of every segment that this rank owns (global index in [rank*shard, (rank+1)*shard)) holds
- * the sum over ranks; the other elements hold partial sums (undefined). In place. */
-static inline void comm_reduce_scatter_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
+/* reduce-scatter (gather = 0) or all-gather (gather = 1) over a segment list; see the two wrappers below */
+static inline void comm_owned_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard, int gather) {
     if (nseg <= 0 || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
     size_t sent, recv, es = comm_dtype_size(t);
-    comm_segments_bytes(c, seg, nseg, shard, es, 0, &sent, &recv);
+    comm_segments_bytes(c, seg, nseg, shard, es, gather, &sent, &recv);
     if (sent + recv == 0 && c->world > 1) { return; }
     comm_count(c, sent, recv);
 #if defined(COMM_HAVE_NCCL)
     comm_nccl_begin(c);
     if (nseg == 1 && seg[0].begin == 0 && seg[0].end == shard * (size_t)c->world) {
+        /* the whole padded buffer in equal chunks: NCCL's own collective, in place */
         char* b = (char*)seg[0].ptr;
-        COMM_NCCL_CHECK(ncclReduceScatter(b, b + (size_t)c->rank * shard * es, shard, comm_nccl_type(t), ncclSum,
-                                          c->nccl, c->stream));
+        char* own = b + (size_t)c->rank * shard * es;
+        if (gather) {
+            COMM_NCCL_CHECK(ncclAllGather(own, b, shard, comm_nccl_type(t), c->nccl, c->stream));
+        } else {
+            COMM_NCCL_CHECK(ncclReduceScatter(b, own, shard, comm_nccl_type(t), ncclSum, c->nccl, c->stream));
+        }
     } else {
+        /* uneven pieces: one reduce to / broadcast from the owner per non-empty chunk, all in one group */
         COMM_NCCL_CHECK(ncclGroupStart());
         for (int i = 0; i < nseg; i++) {
             for (int q = 0; q < c->world; q++) {
                 size_t lo, hi;
                 comm_chunk(seg[i].begin, seg[i].end, shard, q, &lo, &hi);
-                if (hi > lo) {
-                    char* p = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
+                if (hi == lo) { continue; }
+                char* p = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
+                if (gather) {
+                    COMM_NCCL_CHECK(ncclBroadcast(p, p, hi - lo, comm_nccl_type(t), q, c->nccl, c->stream));
+                } else {
                     COMM_NCCL_CHECK(ncclReduce(p, p, hi - lo, comm_nccl_type(t), ncclSum, q, c->nccl, c->stream));
                 }
             }
@@ -405,44 +412,22 @@ static inline void comm_reduce_scatter_segments(Comm* c, const CommSegment* seg,
     }
     COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
 #elif defined(USE_MPI)
-    comm_mpi_ring_segments(c, seg, nseg, t, shard, 0);
+    comm_mpi_ring_segments(c, seg, nseg, t, shard, gather);
 #else
     (void)t; (void)shard;
 #endif
 }
 
+/* reduce-scatter over a segment list (see the header comment, "Segment lists" and "owned" ranges): after it,
+ * every element of every segment that this rank owns (global index in [rank*shard, (rank+1)*shard)) holds
+ * the sum over ranks; the other elements hold partial sums (undefined). In place. */
+static inline void comm_reduce_scatter_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
+    comm_owned_segments(c, seg, nseg, t, shard, 0);
+}
+
 /* all-gather over a segment list: afterwards every element of every segment holds its owner's value */
 static inline void comm_all_gather_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
-    if (nseg <= 0 || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
-    size_t sent, recv, es = comm_dtype_size(t);
-    comm_segments_bytes(c, seg, nseg, shard, es, 1, &sent, &recv);
-    if (sent + recv == 0 && c->world > 1) { return; }
-    comm_count(c, sent, recv);
-#if defined(COMM_HAVE_NCCL)
-    comm_nccl_begin(c);
-    if (nseg == 1 && seg[0].begin == 0 && seg[0].end == shard * (size_t)c->world) {
-        char* b = (char*)seg[0].ptr;
-        COMM_NCCL_CHECK(ncclAllGather(b + (size_t)c->rank * shard * es, b, shard, comm_nccl_type(t), c->nccl, c->stream));
-    } else {
-        COMM_NCCL_CHECK(ncclGroupStart());
-        for (int i = 0; i < nseg; i++) {
-            for (int q = 0; q < c->world; q++) {
-                size_t lo, hi;
-                comm_chunk(seg[i].begin, seg[i].end, shard, q, &lo, &hi);
-                if (hi > lo) {
-                    char* p = (char*)seg[i].ptr + (lo - seg[i].begin) * es;
-                    COMM_NCCL_CHECK(ncclBroadcast(p, p, hi - lo, comm_nccl_type(t), q, c->nccl, c->stream));
-                }
-            }
-        }
-        COMM_NCCL_CHECK(ncclGroupEnd());
-    }
-    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
-#elif defined(USE_MPI)
-    comm_mpi_ring_segments(c, seg, nseg, t, shard, 1);
-#else
-    (void)t; (void)shard;
-#endif
+    comm_owned_segments(c, seg, nseg, t, shard, 1);
 }
 
 /* all-reduce over a segment list (a DDP gradient bucket): every element of every segment ends up holding
