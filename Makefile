@@ -109,7 +109,7 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm train_gpt_emu_mpi)
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
@@ -126,6 +126,6 @@ fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi
+	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
 .PHONY: test test-gpu fixture clean unit-tests cpu-bench

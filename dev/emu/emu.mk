@@ -7,6 +7,7 @@
 #   test_gpt_emu_bf16                 the same in BF16
 #   train_gpt_emu_mpi                 the trainer (GPU build, FP32) on the emulator with NCCL emulated over MPI
 #                                     (dev/emu/emu_nccl.h): the NCCL data-parallel path under mpirun
+#   train_gpt_emu_mpi_bf16            the same in BF16
 #
 # All are built with g++ -std=c++17 -O2 -DLLMC_EMU; no GPU, no CUDA libraries (only the CUDA headers).
 
@@ -55,6 +56,11 @@ test_gpt_emu_bf16: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 # run by dev/test/cli_dp_nccl_emu.sh; only where MPI exists
 train_gpt_emu_mpi: train_gpt.cu $(EMU_DEPS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE -DLLMC_EMU_NCCL $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
+	    $(EMU_LIBS) $(MPI_LIBS) -o $@
+
+# the same in BF16 (bf16 gradients through the emulated NCCL, master weights, stochastic rounding per shard)
+train_gpt_emu_mpi_bf16: train_gpt.cu $(EMU_DEPS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -DLLMC_EMU_NCCL $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
 	    $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 unit-tests: $(EMU_TEST_BINS)
