@@ -1204,7 +1204,6 @@ static void session_read_state(TrainSession* s, const char* path) {
     ls.epoch = header_get_u64(h, 22);
     ls.position = header_get_u64(h, 24);
     dataloader_set_state(&s->train_loader, &ls);
-    s->batches.pending = 0; /* a batch loaded ahead (none at start) belongs to the old position */
     session_restore_counters(s, h);
 }
 
@@ -1302,7 +1301,6 @@ static void session_read_state_resharded(TrainSession* s, int step, int old_worl
         }
     }
     dataloader_set_state(&s->train_loader, &ls);
-    s->batches.pending = 0;
     session_restore_counters(s, h0);
 }
 
@@ -1929,6 +1927,7 @@ static void session_init(TrainSession* s) {
             checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
             session_read_state(s, path);
         }
+        s->batches.pending = 0; /* a batch loaded ahead (none at start) would belong to the old position */
         if (s->world.rank == 0) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
     }
     if (resume_step >= 0 && s->world.rank == 0) {

@@ -862,6 +862,22 @@ static inline void comm_init(Comm* c, int* argc, char*** argv, const char* init_
 #endif
 }
 
+#ifdef COMM_HAVE_NCCL
+/* the communication stream, its events (collective done, fences; recorded once so a first wait passes) and
+ * the device scratch of comm_all_reduce_host_f64, for a communicator c->nccl that exists */
+static inline void comm_nccl_create_resources(Comm* c) {
+    COMM_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming));
+    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_comm, cudaEventDisableTiming));
+    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
+    for (int k = 0; k < COMM_FENCES; k++) {
+        COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_fence[k], cudaEventDisableTiming));
+        COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream));
+    }
+    COMM_CUDA_CHECK(cudaMalloc((void**)&c->dscratch, 64 * sizeof(double)));
+}
+#endif
+
 /* Second half of initialisation for NCCL builds, after backend_init selected the GPU: creates the NCCL
  * communicator (id from MPI_Bcast, the filesystem or TCP; see comm_init), the communication stream, events
  * and scratch. No-op on CPU builds. */
@@ -900,15 +916,7 @@ static inline void comm_init_device(Comm* c, const char* init_method) {
         (void)init_method;
     }
     COMM_NCCL_CHECK(ncclCommInitRank(&c->nccl, c->world, id, c->rank));
-    COMM_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming));
-    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_comm, cudaEventDisableTiming));
-    COMM_CUDA_CHECK(cudaEventRecord(c->ev_comm, c->stream));
-    for (int k = 0; k < COMM_FENCES; k++) {
-        COMM_CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_fence[k], cudaEventDisableTiming));
-        COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream));
-    }
-    COMM_CUDA_CHECK(cudaMalloc((void**)&c->dscratch, 64 * sizeof(double)));
+    comm_nccl_create_resources(c);
     c->backend = "nccl";
     cuda_set_wait_watchdog(comm_watchdog, c); /* host waits of the backend poll the watchdog from now on */
     comm_barrier(c);
@@ -937,15 +945,7 @@ static inline void comm_split(Comm* parent, int color, int key, Comm* out) {
     COMM_NCCL_CHECK(ncclCommSplit(parent->nccl, color, key, &out->nccl, NULL));
     COMM_NCCL_CHECK(ncclCommCount(out->nccl, &out->world));
     COMM_NCCL_CHECK(ncclCommUserRank(out->nccl, &out->rank));
-    COMM_CUDA_CHECK(cudaStreamCreateWithFlags(&out->stream, cudaStreamNonBlocking));
-    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_compute, cudaEventDisableTiming));
-    COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_comm, cudaEventDisableTiming));
-    COMM_CUDA_CHECK(cudaEventRecord(out->ev_comm, out->stream));
-    for (int k = 0; k < COMM_FENCES; k++) {
-        COMM_CUDA_CHECK(cudaEventCreateWithFlags(&out->ev_fence[k], cudaEventDisableTiming));
-        COMM_CUDA_CHECK(cudaEventRecord(out->ev_fence[k], out->stream));
-    }
-    COMM_CUDA_CHECK(cudaMalloc((void**)&out->dscratch, 64 * sizeof(double)));
+    comm_nccl_create_resources(out);
 #endif
 #if !defined(USE_MPI) && !defined(COMM_HAVE_NCCL)
     (void)parent; (void)color; (void)key;

@@ -1017,14 +1017,16 @@ static inline void attention_backward_flash(floatX* dqkv, float* Dsum, const flo
 }
 
 /* ======================================================================== backend contract */
-#ifndef USE_CUDNN
-/* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp */
+/* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp (the cuDNN path, USE_CUDNN, saves its
+ * softmax stats in the same layout) */
 static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
-/* fp32 scratch: D = rowsum(dO*O), (B,NH,T) */
+/* fp32 scratch: D = rowsum(dO*O), (B,NH,T), for the flash backward (also cuDNN's fallback; cuDNN itself uses
+ * its own workspace) */
 static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
     (void)C;
     return (size_t)B * NH * T;
 }
+#ifndef USE_CUDNN
 /* out (B,T,C), state (B,NH,T) lse, scratch unused, qkv (B,T,3C) */
 static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
                                      int C, int NH) {

@@ -243,13 +243,7 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
 
 /* ======================================================================== backend contract (USE_CUDNN) */
 #ifdef USE_CUDNN
-/* (B,NH,T) log-sum-exp, identical layout to the flash kernels' state */
-static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
-/* the flash fallback (unsupported head sizes) needs B*NH*T floats; cuDNN itself uses its own workspace */
-static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
-    (void)C;
-    return (size_t)B * NH * T;
-}
+/* attention_state_floats / attention_scratch_floats: shared with the flash path (attention.cuh) */
 static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
                                      int C, int NH) {
     (void)scratch;
