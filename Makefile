@@ -3,13 +3,15 @@
 #   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
-#   make train_gpt       CUDA trainer (nvcc, cuBLASLt, cuDNN, NCCL); GPU_ARCH="80 90" by default
+#   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
+#   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
 #   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
 #   make fixture         regenerate dev/test fixtures with PyTorch (train_gpt.py)
 #   make clean
 #
-# Variables: CC, NVCC, GPU_ARCH (e.g. GPU_ARCH=90), PRECISION (BF16|FP32|FP16 for CUDA builds).
+# Variables: CC, NVCC, GPU_ARCH (e.g. GPU_ARCH=90), PRECISION (BF16|FP32|FP16 for CUDA builds), USE_CUDNN=1,
+#            USE_NCCL=0 (one-GPU build without NCCL), CUBLAS_HOME / CUDNN_HOME / NCCL_HOME (llmc/cuda/libs.mk).
 
 CC        ?= gcc
 CXX       ?= g++
@@ -70,17 +72,9 @@ NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # module has by design (gcc and clang do not warn for static inline); all other warnings are errors.
 NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 --use_fast_math -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unknown-pragmas
-NVCC_LIBS  := -lcublas -lcublasLt -lcudnn -lnccl
-ifeq ($(USE_CUDNN),1)
-# attention through cuDNN's SDPA graph (llmc/cuda/attention_cudnn.cuh) needs the header-only cudnn-frontend,
-# from the PyPI package nvidia-cudnn-frontend (pip install nvidia-cudnn-frontend) or CUDNN_FRONTEND_PATH=...
-CUDNN_FRONTEND_PATH ?= $(shell $(PYTHON) -c "import cudnn,os;print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)),'include'))" 2>/dev/null)
-ifeq ($(CUDNN_FRONTEND_PATH),)
-$(error USE_CUDNN=1 needs the cudnn-frontend headers: pip install nvidia-cudnn-frontend, or set CUDNN_FRONTEND_PATH)
-endif
-NVCC_FLAGS += -DUSE_CUDNN -isystem $(CUDNN_FRONTEND_PATH)
-NVCC_LIBS  += -lnvrtc
-endif
+# cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
+include llmc/cuda/libs.mk
+NVCC_LIBS   = $(CUDA_LIB_LIBS)
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
 # CUDA_MPI=1: bootstrap the NCCL communicator through MPI (mpirun / srun + PMIx); default: rank and world from
@@ -91,10 +85,10 @@ NVCC_LIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
 endif
 
 train_gpt: train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
 
 test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
 # ---------------------------------------------------------------- unit tests
 # Every dev/test/test_*.c is a CPU unit-test program built by this pattern rule.
@@ -116,7 +110,7 @@ test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI
 
 # FP32 build of the model test (TF32 off) next to the default BF16 one
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
 test-gpu: test_gpt test_gpt_fp32
 	./test_gpt

@@ -12,6 +12,8 @@
  *                              algorithms for clusters of workstations"; the same ring NCCL uses), so the
  *                              summation order is fixed and the byte counters measure what is really sent.
  *   gcc without USE_MPI        a world of one process; every collective is a no-op (copies where needed).
+ *   nvcc -DLLMC_NO_NCCL        (make USE_NCCL=0) one GPU, one process, no collectives (as cc without MPI);
+ *                              a process group asked for by the environment is refused with one line.
  *   g++ -DLLMC_EMU -DLLMC_EMU_NCCL -DUSE_MPI   tests only: the NCCL code path, with NCCL emulated over MPI
  *                              (dev/emu/emu_nccl.h) and the CUDA kernels on the CPU emulator.
  *
@@ -89,7 +91,7 @@
 #endif
 #include <mpi.h>
 #endif
-#if defined(__CUDACC__) && !defined(LLMC_EMU)
+#if defined(__CUDACC__) && !defined(LLMC_EMU) && !defined(LLMC_NO_NCCL)
 #define COMM_HAVE_NCCL 1
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -854,8 +856,13 @@ static inline void comm_init(Comm* c, int* argc, char*** argv, const char* init_
     }
 #else
     if (w > 1) {
+#ifdef __CUDACC__
+        FATAL("process group: the environment asks for %d processes but this CUDA build has no NCCL (USE_NCCL=0); "
+              "rebuild with `make train_gpt` where NCCL is installed", w);
+#else
         FATAL("process group: the environment asks for %d processes but this CPU build has no MPI; build with "
               "`make train_gpt_cpu` where mpicc exists and start it with mpirun", w);
+#endif
     }
     (void)r; (void)lr;
 #endif

@@ -23,6 +23,46 @@ build "nvcc builds test_gpt (BF16, sm_80 + sm_90) warning-free" make -s test_gpt
 build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B train_gpt PRECISION=FP32 GPU_ARCH=90
 build "nvcc builds train_gpt in FP16 (sm_90)" make -s -B train_gpt PRECISION=FP16 GPU_ARCH=90
 build "nvcc builds train_gpt with cuDNN attention (sm_90)" make -s -B train_gpt USE_CUDNN=1 GPU_ARCH=90
+build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
+    make -s -B -C dev/cuda bin/attention USE_CUDNN=1 GPU_ARCH=90
+rm -f dev/cuda/bin/attention # the default build below makes the flash-only one again
+
+# library discovery (llmc/cuda/libs.mk)
+make -s print-cuda-libs > "$LOG" 2>&1
+if grep -q '^cuBLAS home: /' "$LOG" && grep -q '^NCCL home:   /' "$LOG" && grep -q -- '-lcublasLt' "$LOG"; then
+    echo "ok - make print-cuda-libs finds cuBLAS and NCCL: $(grep -o 'NCCL home: *[^ ]*' "$LOG")"
+else
+    echo "not ok - make print-cuda-libs: $(cat "$LOG")"
+fi
+# a library folder as pip's wheels lay it out (nvidia-nccl-cu13: include/nccl.h, lib/libnccl.so.2 and no
+# unversioned libnccl.so) links by version, with an rpath to that folder
+NCCL_SO=$(sed -n 's/^link: .*-L\([^ ]*\) -lnccl .*/\1/p' "$LOG")/libnccl.so.2
+NCCL_H=$(sed -n 's/^NCCL home: *\([^ ]*\).*/\1/p' "$LOG")/include/nccl.h
+WHEEL=$(mktemp -d)
+mkdir -p "$WHEEL/include" "$WHEEL/lib"
+ln -s "$NCCL_H" "$WHEEL/include/nccl.h"
+ln -s "$(readlink -f "$NCCL_SO")" "$WHEEL/lib/libnccl.so.2"
+build "nvcc links train_gpt against a wheel-style NCCL folder (lib/libnccl.so.2 only)" \
+    make -s -B train_gpt GPU_ARCH=90 NCCL_HOME="$WHEEL"
+if readelf -d train_gpt 2>/dev/null | grep -q "RUNPATH.*$WHEEL/lib" && readelf -d train_gpt | grep -q 'NEEDED.*libnccl.so.2'; then
+    echo "ok - that build needs libnccl.so.2 and has $WHEEL/lib on its runpath"
+else
+    echo "not ok - wheel-style NCCL build: $(readelf -d train_gpt 2>&1 | grep -E 'NEEDED|RUNPATH' | tr '\n' ' ')"
+fi
+rm -rf "$WHEEL"
+build "nvcc builds train_gpt without NCCL (USE_NCCL=0, sm_90)" make -s -B train_gpt GPU_ARCH=90 USE_NCCL=0
+if readelf -d train_gpt 2>/dev/null | grep -q 'NEEDED.*libnccl'; then
+    echo "not ok - the USE_NCCL=0 build still needs libnccl"
+else
+    echo "ok - the USE_NCCL=0 build does not need libnccl"
+fi
+make -B train_gpt NCCL_HOME=/nonexistent > "$LOG" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'libnccl.so not found under /nonexistent.*set NCCL_HOME' "$LOG"; then
+    echo "ok - a missing NCCL stops make with one line naming NCCL_HOME: $(grep 'not found' "$LOG" | head -n 1)"
+else
+    echo "not ok - a missing NCCL: exit $rc, $(tail -n 2 "$LOG")"
+fi
 build "nvcc builds train_gpt again (BF16 default)" make -s -B train_gpt
 build "make -C dev/cuda builds every kernel benchmark/check program" make -s -C dev/cuda
 if ! nvidia-smi > /dev/null 2>&1 && [ -x ./train_gpt ]; then
