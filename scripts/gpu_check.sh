@@ -1,88 +1,188 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh -- the one prepared GPU check (DESIGN.md section 6). On one GPU (H100/H200, sm_90):
-#   1. builds train_gpt, test_gpt (BF16) and test_gpt_fp32 for sm_90, and dev/cuda;
-#   2. make test-gpu: the model against the PyTorch fixture in BF16 and FP32;
-#   3. dev/cuda checks (every kernel vs a CPU reference, then timed);
-#   4. GPT-2 124M (d12) benchmark: BF16, T=1024, B=$BENCH_B, $BENCH_STEPS steps; median tokens/s after warm-up,
-#      MFU = tokens/s * (6N + 6*L*C*T) / peak (llm.c's convention; H100/H200 SXM dense BF16 peak 989 TFLOP/s);
-#   5. 1-process ZeRO-0/1/2 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
-#      with 2 accumulation micro-steps: layer slots, fences, shard accumulator), last losses side by side;
-#   6. train_gpt.py with torch.compile on the same config (PyTorch must be installed there);
-#   then prints one closing table. Must finish in under 8 minutes. Full logs go to $OUT (or ./gpu_check_logs).
-# Usage: bash scripts/gpu_check.sh        (env: BENCH_B=64 BENCH_STEPS=40 SKIP_TORCH=0)
+#   0. preflight: the device, nvcc, and where cuBLAS/NCCL were found (make print-cuda-libs);
+#   1. builds train_gpt, test_gpt (BF16), test_gpt_fp32 and dev/cuda for sm_90, in parallel; if NCCL cannot be
+#      found or linked it builds again with USE_NCCL=0 (one GPU, no collectives) and says so;
+#   2. make test-gpu's two programs: the model against the PyTorch fixture in BF16 and FP32;
+#   3. GPT-2 124M (d12) benchmark: BF16, T=1024, B=$BENCH_B, $BENCH_STEPS steps; median tokens/s after warm-up,
+#      MFU = tokens/s * (6N + 6*L*C*T) / peak (llm.c's convention, llmc/mfu.h; H100/H200 dense BF16 989 TFLOP/s),
+#      and the largest micro-batch the memory ledger says fits;
+#   4. train_gpt.py with torch.compile on the same config (the machine's python3 must have PyTorch), and the ratio;
+#   5. dev/cuda checks (every kernel vs a CPU reference, outputs poisoned, then timed);
+#   6. 1-process ZeRO-0/1/2 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
+#      with 2 accumulation micro-steps: layer slots, fences, shard accumulator), last step lines side by side;
+#   7. if time is left: the benchmark again with --cuda-graphs 1.
+# Every stage's timeout is cut to what is left of the budget (GPU_CHECK_BUDGET, default 480 s, so the whole
+# script stays under 8 minutes); a stage that would not fit is reported as skipped. Each result row is written
+# to summary.txt as soon as it is known, so a killed run still leaves its rows; the closing table is printed
+# last (also on SIGTERM). Logs: $OUT (the device tool's folder) or ./gpu_check_logs, at most 4 files:
+# summary.txt, all.log (every stage's output, in order), bench_ours.jsonl, bench_graphs.jsonl.
+# Usage: bash scripts/gpu_check.sh     (env: BENCH_B=64 BENCH_STEPS=40 SKIP_TORCH=0 GPU_CHECK_BUDGET=480)
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LOGS=${OUT:-./gpu_check_logs}
 mkdir -p "$LOGS"
+WORK=$(mktemp -d)
 BENCH_B=${BENCH_B:-64}
 BENCH_STEPS=${BENCH_STEPS:-40}
+BUDGET=${GPU_CHECK_BUDGET:-480}
 JOBS=$(nproc)
-declare -a ROWS
-row() { ROWS+=("$(printf '%-44s | %s' "$1" "$2")"); echo "[gpu_check] $1: $2"; }
+DATA=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 t0=$SECONDS
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$LOGS/device.txt" 2>&1
-row "device" "$(head -n 1 "$LOGS/device.txt")"
+: > "$LOGS/summary.txt"
+: > "$LOGS/all.log"
 
-# 1. build
-if make -j "$JOBS" train_gpt test_gpt test_gpt_fp32 GPU_ARCH=90 > "$LOGS/build.txt" 2>&1 &&
-   make -j "$JOBS" -C dev/cuda GPU_ARCH=90 >> "$LOGS/build.txt" 2>&1; then
-    row "build (sm_90)" "ok ($((SECONDS - t0)) s)"
+row() { printf '%-46s | %s\n' "$1" "$2" | tee -a "$LOGS/summary.txt" | sed 's/^/[gpu_check] /'; }
+summary() {
+    echo
+    echo "================ gpu_check summary ($(date -u +%Y-%m-%d), $((SECONDS - t0)) s of $BUDGET) ================"
+    cat "$LOGS/summary.txt"
+}
+trap 'row "interrupted" "after $((SECONDS - t0)) s"; summary; rm -rf "$WORK"; exit 143' TERM INT
+# seconds a stage may take: what it wants, cut to the budget left minus 20 s for the closing table
+budget_for() { local left=$((BUDGET - (SECONDS - t0) - 20)); echo $(( $1 < left ? $1 : left )); }
+# run NAME WANT_S CMD...: runs CMD with stdout+stderr in $WORK/NAME.txt under the cut timeout; appends the log
+# to all.log; returns the command's status (124 on timeout, 125 when skipped for lack of budget)
+run() {
+    local name=$1 want=$2; shift 2
+    local lim; lim=$(budget_for "$want")
+    if [ "$lim" -lt 10 ]; then
+        echo "skipped: budget left $lim s" > "$WORK/$name.txt"
+        { echo "===== $name: skipped (budget)"; } >> "$LOGS/all.log"
+        return 125
+    fi
+    local s=$SECONDS
+    timeout -k 5 "$lim" "$@" > "$WORK/$name.txt" 2>&1
+    local rc=$?
+    { echo "===== $name (exit $rc, $((SECONDS - s)) s, limit $lim s): $*"; cat "$WORK/$name.txt"; } >> "$LOGS/all.log"
+    return $rc
+}
+# the line of a stage's log that says most: its first error line, else its last line
+gist() { (grep -m 1 -iE 'error|fatal|not ok|assert' "$WORK/$1.txt" || tail -n 1 "$WORK/$1.txt") 2>/dev/null | cut -c1-120; }
+status_word() { case $1 in 0) echo "ok";; 124|137) echo "TIMEOUT";; 125) echo "skipped (budget)";; *) echo "FAILED (exit $1)";; esac; }
+
+# 0. preflight
+run device 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+row "device" "$(head -n 1 "$WORK/device.txt")"
+run nvcc 20 nvcc --version
+row "nvcc" "$(grep -o 'release [0-9.]*' "$WORK/nvcc.txt" | head -n 1)"
+run libs 30 make -s print-cuda-libs
+row "libraries" "$(grep -E '^(cuBLAS|NCCL) home' "$WORK/libs.txt" | tr -s ' ' | tr '\n' ';')"
+
+# 1. build (the trainer's three targets and dev/cuda at the same time)
+USE_NCCL=1
+build_all() {
+    make -j "$JOBS" train_gpt test_gpt test_gpt_fp32 GPU_ARCH=90 USE_NCCL=$USE_NCCL &
+    local p1=$!
+    make -j "$JOBS" -C dev/cuda GPU_ARCH=90 &
+    local p2=$!
+    wait $p1; local r1=$?
+    wait $p2; local r2=$?
+    return $(( r1 != 0 ? r1 : r2 ))
+}
+export -f build_all
+export JOBS USE_NCCL
+run build 200 bash -c build_all
+rc=$?
+if [ $rc -ne 0 ] && grep -qi 'nccl' "$WORK/build.txt"; then
+    row "build (sm_90)" "$(status_word $rc) with NCCL; trying USE_NCCL=0"
+    export USE_NCCL=0
+    run build_nonccl 150 bash -c build_all
+    rc=$?
+    row "build (sm_90, USE_NCCL=0: one GPU, no NCCL)" "$(status_word $rc) (see all.log)"
 else
-    row "build (sm_90)" "FAILED (see build.txt)"; tail -n 40 "$LOGS/build.txt"
+    row "build (sm_90)" "$(status_word $rc) ($((SECONDS - t0)) s since start; see all.log)"
 fi
+[ $rc -ne 0 ] && tail -n 30 "$WORK"/build*.txt
 
 # 2. model tests against the fixture
 for t in test_gpt test_gpt_fp32; do
     if [ -x "./$t" ]; then
-        timeout 120 "./$t" > "$LOGS/$t.txt" 2>&1
+        run "$t" 120 "./$t"
         rc=$?
-        row "$t (fixture)" "$(tail -n 1 "$LOGS/$t.txt") (exit $rc)"
+        if [ $rc -eq 0 ]; then
+            row "$t (fixture)" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$WORK/$t.txt" | tail -n 1) (ok)"
+        else
+            row "$t (fixture)" "$(status_word $rc): $(grep -E '[0-9]+ passed, [0-9]+ failed' "$WORK/$t.txt" | tail -n 1) $(gist "$t")"
+        fi
+        grep '^not ok' "$WORK/$t.txt" | head -n 5
+    else
+        row "$t (fixture)" "not built"
     fi
 done
 
-# 3. kernel checks
-if [ -d dev/cuda/bin ]; then
-    timeout 150 make -C dev/cuda check GPU_ARCH=90 > "$LOGS/dev_cuda.txt" 2>&1
-    rc=$?
-    row "dev/cuda kernel checks" "exit $rc ($(grep -ci 'fail' "$LOGS/dev_cuda.txt") lines mention FAIL)"
-fi
-
-# 4. GPT-2 124M benchmark
-DATA=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
+# 3. GPT-2 124M benchmark: median tokens/s and MFU of the steps after the first 5
 median_tok_s() { python3 -c "
 import json,sys,statistics
 v=[json.loads(l) for l in open(sys.argv[1]) if '\"kind\":\"train\"' in l]
 v=[x for x in v if x['step']>5]
-print('%.0f %.4f' % (statistics.median(x['tokens_per_s'] for x in v), statistics.median(x.get('mfu',-1) for x in v)) if v else 'n/a n/a')" "$1"; }
-rm -rf "$LOGS/bench_ours"
-timeout 150 ./train_gpt -e d12 -b "$BENCH_B" -t 1024 -x "$BENCH_STEPS" -i "$DATA" -j '' -g 0 -v 0 -l 6e-4 -u 10 \
-    -o "$LOGS/bench_ours" -nk 1 > "$LOGS/bench_ours.txt" 2>&1
-rc=$?
-read -r OURS OURS_MFU <<< "$(median_tok_s "$LOGS/bench_ours/log.jsonl" 2>/dev/null || echo 'n/a n/a')"
-row "ours d12 BF16 B=$BENCH_B T=1024 tokens/s" "${OURS:-n/a} (MFU ${OURS_MFU:-n/a}; exit $rc)"
-rm -rf "$LOGS/bench_ours"/*.bin
-
-# 5. one-process ZeRO-0/1/2 through the NCCL path (a world of one still runs every collective on NCCL)
-for z in 0 1 2; do
-    timeout 60 ./train_gpt -e d12 -b 8 -t 1024 -d 16384 -x 3 -z $z -i "$DATA" -j '' -g 0 > "$LOGS/zero$z.txt" 2>&1
+print('%.0f %.4f' % (statistics.median(x['tokens_per_s'] for x in v), statistics.median(x.get('mfu',-1) for x in v)) if v else 'n/a n/a')" "$1" 2>/dev/null || echo "n/a n/a"; }
+bench() { # bench NAME EXTRA_FLAGS...: d12 BF16 T=1024 B=$BENCH_B; leaves $LOGS/NAME.jsonl
+    local name=$1; shift
+    rm -rf "$WORK/$name"
+    run "$name" "${BENCH_WANT:-150}" ./train_gpt -e d12 -b "$BENCH_B" -t 1024 -x "$BENCH_STEPS" -i "$DATA" -j '' -g 0 -v 0 \
+        -l 6e-4 -u 10 -o "$WORK/$name" -nk 1 "$@"
+    local rc=$?
+    cp "$WORK/$name/log.jsonl" "$LOGS/$name.jsonl" 2>/dev/null
+    return $rc
+}
+OURS=n/a
+if [ -x ./train_gpt ]; then
+    bench bench_ours
     rc=$?
-    row "ZeRO-$z, 1 process, 2 micro-steps (NCCL path)" \
-        "exit $rc ($(grep -c '^step' "$LOGS/zero$z.txt") steps; last: $(grep '^step' "$LOGS/zero$z.txt" | tail -n 1 | cut -c1-60))"
-done
-
-# 6. PyTorch reference with torch.compile
-TORCH="n/a"
-if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c "import torch" > /dev/null 2>&1; then
-    timeout 240 python3 train_gpt.py --model d12 --batch-size "$BENCH_B" --sequence-length 1024 \
-        --num-iterations "$BENCH_STEPS" --dtype bfloat16 --compile 1 --input-bin "$DATA" --device cuda \
-        > "$LOGS/bench_torch.txt" 2>&1
-    TORCH=$(grep -o 'RESULT tokens_per_s=[0-9.]*' "$LOGS/bench_torch.txt" | tail -n 1 | cut -d= -f2)
-    row "PyTorch torch.compile d12 BF16 tokens/s" "${TORCH:-failed (see bench_torch.txt)}"
-fi
-if [[ "${OURS:-}" =~ ^[0-9]+$ ]] && [[ "${TORCH:-}" =~ ^[0-9.]+$ ]]; then
-    row "speed ratio ours / PyTorch" "$(python3 -c "print('%.2fx' % ($OURS / $TORCH))")"
+    read -r OURS OURS_MFU <<< "$(median_tok_s "$LOGS/bench_ours.jsonl")"
+    row "ours d12 BF16 B=$BENCH_B T=1024 tokens/s" "$OURS (MFU $OURS_MFU; $(status_word $rc))$([ $rc -ne 0 ] && echo ": $(gist bench_ours)")"
+    row "ledger: largest micro-batch that fits" "$(grep -o 'largest micro-batch that fits is about B=[0-9]*' "$WORK/bench_ours.txt" | head -n 1 | sed 's/.*B=/B=/')"
 fi
 
-echo
-echo "================ gpu_check summary ($(date -u +%Y-%m-%d), $((SECONDS - t0)) s) ================"
-printf '%s\n' "${ROWS[@]}" | tee "$LOGS/summary.txt"
+# 4. PyTorch reference with torch.compile, same config
+TORCH=n/a
+if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+    run bench_torch 240 env PYTHONUNBUFFERED=1 python3 train_gpt.py --model d12 --batch-size "$BENCH_B" --sequence-length 1024 \
+        --num-iterations "$BENCH_STEPS" --dtype bfloat16 --compile 1 --input-bin "$DATA" --input-val-bin '' --device cuda
+    rc=$?
+    TORCH=$(grep -o 'RESULT tokens_per_s=[0-9.]*' "$WORK/bench_torch.txt" | tail -n 1 | cut -d= -f2)
+    if [ -z "$TORCH" ]; then # killed before the end: the median of the step lines it printed (after step 5)
+        TORCH=$(python3 -c "
+import re,sys,statistics
+v=[float(m.group(2)) for m in (re.search(r'step +(\d+)/.* ([0-9]+) tok/s', l) for l in open(sys.argv[1])) if m and int(m.group(1))>5]
+print('%.0f' % statistics.median(v) if v else '')" "$WORK/bench_torch.txt" 2>/dev/null)
+        [ -n "$TORCH" ] && TORCH_NOTE=" (from the step lines; $(status_word $rc))"
+    fi
+    row "PyTorch torch.compile d12 BF16 tokens/s" "${TORCH:-n/a}${TORCH_NOTE:- ($(status_word $rc))}"
+    TORCH=${TORCH:-n/a}
+else
+    row "PyTorch torch.compile d12 BF16 tokens/s" "not run (SKIP_TORCH=1 or no CUDA-enabled torch in python3)"
+fi
+if [[ "$OURS" =~ ^[0-9]+$ ]] && [[ "$TORCH" =~ ^[0-9.]+$ ]]; then
+    row "speed ratio ours / PyTorch (goal >= 1.3x)" "$(python3 -c "print('%.2fx' % ($OURS / $TORCH))")"
+fi
+
+# 5. kernel checks
+if [ -d dev/cuda/bin ]; then
+    run dev_cuda 150 make -C dev/cuda check GPU_ARCH=90
+    rc=$?
+    row "dev/cuda kernel checks" "$(status_word $rc) ($(grep -c '^FAILED' "$WORK/dev_cuda.txt") programs failed)"
+    grep -E '^FAILED|dev/cuda check' "$WORK/dev_cuda.txt" | head -n 10
+fi
+
+# 6. one-process ZeRO-0/1/2 through the NCCL path (a world of one still runs every collective on NCCL)
+if [ -x ./train_gpt ]; then
+    for z in 0 1 2; do
+        run "zero$z" 60 ./train_gpt -e d12 -b 8 -t 1024 -d 16384 -x 3 -z $z -i "$DATA" -j '' -g 0 -o "$WORK/zero$z"
+        rc=$?
+        row "ZeRO-$z, 1 process, 2 micro-steps$([ $USE_NCCL = 0 ] && echo ' (no NCCL)')" \
+            "$(status_word $rc); $(grep -c '^step' "$WORK/zero$z.txt") steps; last: $(grep '^step' "$WORK/zero$z.txt" | tail -n 1 | cut -c1-60)$([ $rc -ne 0 ] && echo "; $(gist zero$z)")"
+    done
+fi
+
+# 7. extras while time is left: CUDA-graph replay of the micro-step
+if [ -x ./train_gpt ] && [ "$(budget_for 90)" -ge 60 ]; then
+    BENCH_WANT=90 bench bench_graphs --cuda-graphs 1
+    rc=$?
+    read -r GR GR_MFU <<< "$(median_tok_s "$LOGS/bench_graphs.jsonl")"
+    row "ours d12 --cuda-graphs 1 tokens/s" "$GR (MFU $GR_MFU; $(status_word $rc))$([ $rc -ne 0 ] && echo ": $(gist bench_graphs)")"
+fi
+
+summary
+rm -rf "$WORK"
