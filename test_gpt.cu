@@ -348,8 +348,7 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "test session");
     train_config_defaults(&s->cfg);
     s->cfg.B = fx->B; s->cfg.T = fx->T; s->cfg.total_batch_size = accum * fx->B * fx->T;
-    comm_init(&s->world.comm, NULL, NULL, "auto", 600.0);
-    comm_init_device(&s->world.comm, "auto");
+    comm_init(&s->world.comm, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
     s->world.rank = 0; s->world.world = 1;
     build_fixture_model(&s->model, model_path, fx, 0, 0);
     s->grad_accum_steps = accum;

@@ -1534,7 +1534,7 @@ static StepResult session_train_step(TrainSession* s) {
     gpt2_loss_sum_reset(m);
     /* buckets are reduced during the last micro-step's backward (ZeRO-2: every micro-step's), see above; a
      * world of one reduces nothing, except through NCCL under ZeRO-1/2 (so one GPU exercises that path) */
-    int reduce = world > 1 || (COMM_WORLD1_COLLECTIVES && zero > 0);
+    int reduce = comm_collectives_on(comm);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
         int slot = session_batch_take(s); /* uploaded while the previous micro-step computed */
         const int* inputs = s->batches.dev[slot];
@@ -1855,7 +1855,9 @@ static void session_init(TrainSession* s) {
     s->world.rank = s->world.comm.rank;
     s->world.world = s->world.comm.world;
     backend_init(s->world.comm.local_rank, s->world.rank == 0);
-    comm_init_device(&s->world.comm, cfg->nccl_init);
+    /* NCCL starts only when collectives are needed: several processes, or ZeRO-1/2 on one GPU (which runs its
+     * collectives through NCCL in a world of one, to exercise that path); a one-GPU ZeRO-0 run never needs it */
+    if (s->world.world > 1 || cfg->zero_stage > 0) { comm_init_device(&s->world.comm, cfg->nccl_init); }
     /* model */
     if (is_model_descriptor(cfg->model)) {
         GPT2Config mc;
@@ -1955,7 +1957,8 @@ static void session_print_header(TrainSession* s, const ArgSpec* specs, int n_sp
            s->cfg.T, s->grad_accum_steps, s->world.world, s->cfg.B * s->cfg.T * s->grad_accum_steps * s->world.world);
     printf("| steps                 | %d (%s schedule, lr %.2e, warmup %d)\n", s->max_steps, s->cfg.lr_schedule,
            s->cfg.learning_rate, s->cfg.warmup_steps);
-    printf("| processes / ZeRO      | %d / stage %d\n", s->world.world, s->cfg.zero_stage);
+    printf("| processes / ZeRO      | %d / stage %d (collectives: %s)\n", s->world.world, s->cfg.zero_stage,
+           s->world.comm.backend);
     printf("+-----------------------+------------------------------------------------\n");
     print_memory_ledger(s);
     int nd, no;

@@ -357,13 +357,17 @@ static inline void comm_nccl_begin(Comm* c) {
 
 /* ---------------------------------------------------------------- collectives */
 
-/* NCCL runs collectives even in a world of one (so a single GPU exercises the NCCL path); MPI and the
- * single-process backend skip them */
+/* whether collectives move data: always in a world of several processes; in a world of one only on NCCL, and
+ * only once comm_init_device started the communicator (the trainer does so for ZeRO-1/2, so that a single GPU
+ * exercises the NCCL path; a one-GPU ZeRO-0 run never starts NCCL). MPI and the single-process backend skip
+ * them in a world of one. */
+static inline int comm_collectives_on(const Comm* c) {
 #ifdef COMM_HAVE_NCCL
-#define COMM_WORLD1_COLLECTIVES 1
+    return c->world > 1 || c->nccl != NULL;
 #else
-#define COMM_WORLD1_COLLECTIVES 0
+    return c->world > 1;
 #endif
+}
 
 /* ring-model bytes of a segment list (sum over segments of comm_ring_bytes) */
 static inline void comm_segments_bytes(const Comm* c, const CommSegment* seg, int nseg, size_t shard, size_t es,
@@ -378,7 +382,7 @@ static inline void comm_segments_bytes(const Comm* c, const CommSegment* seg, in
 
 /* reduce-scatter (gather = 0) or all-gather (gather = 1) over a segment list; see the two wrappers below */
 static inline void comm_owned_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard, int gather) {
-    if (nseg <= 0 || (c->world == 1 && !COMM_WORLD1_COLLECTIVES)) { return; }
+    if (nseg <= 0 || !comm_collectives_on(c)) { return; }
     size_t sent, recv, es = comm_dtype_size(t);
     comm_segments_bytes(c, seg, nseg, shard, es, gather, &sent, &recv);
     if (sent + recv == 0 && c->world > 1) { return; }
@@ -482,7 +486,7 @@ static inline void comm_all_reduce(Comm* c, void* buf, CommDtype t, size_t count
     size_t shard = comm_shard_size(c, count);
 #ifdef COMM_HAVE_NCCL
     /* one ncclAllReduce (NCCL picks ring or tree); counted with the ring model */
-    if (count == 0) { return; }
+    if (count == 0 || !comm_collectives_on(c)) { return; }
     size_t s1, r1, s2, r2, es = comm_dtype_size(t);
     comm_ring_bytes(c, 0, count, shard, es, 0, &s1, &r1);
     comm_ring_bytes(c, 0, count, shard, es, 1, &s2, &r2);
@@ -532,6 +536,7 @@ static inline void comm_watchdog(void* ctx, double waited_s) {
  * NCCL error or after timeout_s seconds without completion. */
 static inline void comm_join(Comm* c) {
 #ifdef COMM_HAVE_NCCL
+    if (!c->nccl) { return; } /* NCCL not started: nothing was issued */
     time_t start = time(NULL);
     for (;;) {
         cudaError_t q = cudaEventQuery(c->ev_comm);
@@ -549,7 +554,7 @@ static inline void comm_join(Comm* c) {
 /* marks every collective issued so far as fence k (0 <= k < COMM_FENCES); see comm_fence_wait */
 static inline void comm_fence_record(Comm* c, int k) {
 #ifdef COMM_HAVE_NCCL
-    COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream));
+    if (c->nccl) { COMM_CUDA_CHECK(cudaEventRecord(c->ev_fence[k], c->stream)); }
 #else
     (void)c; (void)k;
 #endif
@@ -558,7 +563,7 @@ static inline void comm_fence_record(Comm* c, int k) {
 /* later compute-stream work waits for fence k (the host does not block; comm_join still watches for hangs) */
 static inline void comm_fence_wait(Comm* c, int k) {
 #ifdef COMM_HAVE_NCCL
-    COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_fence[k], 0));
+    if (c->nccl) { COMM_CUDA_CHECK(cudaStreamWaitEvent(main_stream(), c->ev_fence[k], 0)); }
 #else
     (void)c; (void)k;
 #endif
@@ -887,7 +892,8 @@ static inline void comm_nccl_create_resources(Comm* c) {
 
 /* Second half of initialisation for NCCL builds, after backend_init selected the GPU: creates the NCCL
  * communicator (id from MPI_Bcast, the filesystem or TCP; see comm_init), the communication stream, events
- * and scratch. No-op on CPU builds. */
+ * and scratch. No-op on CPU builds. Optional in a world of one: without it every collective is a no-op there
+ * (comm_collectives_on), and NCCL is never initialised. */
 static inline void comm_init_device(Comm* c, const char* init_method) {
 #ifdef COMM_HAVE_NCCL
     ncclUniqueId id;

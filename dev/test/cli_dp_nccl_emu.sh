@@ -11,6 +11,7 @@
 #     orders of the same per-rank gradients; the argument of cli_dp_equiv.sh);
 #   - bytes per rank per step equal the ring theory of cli_dp_zero.sh (nominal NCCL counters) within 256 bytes
 #     per collective pass.
+# One process (one GPU), ZeRO-0/1/2, 2 micro-steps: ZeRO-0 does not start NCCL, ZeRO-1/2 do; same losses/weights.
 # BF16 build (train_gpt_emu_mpi_bf16: bf16 gradients through NCCL, fp32 master weights, stochastic rounding
 # keyed by the global element index), 2 ranks x 1 micro-step, ZeRO-0/1/2, 2 steps:
 #   - losses equal the fp32 CPU build within 5e-3 relative (test_gpt.cu's BF16 step-loss tolerance);
@@ -102,3 +103,21 @@ done
 cmp -s "$TMP/bf16nc_z0/model_00000002.bin" "$TMP/bf16nc_z1/model_00000002.bin" && \
     cmp -s "$TMP/bf16nc_z0/model_00000002.bin" "$TMP/bf16nc_z2/model_00000002.bin"
 check $? "NCCL path, BF16, N=2, --grad-clip 0: ZeRO-1 and ZeRO-2 weights bit-identical to ZeRO-0 (sharded update, same rounding stream)"
+
+# One process, as on one GPU, 2 micro-steps: ZeRO-0 never starts NCCL (nothing to reduce), ZeRO-1/2 run every
+# collective through NCCL in a world of one (gpu_check.sh's ZeRO rows); the losses and weights agree as above.
+for z in 0 1 2; do
+    O="$TMP/one_z$z"
+    MPIRUN 1 $EMU "${F[@]}" -z $z -d 256 -o "$O" > "$O.log" 2>&1
+    rc=$?
+    # the header names the collective backend: nccl once NCCL is started, else the bootstrap's (mpi here)
+    got=$(grep -o "processes / ZeRO .*| 1 / stage $z (collectives: [a-z]*)" "$O.log" | grep -o '[a-z]*)$' | tr -d ')')
+    want=$([ $z = 0 ] && echo "not nccl" || echo nccl)
+    test $rc -eq 0 && test "$(grep -c '^step' "$O.log")" -eq 2 && test -n "$got" && { [ $z = 0 ] && [ "$got" != nccl ] || [ "$got" = nccl ]; }
+    check $? "one process, ZeRO-$z, 2 micro-steps: 2 steps, collectives: $want (exit $rc; got $got)"
+    if [ $z -gt 0 ]; then
+        out=$(dp_compare_logs "$TMP/one_z0/log.jsonl" "$O/log.jsonl" train loss 1e-6 2) && \
+            out="$out; $(dp_compare_models "$TMP/one_z0/model_00000002.bin" "$O/model_00000002.bin" 1e-5)"
+        check $? "one process: ZeRO-$z through NCCL vs ZeRO-0 without it: $out"
+    fi
+done
