@@ -422,6 +422,44 @@ static void test_adamw(size_t n, int use_master) {
     if (d_master) dev_free(d_master);
 }
 
+/* the 128-bit path (whole aligned range, n % 8 == 0) and the element path (the same range in two calls split at
+ * an odd index: neither length a multiple of 8, the second misaligned) must give the same bits: same per-element
+ * arithmetic, same rounding stream index global_offset + i */
+static void test_adamw_paths(size_t n, int use_master) {
+    std::string s = shp("n=%zu%s", n, use_master ? " master" : "");
+    std::vector<float> p = randv(n), g = randv(n), m = randv(n, 0.1f), v = randv(n, 0.01f);
+    for (auto& x : v) x = fabsf(x);
+    floatX* d_p[2]; float* d_m[2]; float* d_v[2]; float* d_master[2] = {NULL, NULL};
+    floatX* d_g = upX(g);
+    for (int k = 0; k < 2; k++) {
+        d_p[k] = upX(p); d_m[k] = upF(m); d_v[k] = upF(v);
+        if (use_master) { d_master[k] = upF(p); }
+    }
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    const size_t cut = 5, off = 77;
+    adamw_update(d_p[0], d_master[0], d_g, d_m[0], d_v[0], n, off, lr, b1, b2, eps, wd, gs, 2, 99u);
+    adamw_update(d_p[1], d_master[1], d_g, d_m[1], d_v[1], cut, off, lr, b1, b2, eps, wd, gs, 2, 99u);
+    adamw_update(d_p[1] + cut, d_master[1] ? d_master[1] + cut : NULL, d_g + cut, d_m[1] + cut, d_v[1] + cut, n - cut,
+                 off + cut, lr, b1, b2, eps, wd, gs, 2, 99u);
+    std::vector<float> a = downX(d_p[0], n), b = downX(d_p[1], n);
+    std::vector<float> ma = downF(d_m[0], n), mb = downF(d_m[1], n), va = downF(d_v[0], n), vb = downF(d_v[1], n);
+    int same = memcmp(a.data(), b.data(), n * sizeof(float)) == 0 && memcmp(ma.data(), mb.data(), n * sizeof(float)) == 0 &&
+               memcmp(va.data(), vb.data(), n * sizeof(float)) == 0;
+    if (use_master) {
+        std::vector<float> wa = downF(d_master[0], n), wb = downF(d_master[1], n);
+        same = same && memcmp(wa.data(), wb.data(), n * sizeof(float)) == 0;
+    }
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++) { changed += a[i] != p[i]; }
+    TEST_CHECK(same && changed > n / 2, "adamw 128-bit path == element path, bit for bit (%s; %zu of %zu params changed)",
+               s.c_str(), changed, n);
+    for (int k = 0; k < 2; k++) {
+        dev_free(d_p[k]); dev_free(d_m[k]); dev_free(d_v[k]);
+        if (d_master[k]) dev_free(d_master[k]);
+    }
+    dev_free(d_g);
+}
+
 static void test_norm_scale_inf(size_t n) {
     std::string s = shp("n=%zu", n);
     std::vector<float> g = randv(n);
@@ -552,6 +590,10 @@ int main(void) {
     test_adamw(4 * 64 * 64 + 5, 0);
     test_adamw(4 * 64 * 64 + 5, 1);
     test_adamw(1, 1);
+    test_adamw(4 * 64 * 64, 0); /* n % 8 == 0: the 128-bit path */
+    test_adamw(4 * 64 * 64, 1);
+    test_adamw_paths(4 * 64 * 64, 0);
+    test_adamw_paths(4 * 64 * 64, 1);
 
     test_norm_scale_inf(64 * 64);
     test_norm_scale_inf(1003);

@@ -10,6 +10,9 @@
  *       with 32 random bits from random_u32_counter(seed, t, global_offset + i) (common.cuh), so a
  *       sharded update (ZeRO) rounds every element exactly as the unsharded one; nearest for fp16.
  *       Without master: the update reads params, computes in fp32 and rounds the same way.
+ *       Memory: 128-bit accesses (params/grads 8 bf16, master/m/v 2 x 4 fp32 per thread and iteration,
+ *       streaming hints on the fp32 state) when n is a multiple of 8 and every pointer is 16-byte aligned,
+ *       else one element at a time; both give the same bits.
  *   global_norm_squared(out(1) fp32, grads(n) floatX, n, accumulate)
  *       out = (accumulate ? out : 0) + sum(grads^2). Deterministic two-pass: a FIXED grid of
  *       NORM_PARTIALS blocks (independent of the device) writes per-block partial sums in a fixed tree
@@ -28,22 +31,69 @@
 #define NORM_PARTIALS 1024  /* blocks of the first global-norm pass (fixed for determinism) */
 #define NORM_BLOCK 512
 
+/* W consecutive fp32 values, in 16-byte streaming packets when W % 4 == 0 (else one by one) */
+template <int W>
+static __device__ __forceinline__ void load_floats_cs(float* dst, const float* src) {
+    constexpr int F = W % 4 == 0 ? 4 : 1;
+#pragma unroll
+    for (int j = 0; j < W; j += F) {
+        PackedN<float, F> p = load_packed_cs<float, F>(src + j);
+#pragma unroll
+        for (int k = 0; k < F; k++) { dst[j + k] = p[k]; }
+    }
+}
+template <int W>
+static __device__ __forceinline__ void store_floats_cs(float* dst, const float* src) {
+    constexpr int F = W % 4 == 0 ? 4 : 1;
+#pragma unroll
+    for (int j = 0; j < W; j += F) {
+        PackedN<float, F> p;
+#pragma unroll
+        for (int k = 0; k < F; k++) { p[k] = src[j + k]; }
+        store_packed_cs<float, F>(dst + j, p);
+    }
+}
+
+/* grid-stride over npack packets of W elements (W = X128_SIZE: 128-bit accesses to params and grads, 2 x 128
+ * bits to each fp32 array for bf16; W = 1 for unaligned ranges). The per-element arithmetic and the rounding
+ * stream (index global_offset + i) are the same for every W, so both paths give bit-identical results. */
+template <int W>
 static __global__ void adamw_update_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                           size_t n, size_t global_offset, float lr, float beta1, float beta2,
+                                           size_t npack, size_t global_offset, float lr, float beta1, float beta2,
                                            float eps, float wd, float grad_scale, float bc1, float bc2,
                                            unsigned int t, unsigned int seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = to_float(grads[i]) * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = master ? master[i] : to_float(params[i]);
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
-        if (master) { master[i] = p; }
-        round_to_floatX(&params[i], p, random_u32_counter(seed, t, global_offset + i));
+    for (size_t ip = (size_t)blockIdx.x * blockDim.x + threadIdx.x; ip < npack; ip += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = ip * W;
+        const PackedN<floatX, W> g = load_packed_cs<floatX, W>(grads + i);
+        float mw[W], vw[W], pw[W];
+        load_floats_cs<W>(mw, m + i);
+        load_floats_cs<W>(vw, v + i);
+        if (master) {
+            load_floats_cs<W>(pw, master + i);
+        } else {
+            const PackedN<floatX, W> p = load_packed<floatX, W>(params + i);
+#pragma unroll
+            for (int k = 0; k < W; k++) { pw[k] = to_float(p[k]); }
+        }
+        PackedN<floatX, W> out;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float gk = to_float(g[k]) * grad_scale;
+            float mi = beta1 * mw[k] + (1.0f - beta1) * gk;
+            float vi = beta2 * vw[k] + (1.0f - beta2) * gk * gk;
+            mw[k] = mi;
+            vw[k] = vi;
+            float p = pw[k];
+            float mhat = mi / bc1;
+            float vhat = vi / bc2;
+            p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+            pw[k] = p;
+            round_to_floatX(&out[k], p, random_u32_counter(seed, t, global_offset + i + k));
+        }
+        store_floats_cs<W>(m + i, mw);
+        store_floats_cs<W>(v + i, vw);
+        if (master) { store_floats_cs<W>(master + i, pw); }
+        store_packed<floatX, W>(params + i, out);
     }
 }
 
@@ -55,8 +105,16 @@ static inline void adamw_update(floatX* params, float* master, const floatX* gra
     const float bc1 = 1.0f - powf(beta1, (float)t);
     const float bc2 = 1.0f - powf(beta2, (float)t);
     const int block = 512;
-    LAUNCH(grid_for(n, block), block, 0, main_stream(), adamw_update_kernel)(params, master, grads, m, v, n, global_offset,
-        lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, (unsigned int)t, seed);
+    const int packed = n % X128_SIZE == 0 && ptr_aligned(params, 16) && ptr_aligned(grads, 16) && ptr_aligned(m, 16) &&
+                       ptr_aligned(v, 16) && (!master || ptr_aligned(master, 16));
+    if (packed) {
+        const size_t np = n / X128_SIZE;
+        LAUNCH(grid_for(np, block), block, 0, main_stream(), adamw_update_kernel<X128_SIZE>)(params, master, grads, m, v,
+            np, global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, (unsigned int)t, seed);
+    } else {
+        LAUNCH(grid_for(n, block), block, 0, main_stream(), adamw_update_kernel<1>)(params, master, grads, m, v, n,
+            global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, (unsigned int)t, seed);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
