@@ -77,6 +77,12 @@ include llmc/cuda/libs.mk
 NVCC_LIBS   = $(CUDA_LIB_LIBS)
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
+# the nvcc flags of train_gpt (with the libraries' include flags), for tools that compile it another way
+# (dev/test/check_sass.sh)
+print-nvcc-flags:
+	@echo $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS)
+.PHONY: print-nvcc-flags
+
 # CUDA_MPI=1: bootstrap the NCCL communicator through MPI (mpirun / srun + PMIx); default: rank and world from
 # the environment and the NCCL id through a shared directory or TCP (llmc/comm.h, --nccl-init)
 ifeq ($(CUDA_MPI),1)

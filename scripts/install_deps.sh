@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
 # (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts). Skips what is installed.
-# The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, cuDNN 9, NCCL) in /usr/local/cuda.
+# The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
+# llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
 pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3)
 missing=()
@@ -22,5 +23,12 @@ if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     if ! python3 -c "import cudnn" > /dev/null 2>&1; then
         echo "installing nvidia-cudnn-frontend (headers for USE_CUDNN=1)"
         python3 -m pip install -q nvidia-cudnn-frontend || echo "warning: could not install nvidia-cudnn-frontend; USE_CUDNN=1 builds will fail"
+    fi
+    # dev/test/check_sass.sh disassembles the sm_90 build: cuobjdump and nvdisasm, if the toolkit lacks them
+    if ! command -v cuobjdump > /dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
+       ! python3 -c "import nvidia.cu13" > /dev/null 2>&1; then
+        echo "installing nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (for dev/test/check_sass.sh)"
+        python3 -m pip install -q nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 ||
+            echo "warning: could not install cuobjdump/nvdisasm; dev/test/check_sass.sh will fail"
     fi
 fi
