@@ -164,7 +164,7 @@ namespace emu {
 enum { F_READY = 0, F_BAR, F_WARP, F_DONE };
 enum {
     WK_SYNCWARP = 1, WK_SHFL_IDX, WK_SHFL_UP, WK_SHFL_DOWN, WK_SHFL_XOR, WK_BALLOT, WK_ANY, WK_ALL,
-    WK_REDUCE_ADD, WK_REDUCE_MIN, WK_REDUCE_MAX, WK_MMA, WK_USER
+    WK_REDUCE_ADD, WK_REDUCE_MIN, WK_REDUCE_MAX, WK_MMA, WK_LDMATRIX, WK_USER
 };
 
 struct AsyncCopy { void* dst; const void* src; size_t bytes; };
@@ -633,6 +633,7 @@ inline const char* wkind_name(int k) {
         case WK_REDUCE_MIN: return "__reduce_min_sync";
         case WK_REDUCE_MAX: return "__reduce_max_sync";
         case WK_MMA: return "mma (warp-collective)";
+        case WK_LDMATRIX: return "ldmatrix (warp-collective)";
         default: return "warp collective";
     }
 }

@@ -10,6 +10,12 @@
  *     errors, like other warp intrinsics). The last lane to arrive gathers the fragments of all 32
  *     lanes, multiplies (products exact in fp32, summed in fp32 in increasing k starting from C)
  *     and scatters D. d may alias c.
+ *   ldmatrix_x4 / ldmatrix_x2 / ldmatrix_x2_trans(uint32_t r[], const void* smem_row)
+ *     Warp collective (all 32 lanes): lane 8j + r passes row r of matrix j; the last lane to arrive reads the
+ *     NUM x 8 rows (16 bytes each) and hands every lane its words as documented in llmc/cuda/mma.cuh (lane L:
+ *     row L/4, columns 2(L%4) and 2(L%4)+1 of matrix j, or of its transpose). Checked: every lane calls the
+ *     same variant; the row addresses that are read are 16-byte aligned and lie inside the launch's dynamic
+ *     shared memory.
  *   cp_async_16(smem_dst, gmem_src), cp_async_commit(), cp_async_wait_all()
  *     The copy is DEFERRED: cp_async_16 only records it, cp_async_wait_all performs all of the
  *     calling thread's recorded copies. So a kernel that reads the destination before waiting, or
@@ -93,6 +99,63 @@ inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], c
 }
 
 } /* namespace emu */
+
+namespace emu {
+
+struct LdmatrixIn {
+    const void* row;
+    uint32_t* r;
+    int num;
+    int trans;
+};
+
+inline void ldmatrix_fn(Fiber** L, unsigned mask) {
+    if (mask != 0xffffffffu) { EMU_FAIL("ldmatrix needs all 32 lanes of the warp (mask 0x%08x)", mask); }
+    const LdmatrixIn* in0 = (const LdmatrixIn*)L[0]->win;
+    const int num = in0->num, trans = in0->trans;
+    uint16_t M[4][8][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const LdmatrixIn* in = (const LdmatrixIn*)L[lane]->win;
+        if (in->num != num || in->trans != trans) { EMU_FAIL("ldmatrix: lanes call different variants"); }
+        if (lane >= 8 * num) { continue; } /* address not read */
+        const char* p = (const char*)in->row;
+        if ((uintptr_t)p & 15u) { EMU_FAIL("ldmatrix: lane %d's row address %p is not 16-byte aligned", lane, in->row); }
+        if (!(p >= g.smem_ptr && p + 16 <= g.smem_ptr + g.smem)) {
+            EMU_FAIL("ldmatrix: lane %d's row %p is outside the launch's %zu bytes of dynamic shared memory (offset %ld)",
+                     lane, in->row, g.smem, (long)(p - g.smem_ptr));
+        }
+        memcpy(M[lane >> 3][lane & 7], p, 16);
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        const LdmatrixIn* in = (const LdmatrixIn*)L[lane]->win;
+        const int gq = lane >> 2, t = lane & 3;
+        for (int j = 0; j < num; j++) {
+            uint16_t lo = trans ? M[j][2 * t][gq] : M[j][gq][2 * t];
+            uint16_t hi = trans ? M[j][2 * t + 1][gq] : M[j][gq][2 * t + 1];
+            in->r[j] = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+    }
+}
+
+inline void ldmatrix(uint32_t* r, const void* row, int num, int trans, const char* file, int line) {
+    LdmatrixIn in{row, r, num, trans};
+    warp_collective(WK_LDMATRIX, 0xffffffffu, &in, nullptr, ldmatrix_fn, file, line);
+}
+
+} /* namespace emu */
+
+static inline void ldmatrix_x4(uint32_t r[4], const void* smem_row, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+    ::emu::ldmatrix(r, smem_row, 4, 0, file, line);
+}
+static inline void ldmatrix_x2(uint32_t r[2], const void* smem_row, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+    ::emu::ldmatrix(r, smem_row, 2, 0, file, line);
+}
+static inline void ldmatrix_x2_trans(uint32_t r[2], const void* smem_row, const char* file = __builtin_FILE(),
+                                     int line = __builtin_LINE()) {
+    ::emu::ldmatrix(r, smem_row, 2, 1, file, line);
+}
 
 static inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {

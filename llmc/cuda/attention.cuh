@@ -53,16 +53,7 @@
 /* ======================================================================== small device helpers */
 
 #if !FLOATX_IS_FLOAT
-/* 32-bit word holding floatX p[0] (low half) and p[1] (high half); p 4-byte aligned */
-static __device__ __forceinline__ uint32_t attn_ld32(const floatX* p) {
-#ifdef LLMC_EMU
-    uint32_t u;
-    memcpy(&u, p, 4);
-    return u;
-#else
-    return *reinterpret_cast<const uint32_t*>(p);
-#endif
-}
+/* stores the 32-bit word u as floatX p[0] (low half) and p[1] (high half); p 4-byte aligned */
 static __device__ __forceinline__ void attn_st32(floatX* p, uint32_t u) {
 #ifdef LLMC_EMU
     memcpy(p, &u, 4);
@@ -94,26 +85,28 @@ static __device__ __forceinline__ void attn_mma(float d[4], const uint32_t a[4],
     mma_m16n8k16_bf16(d, a, b, d);
 #endif
 }
-/* A fragment (16x16) of a row-major smem matrix M with leading dimension LD: rows r0..r0+15, cols c0..c0+15 */
+/* Fragment loads from shared memory, one ldmatrix each (mma.cuh; lane = 4g + t). Every row address is 16-byte
+ * aligned: LD = HS + 8 elements (a multiple of 8) and the column offsets are multiples of 8.
+ * A fragment (16x16) of a row-major smem matrix M with leading dimension LD: rows r0..r0+15, cols c0..c0+15;
+ * ldmatrix.x4 of the quarters (rows +0/+8, cols +0/+8) in the order a[0..3]. */
 template <int LD>
 static __device__ __forceinline__ void attn_load_a(uint32_t a[4], const floatX* M, int r0, int c0, int g, int t) {
-    a[0] = attn_ld32(M + (r0 + g) * LD + c0 + 2 * t);
-    a[1] = attn_ld32(M + (r0 + g + 8) * LD + c0 + 2 * t);
-    a[2] = attn_ld32(M + (r0 + g) * LD + c0 + 2 * t + 8);
-    a[3] = attn_ld32(M + (r0 + g + 8) * LD + c0 + 2 * t + 8);
+    const int lane = 4 * g + t, j = lane >> 3;
+    ldmatrix_x4(a, M + (r0 + (lane & 7) + 8 * (j & 1)) * LD + c0 + 8 * (j >> 1));
 }
-/* B fragment (k16 x n8) with B = X^T, X row-major in smem: B[k][n] = X[n0+n][k0+k] (contiguous pairs) */
+/* B fragment (k16 x n8) with B = X^T, X row-major in smem: B[k][n] = X[n0+n][k0+k]; ldmatrix.x2 of X's blocks
+ * (rows n0..n0+7) x (cols k0..k0+7, k0+8..k0+15). Lanes 16..31 repeat the addresses of lanes 0..15. */
 template <int LD>
 static __device__ __forceinline__ void attn_load_bt(uint32_t b[2], const floatX* X, int n0, int k0, int g, int t) {
-    b[0] = attn_ld32(X + (n0 + g) * LD + k0 + 2 * t);
-    b[1] = attn_ld32(X + (n0 + g) * LD + k0 + 2 * t + 8);
+    const int lane = (4 * g + t) & 15;
+    ldmatrix_x2(b, X + (n0 + (lane & 7)) * LD + k0 + 8 * (lane >> 3));
 }
-/* B fragment (k16 x n8) with B = X, X row-major in smem: B[k][n] = X[k0+k][n0+n] (two 16-bit loads per word) */
+/* B fragment (k16 x n8) with B = X, X row-major in smem: B[k][n] = X[k0+k][n0+n]; ldmatrix.x2.trans of X's
+ * blocks (rows k0..k0+7, k0+8..k0+15) x (cols n0..n0+7). */
 template <int LD>
 static __device__ __forceinline__ void attn_load_b(uint32_t b[2], const floatX* X, int k0, int n0, int g, int t) {
-    const floatX* p = X + (k0 + 2 * t) * LD + n0 + g;
-    b[0] = attn_pack_x(p[0], p[LD]);
-    b[1] = attn_pack_x(p[8 * LD], p[9 * LD]);
+    const int lane = (4 * g + t) & 15;
+    ldmatrix_x2_trans(b, X + (k0 + lane) * LD + n0);
 }
 /* Warp GEMM acc (16 x SN*8, fp32) = A (16 rows from smem row r0, KS*16 cols) @ X^T (SN*8 rows of smem X, same
  * cols): the 16x8 output tile n is computed only when n*8 + 7 >= n_edge (causal skip of tiles that are fully
