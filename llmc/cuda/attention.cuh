@@ -101,12 +101,22 @@ static __device__ __forceinline__ void attn_load_bt(uint32_t b[2], const floatX*
     const int lane = (4 * g + t) & 15;
     ldmatrix_x2(b, X + (n0 + (lane & 7)) * LD + k0 + 8 * (lane >> 3));
 }
-/* B fragment (k16 x n8) with B = X, X row-major in smem: B[k][n] = X[k0+k][n0+n]; ldmatrix.x2.trans of X's
- * blocks (rows k0..k0+7, k0+8..k0+15) x (cols n0..n0+7). */
-template <int LD>
-static __device__ __forceinline__ void attn_load_b(uint32_t b[2], const floatX* X, int k0, int n0, int g, int t) {
-    const int lane = (4 * g + t) & 15;
-    ldmatrix_x2_trans(b, X + (k0 + lane) * LD + n0);
+/* acc[n] += A @ B_n for the ON n8-tiles of B = X, X row-major in smem: B_n[k][c] = X[k0+k][8n+c]. The B fragments
+ * of tiles n and n+1 come from one ldmatrix.x4.trans of X's blocks (rows k0+0..7 / k0+8..15) x (cols 8n.. / 8n+8..):
+ * registers 0-1 are tile n's fragment, 2-3 tile n+1's. ON = HS/8 is even for every instantiated head size. */
+template <int LD, int ON>
+static __device__ __forceinline__ void attn_mma_ax(float acc[ON][4], const uint32_t a[4], const floatX* X, int k0,
+                                                   int g, int t) {
+    static_assert(ON % 2 == 0, "attn_mma_ax loads B fragments in pairs of n8 tiles");
+    const int lane = 4 * g + t, j = lane >> 3;
+    const floatX* row = X + (k0 + (lane & 7) + 8 * (j & 1)) * LD + 8 * (j >> 1);
+#pragma unroll
+    for (int n = 0; n < ON; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, row + n * 8);
+        attn_mma(acc[n], a, b);
+        attn_mma(acc[n + 1], a, b + 2);
+    }
 }
 /* Warp GEMM acc (16 x SN*8, fp32) = A (16 rows from smem row r0, KS*16 cols) @ X^T (SN*8 rows of smem X, same
  * cols): the 16x8 output tile n is computed only when n*8 + 7 >= n_edge (causal skip of tiles that are fully
@@ -305,12 +315,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             if (k0 + kk * 16 <= qwmax) {
                 uint32_t pa[4];
                 attn_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < ON; n++) {
-                    uint32_t bf[2];
-                    attn_load_b<LD>(bf, Vb, kk * 16, n * 8, g, t);
-                    attn_mma(o[n], pa, bf);
-                }
+                attn_mma_ax<LD, ON>(o, pa, Vb, kk * 16, g, t);
             }
         }
     }
@@ -343,8 +348,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 /* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_kv_smem_bytes(HS, BQ).
  * One block per 64-key tile; loops over query tiles of BQ rows from the diagonal to T.
  * Writes dK, dV of its keys into dqkv (k and v parts). lse natural log (B,NH,T), D (B,NH,T). */
+/* Registers: at most 65536 / (3 x 128) = 170 per thread for HS <= 64, so that 3 blocks fit on an SM (hs = 64, every
+ * GPT-2 size: 168 registers, 55 KB of shared memory, 3 blocks); HS = 128 (BQ = 32) needs ~210 and runs 2 blocks.
+ * Without the bound ptxas capped HS = 32 at 128 registers and spilled (dev/test/check_sass.sh). */
 template <int HS, int BQ>
-__global__ void __launch_bounds__(ATTN_THREADS)
+__global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_kv_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                      const floatX* __restrict__ qkv, const float* __restrict__ lse,
                                      const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
@@ -445,12 +453,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             if (q0 + kk * 16 + 15 >= kw) {
                 uint32_t pa[4];
                 attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < ON; n++) {
-                    uint32_t bf[2];
-                    attn_load_b<LD>(bf, dOb, kk * 16, n * 8, g, t);
-                    attn_mma(dv[n], pa, bf);
-                }
+                attn_mma_ax<LD, ON>(dv, pa, dOb, kk * 16, g, t);
             }
         }
         /* dP^T = V dO^T */
@@ -468,12 +471,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             if (q0 + kk * 16 + 15 >= kw) {
                 uint32_t da[4];
                 attn_acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < ON; n++) {
-                    uint32_t bf[2];
-                    attn_load_b<LD>(bf, Qb, kk * 16, n * 8, g, t);
-                    attn_mma(dk[n], da, bf);
-                }
+                attn_mma_ax<LD, ON>(dk, da, Qb, kk * 16, g, t);
             }
         }
     }
@@ -606,12 +604,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             if (k0 + kk * 16 <= qwmax) {
                 uint32_t da[4];
                 attn_acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < ON; n++) {
-                    uint32_t bf[2];
-                    attn_load_b<LD>(bf, Kb, kk * 16, n * 8, g, t);
-                    attn_mma(dq[n], da, bf);
-                }
+                attn_mma_ax<LD, ON>(dq, da, Kb, kk * 16, g, t);
             }
         }
     }
