@@ -10,9 +10,9 @@
  *     errors, like other warp intrinsics). The last lane to arrive gathers the fragments of all 32
  *     lanes, multiplies (products exact in fp32, summed in fp32 in increasing k starting from C)
  *     and scatters D. d may alias c.
- *   ldmatrix_x4 / ldmatrix_x2 / ldmatrix_x4_trans(uint32_t r[], const void* smem_row)
+ *   ldmatrix_x4 / ldmatrix_x4_trans(uint32_t r[4], const void* smem_row)
  *     Warp collective (all 32 lanes): lane 8j + r passes row r of matrix j; the last lane to arrive reads the
- *     NUM x 8 rows (16 bytes each) and hands every lane its words as documented in llmc/cuda/mma.cuh (lane L:
+ *     4 x 8 rows (16 bytes each) and hands every lane its words as documented in llmc/cuda/mma.cuh (lane L:
  *     row L/4, columns 2(L%4) and 2(L%4)+1 of matrix j, or of its transpose). Checked: every lane calls the
  *     same variant; the row addresses that are read are 16-byte aligned and lie inside the launch's dynamic
  *     shared memory.
@@ -147,10 +147,6 @@ inline void ldmatrix(uint32_t* r, const void* row, int num, int trans, const cha
 static inline void ldmatrix_x4(uint32_t r[4], const void* smem_row, const char* file = __builtin_FILE(),
                                int line = __builtin_LINE()) {
     ::emu::ldmatrix(r, smem_row, 4, 0, file, line);
-}
-static inline void ldmatrix_x2(uint32_t r[2], const void* smem_row, const char* file = __builtin_FILE(),
-                               int line = __builtin_LINE()) {
-    ::emu::ldmatrix(r, smem_row, 2, 0, file, line);
 }
 static inline void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row, const char* file = __builtin_FILE(),
                                      int line = __builtin_LINE()) {

@@ -94,12 +94,13 @@ static __device__ __forceinline__ void attn_load_a(uint32_t a[4], const floatX* 
     const int lane = 4 * g + t, j = lane >> 3;
     ldmatrix_x4(a, M + (r0 + (lane & 7) + 8 * (j & 1)) * LD + c0 + 8 * (j >> 1));
 }
-/* B fragment (k16 x n8) with B = X^T, X row-major in smem: B[k][n] = X[n0+n][k0+k]; ldmatrix.x2 of X's blocks
- * (rows n0..n0+7) x (cols k0..k0+7, k0+8..k0+15). Lanes 16..31 repeat the addresses of lanes 0..15. */
+/* The B fragments of two adjacent n8-tiles of B = X^T (rows n0..n0+7 and n0+8..n0+15 of X): one ldmatrix.x4 of
+ * X's blocks (rows n0+0..7, cols k0+0..7), (n0+0..7, k0+8..15), (n0+8..15, k0+0..7), (n0+8..15, k0+8..15);
+ * b[0..1] is tile n0's fragment, b[2..3] tile n0+8's. */
 template <int LD>
-static __device__ __forceinline__ void attn_load_bt(uint32_t b[2], const floatX* X, int n0, int k0, int g, int t) {
-    const int lane = (4 * g + t) & 15;
-    ldmatrix_x2(b, X + (n0 + (lane & 7)) * LD + k0 + 8 * (lane >> 3));
+static __device__ __forceinline__ void attn_load_bt2(uint32_t b[4], const floatX* X, int n0, int k0, int g, int t) {
+    const int lane = 4 * g + t, j = lane >> 3;
+    ldmatrix_x4(b, X + (n0 + (lane & 7) + 8 * (j >> 1)) * LD + k0 + 8 * (j & 1));
 }
 /* acc[n] += A @ B_n for the ON n8-tiles of B = X, X row-major in smem: B_n[k][c] = X[k0+k][8n+c]. The B fragments
  * of tiles n and n+1 come from one ldmatrix.x4.trans of X's blocks (rows k0+0..7 / k0+8..15) x (cols 8n.. / 8n+8..):
@@ -120,22 +121,24 @@ static __device__ __forceinline__ void attn_mma_ax(float acc[ON][4], const uint3
 }
 /* Warp GEMM acc (16 x SN*8, fp32) = A (16 rows from smem row r0, KS*16 cols) @ X^T (SN*8 rows of smem X, same
  * cols): the 16x8 output tile n is computed only when n*8 + 7 >= n_edge (causal skip of tiles that are fully
- * masked; n_edge <= 0 computes every tile); skipped tiles stay 0. Fragment layouts: attn_load_a/attn_load_bt. */
+ * masked; n_edge <= 0 computes every tile); skipped tiles stay 0. Fragment layouts: attn_load_a/attn_load_bt2. */
 template <int LD, int SN, int KS>
 static __device__ __forceinline__ void attn_warp_gemm_abt(float acc[SN][4], const floatX* A, int r0, const floatX* X,
                                                           int n_edge, int g, int t) {
 #pragma unroll
     for (int n = 0; n < SN; n++) { acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f; }
+    static_assert(SN % 2 == 0, "attn_warp_gemm_abt loads B fragments in pairs of n8 tiles");
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         uint32_t a[4];
         attn_load_a<LD>(a, A, r0, ks * 16, g, t);
 #pragma unroll
-        for (int n = 0; n < SN; n++) {
-            if (n * 8 + 7 >= n_edge) {
-                uint32_t bf[2];
-                attn_load_bt<LD>(bf, X, n * 8, ks * 16, g, t);
-                attn_mma(acc[n], a, bf);
+        for (int n = 0; n < SN; n += 2) {
+            if (n * 8 + 15 >= n_edge) { /* tile n+1 is needed (and tile n when n*8+7 >= n_edge too) */
+                uint32_t bf[4];
+                attn_load_bt2<LD>(bf, X, n * 8, ks * 16, g, t);
+                if (n * 8 + 7 >= n_edge) { attn_mma(acc[n], a, bf); }
+                attn_mma(acc[n + 1], a, bf + 2);
             }
         }
     }
@@ -248,14 +251,17 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         /* S = Q K^T (16 x 64 per warp); 8-key tiles entirely above this warp's rows are skipped */
         float s[SN][4];
 #pragma unroll
-        for (int n = 0; n < SN; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            if (k0 + n * 8 <= qwmax) {
+        for (int n = 0; n < SN; n++) { s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f; }
+#pragma unroll
+        for (int n = 0; n < SN; n += 2) {
+            if (k0 + n * 8 <= qwmax) { /* tile n is needed; tile n+1 only if its first key is visible too */
+                const bool next = k0 + (n + 1) * 8 <= qwmax;
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
-                    uint32_t bf[2];
-                    attn_load_bt<LD>(bf, Kb, n * 8, ks * 16, g, t);
+                    uint32_t bf[4];
+                    attn_load_bt2<LD>(bf, Kb, n * 8, ks * 16, g, t);
                     attn_mma(s[n], qf[ks], bf);
+                    if (next) { attn_mma(s[n + 1], qf[ks], bf + 2); }
                 }
             }
         }
@@ -496,9 +502,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 /* ======================================================================== MMA backward: dQ */
 
 /* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_q_smem_bytes(HS).
- * One block per 64-query tile; loops over key tiles up to the diagonal; writes dQ into dqkv (q part). */
+ * One block per 64-query tile; loops over key tiles up to the diagonal; writes dQ into dqkv (q part).
+ * Registers: at most 170 for HS <= 64 (3 blocks per SM), as for the dK/dV kernel; left to itself ptxas chose
+ * 128 registers and 36 bytes of spills for hs = 64 (dev/test/check_sass.sh). */
 template <int HS>
-__global__ void __launch_bounds__(ATTN_THREADS)
+__global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_q_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                     const floatX* __restrict__ qkv, const float* __restrict__ lse,
                                     const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
@@ -575,13 +583,16 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             attn_load_a<LD>(qa, Qs, warp * 16, ks * 16, g, t);
             attn_load_a<LD>(oa, dOs, warp * 16, ks * 16, g, t);
 #pragma unroll
-            for (int n = 0; n < SN; n++) {
-                if (k0 + n * 8 <= qwmax) {
-                    uint32_t bf[2];
-                    attn_load_bt<LD>(bf, Kb, n * 8, ks * 16, g, t);
+            for (int n = 0; n < SN; n += 2) {
+                if (k0 + n * 8 <= qwmax) { /* tile n is needed; tile n+1 only if its first key is visible too */
+                    const bool next = k0 + (n + 1) * 8 <= qwmax;
+                    uint32_t bf[4];
+                    attn_load_bt2<LD>(bf, Kb, n * 8, ks * 16, g, t);
                     attn_mma(s[n], qa, bf);
-                    attn_load_bt<LD>(bf, Vb, n * 8, ks * 16, g, t);
+                    if (next) { attn_mma(s[n + 1], qa, bf + 2); }
+                    attn_load_bt2<LD>(bf, Vb, n * 8, ks * 16, g, t);
                     attn_mma(dp[n], oa, bf);
+                    if (next) { attn_mma(dp[n + 1], oa, bf + 2); }
                 }
             }
         }

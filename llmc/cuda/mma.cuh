@@ -11,7 +11,6 @@
  *   void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
  *   void mma_m16n8k16_f16 (float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
  *   void ldmatrix_x4(uint32_t r[4], const void* smem_row);          // four 8x8 b16 matrices
- *   void ldmatrix_x2(uint32_t r[2], const void* smem_row);          // two
  *   void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row);    // four, each transposed
  *   void cp_async_16(void* smem_dst, const void* gmem_src);   // 16 bytes, both 16-byte aligned
  *   void cp_async_commit(void);
@@ -64,19 +63,19 @@
  * Requires sm_80+ for bf16 (the f16 variant exists from sm_80 in this form).
  *
  * ---------------------------------------------------------------------------
- * ldmatrix (sm_75+): ldmatrix.sync.aligned.m8n8.{x2,x4,x4.trans}.shared.b16 (PTX ISA, "Warp-level matrix
+ * ldmatrix (sm_75+): ldmatrix.sync.aligned.m8n8.x4{,.trans}.shared.b16 (PTX ISA, "Warp-level matrix
  * load instruction: ldmatrix"). Collective over the 32 lanes of a warp (converged control flow). It loads
- * NUM = 2 or 4 matrices of 8x8 16-bit elements from shared memory. Lane 8j + r (j < NUM, r < 8) passes the
- * address of row r of matrix j: 8 consecutive elements, 16 bytes, 16-byte aligned; the other lanes' addresses
- * (lanes 16..31 of the x2 forms) are not read, but must still be shared-memory addresses (pass a repeat).
+ * four matrices of 8x8 16-bit elements from shared memory. Lane 8j + r (j < 4, r < 8) passes the address of
+ * row r of matrix j: 8 consecutive elements, 16 bytes, 16-byte aligned.
  * With g = L >> 2 and t = L & 3 as above, lane L receives in r[j]
  *     plain:  { Mj[g][2t], Mj[g][2t + 1] }          (row g, lower column in the low 16 bits)
  *     .trans: { Mj[2t][g], Mj[2t + 1][g] }          (the same from the transpose of Mj)
  * which are exactly the mma fragments above: an A fragment is x4 of the four 8x8 quarters (rows 0-7/8-15 x
- * cols 0-7/8-15, in the order a[0..3]); a B fragment of B = X^T (X row-major) is x2 of X's two 8x8 blocks
- * along k; the B fragments of two adjacent n8 tiles of B = X (X row-major, k along rows) are x4.trans of X's
- * blocks (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15): r[0..1] and r[2..3].
- * One LDSM instead of two to four 32-bit or 16-bit shared loads (plus the packing) per fragment.
+ * cols 0-7/8-15, in the order a[0..3]); the B fragments of two adjacent n8 tiles of B = X^T (X row-major, n
+ * along rows) are x4 of X's blocks (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15); those of
+ * B = X (k along rows) are x4.trans of (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15). Either
+ * way r[0..1] is the first tile's fragment and r[2..3] the second's.
+ * One LDSM instead of four to eight 32-bit or 16-bit shared loads (plus the packing).
  *
  * ---------------------------------------------------------------------------
  * cp.async (sm_80+): cp_async_16 starts an asynchronous 16-byte copy from
@@ -140,16 +139,6 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* sm
     (void)smem_row;
     r[0] = r[1] = r[2] = r[3] = 0u;
     __trap(); /* never reached: the MMA kernels that call it are selected only on sm_80+ builds */
-#endif
-}
-static __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* smem_row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem_row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
-#else
-    (void)smem_row;
-    r[0] = r[1] = 0u;
-    __trap();
 #endif
 }
 static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* smem_row) {
