@@ -91,6 +91,9 @@
 #endif
 #include <mpi.h>
 #endif
+#if defined(LLMC_NO_NCCL) && defined(USE_MPI) && defined(__CUDACC__) && !defined(LLMC_EMU)
+#error "USE_NCCL=0 builds one process on one GPU: it cannot be combined with CUDA_MPI=1 (MPI's rings work on host memory)"
+#endif
 #if defined(__CUDACC__) && !defined(LLMC_EMU) && !defined(LLMC_NO_NCCL)
 #define COMM_HAVE_NCCL 1
 #include <cuda_runtime.h>
@@ -442,7 +445,7 @@ static inline void comm_all_gather_segments(Comm* c, const CommSegment* seg, int
  * with the same ring model. */
 static inline void comm_all_reduce_segments(Comm* c, const CommSegment* seg, int nseg, CommDtype t, size_t shard) {
 #if defined(COMM_HAVE_NCCL)
-    if (nseg <= 0) { return; }
+    if (nseg <= 0 || !comm_collectives_on(c)) { return; }
     size_t s1, r1, s2, r2, es = comm_dtype_size(t);
     comm_segments_bytes(c, seg, nseg, shard, es, 0, &s1, &r1);
     comm_segments_bytes(c, seg, nseg, shard, es, 1, &s2, &r2);
@@ -955,10 +958,12 @@ static inline void comm_split(Comm* parent, int color, int key, Comm* out) {
     COMM_MPI_CHECK(MPI_Comm_size(out->mpi, &out->world));
 #endif
 #if defined(COMM_HAVE_NCCL)
-    COMM_NCCL_CHECK(ncclCommSplit(parent->nccl, color, key, &out->nccl, NULL));
-    COMM_NCCL_CHECK(ncclCommCount(out->nccl, &out->world));
-    COMM_NCCL_CHECK(ncclCommUserRank(out->nccl, &out->rank));
-    comm_nccl_create_resources(out);
+    if (parent->nccl) { /* else a one-process group that never started NCCL: so is the subgroup */
+        COMM_NCCL_CHECK(ncclCommSplit(parent->nccl, color, key, &out->nccl, NULL));
+        COMM_NCCL_CHECK(ncclCommCount(out->nccl, &out->world));
+        COMM_NCCL_CHECK(ncclCommUserRank(out->nccl, &out->rank));
+        comm_nccl_create_resources(out);
+    }
 #endif
 #if !defined(USE_MPI) && !defined(COMM_HAVE_NCCL)
     (void)parent; (void)color; (void)key;

@@ -25,8 +25,13 @@ if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
         python3 -m pip install -q nvidia-cudnn-frontend || echo "warning: could not install nvidia-cudnn-frontend; USE_CUDNN=1 builds will fail"
     fi
     # dev/test/check_sass.sh disassembles the sm_90 build: cuobjdump and nvdisasm, if the toolkit lacks them
+    # (other CUDA 13 wheels also create the nvidia.cu13 package: look for the programs themselves)
     if ! command -v cuobjdump > /dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
-       ! python3 -c "import nvidia.cu13" > /dev/null 2>&1; then
+       ! python3 -c "
+import importlib.util as u, os, sys
+s = u.find_spec('nvidia.cu13') if u.find_spec('nvidia') else None
+sys.exit(0 if s and all(any(os.access(os.path.join(p, 'bin', t), os.X_OK) for p in s.submodule_search_locations)
+                        for t in ('cuobjdump', 'nvdisasm')) else 1)" > /dev/null 2>&1; then
         echo "installing nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (for dev/test/check_sass.sh)"
         python3 -m pip install -q nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 ||
             echo "warning: could not install cuobjdump/nvdisasm; dev/test/check_sass.sh will fail"

@@ -10,8 +10,9 @@ Prints one row per kernel: registers, stack frame, spill bytes, tensor-core MMAs
 local-memory instructions (LDL/STL). With --check it also prints TAP-style "ok - / not ok -" lines for the
 properties the CUDA backend promises (issue 3, DESIGN.md section 5):
   - no kernel spills or uses local memory (no stack frame, no LDL/STL);
-  - the flash-attention kernels run on the tensor cores (HMMA.16816.F32 with bf16 or f16 inputs) and load their
-    tiles with cp.async (LDGSTS, 16 bytes);
+  - every kernel in the machine code has its ptxas resource line (so none escapes the spill check);
+  - the flash-attention kernels run on the tensor cores (HMMA.16816.F32 with bf16 or f16 inputs), load their
+    tiles with cp.async (LDGSTS, 16 bytes) and their MMA fragments with ldmatrix (LDSM, no 16-bit shared loads);
   - every packed instantiation (template argument 8 = 16 bytes of bf16; the X128_SIZE variants) moves global
     memory in 128-bit accesses (at least one LDG/STG .128, and no more 16-bit global accesses than it has
     128-bit ones);
@@ -62,7 +63,7 @@ def parse_sass(path):
             continue
         if cur is None:
             continue
-        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", line)
         if m:
             ops[cur][m.group(1)] += 1
     return ops
@@ -118,14 +119,20 @@ def main():
         failed += 0 if ok else 1
         print("%s - %s" % ("ok" if ok else "not ok", msg))
 
-    bad = [name for _, name, r, s in rows if r["stack"] > 0 or r["spill"] > 0 or s["local"] > 0]
-    tap(not bad and len(res) >= len(rows), "%d kernels: no stack frame, spills or local memory (LDL/STL)%s"
+    unmatched = [name for f, name, r, s in rows if f not in res]
+    tap(not unmatched, "every one of the %d kernels in the machine code has its ptxas resource line%s"
+        % (len(rows), "; missing: " + ", ".join(unmatched[:5]) if unmatched else ""))
+    bad = [name for f, name, r, s in rows if f in res and (r["stack"] > 0 or r["spill"] > 0 or s["local"] > 0)]
+    tap(not bad and not unmatched, "%d kernels: no stack frame, spills or local memory (LDL/STL)%s"
         % (len(rows), "; offenders: " + ", ".join(bad) if bad else ""))
     attn = [(name, s) for _, name, r, s in rows if re.search(r"attention_(forward|backward_q|backward_kv)_mma_kernel", name)]
     tap(len(attn) >= 3 and all(s["hmma"] > 0 and s["ldgsts"] > 0 for _, s in attn),
         "%d flash-attention kernels run on the tensor cores (HMMA.16816.F32: %s) and load tiles with cp.async "
         "(LDGSTS.128: %s)" % (len(attn), ", ".join(str(s["hmma"]) for _, s in attn),
                                ", ".join(str(s["ldgsts"]) for _, s in attn)))
+    tap(len(attn) >= 3 and all(s["ldsm"] > 0 and s["lds16"] == 0 for _, s in attn),
+        "the flash-attention kernels load their MMA fragments with ldmatrix (LDSM: %s) and no 16-bit shared loads"
+        % ", ".join("%d/%d" % (s["ldsm"], s["lds16"]) for _, s in attn))
     packed = [(name, s) for f, name, r, s in rows if re.search(r"<8[,>]", name) and "mma" not in name]
     weak = [name for name, s in packed if s["g128"] == 0 or s["g16"] > s["g128"]]
     tap(len(packed) >= 10 and not weak, "%d packed (X128_SIZE = 8 bf16) kernels move global memory in 128-bit "

@@ -65,6 +65,12 @@ else
 fi
 build "nvcc builds train_gpt again (BF16 default)" make -s -B train_gpt
 build "make -C dev/cuda builds every kernel benchmark/check program" make -s -C dev/cuda
+n_src=$(ls dev/cuda/*.cu | wc -l)
+n_bin=$(ls dev/cuda/bin 2>/dev/null | wc -l)
+test "$n_bin" -eq "$n_src" -a "$n_src" -ge 8
+check_rc=$?
+[ $check_rc -eq 0 ] && echo "ok - dev/cuda/bin holds one program per dev/cuda/*.cu ($n_bin)" ||
+    echo "not ok - dev/cuda/bin holds $n_bin programs for $n_src sources"
 if ! nvidia-smi > /dev/null 2>&1 && [ -x ./train_gpt ]; then
     ./train_gpt > /dev/null 2> "$LOG"
     rc=$?

@@ -6,9 +6,10 @@
 # wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm, which scripts/install_deps.sh installs.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-TOOLS=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.cu13') if u.find_spec('nvidia') else None; print(list(s.submodule_search_locations)[0] + '/bin' if s else '')" 2>/dev/null)
+# every bin/ folder of the nvidia.cu13 namespace package (each CUDA 13 wheel adds a location)
+TOOLS=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.cu13') if u.find_spec('nvidia') else None; print(':'.join(p + '/bin' for p in (s.submodule_search_locations if s else [])))" 2>/dev/null)
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-export PATH="$PATH:$(dirname "$NVCC"):${TOOLS:-/nonexistent}"
+export PATH="$PATH:$(dirname "$NVCC")${TOOLS:+:$TOOLS}"
 if ! command -v cuobjdump > /dev/null || ! command -v nvdisasm > /dev/null; then
     echo "not ok - cuobjdump/nvdisasm not found (CUDA toolkit, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
     exit 1
