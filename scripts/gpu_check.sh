@@ -61,7 +61,13 @@ run() {
 gist() { (grep -m 1 -iE 'error|fatal|not ok|assert' "$WORK/$1.txt" || tail -n 1 "$WORK/$1.txt") 2>/dev/null | cut -c1-120; }
 status_word() { case $1 in 0) echo "ok";; 124|137) echo "TIMEOUT";; 125) echo "skipped (budget)";; *) echo "FAILED (exit $1)";; esac; }
 
-# 0. preflight
+# 0. preflight. nvcc: on PATH, else the first of the usual places (a CUDA install, or pip's CUDA 13 wheels)
+if ! command -v nvcc > /dev/null 2>&1; then
+    for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc /opt/cuda/bin/nvcc \
+             $(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.cu13') if u.find_spec('nvidia') else None; print(' '.join(p + '/bin/nvcc' for p in (s.submodule_search_locations if s else [])))" 2>/dev/null); do
+        if [ -x "$c" ]; then export PATH="$(dirname "$c"):$PATH"; break; fi
+    done
+fi
 run device 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 row "device" "$(head -n 1 "$WORK/device.txt")"
 run nvcc 20 nvcc --version
