@@ -18,8 +18,6 @@
  *       NORM_PARTIALS blocks (independent of the device) writes per-block partial sums in a fixed tree
  *       order; one block then sums them in fixed order. Bit-identical run to run and across GPUs.
  *   scale_floats(x(n) floatX, s, n)          x *= s
- *   add_floats(dst(n) floatX, src(n) floatX, n)   dst += src (fp32 add, rounded to nearest; ZeRO-2 gradient
- *                                            shard accumulation across micro-steps)
  *   has_inf_or_nan(x(n) floatX, n) -> int    1 if any element is Inf/NaN; synchronises the stream.
  * Error behaviour: CUDA errors exit via CUDA_CHECK. All but has_inf_or_nan are queued on main_stream().
  */
@@ -171,29 +169,6 @@ static inline void scale_floats(floatX* x, float s, size_t n) {
         LAUNCH(grid_for(np, block), block, 0, main_stream(), scale_elements_kernel<X128_SIZE>)(x, s, np);
     } else {
         LAUNCH(grid_for(n, block), block, 0, main_stream(), scale_elements_kernel<1>)(x, s, n);
-    }
-    CUDA_CHECK_LAUNCH();
-}
-
-template <int W>
-static __global__ void add_elements_kernel(floatX* dst, const floatX* src, size_t npack) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npack; i += (size_t)gridDim.x * blockDim.x) {
-        PackedN<floatX, W> d = load_packed<floatX, W>(dst + i * W);
-        PackedN<floatX, W> a = load_packed<floatX, W>(src + i * W);
-#pragma unroll
-        for (int k = 0; k < W; k++) { d[k] = from_float<floatX>(to_float(d[k]) + to_float(a[k])); }
-        store_packed<floatX, W>(dst + i * W, d);
-    }
-}
-
-static inline void add_floats(floatX* dst, const floatX* src, size_t n) {
-    if (n == 0) { return; }
-    const int block = 256;
-    if (n % X128_SIZE == 0 && ptr_aligned(dst, 16) && ptr_aligned(src, 16)) {
-        size_t np = n / X128_SIZE;
-        LAUNCH(grid_for(np, block), block, 0, main_stream(), add_elements_kernel<X128_SIZE>)(dst, src, np);
-    } else {
-        LAUNCH(grid_for(n, block), block, 0, main_stream(), add_elements_kernel<1>)(dst, src, n);
     }
     CUDA_CHECK_LAUNCH();
 }
