@@ -1677,19 +1677,19 @@ inline cudaError_t emu_cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     ::emu::g.graph_launches++;
     return ::emu::sticky_or();
 }
-inline cudaError_t emu_cudaGraphExecDestroy(cudaGraphExec_t exec) {
-    ::emu::GraphObj* ex = (::emu::GraphObj*)exec;
-    if (!ex || ex->magic != ::emu::kGraphExecMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphExecDestroy: not an instantiated graph"); }
-    ex->magic = 0;
-    delete ex;
+/* frees a graph or an instantiated graph after checking its magic (what = the API's error text) */
+inline cudaError_t emu_graph_obj_destroy(void* p, int magic, const char* what) {
+    ::emu::GraphObj* o = (::emu::GraphObj*)p;
+    if (!o || o->magic != magic) { return ::emu::api_error(cudaErrorInvalidValue, what); }
+    o->magic = 0;
+    delete o;
     return ::emu::sticky_or();
 }
+inline cudaError_t emu_cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    return emu_graph_obj_destroy(exec, ::emu::kGraphExecMagic, "cudaGraphExecDestroy: not an instantiated graph");
+}
 inline cudaError_t emu_cudaGraphDestroy(cudaGraph_t graph) {
-    ::emu::GraphObj* gr = (::emu::GraphObj*)graph;
-    if (!gr || gr->magic != ::emu::kGraphMagic) { return ::emu::api_error(cudaErrorInvalidValue, "cudaGraphDestroy: not a graph"); }
-    gr->magic = 0;
-    delete gr;
-    return ::emu::sticky_or();
+    return emu_graph_obj_destroy(graph, ::emu::kGraphMagic, "cudaGraphDestroy: not a graph");
 }
 inline cudaError_t emu_cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     *ms = (float)(((::emu::EventRec*)b)->t_ms - ((::emu::EventRec*)a)->t_ms);
