@@ -1,6 +1,6 @@
 /*
  * test_gpt.cu -- numerical test of the whole model against the PyTorch reference
- * fixture (DESIGN.md section 5). Same source for every backend:
+ * fixture (llmc/README.md, "Tests"). Same source for every backend:
  *   test_gpt_cpu  (gcc, fp32)   test_gpt (nvcc, BF16 or FP32 build)   test_gpt_emu (CUDA kernels on the CPU layer)
  *
  * Fixture (written by `python3 train_gpt.py --write-fixture`, PyTorch autograd as the oracle):
@@ -12,7 +12,7 @@
  * Checks: init from seed == fixture weights; logits; loss; every parameter gradient (max abs error and
  * error relative to the tensor's largest magnitude, printed per tensor); the losses of 10 AdamW steps
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
- * file + training state) restores bit-identical weights and optimizer state; session_train_step (batches uploaded
+ * file + training state) restores bit-identical weights and optimizer state; train_step (batches uploaded
  * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; weight-decay
  * grouping of d12.
  *
@@ -109,34 +109,77 @@ static void compare_arrays(const float* a, const float* b, size_t n, double* max
 
 static double relative_to_max(double err, double ref) { return ref > 0 ? err / ref : err; }
 
+/* The model on its own (llmc/gpt2.h): one full gradient buffer and the AdamW state of every parameter, as a
+ * single process without ZeRO holds them. */
+typedef struct {
+    GPT2 m;
+    floatX* grads;           /* (P) device */
+    GPT2GradTarget target;   /* backward writes into grads */
+    AdamWState opt;          /* fp32 m, v (and master in mixed precision) of [0, P) */
+    float* norm;             /* (1) device */
+} FixtureModel;
+
+static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
+    GPT2* m = &fm->m;
+    gpt2_build_from_file(m, model_path);
+    size_t P = m->num_parameters;
+    fm->grads = (floatX*)dev_malloc(P * sizeof(floatX), "fixture gradients");
+    fm->target = gpt2_grad_target_full(m, fm->grads);
+    memset(&fm->opt, 0, sizeof(fm->opt));
+    fm->opt.n = P;
+    fm->opt.m = (float*)dev_malloc(P * sizeof(float), "fixture m");
+    fm->opt.v = (float*)dev_malloc(P * sizeof(float), "fixture v");
+    if (!FLOATX_IS_FLOAT) {
+        fm->opt.master = (float*)dev_malloc(P * sizeof(float), "fixture master weights");
+        float* host = (float*)malloc_check(P * sizeof(float), "host master init");
+        dev_download_floats(host, m->params_memory, P);
+        dev_memcpy_h2d(fm->opt.master, host, P * sizeof(float));
+        free(host);
+    }
+    fm->norm = (float*)dev_malloc(sizeof(float), "fixture norm");
+    gpt2_allocate_activations(m, B, T, 0);
+}
+
+static void free_fixture_model(FixtureModel* fm) {
+    dev_free(fm->grads);
+    dev_free(fm->opt.m);
+    dev_free(fm->opt.v);
+    if (fm->opt.master) { dev_free(fm->opt.master); }
+    dev_free(fm->norm);
+    gpt2_free(&fm->m);
+}
+
 /* one forward+backward on the fixture batch (fresh gradients); returns the loss */
-static float run_forward_backward(GPT2* m, const Fixture* fx) {
+static float run_forward_backward(FixtureModel* fm, const Fixture* fx) {
+    GPT2* m = &fm->m;
     size_t BT = (size_t)fx->B * fx->T;
     dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
     dev_memcpy_h2d(m->targets, fx->targets, BT * sizeof(int));
-    gpt2_zero_grad(m);
+    dev_memset(fm->grads, 0, m->num_parameters * sizeof(floatX));
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
-    gpt2_backward(m, m->inputs, fx->inputs, fx->B, fx->T);
+    gpt2_backward(m, &fm->target, m->inputs, fx->inputs, fx->B, fx->T);
     return gpt2_mean_loss(m);
 }
 
+/* squared L2 norm of the full gradient (fp32, deterministic) */
+static float fixture_grad_norm_squared(FixtureModel* fm) {
+    float host = 0.0f;
+    global_norm_squared(fm->norm, fm->grads, fm->m.num_parameters, 0);
+    dev_memcpy_d2h(&host, fm->norm, sizeof(float));
+    return host;
+}
+
 /* the fixture's AdamW sequence: n_steps of (forward/backward, clip, update); losses[] receives each loss */
-static void run_adamw_steps(GPT2* m, const Fixture* fx, float* losses) {
+static void run_adamw_steps(FixtureModel* fm, const Fixture* fx, float* losses) {
     for (int step = 0; step < fx->n_steps; step++) {
-        losses[step] = run_forward_backward(m, fx);
-        float norm = sqrtf(gpt2_grad_norm_squared(m, 0, m->num_parameters));
+        losses[step] = run_forward_backward(fm, fx);
+        float norm = sqrtf(fixture_grad_norm_squared(fm));
         AdamWStep st;
         st.learning_rate = fx->lr; st.beta1 = fx->beta1; st.beta2 = fx->beta2; st.eps = fx->eps;
         st.weight_decay = fx->weight_decay; st.grad_scale = clip_scale(norm, fx->grad_clip);
         st.t = step + 1; st.seed = 42;
-        gpt2_update_range(m, 0, m->num_parameters, 0, &st);
+        gpt2_update_range(&fm->m, 0, fm->m.num_parameters, fm->grads, &fm->opt, &st);
     }
-}
-
-static void build_fixture_model(GPT2* m, const char* model_path, const Fixture* fx_or_null, int B, int T) {
-    gpt2_build_from_file(m, model_path);
-    gpt2_allocate_training_state(m, 1);
-    gpt2_allocate_activations(m, fx_or_null ? fx_or_null->B : B, fx_or_null ? fx_or_null->T : T, 0);
 }
 
 static void test_init_matches_reference(const GPT2* ref) {
@@ -155,7 +198,8 @@ static void test_init_matches_reference(const GPT2* ref) {
     gpt2_free(&m);
 }
 
-static void test_forward_backward(GPT2* m, const Fixture* fx, const Tolerances* tol) {
+static void test_forward_backward(FixtureModel* fm, const Fixture* fx, const Tolerances* tol) {
+    GPT2* m = &fm->m;
     const GPT2Config* c = &m->config;
     size_t BT = (size_t)fx->B * fx->T, V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size;
     /* logits: forward without targets keeps the logits buffer */
@@ -170,11 +214,11 @@ static void test_forward_backward(GPT2* m, const Fixture* fx, const Tolerances* 
     TEST_CHECK(relative_to_max(err, ref) <= tol->logits, "logits (%zu,%zu): max abs err %.3e, rel to max %.3e (tol %.0e)",
                BT, V, err, relative_to_max(err, ref), tol->logits);
     free(padded); free(logits);
-    float loss = run_forward_backward(m, fx);
+    float loss = run_forward_backward(fm, fx);
     double lerr = fabs((double)loss - fx->loss) / fabs((double)fx->loss);
     TEST_CHECK(lerr <= tol->loss, "loss %.7f vs reference %.7f (rel err %.2e, tol %.0e)", loss, fx->loss, lerr, tol->loss);
     float* grads = (float*)malloc_check(m->num_parameters * sizeof(float), "grads");
-    dev_download_floats(grads, m->grads_memory, m->num_parameters);
+    dev_download_floats(grads, fm->grads, m->num_parameters);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = m->param_sizes[i];
@@ -229,9 +273,9 @@ static void test_loss_accumulator(GPT2* m, const Fixture* fx) {
 static void test_adamw_steps(const char* model_path, const Fixture* fx, const Tolerances* tol) {
     float* losses = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "losses");
     float* losses2 = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "losses2");
-    GPT2 m;
-    build_fixture_model(&m, model_path, fx, 0, 0);
-    run_adamw_steps(&m, fx, losses);
+    FixtureModel fm;
+    build_fixture_model(&fm, model_path, fx->B, fx->T);
+    run_adamw_steps(&fm, fx, losses);
     double worst = 0.0;
     for (int s = 0; s < fx->n_steps; s++) {
         double e = fabs((double)losses[s] - fx->step_losses[s]) / fabs((double)fx->step_losses[s]);
@@ -243,92 +287,23 @@ static void test_adamw_steps(const char* model_path, const Fixture* fx, const To
     TEST_CHECK(losses[fx->n_steps - 1] < losses[0] - 0.01f, "training lowers the loss (%.4f -> %.4f)", losses[0],
                losses[fx->n_steps - 1]);
     /* determinism: a second identical run gives bit-identical losses and weights */
-    float* w1 = (float*)malloc_check(m.num_parameters * sizeof(float), "w1");
-    float* w2 = (float*)malloc_check(m.num_parameters * sizeof(float), "w2");
-    dev_download_floats(w1, m.params_memory, m.num_parameters);
-    GPT2 m2;
-    build_fixture_model(&m2, model_path, fx, 0, 0);
-    run_adamw_steps(&m2, fx, losses2);
-    dev_download_floats(w2, m2.params_memory, m2.num_parameters);
+    size_t P = fm.m.num_parameters;
+    float* w1 = (float*)malloc_check(P * sizeof(float), "w1");
+    float* w2 = (float*)malloc_check(P * sizeof(float), "w2");
+    dev_download_floats(w1, fm.m.params_memory, P);
+    FixtureModel fm2;
+    build_fixture_model(&fm2, model_path, fx->B, fx->T);
+    run_adamw_steps(&fm2, fx, losses2);
+    dev_download_floats(w2, fm2.m.params_memory, P);
     TEST_CHECK(memcmp(losses, losses2, (size_t)fx->n_steps * sizeof(float)) == 0, "two identical runs give bit-identical losses");
-    TEST_CHECK(memcmp(w1, w2, m.num_parameters * sizeof(float)) == 0, "two identical runs give bit-identical weights");
+    TEST_CHECK(memcmp(w1, w2, P * sizeof(float)) == 0, "two identical runs give bit-identical weights");
     free(w1); free(w2);
-    gpt2_free(&m);
-    gpt2_free(&m2);
+    free_fixture_model(&fm);
+    free_fixture_model(&fm2);
     free(losses); free(losses2);
 }
 
-/* checkpoint round trip: write model + state after 3 steps, read into a fresh session, compare everything */
-static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx) {
-    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    TrainSession* a = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session a");
-    TrainSession* b = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session b");
-    Fixture three = *fx;
-    three.n_steps = 3;
-    float losses[3];
-    build_fixture_model(&a->model, model_path, fx, 0, 0);
-    run_adamw_steps(&a->model, &three, losses);
-    /* minimal session fields used by the state writer/reader */
-    train_config_defaults(&a->cfg);
-    a->cfg.B = fx->B; a->cfg.T = fx->T; a->cfg.output_dir = dir;
-    a->world.rank = 0; a->world.world = 1; a->grad_accum_steps = 1; a->step = 3;
-    a->shard_start = 0; a->shard_end = a->model.num_parameters; a->sample_rng = 12345;
-    char shard_path[1100];
-    snprintf(shard_path, sizeof(shard_path), "%s/shard.bin", dir);
-    {   /* a small token shard so the loader state can round-trip too */
-        int h[FILE_HEADER_INTS];
-        memset(h, 0, sizeof(h));
-        int ntok = 4 * fx->B * fx->T + 1;
-        h[0] = 20240520; h[1] = 1; h[2] = ntok;
-        FILE* f = fopen_check(shard_path, "wb");
-        fwrite(h, sizeof(int), FILE_HEADER_INTS, f);
-        for (int i = 0; i < ntok; i++) { uint16_t t = (uint16_t)(i % 100); fwrite(&t, 2, 1, f); }
-        fclose(f);
-    }
-    dataloader_init(&a->train_loader, shard_path, fx->B, fx->T, 0, 1, 1, 7);
-    dataloader_next_batch(&a->train_loader);
-    session_write_checkpoint(a);
-    char path[1100];
-    checkpoint_done_path(path, sizeof(path), dir, 3);
-    TEST_CHECK(file_exists(path), "checkpoint writes the DONE marker last");
-    TEST_CHECK(checkpoint_latest_step(dir, "DONE_", NULL) == 3, "latest complete checkpoint is found (step 3)");
-    b->cfg = a->cfg; b->world = a->world; b->grad_accum_steps = 1;
-    b->shard_start = 0;
-    checkpoint_model_path(path, sizeof(path), dir, 3);
-    build_fixture_model(&b->model, path, fx, 0, 0);
-    b->shard_end = b->model.num_parameters;
-    dataloader_init(&b->train_loader, shard_path, fx->B, fx->T, 0, 1, 1, 7);
-    checkpoint_state_path(path, sizeof(path), dir, 3, 0);
-    session_read_state(b, path);
-    size_t n = a->model.num_parameters;
-    float* x = (float*)malloc_check(n * sizeof(float), "x");
-    float* y = (float*)malloc_check(n * sizeof(float), "y");
-    dev_download_floats(x, a->model.params_memory, n);
-    dev_download_floats(y, b->model.params_memory, n);
-    TEST_CHECK(memcmp(x, y, n * sizeof(float)) == 0, "checkpoint round trip: weights bit-identical");
-    dev_memcpy_d2h(x, a->model.m_memory, n * sizeof(float));
-    dev_memcpy_d2h(y, b->model.m_memory, n * sizeof(float));
-    int m_same = memcmp(x, y, n * sizeof(float)) == 0;
-    dev_memcpy_d2h(x, a->model.v_memory, n * sizeof(float));
-    dev_memcpy_d2h(y, b->model.v_memory, n * sizeof(float));
-    int v_same = memcmp(x, y, n * sizeof(float)) == 0;
-    TEST_CHECK(m_same && v_same, "checkpoint round trip: AdamW m and v bit-identical");
-    TEST_CHECK(b->step == 3 && b->sample_rng == 12345, "checkpoint round trip: step and sampling RNG restored");
-    dataloader_next_batch(&a->train_loader);
-    dataloader_next_batch(&b->train_loader);
-    TEST_CHECK(memcmp(a->train_loader.inputs, b->train_loader.inputs, (size_t)fx->B * fx->T * sizeof(int)) == 0,
-               "checkpoint round trip: data loader continues with the same batch");
-    free(x); free(y);
-    dataloader_free(&a->train_loader); dataloader_free(&b->train_loader);
-    gpt2_free(&a->model); gpt2_free(&b->model);
-    free(a); free(b);
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) { printf("# warning: could not remove %s\n", dir); }
-}
-
-/* ---------------------------------------------------------------- session_train_step against the old loop */
+/* ---------------------------------------------------------------- the trainer's step and checkpoints */
 
 /* a token shard of ntok pseudo-random tokens < 100 */
 static void write_test_shard(const char* path, int ntok) {
@@ -341,60 +316,37 @@ static void write_test_shard(const char* path, int ntok) {
     fclose(f);
 }
 
-/* a single-process session on the fixture model with `accum` micro-steps per optimizer step (cosine schedule,
- * clipping at 1, master weights), reading `shard` shuffled */
+/* a single-process ZeRO-0 session on the fixture model with `accum` micro-steps per optimizer step (cosine
+ * schedule, clipping at 1, master weights), reading `shard` shuffled, checkpoints into `output_dir` */
 static TrainSession* test_session_open(const char* model_path, const Fixture* fx, const char* shard, int accum,
-                                       int max_steps) {
+                                       int max_steps, const char* output_dir) {
     TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "test session");
     train_config_defaults(&s->cfg);
     s->cfg.B = fx->B; s->cfg.T = fx->T; s->cfg.total_batch_size = accum * fx->B * fx->T;
-    comm_init(&s->world.comm, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
-    s->world.rank = 0; s->world.world = 1;
-    build_fixture_model(&s->model, model_path, fx, 0, 0);
+    s->cfg.output_dir = output_dir;
+    s->cfg.train_data = shard;
+    comm_init(&s->world, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
+    s->dp = &s->world;
+    gpt2_build_from_file(&s->model, model_path);
     s->grad_accum_steps = accum;
     s->max_steps = max_steps;
-    s->shard_start = 0; s->shard_end = s->model.num_parameters;
+    zero_init(&s->zero, 0, &s->model, s->dp, 1);
+    gpt2_allocate_activations(&s->model, fx->B, fx->T, 0);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
+    batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);
     lr_scheduler_init(&s->scheduler, "cosine", 1e-3f, 1, max_steps, 0.1f, 0.2f);
+    loss_scaler_init(&s->scaler, 65536.0f, 1000);
     return s;
 }
 
 static void test_session_close(TrainSession* s) {
-    session_batches_free(s);
+    graphs_free(&s->graphs);
+    batch_pipeline_free(&s->batches);
+    zero_free(&s->zero);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
-    comm_finalize(&s->world.comm);
+    comm_finalize(&s->world);
     free(s);
-}
-
-/* the trainer's step as it was before batches were uploaded ahead and the loss reduced on the device: load,
- * blocking upload, forward, backward, per-micro-step loss read; then norm, clip and AdamW as session_train_step */
-static StepResult reference_train_step(TrainSession* s) {
-    GPT2* m = &s->model;
-    int B = s->cfg.B, T = s->cfg.T;
-    size_t n = (size_t)B * T, P = m->num_parameters;
-    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
-    gpt2_zero_grad(m);
-    double loss_sum = 0.0;
-    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
-        dataloader_next_batch(&s->train_loader);
-        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, n * sizeof(int));
-        dev_memcpy_h2d(m->targets, s->train_loader.targets, n * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, dloss, 1);
-        gpt2_backward(m, m->inputs, s->train_loader.inputs, B, T);
-        loss_sum += gpt2_mean_loss(m);
-    }
-    StepResult r;
-    r.loss = (float)(loss_sum / s->grad_accum_steps);
-    r.grad_norm = (float)sqrt((double)gpt2_grad_norm_squared(m, 0, P));
-    r.lr = lr_scheduler_get(&s->scheduler, s->step);
-    AdamWStep st;
-    st.learning_rate = r.lr; st.beta1 = s->cfg.beta1; st.beta2 = s->cfg.beta2; st.eps = s->cfg.eps;
-    st.weight_decay = s->cfg.weight_decay; st.grad_scale = clip_scale(r.grad_norm, s->cfg.grad_clip);
-    st.t = s->step + 1; st.seed = (unsigned int)s->cfg.seed;
-    gpt2_update_range(m, 0, P, 0, &st);
-    s->step++;
-    return r;
 }
 
 /* 1 if the device buffers a and b (bytes) are equal */
@@ -408,12 +360,90 @@ static int device_equal(const void* a, const void* b, size_t bytes) {
     return same;
 }
 
-/* session_train_step (batches uploaded ahead on the copy stream, loss read once per step) gives bit-identical
- * losses, norms, weights and optimizer state to the old synchronous loop, over 3 steps of 2 micro-steps that
- * cross an epoch boundary of a 5-window shard; while the next step's batch is loaded ahead, the data position a
- * checkpoint saves is that of the next batch to train on; nothing is loaded beyond the last step.
- * cuda_graphs = 1 (CUDA backend, also under dev/emu): the same with --cuda-graphs 1, i.e. one eager warm-up
- * micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
+/* 1 if two sessions hold bit-identical weights and AdamW m, v */
+static int sessions_equal(const TrainSession* a, const TrainSession* b) {
+    size_t P = a->model.num_parameters;
+    return device_equal(a->model.params_memory, b->model.params_memory, P * sizeof(floatX)) &&
+           device_equal(a->zero.opt.m, b->zero.opt.m, P * sizeof(float)) &&
+           device_equal(a->zero.opt.v, b->zero.opt.v, P * sizeof(float));
+}
+
+static void remove_test_dir(const char* dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) { printf("# warning: could not remove %s\n", dir); }
+}
+
+/* checkpoint round trip through the trainer's own functions: 3 steps, write_checkpoint, then a fresh session
+ * resumes it (resume_from_checkpoint) and must hold everything bit-identical and read the same next batch */
+static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx) {
+    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX";
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    char shard[1100];
+    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
+    write_test_shard(shard, 4 * fx->B * fx->T + 1);
+    TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
+    for (int k = 0; k < 3; k++) { train_step(a); }
+    a->sample_rng = 12345;
+    write_checkpoint(a);
+    char path[1100];
+    checkpoint_done_path(path, sizeof(path), dir, 3);
+    TEST_CHECK(file_exists(path), "checkpoint writes the DONE marker last");
+    TEST_CHECK(checkpoint_latest_step(dir, "DONE_", NULL) == 3, "latest complete checkpoint is found (step 3)");
+    TrainSession* b = test_session_open(model_path, fx, shard, 1, 10, dir);
+    resume_from_checkpoint(b, 3, 0);
+    TEST_CHECK(sessions_equal(a, b), "checkpoint round trip: weights and AdamW m, v bit-identical");
+    TEST_CHECK(b->step == 3 && b->sample_rng == 12345, "checkpoint round trip: step and sampling RNG restored");
+    int ia = batch_pipeline_take(&a->batches), ib = batch_pipeline_take(&b->batches);
+    TEST_CHECK(memcmp(batch_pipeline_host_inputs(&a->batches, ia), batch_pipeline_host_inputs(&b->batches, ib),
+                      (size_t)fx->B * fx->T * sizeof(int)) == 0,
+               "checkpoint round trip: data loader continues with the same batch");
+    test_session_close(a);
+    test_session_close(b);
+    remove_test_dir(dir);
+}
+
+/* the trainer's step as it was before batches were uploaded ahead and the loss reduced on the device: load,
+ * blocking upload, forward, backward, per-micro-step loss read; then norm, clip and AdamW as train_step */
+static StepResult reference_train_step(TrainSession* s) {
+    GPT2* m = &s->model;
+    ZeroOptimizer* z = &s->zero;
+    int B = s->cfg.B, T = s->cfg.T;
+    size_t n = (size_t)B * T, P = m->num_parameters;
+    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    GPT2GradTarget target = gpt2_grad_target_full(m, z->grads);
+    dev_memset(z->grads, 0, P * sizeof(floatX));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
+        dataloader_next_batch(&s->train_loader);
+        dev_memcpy_h2d(m->inputs, s->train_loader.inputs, n * sizeof(int));
+        dev_memcpy_h2d(m->targets, s->train_loader.targets, n * sizeof(int));
+        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, dloss, 1);
+        gpt2_backward(m, &target, m->inputs, s->train_loader.inputs, B, T);
+        loss_sum += gpt2_mean_loss(m);
+    }
+    StepResult r;
+    r.loss = (float)(loss_sum / s->grad_accum_steps);
+    float norm_sq = 0.0f;
+    global_norm_squared(z->norm_partials, z->grads, P, 0);
+    dev_memcpy_d2h(&norm_sq, z->norm_partials, sizeof(float));
+    r.grad_norm = (float)sqrt((double)norm_sq);
+    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    AdamWStep st;
+    st.learning_rate = r.lr; st.beta1 = s->cfg.beta1; st.beta2 = s->cfg.beta2; st.eps = s->cfg.eps;
+    st.weight_decay = s->cfg.weight_decay; st.grad_scale = clip_scale(r.grad_norm, s->cfg.grad_clip);
+    st.t = s->step + 1; st.seed = (unsigned int)s->cfg.seed;
+    gpt2_update_range(m, 0, P, z->grads, &z->opt, &st);
+    s->step++;
+    return r;
+}
+
+/* train_step (batches uploaded ahead on the copy stream, loss read once per step) gives bit-identical losses,
+ * norms, weights and optimizer state to the old synchronous loop, over 3 steps of 2 micro-steps that cross an
+ * epoch boundary of a 5-window shard; while the next step's batch is loaded ahead, the data position a checkpoint
+ * saves is that of the next batch to train on; nothing is loaded beyond the last step.
+ * cuda_graphs = 1 (CUDA backend, also under the CPU execution layer): the same with --cuda-graphs 1, i.e. one eager
+ * warm-up micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
 static void test_train_step_pipeline(const char* model_path, const Fixture* fx, int cuda_graphs) {
     char dir[] = "/tmp/llmc_test_pipe_XXXXXX";
     if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
@@ -421,23 +451,23 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
     snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
     write_test_shard(shard, 5 * fx->B * fx->T + 1);
     const int steps = 3, accum = 2;
-    TrainSession* a = test_session_open(model_path, fx, shard, accum, steps);
-    TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps);
+    TrainSession* a = test_session_open(model_path, fx, shard, accum, steps, "");
+    TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps, "");
     a->cfg.cuda_graphs = cuda_graphs;
     const char* how = cuda_graphs ? "with --cuda-graphs 1" : "batches uploaded ahead, loss read once per step";
     int same_results = 1, same_position = 1, pending_ahead = 1;
     for (int k = 0; k < steps; k++) {
-        StepResult ra = session_train_step(a);
+        StepResult ra = train_step(a);
         StepResult rr = reference_train_step(ref);
         printf("#   step %d: loss %.7f norm %.6f (reference %.7f %.6f)\n", k + 1, ra.loss, ra.grad_norm, rr.loss, rr.grad_norm);
         same_results &= memcmp(&ra, &rr, sizeof(StepResult)) == 0;
         DataLoaderState sa, sr;
-        session_train_data_state(a, &sa);
+        batch_pipeline_data_state(&a->batches, &sa);
         dataloader_get_state(&ref->train_loader, &sr);
         same_position &= sa.epoch == sr.epoch && sa.position == sr.position;
         pending_ahead &= a->batches.pending == (k + 1 < steps);
     }
-    TEST_CHECK(same_results, "session_train_step (%s): %d steps x %d micro-steps give bit-identical loss, norm and lr "
+    TEST_CHECK(same_results, "train_step (%s): %d steps x %d micro-steps give bit-identical loss, norm and lr "
                "to the synchronous eager loop", how, steps, accum);
     if (cuda_graphs) {
         TEST_CHECK(a->graphs.replays == steps * accum - 1 && a->graphs.captured[0] && a->graphs.captured[1],
@@ -446,17 +476,12 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
     }
     TEST_CHECK(same_position && pending_ahead, "the next step's batch is loaded ahead (not after the last step), and "
                "the checkpoint data position is that of the next batch to train on");
-    size_t P = a->model.num_parameters;
-    TEST_CHECK(device_equal(a->model.params_memory, ref->model.params_memory, P * sizeof(floatX)) &&
-               device_equal(a->model.m_memory, ref->model.m_memory, P * sizeof(float)) &&
-               device_equal(a->model.v_memory, ref->model.v_memory, P * sizeof(float)),
-               "session_train_step (%s): weights and AdamW m, v bit-identical to the synchronous loop after %d steps",
+    TEST_CHECK(sessions_equal(a, ref),
+               "train_step (%s): weights and AdamW m, v bit-identical to the synchronous loop after %d steps",
                how, steps);
-    session_graphs_free(a);
     test_session_close(a);
     test_session_close(ref);
-    remove(shard);
-    rmdir(dir);
+    remove_test_dir(dir);
 }
 
 static void test_weight_decay_groups_d12(void) {
@@ -478,16 +503,17 @@ int main(int argc, char** argv) {
     backend_init(0, 1);
     Tolerances tol = tolerances_for_precision();
     printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name());
-    GPT2 m;
-    gpt2_build_from_file(&m, model_path);
+    GPT2 header_model; /* the fixture's sizes come from the model file */
+    gpt2_build_from_file(&header_model, model_path);
     Fixture fx;
-    fixture_load(&fx, state_path, &m);
-    gpt2_allocate_training_state(&m, 1);
-    gpt2_allocate_activations(&m, fx.B, fx.T, 0);
-    test_init_matches_reference(&m);
-    test_forward_backward(&m, &fx, &tol);
-    test_loss_accumulator(&m, &fx);
-    gpt2_free(&m);
+    fixture_load(&fx, state_path, &header_model);
+    gpt2_free(&header_model);
+    FixtureModel fm;
+    build_fixture_model(&fm, model_path, fx.B, fx.T);
+    test_init_matches_reference(&fm.m);
+    test_forward_backward(&fm, &fx, &tol);
+    test_loss_accumulator(&fm.m, &fx);
+    free_fixture_model(&fm);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
     test_train_step_pipeline(model_path, &fx, 0);

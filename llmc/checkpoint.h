@@ -1,18 +1,19 @@
 /*
- * llmc/checkpoint.h -- reading and validating the 256 x int32 headers of our
- * binary files, and the checkpoint directory naming (DESIGN.md section 4).
+ * llmc/checkpoint.h -- the 256 x int32 headers of our binary files, the checkpoint directory (naming, the
+ * output-directory lock, leftover temp files, pruning, finding the checkpoint to resume from; llmc/README.md,
+ * "File formats").
  *
  * File kinds (little-endian; header = 256 int32, body follows):
  *   model file   magic 20240326, version 3 (fp32 params) or 5 (bf16 params),
- *                header[2..7] = maxT, V, L, NH, C, Vp (llm.c-compatible)
- *   state file   magic 20241129 (ours), version 1: training state of one rank
- *                (layout documented in train_gpt.cu, gpt2_write_state)
+ *                header[2..7] = maxT, V, L, NH, C, Vp (llm.c-compatible; llmc/model_file.h)
+ *   state file   magic 20241129 (ours), version 1: training state of one rank (llmc/train_state.h)
  *   debug state  magic 20240327, version 2: test fixture (see train_gpt.py)
  *
  * Checkpoint directory layout (inside -o DIR), for step S and rank R:
  *   DIR/model_SSSSSSSS.bin        weights (rank 0)
  *   DIR/state_SSSSSSSS_RRRRR.bin  optimizer shard, step, RNG, data position (every rank)
  *   DIR/DONE_SSSSSSSS             written last, marks the checkpoint complete
+ *   DIR/.lock                     held (flock) by the running rank 0, so two runs never share a directory
  *
  * Error behaviour: every reader exits with one line naming the file, what it
  * found, what it expected and how to regenerate the file.
@@ -21,6 +22,9 @@
 #define LLMC_CHECKPOINT_H
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +136,94 @@ static inline void checkpoint_remove(const char* dir, int step, int world) {
         checkpoint_state_path(path, sizeof(path), dir, step, r);
         if (remove(path) != 0 && r >= world) { break; }
     }
+}
+
+/* removes the complete checkpoints (those with a DONE marker) older than the newest `keep`, scanning back from
+ * `step`; keep = 0 keeps all */
+static inline void checkpoint_prune(const char* dir, int step, int keep, int world) {
+    if (keep <= 0) { return; }
+    int kept = 0;
+    for (int st = step; st >= 0; st--) {
+        char done[1024];
+        checkpoint_done_path(done, sizeof(done), dir, st);
+        if (!file_exists(done)) { continue; }
+        kept++;
+        if (kept > keep) { checkpoint_remove(dir, st, world); }
+    }
+}
+
+/* holds an exclusive lock on DIR/.lock for the life of the process (rank 0), so two runs can never write
+ * into the same output directory at once; the kernel releases it when the process exits */
+static inline void checkpoint_lock_dir(const char* dir) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, strerror(errno)); }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        FATAL("output directory '%s' is in use by another running training process (lock '%s' is held); wait for "
+              "it to finish or choose another -o", dir, path);
+    }
+    /* fd stays open on purpose: the lock lives until exit */
+}
+
+/* removes leftover "*.tmp" files of an interrupted checkpoint or log write (never valid data) */
+static inline void checkpoint_remove_stale_temp_files(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    char path[2048];
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        int ours = strncmp(e->d_name, "model_", 6) == 0 || strncmp(e->d_name, "state_", 6) == 0 ||
+                   strncmp(e->d_name, "DONE_", 5) == 0 || strncmp(e->d_name, "log.jsonl", 9) == 0;
+        if (ours && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (remove(path) == 0) { printf("removed the leftover temp file %s of an interrupted write\n", path); }
+        }
+    }
+    closedir(d);
+}
+
+/* Looks at the output directory `dir` ("" = none) before a run: rank 0 (is_rank0) makes sure it is writable,
+ * locks it and removes leftover temp files. On resume returns the step of the latest complete checkpoint, or -1
+ * (with a line saying so) to start fresh when there is none; a fresh run (resume = 0) refuses a directory that
+ * holds checkpoints of an earlier run (nothing is overwritten) and returns -1. max_steps (-x, > 0) must lie
+ * beyond the checkpoint resumed. Every refusal is one error line naming the flag. */
+static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int max_steps, int is_rank0) {
+    if (dir[0] == '\0') {
+        if (resume) { FATAL("flag -y 1 (--resume) needs an output directory to resume from (-o DIR)"); }
+        return -1;
+    }
+    if (is_rank0) {
+        ensure_dir_writable(dir);
+        checkpoint_lock_dir(dir);
+        checkpoint_remove_stale_temp_files(dir);
+    }
+    int n_done = 0, n_models = 0, n_states = 0;
+    int done_step = checkpoint_latest_step(dir, "DONE_", &n_done);
+    checkpoint_latest_step(dir, "model_", &n_models);
+    checkpoint_latest_step(dir, "state_", &n_states);
+    if (!resume) {
+        if (n_done > 0 || n_models > 0 || n_states > 0) {
+            FATAL("output directory '%s' already holds checkpoints of an earlier run; pass -y 1 to resume it, or "
+                  "choose another -o (nothing was overwritten)", dir);
+        }
+        return -1;
+    }
+    if (done_step < 0) {
+        if (n_models > 0) {
+            FATAL("cannot resume from '%s': it holds model files but no complete checkpoint (no DONE_ marker and "
+                  "training state); a weights-only file cannot be resumed, start from it with -e FILE and -y 0 in "
+                  "a new output directory", dir);
+        }
+        printf("resume: no checkpoint in %s yet, starting from step 0\n", dir);
+        return -1;
+    }
+    if (max_steps > 0 && done_step >= max_steps) {
+        FATAL("cannot resume from '%s': its latest checkpoint is at step %d but -x (--max-steps) is %d; nothing is "
+              "left to do (raise -x to train further)", dir, done_step, max_steps);
+    }
+    return done_step;
 }
 
 /* bf16 (raw uint16) -> fp32, exact */

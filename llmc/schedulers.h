@@ -43,6 +43,13 @@ typedef struct {
     int decay_start;           /* first step of the decay phase (cosine/linear: warmup; wsd: later) */
 } LRScheduler;
 
+/* 1 if `type` names a schedule lr_scheduler_init accepts (cosine, linear, constant, wsd) */
+static inline int lr_schedule_is_known(const char* type) {
+    static const char* const names[] = {"cosine", "linear", "constant", "wsd"};
+    for (int i = 0; i < 4; i++) { if (type != NULL && strcmp(type, names[i]) == 0) { return 1; } }
+    return 0;
+}
+
 /* see header comment */
 static inline void lr_scheduler_init(LRScheduler* s, const char* type, float learning_rate, int warmup_iterations,
                                      int train_num_batches, float final_learning_rate_frac, float wsd_decay_frac) {

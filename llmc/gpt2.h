@@ -1,0 +1,630 @@
+/*
+ * llmc/gpt2.h -- the GPT-2 model: configuration, parameter and activation tables, forward, backward and the
+ * AdamW update over a range of the flat parameters (llmc/README.md, "Layers"). Model files: llmc/model_file.h.
+ *
+ * Model: GPT-2 (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners"): learned token +
+ * position embeddings, pre-LayerNorm blocks of causal multi-head attention and a tanh-GELU MLP of width 4C,
+ * final LayerNorm, LM head tied to the token embedding. The vocabulary is padded to a multiple of 128 (Vp) and
+ * the padded columns are excluded from softmax, loss, gradient and sampling.
+ *
+ * The model knows nothing of processes, ZeRO, checkpoints or CUDA graphs. What it owns: the parameters
+ * (floatX, one flat buffer in the model-file order), the activations of one micro-batch, and the device loss
+ * accumulators. Where backward writes the gradients, and who is told when a layer's gradients are complete,
+ * is the caller's GPT2GradTarget (the gradient store of llmc/zero.h, or gpt2_grad_target_full for one flat
+ * buffer). The optimizer state is the caller's too (gpt2_update_range takes it).
+ *
+ * Shapes: B micro-batch, T sequence length, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary,
+ * maxT context length, N = B*T rows. All device buffers are floatX unless stated (backend.h). Written in the
+ * common subset of C11 and C++17 (nvcc and gcc both compile it). Errors: allocation failures and internal
+ * misuse exit with one line (FATAL, file:line).
+ */
+#ifndef LLMC_GPT2_H
+#define LLMC_GPT2_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/rand.h"
+
+/* ============================================================ configuration */
+
+/* GPT-2 hyperparameters. Vp = vocab_size rounded up to a multiple of 128. */
+typedef struct {
+    int max_seq_len;       /* maxT: rows of wpe */
+    int vocab_size;        /* V: real vocabulary (50257 for GPT-2) */
+    int padded_vocab_size; /* Vp */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int channels;          /* C */
+} GPT2Config;
+
+/* the model sizes selectable with -e dN */
+typedef struct { const char* name; int L, C, NH, maxT; const char* note; } ModelDescriptor;
+static const ModelDescriptor MODEL_DESCRIPTORS[] = {
+    {"d2", 2, 128, 4, 256, "tiny CPU model"},
+    {"d4", 4, 256, 4, 256, "small CPU model"},
+    {"d6", 6, 384, 6, 256, "CPU model"},
+    {"d12", 12, 768, 12, 1024, "GPT-2 124M"},
+    {"d24", 24, 1024, 16, 1024, "GPT-2 350M"},
+    {"d36", 36, 1280, 20, 1024, "GPT-2 774M"},
+    {"d48", 48, 1600, 25, 1024, "GPT-2 1558M"},
+};
+#define NUM_MODEL_DESCRIPTORS ((int)(sizeof(MODEL_DESCRIPTORS) / sizeof(MODEL_DESCRIPTORS[0])))
+#define GPT2_VOCAB_SIZE 50257
+#define GPT2_EOT 50256
+
+static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
+
+/* returns 1 and fills cfg if `name` is a descriptor like "d12"; 0 (cfg untouched) otherwise */
+static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name) {
+    for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
+        if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
+            cfg->num_layers = MODEL_DESCRIPTORS[i].L;
+            cfg->channels = MODEL_DESCRIPTORS[i].C;
+            cfg->num_heads = MODEL_DESCRIPTORS[i].NH;
+            cfg->max_seq_len = MODEL_DESCRIPTORS[i].maxT;
+            cfg->vocab_size = GPT2_VOCAB_SIZE;
+            cfg->padded_vocab_size = round_up_int(GPT2_VOCAB_SIZE, 128);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static inline int is_model_descriptor(const char* s) {
+    GPT2Config tmp;
+    return gpt2_config_from_descriptor(&tmp, s);
+}
+
+/* ============================================================ parameter table */
+
+/* parameter tensors in file order (llmc/README.md, "File formats") */
+enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    NUM_PARAMETER_TENSORS
+};
+static inline const char* parameter_name(int i) {
+    static const char* const names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    return names[i];
+}
+
+/* element counts of the 16 tensors: wte (Vp,C), wpe (maxT,C), per-layer tensors stacked over L */
+static inline void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
+    size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
+    size_t L = (size_t)c->num_layers, maxT = (size_t)c->max_seq_len;
+    sizes[P_WTE] = Vp * C;
+    sizes[P_WPE] = maxT * C;
+    sizes[P_LN1W] = L * C;
+    sizes[P_LN1B] = L * C;
+    sizes[P_QKVW] = L * 3 * C * C;
+    sizes[P_QKVB] = L * 3 * C;
+    sizes[P_ATTPROJW] = L * C * C;
+    sizes[P_ATTPROJB] = L * C;
+    sizes[P_LN2W] = L * C;
+    sizes[P_LN2B] = L * C;
+    sizes[P_FCW] = L * 4 * C * C;
+    sizes[P_FCB] = L * 4 * C;
+    sizes[P_FCPROJW] = L * C * 4 * C;
+    sizes[P_FCPROJB] = L * C;
+    sizes[P_LNFW] = C;
+    sizes[P_LNFB] = C;
+}
+
+/* 1 for tensors that are stacked per layer (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb */
+static inline int parameter_is_per_layer(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
+
+/* 1 for tensors that get weight decay: 2-D weight matrices and the embeddings (never biases or LayerNorm) */
+static inline int parameter_is_decayed(int i) {
+    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+}
+
+/* A view of one flat buffer as the 16 tensors (same layout as the model file). */
+typedef struct {
+    floatX* t[NUM_PARAMETER_TENSORS];
+} ParameterTensors;
+
+static inline void parameter_tensors_point(ParameterTensors* p, floatX* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
+}
+
+/* ============================================================ activation table */
+
+/* activation tensors saved for backward; dtype floatX unless activation_is_fp32 */
+enum {
+    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_STATE, A_RESIDUAL2,
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
+    A_LNF_RSTD, A_LOSSES, A_LOGITS, A_SCRATCH_BTC,
+    /* backward buffers */
+    A_DRESIDUAL, A_DBTC, A_DBT4C, A_SCRATCH_F32,
+    NUM_ACTIVATION_TENSORS
+};
+
+static inline int activation_is_fp32(int i) {
+    return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
+           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32;
+}
+
+typedef struct {
+    void* t[NUM_ACTIVATION_TENSORS];
+    size_t count[NUM_ACTIVATION_TENSORS]; /* elements */
+} ActivationTensors;
+
+static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* element counts for micro-batch (B,T); recompute: 0 none, 1 GELU output, 2 also LayerNorm outputs */
+static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T,
+                                         int recompute) {
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
+    size_t L_ln = recompute >= 2 ? 1 : L;
+    size_t L_gelu = recompute >= 1 ? 1 : L;
+    n[A_ENCODED] = BT * C;
+    n[A_LN1] = L_ln * BT * C;
+    n[A_LN1_MEAN] = L * BT;
+    n[A_LN1_RSTD] = L * BT;
+    n[A_QKV] = L * BT * 3 * C;
+    n[A_ATTY] = L * BT * C;
+    n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)NH);
+    n[A_RESIDUAL2] = L * BT * C;
+    n[A_LN2] = L_ln * BT * C;
+    n[A_LN2_MEAN] = L * BT;
+    n[A_LN2_RSTD] = L * BT;
+    n[A_FCH] = L * BT * 4 * C;
+    n[A_FCH_GELU] = L_gelu * BT * 4 * C;
+    n[A_RESIDUAL3] = L * BT * C;
+    n[A_LNF] = BT * C;
+    n[A_LNF_MEAN] = BT;
+    n[A_LNF_RSTD] = BT;
+    n[A_LOSSES] = BT;
+    n[A_LOGITS] = BT * Vp;
+    n[A_SCRATCH_BTC] = BT * C;
+    n[A_DRESIDUAL] = BT * C;
+    n[A_DBTC] = BT * C;
+    n[A_DBT4C] = BT * 4 * C;
+    size_t f32 = attention_scratch_floats(B, T, (int)C, (int)NH);
+    f32 = max_size(f32, layernorm_scratch_floats((int)BT, (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vp));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * C), (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * C)));
+    n[A_SCRATCH_F32] = max_size(f32, 1);
+}
+
+/* ============================================================ the model */
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;      /* P: elements of the 16 tensors */
+    size_t params_capacity;     /* elements allocated for params_memory (>= P; the tail is zero, see gpt2_pad_parameters) */
+    ParameterTensors params;    /* floatX, device, views into params_memory */
+    floatX* params_memory;
+    /* activations for the largest (B,T) */
+    int B, T, recompute;
+    ActivationTensors acts;
+    void* acts_memory;
+    size_t acts_bytes;
+    int* inputs;                /* (B,T) device */
+    int* targets;               /* (B,T) device */
+    float* host_losses;         /* (B,T) host (validation) */
+    float* loss_mean;           /* (1) device fp32: mean loss of the last forward with targets (gpt2_mean_loss) */
+    double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
+} GPT2;
+
+/* allocates the parameter buffer for cfg (zeroed) */
+static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
+    memset(model, 0, sizeof(*model));
+    model->config = *cfg;
+    gpt2_parameter_sizes(model->param_sizes, cfg);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->params_capacity = model->num_parameters;
+    model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
+    parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
+}
+
+/* grows the parameter buffer to `capacity` elements (>= P), keeping the parameters and zeroing the tail, so
+ * that collectives may treat it as `capacity` equal shards (the ZeRO layout, llmc/zero.h) */
+static inline void gpt2_pad_parameters(GPT2* model, size_t capacity) {
+    if (capacity <= model->params_capacity) { return; }
+    floatX* padded = (floatX*)dev_malloc(capacity * sizeof(floatX), "parameters (padded to the ZeRO shards)");
+    dev_memcpy_d2d(padded, model->params_memory, model->num_parameters * sizeof(floatX));
+    dev_free(model->params_memory);
+    model->params_memory = padded;
+    model->params_capacity = capacity;
+    parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
+}
+
+/* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
+ * train_gpt.py produces identical weights: for each tensor in file order and each layer,
+ * normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw; normal(0, 0.02/sqrt(2L)) for the
+ * residual projections attprojw, fcprojw; LayerNorm weights 1; biases 0. */
+static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
+    const GPT2Config* c = &model->config;
+    float* host = (float*)calloc_check(model->num_parameters, sizeof(float), "host init weights");
+    mt19937_state rng;
+    manual_seed(&rng, seed);
+    size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
+    float residual_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        size_t layers = parameter_is_per_layer(i) ? L : 1;
+        size_t per = n / layers;
+        for (size_t l = 0; l < layers; l++) {
+            float* t = host + off + l * per;
+            if (i == P_WTE) {
+                normal_(&rng, t, (size_t)c->vocab_size * C, 0.0, 0.02);
+            } else if (i == P_WPE || i == P_QKVW || i == P_FCW) {
+                normal_(&rng, t, per, 0.0, 0.02);
+            } else if (i == P_ATTPROJW || i == P_FCPROJW) {
+                normal_(&rng, t, per, 0.0, residual_std);
+            } else if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+                for (size_t k = 0; k < per; k++) { t[k] = 1.0f; }
+            } /* biases stay 0 */
+        }
+        off += n;
+    }
+    dev_upload_floats(model->params_memory, host, model->num_parameters);
+    free(host);
+}
+
+/* allocates the activation table for micro-batch (B,T) as one buffer (256-byte aligned tensors), the
+ * token buffers and the loss accumulators */
+static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    gpt2_activation_sizes(model->acts.count, &model->config, B, T, recompute);
+    size_t offsets[NUM_ACTIVATION_TENSORS];
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
+        offsets[i] = total;
+        total += (model->acts.count[i] * elem + 255) / 256 * 256;
+    }
+    model->acts_bytes = total;
+    model->acts_memory = dev_malloc(total, "activations");
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        model->acts.t[i] = (char*)model->acts_memory + offsets[i];
+    }
+    model->inputs = (int*)dev_malloc((size_t)B * T * sizeof(int), "input tokens");
+    model->targets = (int*)dev_malloc((size_t)B * T * sizeof(int), "target tokens");
+    model->host_losses = (float*)malloc_check((size_t)B * T * sizeof(float), "host losses");
+    model->loss_sum = (double*)dev_malloc(2 * sizeof(double), "loss accumulators");
+    model->loss_mean = (float*)(model->loss_sum + 1);
+}
+
+static inline void gpt2_free(GPT2* model) {
+    dev_free(model->params_memory);
+    if (model->acts_memory) { dev_free(model->acts_memory); }
+    if (model->inputs) { dev_free(model->inputs); }
+    if (model->targets) { dev_free(model->targets); }
+    free(model->host_losses);
+    if (model->loss_sum) { dev_free(model->loss_sum); }
+    memset(model, 0, sizeof(*model));
+}
+
+/* typed accessors into the activation table: layer l of a tensor stacked over layers */
+static inline floatX* actX(const GPT2* m, int i, int l, size_t per_layer) {
+    return (floatX*)m->acts.t[i] + (size_t)l * per_layer;
+}
+static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
+    return (float*)m->acts.t[i] + (size_t)l * per_layer;
+}
+/* layer l's slice of per-layer tensor i of a full parameter-layout buffer */
+static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
+    return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->config.num_layers);
+}
+
+/* ============================================================ where backward writes gradients */
+
+/* Where gpt2_backward writes the parameter gradients (floatX, accumulated with +=; the owner zeroes them) and
+ * whom it tells. Layer l's slice of per-layer tensor i goes to base.t[i] + (l % layer_slots) * layer_stride[i];
+ * the global tensors wte, wpe, lnfw, lnfb to base.t[i]. A full flat buffer (gpt2_grad_target_full) has
+ * layer_slots = L and layer_stride = the per-layer size; ZeRO-2's two reused layer slots have layer_slots = 2.
+ * Hooks (each may be NULL), called on the host in stream order during gpt2_backward with `ctx`:
+ *   backward_begin(ctx)   before the first gradient of this backward is written
+ *   layer_begin(ctx, l)   before layer l's gradients are written (l = L-1 .. 0)
+ *   layer_ready(ctx, l)   layer l's gradients are complete (l = L-1 .. 0); then layer_ready(ctx, -1): the global
+ *                         tensors' gradients are complete (the LM head writes wte's first, the encoder last)
+ * Hooks may queue device work (collectives) but must not change where later layers' gradients go. */
+typedef struct {
+    ParameterTensors base;
+    size_t layer_stride[NUM_PARAMETER_TENSORS];
+    int layer_slots;
+    void (*backward_begin)(void* ctx);
+    void (*layer_begin)(void* ctx, int l);
+    void (*layer_ready)(void* ctx, int l);
+    void* ctx;
+} GPT2GradTarget;
+
+/* the target for one flat gradient buffer in the parameter layout (no hooks) */
+static inline GPT2GradTarget gpt2_grad_target_full(const GPT2* m, floatX* grads) {
+    GPT2GradTarget g;
+    memset(&g, 0, sizeof(g));
+    parameter_tensors_point(&g.base, grads, m->param_sizes);
+    g.layer_slots = m->config.num_layers;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        g.layer_stride[i] = parameter_is_per_layer(i) ? m->param_sizes[i] / (size_t)m->config.num_layers : 0;
+    }
+    return g;
+}
+
+/* where backward writes the gradient of layer l's slice of per-layer tensor i */
+static inline floatX* gpt2_layer_grad(const GPT2GradTarget* g, int i, int l) {
+    return g->base.t[i] + (size_t)(l % g->layer_slots) * g->layer_stride[i];
+}
+
+/* One piece of a gradient bucket: grad[k] is the gradient of flat parameter begin + k, k < end - begin. */
+typedef struct {
+    floatX* grad;
+    size_t begin, end;
+} GPT2GradPiece;
+
+/* the gradient bucket of layer l (its slices of the 12 per-layer tensors, l >= 0) or of the global tensors
+ * (wte, wpe, lnfw, lnfb; l = -1), as pieces of the flat parameter index space pointing where backward wrote
+ * them; returns the number of pieces (12 or 4) */
+static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l, GPT2GradPiece out[NUM_PARAMETER_TENSORS]) {
+    size_t off = 0, L = (size_t)m->config.num_layers;
+    int n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t size = m->param_sizes[i];
+        if (l >= 0 && parameter_is_per_layer(i)) {
+            size_t per = size / L;
+            out[n].grad = gpt2_layer_grad(g, i, l);
+            out[n].begin = off + (size_t)l * per;
+            out[n].end = out[n].begin + per;
+            n++;
+        } else if (l < 0 && !parameter_is_per_layer(i)) {
+            out[n].grad = g->base.t[i];
+            out[n].begin = off;
+            out[n].end = off + size;
+            n++;
+        }
+        off += size;
+    }
+    return n;
+}
+
+/* ============================================================ forward */
+
+/* per-layer views of the activations for one forward/backward at (B,T) <= allocated size */
+typedef struct {
+    floatX *residual_in, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *att_state, *ln2_mean, *ln2_rstd;
+} LayerActivations;
+
+static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
+    const GPT2Config* c = &m->config;
+    size_t BT = (size_t)m->B * m->T, C = (size_t)c->channels;
+    LayerActivations a;
+    int l_ln = m->recompute >= 2 ? 0 : l;
+    int l_gelu = m->recompute >= 1 ? 0 : l;
+    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, l - 1, BT * C);
+    a.ln1 = actX(m, A_LN1, l_ln, BT * C);
+    a.qkv = actX(m, A_QKV, l, BT * 3 * C);
+    a.atty = actX(m, A_ATTY, l, BT * C);
+    a.residual2 = actX(m, A_RESIDUAL2, l, BT * C);
+    a.ln2 = actX(m, A_LN2, l_ln, BT * C);
+    a.fch = actX(m, A_FCH, l, BT * 4 * C);
+    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * C);
+    a.residual3 = actX(m, A_RESIDUAL3, l, BT * C);
+    a.ln1_mean = actF(m, A_LN1_MEAN, l, BT);
+    a.ln1_rstd = actF(m, A_LN1_RSTD, l, BT);
+    a.att_state = actF(m, A_ATT_STATE, l, attention_state_floats(m->B, m->T, c->num_heads));
+    a.ln2_mean = actF(m, A_LN2_MEAN, l, BT);
+    a.ln2_rstd = actF(m, A_LN2_RSTD, l, BT);
+    return a;
+}
+
+/* MLP up-projection: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue when gelu_fusion) */
+static inline void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, int l, int N, int gelu_fusion) {
+    int C = m->config.channels;
+    const floatX* fcw = layer_param(&m->params, m, P_FCW, l);
+    const floatX* fcb = layer_param(&m->params, m, P_FCB, l);
+    if (gelu_fusion) {
+        matmul_forward(a->fch_gelu, a->ln2, fcw, fcb, N, C, 4 * C, a->fch);
+    } else {
+        matmul_forward(a->fch, a->ln2, fcw, fcb, N, C, 4 * C, NULL);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    }
+}
+
+/* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
+ * (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device without a host sync
+ * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
+ * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)). */
+static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
+                                float dloss, int write_dlogits) {
+    const GPT2Config* c = &m->config;
+    if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T;
+    const ParameterTensors* p = &m->params;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
+    encoder_forward((floatX*)m->acts.t[A_ENCODED], inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
+    LayerActivations a0 = gpt2_layer_acts(m, 0);
+    layernorm_forward(a0.ln1, a0.ln1_mean, a0.ln1_rstd, a0.residual_in,
+                      layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), N, C);
+    for (int l = 0; l < L; l++) {
+        LayerActivations a = gpt2_layer_acts(m, l);
+        matmul_forward(a.qkv, a.ln1, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * C, NULL);
+        attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, C, NH);
+        matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l), layer_param(p, m, P_ATTPROJB, l), N, C, C, NULL);
+        fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, scratch,
+                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
+        gpt2_mlp_up_forward(m, &a, l, N, gelu_fusion);
+        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), layer_param(p, m, P_FCPROJB, l), N, 4 * C, C, NULL);
+        if (l + 1 < L) {
+            LayerActivations an = gpt2_layer_acts(m, l + 1);
+            fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, scratch,
+                                             layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), N, C);
+        } else {
+            fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
+                                             (float*)m->acts.t[A_LNF_RSTD], a.residual2, scratch,
+                                             p->t[P_LNFW], p->t[P_LNFB], N, C);
+        }
+    }
+    floatX* logits = (floatX*)m->acts.t[A_LOGITS];
+    matmul_forward(logits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], NULL, N, C, Vp, NULL);
+    if (targets != NULL) {
+        fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
+        loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
+    }
+}
+
+/* mean loss of the last gpt2_forward with targets (synchronises: copies one float) */
+static inline float gpt2_mean_loss(GPT2* m) {
+    float host = 0.0f;
+    dev_memcpy_d2h(&host, m->loss_mean, sizeof(float));
+    return host;
+}
+/* zeroes the device loss accumulator (queued) */
+static inline void gpt2_loss_sum_reset(GPT2* m) { dev_memset(m->loss_sum, 0, sizeof(double)); }
+/* sum of the mean losses of the forwards with targets since gpt2_loss_sum_reset (synchronises) */
+static inline double gpt2_loss_sum_read(GPT2* m) {
+    double host = 0.0;
+    dev_memcpy_d2h(&host, m->loss_sum, sizeof(double));
+    return host;
+}
+
+/* ============================================================ backward */
+
+/* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
+static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N) {
+    int C = m->config.channels;
+    const ParameterTensors* p = &m->params;
+    if (m->recompute >= 2) {
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
+                          layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), N, C);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
+                          layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
+    }
+    if (m->recompute >= 1) {
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C); /* fch holds the pre-GELU values either way */
+    }
+}
+
+/* backward pass of one transformer block: dresidual (N,C) holds d(loss)/d(residual3) on entry and
+ * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
+static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
+    const GPT2Config* c = &m->config;
+    int C = c->channels, NH = c->num_heads, N = B * T;
+    const ParameterTensors* p = &m->params;
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    floatX* dbt4c = (floatX*)m->acts.t[A_DBT4C];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    LayerActivations a = gpt2_layer_acts(m, l);
+    gpt2_recompute_layer(m, &a, l, N);
+    /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
+    matmul_backward(dbt4c, gpt2_layer_grad(g, P_FCPROJW, l), gpt2_layer_grad(g, P_FCPROJB, l), dresidual, a.fch_gelu,
+                    layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * C, C, NULL);
+    /* fch_gelu = gelu(ln2 @ fcw^T + fcb) */
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_FCW, l), gpt2_layer_grad(g, P_FCB, l), dbt4c, a.ln2,
+                    layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * C, a.fch);
+    layernorm_backward(dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), scratch_f32, dbtc,
+                       a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, N, C);
+    /* residual2 = residual_in + atty @ attprojw^T + attprojb */
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_layer_grad(g, P_ATTPROJB, l), dresidual, a.atty,
+                    layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, C, C, NULL);
+    attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, C, NH);
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_layer_grad(g, P_QKVB, l), dbt4c, a.ln1,
+                    layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * C, NULL);
+    layernorm_backward(dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), scratch_f32, dbtc,
+                       a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+/* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate where g says, with g's hooks
+ * called as documented at GPT2GradTarget. host_inputs: the same (B,T) tokens on the host (for the
+ * deterministic encoder backward). */
+static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* inputs, const int* host_inputs, int B,
+                                 int T) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size;
+    int N = B * T;
+    const ParameterTensors* p = &m->params;
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
+    if (g->backward_begin) { g->backward_begin(g->ctx); }
+    /* LM head (tied): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
+    matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], scratch_f32, N, C,
+                    Vp, NULL);
+    dev_memset(dresidual, 0, (size_t)N * C * sizeof(floatX));
+    LayerActivations last = gpt2_layer_acts(m, L - 1);
+    layernorm_backward(dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], scratch_f32, dbtc, last.residual3,
+                       p->t[P_LNFW], (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        if (g->layer_begin) { g->layer_begin(g->ctx, l); }
+        gpt2_block_backward(m, g, l, B, T);
+        if (g->layer_ready) { g->layer_ready(g->ctx, l); }
+    }
+    encoder_backward(g->base.t[P_WTE], g->base.t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+    if (g->layer_ready) { g->layer_ready(g->ctx, -1); }
+}
+
+/* ============================================================ AdamW over a range */
+
+typedef struct {
+    float learning_rate, beta1, beta2, eps, weight_decay;
+    float grad_scale;   /* multiplies the gradient (clipping factor x 1/loss scale) */
+    int t;              /* step number, from 1 */
+    unsigned int seed;  /* stochastic-rounding seed */
+} AdamWStep;
+
+/* The fp32 optimizer state of the flat parameter range [first, first + n): AdamW moments m, v and (mixed
+ * precision with master weights) the fp32 master copy, NULL otherwise. Device buffers of n floats. */
+typedef struct {
+    float* m;
+    float* v;
+    float* master;
+    size_t first, n;
+} AdamWState;
+
+/* AdamW (Loshchilov & Hutter 2019) over the flat parameter range [start, end) (a ZeRO shard or everything),
+ * tensor by tensor so that weight decay applies only to decayed tensors. grad[k] is the gradient of flat
+ * parameter start + k (floatX, device); opt covers at least [start, end). */
+static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const floatX* grad, const AdamWState* opt,
+                                     const AdamWStep* s) {
+    size_t tensor_start = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t tensor_end = tensor_start + m->param_sizes[i];
+        size_t lo = start > tensor_start ? start : tensor_start;
+        size_t hi = end < tensor_end ? end : tensor_end;
+        if (lo < hi) {
+            float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
+            size_t k = lo - opt->first;
+            adamw_update(m->params_memory + lo, opt->master ? opt->master + k : NULL, grad + (lo - start), opt->m + k,
+                         opt->v + k, hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps, wd, s->grad_scale, s->t,
+                         s->seed);
+        }
+        tensor_start = tensor_end;
+    }
+}
+
+/* counts of decayed / non-decayed tensors and values (for the weight-decay grouping report/test) */
+static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors, size_t* n_decay_values,
+                                            int* n_other_tensors, size_t* n_other_values) {
+    *n_decay_tensors = 0; *n_other_tensors = 0; *n_decay_values = 0; *n_other_values = 0;
+    int L = m->config.num_layers;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        int tensors = parameter_is_per_layer(i) ? L : 1;
+        if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
+        else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }
+    }
+}
+
+#endif /* LLMC_GPT2_H */

@@ -1,0 +1,120 @@
+/*
+ * llmc/model_file.h -- GPT-2 model files (llm.c-compatible; llmc/README.md, "File formats"): write the
+ * weights, read a header, build a model from a file.
+ *
+ * Format: 256 x int32 little-endian header, header[0] = 20240326, header[1] = 3 (fp32 parameters) or
+ * 5 (raw bf16 parameters), header[2..7] = maxT, V, L, NH, C, Vp; then the P parameters in the order of the
+ * parameter table (llmc/gpt2.h: wte, wpe, ln1w, ..., lnfb). A BF16 build writes version 5, every other
+ * build version 3; both versions are read by every build (converted to its floatX, round to nearest).
+ * Writes are atomic (path.tmp, then rename). Errors: every reader checks magic, version, header fields and
+ * file size and exits with one line naming the file, what it found and how to regenerate it.
+ */
+#ifndef LLMC_MODEL_FILE_H
+#define LLMC_MODEL_FILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/checkpoint.h"
+#include "llmc/gpt2.h"
+
+static inline int precision_is_bf16(void) { return strcmp(PRECISION_NAME, "bf16") == 0; }
+
+/* writes the weights of m as a model file at `path`: version 5 (raw bf16) for BF16 builds, version 3 (fp32)
+ * otherwise. Atomic: path.tmp then rename. */
+static inline void gpt2_write_model(const GPT2* m, const char* path) {
+    const GPT2Config* c = &m->config;
+    int header[FILE_HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    int bf16 = precision_is_bf16();
+    header[0] = MODEL_FILE_MAGIC;
+    header[1] = bf16 ? MODEL_FILE_VERSION_BF16 : MODEL_FILE_VERSION_FP32;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, header, sizeof(int), FILE_HEADER_INTS);
+    if (bf16 || FLOATX_IS_FLOAT) {
+        size_t bytes = m->num_parameters * sizeof(floatX);
+        void* host = malloc_check(bytes, "host copy of weights");
+        dev_memcpy_d2h(host, m->params_memory, bytes);
+        atomic_file_write(&af, host, 1, bytes);
+        free(host);
+    } else {
+        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host copy of weights");
+        dev_download_floats(host, m->params_memory, m->num_parameters);
+        atomic_file_write(&af, host, sizeof(float), m->num_parameters);
+        free(host);
+    }
+    atomic_file_commit(&af);
+}
+
+/* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5) */
+static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
+    int header[FILE_HEADER_INTS];
+    const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
+    FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC, MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16,
+                                      "model file", regen);
+    fclose(f);
+    cfg->max_seq_len = header[2];
+    cfg->vocab_size = header[3];
+    cfg->num_layers = header[4];
+    cfg->num_heads = header[5];
+    cfg->channels = header[6];
+    cfg->padded_vocab_size = header[7];
+    if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
+        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0) {
+        FATAL("model file '%s' has an invalid header: maxT=%d V=%d L=%d NH=%d C=%d Vp=%d (expected positive sizes, "
+              "Vp >= V, C divisible by NH)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
+              cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
+    }
+    return header[1];
+}
+
+/* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) */
+static inline void gpt2_build_from_file(GPT2* m, const char* path) {
+    GPT2Config cfg;
+    int version = gpt2_read_model_header(path, &cfg);
+    gpt2_allocate_weights(m, &cfg);
+    size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
+    checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + m->num_parameters * elem), "model file",
+                          "regenerate it");
+    FILE* f = fopen_check(path, "rb");
+    fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
+    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16()) {
+        void* host = malloc_check(m->num_parameters * 2, "host weights");
+        fread_check(host, 2, m->num_parameters, f, path);
+        dev_memcpy_h2d(m->params_memory, host, m->num_parameters * 2);
+        free(host);
+    } else {
+        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host weights");
+        if (version == MODEL_FILE_VERSION_BF16) {
+            uint16_t* raw = (uint16_t*)malloc_check(m->num_parameters * 2, "host bf16 weights");
+            fread_check(raw, 2, m->num_parameters, f, path);
+            for (size_t i = 0; i < m->num_parameters; i++) { host[i] = bf16_bits_to_float(raw[i]); }
+            free(raw);
+        } else {
+            fread_check(host, sizeof(float), m->num_parameters, f, path);
+        }
+        dev_upload_floats(m->params_memory, host, m->num_parameters);
+        free(host);
+    }
+    fclose(f);
+}
+
+/* replaces the parameters of m by those of the model file `path`, whose configuration must equal m's
+ * (checked by the caller); the buffer (and its padding) stays */
+static inline void gpt2_load_weights(GPT2* m, const char* path) {
+    GPT2 loaded;
+    gpt2_build_from_file(&loaded, path);
+    dev_memcpy_d2d(m->params_memory, loaded.params_memory, m->num_parameters * sizeof(floatX));
+    gpt2_free(&loaded);
+}
+
+#endif /* LLMC_MODEL_FILE_H */

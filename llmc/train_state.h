@@ -1,0 +1,300 @@
+/*
+ * llmc/train_state.h -- the per-rank training-state file of a checkpoint (llmc/README.md, "File formats"):
+ * its header as a struct with named fields, writing, reading with the checks that make a resume safe, and
+ * re-sharding the optimizer state when a checkpoint is resumed with another number of processes or ZeRO stage.
+ *
+ * File DIR/state_SSSSSSSS_RRRRR.bin (llmc/checkpoint.h names it), magic 20241129, version 1, little-endian:
+ * 256 x int32 header (train_state_pack is the one place that knows the indices), then the rank's optimizer
+ * shard of n = shard_size fp32 values: AdamW m, AdamW v and, when has_master, the fp32 master weights.
+ * The optimizer shard covers the flat parameter range [shard_start, shard_start + shard_size) (llmc/zero.h).
+ * Writes are atomic (path.tmp, then rename). Errors: every reader exits with one line that names the file,
+ * the field, what the file holds and what this run has (and which flag sets it).
+ */
+#ifndef LLMC_TRAIN_STATE_H
+#define LLMC_TRAIN_STATE_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/checkpoint.h"
+#include "llmc/gpt2.h"
+
+/* One rank's training state at a checkpoint (the header of its state file). */
+typedef struct {
+    int step;                    /* optimizer steps completed */
+    int rank, world;             /* data-parallel rank and number of processes that wrote the checkpoint */
+    int zero_stage;
+    int B, T, grad_accum_steps;
+    int num_layers, channels, num_heads, vocab_size, padded_vocab_size, max_seq_len;
+    int has_master;              /* the body holds fp32 master weights */
+    uint64_t num_parameters;     /* P */
+    uint64_t shard_start, shard_size;   /* the optimizer shard [shard_start, shard_start + shard_size) */
+    uint64_t data_epoch, data_position; /* train loader position of the next batch to train on */
+    uint64_t sample_rng;         /* xorshift state of the sampler */
+    int floatx_bytes;            /* sizeof(floatX) of the build */
+    int seed;
+    float loss_scale;            /* FP16 dynamic loss scaling */
+    int loss_scale_good_steps;
+    uint64_t data_fingerprint;   /* dataloader_fingerprint of the training shards */
+} TrainState;
+
+/* what the error messages of the readers name besides the file */
+typedef struct {
+    const char* output_dir;      /* -o */
+    const char* train_data;      /* -i */
+} TrainStateContext;
+
+static inline void header_put_u64(int* h, int i, uint64_t v) {
+    h[i] = (int)(uint32_t)(v & 0xffffffffu);
+    h[i + 1] = (int)(uint32_t)(v >> 32);
+}
+static inline uint64_t header_get_u64(const int* h, int i) {
+    return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32);
+}
+
+/* the header layout, version 1: [2] step [3] rank [4] world [5] ZeRO stage [6] B [7] T [8] grad accum steps
+ * [9] L [10] C [11] NH [12] V [13] Vp [14] maxT [15] has master [16,17] P [18,19] shard start [20,21] shard size
+ * [22,23] data epoch [24,25] data position [26,27] sampling RNG [28] sizeof(floatX) [29] seed
+ * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32) */
+static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
+    memset(h, 0, FILE_HEADER_INTS * sizeof(int));
+    h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
+    h[2] = s->step; h[3] = s->rank; h[4] = s->world; h[5] = s->zero_stage;
+    h[6] = s->B; h[7] = s->T; h[8] = s->grad_accum_steps;
+    h[9] = s->num_layers; h[10] = s->channels; h[11] = s->num_heads; h[12] = s->vocab_size;
+    h[13] = s->padded_vocab_size; h[14] = s->max_seq_len; h[15] = s->has_master;
+    header_put_u64(h, 16, s->num_parameters);
+    header_put_u64(h, 18, s->shard_start);
+    header_put_u64(h, 20, s->shard_size);
+    header_put_u64(h, 22, s->data_epoch);
+    header_put_u64(h, 24, s->data_position);
+    header_put_u64(h, 26, s->sample_rng);
+    h[28] = s->floatx_bytes;
+    h[29] = s->seed;
+    memcpy(&h[30], &s->loss_scale, sizeof(float));
+    h[31] = s->loss_scale_good_steps;
+    header_put_u64(h, 32, s->data_fingerprint);
+}
+static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
+    memset(s, 0, sizeof(*s));
+    s->step = h[2]; s->rank = h[3]; s->world = h[4]; s->zero_stage = h[5];
+    s->B = h[6]; s->T = h[7]; s->grad_accum_steps = h[8];
+    s->num_layers = h[9]; s->channels = h[10]; s->num_heads = h[11]; s->vocab_size = h[12];
+    s->padded_vocab_size = h[13]; s->max_seq_len = h[14]; s->has_master = h[15];
+    s->num_parameters = header_get_u64(h, 16);
+    s->shard_start = header_get_u64(h, 18);
+    s->shard_size = header_get_u64(h, 20);
+    s->data_epoch = header_get_u64(h, 22);
+    s->data_position = header_get_u64(h, 24);
+    s->sample_rng = header_get_u64(h, 26);
+    s->floatx_bytes = h[28];
+    s->seed = h[29];
+    memcpy(&s->loss_scale, &h[30], sizeof(float));
+    s->loss_scale_good_steps = h[31];
+    s->data_fingerprint = header_get_u64(h, 32);
+}
+
+/* tokens per optimizer step of the run a state describes */
+static inline long long train_state_tokens_per_step(const TrainState* s) {
+    return (long long)s->B * s->T * s->grad_accum_steps * s->world;
+}
+
+/* opens the state file `path`, checks magic and version, reads its header into s; returns the FILE positioned
+ * at the body */
+static inline FILE* train_state_open(const char* path, TrainState* s) {
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
+                                      "training state file", "it is written by train_gpt with -o DIR -n N");
+    train_state_unpack(h, s);
+    return f;
+}
+static inline void train_state_read_header(const char* path, TrainState* s) { fclose(train_state_open(path, s)); }
+
+/* writes the state file `path`: the header of s, then m, v (and master when s->has_master) of the optimizer
+ * state opt (device, s->shard_size values each). Atomic. */
+static inline void train_state_write(const char* path, const TrainState* s, const AdamWState* opt) {
+    int h[FILE_HEADER_INTS];
+    train_state_pack(s, h);
+    size_t n = (size_t)s->shard_size;
+    float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, h, sizeof(int), FILE_HEADER_INTS);
+    const float* sections[3] = {opt->m, opt->v, opt->master};
+    for (int k = 0; k < (s->has_master ? 3 : 2); k++) {
+        dev_memcpy_d2h(host, sections[k], n * sizeof(float));
+        atomic_file_write(&af, host, sizeof(float), n);
+    }
+    atomic_file_commit(&af);
+    free(host);
+}
+
+/* refuses (one line naming the field) when the checkpoint's value differs from this run's */
+static inline void train_state_expect(const char* path, const char* field, const char* flag, long long found,
+                                      long long expected) {
+    if (found != expected) {
+        FATAL("cannot resume from '%s': it was written with %s = %lld but this run has %lld (%s); "
+              "resume with the same configuration or start a new output directory",
+              path, field, found, expected, flag);
+    }
+}
+
+/* the checks every state file passes whatever the process layout: model, precision, seed, data, batch */
+static inline void train_state_check_run(const char* path, const TrainState* found, const TrainState* ours,
+                                         const TrainStateContext* ctx) {
+    train_state_expect(path, "micro-batch B", "-b", found->B, ours->B);
+    train_state_expect(path, "sequence length T", "-t", found->T, ours->T);
+    train_state_expect(path, "tokens per optimizer step", "-d", train_state_tokens_per_step(found),
+                       train_state_tokens_per_step(ours));
+    train_state_expect(path, "layers L", "model", found->num_layers, ours->num_layers);
+    train_state_expect(path, "channels C", "model", found->channels, ours->channels);
+    train_state_expect(path, "heads NH", "model", found->num_heads, ours->num_heads);
+    train_state_expect(path, "vocabulary V", "model", found->vocab_size, ours->vocab_size);
+    train_state_expect(path, "padded vocabulary Vp", "model", found->padded_vocab_size, ours->padded_vocab_size);
+    train_state_expect(path, "context length", "model", found->max_seq_len, ours->max_seq_len);
+    train_state_expect(path, "fp32 master weights", "-w / precision", found->has_master, ours->has_master);
+    train_state_expect(path, "sizeof(floatX)", "precision build", found->floatx_bytes, ours->floatx_bytes);
+    train_state_expect(path, "seed", "--seed", found->seed, ours->seed);
+    if (found->data_fingerprint != ours->data_fingerprint) {
+        FATAL("cannot resume from '%s': it was written while training on other data (shard names or sizes differ "
+              "from -i '%s'); resume with the same training data or start a new output directory", path,
+              ctx->train_data);
+    }
+    train_state_expect(path, "parameter count", "model", (long long)found->num_parameters, (long long)ours->num_parameters);
+}
+
+/* the state file's size must be the header + m, v (+ master) of its shard */
+static inline void train_state_check_size(const char* path, const TrainState* s, const TrainStateContext* ctx) {
+    long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) +
+                               (long long)s->shard_size * 4 * (s->has_master ? 3 : 2);
+    char regen[1200];
+    snprintf(regen, sizeof(regen), "the checkpoint is damaged; to resume from the previous one, delete %s/DONE_%08d",
+             ctx->output_dir, s->step);
+    checkpoint_check_size(path, expected_bytes, "training state file", regen);
+}
+
+/* Reads this rank's own state file `path` of a checkpoint written with the same layout (process count, rank,
+ * ZeRO stage, accumulation, shard) as `ours`: checks all of that and train_state_check_run, then loads m, v
+ * (and master) into opt (device) and returns the file's header in *found (step, data position, RNG, loss scale). */
+static inline void train_state_read(const char* path, const TrainState* ours, const TrainStateContext* ctx,
+                                    const AdamWState* opt, TrainState* found) {
+    FILE* f = train_state_open(path, found);
+    train_state_expect(path, "world size", "number of processes", found->world, ours->world);
+    train_state_expect(path, "rank", "process rank", found->rank, ours->rank);
+    train_state_expect(path, "ZeRO stage", "-z", found->zero_stage, ours->zero_stage);
+    train_state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", found->grad_accum_steps,
+                       ours->grad_accum_steps);
+    train_state_check_run(path, found, ours, ctx);
+    train_state_expect(path, "optimizer shard start", "ZeRO layout", (long long)found->shard_start,
+                       (long long)ours->shard_start);
+    train_state_expect(path, "optimizer shard size", "ZeRO layout", (long long)found->shard_size,
+                       (long long)ours->shard_size);
+    train_state_check_size(path, found, ctx);
+    size_t n = (size_t)found->shard_size;
+    float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+    float* sections[3] = {opt->m, opt->v, opt->master};
+    for (int k = 0; k < (found->has_master ? 3 : 2); k++) {
+        fread_check(host, sizeof(float), n, f, path);
+        dev_memcpy_h2d(sections[k], host, n * sizeof(float));
+    }
+    free(host);
+    fclose(f);
+}
+
+/* ---------------------------------------------------------------- re-sharding */
+
+/* Reads the state files of the old_world ranks of checkpoint `step` in `ctx->output_dir` for re-sharding to
+ * `ours` (this run's layout): checks each (train_state_check_run, rank, world size, step, size) and that the
+ * old ranks stood at consecutive data positions p0, p0+1, ... of one epoch with p0 a multiple of this run's
+ * process count (not needed when same_world); exits with one line otherwise. With host != NULL it also copies
+ * m, v (and master) of the old shards that overlap [lo, hi) into host (sections of ours->shard_size values from
+ * ours->shard_start; an old shard replicated on every rank, as ZeRO-0's, is read once) and the old rank 0's
+ * header into *first. */
+static inline void train_state_scan_old(int step, int old_world, int same_world, const TrainState* ours,
+                                        const TrainStateContext* ctx, float* host, size_t lo, size_t hi,
+                                        TrainState* first) {
+    TrainState f0;
+    memset(&f0, 0, sizeof(f0));
+    int sections = ours->has_master ? 3 : 2;
+    size_t n = (size_t)ours->shard_size;
+    for (int q = 0; q < old_world; q++) {
+        char path[1024];
+        TrainState h;
+        checkpoint_state_path(path, sizeof(path), ctx->output_dir, step, q);
+        FILE* f = train_state_open(path, &h);
+        train_state_check_run(path, &h, ours, ctx);
+        train_state_expect(path, "rank", "file name", h.rank, q);
+        train_state_expect(path, "world size", "the other state files of this checkpoint", h.world, old_world);
+        train_state_expect(path, "step", "file name", h.step, step);
+        size_t start_q = (size_t)h.shard_start, n_q = (size_t)h.shard_size;
+        train_state_check_size(path, &h, ctx);
+        int replica = q > 0 && h.shard_start == f0.shard_start && h.shard_size == f0.shard_size;
+        if (q == 0) {
+            f0 = h;
+        } else if (!same_world && (h.data_epoch != f0.data_epoch || h.data_position != f0.data_position + (uint64_t)q)) {
+            FATAL("cannot re-shard '%s' to %d processes: its %d processes stood at different data positions (an epoch "
+                  "ended inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir,
+                  ours->world, old_world, old_world);
+        }
+        size_t a = lo > start_q ? lo : start_q, b = hi < start_q + n_q ? hi : start_q + n_q;
+        if (host && a < b && !replica) {
+            for (int k = 0; k < sections; k++) {
+                long off = (long)(FILE_HEADER_INTS * sizeof(int) + ((size_t)k * n_q + (a - start_q)) * sizeof(float));
+                if (fseek(f, off, SEEK_SET) != 0) { FATAL("cannot seek in '%s': %s", path, strerror(errno)); }
+                fread_check(host + (size_t)k * n + (a - (size_t)ours->shard_start), sizeof(float), b - a, f, path);
+            }
+        }
+        fclose(f);
+    }
+    if (!same_world && f0.data_position % (uint64_t)ours->world != 0) {
+        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d (an epoch ended "
+              "inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir, ours->world,
+              (unsigned long long)f0.data_position, ours->world, old_world);
+    }
+    if (first) { *first = f0; }
+}
+
+/* Resume with another number of processes or ZeRO stage (re-sharding): loads into opt (device) the parts of the
+ * old ranks' state files that overlap this rank's optimizer shard, so m, v and master weights continue exactly,
+ * and returns in *found the header to continue from: the old rank 0's (step, RNG, loss scale) with the data
+ * position this rank continues at. Data: the old ranks stood at consecutive global positions p0, p0+1, ... of
+ * one epoch; new rank r continues at p0 + r (wrapping into the next epoch at windows_per_epoch), so the rest of
+ * the epoch is still read exactly once; with the same number of processes (only -z changed) every rank keeps
+ * its own position. The caller has had rank 0 validate every file first (train_state_scan_old with host NULL),
+ * so that a refusal is one line. */
+static inline void train_state_read_resharded(int step, int old_world, const TrainState* ours,
+                                              const TrainStateContext* ctx, const AdamWState* opt,
+                                              size_t windows_per_epoch, TrainState* found) {
+    size_t n = (size_t)ours->shard_size, P = (size_t)ours->num_parameters;
+    size_t start = (size_t)ours->shard_start;
+    size_t lo = start < P ? start : P, hi = start + n < P ? start + n : P;
+    int sections = ours->has_master ? 3 : 2;
+    int same_world = old_world == ours->world;
+    float* host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
+    TrainState first;
+    train_state_scan_old(step, old_world, same_world, ours, ctx, host, lo, hi, &first);
+    float* dst[3] = {opt->m, opt->v, opt->master};
+    for (int k = 0; k < sections; k++) { dev_memcpy_h2d(dst[k], host + (size_t)k * n, n * sizeof(float)); }
+    free(host);
+    *found = first;
+    if (same_world) {
+        char path[1024];
+        TrainState mine;
+        checkpoint_state_path(path, sizeof(path), ctx->output_dir, step, ours->rank);
+        train_state_read_header(path, &mine);
+        found->data_epoch = mine.data_epoch;
+        found->data_position = mine.data_position;
+    } else {
+        found->data_position = first.data_position + (uint64_t)ours->rank;
+        if (found->data_position >= (uint64_t)windows_per_epoch) {
+            found->data_epoch++;
+            found->data_position = (uint64_t)ours->rank;
+        }
+    }
+}
+
+#endif /* LLMC_TRAIN_STATE_H */

@@ -1,0 +1,425 @@
+/*
+ * llmc/zero.h -- data parallelism with ZeRO stages 0, 1 and 2 behind one interface (llmc/README.md, "ZeRO and
+ * the gradient store"): the gradient store (where backward writes the gradients), the reducer (the collective
+ * each gradient bucket gets as soon as backward completes it), the fp32 optimizer state of this rank's range,
+ * the gradient norm and the update. The stage is read in one place, zero_stage_info; everything else goes
+ * through the ZeroStage implementation chosen there. (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations
+ * Toward Training Trillion Parameter Models"; buckets issued from backward as in PyTorch DDP, Li et al. 2020,
+ * "PyTorch Distributed: Experiences on Accelerating Data Parallel Training".)
+ *
+ * Layout (all stages): the flat parameter buffer holds Ppad = N * S elements, S = ceil(P / N) for N ranks of the
+ * data-parallel group; rank r owns the contiguous shard [r*S, (r+1)*S) (the last one ends in up to N-1 padding
+ * zeros that are never updated). Gradients are scaled by dloss = 1/(B*T*accum*N) in the loss, so the sum over
+ * ranks is the average.
+ *   ZeRO-0: full gradient buffer (Ppad floatX); the last micro-step's buckets are all-reduced (MPI: ring
+ *           reduce-scatter + all-gather with the chunks of S, so the sums equal ZeRO-1's bit for bit; NCCL:
+ *           ncclAllReduce, whose summation order may differ); earlier micro-steps accumulate locally. Every rank
+ *           updates everything (m, v, master: P fp32 each).
+ *   ZeRO-1: full gradient buffer; the last micro-step's buckets are reduce-scattered; AdamW on the own shard
+ *           (m, v, master: S each), then the parameters are all-gathered (queued after the update on the GPU).
+ *   ZeRO-2: gradients sharded too: backward writes each layer's gradients into one of two layer slots, the hook
+ *           reduce-scatters the slot and adds the owned part into the shard accumulator (S floatX) one layer
+ *           later (comm fence, so the add waits only for that bucket), after which the slot is reused. Kept:
+ *           2 layer slots + wte/wpe/lnf + S, never the full buffer; the embedding gradients stay whole, since
+ *           the LM head writes wte's at the start of backward and the encoder at the end (for small models, or
+ *           few processes, that can exceed the full buffer of ZeRO-0/1: the ledger says so). Overlap is one
+ *           layer deep. The price (as in DeepSpeed's ZeRO-2): with gradient accumulation the reduce-scatter runs
+ *           every micro-step (accum x (N-1)/N x gradient bytes per step instead of once), and the accumulation
+ *           order differs from ZeRO-0/1 (sum over ranks, then over micro-steps).
+ * Gradient norm, the same for every stage bit for bit: the squared norm of each shard's real range
+ * [q*S, min((q+1)*S, P)) in fp32 (global_norm_squared), the N partials summed in double in shard order. ZeRO-0
+ * computes every partial from its full reduced gradient; ZeRO-1/2 compute their own one and exchange them as
+ * a one-hot vector (an all-reduce of x + 0 + ... + 0 is exact in any order). FP16 overflow check: over the
+ * owned range, all-reduced, so every rank's loss scaler takes the same decision.
+ *
+ * GPU ordering: collectives run on the communication stream after the compute work queued before them
+ * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
+ * with one line (dev_malloc); collectives check every return code (llmc/comm.h).
+ */
+#ifndef LLMC_ZERO_H
+#define LLMC_ZERO_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/comm.h"
+#include "llmc/gpt2.h"
+
+typedef struct ZeroOptimizer ZeroOptimizer;
+
+/* One ZeRO stage: its properties and the functions that differ between stages. */
+typedef struct {
+    int stage;
+    int shards_optimizer;          /* m, v, master cover only the own shard; parameters all-gathered after the update */
+    int reduces_every_micro_step;  /* buckets leave during every micro-step's backward (gradients not kept whole) */
+    void (*allocate_grads)(ZeroOptimizer* z);
+    void (*begin_step)(ZeroOptimizer* z);          /* zeroes what accumulates over the micro-steps */
+    /* GPT2GradTarget hooks (llmc/gpt2.h), ctx = the ZeroOptimizer; NULL where the stage needs none */
+    void (*backward_begin)(void* ctx);             /* every micro-step: zero what backward writes afresh */
+    void (*layer_begin)(void* ctx, int layer);
+    void (*layer_ready)(void* ctx, int layer);     /* a reducing micro-step: issue bucket `layer`'s collective */
+    const floatX* (*grad_at)(const ZeroOptimizer* z, size_t i); /* reduced gradient of flat element i (owned) */
+} ZeroStage;
+
+struct ZeroOptimizer {
+    const ZeroStage* stage;
+    GPT2* model;
+    Comm* dp;                      /* the data-parallel group */
+    CommDtype dtype;               /* floatX as a comm dtype */
+    size_t P, S, Ppad;             /* parameters, shard size ceil(P/N), padded length N*S */
+    size_t own_start, own_end;     /* optimizer-state range: [0, P) for ZeRO-0, [r*S, (r+1)*S) otherwise */
+    GPT2GradTarget target;         /* where backward writes (with or without the reducing hook) */
+    int reducing;                  /* the current micro-step's backward issues buckets */
+    /* gradient storage: the full buffer (ZeRO-0/1) ... */
+    floatX* grads;
+    /* ... or ZeRO-2's one allocation: [slot 0 | slot 1 | wte, wpe, lnfw, lnfb | own shard accumulator] */
+    floatX* grad_slots[2];
+    size_t grad_slot_elems;
+    floatX* grad_globals;
+    size_t grad_globals_elems;
+    floatX* grad_shard;            /* reduced gradients of [own_start, own_end), summed over the micro-steps */
+    size_t grads_bytes;            /* gradient storage allocated (memory ledger) */
+    AdamWState opt;                /* fp32 m, v (and master) of [own_start, own_end) */
+    float* norm_partials;          /* (N) device fp32: squared norms of the shards' real ranges */
+};
+
+/* ---------------------------------------------------------------- helpers shared by the stages */
+
+/* the comm dtype of floatX */
+static inline CommDtype floatx_comm_dtype(void) {
+    if (FLOATX_IS_FLOAT) { return COMM_F32; }
+    return strcmp(PRECISION_NAME, "bf16") == 0 ? COMM_BF16 : COMM_F16;
+}
+
+/* bucket `layer` (gpt2_grad_bucket) as comm segments of the flat gradient; returns the count */
+static inline int zero_bucket_segments(const ZeroOptimizer* z, int layer, CommSegment seg[NUM_PARAMETER_TENSORS]) {
+    GPT2GradPiece pieces[NUM_PARAMETER_TENSORS];
+    int n = gpt2_grad_bucket(z->model, &z->target, layer, pieces);
+    for (int k = 0; k < n; k++) {
+        seg[k].ptr = pieces[k].grad;
+        seg[k].begin = pieces[k].begin;
+        seg[k].end = pieces[k].end;
+    }
+    return n;
+}
+
+/* the full gradient buffer of ZeRO-0/1 (Ppad floatX) */
+static inline void zero_allocate_full_grads(ZeroOptimizer* z) {
+    z->grads = (floatX*)dev_malloc(z->Ppad * sizeof(floatX), "gradients");
+    z->target = gpt2_grad_target_full(z->model, z->grads);
+    z->grads_bytes = z->Ppad * sizeof(floatX);
+}
+static inline void zero_begin_step_full(ZeroOptimizer* z) {
+    dev_memset(z->grads, 0, z->P * sizeof(floatX));
+}
+static inline const floatX* zero_grad_at_full(const ZeroOptimizer* z, size_t i) { return z->grads + i; }
+
+/* ---------------------------------------------------------------- ZeRO-0 and ZeRO-1 */
+
+/* ZeRO-0: bucket `layer` is all-reduced */
+static inline void zero0_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_bucket_segments(z, layer, seg);
+    comm_all_reduce_segments(z->dp, seg, n, z->dtype, z->S);
+}
+
+/* ZeRO-1: bucket `layer` is reduce-scattered (each rank keeps the sums of the part it owns) */
+static inline void zero1_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_bucket_segments(z, layer, seg);
+    comm_reduce_scatter_segments(z->dp, seg, n, z->dtype, z->S);
+}
+
+/* ---------------------------------------------------------------- ZeRO-2 */
+
+/* the sharded gradient layout: two layer slots, the global tensors' gradients and the own shard accumulator */
+static inline void zero2_allocate_grads(ZeroOptimizer* z) {
+    const GPT2* m = z->model;
+    size_t L = (size_t)m->config.num_layers, slot = 0, globals = 0;
+    size_t slot_offset[NUM_PARAMETER_TENSORS];
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (parameter_is_per_layer(i)) {
+            slot_offset[i] = slot;
+            slot += m->param_sizes[i] / L;
+        } else {
+            globals += m->param_sizes[i];
+        }
+    }
+    z->grad_slot_elems = slot;
+    z->grad_globals_elems = globals;
+    size_t n = z->own_end - z->own_start;
+    /* one allocation: [slot 0 | slot 1 | wte, wpe, lnfw, lnfb | own shard], each part 256-byte aligned */
+    size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
+    floatX* base = (floatX*)dev_malloc((2 * a_slot + a_glob + n) * sizeof(floatX), "gradients (ZeRO-2 sharded)");
+    z->grad_slots[0] = base;
+    z->grad_slots[1] = base + a_slot;
+    z->grad_globals = base + 2 * a_slot;
+    z->grad_shard = base + 2 * a_slot + a_glob;
+    z->grads_bytes = (2 * a_slot + a_glob + n) * sizeof(floatX);
+    memset(&z->target, 0, sizeof(z->target));
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (parameter_is_per_layer(i)) {
+            z->target.base.t[i] = z->grad_slots[0] + slot_offset[i];
+            z->target.layer_stride[i] = a_slot; /* slot 1 starts a_slot elements after slot 0 */
+        } else {
+            z->target.base.t[i] = z->grad_globals + off;
+            off += m->param_sizes[i];
+        }
+    }
+    z->target.layer_slots = 2;
+}
+
+static inline void zero2_begin_step(ZeroOptimizer* z) {
+    dev_memset(z->grad_shard, 0, (z->own_end - z->own_start) * sizeof(floatX));
+}
+static inline const floatX* zero2_grad_at(const ZeroOptimizer* z, size_t i) { return z->grad_shard + (i - z->own_start); }
+
+/* GPT2GradTarget hooks of ZeRO-2: this micro-step's gradients of wte, wpe, lnf start from zero, and so does
+ * a layer slot before backward writes a layer into it */
+static inline void zero2_backward_begin(void* ctx) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    dev_memset(z->grad_globals, 0, z->grad_globals_elems * sizeof(floatX));
+}
+static inline void zero2_layer_begin(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    dev_memset(z->grad_slots[layer & 1], 0, z->grad_slot_elems * sizeof(floatX));
+}
+
+/* adds the owned parts of the (reduce-scattered) bucket segments into the shard accumulator */
+static inline void zero2_accumulate_owned(ZeroOptimizer* z, const CommSegment* seg, int n) {
+    size_t a = z->own_start, b = z->own_end;
+    for (int k = 0; k < n; k++) {
+        size_t lo = seg[k].begin > a ? seg[k].begin : a, hi = seg[k].end < b ? seg[k].end : b;
+        if (hi > lo) {
+            floatX* dst = z->grad_shard + (lo - a);
+            residual_forward(dst, dst, (floatX*)seg[k].ptr + (lo - seg[k].begin), hi - lo);
+        }
+    }
+}
+
+/* ZeRO-2: bucket `layer` is reduce-scattered; the previous bucket (issued by the previous call) is first folded
+ * into the shard accumulator, after its fence, before backward zeroes its slot for layer - 1 */
+static inline void zero2_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    Comm* c = z->dp;
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_bucket_segments(z, layer, seg);
+    int prev = layer >= 0 ? layer + 1 : 0; /* the bucket issued by the previous call */
+    if (prev < z->model->config.num_layers) {
+        CommSegment pseg[NUM_PARAMETER_TENSORS];
+        int pn = zero_bucket_segments(z, prev, pseg);
+        comm_fence_wait(c, prev & 1);
+        zero2_accumulate_owned(z, pseg, pn);
+    }
+    comm_reduce_scatter_segments(c, seg, n, z->dtype, z->S);
+    if (layer >= 0) {
+        comm_fence_record(c, layer & 1);
+    } else {
+        comm_fence_record(c, 2);
+        comm_fence_wait(c, 2);
+        zero2_accumulate_owned(z, seg, n); /* before the next micro-step zeroes grad_globals */
+    }
+}
+
+/* ---------------------------------------------------------------- the stage table */
+
+/* the implementation of ZeRO stage `stage` (0, 1 or 2); NULL for any other value */
+static inline const ZeroStage* zero_stage_info(int stage) {
+    static const ZeroStage stages[3] = {
+        {0, 0, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero0_layer_ready, zero_grad_at_full},
+        {1, 1, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero1_layer_ready, zero_grad_at_full},
+        {2, 1, 1, zero2_allocate_grads, zero2_begin_step, zero2_backward_begin, zero2_layer_begin, zero2_layer_ready,
+         zero2_grad_at},
+    };
+    return stage >= 0 && stage <= 2 ? &stages[stage] : NULL;
+}
+
+/* whether a run of this stage on `world` processes needs collectives started: always with several processes;
+ * alone only the sharding stages (so one GPU exercises the NCCL path of ZeRO-1/2; a one-GPU ZeRO-0 run never
+ * starts NCCL) */
+static inline int zero_needs_collectives(int stage, int world) {
+    const ZeroStage* s = zero_stage_info(stage);
+    return world > 1 || (s && s->shards_optimizer);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+/* Sets up ZeRO stage `stage` for `model` over the data-parallel group dp: pads the parameter buffer to Ppad,
+ * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
+ * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
+ * the norm partials. Exits with one line for an unknown stage. */
+static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master) {
+    memset(z, 0, sizeof(*z));
+    z->stage = zero_stage_info(stage);
+    if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1 or 2 (-z)", stage); }
+    z->model = model;
+    z->dp = dp;
+    z->dtype = floatx_comm_dtype();
+    z->P = model->num_parameters;
+    z->S = comm_shard_size(dp, z->P);
+    z->Ppad = z->S * (size_t)dp->world;
+    gpt2_pad_parameters(model, z->Ppad);
+    z->own_start = z->stage->shards_optimizer ? (size_t)dp->rank * z->S : 0;
+    z->own_end = z->stage->shards_optimizer ? z->own_start + z->S : z->P;
+    z->stage->allocate_grads(z);
+    size_t n = z->own_end - z->own_start;
+    z->opt.first = z->own_start;
+    z->opt.n = n;
+    z->opt.m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
+    z->opt.v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
+    z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
+    if (!FLOATX_IS_FLOAT && keep_master) {
+        z->opt.master = (float*)dev_malloc(n * sizeof(float), "fp32 master weights");
+        float* host = (float*)malloc_check(n * sizeof(float), "host master init");
+        dev_download_floats(host, model->params_memory + z->own_start, n);
+        dev_memcpy_h2d(z->opt.master, host, n * sizeof(float));
+        free(host);
+    }
+}
+
+static inline void zero_free(ZeroOptimizer* z) {
+    if (z->grads) { dev_free(z->grads); }
+    if (z->grad_slots[0]) { dev_free(z->grad_slots[0]); } /* the one ZeRO-2 gradient allocation */
+    if (z->opt.m) { dev_free(z->opt.m); }
+    if (z->opt.v) { dev_free(z->opt.v); }
+    if (z->opt.master) { dev_free(z->opt.master); }
+    if (z->norm_partials) { dev_free(z->norm_partials); }
+    memset(z, 0, sizeof(*z));
+}
+
+/* ---------------------------------------------------------------- one optimizer step */
+
+/* start of an optimizer step: zeroes the gradients kept across micro-steps */
+static inline void zero_begin_step(ZeroOptimizer* z) { z->stage->begin_step(z); }
+
+/* Before a micro-step's backward: whether its backward issues the gradient buckets (ZeRO-2: always; ZeRO-0/1:
+ * on the last micro-step of the optimizer step, when collectives are on: a world of one reduces nothing, except
+ * through NCCL under ZeRO-1/2). Returns the target to pass to gpt2_backward (with the reducing hook, or
+ * without: gradients then only accumulate). */
+static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_micro_step, int* reduces) {
+    z->reducing = z->stage->reduces_every_micro_step || (last_micro_step && comm_collectives_on(z->dp));
+    z->target.backward_begin = z->stage->backward_begin;
+    z->target.layer_begin = z->stage->layer_begin;
+    z->target.layer_ready = z->reducing ? z->stage->layer_ready : NULL;
+    z->target.ctx = z;
+    if (reduces) { *reduces = z->reducing; }
+    return &z->target;
+}
+
+/* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
+static inline void zero_finish(ZeroOptimizer* z) { comm_join(z->dp); }
+
+/* [lo, hi): the real (unpadded) parameters whose optimizer state this rank owns */
+static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi) {
+    *lo = z->own_start < z->P ? z->own_start : z->P;
+    *hi = z->own_end < z->P ? z->own_end : z->P;
+}
+
+/* the reduced gradient of flat element i (i in the owned range) */
+static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
+
+typedef struct {
+    float loss;         /* mean loss over ranks and micro-steps */
+    double norm_sq;     /* squared global gradient norm (of the loss-scaled gradients) */
+    int overflow;       /* FP16: inf/NaN somewhere in the reduced gradients */
+} ZeroStepStats;
+
+/* The step's global numbers, one host all-reduce: the loss (`local_loss`, this rank's mean over its micro-steps,
+ * averaged over ranks), the squared gradient norm (see the header: the same for every stage bit for bit) and,
+ * with check_overflow, whether any reduced gradient is inf/NaN. Synchronises. */
+static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss, int check_overflow) {
+    int N = z->dp->world;
+    size_t lo, hi;
+    zero_owned_range(z, &lo, &hi);
+    int sharded = z->stage->shards_optimizer;
+    /* squared norms of the shards' real ranges, in fp32 on the device: every shard (ZeRO-0) or the own one */
+    for (int q = sharded ? z->dp->rank : 0; q < (sharded ? z->dp->rank + 1 : N); q++) {
+        size_t a = (size_t)q * z->S, b = a + z->S;
+        a = a < z->P ? a : z->P;
+        b = b < z->P ? b : z->P;
+        if (b > a) { global_norm_squared(z->norm_partials + q, zero_grad_at(z, a), b - a, 0); }
+    }
+    float* partials = (float*)calloc_check((size_t)N, sizeof(float), "grad norm partials");
+    if (sharded) {
+        if (hi > lo) { dev_memcpy_d2h(&partials[z->dp->rank], z->norm_partials + z->dp->rank, sizeof(float)); }
+    } else {
+        dev_memcpy_d2h(partials, z->norm_partials, (size_t)N * sizeof(float));
+        for (int q = 0; q < N; q++) { if ((size_t)q * z->S >= z->P) { partials[q] = 0.0f; } }
+    }
+    /* [0] loss, [1] inf/NaN flag, [2 + q] shard q's partial (one-hot: only the owner's slot is non-zero) */
+    double* red = (double*)calloc_check((size_t)N + 2, sizeof(double), "step statistics");
+    red[0] = local_loss;
+    red[1] = (check_overflow && hi > lo) ? (double)has_inf_or_nan(zero_grad_at(z, lo), hi - lo) : 0.0;
+    for (int q = 0; q < N; q++) { red[2 + q] = (double)partials[q]; }
+    /* ZeRO-0 holds every partial and the full gradient: only the loss needs the other ranks */
+    comm_all_reduce_host_f64(z->dp, red, sharded ? N + 2 : 1);
+    ZeroStepStats st;
+    st.loss = (float)(red[0] / N);
+    st.overflow = red[1] > 0.0;
+    st.norm_sq = 0.0;
+    for (int q = 0; q < N; q++) { st.norm_sq += red[2 + q]; }
+    free(red);
+    free(partials);
+    return st;
+}
+
+/* AdamW on the owned range (llmc/gpt2.h), then (ZeRO-1/2) every rank gets the updated shards: the parameters
+ * are all-gathered, queued after the update on the GPU streams */
+static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
+    size_t lo, hi;
+    zero_owned_range(z, &lo, &hi);
+    if (hi > lo) { gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s); }
+    if (z->stage->shards_optimizer) {
+        comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
+        comm_join(z->dp);
+    }
+}
+
+/* ---------------------------------------------------------------- memory ledger */
+
+/* Prints the memory ledger of one process (every rank holds the same sizes: shards are padded to equal
+ * length). Line 1: what this process allocated (MiB). Line 2: the exact optimizer-state element count per
+ * rank. Line 3: the standard mixed-precision Adam formulas of Rajbhandari et al. 2019 (bytes per parameter:
+ * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N) for this model and N, with the
+ * stage in use marked. Then the device memory left and, for ZeRO-2, what its gradient storage holds. */
+static inline void zero_print_ledger(const ZeroOptimizer* z) {
+    const GPT2* m = z->model;
+    double MiB = 1024.0 * 1024.0;
+    size_t n = z->P, np = z->Ppad, shard = z->own_end - z->own_start;
+    int N = z->dp->world, st = z->stage->stage;
+    printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
+           "activations %.1f\n",
+           np * sizeof(floatX) / MiB, z->grads_bytes / MiB,
+           z->opt.master ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
+    printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
+           "(m+v%s)\n", shard, n, st, N, np - n, shard * 4 * (z->opt.master ? 3 : 2),
+           z->opt.master ? "+master" : "");
+    double P = (double)n, GiB = 1024.0 * 1024.0 * 1024.0;
+    printf("ZeRO ledger (mixed-precision Adam, GiB per process, N=%d): baseline 16P %.3f%s | ZeRO-1 (4+12/N)P %.3f%s | "
+           "ZeRO-2 (2+14/N)P %.3f%s\n", N, 16.0 * P / GiB, st == 0 ? " <-" : "", (4.0 + 12.0 / N) * P / GiB,
+           st == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, st == 2 ? " <-" : "");
+    size_t free_b = 0, total_b = 0;
+    dev_memory_info(&free_b, &total_b);
+    size_t per_seq = m->acts_bytes / (size_t)(m->B > 0 ? m->B : 1);
+    size_t fit_B = per_seq ? (free_b + m->acts_bytes) / per_seq : 0;
+    printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
+           "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
+    if (z->grad_shard) {
+        size_t held = 2 * z->grad_slot_elems + z->grad_globals_elems + shard;
+        printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu (kept whole: complete only at the end of "
+               "backward) + own shard %zu = %zu values, against %zu for the full buffer of ZeRO-0/1\n",
+               z->grad_slot_elems, z->grad_globals_elems, shard, held, np);
+        if (held >= np) {
+            printf("ZeRO-2 note: for this model and %d processes that is no saving (the tied embedding's gradient "
+                   "dominates); -z 1 holds less gradient memory\n", N);
+        }
+    }
+}
+
+#endif /* LLMC_ZERO_H */
