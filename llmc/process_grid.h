@@ -39,9 +39,10 @@
  * unknown, that check is skipped); micro_batches is the number of micro-batches per optimizer step.
  *
  * Errors: grid_check is pure and returns the message (for unit tests); grid_validate and grid_init stop the
- * job with ONE line "error: process grid: ...  [file:line]" (printed by world rank 0 after every rank agreed
- * that the layout is invalid; all ranks then exit with status 1) naming the flag (--tp, --pp, --ep), the
- * value, and what is expected. A failed comm_split aborts inside llmc/comm.h.
+ * job with ONE line "error: process grid: ...  [file:line]" naming the flag (--tp, --pp, --ep), the value,
+ * and what is expected, also when the processes were given different layouts: one all-reduce tells every
+ * rank whether any rank's layout is invalid or differs, world rank 0 prints the line, and after a barrier all
+ * ranks exit with status 1. A failed comm_split aborts inside llmc/comm.h.
  *
  * Header-only: static inline functions, no globals.
  */
@@ -245,9 +246,9 @@ static inline char* grid_describe(const GridLayout* L, int rank, char* buf, size
 
 /* ---------------------------------------------------------------- collective functions */
 
-/* Collective over `world`: checks the layout (grid_check) on every rank; if it is invalid anywhere, world
- * rank 0 prints one "error: process grid: ..." line and every rank exits with status 1. On CUDA builds with
- * several processes call after comm_init_device. */
+/* Collective over `world`: checks the layout (grid_check) on every rank, and that every rank has the same
+ * layout; if not, world rank 0 prints one "error: process grid: ..." line and every rank exits with status 1.
+ * On CUDA builds with several processes call after comm_init_device. */
 static inline void grid_validate(Comm* world, const GridLayout* L, const GridModelShape* shape, int micro_batches) {
     char err[512];
     int bad = grid_check(L, world->world, shape, micro_batches, err, sizeof(err));
@@ -255,16 +256,28 @@ static inline void grid_validate(Comm* world, const GridLayout* L, const GridMod
         if (bad) { FATAL("%s", err); }
         return;
     }
-    double nbad = bad ? 1.0 : 0.0; /* also catches ranks that disagree about the layout */
-    comm_all_reduce_host_f64(world, &nbad, 1);
-    if (nbad == 0.0) { return; }
+    /* [invalid ranks, then sum and sum of squares of tp, dp, pp, ep]: the values agree on every rank exactly
+     * when sum^2 == N * sum of squares (small integers: exact in fp64), so all ranks decide alike */
+    int val[4] = {L->tp, L->dp, L->pp, L->ep};
+    double s[9];
+    s[0] = bad ? 1.0 : 0.0;
+    for (int i = 0; i < 4; i++) { s[1 + 2 * i] = val[i]; s[2 + 2 * i] = (double)val[i] * val[i]; }
+    comm_all_reduce_host_f64(world, s, 9);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) { differ |= s[1 + 2 * i] * s[1 + 2 * i] != (double)world->world * s[2 + 2 * i]; }
+    if (s[0] == 0.0 && !differ) { return; }
     if (world->rank == 0) {
         fflush(stdout);
-        if (bad) {
+        if (differ) {
+            fprintf(stderr, "error: process grid: the layout differs between processes (rank 0 has tp %d x dp %d x "
+                    "pp %d, ep %d); expected the same --tp, --pp and --ep on every process  [%s:%d]\n", L->tp, L->dp,
+                    L->pp, L->ep, __FILE__, __LINE__);
+        } else if (bad) {
             fprintf(stderr, "error: %s  [%s:%d]\n", err, __FILE__, __LINE__);
-        } else {
-            fprintf(stderr, "error: process grid: the layout (--tp/--pp/--ep) is invalid on %.0f of %d processes; "
-                    "expected the same flags on every process  [%s:%d]\n", nbad, world->world, __FILE__, __LINE__);
+        } else { /* same layout, but the model shape or micro-batches differ between processes */
+            fprintf(stderr, "error: process grid: the layout is invalid on %.0f of %d processes (not on rank 0); "
+                    "expected the same model and batch settings on every process  [%s:%d]\n", s[0], world->world,
+                    __FILE__, __LINE__);
         }
         fflush(stderr);
     }
