@@ -5,7 +5,7 @@
 #     job's exit status and check count; the one-process grid (mpirun -np 1);
 #   - bad layouts: tp3 in a world of 8, ep3 with dp 8, and ranks started with different layouts each stop
 #     the job (non-zero exit) with exactly one "error:" line naming the problem.
-# Every mpirun is limited to 120 s (a hang is a failure, not a stuck suite).
+# Every mpirun is limited to 60 s (a hang is a failure, not a stuck suite).
 source "$(dirname "$0")/dp_lib.sh"
 if ! command -v mpirun > /dev/null 2>&1; then
     echo "not ok - mpirun not found: install OpenMPI (scripts/install_deps.sh) to run the process-grid tests"
@@ -16,7 +16,7 @@ if [ ! -x build/mpi_grid ] || ! ldd build/mpi_grid 2> /dev/null | grep -q libmpi
     exit 1
 fi
 export -f MPIRUN
-mpirun_limited() { timeout 120 bash -c 'MPIRUN "$@"' _ "$@"; }
+mpirun_limited() { timeout 60 bash -c 'MPIRUN "$@"' _ "$@"; }
 
 # run_grid N LAYOUT...: the layouts on N ranks; rank 0's lines are passed on, then one line for the job
 run_grid() {

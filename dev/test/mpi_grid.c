@@ -27,8 +27,9 @@
 static Comm g_world;
 static int n_pass = 0, n_fail = 0;
 
-/* collective over the world: the check passes only if `ok` on every rank; rank 0 prints the line */
-static void check_all(int ok, const char* fmt, ...) {
+/* collective over the world: the check passes only if `ok` on every rank; rank 0 prints the line; returns
+ * whether it passed (the same on every rank) */
+static int check_all(int ok, const char* fmt, ...) {
     double bad = ok ? 0.0 : 1.0;
     comm_all_reduce_host_f64(&g_world, &bad, 1);
     char msg[512];
@@ -45,6 +46,7 @@ static void check_all(int ok, const char* fmt, ...) {
         fflush(stdout);
     }
     if (bad == 0.0) { n_pass++; } else { n_fail++; }
+    return bad == 0.0;
 }
 
 /* the layout under test, spelled out independently of the grid */
@@ -75,7 +77,8 @@ static int member(const Spec* s, GridGroup k, int a, int b, int* pos) {
     }
 }
 
-static void check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
+/* returns whether the membership check passed on every rank */
+static int check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
     int W = g_world.world, me = g_world.rank, pos, size = 0, mypos = -1;
     Comm* c = grid_group(g, k);
     for (int b = 0; b < W; b++) {
@@ -94,8 +97,8 @@ static void check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
         if (v[b] != want) { ok = 0; }
     }
     free(v);
-    check_all(ok, "[%s] %s group: members (world ranks), size %d and group ranks as the ordering formula says",
-              s->name, grid_group_name(k), size);
+    int members_ok = check_all(ok, "[%s] %s group: members (world ranks), size %d and group ranks as the ordering "
+                               "formula says", s->name, grid_group_name(k), size);
     /* sums over the group: fp32 vector and host fp64 */
     float x[5];
     for (int i = 0; i < 5; i++) { x[i] = (float)((me + 1) * (i + 1)); }
@@ -112,9 +115,12 @@ static void check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
     }
     check_all(ok, "[%s] %s group: fp32 all-reduce and host fp64 all-reduce equal the sums over its %d members", s->name,
               grid_group_name(k), size);
+    return members_ok;
 }
 
-static void check_pipeline(const ProcessGrid* g, const Spec* s) {
+/* pp_ok: the pp group's membership passed everywhere (else the pp Comm exchange could wait forever: skipped,
+ * the check fails) */
+static void check_pipeline(const ProcessGrid* g, const Spec* s, int pp_ok) {
     int me = g_world.rank, t, d, p;
     decompose(s, me, &t, &d, &p);
     int prev = p > 0 ? t + s->tp * (d + s->dp * (p - 1)) : -1;
@@ -124,8 +130,9 @@ static void check_pipeline(const ProcessGrid* g, const Spec* s) {
     int sent = 1000 + me, got = -1, got_pp = -1;
     if (next >= 0) { comm_send(&g_world, &sent, COMM_I32, 1, next); }
     if (prev >= 0) { comm_recv(&g_world, &got, COMM_I32, 1, prev); }
-    if (next >= 0) { comm_send(g->pp, &sent, COMM_I32, 1, p + 1); }
-    if (prev >= 0) { comm_recv(g->pp, &got_pp, COMM_I32, 1, p - 1); }
+    if (pp_ok && next >= 0) { comm_send(g->pp, &sent, COMM_I32, 1, p + 1); }
+    if (pp_ok && prev >= 0) { comm_recv(g->pp, &got_pp, COMM_I32, 1, p - 1); }
+    ok = ok && pp_ok;
     if (prev >= 0 && (got != 1000 + prev || got_pp != 1000 + prev)) { ok = 0; }
     check_all(ok, "[%s] pipeline neighbours: previous/next stage world ranks (-1 at the ends); a message to the next "
               "stage arrives over the world and the pp communicator", s->name);
@@ -144,8 +151,12 @@ static void run_layout(const Spec* s) {
     char desc[256];
     grid_describe(&g.layout, me, desc, sizeof(desc));
     check_all(ok, "[%s] coordinates of every rank (rank 0: %s)", s->name, desc);
-    for (int k = 0; k < GRID_NGROUPS; k++) { check_group(&g, s, (GridGroup)k); }
-    check_pipeline(&g, s);
+    int pp_ok = 1;
+    for (int k = 0; k < GRID_NGROUPS; k++) {
+        int members_ok = check_group(&g, s, (GridGroup)k);
+        if (k == GRID_PP) { pp_ok = members_ok; }
+    }
+    check_pipeline(&g, s, pp_ok);
     /* which groups were split: sizes 1 and world never are, nor a group equal to dp (ep = dp, or ep = 1) */
     int size[GRID_NGROUPS] = {s->tp, s->dp, s->pp, s->ep, s->dp / s->ep};
     int want_split = 0;
