@@ -46,9 +46,10 @@ $(BUILD)/mpi_comm: dev/test/mpi_comm.c llmc/comm.h llmc/utils.h
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
 # process-grid tests run under mpirun by dev/test/cli_grid.sh
-$(BUILD)/mpi_grid: dev/test/mpi_grid.c $(CPU_DEPS)
+$(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h $(CPU_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
+$(BUILD)/test_process_grid: dev/test/grid_expect.h
 
 # the speed baseline: matmul and attention as plain OpenMP loops in the style of llm.c's train_gpt2.c
 train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)

@@ -5,11 +5,12 @@
  *
  * For every layout, rank 0 prints one "ok"/"not ok" line per check after the failure counts of all ranks
  * were all-reduced over the world (so the number of lines does not depend on which rank failed):
- *   - coordinates: the grid's coordinates, world rank/size and first/last stage flags equal this test's own
- *     decomposition of the world rank (tp fastest, then dp, then pp; ep = dp % ep, expert-dp = dp / ep);
+ *   - coordinates: the grid's coordinates, world rank/size and first/last stage flags equal the tests' own
+ *     decomposition of the world rank (dev/test/grid_expect.h: tp fastest, then dp, then pp; ep = dp % ep,
+ *     expert-dp = dp / ep);
  *   - per group (tp, dp, pp, ep, expert-dp), membership: every rank writes (its group rank + 1) at its world
  *     rank in a vector of length world, all-reduced over the group; the result must hold exactly the members
- *     computed here from the ordering formula, each at its expected group rank (0 elsewhere); group size and
+ *     given by dev/test/grid_expect.h's ordering formula, each at its expected group rank (0 elsewhere); group size and
  *     rank are checked too;
  *   - per group, all-reduce: an fp32 all-reduce and comm_all_reduce_host_f64 on the group equal the sums
  *     over the expected members;
@@ -22,7 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/process_grid.h"
+#include "dev/test/grid_expect.h"
 
 static Comm g_world;
 static int n_pass = 0, n_fail = 0;
@@ -32,17 +33,14 @@ static int n_pass = 0, n_fail = 0;
 static int check_all(int ok, const char* fmt, ...) {
     double bad = ok ? 0.0 : 1.0;
     comm_all_reduce_host_f64(&g_world, &bad, 1);
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (g_world.rank == 0) {
-        if (bad == 0.0) {
-            printf("ok - %s\n", msg);
-        } else {
-            printf("not ok - %s (failed on %.0f of %d ranks)\n", msg, bad, g_world.world);
-        }
+        va_list ap;
+        va_start(ap, fmt);
+        printf("%s - ", bad == 0.0 ? "ok" : "not ok");
+        vprintf(fmt, ap);
+        va_end(ap);
+        if (bad != 0.0) { printf(" (failed on %.0f of %d ranks)", bad, g_world.world); }
+        printf("\n");
         fflush(stdout);
     }
     if (bad == 0.0) { n_pass++; } else { n_fail++; }
@@ -51,38 +49,16 @@ static int check_all(int ok, const char* fmt, ...) {
 
 /* the layout under test, spelled out independently of the grid */
 typedef struct {
-    int tp, dp, pp, ep;
+    GridLayout L;
     char name[64];
 } Spec;
-
-/* this test's own decomposition of world rank r */
-static void decompose(const Spec* s, int r, int* t, int* d, int* p) {
-    *t = r % s->tp;
-    *d = (r / s->tp) % s->dp;
-    *p = r / (s->tp * s->dp);
-}
-
-/* whether world rank b is in world rank a's group of kind k, and b's rank in that group */
-static int member(const Spec* s, GridGroup k, int a, int b, int* pos) {
-    int ta, da, pa, tb, db, pb;
-    decompose(s, a, &ta, &da, &pa);
-    decompose(s, b, &tb, &db, &pb);
-    switch (k) {
-    case GRID_TP: *pos = tb; return da == db && pa == pb;
-    case GRID_DP: *pos = db; return ta == tb && pa == pb;
-    case GRID_PP: *pos = pb; return ta == tb && da == db;
-    case GRID_EP: *pos = db % s->ep; return ta == tb && pa == pb && da / s->ep == db / s->ep;
-    case GRID_EXPERT_DP: *pos = db / s->ep; return ta == tb && pa == pb && da % s->ep == db % s->ep;
-    default: *pos = -1; return 0;
-    }
-}
 
 /* returns whether the membership check passed on every rank */
 static int check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
     int W = g_world.world, me = g_world.rank, pos, size = 0, mypos = -1;
     Comm* c = grid_group(g, k);
     for (int b = 0; b < W; b++) {
-        if (member(s, k, me, b, &pos)) {
+        if (expect_member(&s->L, k, me, b, &pos)) {
             size++;
             if (b == me) { mypos = pos; }
         }
@@ -93,7 +69,7 @@ static int check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
     comm_all_reduce(c, v, COMM_F32, (size_t)W);
     int ok = c->world == size && c->rank == mypos;
     for (int b = 0; b < W; b++) {
-        float want = member(s, k, me, b, &pos) ? (float)(pos + 1) : 0.0f;
+        float want = expect_member(&s->L, k, me, b, &pos) ? (float)(pos + 1) : 0.0f;
         if (v[b] != want) { ok = 0; }
     }
     free(v);
@@ -107,7 +83,7 @@ static int check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
     comm_all_reduce_host_f64(c, h, 2);
     double rank_sum = 0.0;
     for (int b = 0; b < W; b++) {
-        if (member(s, k, me, b, &pos)) { rank_sum += b; }
+        if (expect_member(&s->L, k, me, b, &pos)) { rank_sum += b; }
     }
     ok = h[0] == rank_sum && h[1] == (double)size;
     for (int i = 0; i < 5; i++) {
@@ -122,9 +98,9 @@ static int check_group(const ProcessGrid* g, const Spec* s, GridGroup k) {
  * the check fails) */
 static void check_pipeline(const ProcessGrid* g, const Spec* s, int pp_ok) {
     int me = g_world.rank, t, d, p;
-    decompose(s, me, &t, &d, &p);
-    int prev = p > 0 ? t + s->tp * (d + s->dp * (p - 1)) : -1;
-    int next = p + 1 < s->pp ? t + s->tp * (d + s->dp * (p + 1)) : -1;
+    expect_decompose(&s->L, me, &t, &d, &p);
+    int prev = p > 0 ? t + s->L.tp * (d + s->L.dp * (p - 1)) : -1;
+    int next = p + 1 < s->L.pp ? t + s->L.tp * (d + s->L.dp * (p + 1)) : -1;
     int ok = g->prev_stage_rank == prev && g->next_stage_rank == next;
     /* a message down the pipeline over the world Comm (world ranks) and over the pp Comm (stage numbers) */
     int sent = 1000 + me, got = -1, got_pp = -1;
@@ -140,14 +116,13 @@ static void check_pipeline(const ProcessGrid* g, const Spec* s, int pp_ok) {
 
 static void run_layout(const Spec* s) {
     ProcessGrid g;
-    GridLayout L = {s->tp, s->dp, s->pp, s->ep};
-    grid_init(&g, &g_world, L, NULL, 0);
+    grid_init(&g, &g_world, s->L, NULL, 0);
     int me = g_world.rank, W = g_world.world, t, d, p;
-    decompose(s, me, &t, &d, &p);
+    expect_decompose(&s->L, me, &t, &d, &p);
     int ok = g.world_rank == me && g.world_size == W && g.world == &g_world && g.coord.tp == t && g.coord.dp == d &&
-             g.coord.pp == p && g.coord.ep == d % s->ep && g.coord.expert_dp == d / s->ep &&
-             g.is_first_stage == (p == 0) && g.is_last_stage == (p == s->pp - 1) && g.layout.tp == s->tp &&
-             g.layout.dp == s->dp && g.layout.pp == s->pp && g.layout.ep == s->ep;
+             g.coord.pp == p && g.coord.ep == d % s->L.ep && g.coord.expert_dp == d / s->L.ep &&
+             g.is_first_stage == (p == 0) && g.is_last_stage == (p == s->L.pp - 1) && g.layout.tp == s->L.tp &&
+             g.layout.dp == s->L.dp && g.layout.pp == s->L.pp && g.layout.ep == s->L.ep;
     char desc[256];
     grid_describe(&g.layout, me, desc, sizeof(desc));
     check_all(ok, "[%s] coordinates of every rank (rank 0: %s)", s->name, desc);
@@ -158,12 +133,12 @@ static void run_layout(const Spec* s) {
     }
     check_pipeline(&g, s, pp_ok);
     /* which groups were split: sizes 1 and world never are, nor a group equal to dp (ep = dp, or ep = 1) */
-    int size[GRID_NGROUPS] = {s->tp, s->dp, s->pp, s->ep, s->dp / s->ep};
+    int size[GRID_NGROUPS] = {s->L.tp, s->L.dp, s->L.pp, s->L.ep, s->L.dp / s->L.ep};
     int want_split = 0;
     ok = 1;
     for (int k = 0; k < GRID_NGROUPS; k++) {
         Comm* c = grid_group(&g, (GridGroup)k);
-        int same_as_dp = (k == GRID_EP && s->ep == s->dp) || (k == GRID_EXPERT_DP && s->ep == 1);
+        int same_as_dp = (k == GRID_EP && s->L.ep == s->L.dp) || (k == GRID_EXPERT_DP && s->L.ep == 1);
         if (size[k] == W) {
             if (c != &g_world) { ok = 0; }
         } else if (size[k] == 1) {
@@ -184,19 +159,19 @@ static void run_layout(const Spec* s) {
 static Spec parse_spec(const char* arg, int world) {
     Spec s;
     memset(&s, 0, sizeof(s));
-    s.tp = s.pp = s.ep = 1;
+    s.L.tp = s.L.pp = s.L.ep = 1;
     snprintf(s.name, sizeof(s.name), "%s", arg);
     char buf[64];
     snprintf(buf, sizeof(buf), "%s", arg);
     for (char* tok = strtok(buf, ".,"); tok; tok = strtok(NULL, ".,")) {
         int v = atoi(tok + 2);
-        if (strncmp(tok, "tp", 2) == 0) { s.tp = v; }
-        else if (strncmp(tok, "dp", 2) == 0) { s.dp = v; }
-        else if (strncmp(tok, "pp", 2) == 0) { s.pp = v; }
-        else if (strncmp(tok, "ep", 2) == 0) { s.ep = v; }
+        if (strncmp(tok, "tp", 2) == 0) { s.L.tp = v; }
+        else if (strncmp(tok, "dp", 2) == 0) { s.L.dp = v; }
+        else if (strncmp(tok, "pp", 2) == 0) { s.L.pp = v; }
+        else if (strncmp(tok, "ep", 2) == 0) { s.L.ep = v; }
         else { FATAL("mpi_grid: bad layout '%s' (expected e.g. tp2.dp2.pp2)", arg); }
     }
-    if (s.dp == 0) { s.dp = grid_layout_for_world(world, s.tp, s.pp, s.ep).dp; }
+    if (s.L.dp == 0) { s.L.dp = grid_layout_for_world(world, s.L.tp, s.L.pp, s.L.ep).dp; }
     return s;
 }
 

@@ -1,9 +1,10 @@
 /*
  * dev/test/test_process_grid.c -- the pure parts of llmc/process_grid.h, without MPI:
  *   - coordinates <-> world rank round trips for several layouts: every rank maps to in-range coordinates,
- *     back to itself, and to the tp-fastest order computed here (rank = t + tp*(d + dp*p));
- *   - the comm_split colors and keys: two ranks share a color exactly when the test's own membership rule
- *     says they are in the same group, the key is the member's position, and every group has its size;
+ *     back to itself, and to the tp-fastest order of dev/test/grid_expect.h (rank = t + tp*(d + dp*p));
+ *   - the comm_split colors and keys: two ranks share a color exactly when dev/test/grid_expect.h's
+ *     membership rule says they are in the same group, the key is the member's position, and every group
+ *     has its size;
  *   - pipeline neighbours and first/last stage;
  *   - every validation error: the message names the flag and the numbers; valid layouts are accepted;
  *   - the one-process grid: every group is the world Comm, nothing split; a bad layout stops a forked
@@ -11,29 +12,7 @@
  */
 #include <sys/wait.h>
 #include "dev/test/testing.h"
-#include "llmc/process_grid.h"
-
-/* this test's own decomposition of a world rank (tp fastest, then dp, then pp) */
-static void decompose(const GridLayout* L, int r, int* t, int* d, int* p) {
-    *t = r % L->tp;
-    *d = (r / L->tp) % L->dp;
-    *p = r / (L->tp * L->dp);
-}
-
-/* whether world ranks a and b are in the same group of kind k, and b's position in it (by this test's rules) */
-static int same_group(const GridLayout* L, GridGroup k, int a, int b, int* pos) {
-    int ta, da, pa, tb, db, pb;
-    decompose(L, a, &ta, &da, &pa);
-    decompose(L, b, &tb, &db, &pb);
-    switch (k) {
-    case GRID_TP: *pos = tb; return da == db && pa == pb;
-    case GRID_DP: *pos = db; return ta == tb && pa == pb;
-    case GRID_PP: *pos = pb; return ta == tb && da == db;
-    case GRID_EP: *pos = db % L->ep; return ta == tb && pa == pb && da / L->ep == db / L->ep;
-    case GRID_EXPERT_DP: *pos = db / L->ep; return ta == tb && pa == pb && da % L->ep == db % L->ep;
-    default: *pos = -1; return 0;
-    }
-}
+#include "dev/test/grid_expect.h"
 
 static void test_layout(int tp, int dp, int pp, int ep) {
     GridLayout L = {tp, dp, pp, ep};
@@ -49,7 +28,7 @@ static void test_layout(int tp, int dp, int pp, int ep) {
     for (int r = 0; r < W; r++) {
         GridCoords c = grid_coords_of(&L, r);
         int t, d, p;
-        decompose(&L, r, &t, &d, &p);
+        expect_decompose(&L, r, &t, &d, &p);
         if (c.tp != t || c.dp != d || c.pp != p || c.ep != d % ep || c.expert_dp != d / ep) { ok = 0; }
         if (grid_world_rank(&L, c.tp, c.dp, c.pp) != r) { ok = 0; }
         if (c.tp + tp * (c.dp + dp * c.pp) != r) { ok = 0; }
@@ -75,7 +54,7 @@ static void test_layout(int tp, int dp, int pp, int ep) {
             for (int b = 0; b < W; b++) {
                 int cb, kb, pos;
                 grid_group_color_key(&L, b, kind, &cb, &kb);
-                int same = same_group(&L, kind, a, b, &pos);
+                int same = expect_member(&L, kind, a, b, &pos);
                 if ((ca == cb) != same || kb != pos) { gok = 0; }
                 members += same;
             }
@@ -87,7 +66,7 @@ static void test_layout(int tp, int dp, int pp, int ep) {
     ok = 1;
     for (int r = 0; r < W; r++) {
         int t, d, p;
-        decompose(&L, r, &t, &d, &p);
+        expect_decompose(&L, r, &t, &d, &p);
         int prev = p > 0 ? r - tp * dp : -1, next = p < pp - 1 ? r + tp * dp : -1;
         if (grid_stage_peer(&L, r, -1) != prev || grid_stage_peer(&L, r, +1) != next) { ok = 0; }
     }
