@@ -45,6 +45,12 @@ $(BUILD)/mpi_comm: dev/test/mpi_comm.c llmc/comm.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
+# process-grid tests run under mpirun by dev/test/cli_grid.sh
+$(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
+$(BUILD)/test_process_grid: dev/test/grid_expect.h
+
 # the speed baseline: matmul and attention as plain OpenMP loops in the style of llm.c's train_gpt2.c
 train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
@@ -109,7 +115,7 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_grid train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
