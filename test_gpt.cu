@@ -326,7 +326,8 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->cfg.output_dir = output_dir;
     s->cfg.train_data = shard;
     comm_init(&s->world, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
-    s->dp = &s->world;
+    grid_init(&s->grid, &s->world, grid_layout_for_world(1, 1, 1, 1), NULL, 0);
+    s->dp = s->grid.dp;
     gpt2_build_from_file(&s->model, model_path);
     s->grad_accum_steps = accum;
     s->max_steps = max_steps;
@@ -345,6 +346,7 @@ static void test_session_close(TrainSession* s) {
     zero_free(&s->zero);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
+    grid_free(&s->grid);
     comm_finalize(&s->world);
     free(s);
 }

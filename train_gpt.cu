@@ -9,6 +9,7 @@
  *   llmc/checkpoint.h      checkpoint directory: naming, lock, pruning
  *   llmc/batch_pipeline.h  double-buffered batch uploads
  *   llmc/comm.h            collectives (MPI on the CPU build, NCCL on the GPU build)
+ *   llmc/process_grid.h    the process grid: coordinates and groups of every parallel dimension
  *   llmc/backend.h         the compute backend, chosen at compile time
  *
  * One source, two backends (llmc/backend.h):
@@ -37,6 +38,7 @@
 #include "llmc/mfu.h"              /* defines: gpt_flops_per_token, device_peak_tflops, compute_mfu */
 #include "llmc/loss_scaler.h"      /* defines: LossScaler (FP16) */
 #include "llmc/comm.h"             /* defines: Comm, collectives */
+#include "llmc/process_grid.h"     /* defines: ProcessGrid (tp x dp x pp, ep inside dp) */
 #include "llmc/gpt2.h"             /* defines: GPT2, gpt2_forward, gpt2_backward, AdamWStep */
 #include "llmc/model_file.h"       /* defines: gpt2_write_model, gpt2_build_from_file */
 #include "llmc/zero.h"             /* defines: ZeroOptimizer */
@@ -205,8 +207,9 @@ typedef struct {
 typedef struct {
     TrainConfig cfg;
     Comm world;                /* every process (llmc/comm.h) */
-    Comm* dp;                  /* the data-parallel group: the whole world (llmc/README.md, "Where the next
-                                  dimensions plug in") */
+    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); tp = pp = ep = 1
+                                  until those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
+    Comm* dp;                  /* the data-parallel group: grid.dp */
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
     DataLoader train_loader;
@@ -657,10 +660,12 @@ static uint64_t config_hash(TrainSession* s) {
 static void setup_processes(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     comm_init(&s->world, NULL, NULL, cfg->nccl_init, cfg->comm_timeout);
-    s->dp = &s->world;
-    backend_init(s->world.local_rank, is_rank0(s));
+    backend_init(s->world.local_rank, s->world.rank == 0);
     /* NCCL starts only when collectives are needed (llmc/zero.h): a one-GPU ZeRO-0 run never starts it */
     if (zero_needs_collectives(cfg->zero_stage, s->world.world)) { comm_init_device(&s->world, cfg->nccl_init); }
+    /* every process data parallel: the dp group is the world communicator itself (no split) */
+    grid_init(&s->grid, &s->world, grid_layout_for_world(s->world.world, 1, 1, 1), NULL, 0);
+    s->dp = s->grid.dp;
 }
 
 /* the model: a descriptor (random init from --seed) or a model file */
@@ -778,6 +783,7 @@ static void session_free(TrainSession* s) {
     if (s->has_val) { dataloader_free(&s->val_loader); }
     if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
     logger_free(&s->logger);
+    grid_free(&s->grid);
     comm_finalize(&s->world);
     backend_shutdown();
 }
