@@ -3,6 +3,7 @@
 #   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
+#   make test-quick      host units, the CPU model test and the CLI tests (a few minutes; no nvcc, no emulator)
 #   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
@@ -120,6 +121,12 @@ MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_grid
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
 
+# the quick tier (a few minutes, no nvcc and no emulator builds): host-module units, the CPU model test and the
+# command-line tests of the CPU trainer (resume, bad input, data parallelism under mpirun)
+QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_grid)
+test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
+	TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' bash dev/test/run_tests.sh
+
 # FP32 build of the model test (TF32 off) next to the default BF16 one
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
@@ -134,4 +141,4 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: test test-gpu fixture clean unit-tests cpu-bench
+.PHONY: test test-quick test-gpu fixture clean unit-tests cpu-bench

@@ -3,7 +3,7 @@
  *
  * The trainer describes every flag once, in an ArgSpec table; parsing, range checks, --help
  * and the printed/logged configuration are all generated from that table, so the help text
- * cannot drift from the parser (DESIGN.md sections 2 and 4a).
+ * cannot drift from the parser (llmc/README.md, "Command line and log").
  *
  * Every spec is reachable as -<short>, -<long>, --<long> (also as --<short>), with the value
  * either as the next argument or after '=':  -b 4, --batch-size 4, --batch-size=4, -ge 1, -nk 2.

@@ -1,12 +1,12 @@
 /*
  * llmc/dataloader.h -- token-shard data loader with exact, rank-disjoint epochs and exact resume.
  *
- * Shard format (llm.c, DESIGN.md section 4; written by dev/data/prepare.py): little-endian
+ * Shard format (llm.c; llmc/README.md, "File formats"; written by the data preparation script prepare.py): little-endian
  * int32 header[256] with header[0] = 20240520 (magic), header[1] = 1 (version),
  * header[2] = token count; then `count` uint16 token ids. File size must be 1024 + 2*count.
  * Every shard is checked at init (magic, version, size, enough tokens) and mmapped read-only;
  * any problem -> one stderr line naming the file, what was found, what was expected and
- * "regenerate with dev/data/prepare.py", then exit 1.
+ * "regenerate with prepare.py", the data preparation script (README, "Data"), then exit 1.
  *
  * Windows: with B*T tokens per batch, window w of a shard is the B*T+1 tokens starting at token
  * w*B*T; a shard with count tokens has (count-1)/(B*T) windows (a shard shorter than B*T+1 tokens
@@ -143,7 +143,7 @@ static inline char* dataloader_strdup(const char* s) {
 /* validates and mmaps shard i (path already set); exits with a clear message on any problem */
 static inline void dataloader_open_shard(DataLoader* dl, int i) {
     const char* path = dl->shard_paths[i];
-    const char* regen = "regenerate with dev/data/prepare.py";
+    const char* regen = "regenerate with the data preparation script prepare.py; README, \"Data\"";
     int fd = open(path, O_RDONLY);
     if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
     struct stat st;
@@ -214,7 +214,7 @@ static inline void dataloader_copy_window(DataLoader* dl, int s, size_t w) {
         for (size_t i = 0; i <= n; i++) {
             if ((int)tok[i] >= dl->vocab_limit) {
                 FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
-                      "regenerate with dev/data/prepare.py for this tokenizer", dl->shard_paths[s], (int)tok[i],
+                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s], (int)tok[i],
                       w * n + i, dl->vocab_limit);
             }
         }
@@ -269,7 +269,7 @@ static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int
     int rc = glob(glob_pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (rc == 0) { globfree(&g); }
-        FATAL("no token shard matches the pattern '%s'; check the path, or generate shards with dev/data/prepare.py", glob_pattern);
+        FATAL("no token shard matches the pattern '%s'; check the path, or generate shards with the data preparation script prepare.py (README, \"Data\")", glob_pattern);
     }
     if (rc != 0) { FATAL("glob failed for token-shard pattern '%s' (glob error %d)", glob_pattern, rc); }
     if (g.gl_pathc > 1000000) { globfree(&g); FATAL("pattern '%s' matches %zu files; at most 1000000 shards are supported", glob_pattern, (size_t)g.gl_pathc); }

@@ -1,5 +1,5 @@
 /*
- * llmc/logger.h -- the JSONL training log DIR/log.jsonl (DESIGN.md section 4a).
+ * llmc/logger.h -- the JSONL training log DIR/log.jsonl (llmc/README.md, "Command line and log").
  *
  * One JSON object per line, always starting with "kind" and "step":
  *   {"kind":"train","step":12,"loss":3.1,"lr":1e-4}

@@ -26,7 +26,7 @@
  *       uniform_(a, b) on float32: per element (u32 & (2^24-1)) * 2^-24 * (b-a) + a.
  *
  * Verified bit-for-bit against torch 1.13.1 (Debian python3-torch, CPU
- * capability AVX2) by dev/test/test_rand.c (expected values generated with
+ * capability AVX2) by the unit test test_rand.c (expected values generated with
  * that torch and pasted in); during development also 200,000 consecutive
  * normal_ values matched exactly. Caveats: torch >= 2.1 computes the
  * small-tensor (n < 16) normal with log1p(-u2) instead of log(1-u2), which can

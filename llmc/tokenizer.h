@@ -2,7 +2,7 @@
  * llmc/tokenizer.h -- GPT-2 tokenizer: decode (token id -> bytes), a streaming UTF-8-safe
  * printer, and byte-level BPE encoding.
  *
- * File format (llm.c, DESIGN.md section 4; written by dev/data/): little-endian
+ * File format (llm.c; llmc/README.md, "File formats"; written by the data preparation scripts): little-endian
  * int32 header[256]: [0] = 20240328 (magic), [1] = 2 (version; llm.c's version 1, which has no
  * EOT field, is also accepted with EOT = 50256), [2] = vocab size, [3] = EOT token id;
  * then for each token id in order: uint8 length (>= 1) followed by that many raw bytes.
@@ -96,7 +96,7 @@ static inline int tokenizer_fail(Tokenizer* t, FILE* f, const char* path, const 
     if (f) { fclose(f); }
     tokenizer_free(t);
     fprintf(stderr, "warning: tokenizer '%s' %s; text decoding and sample printing are off "
-                    "(regenerate with dev/data/prepare.py)\n", path, why);
+                    "(regenerate it with the data script write_tokenizer.py; README, \"Data\")\n", path, why);
     return 0;
 }
 

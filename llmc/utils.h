@@ -1,6 +1,6 @@
 /*
  * llmc/utils.h -- checked wrappers for the C library calls the trainer makes,
- * and atomic file writes (DESIGN.md sections 4 and 8).
+ * and atomic file writes (llmc/README.md, "Layers": errors and atomic files).
  *
  * Error behaviour: every wrapper that fails prints ONE line to stderr of the form
  *   "error: <what failed> (<path or detail>): <strerror>  [file:line]"

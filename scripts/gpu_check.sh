@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh -- the one prepared GPU check (DESIGN.md section 6). On one GPU (H100/H200, sm_90):
+# scripts/gpu_check.sh -- the one prepared GPU check (llmc/README.md, "Tests"). On one GPU (H100/H200, sm_90):
 #   0. preflight: the device, nvcc, and where cuBLAS/NCCL were found (make print-cuda-libs);
 #   1. builds train_gpt, test_gpt (BF16), test_gpt_fp32 and dev/cuda for sm_90, in parallel; if NCCL cannot be
 #      found or linked it builds again with USE_NCCL=0 (one GPU, no collectives) and says so;

@@ -2,7 +2,7 @@
 """
 scripts/plot_log.py -- plot train and val loss vs step from a trainer log.
 
-Input: DIR/log.jsonl written by train_gpt (DESIGN.md 4a): one JSON object per
+Input: DIR/log.jsonl written by train_gpt (llmc/README.md, "Command line and log"): one JSON object per
 line with "kind" in train/val/sample/eval/config and "step"; train lines carry
 "loss", val lines "val_loss". Other kinds and unknown fields are ignored.
 Output: a PNG (matplotlib, Agg backend; no display needed).

@@ -1,5 +1,5 @@
 /*
- * dev/cuda/common.h -- shared helpers for the dev/cuda kernel programs (DESIGN.md sections 5, 7).
+ * dev/cuda/common.h -- shared helpers for the dev/cuda kernel programs (llmc/README.md, "Tests").
  *
  * Each program includes the real kernels from llmc/cuda (never copies them), runs them on random
  * inputs at GPT-2 124M shapes, compares with a CPU reference in fp64, then times them.

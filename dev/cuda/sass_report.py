@@ -8,7 +8,7 @@ Usage: sass_report.py PTXAS_LOG SASS_DUMP [--check]
 Prints one row per kernel: registers, stack frame, spill bytes, tensor-core MMAs (HMMA), asynchronous copies
 (LDGSTS, cp.async), 128-bit and narrower (16/32-bit) global loads and stores, 16-bit shared loads, and
 local-memory instructions (LDL/STL). With --check it also prints TAP-style "ok - / not ok -" lines for the
-properties the CUDA backend promises (issue 3, DESIGN.md section 5):
+properties the CUDA backend promises (llmc/README.md, "Tests"):
   - no kernel spills or uses local memory (no stack frame, no LDL/STL);
   - every kernel in the machine code has its ptxas resource line (so none escapes the spill check);
   - the flash-attention kernels run on the tensor cores (HMMA.16816.F32 with bf16 or f16 inputs), load their

@@ -7,7 +7,7 @@
 # Each prints "ok - ..." / "not ok - ..." lines; this script counts them. A program that exits
 # non-zero without a "not ok" line, or prints no check at all, counts as one failure.
 # Ends with the line "N passed, M failed" and exits non-zero if anything failed.
-# Set TESTS_FILTER=regex to run only matching programs.
+# Set TESTS_FILTER=regex to run only matching programs, TESTS_SKIP=regex to leave matching ones out.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 passed=0
@@ -17,6 +17,7 @@ failed_names=()
 run_one() {
     local name="$1"; shift
     if [ -n "${TESTS_FILTER:-}" ] && ! [[ "$name" =~ ${TESTS_FILTER} ]]; then return; fi
+    if [ -n "${TESTS_SKIP:-}" ] && [[ "$name" =~ ${TESTS_SKIP} ]]; then return; fi
     echo "=== $name"
     local log
     log=$(mktemp)

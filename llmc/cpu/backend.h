@@ -1,5 +1,5 @@
 /*
- * llmc/cpu/backend.h -- the CPU backend (DESIGN.md section 1): C11 + OpenMP,
+ * llmc/cpu/backend.h -- the CPU backend (llmc/README.md, "The backend contract"): C11 + OpenMP,
  * matmuls through CBLAS (OpenBLAS). Implements every function documented in
  * llmc/backend.h with floatX = float (fp32 everywhere).
  *

@@ -1,4 +1,4 @@
-# llmc/cuda/libs.mk -- where the CUDA backend's libraries are, for the Makefile and dev/cuda/Makefile.
+# llmc/cuda/libs.mk -- where the CUDA backend's libraries are, for the top-level Makefile and the kernel programs' one.
 #
 # cuBLAS/cuBLASLt, cuDNN and NCCL are looked for, in this order, in the CUDA install ($(CUDA_HOME)), in /usr and
 # /usr/local, and in pip's wheels (nvidia-cublas / nvidia-cudnn-cu13 / nvidia-nccl-cu13 install
