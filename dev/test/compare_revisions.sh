@@ -34,8 +34,9 @@
 # Ends with "N identical, M different[, K skipped]". Exit status: 0 everything compared and identical,
 # 1 something DIFFERENT, 2 bad input, 3 nothing different but some rows skipped (mpirun missing, a target
 # that builds on neither side). Rows that need mpirun are skipped, not failed, where it is missing.
-# Takes about 7 minutes on 2 cores (builds 1 minute per side, the default run 1 minute per side, the
-# emulator test 35 s per side); JOBS=N changes make's -j.
+# Takes about 5 minutes on 2 cores (builds 25 s per side, the default run 35-75 s per side depending on the
+# load, test_gpt_emu_bf16 35 s per side), up to a minute more when many values differ (the differing floats
+# are counted in plain Python); JOBS=N changes make's -j.
 set -u
 
 usage() {
@@ -122,7 +123,7 @@ if [ -n "$NEW" ]; then
     echo "NEW = $NEW = $(short "$NEW_SHA")"
 else
     changed=$(git -C "$ROOT" status --porcelain | grep -c '')
-    echo "NEW = working tree of $ROOT: HEAD = $(short HEAD), $changed changed/untracked paths"
+    echo "NEW = working tree of $ROOT (HEAD $(git -C "$ROOT" rev-parse --short HEAD) + $changed changed/untracked paths)"
 fi
 
 # ---------------------------------------------------------------- the two trees
@@ -155,7 +156,11 @@ row() {  # row LABEL STATUS [DETAIL [CONTINUATION LINES]]
         DIFFERENT) N_DIFF=$((N_DIFF + 1)) ;;
         *) N_SKIP=$((N_SKIP + 1)) ;;
     esac
-    printf '  %-52s %s\n' "$1" "$2${3:+: $3}"
+    if [ "$2" = identical ]; then
+        printf '  %-54s %s\n' "$1" "$2${3:+ ($3)}"
+    else
+        printf '  %-54s %s\n' "$1" "$2${3:+: $3}"
+    fi
     if [ -n "${4:-}" ]; then printf '%s\n' "$4"; fi
 }
 
@@ -218,7 +223,7 @@ def cmp_text(a, b):
     if la == lb:
         if not la:
             return "skipped", "no such lines on either side"
-        return "identical", "%d lines" % len(la)
+        return "identical", "%d line%s" % (len(la), "" if len(la) == 1 else "s")
     i = next((k for k in range(min(len(la), len(lb))) if la[k] != lb[k]), min(len(la), len(lb)))
     ra = repr(la[i]) if i < len(la) else "(none: REV has %d lines)" % len(la)
     rb = repr(lb[i]) if i < len(lb) else "(none: NEW has %d lines)" % len(lb)
@@ -346,7 +351,6 @@ compare() {
         identical|DIFFERENT|skipped) ;;
         *) status=DIFFERENT; detail="the comparison itself failed: $(tail -n 1 <<< "$out")"; cont="" ;;
     esac
-    if [ "$status" = identical ]; then detail=""; fi
     row "$label" "$status" "$detail" "$cont"
 }
 # compare_out NAME LABEL KIND LOGNAME [EXTRA]: normalize $LOGS/{rev,new}/LOGNAME and compare
@@ -387,7 +391,8 @@ built_both() { local t; for t in "${BUILD_OK[@]}"; do [ "$t" = "$1" ] && return 
 # the compile commands, for a note when they differ (NEW's Makefile may change flags on purpose)
 for s in rev new; do
     dir=$([ $s = rev ] && echo "$OLD" || echo "$NEWD")
-    grep -E '^(cc|gcc|g\+\+|c\+\+|clang|\S*nvcc|\S*mpicc) ' "$LOGS/build_$s.log" | sed "s#$dir#.#g" | sort > "$LOGS/build_cmds_$s.txt"
+    sed -e :a -e '/\\$/N; s/\\\n//; ta' "$LOGS/build_$s.log" | grep -E '^(cc|gcc|g\+\+|c\+\+|clang|\S*nvcc|\S*mpicc) ' |
+        sed "s#$dir#.#g" | sort > "$LOGS/build_cmds_$s.txt"
 done
 if ! cmp -s "$LOGS/build_cmds_rev.txt" "$LOGS/build_cmds_new.txt"; then
     say "note: the build commands differ (first: $(diff "$LOGS/build_cmds_rev.txt" "$LOGS/build_cmds_new.txt" | grep -m 1 '^[<>]' | cut -c1-160))"
@@ -430,7 +435,7 @@ MPI=(env OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THRE
 echo "== 1. default CPU run: ./train_gpt_cpu -o DIR --exit-after-steps 50 (d4, OMP_NUM_THREADS=$THREADS)"
 if built_both train_gpt_cpu; then
     both default 1200 env OMP_NUM_THREADS="$THREADS" ./train_gpt_cpu -o cmp_out/default --exit-after-steps 50
-    compare_out default_steps "default: step lines 1-50 (loss, norm, lr)" steps default.log 50
+    compare_out default_steps "default: step lines 1-50 (loss, norm, lr), exit status" steps default.log 50
     compare_out default_val "default: val lines" val default.log
     for s in rev new; do cp "$(side_dir $s)/cmp_out/default/log.jsonl" "$LOGS/$s/default.jsonl" 2> /dev/null; done
     compare_out default_jsonl "default: log.jsonl without timing fields" jsonl default.jsonl
@@ -451,7 +456,7 @@ for z in 0 1 2; do
     fi
     D="cmp_out/np3_z$z"
     both "np3_z$z" 600 "${MPI[@]}" -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z $z -o "$D" --comm-stats 1
-    compare_out "np3_z${z}_steps" "np3 ZeRO-$z: step lines (loss, norm, lr)" steps "np3_z$z.log"
+    compare_out "np3_z${z}_steps" "np3 ZeRO-$z: step lines (loss, norm, lr), exit status" steps "np3_z$z.log"
     compare_out "np3_z${z}_comm" "np3 ZeRO-$z: comm-stats bytes (every rank)" comm "np3_z$z.log"
     for s in rev new; do cp "$(side_dir $s)/$D/log.jsonl" "$LOGS/$s/np3_z$z.jsonl" 2> /dev/null; done
     compare_out "np3_z${z}_jsonl" "np3 ZeRO-$z: log.jsonl without timing fields" jsonl "np3_z$z.jsonl"
@@ -470,7 +475,7 @@ else
     D=cmp_out/emu_bf16
     both emu_bf16 900 "${MPI[@]}" -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 1 -d 256 \
         -o "$D" --comm-stats 1
-    compare_out emu_steps "emu BF16 np2 ZeRO-1: step lines (loss, norm, lr)" steps emu_bf16.log
+    compare_out emu_steps "emu BF16 np2 ZeRO-1: step lines, exit status" steps emu_bf16.log
     compare_out emu_comm "emu BF16 np2 ZeRO-1: comm-stats bytes (every rank)" comm emu_bf16.log
     for s in rev new; do cp "$(side_dir $s)/$D/log.jsonl" "$LOGS/$s/emu_bf16.jsonl" 2> /dev/null; done
     compare_out emu_jsonl "emu BF16 np2 ZeRO-1: log.jsonl without timing fields" jsonl emu_bf16.jsonl
@@ -484,9 +489,9 @@ echo "== 4. ./test_gpt_cpu and ./test_gpt_emu_bf16 (output with temporary paths 
 for t in test_gpt_cpu test_gpt_emu_bf16; do
     if built_both $t; then
         both $t 900 env OMP_NUM_THREADS="$THREADS" ./$t
-        compare_out "${t}_out" "$t output" test "$t.log"
+        compare_out "${t}_out" "$t output and exit status" test "$t.log"
     else
-        row "$t output" skipped "$t builds on neither side"
+        row "$t output and exit status" skipped "$t builds on neither side"
     fi
 done
 
