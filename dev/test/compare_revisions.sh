@@ -212,8 +212,14 @@ def norm(kind, src, dst, extra):
         with open(dst, "w") as f:
             f.write("".join(l + "\n" for l in out))
 
-def clip(s, n=150):
-    return s if len(s) <= n else s[: n - 3] + "..."
+def window(x, y, n=130):
+    """both lines, or for long ones the part around their first differing character"""
+    c = next((k for k in range(min(len(x), len(y))) if x[k] != y[k]), min(len(x), len(y)))
+    if max(len(x), len(y)) <= n:
+        return repr(x), repr(y), c
+    start = max(0, c - n // 3)
+    cut = lambda l: ("..." if start > 0 else "") + repr(l[start:start + n])[1:-1] + ("..." if start + n < len(l) else "")
+    return cut(x), cut(y), c
 
 def cmp_text(a, b):
     ea, eb = os.path.exists(a), os.path.exists(b)
@@ -225,10 +231,14 @@ def cmp_text(a, b):
             return "skipped", "no such lines on either side"
         return "identical", "%d line%s" % (len(la), "" if len(la) == 1 else "s")
     i = next((k for k in range(min(len(la), len(lb))) if la[k] != lb[k]), min(len(la), len(lb)))
-    ra = repr(la[i]) if i < len(la) else "(none: REV has %d lines)" % len(la)
-    rb = repr(lb[i]) if i < len(lb) else "(none: NEW has %d lines)" % len(lb)
-    return "DIFFERENT", "line %d of %d/%d" % (i + 1, len(la), len(lb)), \
-        "      REV: %s\n      NEW: %s" % (clip(ra), clip(rb))
+    where = "line %d of %d/%d" % (i + 1, len(la), len(lb))
+    if i < len(la) and i < len(lb):
+        ra, rb, c = window(la[i], lb[i])
+        where += ", column %d" % (c + 1)
+    else:
+        ra = repr(la[i][:130]) if i < len(la) else "(none: REV has %d lines)" % len(la)
+        rb = repr(lb[i][:130]) if i < len(lb) else "(none: NEW has %d lines)" % len(lb)
+    return "DIFFERENT", where, "      REV: %s\n      NEW: %s" % (ra, rb)
 
 def missing(ea, eb):
     if not ea and not eb:
@@ -374,6 +384,7 @@ for s in rev new; do
     say "built ${s^^}:${built:- nothing}"
 done
 # a target that builds on one side only is a difference; on neither, the rows that need it are skipped
+first_error() { grep -m 1 -E ': (fatal )?error: |\*\*\* ' "$1" | cut -c1-200; }
 BUILD_OK=()
 for t in "${TARGETS[@]}"; do
     a=0; b=0
@@ -382,12 +393,17 @@ for t in "${TARGETS[@]}"; do
     if [ $a = 1 ] && [ $b = 1 ]; then BUILD_OK+=("$t"); continue; fi
     if [ $a != $b ]; then
         side=$([ $a = 0 ] && echo rev || echo new)
-        row "build $t" DIFFERENT "builds only in $([ $a = 1 ] && echo REV || echo NEW): $(grep -m 1 -E 'error|Error' "$LOGS/build_$side.log")"
+        row "build $t" DIFFERENT "builds only in $([ $a = 1 ] && echo REV || echo NEW): $(first_error "$LOGS/build_$side.log")"
     else
-        say "$t builds on neither side: $(grep -m 1 -E 'error|Error' "$LOGS/build_rev.log")"
+        say "$t builds on neither side: $(first_error "$LOGS/build_rev.log")"
     fi
 done
 built_both() { local t; for t in "${BUILD_OK[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
+not_built() {  # why target $1 cannot be run on both sides
+    if [ -x "$OLD/$1" ]; then echo "$1 does not build in NEW"
+    elif [ -x "$NEWD/$1" ]; then echo "$1 does not build in REV"
+    else echo "$1 builds on neither side"; fi
+}
 # the compile commands, for a note when they differ (NEW's Makefile may change flags on purpose)
 for s in rev new; do
     dir=$([ $s = rev ] && echo "$OLD" || echo "$NEWD")
@@ -444,14 +460,14 @@ if built_both train_gpt_cpu; then
     f=state_00000050_00000.bin
     compare bin "default: $f" "$OLD/cmp_out/default/$f" "$NEWD/cmp_out/default/$f"
 else
-    row "default CPU run" skipped "train_gpt_cpu builds on neither side"
+    row "default CPU run" skipped "$(not_built train_gpt_cpu)"
 fi
 
 # ---------------------------------------------------------------- 2. three processes, ZeRO-0/1/2
 echo "== 2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --comm-stats 1 -z 0/1/2 (2 micro-steps)"
 for z in 0 1 2; do
     if [ $MPI_OK = 0 ] || ! built_both train_gpt_cpu; then
-        row "np3 ZeRO-$z" skipped "${MPI_WHY:-train_gpt_cpu builds on neither side}"
+        row "np3 ZeRO-$z" skipped "${MPI_WHY:-$(not_built train_gpt_cpu)}"
         continue
     fi
     D="cmp_out/np3_z$z"
@@ -470,7 +486,7 @@ echo "== 3. mpirun -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -d 256 -x 2 -
 if [ $MPI_OK = 0 ]; then
     row "emulated NCCL BF16 run" skipped "$MPI_WHY"
 elif ! built_both train_gpt_emu_mpi_bf16; then
-    row "emulated NCCL BF16 run" skipped "train_gpt_emu_mpi_bf16 builds on neither side"
+    row "emulated NCCL BF16 run" skipped "$(not_built train_gpt_emu_mpi_bf16)"
 else
     D=cmp_out/emu_bf16
     both emu_bf16 900 "${MPI[@]}" -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 1 -d 256 \
@@ -491,7 +507,7 @@ for t in test_gpt_cpu test_gpt_emu_bf16; do
         both $t 900 env OMP_NUM_THREADS="$THREADS" ./$t
         compare_out "${t}_out" "$t output and exit status" test "$t.log"
     else
-        row "$t output and exit status" skipped "$t builds on neither side"
+        row "$t output and exit status" skipped "$(not_built $t)"
     fi
 done
 
