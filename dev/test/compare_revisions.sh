@@ -127,19 +127,20 @@ else
 fi
 
 # ---------------------------------------------------------------- the two trees
-say "checking out REV into $OLD"
-if ! git -C "$ROOT" worktree add --detach --quiet "$OLD" "$REV_SHA" > "$LOGS/worktree.log" 2>&1; then
-    echo "error: git worktree add failed: $(head -n 1 "$LOGS/worktree.log")" >&2
-    exit 2
-fi
-WORKTREES+=("$OLD")
-if [ -n "$NEW" ]; then
-    say "checking out NEW into $NEWD"
-    if ! git -C "$ROOT" worktree add --detach --quiet "$NEWD" "$NEW_SHA" > "$LOGS/worktree.log" 2>&1; then
+side_dir() { if [ "$1" = rev ]; then echo "$OLD"; else echo "$NEWD"; fi; }
+checkout() {  # checkout SIDE SHA: a detached worktree of SHA in SIDE's directory
+    local dir
+    dir=$(side_dir "$1")
+    say "checking out ${1^^} into $dir"
+    if ! git -C "$ROOT" worktree add --detach --quiet "$dir" "$2" > "$LOGS/worktree.log" 2>&1; then
         echo "error: git worktree add failed: $(head -n 1 "$LOGS/worktree.log")" >&2
         exit 2
     fi
-    WORKTREES+=("$NEWD")
+    WORKTREES+=("$dir")
+}
+checkout rev "$REV_SHA"
+if [ -n "$NEW" ]; then
+    checkout new "$NEW_SHA"
 else
     say "copying the working tree (tracked and untracked, not ignored files) into $NEWD"
     mkdir -p "$NEWD"
@@ -363,6 +364,8 @@ compare() {
     esac
     row "$label" "$status" "$detail" "$cont"
 }
+# keep_log NAME DIR: copies DIR/log.jsonl of both sides' runs to $LOGS/SIDE/NAME.jsonl
+keep_log() { local s; for s in rev new; do cp "$(side_dir $s)/$2/log.jsonl" "$LOGS/$s/$1.jsonl" 2> /dev/null; done; }
 # compare_out NAME LABEL KIND LOGNAME [EXTRA]: normalize $LOGS/{rev,new}/LOGNAME and compare
 compare_out() {
     local name="$1" label="$2" kind="$3" log="$4" extra="${5:-}" s
@@ -376,7 +379,7 @@ compare_out() {
 TARGETS=(train_gpt_cpu test_gpt_cpu test_gpt_emu_bf16 train_gpt_emu_mpi_bf16)
 say "compilers: $(${CC:-cc} --version 2> /dev/null | head -n 1); $(${CXX:-g++} --version 2> /dev/null | head -n 1)"
 for s in rev new; do
-    dir=$([ $s = rev ] && echo "$OLD" || echo "$NEWD")
+    dir=$(side_dir $s)
     say "building ${s^^} (make -j$JOBS -k ${TARGETS[*]})"
     (cd "$dir" && make -j"$JOBS" -k "${TARGETS[@]}") > "$LOGS/build_$s.log" 2>&1
     built=""
@@ -406,7 +409,7 @@ not_built() {  # why target $1 cannot be run on both sides
 }
 # the compile commands, for a note when they differ (NEW's Makefile may change flags on purpose)
 for s in rev new; do
-    dir=$([ $s = rev ] && echo "$OLD" || echo "$NEWD")
+    dir=$(side_dir $s)
     sed -e :a -e '/\\$/N; s/\\\n//; ta' "$LOGS/build_$s.log" | grep -E '^(cc|gcc|g\+\+|c\+\+|clang|\S*nvcc|\S*mpicc) ' |
         sed "s#$dir#.#g" | sort > "$LOGS/build_cmds_$s.txt"
 done
@@ -418,14 +421,13 @@ fi
 run() {
     local s="$1" name="$2" limit="$3" dir rc
     shift 3
-    dir=$([ "$s" = rev ] && echo "$OLD" || echo "$NEWD")
+    dir=$(side_dir "$s")
     mkdir -p "$dir/cmp_out"
     (cd "$dir" && timeout "$limit" "$@") > "$LOGS/$s/$name.log" 2>&1
     rc=$?
     echo "$rc" > "$LOGS/$s/$name.log.rc"
     return $rc
 }
-side_dir() { [ "$1" = rev ] && echo "$OLD" || echo "$NEWD"; }
 both() {  # both NAME TIMEOUT cmd...: runs on REV then NEW with progress lines
     local name="$1" s
     shift
@@ -453,7 +455,7 @@ if built_both train_gpt_cpu; then
     both default 1200 env OMP_NUM_THREADS="$THREADS" ./train_gpt_cpu -o cmp_out/default --exit-after-steps 50
     compare_out default_steps "default: step lines 1-50 (loss, norm, lr), exit status" steps default.log 50
     compare_out default_val "default: val lines" val default.log
-    for s in rev new; do cp "$(side_dir $s)/cmp_out/default/log.jsonl" "$LOGS/$s/default.jsonl" 2> /dev/null; done
+    keep_log default cmp_out/default
     compare_out default_jsonl "default: log.jsonl without timing fields" jsonl default.jsonl
     f=model_00000050.bin
     compare bin "default: $f" "$OLD/cmp_out/default/$f" "$NEWD/cmp_out/default/$f"
@@ -474,7 +476,7 @@ for z in 0 1 2; do
     both "np3_z$z" 600 "${MPI[@]}" -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z $z -o "$D" --comm-stats 1
     compare_out "np3_z${z}_steps" "np3 ZeRO-$z: step lines (loss, norm, lr), exit status" steps "np3_z$z.log"
     compare_out "np3_z${z}_comm" "np3 ZeRO-$z: comm-stats bytes (every rank)" comm "np3_z$z.log"
-    for s in rev new; do cp "$(side_dir $s)/$D/log.jsonl" "$LOGS/$s/np3_z$z.jsonl" 2> /dev/null; done
+    keep_log "np3_z$z" "$D"
     compare_out "np3_z${z}_jsonl" "np3 ZeRO-$z: log.jsonl without timing fields" jsonl "np3_z$z.jsonl"
     for f in model_00000006.bin state_00000006_0000{0,1,2}.bin; do
         compare bin "np3 ZeRO-$z: $f" "$OLD/$D/$f" "$NEWD/$D/$f"
@@ -493,7 +495,7 @@ else
         -o "$D" --comm-stats 1
     compare_out emu_steps "emu BF16 np2 ZeRO-1: step lines, exit status" steps emu_bf16.log
     compare_out emu_comm "emu BF16 np2 ZeRO-1: comm-stats bytes (every rank)" comm emu_bf16.log
-    for s in rev new; do cp "$(side_dir $s)/$D/log.jsonl" "$LOGS/$s/emu_bf16.jsonl" 2> /dev/null; done
+    keep_log emu_bf16 "$D"
     compare_out emu_jsonl "emu BF16 np2 ZeRO-1: log.jsonl without timing fields" jsonl emu_bf16.jsonl
     for f in model_00000002.bin state_00000002_0000{0,1}.bin; do
         compare bin "emu BF16 np2 ZeRO-1: $f" "$OLD/$D/$f" "$NEWD/$D/$f"
