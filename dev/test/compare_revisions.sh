@@ -34,9 +34,9 @@
 # Ends with "N identical, M different[, K skipped]". Exit status: 0 everything compared and identical,
 # 1 something DIFFERENT, 2 bad input, 3 nothing different but some rows skipped (mpirun missing, a target
 # that builds on neither side). Rows that need mpirun are skipped, not failed, where it is missing.
-# Takes about 5 minutes on 2 cores (builds 25 s per side, the default run 35-75 s per side depending on the
-# load, test_gpt_emu_bf16 35 s per side), up to a minute more when many values differ (the differing floats
-# are counted in plain Python); JOBS=N changes make's -j.
+# Takes 5-7 minutes on 2 cores (measured 4m50s-7m00s: builds 25-50 s per side, the default run 35-115 s per
+# side depending on the load, test_gpt_emu_bf16 35 s per side; counting the differing floats of a run that
+# differs everywhere, in plain Python, adds about a minute); JOBS=N changes make's -j.
 set -u
 
 usage() {
