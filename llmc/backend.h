@@ -1,12 +1,14 @@
 /*
  * llmc/backend.h -- selects the compute backend at compile time and documents
- * the interface both backends implement (DESIGN.md section 1).
+ * the interface both backends implement (llmc/README.md, "The backend contract").
  *
  *   gcc -x c -std=c11 ...        -> llmc/cpu/backend.h   (floatX = float)
  *   nvcc ...                     -> llmc/cuda/backend.cuh (floatX = __nv_bfloat16
  *                                   by default; -DENABLE_FP32 / -DENABLE_FP16)
- *   g++ -DLLMC_EMU ...           -> llmc/cuda/backend.cuh on the CPU execution
- *                                   layer in dev/emu/ (tests only)
+ *   c++ -DLLMC_BACKEND_CUDA ...  -> llmc/cuda/backend.cuh compiled by a host C++17
+ *                                   compiler, against whatever <cuda_runtime.h> and
+ *                                   <cublasLt.h> the include path provides (the
+ *                                   tests' CPU execution layer; llmc/README.md, "Tests")
  *
  * Every backend defines the type `floatX`, the macro PRECISION_NAME ("fp32",
  * "bf16", "fp16") and FLOATX_IS_FLOAT (1 when floatX is float), and implements
@@ -132,7 +134,7 @@
 #ifndef LLMC_BACKEND_H
 #define LLMC_BACKEND_H
 
-#if defined(__CUDACC__) || defined(LLMC_EMU)
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
 #include "cuda/backend.cuh"
 #else
 #include "cpu/backend.h"

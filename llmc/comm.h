@@ -14,8 +14,8 @@
  *   gcc without USE_MPI        a world of one process; every collective is a no-op (copies where needed).
  *   nvcc -DLLMC_NO_NCCL        (make USE_NCCL=0) one GPU, one process, no collectives (as cc without MPI);
  *                              a process group asked for by the environment is refused with one line.
- *   g++ -DLLMC_EMU -DLLMC_EMU_NCCL -DUSE_MPI   tests only: the NCCL code path, with NCCL emulated over MPI
- *                              (dev/emu/emu_nccl.h) and the CUDA kernels on the CPU emulator.
+ *   c++ -DLLMC_BACKEND_CUDA -DUSE_MPI   the CUDA backend built by a host compiler (tests): the NCCL code path
+ *                              with whatever <nccl.h> the include path provides.
  *
  * Buffers: "device" pointers (on the CPU build device memory is host memory). Element types: CommDtype.
  * Reductions are sums. On the MPI backend only F32, F64 and I32 can be reduced (BF16/F16 need the GPU).
@@ -91,16 +91,13 @@
 #endif
 #include <mpi.h>
 #endif
-#if defined(LLMC_NO_NCCL) && defined(USE_MPI) && defined(__CUDACC__) && !defined(LLMC_EMU)
+#if defined(LLMC_NO_NCCL) && defined(USE_MPI) && (defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA))
 #error "USE_NCCL=0 builds one process on one GPU: it cannot be combined with CUDA_MPI=1 (MPI's rings work on host memory)"
 #endif
-#if defined(__CUDACC__) && !defined(LLMC_EMU) && !defined(LLMC_NO_NCCL)
+#if (defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)) && !defined(LLMC_NO_NCCL)
 #define COMM_HAVE_NCCL 1
 #include <cuda_runtime.h>
 #include <nccl.h>
-#elif defined(LLMC_EMU) && defined(LLMC_EMU_NCCL)
-#define COMM_HAVE_NCCL 1
-#include "dev/emu/emu_nccl.h" /* tests only: NCCL's API over MPI, with the kernels on the CPU emulator */
 #endif
 
 /* ---------------------------------------------------------------- types */
@@ -864,7 +861,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv, const char* init_
     }
 #else
     if (w > 1) {
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
         FATAL("process group: the environment asks for %d processes but this CUDA build has no NCCL (USE_NCCL=0); "
               "rebuild with `make train_gpt` where NCCL is installed", w);
 #else
