@@ -184,6 +184,46 @@ static inline void dev_event_synchronize(DevEvent e) { cuda_host_wait_event(e); 
 /* records e on the main stream */
 static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
 
+/* ---------------------------------------------------------------- streams (llmc/backend.h) */
+
+typedef cudaStream_t DevStream;
+static inline DevStream dev_main_stream(void) { return main_stream(); }
+/* a stream that does not synchronise with the main stream by itself */
+static inline DevStream dev_stream_create(void) {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+static inline void dev_stream_destroy(DevStream s) { CUDA_CHECK(cudaStreamDestroy(s)); }
+static inline void dev_event_record_on(DevEvent e, DevStream s) { CUDA_CHECK(cudaEventRecord(e, s)); }
+static inline void dev_stream_wait_event(DevStream s, DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+/* 1 if e is complete, 0 if not yet; any other CUDA error exits */
+static inline int dev_event_query(DevEvent e) {
+    cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) { return 0; }
+    CUDA_CHECK(q);
+    return 1;
+}
+/* the host waits for s (through the watchdog when one is installed) */
+static inline void dev_stream_synchronize(DevStream s) { cuda_host_wait_stream(s); }
+static inline void dev_memcpy_h2d_on(void* dst, const void* host_src, size_t bytes, DevStream s) {
+    if (bytes) { CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s)); }
+}
+static inline void dev_memcpy_d2h_on(void* host_dst, const void* src, size_t bytes, DevStream s) {
+    if (bytes) { CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s)); }
+}
+
+/* host-wait watchdog (llmc/backend.h; the polling is cuda_host_wait_event in common.cuh) */
+typedef void (*DevWaitWatchdog)(void* ctx, double waited_s);
+static inline void dev_set_wait_watchdog(DevWaitWatchdog fn, void* ctx) {
+    cuda_state()->watchdog = fn;
+    cuda_state()->watchdog_ctx = ctx;
+}
+static inline DevWaitWatchdog dev_get_wait_watchdog(void** ctx) {
+    if (ctx) { *ctx = cuda_state()->watchdog_ctx; }
+    return cuda_state()->watchdog;
+}
+
 /* ---------------------------------------------------------------- graphs */
 
 typedef cudaGraphExec_t DevGraph;

@@ -247,7 +247,7 @@ typedef struct {
     cudaStream_t copy_stream; /* dev_memcpy_h2d_async: host->device uploads that overlap main-stream work */
     cudaEvent_t copy_fork;    /* recorded on the main stream before each async upload, waited on by copy_stream */
     cudaEvent_t wait_event;   /* cuda_host_wait_stream: recorded on the stream waited for */
-    void (*watchdog)(void* ctx, double waited_s); /* see cuda_host_wait_event; NULL = plain blocking waits */
+    void (*watchdog)(void* ctx, double waited_s); /* dev_set_wait_watchdog; NULL = plain blocking waits */
     void* watchdog_ctx;
     float* norm_partials;     /* global_norm_squared partial sums (NORM_PARTIALS floats) */
     int* flag;                /* has_inf_or_nan result (1 int) */
@@ -265,14 +265,10 @@ static inline cudaStream_t main_stream(void) { return llmc_cuda_state.stream; }
 /* ---------------------------------------------------------------- host waits */
 
 /* Every host wait on device work goes through these two. Without a watchdog they block
- * (cudaEventSynchronize / cudaStreamSynchronize). With one (cuda_set_wait_watchdog; llmc/comm.h installs the
- * NCCL watchdog), they poll every 100 us and call watchdog(ctx, seconds waited), which may abort the job: a
- * wait that is stuck behind a collective whose peer died (e.g. ZeRO-2's compute stream waiting on a bucket's
- * fence) then still ends within --comm-timeout instead of hanging. */
-static inline void cuda_set_wait_watchdog(void (*fn)(void* ctx, double waited_s), void* ctx) {
-    llmc_cuda_state.watchdog = fn;
-    llmc_cuda_state.watchdog_ctx = ctx;
-}
+ * (cudaEventSynchronize / cudaStreamSynchronize). With one (dev_set_wait_watchdog in backend.cuh;
+ * llmc/comm_nccl.h installs the NCCL watchdog), they poll every 100 us and call watchdog(ctx, seconds waited),
+ * which may abort the job: a wait that is stuck behind a collective whose peer died (e.g. ZeRO-2's compute
+ * stream waiting on a bucket's fence) then still ends within --comm-timeout instead of hanging. */
 static inline void cuda_host_wait_event(cudaEvent_t e) {
     CudaBackendState* s = cuda_state();
     if (!s->watchdog) {
