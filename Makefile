@@ -109,7 +109,7 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh

@@ -42,9 +42,10 @@
  * contiguous in memory: CommSegment {ptr, begin, end} says that ptr[k] is element begin+k, for the range
  * [begin, end). comm_reduce_scatter_segments / comm_all_gather_segments / comm_all_reduce_segments run one
  * collective over all pieces of a bucket: chunk ownership follows the global index (as above), so every
- * element is summed in the same ring order as by a single call over the whole buffer (bucketed and
+ * element is summed in the same ring order as by a single call over the whole buffer (MPI: bucketed and
  * unbucketed reductions agree bit for bit). MPI: one ring pass whose messages pack the pieces of every
- * segment; NCCL: one ncclGroupStart/End of per-segment calls. Bytes: the sum of the per-segment ring costs.
+ * segment; NCCL: one ncclGroupStart/End of per-segment calls, summed in NCCL's order (which may differ from a
+ * whole-buffer call's in the last bits with more than two ranks). Bytes: the sum of the per-segment ring costs.
  *
  * Fences (GPU): comm_fence_record(c, k) marks the collectives issued so far; comm_fence_wait(c, k) makes
  * the compute stream wait for that mark without blocking the host (double-buffered gradient buckets:

@@ -8,6 +8,7 @@
 #   train_gpt_emu_mpi                 the trainer (GPU build, FP32) on the emulator with NCCL emulated over MPI
 #                                     (dev/emu/nccl/nccl.h): the NCCL data-parallel path under mpirun
 #   train_gpt_emu_mpi_bf16            the same in BF16
+#   build/mpi_comm_nccl_emu           dev/test/mpi_comm.c (llmc/comm.h's collective tests) on the NCCL transport
 #
 # All are built with g++ -std=c++17 -O2 -DLLMC_BACKEND_CUDA (llmc/backend.h then compiles the CUDA backend);
 # no GPU, no CUDA libraries, only the toolkit's headers for cuda_bf16.h / cuda_fp16.h / library_types.h. The
@@ -71,6 +72,12 @@ train_gpt_emu_mpi: train_gpt.cu $(EMU_DEPS)
 train_gpt_emu_mpi_bf16: train_gpt.cu $(EMU_DEPS)
 	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
 	    $(EMU_LIBS) $(MPI_LIBS) -o $@
+
+# llmc/comm.h's collective tests (dev/test/mpi_comm.c) on the NCCL transport: the same file as build/mpi_comm,
+# compiled as C++ with the CUDA backend on the emulator and NCCL emulated over MPI; run under mpirun
+$(BUILD)/mpi_comm_nccl_emu: dev/test/mpi_comm.c $(EMU_DEPS)
+	@mkdir -p $(BUILD)
+	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ $< -x none $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 unit-tests: $(EMU_TEST_BINS)
 
