@@ -168,10 +168,12 @@ static inline void comm_fail_at(const char* what, const char* why, const char* f
 
 /* ---------------------------------------------------------------- counters and the ring byte model */
 
+/* adds one call of `sent`/`recv` payload bytes of this rank to c->counters and c->total */
 static inline void comm_count(Comm* c, size_t sent, size_t recv) {
     c->counters.bytes_sent += sent; c->counters.bytes_recv += recv; c->counters.calls++;
     c->total.bytes_sent += sent; c->total.bytes_recv += recv; c->total.calls++;
 }
+/* starts a new interval of c->counters (c->total keeps counting) */
 static inline void comm_counters_reset(Comm* c) { memset(&c->counters, 0, sizeof(c->counters)); }
 
 /* ring-model bytes one rank sends/receives in a reduce-scatter (gather = 0) or all-gather (gather = 1) over the

@@ -116,27 +116,20 @@ static inline void comm_bootstrap_fs_cleanup(const char* dir, const char* run_id
 
 /* ---------------------------------------------------------------- TCP */
 
-/* write/read exactly n bytes (retrying on EINTR); 0 on success, -1 on error or end of stream */
-static inline int comm_write_all(int fd, const void* p, size_t n) {
-    const char* b = (const char*)p;
-    while (n > 0) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR) { continue; }
-        if (k <= 0) { return -1; }
-        b += k; n -= (size_t)k;
-    }
-    return 0;
-}
-static inline int comm_read_all(int fd, void* p, size_t n) {
+/* writes (writing = 1) or reads exactly n bytes of p (retrying on EINTR); 0 on success, -1 on error or end of
+ * stream */
+static inline int comm_io_all(int fd, void* p, size_t n, int writing) {
     char* b = (char*)p;
     while (n > 0) {
-        ssize_t k = read(fd, b, n);
+        ssize_t k = writing ? write(fd, b, n) : read(fd, b, n);
         if (k < 0 && errno == EINTR) { continue; }
         if (k <= 0) { return -1; }
         b += k; n -= (size_t)k;
     }
     return 0;
 }
+static inline int comm_write_all(int fd, const void* p, size_t n) { return comm_io_all(fd, (void*)p, n, 1); }
+static inline int comm_read_all(int fd, void* p, size_t n) { return comm_io_all(fd, p, n, 0); }
 
 /* TCP exchange of a blob from rank 0 to the world-1 other ranks. Rank 0 listens on `port` (all interfaces)
  * and answers world-1 connections with magic + blob; the others connect to host:port, retrying for up to

@@ -79,10 +79,13 @@ typedef enum {
 namespace emu {
 namespace lt {
 
-enum { kHandle = 0x4c744801, kDesc, kLayout, kPref };
-
-struct Handle { int magic; };
+/* the opaque objects carry a magic number, checked on every use and cleared when destroyed */
+struct Handle {
+    static constexpr int kMagic = 0x4c744801;
+    int magic;
+};
 struct Desc {
+    static constexpr int kMagic = 0x4c744802;
     int magic;
     int32_t transa, transb;
     uint32_t epilogue;
@@ -91,12 +94,14 @@ struct Desc {
     int64_t aux_ld;
 };
 struct Layout {
+    static constexpr int kMagic = 0x4c744803;
     int magic;
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
 };
 struct Pref {
+    static constexpr int kMagic = 0x4c744804;
     int magic;
     uint64_t max_workspace;
     uint32_t min_align[4];
@@ -112,6 +117,22 @@ inline cublasStatus_t fail(cublasStatus_t st, const char* call, const char* fmt,
     fprintf(stderr, "emu: cuBLASLt: %s: %s\n", call, msg);
     fflush(stderr);
     return st;
+}
+
+template <class T> inline bool live(const T* o) { return o && o->magic == T::kMagic; }
+
+/* *out = a new object initialised from init (the cublasLt*Create calls) */
+template <class T> inline cublasStatus_t create(T** out, const T& init, const char* call) {
+    if (!out) { return fail(CUBLAS_STATUS_INVALID_VALUE, call, "NULL pointer"); }
+    *out = new T(init);
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* frees a live object (the cublasLt*Destroy calls); `bad` for anything else */
+template <class T> inline cublasStatus_t destroy(T* o, cublasStatus_t bad, const char* call) {
+    if (!live(o)) { return fail(bad, call, "not a live object"); }
+    o->magic = 0;
+    delete o;
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* copies an attribute value of exactly sizeof(T) bytes */
@@ -148,8 +169,7 @@ struct Gemm {
 /* problem checks shared by cublasLtMatmulAlgoGetHeuristic and cublasLtMatmul; fills g (pointers excluded) */
 inline cublasStatus_t check_problem(const Desc* d, const Layout* a, const Layout* b, const Layout* c, const Layout* dl,
                                     Gemm* g, const char* call) {
-    if (!d || d->magic != kDesc || !a || a->magic != kLayout || !b || b->magic != kLayout || !c ||
-        c->magic != kLayout || !dl || dl->magic != kLayout) {
+    if (!live(d) || !live(a) || !live(b) || !live(c) || !live(dl)) {
         return fail(CUBLAS_STATUS_INVALID_VALUE, call, "a descriptor or layout is not a live handle");
     }
     if (a->type != dl->type || b->type != dl->type || c->type != dl->type || type_size(dl->type) == 0) {
@@ -293,42 +313,30 @@ inline const char* cublasGetStatusString(cublasStatus_t st) {
 }
 
 inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
-    if (!h) { return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate", "NULL handle pointer"); }
-    *h = new ::emu::lt::Handle{::emu::lt::kHandle};
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::create(h, ::emu::lt::Handle{::emu::lt::Handle::kMagic}, "cublasLtCreate");
 }
 inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-    if (!h || h->magic != ::emu::lt::kHandle) {
-        return ::emu::lt::fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy", "not a live handle");
-    }
-    h->magic = 0;
-    delete h;
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::destroy(h, CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy");
 }
 
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
                                                cudaDataType_t scale) {
-    if (!d) { return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate", "NULL pointer"); }
     if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) {
         return ::emu::lt::fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescCreate",
                                "compute type %d / scale type %d (modelled: CUBLAS_COMPUTE_32F with CUDA_R_32F)",
                                (int)compute, (int)scale);
     }
-    *d = new ::emu::lt::Desc{::emu::lt::kDesc, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0};
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::create(d, ::emu::lt::Desc{::emu::lt::Desc::kMagic, CUBLAS_OP_N, CUBLAS_OP_N,
+                                                CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0},
+                             "cublasLtMatmulDescCreate");
 }
 inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-    if (!d || d->magic != ::emu::lt::kDesc) {
-        return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy", "not a live descriptor");
-    }
-    d->magic = 0;
-    delete d;
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::destroy(d, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy");
 }
 inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                                      const void* buf, size_t bytes) {
     const char* call = "cublasLtMatmulDescSetAttribute";
-    if (!d || d->magic != ::emu::lt::kDesc) {
+    if (!::emu::lt::live(d)) {
         return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, call, "not a live descriptor");
     }
     switch (attr) {
@@ -344,37 +352,25 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
 
 inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows,
                                                  uint64_t cols, int64_t ld) {
-    if (!l) { return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate", "NULL pointer"); }
-    *l = new ::emu::lt::Layout{::emu::lt::kLayout, type, rows, cols, ld};
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::create(l, ::emu::lt::Layout{::emu::lt::Layout::kMagic, type, rows, cols, ld},
+                             "cublasLtMatrixLayoutCreate");
 }
 inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-    if (!l || l->magic != ::emu::lt::kLayout) {
-        return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy", "not a live layout");
-    }
-    l->magic = 0;
-    delete l;
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::destroy(l, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy");
 }
 
 inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
-    if (!p) { return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate", "NULL pointer"); }
-    *p = new ::emu::lt::Pref{::emu::lt::kPref, 0, {256, 256, 256, 256}};
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::create(p, ::emu::lt::Pref{::emu::lt::Pref::kMagic, 0, {256, 256, 256, 256}},
+                             "cublasLtMatmulPreferenceCreate");
 }
 inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    if (!p || p->magic != ::emu::lt::kPref) {
-        return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy", "not a live preference");
-    }
-    p->magic = 0;
-    delete p;
-    return CUBLAS_STATUS_SUCCESS;
+    return ::emu::lt::destroy(p, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy");
 }
 inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                            cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                            size_t bytes) {
     const char* call = "cublasLtMatmulPreferenceSetAttribute";
-    if (!p || p->magic != ::emu::lt::kPref) {
+    if (!::emu::lt::live(p)) {
         return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, call, "not a live preference");
     }
     switch (attr) {
@@ -395,8 +391,8 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
                                                      cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* returned) {
     const char* call = "cublasLtMatmulAlgoGetHeuristic";
-    if (!h || h->magic != ::emu::lt::kHandle) { return ::emu::lt::fail(CUBLAS_STATUS_NOT_INITIALIZED, call, "not a live handle"); }
-    if (!pref || pref->magic != ::emu::lt::kPref || requested < 1 || !results || !returned) {
+    if (!::emu::lt::live(h)) { return ::emu::lt::fail(CUBLAS_STATUS_NOT_INITIALIZED, call, "not a live handle"); }
+    if (!::emu::lt::live(pref) || requested < 1 || !results || !returned) {
         return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, call, "bad preference, count or result pointers");
     }
     ::emu::lt::Gemm g;
@@ -417,7 +413,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
                                      cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t* algo, void* workspace,
                                      size_t workspace_bytes, cudaStream_t stream) {
     const char* call = "cublasLtMatmul";
-    if (!h || h->magic != ::emu::lt::kHandle) { return ::emu::lt::fail(CUBLAS_STATUS_NOT_INITIALIZED, call, "not a live handle"); }
+    if (!::emu::lt::live(h)) { return ::emu::lt::fail(CUBLAS_STATUS_NOT_INITIALIZED, call, "not a live handle"); }
     if (!alpha || !beta || !algo) { return ::emu::lt::fail(CUBLAS_STATUS_INVALID_VALUE, call, "NULL alpha, beta or algo"); }
     ::emu::lt::Gemm g;
     cublasStatus_t st = ::emu::lt::check_problem(d, a, b, c, dl, &g, call);
