@@ -41,8 +41,8 @@ endif
 train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) $(MPI_LIBS) -o $@
 
-# collective tests run under mpirun by dev/test/cli_dp_comm.sh
-$(BUILD)/mpi_comm: dev/test/mpi_comm.c llmc/comm.h llmc/utils.h
+# collective tests of llmc/comm.h (and its transports llmc/comm_*.h) run under mpirun by the dev/test/cli_dp_* tests
+$(BUILD)/mpi_comm: dev/test/mpi_comm.c $(wildcard llmc/comm*.h) llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
@@ -91,7 +91,7 @@ print-nvcc-flags:
 .PHONY: print-nvcc-flags
 
 # CUDA_MPI=1: bootstrap the NCCL communicator through MPI (mpirun / srun + PMIx); default: rank and world from
-# the environment and the NCCL id through a shared directory or TCP (llmc/comm.h, --nccl-init)
+# the environment and the NCCL id through a shared directory or TCP (llmc/comm_bootstrap.h, --nccl-init)
 ifeq ($(CUDA_MPI),1)
 NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null))
 NVCC_LIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
@@ -116,7 +116,8 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_grid train_gpt_emu_mpi train_gpt_emu_mpi_bf16)
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid train_gpt_emu_mpi \
+                  train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh

@@ -1,12 +1,14 @@
 /*
  * llmc/backend.h -- selects the compute backend at compile time and documents
- * the interface both backends implement (DESIGN.md section 1).
+ * the interface both backends implement (llmc/README.md, "The backend contract").
  *
  *   gcc -x c -std=c11 ...        -> llmc/cpu/backend.h   (floatX = float)
  *   nvcc ...                     -> llmc/cuda/backend.cuh (floatX = __nv_bfloat16
  *                                   by default; -DENABLE_FP32 / -DENABLE_FP16)
- *   g++ -DLLMC_EMU ...           -> llmc/cuda/backend.cuh on the CPU execution
- *                                   layer in dev/emu/ (tests only)
+ *   c++ -DLLMC_BACKEND_CUDA ...  -> llmc/cuda/backend.cuh compiled by a host C++17
+ *                                   compiler, against whatever <cuda_runtime.h> and
+ *                                   <cublasLt.h> the include path provides (the
+ *                                   tests' CPU execution layer; llmc/README.md, "Tests")
  *
  * Every backend defines the type `floatX`, the macro PRECISION_NAME ("fp32",
  * "bf16", "fp16") and FLOATX_IS_FLOAT (1 when floatX is float), and implements
@@ -55,6 +57,32 @@
  * void  dev_event_synchronize(DevEvent e);           the host waits for e (CPU: no-op)
  * void  dev_event_record(DevEvent e);                records e on the main stream (complete when the work queued
  *                                                    before it is)
+ *
+ * ---- streams (a second queue beside the main stream, e.g. the collectives of llmc/comm_nccl.h) ----
+ * DevStream                                          opaque stream handle (CUDA: cudaStream_t; CPU: int, all work
+ *                                                    is synchronous, every stream is the same)
+ * DevStream dev_main_stream(void);                   the stream every op, copy and library call above is queued on
+ * DevStream dev_stream_create(void);                 a new stream that does not synchronise with the main stream by
+ *                                                    itself (CUDA: cudaStreamNonBlocking); order them with events
+ * void  dev_stream_destroy(DevStream s);             the caller first makes sure the work queued on s is done
+ * void  dev_event_record_on(DevEvent e, DevStream s); records e on s (complete when the work queued on s before it is)
+ * void  dev_stream_wait_event(DevStream s, DevEvent e); work queued on s from now on waits for e (the host does not)
+ * int   dev_event_query(DevEvent e);                 1 if e is complete (or was never recorded), 0 if not yet; never
+ *                                                    blocks (CPU: 1)
+ * void  dev_stream_synchronize(DevStream s);         the host waits for the work queued on s (watched, see below)
+ * void  dev_memcpy_h2d_on(void* dst, const void* host_src, size_t bytes, DevStream s);
+ *        queued on s; host_src must stay unchanged until s has passed the copy (pinned memory copies asynchronously,
+ *        pageable memory as CUDA decides). CPU: memcpy at once.
+ * void  dev_memcpy_d2h_on(void* host_dst, const void* src, size_t bytes, DevStream s);
+ *        queued on s; host_dst holds the data once s has passed the copy (e.g. after dev_stream_synchronize(s)).
+ * DevWaitWatchdog                                    void (*)(void* ctx, double waited_s)
+ * void  dev_set_wait_watchdog(DevWaitWatchdog fn, void* ctx);
+ *        from now on every host wait of the backend (dev_synchronize, dev_memcpy_d2h, dev_download_floats,
+ *        dev_event_synchronize, dev_stream_synchronize) polls every 100 us and calls fn(ctx, seconds waited), which
+ *        may end the job (llmc/comm_nccl.h's watchdog: a wait stuck behind a collective whose peer died ends within
+ *        --comm-timeout). fn = NULL: plain blocking waits again. CPU: recorded; no wait ever blocks, so fn is never
+ *        called.
+ * DevWaitWatchdog dev_get_wait_watchdog(void** ctx);  the installed fn (NULL if none); its ctx in *ctx if ctx != NULL
  *
  * ---- graphs (--cuda-graphs: one micro-step's forward+backward captured once and replayed) ----
  * int   dev_graphs_supported(void);                  1 on CUDA, 0 on the CPU (which refuses the flag)
@@ -132,7 +160,7 @@
 #ifndef LLMC_BACKEND_H
 #define LLMC_BACKEND_H
 
-#if defined(__CUDACC__) || defined(LLMC_EMU)
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
 #include "cuda/backend.cuh"
 #else
 #include "cpu/backend.h"

@@ -1,8 +1,9 @@
 /*
  * dev/emu/emu.h -- a header-only CUDA-on-CPU execution layer, for TESTS ONLY.
  *
- * Compile kernels written for nvcc with  g++ -std=c++17 -DLLMC_EMU -I/usr/local/cuda/include
- * (llmc/cuda/common.cuh includes this header instead of the CUDA runtime). Every CUDA thread of
+ * Compile kernels written for nvcc with  g++ -std=c++17 -DLLMC_BACKEND_CUDA -Idev/emu/include
+ * -I/usr/local/cuda/include: llmc/cuda/common.cuh's <cuda_runtime.h> is then dev/emu/include/cuda_runtime.h,
+ * which includes this header (and dev/emu/emu_mma.h). Every CUDA thread of
  * a block runs as its own fiber (a user-space coroutine with its own small stack); the blocks of
  * a grid run one after another on the calling OS thread. A fiber runs until it reaches a
  * synchronisation point (__syncthreads, a warp collective, __nanosleep) or exits; the warps of a
@@ -77,7 +78,7 @@
 #define LLMC_DEV_EMU_H
 
 #ifndef __cplusplus
-#error "dev/emu/emu.h is C++17 (compile the kernels with g++ -std=c++17 -DLLMC_EMU)"
+#error "dev/emu/emu.h is C++17 (compile the kernels with g++ -std=c++17; see dev/emu/emu.mk)"
 #endif
 
 #include <cuda_runtime_api.h>

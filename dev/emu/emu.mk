@@ -6,17 +6,27 @@
 #   test_gpt_emu                      the whole model step (test_gpt.cu) on the emulator, FP32
 #   test_gpt_emu_bf16                 the same in BF16
 #   train_gpt_emu_mpi                 the trainer (GPU build, FP32) on the emulator with NCCL emulated over MPI
-#                                     (dev/emu/emu_nccl.h): the NCCL data-parallel path under mpirun
+#                                     (dev/emu/nccl/nccl.h): the NCCL data-parallel path under mpirun
 #   train_gpt_emu_mpi_bf16            the same in BF16
+#   build/mpi_comm_nccl_emu           dev/test/mpi_comm.c (llmc/comm.h's collective tests) on the NCCL transport
 #
-# All are built with g++ -std=c++17 -O2 -DLLMC_EMU; no GPU, no CUDA libraries (only the CUDA headers).
+# All are built with g++ -std=c++17 -O2 -DLLMC_BACKEND_CUDA (llmc/backend.h then compiles the CUDA backend);
+# no GPU, no CUDA libraries, only the toolkit's headers for cuda_bf16.h / cuda_fp16.h / library_types.h. The
+# library never names the emulator: the include path does. -Idev/emu/include comes before the toolkit's include
+# directory, so <cuda_runtime.h> and <cublasLt.h> are the stand-ins in dev/emu/include (the execution layer and a
+# host cuBLASLt). Builds without collectives over NCCL pass -DLLMC_NO_NCCL; the emulated-NCCL builds get
+# <nccl.h> from -Idev/emu/nccl (NCCL's API over MPI), also before the toolkit's directory (which may hold the
+# real nccl.h).
 
 EMU_CXX      ?= $(CXX)
 EMU_CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda_bf16.h) /usr/local/cuda/include/cuda_bf16.h)
-EMU_CXXFLAGS := -std=c++17 -O2 -g -DLLMC_EMU -I. -I$(dir $(EMU_CUDA_INC)) \
-                -Wall -Wextra -Wno-unused-function -Wno-class-memaccess -Wno-unknown-pragmas
+EMU_COMMON   := -std=c++17 -O2 -g -DLLMC_BACKEND_CUDA -Wall -Wextra -Wno-unused-function -Wno-class-memaccess \
+                -Wno-unknown-pragmas
+EMU_CXXFLAGS      := $(EMU_COMMON) -DLLMC_NO_NCCL -I. -Idev/emu/include -I$(dir $(EMU_CUDA_INC))
+EMU_NCCL_CXXFLAGS := $(EMU_COMMON) -I. -Idev/emu/include -Idev/emu/nccl -I$(dir $(EMU_CUDA_INC))
 EMU_LIBS     := -lm -lpthread
-EMU_DEPS     := $(wildcard dev/emu/*.h) dev/test/testing.h $(wildcard llmc/*.h llmc/cuda/*.cuh)
+EMU_DEPS     := $(wildcard dev/emu/*.h dev/emu/include/*.h dev/emu/nccl/*.h) dev/test/testing.h \
+                $(wildcard llmc/*.h llmc/cuda/*.cuh)
 # the CPU reference is the CPU backend, compiled as C in its own translation unit
 EMU_REF_CFLAGS := -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -I. -Wall -Wextra -Wno-unknown-pragmas
 EMU_REF_LIBS   := -fopenmp -lopenblas -lm
@@ -52,16 +62,22 @@ test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 test_gpt_emu_bf16: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
 
-# the GPU build's data-parallel code path (comm.h's NCCL branch, bucket hooks, ZeRO-2 fences) under mpirun,
+# the GPU build's data-parallel code path (llmc/comm_nccl.h, bucket hooks, ZeRO-2 fences) under mpirun,
 # run by dev/test/cli_dp_nccl_emu.sh; only where MPI exists
 train_gpt_emu_mpi: train_gpt.cu $(EMU_DEPS)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE -DLLMC_EMU_NCCL $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
+	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
 	    $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 # the same in BF16 (bf16 gradients through the emulated NCCL, master weights, stochastic rounding per shard)
 train_gpt_emu_mpi_bf16: train_gpt.cu $(EMU_DEPS)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -DLLMC_EMU_NCCL $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
+	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
 	    $(EMU_LIBS) $(MPI_LIBS) -o $@
+
+# llmc/comm.h's collective tests (dev/test/mpi_comm.c) on the NCCL transport: the same file as build/mpi_comm,
+# compiled as C++ with the CUDA backend on the emulator and NCCL emulated over MPI; run under mpirun
+$(BUILD)/mpi_comm_nccl_emu: dev/test/mpi_comm.c $(EMU_DEPS)
+	@mkdir -p $(BUILD)
+	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ $< -x none $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 unit-tests: $(EMU_TEST_BINS)
 

@@ -1,6 +1,6 @@
 /*
  * dev/emu/emu_mma.h -- CPU emulation of the tensor-core and async-copy wrappers of llmc/cuda/mma.cuh
- * (included by mma.cuh under -DLLMC_EMU; requires dev/emu/emu.h, which common.cuh includes first).
+ * (provided to mma.cuh by the stand-in dev/emu/include/cuda_runtime.h, which includes dev/emu/emu.h first).
  *
  *   mma_m16n8k16_bf16 / mma_m16n8k16_f16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])
  *     D(16x8 f32) = A(16x16, row) * B(16x8, col) + C, with the fragment layouts of the PTX ISA

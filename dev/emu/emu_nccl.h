@@ -1,11 +1,12 @@
 /*
- * dev/emu/emu_nccl.h -- the subset of NCCL's API that llmc/comm.h uses, implemented over MPI, so that the
+ * dev/emu/emu_nccl.h -- the subset of NCCL's API that llmc/comm_nccl.h uses, implemented over MPI, so that the
  * NCCL code path of comm.h and of the trainer's data-parallel schedule (bucketed reductions from the
  * backward hook, ZeRO-1/2 chunk mapping, ZeRO-2 layer slots and fences, the parameter all-gather) runs on
  * CPUs under `mpirun` with the CUDA kernels on the emulator (dev/emu/emu.h). A test tool, not a backend.
  *
- * Build: g++ -DLLMC_EMU -DLLMC_EMU_NCCL -DUSE_MPI (llmc/comm.h then includes this file instead of
- * <nccl.h>); see `train_gpt_emu_mpi` in dev/emu/emu.mk and dev/test/cli_dp_nccl_emu.sh.
+ * Build: g++ -DLLMC_BACKEND_CUDA -DUSE_MPI -Idev/emu/nccl (llmc/comm_nccl.h's <nccl.h> is then
+ * dev/emu/nccl/nccl.h, which includes this file); see `train_gpt_emu_mpi` in dev/emu/emu.mk and
+ * dev/test/cli_dp_nccl_emu.sh.
  *
  * Semantics (NCCL 2.x, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/colls.html):
  *   ncclAllReduce / ncclReduce (result at root only) / ncclBroadcast / ncclReduceScatter (recvcount per

@@ -8,7 +8,7 @@
  * mma.m16n8k16 emulation against a scalar reference written from the PTX
  * ISA fragment tables. Faults that kill the process are tested in a forked child.
  *
- * Build: g++ -std=c++17 -O2 -DLLMC_EMU -I. -I/usr/local/cuda/include (see dev/emu/emu.mk).
+ * Build: g++ -std=c++17 -O2 -I. -Idev/emu/include -I/usr/local/cuda/include (see dev/emu/emu.mk).
  */
 #include "dev/emu/emu.h"
 #include "dev/emu/emu_mma.h"

@@ -622,7 +622,7 @@ int main(void) {
     std::string miss;
     for (const auto& k : src) {
         if (FLOATX_IS_FLOAT && k.find("mma") != std::string::npos) continue; /* tensor cores: 16-bit builds */
-        if (k == "add_bias_kernel") continue; /* nvcc only: bias when no cuBLASLt epilogue fits (gpu_check.sh) */
+        if (k == "add_bias_kernel") continue; /* only when cuBLASLt has no algorithm for the bias epilogue (gpu_check.sh) */
         if (!launched.count(k)) { missing++; miss += " " + k; }
     }
     TEST_CHECK(!src.empty() && missing == 0, "all %zu kernels in llmc/cuda were launched (%zu distinct instantiations)%s%s",

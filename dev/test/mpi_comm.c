@@ -1,6 +1,11 @@
 /*
- * dev/test/mpi_comm.c -- llmc/comm.h collectives on the MPI backend, run under
- * `mpirun --oversubscribe -np N build/mpi_comm` by dev/test/cli_dp_comm.sh (N = 1, 2, 3, 5).
+ * dev/test/mpi_comm.c -- llmc/comm.h collectives, run under `mpirun --oversubscribe -np N` (N = 1, 2, 3, 5):
+ *   build/mpi_comm           the MPI transport (llmc/comm_mpi.h), C11; run by the dev/test/cli_dp_* tests;
+ *   build/mpi_comm_nccl_emu  the NCCL transport (llmc/comm_nccl.h) on the CPU execution layer with NCCL emulated
+ *                            over MPI (dev/emu/emu.mk: the same file compiled as C++ with -DLLMC_BACKEND_CUDA).
+ *                            There the sums are MPI_Allreduce/MPI_Reduce's (as on a GPU they are NCCL's), so
+ *                            the bit-for-bit comparison of bucketed and whole-buffer reductions is only made
+ *                            where the order cannot differ (N <= 2); everything else is checked the same way.
  *
  * Checks (rank 0 prints "ok - ..." / "not ok - ..."; a check fails if it fails on any rank):
  *   - all-reduce of fp32/fp64/int32 buffers of awkward lengths (0, 1, N-1, 7, 1000, 12347) equals the exact
@@ -13,7 +18,8 @@
  *     reduce-scattered / all-gathered / all-reduced in one call, give bit for bit the values of one call over
  *     the contiguous buffer (non-integer values, so the summation order matters), and count the sum of the
  *     per-segment ring bytes;
- *   - host fp64 all-reduce, host broadcast, send/recv around a ring, barrier, sub-groups (comm_split).
+ *   - host fp64 all-reduce (3 values, and 200 values: more than one chunk of the NCCL transport's device
+ *     scratch), host broadcast, send/recv around a ring, barrier, sub-groups (comm_split).
  */
 #include <math.h>
 #include <stdio.h>
@@ -205,6 +211,9 @@ static void test_segments(size_t P) {
         comm_segments_bytes(&g, seg, nseg, shard, 4, op == 1, &es, &er);
         if (op == 2) { comm_segments_bytes(&g, seg, nseg, shard, 4, 1, &s1, &r1); es += s1; er += r1; }
         static const char* names[] = {"reduce-scatter", "all-gather", "all-reduce"};
+#ifdef COMM_HAVE_NCCL
+        same = same || g.world > 2; /* NCCL: the library's summation order (a + b either way for two ranks) */
+#endif
         check_all(same, "%s over %d scattered segments of %zu values equals one call over the buffer bit for bit",
                   names[op], nseg, P);
         check_all(g.counters.bytes_sent == es && g.counters.bytes_recv == er &&
@@ -215,6 +224,35 @@ static void test_segments(size_t P) {
     }
     for (int k = 0; k < nseg; k++) { free(seg[k].ptr); }
     free(whole);
+}
+
+/* more host doubles than one chunk of the NCCL transport's device scratch: exact sums and the bytes of the
+ * transport's ring model */
+static void test_host_f64_chunks(void) {
+    int N = g.world;
+    enum { NH = 200 }; /* above the 64-value device scratch of the NCCL transport: several chunks */
+    double many[NH];
+    for (int i = 0; i < NH; i++) { many[i] = (double)i + 0.5 * g.rank; }
+    comm_counters_reset(&g);
+    comm_all_reduce_host_f64(&g, many, NH);
+    int ok = 1;
+    for (int i = 0; i < NH; i++) { ok &= many[i] == (double)i * N + 0.25 * N * (N - 1); }
+    size_t want = 0, s, r;
+#ifdef COMM_HAVE_NCCL /* one all-reduce per chunk of the scratch, each counted as 2 x its reduce-scatter */
+    for (size_t off = 0; off < NH; off += COMM_NCCL_HOST_SCRATCH) {
+        size_t m = NH - off < COMM_NCCL_HOST_SCRATCH ? NH - off : COMM_NCCL_HOST_SCRATCH;
+        comm_ring_bytes(&g, 0, m, comm_shard_size(&g, m), 8, 0, &s, &r);
+        want += 2 * s;
+    }
+#else /* one ring all-reduce: reduce-scatter + all-gather */
+    for (int gather = 0; gather < 2; gather++) {
+        comm_ring_bytes(&g, 0, NH, comm_shard_size(&g, NH), 8, gather, &s, &r);
+        want += s;
+    }
+#endif
+    check_all(ok && g.counters.bytes_sent == want, "host fp64 all-reduce of %d values: exact sums, sent %llu bytes "
+              "(ring model %zu; theory 2(N-1)/N*bytes = %.0f)", NH, g.counters.bytes_sent, want,
+              2.0 * (N - 1) / N * NH * 8.0);
 }
 
 static void test_p2p_and_groups(void) {
@@ -252,6 +290,10 @@ static void test_p2p_and_groups(void) {
 
 int main(int argc, char** argv) {
     comm_init(&g, &argc, &argv, "", 60.0);
+#ifdef COMM_HAVE_NCCL
+    backend_init(g.local_rank, 0);
+#endif
+    comm_init_device(&g, ""); /* NCCL: the communicator (no-op on the MPI transport) */
     int N = g.world;
     size_t counts[] = {0, 1, (size_t)(N > 1 ? N - 1 : 1), 7, 1000, 12347};
     for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) { test_all_reduce_f32(counts[i]); }
@@ -264,8 +306,12 @@ int main(int argc, char** argv) {
     test_determinism();
     test_segments(12347);
     test_segments(400);
+    test_host_f64_chunks();
     test_p2p_and_groups();
     if (g.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
     comm_finalize(&g);
+#ifdef COMM_HAVE_NCCL
+    backend_shutdown();
+#endif
     return n_fail ? 1 : 0;
 }

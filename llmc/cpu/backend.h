@@ -23,7 +23,8 @@
  *                      up to fp32 rounding).
  *
  * Errors: allocation failures print one line naming the buffer and exit
- * (llmc/utils.h). Header-only: static inline functions, no globals.
+ * (llmc/utils.h). Header-only: static inline functions; one static variable (the
+ * host-wait watchdog that dev_set_wait_watchdog records).
  */
 #ifndef LLMC_CPU_BACKEND_H
 #define LLMC_CPU_BACKEND_H
@@ -209,6 +210,45 @@ static inline void dev_memcpy_h2d_async(void* dst, const void* host_src, size_t 
 static inline void dev_wait_event(DevEvent e) { (void)e; }
 static inline void dev_event_synchronize(DevEvent e) { (void)e; }
 static inline void dev_event_record(DevEvent e) { (void)e; }
+
+/* ---------------------------------------------------------------- streams: one synchronous queue */
+
+/* every stream is the same queue, and work on it is done when the call returns */
+typedef int DevStream;
+static inline DevStream dev_main_stream(void) { return 0; }
+static inline DevStream dev_stream_create(void) { return 0; }
+static inline void dev_stream_destroy(DevStream s) { (void)s; }
+static inline void dev_event_record_on(DevEvent e, DevStream s) { (void)e; (void)s; }
+static inline void dev_stream_wait_event(DevStream s, DevEvent e) { (void)s; (void)e; }
+/* every event is complete */
+static inline int dev_event_query(DevEvent e) { (void)e; return 1; }
+static inline void dev_stream_synchronize(DevStream s) { (void)s; }
+/* copies at once */
+static inline void dev_memcpy_h2d_on(void* dst, const void* host_src, size_t bytes, DevStream s) {
+    (void)s;
+    dev_memcpy_h2d(dst, host_src, bytes);
+}
+static inline void dev_memcpy_d2h_on(void* host_dst, const void* src, size_t bytes, DevStream s) {
+    (void)s;
+    dev_memcpy_d2h(host_dst, src, bytes);
+}
+
+/* host-wait watchdog (see llmc/backend.h): recorded so that the getter answers; no CPU wait blocks, so it is
+ * never called */
+typedef void (*DevWaitWatchdog)(void* ctx, double waited_s);
+typedef struct {
+    DevWaitWatchdog fn;
+    void* ctx;
+} CpuWaitWatchdog;
+static CpuWaitWatchdog llmc_cpu_wait_watchdog;
+static inline void dev_set_wait_watchdog(DevWaitWatchdog fn, void* ctx) {
+    llmc_cpu_wait_watchdog.fn = fn;
+    llmc_cpu_wait_watchdog.ctx = ctx;
+}
+static inline DevWaitWatchdog dev_get_wait_watchdog(void** ctx) {
+    if (ctx) { *ctx = llmc_cpu_wait_watchdog.ctx; }
+    return llmc_cpu_wait_watchdog.fn;
+}
 
 /* ---------------------------------------------------------------- graphs: none on the CPU */
 

@@ -55,10 +55,10 @@
 #if !FLOATX_IS_FLOAT
 /* stores the 32-bit word u as floatX p[0] (low half) and p[1] (high half); p 4-byte aligned */
 static __device__ __forceinline__ void attn_st32(floatX* p, uint32_t u) {
-#ifdef LLMC_EMU
-    memcpy(p, &u, 4);
-#else
+#ifdef __CUDACC__
     *reinterpret_cast<uint32_t*>(p) = u;
+#else
+    memcpy(p, &u, 4); /* host compilers enforce strict aliasing: no uint32_t store through a floatX pointer */
 #endif
 }
 /* pack two 16-bit values: lo in bits 0..15, hi in bits 16..31 */
@@ -70,7 +70,7 @@ static __device__ __forceinline__ uint32_t attn_pack_x(floatX lo, floatX hi) {
 }
 /* round two floats to floatX (nearest) and pack as above */
 static __device__ __forceinline__ uint32_t attn_pack_f(float lo, float hi) {
-#if !defined(LLMC_EMU) && defined(ENABLE_BF16)
+#if defined(__CUDACC__) && defined(ENABLE_BF16) /* nvcc's packed bf16x2 conversion; elsewhere two scalar ones */
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
 #else

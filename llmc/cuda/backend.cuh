@@ -1,5 +1,5 @@
 /*
- * llmc/cuda/backend.cuh -- the CUDA backend of llmc/backend.h (DESIGN.md section 1): device selection,
+ * llmc/cuda/backend.cuh -- the CUDA backend of llmc/backend.h (llmc/README.md, "The backend contract"): device selection,
  * memory, copies, conversions, and every op module. The contract (shapes, dtypes, accumulate vs
  * overwrite) is documented in llmc/backend.h; each module header documents its kernels.
  *
@@ -19,8 +19,8 @@
  * exit(EXIT_FAILURE). No CUDA device: prints
  *   "error: no CUDA device found; use ./train_gpt_cpu for the CPU build"
  * and exits with status 1.
- * Under LLMC_EMU (g++ + dev/emu/) the same code runs on the CPU execution layer: no cuBLASLt handle,
- * device memory is host memory.
+ * Compiled by a host C++ compiler with -DLLMC_BACKEND_CUDA (llmc/backend.h), the same code runs on whatever
+ * CUDA runtime and cuBLASLt the include path provides (the tests' CPU execution layer; llmc/README.md, "Tests").
  */
 #ifndef LLMC_CUDA_BACKEND_CUH
 #define LLMC_CUDA_BACKEND_CUH
@@ -65,11 +65,9 @@ static inline void backend_init(int local_rank, int verbose) {
     CUDA_CHECK(cudaEventCreateWithFlags(&s->wait_event, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc((void**)&s->norm_partials, NORM_PARTIALS * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void**)&s->flag, sizeof(int)));
-#ifndef LLMC_EMU
     CUBLAS_CHECK(cublasLtCreate(&s->lt));
     s->workspace_bytes = MATMUL_WORKSPACE_BYTES;
     CUDA_CHECK(cudaMalloc(&s->workspace, s->workspace_bytes));
-#endif
     s->initialized = 1;
     if (verbose) {
         printf("device: %s (rank-local index %d of %d, cc %d.%d, %d SMs, %.1f GiB), precision %s\n", s->name,
@@ -83,10 +81,8 @@ static inline void backend_shutdown(void) {
     if (!s->initialized) { return; }
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
     matmul_plans_destroy();
-#ifndef LLMC_EMU
     CUDA_CHECK(cudaFree(s->workspace));
     CUBLAS_CHECK(cublasLtDestroy(s->lt));
-#endif
     CUDA_CHECK(cudaStreamSynchronize(s->copy_stream));
     encoder_buckets_free();
     CUDA_CHECK(cudaFree(s->norm_partials));
@@ -111,10 +107,8 @@ static inline void* dev_malloc(size_t bytes, const char* what) {
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
-#ifndef LLMC_EMU
         (void)cudaGetLastError(); /* clear the sticky-free allocation error */
         (void)cudaMemGetInfo(&free_b, &total_b);
-#endif
         FATAL("out of device memory allocating %s (%zu bytes; %zu of %zu bytes free)", what ? what : "buffer", bytes,
               free_b, total_b);
     }
@@ -189,6 +183,46 @@ static inline void dev_wait_event(DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(m
 static inline void dev_event_synchronize(DevEvent e) { cuda_host_wait_event(e); }
 /* records e on the main stream */
 static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
+
+/* ---------------------------------------------------------------- streams (llmc/backend.h) */
+
+typedef cudaStream_t DevStream;
+static inline DevStream dev_main_stream(void) { return main_stream(); }
+/* a stream that does not synchronise with the main stream by itself */
+static inline DevStream dev_stream_create(void) {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+static inline void dev_stream_destroy(DevStream s) { CUDA_CHECK(cudaStreamDestroy(s)); }
+static inline void dev_event_record_on(DevEvent e, DevStream s) { CUDA_CHECK(cudaEventRecord(e, s)); }
+static inline void dev_stream_wait_event(DevStream s, DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+/* 1 if e is complete, 0 if not yet; any other CUDA error exits */
+static inline int dev_event_query(DevEvent e) {
+    cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) { return 0; }
+    CUDA_CHECK(q);
+    return 1;
+}
+/* the host waits for s (through the watchdog when one is installed) */
+static inline void dev_stream_synchronize(DevStream s) { cuda_host_wait_stream(s); }
+static inline void dev_memcpy_h2d_on(void* dst, const void* host_src, size_t bytes, DevStream s) {
+    if (bytes) { CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s)); }
+}
+static inline void dev_memcpy_d2h_on(void* host_dst, const void* src, size_t bytes, DevStream s) {
+    if (bytes) { CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s)); }
+}
+
+/* host-wait watchdog (llmc/backend.h; the polling is cuda_host_wait_event in common.cuh) */
+typedef void (*DevWaitWatchdog)(void* ctx, double waited_s);
+static inline void dev_set_wait_watchdog(DevWaitWatchdog fn, void* ctx) {
+    cuda_state()->watchdog = fn;
+    cuda_state()->watchdog_ctx = ctx;
+}
+static inline DevWaitWatchdog dev_get_wait_watchdog(void** ctx) {
+    if (ctx) { *ctx = cuda_state()->watchdog_ctx; }
+    return cuda_state()->watchdog;
+}
 
 /* ---------------------------------------------------------------- graphs */
 

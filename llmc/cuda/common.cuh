@@ -1,14 +1,15 @@
 /*
- * llmc/cuda/common.cuh -- shared pieces of the CUDA backend (DESIGN.md sections 1, 2).
+ * llmc/cuda/common.cuh -- shared pieces of the CUDA backend (llmc/README.md, "The backend contract").
  *
  * - Precision: floatX is __nv_bfloat16 by default (-DENABLE_BF16 or nothing), float with
  *   -DENABLE_FP32, __half with -DENABLE_FP16. PRECISION_NAME is "bf16"/"fp32"/"fp16" and
  *   FLOATX_IS_FLOAT is 1 only for the fp32 build (llmc/backend.h contract).
  * - Error checks: CUDA_CHECK(call), CUBLAS_CHECK(call), CUDA_CHECK_LAUNCH(). On failure they print
  *   one line "error: ... [file:line]" (via llmc/utils.h FATAL) and exit(EXIT_FAILURE).
- * - Launch/shared-memory macros so the same kernels run under the CPU execution layer
- *   (dev/emu/, compiled with g++ -DLLMC_EMU): LAUNCH(grid, block, smem, stream, kernel)(args...)
- *   and DYNAMIC_SHARED(type, name). Under LLMC_EMU, dev/emu/emu.h defines both.
+ * - Launch/shared-memory macros: LAUNCH(grid, block, smem, stream, kernel)(args...) and
+ *   DYNAMIC_SHARED(type, name), defined here as <<<...>>> / extern __shared__ unless the CUDA runtime
+ *   header already defined them (a runtime that runs kernels without nvcc, e.g. the tests' CPU execution
+ *   layer, provides both; see llmc/README.md, "Tests").
  * - PackedN<T, N> / Packed128<T>: N elements loaded/stored as one aligned access (128-bit for
  *   Packed128), the llm.c idiom (llm.c llmc/cuda_common.h). load128/load128cs/store128/store128cs;
  *   the "cs" variants use the streaming cache hint (__ldcs/__stcs, CUDA C Programming Guide,
@@ -33,12 +34,8 @@
 
 #include "../utils.h"
 
-#ifdef LLMC_EMU
-#include "../../dev/emu/emu.h"
-#else
 #include <cuda_runtime.h>
 #include <cublasLt.h>
-#endif
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -75,7 +72,6 @@ template <> __host__ __device__ __forceinline__ __half from_float<__half>(float 
 
 /* ---------------------------------------------------------------- error checks */
 
-#ifndef LLMC_EMU
 static inline void cuda_check_at(cudaError_t err, const char* what, const char* file, int line) {
     if (err != cudaSuccess) {
         fatal_error_at(file, line, "CUDA call failed: %s: %s (%s)", what, cudaGetErrorString(err),
@@ -88,21 +84,16 @@ static inline void cublas_check_at(cublasStatus_t st, const char* what, const ch
     }
 }
 #define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
-#else
-static inline void cuda_check_at(cudaError_t err, const char* what, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fatal_error_at(file, line, "CUDA call failed (emulation): %s: code %d", what, (int)err);
-    }
-}
-#endif
 #define CUDA_CHECK(call) cuda_check_at((call), #call, __FILE__, __LINE__)
 /* after every launch: catches launch-configuration errors without synchronising */
 #define CUDA_CHECK_LAUNCH() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 /* ---------------------------------------------------------------- launch / shared memory */
 
-#ifndef LLMC_EMU
+#ifndef LAUNCH
 #define LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
+#endif
+#ifndef DYNAMIC_SHARED
 #define DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
 #endif
 
@@ -256,15 +247,13 @@ typedef struct {
     cudaStream_t copy_stream; /* dev_memcpy_h2d_async: host->device uploads that overlap main-stream work */
     cudaEvent_t copy_fork;    /* recorded on the main stream before each async upload, waited on by copy_stream */
     cudaEvent_t wait_event;   /* cuda_host_wait_stream: recorded on the stream waited for */
-    void (*watchdog)(void* ctx, double waited_s); /* see cuda_host_wait_event; NULL = plain blocking waits */
+    void (*watchdog)(void* ctx, double waited_s); /* dev_set_wait_watchdog; NULL = plain blocking waits */
     void* watchdog_ctx;
     float* norm_partials;     /* global_norm_squared partial sums (NORM_PARTIALS floats) */
     int* flag;                /* has_inf_or_nan result (1 int) */
-#ifndef LLMC_EMU
     cublasLtHandle_t lt;
     void* workspace;          /* cuBLASLt workspace */
     size_t workspace_bytes;
-#endif
 } CudaBackendState;
 
 static CudaBackendState llmc_cuda_state;
@@ -276,14 +265,10 @@ static inline cudaStream_t main_stream(void) { return llmc_cuda_state.stream; }
 /* ---------------------------------------------------------------- host waits */
 
 /* Every host wait on device work goes through these two. Without a watchdog they block
- * (cudaEventSynchronize / cudaStreamSynchronize). With one (cuda_set_wait_watchdog; llmc/comm.h installs the
- * NCCL watchdog), they poll every 100 us and call watchdog(ctx, seconds waited), which may abort the job: a
- * wait that is stuck behind a collective whose peer died (e.g. ZeRO-2's compute stream waiting on a bucket's
- * fence) then still ends within --comm-timeout instead of hanging. */
-static inline void cuda_set_wait_watchdog(void (*fn)(void* ctx, double waited_s), void* ctx) {
-    llmc_cuda_state.watchdog = fn;
-    llmc_cuda_state.watchdog_ctx = ctx;
-}
+ * (cudaEventSynchronize / cudaStreamSynchronize). With one (dev_set_wait_watchdog in backend.cuh;
+ * llmc/comm_nccl.h installs the NCCL watchdog), they poll every 100 us and call watchdog(ctx, seconds waited),
+ * which may abort the job: a wait that is stuck behind a collective whose peer died (e.g. ZeRO-2's compute
+ * stream waiting on a bucket's fence) then still ends within --comm-timeout instead of hanging. */
 static inline void cuda_host_wait_event(cudaEvent_t e) {
     CudaBackendState* s = cuda_state();
     if (!s->watchdog) {

@@ -20,10 +20,7 @@
  * Plans (matmul descriptor, matrix layouts, heuristic algorithm) are cached per (shape, transposes,
  * epilogue, beta, pointer-alignment class) in a small static table, so steady-state calls only set the
  * bias/aux pointers and call cublasLtMatmul. Workspace: 32 MiB (backend_init).
- * Under LLMC_EMU (no cuBLASLt) the GEMMs are host loops with fp32 accumulation and one rounding to
- * floatX, bias included in fp32 as the BIAS epilogue does; gelu, dgelu and dbias still run as kernels.
- * Error behaviour: cuBLASLt / CUDA errors exit with file:line. Queued on main_stream(); no host sync
- * (under LLMC_EMU the host loops are queued with emu::host_task, so they too can be captured into a graph).
+ * Error behaviour: cuBLASLt / CUDA errors exit with file:line. Queued on main_stream(); no host sync.
  */
 #ifndef LLMC_CUDA_MATMUL_CUH
 #define LLMC_CUDA_MATMUL_CUH
@@ -135,7 +132,6 @@ static inline void matmul_dbias(floatX* dbias, floatX* dout, const floatX* pre_g
     CUDA_CHECK_LAUNCH();
 }
 
-#ifndef LLMC_EMU
 /* ---------------------------------------------------------------- cuBLASLt plans */
 
 #if defined(ENABLE_FP32)
@@ -276,9 +272,6 @@ static inline void matmul_plans_destroy(void) {
         p->used = 0;
     }
 }
-#else
-static inline void matmul_plans_destroy(void) {}
-#endif /* !LLMC_EMU */
 
 /* ---------------------------------------------------------------- public ops */
 
@@ -286,7 +279,6 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
                                   int OC, floatX* pre_gelu) {
     if (N == 0 || OC == 0) { return; }
     floatX* gemm_out = pre_gelu ? pre_gelu : out;
-#ifndef LLMC_EMU
     /* out^T(OC,N) = W^T(OC,C) @ inp^T(C,N): A = weight (stored C x OC col-major, transposed), B = inp */
     if (pre_gelu && bias && OC % 8 == 0 &&
         matmul_cublaslt(out, weight, inp, bias, pre_gelu, OC, N, C, 1, 0, C, C, OC, 0)) {
@@ -302,21 +294,6 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
             CUDA_CHECK_LAUNCH();
         }
     }
-#else
-    /* a host loop queued in stream order (recorded, not run, while the stream is captured into a graph) */
-    ::emu::host_task(main_stream(), "matmul_forward (emu host loop)", [=]() {
-        for (int r = 0; r < N; r++) {
-            const floatX* x = inp + (size_t)r * C;
-            for (int o = 0; o < OC; o++) {
-                const floatX* w = weight + (size_t)o * C;
-                float acc = 0.0f;
-                for (int c = 0; c < C; c++) { acc += to_float(x[c]) * to_float(w[c]); }
-                if (bias) { acc += to_float(bias[o]); }
-                gemm_out[(size_t)r * OC + o] = from_float<floatX>(acc);
-            }
-        }
-    });
-#endif
     if (pre_gelu) { gelu_forward(out, pre_gelu, (size_t)N * OC); }
 }
 
@@ -328,35 +305,10 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     } else if (pre_gelu) {
         gelu_backward_inplace(dout, pre_gelu, (size_t)N * OC);
     }
-#ifndef LLMC_EMU
     /* dinp^T(C,N) = W(C,OC col-major) @ dout^T(OC,N) */
     matmul_cublaslt(dinp, weight, dout, NULL, NULL, C, N, OC, 0, 0, C, OC, C, 0);
     /* dW^T(C,OC) += inp^T(C,N) @ dout(N,OC): B = dout stored (OC,N) col-major, transposed */
     matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
-#else
-    ::emu::host_task(main_stream(), "matmul_backward (emu host loop)", [=]() {
-        float* row = (float*)malloc_check((size_t)C * sizeof(float), "emulated matmul row");
-        for (int r = 0; r < N; r++) {
-            for (int c = 0; c < C; c++) { row[c] = 0.0f; }
-            for (int o = 0; o < OC; o++) {
-                float g = to_float(dout[(size_t)r * OC + o]);
-                const floatX* w = weight + (size_t)o * C;
-                for (int c = 0; c < C; c++) { row[c] += g * to_float(w[c]); }
-            }
-            for (int c = 0; c < C; c++) { dinp[(size_t)r * C + c] = from_float<floatX>(row[c]); }
-        }
-        for (int o = 0; o < OC; o++) {
-            for (int c = 0; c < C; c++) { row[c] = to_float(dweight[(size_t)o * C + c]); }
-            for (int r = 0; r < N; r++) {
-                float g = to_float(dout[(size_t)r * OC + o]);
-                const floatX* x = inp + (size_t)r * C;
-                for (int c = 0; c < C; c++) { row[c] += g * to_float(x[c]); }
-            }
-            for (int c = 0; c < C; c++) { dweight[(size_t)o * C + c] = from_float<floatX>(row[c]); }
-        }
-        free(row);
-    });
-#endif
 }
 
 #endif /* LLMC_CUDA_MATMUL_CUH */

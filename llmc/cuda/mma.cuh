@@ -3,10 +3,11 @@
  *
  * A handful of small device functions wrapping warp-level tensor-core MMA and
  * the sm_80 asynchronous global->shared copy. Everything else in llmc/cuda is
- * plain CUDA C++. Under `-DLLMC_EMU` (the CPU execution layer in dev/emu/,
- * where each CUDA thread is a fiber) this header includes
- * dev/emu/emu_mma.h instead, which must provide functions with exactly the
- * names, signatures and semantics documented here:
+ * plain CUDA C++. The inline-PTX versions below are compiled only by nvcc
+ * (__CUDACC__). Any other compiler gets the CUDA backend only on a runtime that
+ * runs kernels without nvcc (the tests' CPU execution layer, llmc/README.md,
+ * "Tests"), and that runtime's <cuda_runtime.h> must provide functions with
+ * exactly the names, signatures and semantics documented here:
  *
  *   void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
  *   void mma_m16n8k16_f16 (float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
@@ -90,9 +91,7 @@
 
 #include <stdint.h>
 
-#ifdef LLMC_EMU
-#include "../../dev/emu/emu_mma.h"
-#else
+#ifdef __CUDACC__
 
 /* D = A*B + C, bf16 inputs, fp32 accumulate. Layouts: see header comment. */
 static __device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2],
@@ -178,5 +177,5 @@ static __device__ __forceinline__ void cp_async_wait_all(void) {
 #endif
 }
 
-#endif /* LLMC_EMU */
+#endif /* __CUDACC__ */
 #endif /* LLMC_CUDA_MMA_CUH */
