@@ -197,8 +197,8 @@ static const char* impl_name(Impl im) {
 
 static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Shape s) {
     switch (im) {
-        case IMPL_FLASH: attention_forward_flash_impl(out, lse, qkv, s.B, s.T, s.C, s.NH, 0); break;
-        case IMPL_FALLBACK: attention_forward_flash_impl(out, lse, qkv, s.B, s.T, s.C, s.NH, 1); break;
+        case IMPL_FLASH: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FALLBACK: attention_forward_cuda_cores(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
             attention_forward_cudnn(out, lse, qkv, s.B, s.T, s.C, s.NH);
@@ -209,9 +209,9 @@ static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Sha
 static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                          const floatX* out, const float* lse, Shape s) {
     switch (im) {
-        case IMPL_FLASH: attention_backward_flash_impl(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, 0); break;
+        case IMPL_FLASH: attention_backward_flash(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK:
-            attention_backward_flash_impl(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, 1);
+            attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
             break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN

@@ -313,7 +313,7 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     poisonX(d_dqkv, (size_t)B * T * 3 * C);
     poisonF(d_state, attention_state_floats(B, T, NH));
     if (force_fallback) {
-        attention_forward_flash_impl(d_out, d_state, d_qkv, B, T, C, NH, 1);
+        attention_forward_cuda_cores(d_out, d_state, d_qkv, B, T, C, NH);
     } else {
         attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH);
     }
@@ -324,7 +324,7 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     /* backward from this side's own forward output and state */
     poisonF(d_scratch, attention_scratch_floats(B, T, C, NH));
     if (force_fallback) {
-        attention_backward_flash_impl(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, 1);
+        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     }
@@ -332,7 +332,7 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
     poisonX(d_dqkv, dqkv.size());
     if (force_fallback) {
-        attention_backward_flash_impl(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, 1);
+        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     }

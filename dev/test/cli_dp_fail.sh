@@ -2,7 +2,8 @@
 #   - rank 1 of 3 killed with SIGKILL mid-run: the job (mpirun) exits non-zero within 60 s, the survivors do
 #     not hang in their next collective;
 #   - the MPI build runs without mpirun as a world of one (MPI singleton);
-#   - collective tests of llmc/comm.h on 1, 2, 3 and 5 ranks (build/mpi_comm);
+#   - collective tests of llmc/comm.h on 1, 2, 3 and 5 ranks, on the MPI transport (build/mpi_comm) and on the
+#     NCCL transport with NCCL emulated over MPI (build/mpi_comm_nccl_emu);
 #   - --cuda-graphs 1 with 2 processes is refused with one clear line per rank.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -45,18 +46,20 @@ $TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -x 2 > "$TMP/single.log" 2>&1
 check $? "the MPI build runs without mpirun (world of one)"
 grep -q "processes / ZeRO      | 1 / stage 0" "$TMP/single.log"
 check $? "... and reports 1 process"
-if [ -x build/mpi_comm ]; then
+for prog in mpi_comm mpi_comm_nccl_emu; do
+    if [ ! -x build/$prog ]; then
+        echo "not ok - build/$prog missing (make build/$prog)"
+        continue
+    fi
     for n in 1 2 3 5; do
-        MPIRUN $n build/mpi_comm > "$TMP/comm$n.log" 2>&1
+        MPIRUN $n build/$prog > "$TMP/comm$n.log" 2>&1
         rc=$?
         p=$(grep -c '^ok - ' "$TMP/comm$n.log"); f=$(grep -c '^not ok - ' "$TMP/comm$n.log")
         grep '^not ok' "$TMP/comm$n.log"
         test $rc -eq 0 && test "$f" -eq 0 && test "$p" -ge 30
-        check $? "llmc/comm.h collective tests on $n ranks: $p passed, $f failed"
+        check $? "llmc/comm.h collective tests ($prog) on $n ranks: $p passed, $f failed"
     done
-else
-    echo "not ok - build/mpi_comm missing (make build/mpi_comm)"
-fi
+done
 # --cuda-graphs 1 with several processes: refused before any work (checked before the CPU-build refusal)
 MPIRUN 2 $TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --cuda-graphs 1 > "$TMP/graphs.log" 2>&1
 rc=$?

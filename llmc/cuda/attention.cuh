@@ -34,8 +34,11 @@
  * (FATAL); every CUDA call and launch is checked (CUDA_CHECK / CUDA_CHECK_LAUNCH).
  * All work is queued on main_stream(); nothing synchronises the host.
  *
- * When USE_CUDNN is defined, attention_cudnn.cuh provides the four contract functions instead; the
- * flash entry points (attention_forward_flash / attention_backward_flash) stay available (dev/cuda).
+ * Entry points: attention_forward_flash / attention_backward_flash pick the path per call;
+ * attention_forward_cuda_cores / attention_backward_cuda_cores run the fallback kernels directly (the kernel
+ * checks and benchmarks time both paths). When USE_CUDNN is defined, attention_cudnn.cuh provides
+ * attention_forward and attention_backward instead (cuDNN SDPA, with the flash path for shapes cuDNN does not
+ * take); attention_state_floats and attention_scratch_floats below serve both.
  */
 #ifndef LLMC_CUDA_ATTENTION_CUH
 #define LLMC_CUDA_ATTENTION_CUH
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
  * Writes dK, dV of its keys into dqkv (k and v parts). lse natural log (B,NH,T), D (B,NH,T). */
 /* Registers: at most 65536 / (3 x 128) = 170 per thread for HS <= 64, so that 3 blocks fit on an SM (hs = 64, every
  * GPT-2 size: 168 registers, 55 KB of shared memory, 3 blocks); HS = 128 (BQ = 32) needs ~210 and runs 2 blocks.
- * Without the bound ptxas capped HS = 32 at 128 registers and spilled (dev/test/check_sass.sh). */
+ * Without the bound ptxas capped HS = 32 at 128 registers and spilled (seen in the sm_90 ptxas report). */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_kv_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
@@ -504,7 +507,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 /* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_q_smem_bytes(HS).
  * One block per 64-query tile; loops over key tiles up to the diagonal; writes dQ into dqkv (q part).
  * Registers: at most 170 for HS <= 64 (3 blocks per SM), as for the dK/dV kernel; left to itself ptxas chose
- * 128 registers and 36 bytes of spills for hs = 64 (dev/test/check_sass.sh). */
+ * 128 registers and 36 bytes of spills for hs = 64 (seen in the sm_90 ptxas report). */
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_q_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
@@ -941,14 +944,25 @@ static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum
 }
 #endif
 
-/* Forward. out (B,T,C) floatX, lse (B,NH,T) fp32 natural log, qkv (B,T,3C) floatX.
- * force_fallback != 0 selects the CUDA-core path even where the MMA path applies (tests). */
-static inline void attention_forward_flash_impl(floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                                int NH, int force_fallback) {
+/* Forward on the CUDA cores (the fallback kernel: any hs <= 256, every precision, any alignment).
+ * out (B,T,C) floatX, lse (B,NH,T) fp32 natural log, qkv (B,T,3C) floatX. */
+static inline void attention_forward_cuda_cores(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
     const int hs = attention_check_dims(B, T, C, NH);
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)hs);
+    dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
+    const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (hs + WARP_SIZE) * sizeof(float);
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_fallback_kernel)(out, lse, qkv, T, C, NH,
+                                                                                      scale_log2);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* Forward: the tensor-core kernels where attention_flash_path allows them, the CUDA-core kernel otherwise.
+ * Shapes as attention_forward_cuda_cores. */
+static inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    const int hs = attention_check_dims(B, T, C, NH);
 #if !FLOATX_IS_FLOAT
-    if (!force_fallback && attention_flash_path(hs, C, out, qkv, qkv)) {
+    const float scale_log2 = ATTN_LOG2E / sqrtf((float)hs);
+    if (attention_flash_path(hs, C, out, qkv, qkv)) {
         switch (hs) {
             case 16: attention_forward_mma_launch<16>(out, lse, qkv, B, T, C, NH, scale_log2); return;
             case 32: attention_forward_mma_launch<32>(out, lse, qkv, B, T, C, NH, scale_log2); return;
@@ -958,43 +972,30 @@ static inline void attention_forward_flash_impl(floatX* out, float* lse, const f
         }
     }
 #else
-    (void)force_fallback;
+    (void)hs;
 #endif
-    dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
-    const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (hs + WARP_SIZE) * sizeof(float);
-    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_fallback_kernel)(out, lse, qkv, T, C, NH,
-                                                                                      scale_log2);
+    attention_forward_cuda_cores(out, lse, qkv, B, T, C, NH);
+}
+
+/* D = rowsum(dO * O) per (b, head, t) into Dsum (B,NH,T) fp32: the first pass of every backward path */
+static inline void attention_backward_rowdot(float* Dsum, const floatX* dout, const floatX* out, int B, int T, int C,
+                                             int NH) {
+    const long long warps = (long long)B * T * NH;
+    const int wpb = ATTN_THREADS / WARP_SIZE;
+    const unsigned int blocks = (unsigned int)((warps + wpb - 1) / wpb);
+    LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel)(Dsum, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 }
 
-/* Backward. dqkv (B,T,3C) overwritten; Dsum: B*NH*T fp32 scratch; dout, out (B,T,C); qkv (B,T,3C);
- * lse (B,NH,T) from the forward. Deterministic (fixed summation order, no atomics). */
-static inline void attention_backward_flash_impl(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
-                                                 const floatX* out, const float* lse, int B, int T, int C, int NH,
-                                                 int force_fallback) {
+/* Backward on the CUDA cores (the fallback kernels). dqkv (B,T,3C) overwritten; Dsum: B*NH*T fp32 scratch;
+ * dout, out (B,T,C); qkv (B,T,3C); lse (B,NH,T) from the forward. Deterministic (fixed summation order, no
+ * atomics). */
+static inline void attention_backward_cuda_cores(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
+                                                 const floatX* out, const float* lse, int B, int T, int C, int NH) {
     const int hs = attention_check_dims(B, T, C, NH);
     const float scale = 1.0f / sqrtf((float)hs);
     const float scale_log2 = ATTN_LOG2E * scale;
-    {
-        const long long warps = (long long)B * T * NH;
-        const int wpb = ATTN_THREADS / WARP_SIZE;
-        const unsigned int blocks = (unsigned int)((warps + wpb - 1) / wpb);
-        LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel)(Dsum, dout, out, B, T, C, NH);
-        CUDA_CHECK_LAUNCH();
-    }
-#if !FLOATX_IS_FLOAT
-    if (!force_fallback && attention_flash_path(hs, C, dqkv, dout, qkv)) {
-        switch (hs) {
-            case 16: attention_backward_mma_launch<16>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            case 32: attention_backward_mma_launch<32>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            case 64: attention_backward_mma_launch<64>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            case 128: attention_backward_mma_launch<128>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            default: break;
-        }
-    }
-#else
-    (void)force_fallback;
-#endif
+    attention_backward_rowdot(Dsum, dout, out, B, T, C, NH);
     dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
     const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (2 * hs + 2 * WARP_SIZE) * sizeof(float);
     LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_kv_fallback_kernel)(
@@ -1005,12 +1006,27 @@ static inline void attention_backward_flash_impl(floatX* dqkv, float* Dsum, cons
     CUDA_CHECK_LAUNCH();
 }
 
-static inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    attention_forward_flash_impl(out, lse, qkv, B, T, C, NH, 0);
-}
+/* Backward: the tensor-core kernels where attention_flash_path allows them, the CUDA-core kernels otherwise.
+ * Shapes as attention_backward_cuda_cores. */
 static inline void attention_backward_flash(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
                                             const floatX* out, const float* lse, int B, int T, int C, int NH) {
-    attention_backward_flash_impl(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH, 0);
+    const int hs = attention_check_dims(B, T, C, NH);
+#if !FLOATX_IS_FLOAT
+    if (attention_flash_path(hs, C, dqkv, dout, qkv)) { /* hs is 16, 32, 64 or 128 */
+        const float scale = 1.0f / sqrtf((float)hs);
+        const float scale_log2 = ATTN_LOG2E * scale;
+        attention_backward_rowdot(Dsum, dout, out, B, T, C, NH);
+        switch (hs) {
+            case 16: attention_backward_mma_launch<16>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 32: attention_backward_mma_launch<32>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 64: attention_backward_mma_launch<64>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            default: attention_backward_mma_launch<128>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+        }
+    }
+#else
+    (void)hs;
+#endif
+    attention_backward_cuda_cores(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH);
 }
 
 /* ======================================================================== backend contract */

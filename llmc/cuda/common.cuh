@@ -187,17 +187,6 @@ static __device__ __forceinline__ float block_reduce_sum(float v, float* shared)
     v = (lane < nwarps) ? shared[lane] : 0.0f;
     return warp_reduce_sum(v);
 }
-static __device__ __forceinline__ float block_reduce_max(float v, float* shared) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int nwarps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_max(v);
-    __syncthreads();
-    if (lane == 0) { shared[warp] = v; }
-    __syncthreads();
-    v = (lane < nwarps) ? shared[lane] : -FLT_MAX;
-    return warp_reduce_max(v);
-}
 
 /* ---------------------------------------------------------------- random numbers, rounding */
 
