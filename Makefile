@@ -122,9 +122,10 @@ MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 	bash dev/test/run_tests.sh
 
-# the quick tier (a few minutes, no nvcc and no emulator builds): host-module units, the CPU model test and the
-# command-line tests of the CPU trainer (resume, bad input, data parallelism under mpirun)
-QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_grid)
+# the quick tier (under 3 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test,
+# the command-line tests of the CPU trainer (resume, bad input, data parallelism under mpirun) and the collective
+# tests of both transports (the NCCL one over the emulator's NCCL stand-in, a 4-second build)
+QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' bash dev/test/run_tests.sh
 

@@ -78,6 +78,7 @@
 #include <string.h>
 
 #include "utils.h"
+#include "comm_types.h"
 #include "comm_bootstrap.h"
 
 #if defined(LLMC_NO_NCCL) && defined(USE_MPI) && (defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA))
@@ -86,49 +87,6 @@
 #if (defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)) && !defined(LLMC_NO_NCCL)
 #define COMM_HAVE_NCCL 1
 #endif
-
-/* ---------------------------------------------------------------- types */
-
-typedef enum { COMM_F32 = 0, COMM_F64, COMM_I32, COMM_BF16, COMM_F16, COMM_U8 } CommDtype;
-
-/* bytes per element of t */
-static inline size_t comm_dtype_size(CommDtype t) {
-    switch (t) {
-    case COMM_F32: return 4;
-    case COMM_F64: return 8;
-    case COMM_I32: return 4;
-    case COMM_BF16: return 2;
-    case COMM_F16: return 2;
-    default: return 1;
-    }
-}
-
-#define COMM_FENCES 3 /* the trainer uses 0, 1 (ZeRO-2 layer slots) and 2 (the embedding bucket) */
-
-/* one piece of a flat virtual buffer: ptr[k] is element begin+k, for k in [0, end-begin) (see the header
- * comment, "Segment lists") */
-typedef struct {
-    void* ptr;
-    size_t begin, end;
-} CommSegment;
-
-typedef struct {
-    unsigned long long bytes_sent;  /* payload bytes this rank sent */
-    unsigned long long bytes_recv;  /* payload bytes this rank received */
-    unsigned long long calls;       /* collective calls */
-} CommCounters;
-
-/* chunk c of [begin,end) under shards of `shard` elements: [*lo, *hi) (lo == hi == begin when empty) */
-static inline void comm_chunk(size_t begin, size_t end, size_t shard, int c, size_t* lo, size_t* hi) {
-    size_t a = (size_t)c * shard, b = a + shard;
-    *lo = a > begin ? a : begin;
-    *hi = b < end ? b : end;
-    if (*lo >= *hi) { *lo = *hi = begin; } /* empty: anchored at begin, so lo - begin is never negative */
-}
-
-/* prints "error: <what> failed: <why>  [file:line]" and ends the job: MPI_Abort of every rank when MPI runs,
- * else exit(EXIT_FAILURE). Never returns. (Defined below, after the transports that call it.) */
-static inline void comm_fail_at(const char* what, const char* why, const char* file, int line);
 
 /* ---------------------------------------------------------------- transports */
 
@@ -155,16 +113,6 @@ typedef struct {
     CommNccl nccl;             /* nccl.comm == NULL until comm_init_device (or comm_split of a started group) */
 #endif
 } Comm;
-
-static inline void comm_fail_at(const char* what, const char* why, const char* file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "error: %s failed: %s  [%s:%d]\n", what, why, file, line);
-    fflush(stderr);
-#ifdef USE_MPI
-    comm_mpi_abort_job();
-#endif
-    exit(EXIT_FAILURE);
-}
 
 /* ---------------------------------------------------------------- counters and the ring byte model */
 

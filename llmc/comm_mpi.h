@@ -1,6 +1,6 @@
 /*
  * llmc/comm_mpi.h -- the MPI transport of llmc/comm.h (builds with -DUSE_MPI: the CPU build under mpirun, and the
- * bootstrap of NCCL builds made with CUDA_MPI=1). Part of comm.h, which includes it; not a header on its own.
+ * bootstrap of NCCL builds made with CUDA_MPI=1). comm.h includes it; it needs only comm_types.h.
  *
  * Holds: the MPI state of a group (CommMpi), MPI start/split/end, the ring algorithms behind comm.h's
  * reduce-scatter / all-gather (and so all-reduce) on host buffers, and the host broadcast, send/recv and barrier.
@@ -20,17 +20,9 @@
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
 
-#ifndef LLMC_COMM_H
-#error "llmc/comm_mpi.h is part of llmc/comm.h: include llmc/comm.h"
-#endif
+#include "comm_types.h"
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1 /* the C API only: OpenMPI's deprecated C++ bindings do not compile warning-free */
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
+#include <string.h>
 
 /* the MPI side of a group */
 typedef struct {
@@ -49,14 +41,6 @@ static inline void comm_mpi_check_at(int rc, const char* what, const char* file,
     comm_fail_at(what, msg, file, line);
 }
 #define COMM_MPI_CHECK(call) comm_mpi_check_at((call), #call, __FILE__, __LINE__)
-
-/* ends every process of the job when MPI is running (comm_fail_at's last step); returns otherwise */
-static inline void comm_mpi_abort_job(void) {
-    int inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (inited && !finalized) { MPI_Abort(MPI_COMM_WORLD, 1); }
-}
 
 /* ---------------------------------------------------------------- ring */
 

@@ -1,6 +1,6 @@
 /*
- * llmc/comm_nccl.h -- the NCCL transport of llmc/comm.h (CUDA builds without LLMC_NO_NCCL). Part of comm.h, which
- * includes it; not a header on its own.
+ * llmc/comm_nccl.h -- the NCCL transport of llmc/comm.h (CUDA builds without LLMC_NO_NCCL). comm.h
+ * includes it; it needs only comm_types.h and the backend contract.
  *
  * Holds: the NCCL state of a group (CommNccl: communicator, communication stream, events, a small device scratch),
  * the collectives on device buffers, their ordering against the compute stream, fences, the watchdog, and the
@@ -27,9 +27,7 @@
 #ifndef LLMC_COMM_NCCL_H
 #define LLMC_COMM_NCCL_H
 
-#ifndef LLMC_COMM_H
-#error "llmc/comm_nccl.h is part of llmc/comm.h: include llmc/comm.h"
-#endif
+#include "comm_types.h"
 
 #include <time.h>
 #include <unistd.h>
