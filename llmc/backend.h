@@ -101,6 +101,12 @@
  *   encoder_backward(floatX* dwte(Vp,C) accumulates, floatX* dwpe(maxT,C) accumulates,
  *                    const floatX* dout(B,T,C), const int* inp(B,T), const int* host_inp(B,T), B, T, C)
  *                    (host_inp: the same tokens on the host, for deterministic bucketing; deterministic)
+ *   encoder_forward_vocab_shard(out(B,T,C), inp(B,T), const floatX* wte_shard(Vs,C), wpe(maxT,C), int v0, int Vs, B, T, C)
+ *   encoder_backward_vocab_shard(dwte_shard(Vs,C) accumulates, dwpe(maxT,C) accumulates, dout, inp, host_inp,
+ *                    int v0, int Vs, B, T, C)
+ *                    tensor parallelism: this rank holds wte rows [v0, v0+Vs); rows whose token lies outside get 0
+ *                    (forward: neither wte nor wpe, so the ranks' outputs sum to the full embedding exactly;
+ *                    backward: no dwte, but dwpe from every row). v0 = 0, Vs >= Vp is the unsharded op.
  *   encoder_backward_stage(int stage, const int* host_inp(B,T), B, T)
  *                    graph mode: buckets host_inp into staging buffer `stage` (0/1) so that an encoder_backward
  *                    captured next, and every replay of it, copies from there with fixed sizes; before a replay the
@@ -140,6 +146,18 @@
  *                    float dloss, const int* targets(N), N, V, Vp, int write_dlogits)
  *                    losses[i] = -log softmax(logits[i,:V])[targets[i]]; dlogits = dloss*(p - onehot);
  *                    columns V..Vp-1 are excluded from the softmax and get dlogits 0. targets < 0 are ignored (loss 0, dlogits 0).
+ * vocabulary-parallel cross-entropy (tensor parallelism; logits(N,Vs) of vocabulary columns [v0, v0+Vs), the first
+ * `valid` real; the caller all-reduces over the tp ranks between the steps; see llmc/cpu/classifier.h):
+ *   vocab_parallel_row_max(float* row_max(N) out, const floatX* logits(N,Vs), N, Vs, valid)   -FLT_MAX if valid = 0
+ *   vocab_parallel_row_sums(float* sums(2,N) out, const floatX* logits(N,Vs), const float* maxes(tp,N), int tp,
+ *                    const int* targets(N), int v0, N, Vs, valid)
+ *                    M_i = max over r of maxes[r][i]; sums[i] = sum_j<valid exp(logits[i,j] - M_i),
+ *                    sums[N+i] = logits[i, target-v0] if the target lies in this shard's real columns, else 0
+ *   vocab_parallel_finish(floatX* logits(N,Vs) in: logits, out: dlogits if write_dlogits, float* losses(N) out,
+ *                    const float* maxes(tp,N), int tp, const float* sums(2,N) (all-reduced), const int* targets(N),
+ *                    int v0, N, Vs, valid, float dloss, int write_dlogits)
+ *                    losses[i] = log(S_i) - (target logit_i - M_i); dlogits = dloss*(exp(l - M_i)/S_i - onehot), 0 in
+ *                    padding. targets < 0 are ignored (loss 0, dlogits 0).
  *   loss_mean_accumulate(float* mean(1) out, double* sum(1) accumulates, const float* losses(N), int N)
  *                    mean = (float)(fp64 sum of losses / N); sum += (double)mean. Deterministic fixed-order fp64 sum
  *                    (CPU: sequential; CUDA: one block, fixed tree). Queued: the trainer reads the loss once per
