@@ -121,7 +121,7 @@ typedef struct {
 
 static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
     GPT2* m = &fm->m;
-    gpt2_build_from_file(m, model_path);
+    gpt2_build_from_file(m, model_path, NULL);
     size_t P = m->num_parameters;
     fm->grads = (floatX*)dev_malloc(P * sizeof(floatX), "fixture gradients");
     fm->target = gpt2_grad_target_full(m, fm->grads);
@@ -328,10 +328,11 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     comm_init(&s->world, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
     grid_init(&s->grid, &s->world, grid_layout_for_world(1, 1, 1, 1), NULL, 0);
     s->dp = s->grid.dp;
-    gpt2_build_from_file(&s->model, model_path);
+    gpt2_build_from_file(&s->model, model_path, NULL);
     s->grad_accum_steps = accum;
     s->max_steps = max_steps;
-    zero_init(&s->zero, 0, &s->model, s->dp, 1);
+    s->tp = s->grid.tp;
+    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, 1);
     gpt2_allocate_activations(&s->model, fx->B, fx->T, 0);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
     batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);
@@ -506,7 +507,7 @@ int main(int argc, char** argv) {
     Tolerances tol = tolerances_for_precision();
     printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name());
     GPT2 header_model; /* the fixture's sizes come from the model file */
-    gpt2_build_from_file(&header_model, model_path);
+    gpt2_build_from_file(&header_model, model_path, NULL);
     Fixture fx;
     fixture_load(&fx, state_path, &header_model);
     gpt2_free(&header_model);

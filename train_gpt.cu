@@ -75,6 +75,8 @@ typedef struct {
     float comm_timeout;
     int comm_stats;
     int cuda_graphs;           /* 1 = replay one micro-step's forward+backward as a CUDA graph */
+    int tp;                    /* tensor-parallel size (llmc/tensor_parallel.h) */
+    int sequence_parallel;     /* 1 = sequence parallelism inside the tensor-parallel group */
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -120,6 +122,8 @@ static void train_config_defaults(TrainConfig* c) {
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
     c->cuda_graphs = 0;
+    c->tp = 1;
+    c->sequence_parallel = 0;
 }
 
 #define NO_MIN (-INFINITY)
@@ -164,6 +168,10 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
     SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
     SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 2, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients");
+    SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
+         "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
+    SPEC(NULL, "sequence-parallel", ARG_INT, sequence_parallel, 0, 1,
+         "1 = with --tp > 1, LayerNorm and residual activations split over the sequence too (T divisible by --tp)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
@@ -210,6 +218,7 @@ typedef struct {
     ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); tp = pp = ep = 1
                                   until those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
     Comm* dp;                  /* the data-parallel group: grid.dp */
+    Comm* tp;                  /* the tensor-parallel group: grid.tp */
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
     DataLoader train_loader;
@@ -231,6 +240,44 @@ typedef struct {
 
 /* process 0 prints, logs, samples and writes the model file */
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
+/* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
+static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
+
+/* ---------------------------------------------------------------- tensor-parallel collectives of the model */
+
+/* the model's tensor-parallel collectives (llmc/tensor_parallel.h) on the process grid's tp group: in place, and
+ * later device work waits for them (the host does not) */
+static void tp_all_reduce(void* ctx, floatX* buf, size_t count) {
+    comm_all_reduce((Comm*)ctx, buf, floatx_comm_dtype(), count);
+    comm_wait((Comm*)ctx);
+}
+static void tp_all_reduce_f32(void* ctx, float* buf, size_t count) {
+    comm_all_reduce((Comm*)ctx, buf, COMM_F32, count);
+    comm_wait((Comm*)ctx);
+}
+static void tp_all_gather(void* ctx, floatX* buf, size_t count) {
+    comm_all_gather((Comm*)ctx, buf, floatx_comm_dtype(), count);
+    comm_wait((Comm*)ctx);
+}
+static void tp_reduce_scatter(void* ctx, floatX* buf, size_t count) {
+    comm_reduce_scatter((Comm*)ctx, buf, floatx_comm_dtype(), count);
+    comm_wait((Comm*)ctx);
+}
+
+/* this process's place in the tensor-parallel group, as the model sees it */
+static TensorParallel session_tensor_parallel(TrainSession* s) {
+    TensorParallel tp = tensor_parallel_none();
+    if (s->tp->world == 1) { return tp; }
+    tp.rank = s->tp->rank;
+    tp.size = s->tp->world;
+    tp.sequence_parallel = s->cfg.sequence_parallel;
+    tp.ctx = s->tp;
+    tp.all_reduce = tp_all_reduce;
+    tp.all_reduce_f32 = tp_all_reduce_f32;
+    tp.all_gather = tp_all_gather;
+    tp.reduce_scatter = tp_reduce_scatter;
+    return tp;
+}
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -325,6 +372,7 @@ static StepResult train_step(TrainSession* s) {
     float dloss = 1.0f / ((float)cfg->B * (float)cfg->T * (float)s->grad_accum_steps * (float)s->dp->world);
     dloss *= loss_scale;
     comm_counters_reset(s->dp);
+    comm_counters_reset(s->tp);
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
     gpt2_loss_sum_reset(&s->model);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
@@ -348,9 +396,15 @@ static StepResult train_step(TrainSession* s) {
     s->step++;
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
-        printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)\n",
+        printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
+        if (s->tp->world > 1) {
+            printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls (tp %d, world %d)", s->tp->rank,
+                   s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls, s->tp->world,
+                   s->world.world);
+        }
+        printf("\n");
         fflush(stdout);
     }
     return r;
@@ -364,8 +418,10 @@ static TrainState session_train_state(const TrainSession* s) {
     TrainState st;
     memset(&st, 0, sizeof(st));
     st.step = s->step;
-    st.rank = s->dp->rank;
-    st.world = s->dp->world;
+    st.rank = s->world.rank;
+    st.world = s->world.world;
+    st.tp_size = s->tp->world;
+    st.tp_rank = s->tp->rank;
     st.zero_stage = s->cfg.zero_stage;
     st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->grad_accum_steps;
     st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
@@ -391,18 +447,18 @@ static TrainState session_train_state(const TrainSession* s) {
 static void write_checkpoint(TrainSession* s) {
     const char* dir = s->cfg.output_dir;
     char path[1024];
-    if (is_rank0(s)) {
+    if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
-        gpt2_write_model(&s->model, path);
+        gpt2_write_model(&s->model, path, is_rank0(s));
     }
-    checkpoint_state_path(path, sizeof(path), dir, s->step, s->dp->rank);
+    checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
     TrainState st = session_train_state(s);
     train_state_write(path, &st, &s->zero.opt);
-    comm_barrier(s->dp); /* every rank's state is on disk before the checkpoint is marked complete */
+    comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
         checkpoint_write_done(dir, s->step);
         printf("checkpoint: wrote step %d to %s\n", s->step, dir);
-        checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->dp->world);
+        checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->world.world);
     }
 }
 
@@ -415,7 +471,7 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     TrainState h;
     train_state_read_header(path, &h);
     long long tokens = train_state_tokens_per_step(&h);
-    long long ours = (long long)s->cfg.B * s->cfg.T * s->grad_accum_steps * s->dp->world;
+    long long ours = (long long)s->cfg.B * s->cfg.T * s->grad_accum_steps * s->dp->world; /* dp: tp ranks share */
     if (h.B != s->cfg.B || h.T != s->cfg.T || tokens != ours) {
         /* one line from rank 0; the others wait for the launcher to end the job */
         if (is_rank0(s)) {
@@ -425,14 +481,16 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
                   "(B=%d T=%d x %d accumulation x %d processes), this run has %lld; resume with -d %lld",
                   s->cfg.output_dir, resume_step, tokens, h.B, h.T, h.grad_accum_steps, h.world, ours, tokens);
         }
-        comm_barrier(s->dp);
+        comm_barrier(&s->world);
         exit(EXIT_FAILURE);
     }
-    int changed = h.world != s->dp->world || h.zero_stage != s->cfg.zero_stage;
+    int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world;
     if (changed && is_rank0(s)) {
         printf("resume: checkpoint step %d was written by %d processes with ZeRO stage %d; re-sharding the optimizer "
-               "state for %d processes with ZeRO stage %d\n", resume_step, h.world, h.zero_stage, s->dp->world,
+               "state for %d processes with ZeRO stage %d", resume_step, h.world, h.zero_stage, s->world.world,
                s->cfg.zero_stage);
+        if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
+        printf("\n");
     }
     return changed ? h.world : 0;
 }
@@ -458,12 +516,12 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     if (reshard_from > 0) {
         /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
          * launcher when rank 0 exits) */
-        if (is_rank0(s)) { train_state_scan_old(resume_step, reshard_from, reshard_from == s->dp->world, &ours, &ctx, NULL, 0, 0, NULL); }
-        comm_barrier(s->dp);
+        if (is_rank0(s)) { train_state_scan_old(resume_step, reshard_from, &ours, &ctx, NULL); }
+        comm_barrier(&s->world);
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
     } else {
-        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->dp->rank);
+        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
         train_state_read(path, &ours, &ctx, &s->zero.opt, &found);
     }
     DataLoaderState ls;
@@ -518,8 +576,8 @@ static int sample_prompt(TrainSession* s, int** tokens) {
     int n = 0;
     if (prompt_len > 0) {
         n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, *tokens, prompt_len);
-        if (n > maxlen) { printf("(prompt of %d tokens: the model sees its last %d tokens, T=%d)\n", n, maxlen, maxlen); }
-    } else if (s->cfg.prompt[0] != '\0') {
+        if (n > maxlen && is_rank0(s)) { printf("(prompt of %d tokens: the model sees its last %d tokens, T=%d)\n", n, maxlen, maxlen); }
+    } else if (s->cfg.prompt[0] != '\0' && is_rank0(s)) {
         printf("(no tokenizer: the prompt is ignored)\n");
     }
     if (n == 0) { (*tokens)[n++] = GPT2_EOT; }
@@ -531,11 +589,29 @@ static void sample_text_append(char* text, size_t* len, const char* chunk, size_
     if (*len + k < 65535) { memcpy(text + *len, chunk, k); *len += k; }
 }
 
-/* generates cfg.gen_tokens tokens after the prompt (or after <|endoftext|>), printing them as they come */
+/* the logits of the last of the n tokens (the model sees at most the last T) into host_logits (Vp): a forward at
+ * batch 1 over them; with sequence parallelism at the full length T, the tokens padded at the end (attention is
+ * causal, so the padding does not change the row read). Collective over the tensor-parallel group. */
+static void sample_logits(TrainSession* s, int* tokens, int n, float* host_logits) {
+    GPT2* m = &s->model;
+    int maxlen = m->T, len = n < maxlen ? n : maxlen;
+    int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
+    dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
+    if (fwd > len) {
+        int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
+        for (int i = 0; i < fwd - len; i++) { pad[i] = GPT2_EOT; }
+        dev_memcpy_h2d(m->inputs + len, pad, (size_t)(fwd - len) * sizeof(int));
+        free(pad);
+    }
+    gpt2_forward(m, m->inputs, NULL, 1, fwd, s->cfg.gelu_fusion, 0.0f, 0);
+    gpt2_logits_row(m, len - 1, host_logits);
+}
+
+/* generates cfg.gen_tokens tokens after the prompt (or after <|endoftext|>), printing them as they come (process
+ * 0); the other ranks of its tensor-parallel group run the same forwards and receive each token */
 static void sample(TrainSession* s) {
     GPT2* m = &s->model;
     const GPT2Config* c = &m->config;
-    int maxlen = m->T;
     int* tokens = NULL;
     int n = sample_prompt(s, &tokens);
     float* logits = (float*)malloc_check((size_t)c->padded_vocab_size * sizeof(float), "sample logits");
@@ -544,16 +620,18 @@ static void sample(TrainSession* s) {
     TokenPrinter printer;
     token_printer_init(&printer);
     char chunk[TOKEN_PRINTER_MAX_OUT];
-    printf("sample (%s): ", s->cfg.prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
-    if (s->has_tokenizer && s->cfg.prompt[0]) { printf("%s", s->cfg.prompt); }
+    int printing = is_rank0(s);
+    if (printing) {
+        printf("sample (%s): ", s->cfg.prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
+        if (s->has_tokenizer && s->cfg.prompt[0]) { printf("%s", s->cfg.prompt); }
+    }
     for (int generated = 0; generated < s->cfg.gen_tokens; generated++) {
-        int len = n < maxlen ? n : maxlen;
-        dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
-        gpt2_forward(m, m->inputs, NULL, 1, len, s->cfg.gelu_fusion, 0.0f, 0);
-        dev_download_floats(logits, (floatX*)m->acts.t[A_LOGITS] + (size_t)(len - 1) * c->padded_vocab_size,
-                            (size_t)c->padded_vocab_size);
-        int next = sample_token(logits, c->vocab_size, s->cfg.temperature, s->cfg.top_k, random_f32(&s->sample_rng));
+        sample_logits(s, tokens, n, logits);
+        int next = 0;
+        if (printing) { next = sample_token(logits, c->vocab_size, s->cfg.temperature, s->cfg.top_k, random_f32(&s->sample_rng)); }
+        comm_broadcast_host(s->tp, &next, sizeof(next), 0); /* the other tensor-parallel ranks feed the same token */
         tokens[n++] = next;
+        if (!printing) { continue; }
         if (s->has_tokenizer) {
             size_t k = token_printer_feed(&printer, &s->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
             fwrite(chunk, 1, k, stdout);
@@ -563,14 +641,14 @@ static void sample(TrainSession* s) {
         }
         fflush(stdout);
     }
-    if (s->has_tokenizer) {
+    if (printing && s->has_tokenizer) {
         size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
         fwrite(chunk, 1, k, stdout);
         sample_text_append(text, &text_len, chunk, k);
     }
-    printf("\n");
+    if (printing) { printf("\n"); }
     text[text_len] = '\0';
-    logger_log_text(&s->logger, "sample", s->step, "text", text);
+    if (printing) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
     free(tokens);
     free(logits);
     free(text);
@@ -615,6 +693,14 @@ static void check_config(TrainSession* s) {
         FATAL("flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands its "
               "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
               c->zero_stage, c->zero_stage);
+    }
+    if (c->sequence_parallel && c->tp == 1) {
+        FATAL("flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
+              "--tp 1)");
+    }
+    if (c->sequence_parallel && c->T % c->tp != 0) {
+        FATAL("flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
+              "whole rows", c->T, c->tp);
     }
     if (strlen(c->output_dir) > 900) {
         FATAL("flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
@@ -663,25 +749,40 @@ static void setup_processes(TrainSession* s) {
     backend_init(s->world.local_rank, s->world.rank == 0);
     /* NCCL starts only when collectives are needed (llmc/zero.h): a one-GPU ZeRO-0 run never starts it */
     if (zero_needs_collectives(cfg->zero_stage, s->world.world)) { comm_init_device(&s->world, cfg->nccl_init); }
-    /* every process data parallel: the dp group is the world communicator itself (no split) */
-    grid_init(&s->grid, &s->world, grid_layout_for_world(s->world.world, 1, 1, 1), NULL, 0);
-    s->dp = s->grid.dp;
 }
 
-/* the model: a descriptor (random init from --seed) or a model file */
-static void setup_model(TrainSession* s) {
-    const TrainConfig* cfg = &s->cfg;
-    if (is_model_descriptor(cfg->model)) {
-        GPT2Config mc;
-        gpt2_config_from_descriptor(&mc, cfg->model);
-        gpt2_allocate_weights(&s->model, &mc);
-        gpt2_init_random(&s->model, (uint64_t)cfg->seed);
-    } else {
+/* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
+static GPT2Config model_config(const TrainConfig* cfg) {
+    GPT2Config mc;
+    if (!gpt2_config_from_descriptor(&mc, cfg->model)) {
         if (!file_exists(cfg->model)) {
             FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d12 d24 d36 d48) nor an existing "
                   "model file", cfg->model);
         }
-        gpt2_build_from_file(&s->model, cfg->model);
+        gpt2_read_model_header(cfg->model, &mc);
+    }
+    return mc;
+}
+
+/* the process grid (llmc/process_grid.h): tp processes per tensor-parallel group, the rest data parallel; the
+ * layout is validated against the model (heads, channels, padded vocabulary divisible by --tp) with one line */
+static void setup_grid(TrainSession* s, const GPT2Config* mc) {
+    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, 1, 1);
+    if (layout.dp == 0) { layout.tp = s->cfg.tp; layout.dp = 1; layout.pp = 1; layout.ep = 1; } /* refused below */
+    GridModelShape shape = {mc->num_heads, mc->channels, mc->padded_vocab_size, mc->num_layers};
+    grid_init(&s->grid, &s->world, layout, &shape, 0);
+    s->dp = s->grid.dp;
+    s->tp = s->grid.tp;
+}
+
+/* the model (this process's tensor-parallel part): a descriptor (random init from --seed) or a model file */
+static void setup_model(TrainSession* s, const GPT2Config* mc) {
+    TensorParallel tp = session_tensor_parallel(s);
+    if (is_model_descriptor(s->cfg.model)) {
+        gpt2_allocate_weights_tp(&s->model, mc, &tp);
+        gpt2_init_random(&s->model, (uint64_t)s->cfg.seed);
+    } else {
+        gpt2_build_from_file(&s->model, s->cfg.model, &tp);
     }
 }
 
@@ -712,7 +813,9 @@ static void setup_data(TrainSession* s) {
 static void session_init(TrainSession* s) {
     TrainConfig* cfg = &s->cfg;
     setup_processes(s);
-    setup_model(s);
+    GPT2Config mc = model_config(cfg);
+    setup_grid(s, &mc);
+    setup_model(s, &mc);
     check_config(s);
     int resume_step = checkpoint_prepare_output_dir(cfg->output_dir, cfg->resume, cfg->max_steps, is_rank0(s));
     setup_data(s);
@@ -722,7 +825,7 @@ static void session_init(TrainSession* s) {
     require_same_on_every_rank(s->dp, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                                "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
-    zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, cfg->master_weights); /* gradients, optimizer shard */
+    zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, cfg->master_weights); /* gradients, optimizer shard */
     gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
     s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;
@@ -746,7 +849,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("| precision             | %s\n", PRECISION_NAME);
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
-    printf("| parameters            | %zu\n", s->model.num_parameters);
+    printf("| parameters            | %zu\n", s->model.num_parameters_full);
     printf("| train data            | %s (%zu windows of B*T+1 tokens per epoch)\n", s->cfg.train_data,
            dataloader_windows_per_epoch(&s->train_loader));
     printf("| val data              | %s\n", s->has_val ? s->cfg.val_data : "(none)");
@@ -756,6 +859,11 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
            s->cfg.learning_rate, s->cfg.warmup_steps);
     printf("| processes / ZeRO      | %d / stage %d (collectives: %s)\n", s->world.world, s->cfg.zero_stage,
            s->world.backend);
+    if (s->tp->world > 1) {
+        printf("| layout                | tensor parallel %d%s x data parallel %d; %zu of the model's %zu parameters "
+               "on each process\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "", s->dp->world,
+               s->model.num_parameters, s->model.num_parameters_full);
+    }
     printf("+-----------------------+------------------------------------------------\n");
     zero_print_ledger(&s->zero);
     int nd, no;
@@ -767,7 +875,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     size_t cap = strlen(json) + 512;
     char* fields = (char*)malloc_check(cap, "config json");
     snprintf(fields, cap, "%s,\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
-             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters, s->world.world,
+             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters_full, s->world.world,
              s->grad_accum_steps, PRECISION_NAME, backend_device_name(), s->max_steps);
     logger_log(&s->logger, "config", s->step, fields);
     free(fields);
@@ -826,7 +934,7 @@ static void evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (cfg->gen_tokens > 0 && is_rank0(s) &&
+    if (cfg->gen_tokens > 0 && in_first_tp_group(s) &&
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
@@ -837,7 +945,7 @@ static void evaluate_if_due(TrainSession* s, int last) {
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
-    double flops_per_token = gpt_flops_per_token(s->model.num_parameters, c->num_layers, c->channels, cfg->T);
+    double flops_per_token = gpt_flops_per_token(s->model.num_parameters_full, c->num_layers, c->channels, cfg->T);
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
     double train_seconds = 0.0;

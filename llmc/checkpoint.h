@@ -226,6 +226,15 @@ static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int
     return done_step;
 }
 
+/* fp32 -> bf16 (raw uint16), round to nearest even (a NaN stays a quiet NaN); exact for values that came from bf16 */
+static inline uint16_t float_to_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40u); }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 /* bf16 (raw uint16) -> fp32, exact */
 static inline float bf16_bits_to_float(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;

@@ -267,6 +267,18 @@ static inline void comm_join(Comm* c) {
 #endif
 }
 
+/* makes later compute-stream work wait for every collective issued so far, without blocking the host (tensor
+ * parallelism's in-layer collectives: the next kernel needs the result, the host goes on queueing); a collective
+ * whose peer died is caught by the next host wait, which polls the NCCL watchdog. No-op on the CPU build, whose
+ * collectives are synchronous. */
+static inline void comm_wait(Comm* c) {
+#ifdef COMM_HAVE_NCCL
+    if (c->nccl.comm) { comm_nccl_wait(&c->nccl); }
+#else
+    (void)c;
+#endif
+}
+
 /* marks every collective issued so far as fence k (0 <= k < COMM_FENCES); see comm_fence_wait */
 static inline void comm_fence_record(Comm* c, int k) {
 #ifdef COMM_HAVE_NCCL

@@ -104,6 +104,10 @@ static inline void comm_nccl_join(CommNccl* n) {
     dev_wait_event(n->ev_comm);
 }
 
+/* later main-stream work waits for every collective issued so far, without blocking the host (a hang is caught by
+ * the next host wait, which polls the watchdog) */
+static inline void comm_nccl_wait(CommNccl* n) { dev_wait_event(n->ev_comm); }
+
 /* fence k (0 <= k < COMM_FENCES) marks the collectives issued so far; waiting on it makes later main-stream work
  * wait for them without blocking the host */
 static inline void comm_nccl_fence_record(CommNccl* n, int k) { dev_event_record_on(n->ev_fence[k], n->stream); }

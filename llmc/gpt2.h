@@ -13,8 +13,16 @@
  * is the caller's GPT2GradTarget (the gradient store of llmc/zero.h, or gpt2_grad_target_full for one flat
  * buffer). The optimizer state is the caller's too (gpt2_update_range takes it).
  *
+ * Tensor parallelism (llmc/tensor_parallel.h; Shoeybi et al. 2019): with tp = m->tp.size > 1 this instance is one
+ * rank's part of the model. qkv and fc are column-parallel (this rank's 3C/tp resp. 4C/tp output features, i.e. its
+ * NH/tp heads), attproj and fcproj row-parallel (C/tp resp. 4C/tp input features; their bias added by rank 0 only),
+ * wte is split by vocabulary rows (Vp/tp; embedding and tied LM head use the same shard, cross-entropy is
+ * vocabulary-parallel), everything else is replicated. The parameter buffer holds this rank's tensors in the
+ * usual order (gpt2_tp_slice says how each is cut from the full model); gpt2_upload_full / gpt2_gather_full
+ * convert from / to the full model. With sequence parallelism the LayerNorm and residual activations hold this
+ * rank's N/tp rows.
  * Shapes: B micro-batch, T sequence length, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary,
- * maxT context length, N = B*T rows. All device buffers are floatX unless stated (backend.h). Written in the
+ * maxT context length, N = B*T rows; Cl = C/tp, NHl = NH/tp, Vs = Vp/tp, Nl = N/tp (sequence parallel) or N. All device buffers are floatX unless stated (backend.h). Written in the
  * common subset of C11 and C++17 (nvcc and gcc both compile it). Errors: allocation failures and internal
  * misuse exit with one line (FATAL, file:line).
  */
@@ -30,6 +38,7 @@
 #include "llmc/utils.h"
 #include "llmc/backend.h"
 #include "llmc/rand.h"
+#include "llmc/tensor_parallel.h"
 
 /* ============================================================ configuration */
 
@@ -136,6 +145,50 @@ static inline void parameter_tensors_point(ParameterTensors* p, floatX* base, co
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
 }
 
+/* 1 for tensors split over the tensor-parallel ranks (wte by vocabulary rows, qkv and fc by output features,
+ * attproj and fcproj by input features); the others are replicated on every tp rank */
+static inline int parameter_is_tp_sharded(int i) {
+    return i == P_WTE || i == P_QKVW || i == P_QKVB || i == P_ATTPROJW || i == P_FCW || i == P_FCB || i == P_FCPROJW;
+}
+
+/* How tensor-parallel rank r of p holds tensor i: its per-layer slice (the whole tensor for wte, wpe, lnfw, lnfb)
+ * is `blocks` blocks of `len` elements; block b lies at offset start + b*stride of the full model's slice and at
+ * offset b*len of this rank's. qkvw (3C,C) keeps rows [r*C/p, (r+1)*C/p) of each of q, k, v (its heads); qkvb
+ * likewise; fcw (4C,C) and fcb rows [r*4C/p, ...); attprojw (C,C) and fcprojw (C,4C) columns [r*C/p, ...) resp.
+ * [r*4C/p, ...) of every row; wte rows [r*Vp/p, ...). p = 1 gives the full slice. */
+typedef struct {
+    size_t blocks, len, stride, start;
+} TPSlice;
+
+static inline TPSlice gpt2_tp_slice(const GPT2Config* c, int i, int p, int r) {
+    size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, P = (size_t)p, R = (size_t)r;
+    size_t full[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(full, c);
+    TPSlice s;
+    s.blocks = 1; s.stride = 0; s.start = 0;
+    s.len = parameter_is_per_layer(i) ? full[i] / (size_t)c->num_layers : full[i];
+    if (p == 1 || !parameter_is_tp_sharded(i)) { return s; }
+    switch (i) {
+    case P_WTE: s.len = Vp / P * C; break;
+    case P_QKVW: s.blocks = 3; s.len = C / P * C; s.stride = C * C; break;
+    case P_QKVB: s.blocks = 3; s.len = C / P; s.stride = C; break;
+    case P_ATTPROJW: s.blocks = C; s.len = C / P; s.stride = C; break;
+    case P_FCW: s.len = 4 * C / P * C; break;
+    case P_FCB: s.len = 4 * C / P; break;
+    default: s.blocks = C; s.len = 4 * C / P; s.stride = 4 * C; break; /* P_FCPROJW */
+    }
+    s.start = R * s.len;
+    return s;
+}
+
+/* element counts of this tensor-parallel rank's 16 tensors (any rank: all are the same size) */
+static inline void gpt2_parameter_sizes_tp(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        TPSlice s = gpt2_tp_slice(c, i, p, 0);
+        sizes[i] = s.blocks * s.len * (parameter_is_per_layer(i) ? (size_t)c->num_layers : 1);
+    }
+}
+
 /* ============================================================ activation table */
 
 /* activation tensors saved for backward; dtype floatX unless activation_is_fp32 */
@@ -145,12 +198,15 @@ enum {
     A_LNF_RSTD, A_LOSSES, A_LOGITS, A_SCRATCH_BTC,
     /* backward buffers */
     A_DRESIDUAL, A_DBTC, A_DBT4C, A_SCRATCH_F32,
+    /* tensor parallelism only (0 elements otherwise): vocabulary-parallel loss statistics (tp+2)*N fp32, the
+     * LayerNorm gradients of one step under sequence parallelism 2*C, one gathered logits row Vp */
+    A_TP_STATS, A_LN_GRAD, A_LOGITS_ROW,
     NUM_ACTIVATION_TENSORS
 };
 
 static inline int activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
-           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32;
+           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32 || i == A_TP_STATS;
 }
 
 typedef struct {
@@ -160,50 +216,58 @@ typedef struct {
 
 static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* element counts for micro-batch (B,T); recompute: 0 none, 1 GELU output, 2 also LayerNorm outputs */
+/* element counts for micro-batch (B,T) on one tensor-parallel rank of `tp`; recompute: 0 none, 1 GELU output,
+ * 2 also LayerNorm outputs */
 static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T,
-                                         int recompute) {
+                                         int recompute, const TensorParallel* tp) {
+    size_t p = (size_t)tp->size;
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
+    size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
     size_t L_ln = recompute >= 2 ? 1 : L;
     size_t L_gelu = recompute >= 1 ? 1 : L;
-    n[A_ENCODED] = BT * C;
-    n[A_LN1] = L_ln * BT * C;
-    n[A_LN1_MEAN] = L * BT;
-    n[A_LN1_RSTD] = L * BT;
-    n[A_QKV] = L * BT * 3 * C;
-    n[A_ATTY] = L * BT * C;
-    n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)NH);
-    n[A_RESIDUAL2] = L * BT * C;
-    n[A_LN2] = L_ln * BT * C;
-    n[A_LN2_MEAN] = L * BT;
-    n[A_LN2_RSTD] = L * BT;
-    n[A_FCH] = L * BT * 4 * C;
-    n[A_FCH_GELU] = L_gelu * BT * 4 * C;
-    n[A_RESIDUAL3] = L * BT * C;
-    n[A_LNF] = BT * C;
-    n[A_LNF_MEAN] = BT;
-    n[A_LNF_RSTD] = BT;
+    n[A_ENCODED] = BTl * C;
+    n[A_LN1] = L_ln * BTl * C;
+    n[A_LN1_MEAN] = L * BTl;
+    n[A_LN1_RSTD] = L * BTl;
+    n[A_QKV] = L * BT * 3 * Cl;
+    n[A_ATTY] = L * BT * Cl;
+    n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)(NH / p));
+    n[A_RESIDUAL2] = L * BTl * C;
+    n[A_LN2] = L_ln * BTl * C;
+    n[A_LN2_MEAN] = L * BTl;
+    n[A_LN2_RSTD] = L * BTl;
+    n[A_FCH] = L * BT * 4 * Cl;
+    n[A_FCH_GELU] = L_gelu * BT * 4 * Cl;
+    n[A_RESIDUAL3] = L * BTl * C;
+    n[A_LNF] = BTl * C;
+    n[A_LNF_MEAN] = BTl;
+    n[A_LNF_RSTD] = BTl;
     n[A_LOSSES] = BT;
-    n[A_LOGITS] = BT * Vp;
+    n[A_LOGITS] = BT * Vs;
     n[A_SCRATCH_BTC] = BT * C;
-    n[A_DRESIDUAL] = BT * C;
+    n[A_DRESIDUAL] = BTl * C;
     n[A_DBTC] = BT * C;
-    n[A_DBT4C] = BT * 4 * C;
-    size_t f32 = attention_scratch_floats(B, T, (int)C, (int)NH);
-    f32 = max_size(f32, layernorm_scratch_floats((int)BT, (int)C));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vp));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * C), (int)C));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * C)));
+    n[A_DBT4C] = BT * 4 * Cl;
+    size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p));
+    f32 = max_size(f32, layernorm_scratch_floats((int)BTl, (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl)));
     n[A_SCRATCH_F32] = max_size(f32, 1);
+    n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
+    n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
+    n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
 }
 
 /* ============================================================ the model */
 
 typedef struct {
-    GPT2Config config;
-    size_t param_sizes[NUM_PARAMETER_TENSORS];
-    size_t num_parameters;      /* P: elements of the 16 tensors */
+    GPT2Config config;          /* the full model's configuration */
+    TensorParallel tp;          /* this instance's tensor-parallel rank (size 1: the whole model) */
+    size_t param_sizes[NUM_PARAMETER_TENSORS]; /* this rank's tensors (gpt2_parameter_sizes_tp) */
+    size_t num_parameters;      /* P: elements of this rank's 16 tensors (the whole model when tp.size = 1) */
+    size_t num_parameters_full; /* elements of the full model */
     size_t params_capacity;     /* elements allocated for params_memory (>= P; the tail is zero, see gpt2_pad_parameters) */
     ParameterTensors params;    /* floatX, device, views into params_memory */
     floatX* params_memory;
@@ -219,17 +283,32 @@ typedef struct {
     double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
 } GPT2;
 
-/* allocates the parameter buffer for cfg (zeroed) */
-static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) {
+/* allocates the parameter buffer (zeroed) of tensor-parallel rank tp->rank of tp->size for the model cfg (tp NULL:
+ * the whole model); exits with one line if cfg cannot be split that way (the process grid validates layouts
+ * first, so this is an internal check) */
+static inline void gpt2_allocate_weights_tp(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
-    gpt2_parameter_sizes(model->param_sizes, cfg);
-    model->num_parameters = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->tp = tp ? *tp : tensor_parallel_none();
+    int p = model->tp.size;
+    if (cfg->num_heads % p || cfg->channels % p || cfg->padded_vocab_size % p) {
+        FATAL("internal: a model with NH=%d C=%d Vp=%d cannot be split over %d tensor-parallel ranks", cfg->num_heads,
+              cfg->channels, cfg->padded_vocab_size, p);
+    }
+    gpt2_parameter_sizes_tp(model->param_sizes, cfg, p);
+    size_t full[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(full, cfg);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        model->num_parameters += model->param_sizes[i];
+        model->num_parameters_full += full[i];
+    }
     model->params_capacity = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
+
+/* the whole model, no tensor parallelism */
+static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) { gpt2_allocate_weights_tp(model, cfg, NULL); }
 
 /* grows the parameter buffer to `capacity` elements (>= P), keeping the parameters and zeroing the tail, so
  * that collectives may treat it as `capacity` equal shards (the ZeRO layout, llmc/zero.h) */
@@ -243,20 +322,98 @@ static inline void gpt2_pad_parameters(GPT2* model, size_t capacity) {
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
 
+/* calls fn(ctx, tensor, full_offset, local_offset, n) for every contiguous piece of tensor-parallel rank r's
+ * parameters, in its flat order: n elements of tensor `tensor` at full_offset in the full model's flat order are
+ * rank r's elements at local_offset (gpt2_tp_slice) */
+static inline void gpt2_tp_for_each_piece(const GPT2Config* c, int p, int r,
+                                          void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
+                                                     size_t n),
+                                          void* ctx) {
+    size_t full[NUM_PARAMETER_TENSORS], local[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(full, c);
+    gpt2_parameter_sizes_tp(local, c, p);
+    size_t L = (size_t)c->num_layers, foff = 0, loff = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t layers = parameter_is_per_layer(i) ? L : 1;
+        TPSlice s = gpt2_tp_slice(c, i, p, r);
+        for (size_t l = 0; l < layers; l++) {
+            size_t fl = foff + l * (full[i] / layers), ll = loff + l * (local[i] / layers);
+            for (size_t b = 0; b < s.blocks; b++) { fn(ctx, i, fl + s.start + b * s.stride, ll + b * s.len, s.len); }
+        }
+        foff += full[i];
+        loff += local[i];
+    }
+}
+
+typedef struct { float* dst; const float* src; } GPT2CopyPieces;
+static inline void gpt2_copy_full_to_local(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
+    GPT2CopyPieces* c = (GPT2CopyPieces*)ctx;
+    (void)tensor;
+    memcpy(c->dst + local_offset, c->src + full_offset, n * sizeof(float));
+}
+static inline void gpt2_copy_local_to_full(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
+    GPT2CopyPieces* c = (GPT2CopyPieces*)ctx;
+    (void)tensor;
+    memcpy(c->dst + full_offset, c->src + local_offset, n * sizeof(float));
+}
+
+/* sets this rank's parameters from the full model `host_full` (num_parameters_full fp32 on the host, file order),
+ * converted to floatX (round to nearest) */
+static inline void gpt2_upload_full(GPT2* model, const float* host_full) {
+    if (model->tp.size == 1) {
+        dev_upload_floats(model->params_memory, host_full, model->num_parameters);
+        return;
+    }
+    float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this rank");
+    GPT2CopyPieces cp = {host, host_full};
+    gpt2_tp_for_each_piece(&model->config, model->tp.size, model->tp.rank, gpt2_copy_full_to_local, &cp);
+    dev_upload_floats(model->params_memory, host, model->num_parameters);
+    free(host);
+}
+
+/* the full model's parameters (fp32, file order) into host_full (num_parameters_full floats) on the caller that
+ * passes it (NULL elsewhere): collective over the tensor-parallel group (every rank of it calls, each rank's part
+ * is all-gathered); without tensor parallelism a download */
+static inline void gpt2_gather_full(GPT2* model, float* host_full) {
+    int p = model->tp.size;
+    if (p == 1) {
+        if (host_full) { dev_download_floats(host_full, model->params_memory, model->num_parameters); }
+        return;
+    }
+    /* every rank's flat parameters side by side, then each rank's pieces put in place */
+    size_t P = model->num_parameters;
+    floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file)");
+    dev_memcpy_d2d(all + (size_t)model->tp.rank * P, model->params_memory, P * sizeof(floatX));
+    model->tp.all_gather(model->tp.ctx, all, P);
+    if (host_full) {
+        float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
+        dev_download_floats(host, all, (size_t)p * P);
+        for (int r = 0; r < p; r++) {
+            GPT2CopyPieces cp = {host_full, host + (size_t)r * P};
+            gpt2_tp_for_each_piece(&model->config, p, r, gpt2_copy_local_to_full, &cp);
+        }
+        free(host);
+    }
+    dev_free(all);
+}
+
 /* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
  * train_gpt.py produces identical weights: for each tensor in file order and each layer,
  * normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw; normal(0, 0.02/sqrt(2L)) for the
- * residual projections attprojw, fcprojw; LayerNorm weights 1; biases 0. */
+ * residual projections attprojw, fcprojw; LayerNorm weights 1; biases 0. The full model is drawn on the host
+ * (the same numbers for every tensor-parallel layout), then this rank's part uploaded. */
 static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     const GPT2Config* c = &model->config;
-    float* host = (float*)calloc_check(model->num_parameters, sizeof(float), "host init weights");
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(sizes, c);
+    float* host = (float*)calloc_check(model->num_parameters_full, sizeof(float), "host init weights");
     mt19937_state rng;
     manual_seed(&rng, seed);
     size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
     float residual_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
+        size_t n = sizes[i];
         size_t layers = parameter_is_per_layer(i) ? L : 1;
         size_t per = n / layers;
         for (size_t l = 0; l < layers; l++) {
@@ -273,7 +430,7 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
         }
         off += n;
     }
-    dev_upload_floats(model->params_memory, host, model->num_parameters);
+    gpt2_upload_full(model, host);
     free(host);
 }
 
@@ -283,7 +440,11 @@ static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int reco
     model->B = B;
     model->T = T;
     model->recompute = recompute;
-    gpt2_activation_sizes(model->acts.count, &model->config, B, T, recompute);
+    if (model->tp.size > 1 && model->tp.sequence_parallel && (B * T) % model->tp.size != 0) {
+        FATAL("internal: sequence parallelism needs B*T = %d divisible by %d tensor-parallel ranks", B * T,
+              model->tp.size);
+    }
+    gpt2_activation_sizes(model->acts.count, &model->config, B, T, recompute, &model->tp);
     size_t offsets[NUM_ACTIVATION_TENSORS];
     size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
@@ -406,82 +567,151 @@ typedef struct {
 static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     const GPT2Config* c = &m->config;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->channels;
+    size_t BTl = (size_t)tp_rows(&m->tp, (int)BT), Cl = C / (size_t)m->tp.size; /* this rank's rows and channels */
     LayerActivations a;
     int l_ln = m->recompute >= 2 ? 0 : l;
     int l_gelu = m->recompute >= 1 ? 0 : l;
-    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, l - 1, BT * C);
-    a.ln1 = actX(m, A_LN1, l_ln, BT * C);
-    a.qkv = actX(m, A_QKV, l, BT * 3 * C);
-    a.atty = actX(m, A_ATTY, l, BT * C);
-    a.residual2 = actX(m, A_RESIDUAL2, l, BT * C);
-    a.ln2 = actX(m, A_LN2, l_ln, BT * C);
-    a.fch = actX(m, A_FCH, l, BT * 4 * C);
-    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * C);
-    a.residual3 = actX(m, A_RESIDUAL3, l, BT * C);
-    a.ln1_mean = actF(m, A_LN1_MEAN, l, BT);
-    a.ln1_rstd = actF(m, A_LN1_RSTD, l, BT);
-    a.att_state = actF(m, A_ATT_STATE, l, attention_state_floats(m->B, m->T, c->num_heads));
-    a.ln2_mean = actF(m, A_LN2_MEAN, l, BT);
-    a.ln2_rstd = actF(m, A_LN2_RSTD, l, BT);
+    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, l - 1, BTl * C);
+    a.ln1 = actX(m, A_LN1, l_ln, BTl * C);
+    a.qkv = actX(m, A_QKV, l, BT * 3 * Cl);
+    a.atty = actX(m, A_ATTY, l, BT * Cl);
+    a.residual2 = actX(m, A_RESIDUAL2, l, BTl * C);
+    a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
+    a.fch = actX(m, A_FCH, l, BT * 4 * Cl);
+    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * Cl);
+    a.residual3 = actX(m, A_RESIDUAL3, l, BTl * C);
+    a.ln1_mean = actF(m, A_LN1_MEAN, l, BTl);
+    a.ln1_rstd = actF(m, A_LN1_RSTD, l, BTl);
+    a.att_state = actF(m, A_ATT_STATE, l, attention_state_floats(m->B, m->T, c->num_heads / m->tp.size));
+    a.ln2_mean = actF(m, A_LN2_MEAN, l, BTl);
+    a.ln2_rstd = actF(m, A_LN2_RSTD, l, BTl);
     return a;
 }
 
-/* MLP up-projection: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue when gelu_fusion) */
-static inline void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, int l, int N, int gelu_fusion) {
-    int C = m->config.channels;
+/* a row-parallel layer's bias: added by tensor-parallel rank 0 only, so the sum over the ranks holds it once */
+static inline const floatX* gpt2_bias_once(const GPT2* m, const floatX* bias) { return m->tp.rank == 0 ? bias : NULL; }
+
+/* MLP up-projection: fch = x @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue when gelu_fusion); x (N,C) */
+static inline void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, const floatX* x, int l, int N,
+                                       int gelu_fusion) {
+    int C = m->config.channels, Fl = 4 * C / m->tp.size;
     const floatX* fcw = layer_param(&m->params, m, P_FCW, l);
     const floatX* fcb = layer_param(&m->params, m, P_FCB, l);
     if (gelu_fusion) {
-        matmul_forward(a->fch_gelu, a->ln2, fcw, fcb, N, C, 4 * C, a->fch);
+        matmul_forward(a->fch_gelu, x, fcw, fcb, N, C, Fl, a->fch);
     } else {
-        matmul_forward(a->fch, a->ln2, fcw, fcb, N, C, 4 * C, NULL);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        matmul_forward(a->fch, x, fcw, fcb, N, C, Fl, NULL);
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
     }
+}
+
+/* this rank's vocabulary columns: [*v0, *v0 + Vs), the first *valid of them real (the rest padding) */
+static inline int gpt2_vocab_shard(const GPT2* m, int* v0, int* valid) {
+    int Vs = m->config.padded_vocab_size / m->tp.size;
+    *v0 = m->tp.rank * Vs;
+    int real = m->config.vocab_size - *v0;
+    *valid = real < 0 ? 0 : (real > Vs ? Vs : real);
+    return Vs;
+}
+
+/* vocabulary-parallel cross-entropy over this rank's logits(N,Vs) (llmc/backend.h): the row maxima and then the
+ * exp sums and target logits summed over the tensor-parallel ranks, so no rank holds N x Vp logits */
+static inline void gpt2_vocab_parallel_loss(GPT2* m, floatX* logits, const int* targets, int N, float dloss,
+                                            int write_dlogits) {
+    const TensorParallel* tp = &m->tp;
+    int v0, valid, p = tp->size;
+    int Vs = gpt2_vocab_shard(m, &v0, &valid);
+    float* maxes = (float*)m->acts.t[A_TP_STATS];  /* (p,N): row r holds rank r's row maxima */
+    float* sums = maxes + (size_t)p * N;           /* (2,N): exp sums, target logits */
+    dev_memset(maxes, 0, (size_t)p * N * sizeof(float));
+    vocab_parallel_row_max(maxes + (size_t)tp->rank * N, logits, N, Vs, valid);
+    tp->all_reduce_f32(tp->ctx, maxes, (size_t)p * N);
+    vocab_parallel_row_sums(sums, logits, maxes, p, targets, v0, N, Vs, valid);
+    tp->all_reduce_f32(tp->ctx, sums, 2 * (size_t)N);
+    vocab_parallel_finish(logits, (float*)m->acts.t[A_LOSSES], maxes, p, sums, targets, v0, N, Vs, valid, dloss,
+                          write_dlogits);
 }
 
 /* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
  * (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device without a host sync
  * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
- * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)). */
+ * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)).
+ * Tensor parallel: every rank of the group calls it with the same tokens; the logits buffer holds this rank's
+ * vocabulary columns (N,Vp/tp); the losses are the same on every rank. */
 static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
                                 float dloss, int write_dlogits) {
     const GPT2Config* c = &m->config;
     if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
-    int N = B * T;
+    const TensorParallel* tp = &m->tp;
+    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size, Vs = Vp / tp->size;
     const ParameterTensors* p = &m->params;
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
-    encoder_forward((floatX*)m->acts.t[A_ENCODED], inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
+    if (tp->size == 1) {
+        encoder_forward(encoded, inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
+    } else { /* each rank embeds the tokens of its vocabulary shard; g sums the ranks (exact: one term per row) */
+        floatX* emb = tp->sequence_parallel ? scratch : encoded;
+        encoder_forward_vocab_shard(emb, inputs, p->t[P_WTE], p->t[P_WPE], tp->rank * Vs, Vs, B, T, C);
+        floatX* mine = tp_reduce(tp, emb, N, C);
+        if (mine != encoded) { dev_memcpy_d2d(encoded, mine, (size_t)Nl * C * sizeof(floatX)); }
+    }
     LayerActivations a0 = gpt2_layer_acts(m, 0);
     layernorm_forward(a0.ln1, a0.ln1_mean, a0.ln1_rstd, a0.residual_in,
-                      layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), N, C);
+                      layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), Nl, C);
     for (int l = 0; l < L; l++) {
         LayerActivations a = gpt2_layer_acts(m, l);
-        matmul_forward(a.qkv, a.ln1, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * C, NULL);
-        attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, C, NH);
-        matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l), layer_param(p, m, P_ATTPROJB, l), N, C, C, NULL);
-        fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, scratch,
-                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
-        gpt2_mlp_up_forward(m, &a, l, N, gelu_fusion);
-        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), layer_param(p, m, P_FCPROJB, l), N, 4 * C, C, NULL);
+        const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                          /* f */
+        matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
+        attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
+        matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l),
+                       gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
+        const floatX* y = tp_reduce(tp, scratch, N, C);                                 /* g */
+        fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
+                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
+        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
+        gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
+        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
+                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
+        y = tp_reduce(tp, scratch, N, C);                                               /* g */
         if (l + 1 < L) {
             LayerActivations an = gpt2_layer_acts(m, l + 1);
-            fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, scratch,
-                                             layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), N, C);
+            fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
+                                             layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
         } else {
             fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
-                                             (float*)m->acts.t[A_LNF_RSTD], a.residual2, scratch,
-                                             p->t[P_LNFW], p->t[P_LNFB], N, C);
+                                             (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
+                                             p->t[P_LNFW], p->t[P_LNFB], Nl, C);
         }
     }
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
-    matmul_forward(logits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], NULL, N, C, Vp, NULL);
+    const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
+    matmul_forward(logits, x, p->t[P_WTE], NULL, N, C, Vs, NULL);
     if (targets != NULL) {
-        fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
+        if (tp->size == 1) {
+            fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
+        } else {
+            gpt2_vocab_parallel_loss(m, logits, targets, N, dloss, write_dlogits);
+        }
         loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
     }
+}
+
+/* the fp32 logits of row `row` of the last forward over the whole padded vocabulary into host_logits(Vp):
+ * collective over the tensor-parallel group (each rank's columns are all-gathered); synchronises */
+static inline void gpt2_logits_row(GPT2* m, int row, float* host_logits) {
+    int Vp = m->config.padded_vocab_size, Vs = Vp / m->tp.size;
+    floatX* mine = (floatX*)m->acts.t[A_LOGITS] + (size_t)row * Vs;
+    if (m->tp.size == 1) {
+        dev_download_floats(host_logits, mine, (size_t)Vp);
+        return;
+    }
+    floatX* all = (floatX*)m->acts.t[A_LOGITS_ROW];
+    dev_memcpy_d2d(all + (size_t)m->tp.rank * Vs, mine, (size_t)Vs * sizeof(floatX));
+    m->tp.all_gather(m->tp.ctx, all, (size_t)Vs);
+    dev_download_floats(host_logits, all, (size_t)Vp);
 }
 
 /* mean loss of the last gpt2_forward with targets (synchronises: copies one float) */
@@ -501,78 +731,116 @@ static inline double gpt2_loss_sum_read(GPT2* m) {
 
 /* ============================================================ backward */
 
-/* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1) */
-static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N) {
+/* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1); Nl LayerNorm rows,
+ * N rows of the MLP */
+static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N, int Nl) {
     int C = m->config.channels;
     const ParameterTensors* p = &m->params;
     if (m->recompute >= 2) {
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
-                          layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), N, C);
+                          layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), Nl, C);
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
-                          layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), N, C);
+                          layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
     if (m->recompute >= 1) {
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C); /* fch holds the pre-GELU values either way */
+        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C / m->tp.size); /* fch holds the pre-GELU values either way */
     }
 }
 
-/* backward pass of one transformer block: dresidual (N,C) holds d(loss)/d(residual3) on entry and
+/* LayerNorm backward over this rank's Nl rows: dresidual += d(ln input); the weight and bias gradients accumulate
+ * into dw, db (C each). With sequence parallelism each rank sees only its rows, so this step's weight and bias
+ * gradients are formed in a zeroed scratch, summed over the tensor-parallel ranks, then added to dw, db. */
+static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* dw, floatX* db, const floatX* dout,
+                                           const floatX* inp, const floatX* w, const float* mean, const float* rstd,
+                                           int Nl) {
+    int C = m->config.channels;
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    if (m->tp.size == 1 || !m->tp.sequence_parallel) {
+        layernorm_backward(dresidual, dw, db, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
+        return;
+    }
+    floatX* g = (floatX*)m->acts.t[A_LN_GRAD];
+    dev_memset(g, 0, 2 * (size_t)C * sizeof(floatX));
+    layernorm_backward(dresidual, g, g + C, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
+    m->tp.all_reduce(m->tp.ctx, g, 2 * (size_t)C);
+    residual_forward(dw, dw, g, (size_t)C);
+    residual_forward(db, db, g + C, (size_t)C);
+}
+
+/* backward pass of one transformer block: dresidual (Nl,C) holds d(loss)/d(residual3) on entry and
  * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
 static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
     const GPT2Config* c = &m->config;
-    int C = c->channels, NH = c->num_heads, N = B * T;
+    const TensorParallel* tp = &m->tp;
+    int C = c->channels, N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
     const ParameterTensors* p = &m->params;
     floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
     floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
     floatX* dbt4c = (floatX*)m->acts.t[A_DBT4C];
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     LayerActivations a = gpt2_layer_acts(m, l);
-    gpt2_recompute_layer(m, &a, l, N);
-    /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb */
-    matmul_backward(dbt4c, gpt2_layer_grad(g, P_FCPROJW, l), gpt2_layer_grad(g, P_FCPROJB, l), dresidual, a.fch_gelu,
-                    layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * C, C, NULL);
-    /* fch_gelu = gelu(ln2 @ fcw^T + fcb) */
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_FCW, l), gpt2_layer_grad(g, P_FCB, l), dbt4c, a.ln2,
-                    layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * C, a.fch);
-    layernorm_backward(dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), scratch_f32, dbtc,
-                       a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, N, C);
-    /* residual2 = residual_in + atty @ attprojw^T + attprojb */
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_layer_grad(g, P_ATTPROJB, l), dresidual, a.atty,
-                    layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, C, C, NULL);
-    attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, C, NH);
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_layer_grad(g, P_QKVB, l), dbt4c, a.ln1,
-                    layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * C, NULL);
-    layernorm_backward(dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), scratch_f32, dbtc,
-                       a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, N, C);
+    gpt2_recompute_layer(m, &a, l, N, Nl);
+    /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) */
+    const floatX* dy = tp_gather(tp, dresidual, scratch, N, C);                         /* g backward */
+    matmul_backward(dbt4c, gpt2_layer_grad(g, P_FCPROJW, l), gpt2_layer_grad(g, P_FCPROJB, l), (floatX*)dy, a.fch_gelu,
+                    layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
+    /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
+    const floatX* x = tp_gather(tp, a.ln2, scratch, N, C);
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_FCW, l), gpt2_layer_grad(g, P_FCB, l), dbt4c, x,
+                    layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, a.fch);
+    const floatX* dx = tp_reduce(tp, dbtc, N, C);                                       /* f backward */
+    gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,
+                            a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, Nl);
+    /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
+    dy = tp_gather(tp, dresidual, scratch, N, C);                                       /* g backward */
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_layer_grad(g, P_ATTPROJB, l), (floatX*)dy, a.atty,
+                    layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
+    attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl);
+    x = tp_gather(tp, a.ln1, scratch, N, C);
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_layer_grad(g, P_QKVB, l), dbt4c, x,
+                    layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * Cl, NULL);
+    dx = tp_reduce(tp, dbtc, N, C);                                                     /* f backward */
+    gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), dx,
+                            a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, Nl);
 }
 
 /* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate where g says, with g's hooks
  * called as documented at GPT2GradTarget. host_inputs: the same (B,T) tokens on the host (for the
- * deterministic encoder backward). */
+ * deterministic encoder backward). Tensor parallel: every rank of the group calls it. */
 static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* inputs, const int* host_inputs, int B,
                                  int T) {
     const GPT2Config* c = &m->config;
-    int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size;
-    int N = B * T;
+    const TensorParallel* tp = &m->tp;
+    int L = c->num_layers, C = c->channels, Vs = c->padded_vocab_size / tp->size;
+    int N = B * T, Nl = tp_rows(tp, N);
     const ParameterTensors* p = &m->params;
     floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
     floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
     if (g->backward_begin) { g->backward_begin(g->ctx); }
-    /* LM head (tied): dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
-    matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, (floatX*)m->acts.t[A_LNF], p->t[P_WTE], scratch_f32, N, C,
-                    Vp, NULL);
-    dev_memset(dresidual, 0, (size_t)N * C * sizeof(floatX));
+    /* LM head (tied): dlnf = f_backward(dlogits @ wte), dwte += dlogits^T @ f(lnf) */
+    const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
+    matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, x, p->t[P_WTE], scratch_f32, N, C, Vs, NULL);
+    const floatX* dx = tp_reduce(tp, dbtc, N, C);
+    dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
     LayerActivations last = gpt2_layer_acts(m, L - 1);
-    layernorm_backward(dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], scratch_f32, dbtc, last.residual3,
-                       p->t[P_LNFW], (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], N, C);
+    gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
+                            (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
     for (int l = L - 1; l >= 0; l--) {
         if (g->layer_begin) { g->layer_begin(g->ctx, l); }
         gpt2_block_backward(m, g, l, B, T);
         if (g->layer_ready) { g->layer_ready(g->ctx, l); }
     }
-    encoder_backward(g->base.t[P_WTE], g->base.t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+    if (tp->size == 1) {
+        encoder_backward(g->base.t[P_WTE], g->base.t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+    } else {
+        const floatX* demb = tp_gather(tp, dresidual, scratch, N, C);                   /* g backward */
+        encoder_backward_vocab_shard(g->base.t[P_WTE], g->base.t[P_WPE], demb, inputs, host_inputs, tp->rank * Vs, Vs,
+                                     B, T, C);
+    }
     if (g->layer_ready) { g->layer_ready(g->ctx, -1); }
 }
 

@@ -22,10 +22,11 @@
 
 static inline int precision_is_bf16(void) { return strcmp(PRECISION_NAME, "bf16") == 0; }
 
-/* writes the weights of m as a model file at `path`: version 5 (raw bf16) for BF16 builds, version 3 (fp32)
- * otherwise. Atomic: path.tmp then rename. */
-static inline void gpt2_write_model(const GPT2* m, const char* path) {
-    const GPT2Config* c = &m->config;
+/* writes the full model's weights `host_full` (fp32, file order) of configuration c as a model file at `path`:
+ * version 5 (raw bf16, rounded to nearest) for BF16 builds, version 3 (fp32) otherwise. Atomic: path.tmp then
+ * rename. */
+static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_parameters, const float* host_full,
+                                         const void* host_raw_bf16, const char* path) {
     int header[FILE_HEADER_INTS];
     memset(header, 0, sizeof(header));
     int bf16 = precision_is_bf16();
@@ -40,19 +41,36 @@ static inline void gpt2_write_model(const GPT2* m, const char* path) {
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, header, sizeof(int), FILE_HEADER_INTS);
-    if (bf16 || FLOATX_IS_FLOAT) {
+    if (host_raw_bf16) {
+        atomic_file_write(&af, host_raw_bf16, 2, num_parameters);
+    } else if (bf16) {
+        uint16_t* raw = (uint16_t*)malloc_check(num_parameters * 2, "host bf16 weights");
+        for (size_t i = 0; i < num_parameters; i++) { raw[i] = float_to_bf16_bits(host_full[i]); }
+        atomic_file_write(&af, raw, 2, num_parameters);
+        free(raw);
+    } else {
+        atomic_file_write(&af, host_full, sizeof(float), num_parameters);
+    }
+    atomic_file_commit(&af);
+}
+
+/* Writes the weights of m as a model file at `path` (see gpt2_write_model_file): always the full model. With
+ * tensor parallelism every rank of the group calls it (the parameters are gathered) and the one with `writer`
+ * set writes; without it the caller that writes calls it. */
+static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
+    if (m->tp.size == 1 && (precision_is_bf16() || FLOATX_IS_FLOAT)) { /* the device bytes are the file's */
+        if (!writer) { return; }
         size_t bytes = m->num_parameters * sizeof(floatX);
         void* host = malloc_check(bytes, "host copy of weights");
         dev_memcpy_d2h(host, m->params_memory, bytes);
-        atomic_file_write(&af, host, 1, bytes);
+        gpt2_write_model_file(&m->config, m->num_parameters, (const float*)host, precision_is_bf16() ? host : NULL, path);
         free(host);
-    } else {
-        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host copy of weights");
-        dev_download_floats(host, m->params_memory, m->num_parameters);
-        atomic_file_write(&af, host, sizeof(float), m->num_parameters);
-        free(host);
+        return;
     }
-    atomic_file_commit(&af);
+    float* host = writer ? (float*)malloc_check(m->num_parameters_full * sizeof(float), "host copy of weights") : NULL;
+    gpt2_gather_full(m, host);
+    if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
+    free(host);
 }
 
 /* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5) */
@@ -77,32 +95,34 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     return header[1];
 }
 
-/* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) */
-static inline void gpt2_build_from_file(GPT2* m, const char* path) {
+/* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) as rank tp->rank
+ * of tp->size tensor-parallel ranks (tp NULL: the whole model) */
+static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorParallel* tp) {
     GPT2Config cfg;
     int version = gpt2_read_model_header(path, &cfg);
-    gpt2_allocate_weights(m, &cfg);
+    gpt2_allocate_weights_tp(m, &cfg, tp);
+    size_t P = m->num_parameters_full;
     size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
-    checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + m->num_parameters * elem), "model file",
+    checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + P * elem), "model file",
                           "regenerate it");
     FILE* f = fopen_check(path, "rb");
     fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
-    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16()) {
-        void* host = malloc_check(m->num_parameters * 2, "host weights");
-        fread_check(host, 2, m->num_parameters, f, path);
-        dev_memcpy_h2d(m->params_memory, host, m->num_parameters * 2);
+    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->tp.size == 1) {
+        void* host = malloc_check(P * 2, "host weights");
+        fread_check(host, 2, P, f, path);
+        dev_memcpy_h2d(m->params_memory, host, P * 2);
         free(host);
     } else {
-        float* host = (float*)malloc_check(m->num_parameters * sizeof(float), "host weights");
+        float* host = (float*)malloc_check(P * sizeof(float), "host weights");
         if (version == MODEL_FILE_VERSION_BF16) {
-            uint16_t* raw = (uint16_t*)malloc_check(m->num_parameters * 2, "host bf16 weights");
-            fread_check(raw, 2, m->num_parameters, f, path);
-            for (size_t i = 0; i < m->num_parameters; i++) { host[i] = bf16_bits_to_float(raw[i]); }
+            uint16_t* raw = (uint16_t*)malloc_check(P * 2, "host bf16 weights");
+            fread_check(raw, 2, P, f, path);
+            for (size_t i = 0; i < P; i++) { host[i] = bf16_bits_to_float(raw[i]); }
             free(raw);
         } else {
-            fread_check(host, sizeof(float), m->num_parameters, f, path);
+            fread_check(host, sizeof(float), P, f, path);
         }
-        dev_upload_floats(m->params_memory, host, m->num_parameters);
+        gpt2_upload_full(m, host);
         free(host);
     }
     fclose(f);
@@ -112,7 +132,7 @@ static inline void gpt2_build_from_file(GPT2* m, const char* path) {
  * (checked by the caller); the buffer (and its padding) stays */
 static inline void gpt2_load_weights(GPT2* m, const char* path) {
     GPT2 loaded;
-    gpt2_build_from_file(&loaded, path);
+    gpt2_build_from_file(&loaded, path, &m->tp);
     dev_memcpy_d2d(m->params_memory, loaded.params_memory, m->num_parameters * sizeof(floatX));
     gpt2_free(&loaded);
 }

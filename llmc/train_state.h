@@ -22,6 +22,7 @@
 #include "llmc/backend.h"
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2.h"
+#include <stdlib.h>
 
 /* One rank's training state at a checkpoint (the header of its state file). */
 typedef struct {
@@ -40,6 +41,8 @@ typedef struct {
     float loss_scale;            /* FP16 dynamic loss scaling */
     int loss_scale_good_steps;
     uint64_t data_fingerprint;   /* dataloader_fingerprint of the training shards */
+    int tp_size, tp_rank;        /* tensor-parallel layout: the shard covers tp rank tp_rank's parameters (files of
+                                    older versions: 0 = 1, no tensor parallelism) */
 } TrainState;
 
 /* what the error messages of the readers name besides the file */
@@ -59,7 +62,9 @@ static inline uint64_t header_get_u64(const int* h, int i) {
 /* the header layout, version 1: [2] step [3] rank [4] world [5] ZeRO stage [6] B [7] T [8] grad accum steps
  * [9] L [10] C [11] NH [12] V [13] Vp [14] maxT [15] has master [16,17] P [18,19] shard start [20,21] shard size
  * [22,23] data epoch [24,25] data position [26,27] sampling RNG [28] sizeof(floatX) [29] seed
- * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32) */
+ * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32)
+ * [34] tensor-parallel size (0 without tensor parallelism, as in the files of earlier versions) [35] tensor-parallel
+ * rank */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
@@ -78,6 +83,8 @@ static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]
     memcpy(&h[30], &s->loss_scale, sizeof(float));
     h[31] = s->loss_scale_good_steps;
     header_put_u64(h, 32, s->data_fingerprint);
+    h[34] = s->tp_size > 1 ? s->tp_size : 0; /* 0: no tensor parallelism (the files of earlier versions) */
+    h[35] = s->tp_rank;
 }
 static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
     memset(s, 0, sizeof(*s));
@@ -96,11 +103,13 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
     memcpy(&s->loss_scale, &h[30], sizeof(float));
     s->loss_scale_good_steps = h[31];
     s->data_fingerprint = header_get_u64(h, 32);
+    s->tp_size = h[34] > 0 ? h[34] : 1;
+    s->tp_rank = h[35];
 }
 
-/* tokens per optimizer step of the run a state describes */
+/* tokens per optimizer step of the run a state describes (the tensor-parallel ranks of a group share a batch) */
 static inline long long train_state_tokens_per_step(const TrainState* s) {
-    return (long long)s->B * s->T * s->grad_accum_steps * s->world;
+    return (long long)s->B * s->T * s->grad_accum_steps * (s->world / s->tp_size);
 }
 
 /* opens the state file `path`, checks magic and version, reads its header into s; returns the FILE positioned
@@ -186,6 +195,7 @@ static inline void train_state_read(const char* path, const TrainState* ours, co
     train_state_expect(path, "world size", "number of processes", found->world, ours->world);
     train_state_expect(path, "rank", "process rank", found->rank, ours->rank);
     train_state_expect(path, "ZeRO stage", "-z", found->zero_stage, ours->zero_stage);
+    train_state_expect(path, "tensor-parallel size", "--tp", found->tp_size, ours->tp_size);
     train_state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", found->grad_accum_steps,
                        ours->grad_accum_steps);
     train_state_check_run(path, found, ours, ctx);
@@ -207,94 +217,193 @@ static inline void train_state_read(const char* path, const TrainState* ours, co
 
 /* ---------------------------------------------------------------- re-sharding */
 
-/* Reads the state files of the old_world ranks of checkpoint `step` in `ctx->output_dir` for re-sharding to
- * `ours` (this run's layout): checks each (train_state_check_run, rank, world size, step, size) and that the
- * old ranks stood at consecutive data positions p0, p0+1, ... of one epoch with p0 a multiple of this run's
- * process count (not needed when same_world); exits with one line otherwise. With host != NULL it also copies
- * m, v (and master) of the old shards that overlap [lo, hi) into host (sections of ours->shard_size values from
- * ours->shard_start; an old shard replicated on every rank, as ZeRO-0's, is read once) and the old rank 0's
- * header into *first. */
-static inline void train_state_scan_old(int step, int old_world, int same_world, const TrainState* ours,
-                                        const TrainStateContext* ctx, float* host, size_t lo, size_t hi,
+/* Checks the state files of the old_world ranks of checkpoint `step` in `ctx->output_dir` before re-sharding to
+ * `ours` (this run's layout): each passes train_state_check_run, names its rank, world size, tensor-parallel layout
+ * (the same in every file; world rank q is tp rank q % tp_size, data-parallel rank q / tp_size) and step, and has
+ * its size; the old data-parallel ranks stood at consecutive data positions p0, p0+1, ... of one epoch with p0 a
+ * multiple of this run's data-parallel size (not needed when the data-parallel size is unchanged: every
+ * data-parallel rank keeps its own position).
+ * Exits with one line otherwise. Returns the old rank 0's header in *first. */
+static inline void train_state_scan_old(int step, int old_world, const TrainState* ours, const TrainStateContext* ctx,
                                         TrainState* first) {
     TrainState f0;
     memset(&f0, 0, sizeof(f0));
-    int sections = ours->has_master ? 3 : 2;
-    size_t n = (size_t)ours->shard_size;
+    int dp_new = ours->world / ours->tp_size, same_dp = 1;
     for (int q = 0; q < old_world; q++) {
         char path[1024];
         TrainState h;
         checkpoint_state_path(path, sizeof(path), ctx->output_dir, step, q);
-        FILE* f = train_state_open(path, &h);
+        fclose(train_state_open(path, &h));
         train_state_check_run(path, &h, ours, ctx);
         train_state_expect(path, "rank", "file name", h.rank, q);
         train_state_expect(path, "world size", "the other state files of this checkpoint", h.world, old_world);
         train_state_expect(path, "step", "file name", h.step, step);
-        size_t start_q = (size_t)h.shard_start, n_q = (size_t)h.shard_size;
+        if (q > 0) {
+            train_state_expect(path, "tensor-parallel size", "the other state files of this checkpoint", h.tp_size,
+                               f0.tp_size);
+        }
+        train_state_expect(path, "tensor-parallel rank", "file name and tensor-parallel size", h.tp_rank,
+                           q % (q > 0 ? f0.tp_size : h.tp_size));
         train_state_check_size(path, &h, ctx);
-        int replica = q > 0 && h.shard_start == f0.shard_start && h.shard_size == f0.shard_size;
         if (q == 0) {
             f0 = h;
-        } else if (!same_world && (h.data_epoch != f0.data_epoch || h.data_position != f0.data_position + (uint64_t)q)) {
+            same_dp = old_world / f0.tp_size == dp_new; /* then every data-parallel rank keeps its position */
+        } else if (!same_dp && (h.data_epoch != f0.data_epoch ||
+                                   h.data_position != f0.data_position + (uint64_t)(q / f0.tp_size))) {
             FATAL("cannot re-shard '%s' to %d processes: its %d processes stood at different data positions (an epoch "
                   "ended inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir,
                   ours->world, old_world, old_world);
         }
-        size_t a = lo > start_q ? lo : start_q, b = hi < start_q + n_q ? hi : start_q + n_q;
-        if (host && a < b && !replica) {
-            for (int k = 0; k < sections; k++) {
-                long off = (long)(FILE_HEADER_INTS * sizeof(int) + ((size_t)k * n_q + (a - start_q)) * sizeof(float));
-                if (fseek(f, off, SEEK_SET) != 0) { FATAL("cannot seek in '%s': %s", path, strerror(errno)); }
-                fread_check(host + (size_t)k * n + (a - (size_t)ours->shard_start), sizeof(float), b - a, f, path);
-            }
-        }
-        fclose(f);
     }
-    if (!same_world && f0.data_position % (uint64_t)ours->world != 0) {
-        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d (an epoch ended "
-              "inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir, ours->world,
-              (unsigned long long)f0.data_position, ours->world, old_world);
+    if (!same_dp && f0.data_position % (uint64_t)dp_new != 0) {
+        FATAL("cannot re-shard '%s' to %d processes: the data position %llu is not a multiple of %d data-parallel ranks "
+              "(an epoch ended inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir,
+              ours->world, (unsigned long long)f0.data_position, dp_new, old_world);
     }
     if (first) { *first = f0; }
 }
 
-/* Resume with another number of processes or ZeRO stage (re-sharding): loads into opt (device) the parts of the
- * old ranks' state files that overlap this rank's optimizer shard, so m, v and master weights continue exactly,
- * and returns in *found the header to continue from: the old rank 0's (step, RNG, loss scale) with the data
- * position this rank continues at. Data: the old ranks stood at consecutive global positions p0, p0+1, ... of
- * one epoch; new rank r continues at p0 + r (wrapping into the next epoch at windows_per_epoch), so the rest of
- * the epoch is still read exactly once; with the same number of processes (only -z changed) every rank keeps
- * its own position. The caller has had rank 0 validate every file first (train_state_scan_old with host NULL),
- * so that a refusal is one line. */
+/* a run of the full model's flat parameters that tensor-parallel rank `rank` holds at `local` */
+typedef struct {
+    size_t full, local, n;
+    int rank;
+} TrainStatePiece;
+
+typedef struct {
+    TrainStatePiece* v;
+    size_t count, cap;
+    int rank;
+} TrainStatePieces;
+
+/* gpt2_tp_for_each_piece callback: keeps the pieces of split tensors, and of the replicated ones (the same on every
+ * tp rank) only tp rank 0's, so that the pieces tile the full model once */
+static inline void train_state_collect_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
+    TrainStatePieces* ps = (TrainStatePieces*)ctx;
+    if (ps->rank != 0 && !parameter_is_tp_sharded(tensor)) { return; }
+    if (ps->count == ps->cap) {
+        ps->cap = ps->cap ? 2 * ps->cap : 1024;
+        ps->v = (TrainStatePiece*)realloc(ps->v, ps->cap * sizeof(TrainStatePiece));
+        if (!ps->v) { FATAL("out of host memory re-sharding the optimizer state"); }
+    }
+    TrainStatePiece pc = {full, local, n, ps->rank};
+    ps->v[ps->count++] = pc;
+}
+static inline int train_state_piece_cmp(const void* a, const void* b) {
+    size_t x = ((const TrainStatePiece*)a)->full, y = ((const TrainStatePiece*)b)->full;
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* What the new rank reads: the old files (headers and paths), the old layout's pieces sorted by full offset, and
+ * the host destination (sections of ours->shard_size values from ours->shard_start). */
+typedef struct {
+    const TrainState* ours;
+    TrainState* old;             /* old_world headers */
+    FILE** files;                /* opened on first use */
+    char (*paths)[1024];
+    int old_world;
+    TrainStatePieces old_pieces;
+    float* host;
+    size_t lo, hi;               /* the new rank's owned real parameters [lo, hi), in its local flat order */
+} TrainStateReshard;
+
+/* copies m, v (and master) of old tp rank r_old's local elements [l, l+n) into the host destination at the new
+ * local index `dst`, from the old files of that tp rank that hold them (a shard replicated over the old data-parallel
+ * ranks, as ZeRO-0's, is read from the first) */
+static inline void train_state_copy_old(TrainStateReshard* rs, int r_old, size_t l, size_t n, size_t dst) {
+    int tp_old = rs->old[0].tp_size, sections = rs->ours->has_master ? 3 : 2;
+    size_t nn = (size_t)rs->ours->shard_size, base = (size_t)rs->ours->shard_start;
+    for (int q = r_old; q < rs->old_world && n > 0; q += tp_old) {
+        const TrainState* h = &rs->old[q];
+        size_t s = (size_t)h->shard_start, e = s + (size_t)h->shard_size;
+        size_t a = l > s ? l : s, b = l + n < e ? l + n : e;
+        if (a >= b) { continue; }
+        if (!rs->files[q]) { rs->files[q] = fopen_check(rs->paths[q], "rb"); }
+        for (int k = 0; k < sections; k++) {
+            long off = (long)(FILE_HEADER_INTS * sizeof(int) + ((size_t)k * h->shard_size + (a - s)) * sizeof(float));
+            if (fseek(rs->files[q], off, SEEK_SET) != 0) { FATAL("cannot seek in '%s': %s", rs->paths[q], strerror(errno)); }
+            fread_check(rs->host + (size_t)k * nn + (dst + (a - l) - base), sizeof(float), b - a, rs->files[q],
+                        rs->paths[q]);
+        }
+        if (a == l && b == l + n) { return; }           /* all of it came from this file */
+        if (a == l) { dst += b - l; n -= b - l; l = b; } /* the rest lies in later files */
+    }
+}
+
+/* gpt2_tp_for_each_piece callback over the new rank's pieces: the part of each piece inside [lo, hi), resolved
+ * run by run to the old tp rank and local offset that hold its full-model elements */
+static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
+    TrainStateReshard* rs = (TrainStateReshard*)ctx;
+    (void)tensor;
+    size_t a = local > rs->lo ? local : rs->lo, b = local + n < rs->hi ? local + n : rs->hi;
+    for (size_t l = a; l < b;) {
+        size_t g = full + (l - local);
+        size_t lo = 0, hi = rs->old_pieces.count; /* the last old piece with full <= g */
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (rs->old_pieces.v[mid].full <= g) { lo = mid; } else { hi = mid; }
+        }
+        const TrainStatePiece* op = &rs->old_pieces.v[lo];
+        size_t k = op->full + op->n - g;
+        if (k > b - l) { k = b - l; }
+        train_state_copy_old(rs, op->rank, op->local + (g - op->full), k, l);
+        l += k;
+    }
+}
+
+/* Resume with another number of processes, ZeRO stage or tensor-parallel size (re-sharding): loads into opt
+ * (device) this rank's part of the old optimizer state, element by element through the full model's flat order
+ * (llmc/gpt2.h, gpt2_tp_for_each_piece: how each tp rank's parameters are cut from the full model), so m, v and
+ * master weights continue exactly; and returns in *found the header to continue from: the old rank 0's (step, RNG,
+ * loss scale) with the data position this rank continues at. Data: the old data-parallel ranks stood at
+ * consecutive global positions p0, p0+1, ... of one epoch; new data-parallel rank d continues at p0 + d (wrapping
+ * into the next epoch at windows_per_epoch), so the rest of the epoch is still read exactly once; with the same
+ * number of data-parallel ranks every one keeps its own position. The caller has had rank 0 validate every file first
+ * (train_state_scan_old), so that a refusal is one line. */
 static inline void train_state_read_resharded(int step, int old_world, const TrainState* ours,
                                               const TrainStateContext* ctx, const AdamWState* opt,
                                               size_t windows_per_epoch, TrainState* found) {
     size_t n = (size_t)ours->shard_size, P = (size_t)ours->num_parameters;
     size_t start = (size_t)ours->shard_start;
-    size_t lo = start < P ? start : P, hi = start + n < P ? start + n : P;
     int sections = ours->has_master ? 3 : 2;
-    int same_world = old_world == ours->world;
-    float* host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
-    TrainState first;
-    train_state_scan_old(step, old_world, same_world, ours, ctx, host, lo, hi, &first);
+    TrainStateReshard rs;
+    memset(&rs, 0, sizeof(rs));
+    rs.ours = ours;
+    rs.old_world = old_world;
+    rs.old = (TrainState*)calloc_check((size_t)old_world, sizeof(TrainState), "old state headers");
+    rs.files = (FILE**)calloc_check((size_t)old_world, sizeof(FILE*), "old state files");
+    rs.paths = (char(*)[1024])calloc_check((size_t)old_world, 1024, "old state file names");
+    for (int q = 0; q < old_world; q++) {
+        checkpoint_state_path(rs.paths[q], 1024, ctx->output_dir, step, q);
+        train_state_read_header(rs.paths[q], &rs.old[q]);
+    }
+    GPT2Config cfg;
+    cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
+    cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
+    for (int r = 0; r < rs.old[0].tp_size; r++) {
+        rs.old_pieces.rank = r;
+        gpt2_tp_for_each_piece(&cfg, rs.old[0].tp_size, r, train_state_collect_piece, &rs.old_pieces);
+    }
+    qsort(rs.old_pieces.v, rs.old_pieces.count, sizeof(TrainStatePiece), train_state_piece_cmp);
+    rs.host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
+    rs.lo = start < P ? start : P;
+    rs.hi = start + n < P ? start + n : P;
+    gpt2_tp_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, train_state_reshard_piece, &rs);
     float* dst[3] = {opt->m, opt->v, opt->master};
-    for (int k = 0; k < sections; k++) { dev_memcpy_h2d(dst[k], host + (size_t)k * n, n * sizeof(float)); }
-    free(host);
-    *found = first;
-    if (same_world) {
-        char path[1024];
-        TrainState mine;
-        checkpoint_state_path(path, sizeof(path), ctx->output_dir, step, ours->rank);
-        train_state_read_header(path, &mine);
-        found->data_epoch = mine.data_epoch;
-        found->data_position = mine.data_position;
+    for (int k = 0; k < sections; k++) { dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float)); }
+    for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
+    *found = rs.old[0];
+    int d = ours->rank / ours->tp_size, tp_old = rs.old[0].tp_size; /* this rank's data-parallel coordinate */
+    if (old_world / tp_old == ours->world / ours->tp_size) {        /* the same data-parallel ranks */
+        found->data_epoch = rs.old[d * tp_old].data_epoch;
+        found->data_position = rs.old[d * tp_old].data_position;
     } else {
-        found->data_position = first.data_position + (uint64_t)ours->rank;
+        found->data_position = rs.old[0].data_position + (uint64_t)d;
         if (found->data_position >= (uint64_t)windows_per_epoch) {
             found->data_epoch++;
-            found->data_position = (uint64_t)ours->rank;
+            found->data_position = (uint64_t)d;
         }
     }
+    free(rs.host); free(rs.old_pieces.v); free(rs.paths); free(rs.files); free(rs.old);
 }
 
 #endif /* LLMC_TRAIN_STATE_H */

@@ -29,8 +29,9 @@
  * Gradient norm, the same for every stage bit for bit: the squared norm of each shard's real range
  * [q*S, min((q+1)*S, P)) in fp32 (global_norm_squared), the N partials summed in double in shard order. ZeRO-0
  * computes every partial from its full reduced gradient; ZeRO-1/2 compute their own one and exchange them as
- * a one-hot vector (an all-reduce of x + 0 + ... + 0 is exact in any order). FP16 overflow check: over the
- * owned range, all-reduced, so every rank's loss scaler takes the same decision.
+ * a one-hot vector (an all-reduce of x + 0 + ... + 0 is exact in any order). With tensor parallelism each shard's
+ * partial is summed over the tp ranks too (replicated tensors counted on tp rank 0 only). FP16 overflow check: over
+ * the owned range, all-reduced, so every rank's loss scaler takes the same decision.
  *
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
@@ -68,6 +69,7 @@ struct ZeroOptimizer {
     const ZeroStage* stage;
     GPT2* model;
     Comm* dp;                      /* the data-parallel group */
+    Comm* tp;                      /* the tensor-parallel group (NULL or one process: none); only the norm uses it */
     CommDtype dtype;               /* floatX as a comm dtype */
     size_t P, S, Ppad;             /* parameters, shard size ceil(P/N), padded length N*S */
     size_t own_start, own_end;     /* optimizer-state range: [0, P) for ZeRO-0, [r*S, (r+1)*S) otherwise */
@@ -250,12 +252,14 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 /* ---------------------------------------------------------------- lifetime */
 
-/* Sets up ZeRO stage `stage` for `model` over the data-parallel group dp: pads the parameter buffer to Ppad,
+/* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
+ * (tp: the tensor-parallel group, NULL for none; the gradient norm sums over it): pads the parameter buffer to Ppad,
  * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
  * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
  * the norm partials. Exits with one line for an unknown stage. */
-static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master) {
+static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, int keep_master) {
     memset(z, 0, sizeof(*z));
+    z->tp = tp;
     z->stage = zero_stage_info(stage);
     if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1 or 2 (-z)", stage); }
     z->model = model;
@@ -324,6 +328,26 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
+/* the squared norm of the reduced gradients of flat range [a, b) in fp32 into out(1) (device). With tensor
+ * parallelism only what this rank contributes to the full model's norm: its split tensors, and the replicated ones
+ * (the same on every tp rank) on tp rank 0 only. */
+static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, size_t b) {
+    if (!z->tp || z->tp->world == 1) {
+        global_norm_squared(out, zero_grad_at(z, a), b - a, 0);
+        return;
+    }
+    dev_memset(out, 0, sizeof(float));
+    size_t t0 = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t t1 = t0 + z->model->param_sizes[i];
+        size_t lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
+        if (lo < hi && (parameter_is_tp_sharded(i) || z->tp->rank == 0)) {
+            global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1);
+        }
+        t0 = t1;
+    }
+}
+
 typedef struct {
     float loss;         /* mean loss over ranks and micro-steps */
     double norm_sq;     /* squared global gradient norm (of the loss-scaled gradients) */
@@ -343,7 +367,7 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
         size_t a = (size_t)q * z->S, b = a + z->S;
         a = a < z->P ? a : z->P;
         b = b < z->P ? b : z->P;
-        if (b > a) { global_norm_squared(z->norm_partials + q, zero_grad_at(z, a), b - a, 0); }
+        if (b > a) { zero_norm_partial(z, z->norm_partials + q, a, b); }
     }
     float* partials = (float*)calloc_check((size_t)N, sizeof(float), "grad norm partials");
     if (sharded) {
@@ -359,6 +383,8 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
     for (int q = 0; q < N; q++) { red[2 + q] = (double)partials[q]; }
     /* ZeRO-0 holds every partial and the full gradient: only the loss needs the other ranks */
     comm_all_reduce_host_f64(z->dp, red, sharded ? N + 2 : 1);
+    /* tensor parallelism: every tp rank holds part of each shard's gradient (the loss is the same on all of them) */
+    if (z->tp && z->tp->world > 1) { comm_all_reduce_host_f64(z->tp, red + 1, N + 1); }
     ZeroStepStats st;
     st.loss = (float)(red[0] / N);
     st.overflow = red[1] > 0.0;
