@@ -173,7 +173,10 @@ static inline void train_state_check_run(const char* path, const TrainState* fou
               "from -i '%s'); resume with the same training data or start a new output directory", path,
               ctx->train_data);
     }
-    train_state_expect(path, "parameter count", "model", (long long)found->num_parameters, (long long)ours->num_parameters);
+    if (found->tp_size == ours->tp_size) { /* else each holds another part of the same model (checked above) */
+        train_state_expect(path, "parameter count", "model", (long long)found->num_parameters,
+                           (long long)ours->num_parameters);
+    }
 }
 
 /* the state file's size must be the header + m, v (+ master) of its shard */
