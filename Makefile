@@ -52,6 +52,11 @@ $(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 $(BUILD)/test_process_grid: dev/test/grid_expect.h
 
+# test_gpt.cu as an MPI program: under mpirun it checks the fixture model split by tensor parallelism (dev/test/cli_tp.sh)
+$(BUILD)/mpi_test_gpt_tp: test_gpt.cu train_gpt.cu $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) -Wno-unused-function -x c test_gpt.cu -x none $(CPU_LIBS) $(MPI_LIBS) -o $@
+
 # the speed baseline: matmul and attention as plain OpenMP loops in the style of llm.c's train_gpt2.c
 train_gpt_cpu_naive: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
@@ -116,7 +121,7 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid train_gpt_emu_mpi \
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp train_gpt_emu_mpi \
                   train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
@@ -125,7 +130,7 @@ test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI
 # the quick tier (under 3 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test,
 # the command-line tests of the CPU trainer (resume, bad input, data parallelism under mpirun) and the collective
 # tests of both transports (the NCCL one over the emulator's NCCL stand-in, a 4-second build)
-QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid)
+QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' bash dev/test/run_tests.sh
 

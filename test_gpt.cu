@@ -14,7 +14,8 @@
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
  * file + training state) restores bit-identical weights and optimizer state; train_step (batches uploaded
  * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; weight-decay
- * grouping of d12.
+ * grouping of d12. Under mpirun (an MPI build, build/mpi_test_gpt_tp): the fixture model split over the processes by
+ * tensor parallelism, with and without sequence parallelism (test_tensor_parallel).
  *
  * Tolerances by precision (error measured as max|ours - ref| / max|ref| per tensor):
  *   fp32: reference and ours both accumulate in fp32 but in different orders. A dot product of K terms
@@ -119,9 +120,9 @@ typedef struct {
     float* norm;             /* (1) device */
 } FixtureModel;
 
-static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
+static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int B, int T, const TensorParallel* tp) {
     GPT2* m = &fm->m;
-    gpt2_build_from_file(m, model_path, NULL);
+    gpt2_build_from_file(m, model_path, tp);
     size_t P = m->num_parameters;
     fm->grads = (floatX*)dev_malloc(P * sizeof(floatX), "fixture gradients");
     fm->target = gpt2_grad_target_full(m, fm->grads);
@@ -138,6 +139,9 @@ static void build_fixture_model(FixtureModel* fm, const char* model_path, int B,
     }
     fm->norm = (float*)dev_malloc(sizeof(float), "fixture norm");
     gpt2_allocate_activations(m, B, T, 0);
+}
+static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
+    build_fixture_model_tp(fm, model_path, B, T, NULL);
 }
 
 static void free_fixture_model(FixtureModel* fm) {
@@ -487,6 +491,122 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
     remove_test_dir(dir);
 }
 
+/* ---------------------------------------------------------------- tensor parallelism (under mpirun) */
+
+/* the fixture's logits over the real vocabulary (N,V) from this tensor-parallel rank's columns (N,Vs) of the last
+ * forward: all-gathered over the group into host (rank 0; NULL elsewhere) */
+static void gather_tp_logits(GPT2* m, Comm* group, int N, float* host) {
+    int p = m->tp.size, V = m->config.vocab_size, Vs = m->config.padded_vocab_size / p;
+    size_t block = (size_t)N * Vs;
+    floatX* all = (floatX*)dev_malloc((size_t)p * block * sizeof(floatX), "gathered logits");
+    dev_memcpy_d2d(all + (size_t)m->tp.rank * block, m->acts.t[A_LOGITS], block * sizeof(floatX));
+    tp_all_gather(group, all, block);
+    if (host) {
+        float* tmp = (float*)malloc_check((size_t)p * block * sizeof(float), "host gathered logits");
+        dev_download_floats(tmp, all, (size_t)p * block);
+        for (int n = 0; n < N; n++) {
+            for (int v = 0; v < V; v++) { host[(size_t)n * V + v] = tmp[(size_t)(v / Vs) * block + (size_t)n * Vs + v % Vs]; }
+        }
+        free(tmp);
+    }
+    dev_free(all);
+}
+
+/* the difference of two full-model buffers (gradients or weights) of two models, the tp one gathered, the other
+ * downloaded: max|a - b| / max|b|, or with rms RMS(a - b) / RMS(b) (for weights after AdamW steps, where a single
+ * element's difference is not bounded: dev/test/dp_lib.sh); rank 0 gets the value, the others 0 */
+static double gathered_rel_diff(GPT2* tp_model, const floatX* tp_buf, const floatX* ref_buf, int rank0, int rms) {
+    size_t P = tp_model->num_parameters_full;
+    float* a = rank0 ? (float*)malloc_check(P * sizeof(float), "gathered") : NULL;
+    gpt2_gather_full_from(tp_model, tp_buf, a);
+    double err = 0.0, ref = 0.0;
+    if (rank0) {
+        float* b = (float*)malloc_check(P * sizeof(float), "reference");
+        dev_download_floats(b, ref_buf, P);
+        if (rms) {
+            double d2 = 0.0, b2 = 0.0;
+            for (size_t i = 0; i < P; i++) { d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); b2 += (double)b[i] * b[i]; }
+            err = sqrt(d2);
+            ref = sqrt(b2);
+        } else {
+            compare_arrays(a, b, P, &err, &ref);
+        }
+        free(b);
+    }
+    free(a);
+    return relative_to_max(err, ref);
+}
+
+/* The fixture model split over every process of the job as one tensor-parallel group (llmc/tensor_parallel.h;
+ * run as `mpirun -np 2|4 build/mpi_test_gpt_tp`, dev/test/cli_tp.sh), with and without sequence parallelism:
+ *   - at the fixture's weights: the logits gathered over the vocabulary shards, the loss and every parameter
+ *     gradient gathered into the full layout equal the PyTorch fixture within the single-process tolerances
+ *     (tensor parallelism changes only how fp32 sums are split: the K dimension of the row-parallel GEMMs over the
+ *     ranks, the softmax sums over the vocabulary shards);
+ *   - after 3 AdamW steps (clipping off, so no norm enters), which make the biases non-zero (the fixture's are 0,
+ *     so a bias added by every rank instead of once would pass the first check): losses, gradients and weights
+ *     equal a single-process model trained the same way on each rank, within the same tolerances.
+ * Rank 0 prints the checks. */
+static void test_tensor_parallel(Comm* world, const char* model_path, const Fixture* fx, const Tolerances* tol) {
+    int p = world->world, rank0 = world->rank == 0;
+    size_t BT = (size_t)fx->B * fx->T;
+    Fixture noclip = *fx;
+    noclip.n_steps = 3;
+    noclip.grad_clip = 0.0f;
+    for (int sp = 0; sp <= 1; sp++) {
+        TensorParallel tp = {world->rank, p, sp, world, tp_all_reduce, tp_all_reduce_f32, tp_all_gather, tp_reduce_scatter};
+        FixtureModel fm, ref;
+        build_fixture_model_tp(&fm, model_path, fx->B, fx->T, &tp);
+        build_fixture_model(&ref, model_path, fx->B, fx->T);
+        GPT2* m = &fm.m;
+        const char* how = sp ? "sequence parallel" : "tensor parallel";
+        size_t V = (size_t)m->config.vocab_size;
+        float* logits = rank0 ? (float*)malloc_check(BT * V * sizeof(float), "tp logits") : NULL;
+        dev_memcpy_h2d(m->inputs, fx->inputs, BT * sizeof(int));
+        gpt2_forward(m, m->inputs, NULL, fx->B, fx->T, 1, 0.0f, 0);
+        gather_tp_logits(m, world, (int)BT, logits);
+        float loss = run_forward_backward(&fm, fx);
+        float* grads = rank0 ? (float*)malloc_check(m->num_parameters_full * sizeof(float), "tp grads") : NULL;
+        gpt2_gather_full_from(m, fm.grads, grads);
+        if (rank0) {
+            double err, refmax;
+            compare_arrays(logits, fx->logits, BT * V, &err, &refmax);
+            TEST_CHECK(relative_to_max(err, refmax) <= tol->logits, "%s over %d ranks: logits gathered over the "
+                       "vocabulary shards, rel err %.3e (tol %.0e)", how, p, relative_to_max(err, refmax), tol->logits);
+            double lerr = fabs((double)loss - fx->loss) / fabs((double)fx->loss);
+            TEST_CHECK(lerr <= tol->loss, "%s over %d ranks: loss %.7f vs reference %.7f (rel err %.2e, tol %.0e)", how, p,
+                       loss, fx->loss, lerr, tol->loss);
+            size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
+            gpt2_parameter_sizes(sizes, &m->config);
+            double worst = 0.0;
+            int worst_i = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                compare_arrays(grads + off, fx->grads + off, sizes[i], &err, &refmax);
+                if (!(relative_to_max(err, refmax) <= worst)) { worst = relative_to_max(err, refmax); worst_i = i; }
+                off += sizes[i];
+            }
+            TEST_CHECK(worst <= tol->grads, "%s over %d ranks: all 16 gradients gathered into the full layout, worst rel "
+                       "err %.3e (%s; tol %.0e)", how, p, worst, parameter_name(worst_i), tol->grads);
+        }
+        float losses_tp[3], losses_ref[3];
+        run_adamw_steps(&fm, &noclip, losses_tp);
+        run_adamw_steps(&ref, &noclip, losses_ref);
+        double gerr = gathered_rel_diff(m, fm.grads, ref.grads, rank0, 0);
+        double werr = gathered_rel_diff(m, m->params_memory, ref.m.params_memory, rank0, 1);
+        if (rank0) {
+            double lerr = 0.0;
+            for (int k = 0; k < 3; k++) { lerr = fmax(lerr, fabs((double)losses_tp[k] - losses_ref[k]) / losses_ref[k]); }
+            TEST_CHECK(lerr <= tol->step_losses && gerr <= tol->grads && werr <= tol->grads,
+                       "%s over %d ranks, 3 AdamW steps (non-zero biases) vs one process: losses rel %.2e, gradients "
+                       "%.2e, weights (RMS) %.2e (tol %.0e, %.0e)", how, p, lerr, gerr, werr, tol->step_losses, tol->grads);
+        }
+        free(logits);
+        free(grads);
+        free_fixture_model(&fm);
+        free_fixture_model(&ref);
+    }
+}
+
 static void test_weight_decay_groups_d12(void) {
     GPT2 m;
     memset(&m, 0, sizeof(m));
@@ -503,14 +623,23 @@ static void test_weight_decay_groups_d12(void) {
 int main(int argc, char** argv) {
     const char* model_path = argc > 1 ? argv[1] : "dev/test/fixtures/gpt2_fixture_model.bin";
     const char* state_path = argc > 2 ? argv[2] : "dev/test/fixtures/gpt2_fixture_state.bin";
-    backend_init(0, 1);
+    Comm world; /* several processes (an MPI build under mpirun): the tensor-parallel test alone */
+    comm_init(&world, &argc, &argv, "auto", 600.0);
+    backend_init(world.local_rank, world.rank == 0);
     Tolerances tol = tolerances_for_precision();
-    printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name());
+    if (world.rank == 0) { printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name()); }
     GPT2 header_model; /* the fixture's sizes come from the model file */
     gpt2_build_from_file(&header_model, model_path, NULL);
     Fixture fx;
     fixture_load(&fx, state_path, &header_model);
     gpt2_free(&header_model);
+    if (world.world > 1) {
+        test_tensor_parallel(&world, model_path, &fx, &tol);
+        fixture_free(&fx);
+        comm_finalize(&world);
+        backend_shutdown();
+        return world.rank == 0 ? testing_finish() : 0;
+    }
     FixtureModel fm;
     build_fixture_model(&fm, model_path, fx.B, fx.T);
     test_init_matches_reference(&fm.m);
@@ -523,6 +652,7 @@ int main(int argc, char** argv) {
     if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
     test_weight_decay_groups_d12();
     fixture_free(&fx);
+    comm_finalize(&world);
     backend_shutdown();
     return testing_finish();
 }

@@ -656,54 +656,63 @@ static void sample(TrainSession* s) {
 
 /* ---------------------------------------------------------------- setup */
 
+/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
+ * launcher to end the job (so one line is printed, not one per process) */
+#define CONFIG_FATAL(s, ...)                                        \
+    do {                                                            \
+        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
+        comm_barrier(&(s)->world);                                  \
+        exit(EXIT_FAILURE);                                         \
+    } while (0)
+
 /* validates flag combinations that the per-flag ranges cannot express; sets grad_accum_steps */
 static void check_config(TrainSession* s) {
     const TrainConfig* c = &s->cfg;
     const GPT2Config* mc = &s->model.config;
     int world = s->dp->world;
     if (c->T > mc->max_seq_len) {
-        FATAL("flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T, mc->max_seq_len,
+        CONFIG_FATAL(s, "flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T, mc->max_seq_len,
               mc->max_seq_len);
     }
     long long tokens_per_micro = (long long)c->B * c->T * world;
     long long total = c->total_batch_size == -1 ? tokens_per_micro : c->total_batch_size;
     if (total <= 0 || total % tokens_per_micro != 0) {
-        FATAL("flag -d (--total-batch-size) is %d, which is not a positive multiple of B*T*processes = %d*%d*%d = %lld",
+        CONFIG_FATAL(s, "flag -d (--total-batch-size) is %d, which is not a positive multiple of B*T*processes = %d*%d*%d = %lld",
               c->total_batch_size, c->B, c->T, world, tokens_per_micro);
     }
     s->grad_accum_steps = (int)(total / tokens_per_micro);
     if (c->max_steps == 0) {
-        FATAL("flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+        CONFIG_FATAL(s, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
     }
     if (c->val_max_steps == 0) {
-        FATAL("flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
+        CONFIG_FATAL(s, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
               "count, or -j '' to turn validation off");
     }
     if (!lr_schedule_is_known(c->lr_schedule)) {
-        FATAL("flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
+        CONFIG_FATAL(s, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
     }
     if (c->cuda_graphs && world > 1) {
-        FATAL("flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks "
+        CONFIG_FATAL(s, "flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks "
               "issue collectives during backward, which a captured graph cannot replay; use --cuda-graphs 0", world);
     }
     if (c->cuda_graphs && !dev_graphs_supported()) {
-        FATAL("flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
+        CONFIG_FATAL(s, "flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
     }
     if (c->cuda_graphs && zero_stage_info(c->zero_stage)->reduces_every_micro_step) {
-        FATAL("flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands its "
+        CONFIG_FATAL(s, "flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands its "
               "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
               c->zero_stage, c->zero_stage);
     }
     if (c->sequence_parallel && c->tp == 1) {
-        FATAL("flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
+        CONFIG_FATAL(s, "flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
               "--tp 1)");
     }
     if (c->sequence_parallel && c->T % c->tp != 0) {
-        FATAL("flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
+        CONFIG_FATAL(s, "flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
               "whole rows", c->T, c->tp);
     }
     if (strlen(c->output_dir) > 900) {
-        FATAL("flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
+        CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
     }
 }

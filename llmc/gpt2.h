@@ -371,30 +371,36 @@ static inline void gpt2_upload_full(GPT2* model, const float* host_full) {
     free(host);
 }
 
-/* the full model's parameters (fp32, file order) into host_full (num_parameters_full floats) on the caller that
- * passes it (NULL elsewhere): collective over the tensor-parallel group (every rank of it calls, each rank's part
- * is all-gathered); without tensor parallelism a download */
-static inline void gpt2_gather_full(GPT2* model, float* host_full) {
+/* a buffer in this rank's parameter layout (src: P floatX on the device, e.g. the parameters or their gradients) as
+ * the full model's (fp32, file order) in host_full (num_parameters_full floats) on the caller that passes it (NULL
+ * elsewhere): collective over the tensor-parallel group (every rank of it calls; each rank's part is all-gathered,
+ * replicated tensors come from rank 0); without tensor parallelism a download */
+static inline void gpt2_gather_full_from(GPT2* model, const floatX* src, float* host_full) {
     int p = model->tp.size;
     if (p == 1) {
-        if (host_full) { dev_download_floats(host_full, model->params_memory, model->num_parameters); }
+        if (host_full) { dev_download_floats(host_full, src, model->num_parameters); }
         return;
     }
-    /* every rank's flat parameters side by side, then each rank's pieces put in place */
+    /* every rank's flat buffer side by side, then each rank's pieces put in place (rank 0's last for what all share) */
     size_t P = model->num_parameters;
     floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file)");
-    dev_memcpy_d2d(all + (size_t)model->tp.rank * P, model->params_memory, P * sizeof(floatX));
+    dev_memcpy_d2d(all + (size_t)model->tp.rank * P, src, P * sizeof(floatX));
     model->tp.all_gather(model->tp.ctx, all, P);
     if (host_full) {
         float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
         dev_download_floats(host, all, (size_t)p * P);
-        for (int r = 0; r < p; r++) {
+        for (int r = p - 1; r >= 0; r--) {
             GPT2CopyPieces cp = {host_full, host + (size_t)r * P};
             gpt2_tp_for_each_piece(&model->config, p, r, gpt2_copy_local_to_full, &cp);
         }
         free(host);
     }
     dev_free(all);
+}
+
+/* the full model's parameters (see gpt2_gather_full_from): collective over the tensor-parallel group */
+static inline void gpt2_gather_full(GPT2* model, float* host_full) {
+    gpt2_gather_full_from(model, model->params_memory, host_full);
 }
 
 /* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that

@@ -1,0 +1,104 @@
+# dev/test/cli_tp.sh -- tensor parallelism and sequence parallelism (Megatron-LM) through the real CLI under mpirun,
+# with the CPU build (fp32, MPI). Tolerances: the argument of dp_lib.sh.
+#   - the fixture model split over 2 and 4 tensor-parallel ranks (build/mpi_test_gpt_tp: test_gpt.cu under mpirun),
+#     with and without sequence parallelism: logits, loss and every gradient equal the PyTorch fixture (1e-5, the
+#     single-process tolerance), and after 3 AdamW steps (non-zero biases) a single-process model's;
+#   - d2 for 10 steps of 4 x 128 tokens against one process: tp 2, tp 2 with sequence parallelism and ZeRO-1, tp 4
+#     with sequence parallelism, tp 2 x dp 2 with ZeRO-1, tp 2 x dp 2 with sequence parallelism: losses, grad norms
+#     and the RMS of the final weights within T(10) (tensor parallelism splits fp32 sums differently: the K dimension
+#     of the row-parallel GEMMs over the ranks, the softmax sums over the vocabulary shards; the norm sums the shards'
+#     squares over the ranks);
+#   - bytes every rank moves in its tensor-parallel group per step equal the theory, per micro-step with N = B*T
+#     rows of C channels (fp32, 4 bytes), p ranks, L layers, ring costs (p-1)/p of the buffer for a reduce-scatter or
+#     an all-gather, twice that for an all-reduce:
+#       without SP  (4L + 2) all-reduces of N*C (the embedding, 2 per layer forward, 2 per layer backward, the head)
+#                   + the vocabulary-parallel loss: all-reduces of p*N and 2*N fp32 (row maxima, exp sums) -- O(N),
+#                   never O(N*Vp);
+#       with SP     forward 4L + 2 all-gathers/reduce-scatters of N*C (the same bytes as the forward all-reduces),
+#                   backward 6L + 3 (LayerNorm outputs are gathered again instead of kept: Nl rows stored per rank),
+#                   + 2L + 1 all-reduces of 2C (the LayerNorm weight/bias gradients of each rank's rows) + the loss;
+#     plus the step's fp64 statistics (at most 64 bytes);
+#   - a tp 2 x dp 2 ZeRO-1 checkpoint resumes on the same layout bit for bit, and re-shards to 1 process and to tp 4
+#     (through the full model's flat order): the next losses and the final weights within T(8);
+#   - impossible layouts are refused with one error line: --tp not dividing the processes, heads not divisible by
+#     --tp, --sequence-parallel without --tp, a sequence length not divisible by --tp under sequence parallelism.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+if [ ! -x build/mpi_test_gpt_tp ]; then
+    echo "not ok - build/mpi_test_gpt_tp missing (make build/mpi_test_gpt_tp)"
+    exit 1
+fi
+for n in 2 4; do
+    MPIRUN $n build/mpi_test_gpt_tp > "$TMP/fixture$n.log" 2>&1
+    rc=$?
+    grep -E '^(ok|not ok) - ' "$TMP/fixture$n.log"
+    test $rc -eq 0 && test "$(grep -c '^ok - ' "$TMP/fixture$n.log")" -eq 8
+    check $? "fixture model over $n tensor-parallel ranks: 8 checks on rank 0, exit $rc"
+done
+
+F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 10 -d 512 --comm-stats 1)
+$TRAIN "${F[@]}" -o "$TMP/one" > "$TMP/one.log" 2>&1
+check $? "reference: one process, 4 micro-steps, 10 steps"
+T10=$(dp_order_tol 10)
+for run in "2 2 0 0" "2 2 1 1" "4 4 1 0" "4 2 0 1" "4 2 1 0"; do
+    set -- $run
+    N=$1; TP=$2; SP=$3; Z=$4
+    D="$TMP/n${N}tp${TP}sp${SP}z$Z"
+    name="tp $TP x dp $((N / TP))$([ $SP = 1 ] && echo ' sequence parallel') ZeRO-$Z"
+    MPIRUN $N $TRAIN "${F[@]}" --tp $TP --sequence-parallel $SP -z $Z -o "$D" > "$D.log" 2>&1
+    check $? "$name: 10 steps under mpirun"
+    out=$(dp_compare_logs "$TMP/one/log.jsonl" "$D/log.jsonl" train loss $T10 10) && \
+        out="$out; $(dp_compare_logs "$TMP/one/log.jsonl" "$D/log.jsonl" train grad_norm $T10 10)" && \
+        out="$out; $(dp_compare_models_rms "$TMP/one/model_00000010.bin" "$D/model_00000010.bin" $T10)"
+    check $? "$name vs one process (T(10) = $T10): $out"
+    python3 - "$D.log" $TP $SP $((4 / (N / TP))) <<'PY'
+import re, sys
+log, p, sp, accum = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+Nr, C, L, es = 4 * 32, 128, 2, 4  # rows per micro-step, channels, layers of d2, fp32
+ring = lambda count: (p - 1) / p * count * es  # bytes each way of a reduce-scatter or all-gather of count elements
+if sp:
+    per_micro = (4 * L + 2) * ring(Nr * C) + (6 * L + 3) * ring(Nr * C) + (2 * L + 1) * 2 * ring(2 * C)
+else:
+    per_micro = (4 * L + 2) * 2 * ring(Nr * C)
+per_micro += 2 * ring(p * Nr) + 2 * ring(2 * Nr)  # vocabulary-parallel loss statistics (fp32)
+theory = accum * per_micro
+rows = [tuple(map(int, m.groups())) for m in re.finditer(r"step 2 sent \d+ recv \d+ bytes .*\| tp rank (\d+) sent (\d+) recv (\d+)", open(log).read())]
+ok = len(rows) > 0 and all(abs(s - theory) <= 64 and abs(r - theory) <= 64 for _, s, r in rows)
+print("theory %.0f bytes per rank (%d micro-steps); measured (tp rank, sent, recv): %s" % (theory, accum, sorted(rows)))
+sys.exit(0 if ok else 1)
+PY
+    check $? "$name: bytes each rank moves in its tensor-parallel group per step equal the theory (within 64 bytes)"
+done
+
+G=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 8 -d 512)
+MPIRUN 4 $TRAIN "${G[@]}" --tp 2 -z 1 -o "$TMP/straight" > "$TMP/straight.log" 2>&1
+check $? "tp 2 x dp 2 ZeRO-1: 8 steps straight"
+MPIRUN 4 $TRAIN "${G[@]}" --tp 2 -z 1 -o "$TMP/cut" --exit-after-steps 4 > "$TMP/cut.log" 2>&1
+check $? "tp 2 x dp 2 ZeRO-1: 4 steps, then exit with a checkpoint"
+cp -r "$TMP/cut" "$TMP/to1"; cp -r "$TMP/cut" "$TMP/to4"
+MPIRUN 4 $TRAIN "${G[@]}" --tp 2 -z 1 -o "$TMP/cut" -y 1 > "$TMP/cut2.log" 2>&1
+ok=$?
+for f in model_00000008.bin state_00000008_0000{0,1,2,3}.bin; do cmp -s "$TMP/straight/$f" "$TMP/cut/$f" || ok=1; done
+check $ok "resumed on the same layout: final model and every rank's optimizer state bit-identical"
+T8=$(dp_order_tol 8)
+$TRAIN "${G[@]}" -o "$TMP/to1" -y 1 > "$TMP/to1.log" 2>&1
+grep -q "(tensor-parallel size 2 -> 1)" "$TMP/to1.log"
+check $? "resumed on one process: the re-sharding is announced"
+MPIRUN 4 $TRAIN "${G[@]}" --tp 4 -o "$TMP/to4" -y 1 > "$TMP/to4.log" 2>&1
+for d in to1 to4; do
+    out=$(dp_compare_logs "$TMP/straight/log.jsonl" "$TMP/$d/log.jsonl" train loss $T8 8) && \
+        out="$out; $(dp_compare_models_rms "$TMP/straight/model_00000008.bin" "$TMP/$d/model_00000008.bin" $T8)"
+    check $? "tp 2 x dp 2 checkpoint resumed $([ $d = to1 ] && echo 'on one process' || echo 'at tp 4'): losses and final weights within T(8): $out"
+done
+
+bad() {  # bad NPROC "needle" "description" args...: one error line and a non-zero exit under mpirun
+    local n=$1 needle=$2 desc=$3; shift 3
+    MPIRUN $n $TRAIN "$@" > "$TMP/bad.log" 2> "$TMP/bad.err"
+    local rc=$?
+    test $rc -ne 0 && test "$(grep -c '^error:' "$TMP/bad.err")" -eq 1 && grep -q -- "$needle" "$TMP/bad.err" && ! grep -q '^step' "$TMP/bad.log"
+    check $? "$desc: refused with one line (exit $rc): $(grep '^error:' "$TMP/bad.err" | head -c 200)"
+}
+bad 4 "--tp" "--tp 3 on 4 processes" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 3
+bad 8 "--tp" "--tp 8 with 4 heads" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 8
+bad 1 "--sequence-parallel" "--sequence-parallel 1 without --tp" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --sequence-parallel 1
+bad 4 "divisible by --tp" "--sequence-parallel 1 with T = 30 and --tp 4" -e d2 -b 4 -t 30 -j '' -g 0 -x 1 --tp 4 --sequence-parallel 1
