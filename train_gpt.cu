@@ -76,6 +76,7 @@ typedef struct {
     int comm_stats;
     int cuda_graphs;           /* 1 = replay one micro-step's forward+backward as a CUDA graph */
     int tp;                    /* tensor-parallel size (llmc/tensor_parallel.h) */
+    int dry_run;               /* 1 = set up, print the header and memory ledger, exit before training */
     int sequence_parallel;     /* 1 = sequence parallelism inside the tensor-parallel group */
 } TrainConfig;
 
@@ -123,6 +124,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->comm_stats = 0;
     c->cuda_graphs = 0;
     c->tp = 1;
+    c->dry_run = 0;
     c->sequence_parallel = 0;
 }
 
@@ -170,6 +172,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 2, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients");
     SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
          "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
+    SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
+         "1 = set up the model, data and optimizer state, print the header and memory ledger, and exit without training");
     SPEC(NULL, "sequence-parallel", ARG_INT, sequence_parallel, 0, 1,
          "1 = with --tp > 1, LayerNorm and residual activations split over the sequence too (T divisible by --tp)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
@@ -850,6 +854,28 @@ static void session_init(TrainSession* s) {
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }
 
+/* the tensor-parallel split of one process's parameters and activations (every process holds the same sizes) */
+static void print_tensor_parallel_ledger(const TrainSession* s) {
+    const GPT2* m = &s->model;
+    const GPT2Config* c = &m->config;
+    size_t full[NUM_PARAMETER_TENSORS], split = 0, vocab = 0, replicated = 0;
+    gpt2_parameter_sizes(full, c);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!parameter_is_tp_sharded(i)) { replicated += m->param_sizes[i]; }
+        else if (i == P_WTE) { vocab += m->param_sizes[i]; }
+        else { split += m->param_sizes[i]; }
+    }
+    int p = s->tp->world;
+    printf("tensor parallel %d: each process holds %zu of the model's %zu parameters: block weights %zu (1/%d), "
+           "vocabulary rows %zu (1/%d), replicated %zu (wpe, LayerNorms, row-parallel biases); activations %zu bytes"
+           "%s\n", p, m->num_parameters, m->num_parameters_full, split, p, vocab, p, replicated, m->acts_bytes,
+           s->cfg.sequence_parallel ? " (LayerNorm and residual regions: B*T/tp rows)" : "");
+    if (p > 8) {
+        printf("tensor parallel %d: more than the 8 GPUs of a typical node; its per-layer collectives would cross the "
+               "network\n", p);
+    }
+}
+
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     const GPT2Config* c = &s->model.config;
     if (!is_rank0(s)) { return; } /* only rank 0 prints and logs */
@@ -875,6 +901,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     }
     printf("+-----------------------+------------------------------------------------\n");
     zero_print_ledger(&s->zero);
+    if (s->tp->world > 1 || s->cfg.dry_run) { print_tensor_parallel_ledger(s); }
     int nd, no;
     size_t vd, vo;
     gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
@@ -995,7 +1022,7 @@ int main(int argc, char** argv) {
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     session_init(s);
     print_header(s, specs, n_specs);
-    train(s);
+    if (!s->cfg.dry_run) { train(s); }
     session_free(s);
     free(s);
     return 0;

@@ -20,6 +20,10 @@
 #     plus the step's fp64 statistics (at most 64 bytes);
 #   - a tp 2 x dp 2 ZeRO-1 checkpoint resumes on the same layout bit for bit, and re-shards to 1 process and to tp 4
 #     (through the full model's flat order): the next losses and the final weights within T(8);
+#   - per-process memory of d12 (dry setup, --dry-run 1) at tp 1, 2, 4, with and without sequence parallelism: the
+#     parameters each process holds equal (12C^2 + 7C) L / tp block weights + Vp C / tp vocabulary rows + (maxT + 6L
+#     + 2) C replicated, and the activation bytes the model allocated equal the per-rank shapes below (LayerNorm and
+#     residual regions N/tp rows under sequence parallelism), each tensor rounded up to 256 bytes;
 #   - impossible layouts are refused with one error line: --tp not dividing the processes, heads not divisible by
 #     --tp, --sequence-parallel without --tp, a sequence length not divisible by --tp under sequence parallelism.
 source "$(dirname "$0")/dp_lib.sh"
@@ -89,6 +93,28 @@ for d in to1 to4; do
     out=$(dp_compare_logs "$TMP/straight/log.jsonl" "$TMP/$d/log.jsonl" train loss $T8 8) && \
         out="$out; $(dp_compare_models_rms "$TMP/straight/model_00000008.bin" "$TMP/$d/model_00000008.bin" $T8)"
     check $? "tp 2 x dp 2 checkpoint resumed $([ $d = to1 ] && echo 'on one process' || echo 'at tp 4'): losses and final weights within T(8): $out"
+done
+
+for run in "1 0" "2 0" "2 1" "4 1"; do
+    set -- $run
+    MPIRUN $1 $TRAIN -e d12 -b 2 -t 64 -j '' -g 0 --tp $1 --sequence-parallel $2 --dry-run 1 > "$TMP/dry.log" 2>&1
+    python3 - "$TMP/dry.log" $1 $2 <<'PY'
+import re, sys
+log, p, sp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+L, C, NH, Vp, maxT, B, T = 12, 768, 12, 50304, 1024, 2, 64  # d12 at -b 2 -t 64, CPU build (fp32)
+N = B * T; Nl = N // p if sp else N; Cl, NHl, Vs = C // p, NH // p, Vp // p
+params = (12 * C * C + 7 * C) * L // p + Vp * C // p + (maxT + 6 * L + 2) * C
+elems = [Nl * C, L * Nl * C, L * Nl, L * Nl, L * N * 3 * Cl, L * N * Cl, L * B * NHl * T * T,  # CPU attention keeps probabilities
+         L * Nl * C, L * Nl * C, L * Nl, L * Nl, L * N * 4 * Cl, L * N * 4 * Cl, L * Nl * C, Nl * C, Nl, Nl, N, N * Vs,
+         N * C, Nl * C, N * C, N * 4 * Cl, max(B * NHl * min(T, 64) * T, 1),
+         (p + 2) * N if p > 1 else 0, 2 * C if p > 1 and sp else 0, Vp if p > 1 else 0]
+acts = sum((4 * e + 255) // 256 * 256 for e in elems)
+m = re.search(r"each process holds (\d+) of the model's \d+ parameters.*activations (\d+) bytes", open(log).read())
+got = tuple(map(int, m.groups())) if m else None
+print("tp %d sp %d: parameters %s, activation bytes %s; formula %d, %d" % (p, sp, got and got[0], got and got[1], params, acts))
+sys.exit(0 if got == (params, acts) else 1)
+PY
+    check $? "d12 per process at tp $1$([ $2 = 1 ] && echo ', sequence parallel'): parameters and activation bytes equal the formula"
 done
 
 bad() {  # bad NPROC "needle" "description" args...: one error line and a non-zero exit under mpirun
