@@ -1,0 +1,410 @@
+/*
+ * llmc/pipeline.h -- pipeline-parallel schedules as data (llmc/README.md, "Pipeline parallelism"): a generator
+ * that lists, for every stage, the ordered actions of one optimizer step, and a simulator that checks any such
+ * set of lists (data dependencies, deadlock freedom, peak live activations) before anything runs.
+ *
+ * Layout: p pipeline ranks, each holding v model chunks (v = 1 except for the interleaved schedule); virtual stage
+ * k = chunk * p + rank holds the k-th of the p*v contiguous layer ranges (Narayanan et al. 2021, "Efficient
+ * Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", section 2.2). m micro-batches per step
+ * (the gradient-accumulation count). Activations flow from virtual stage k to k+1, gradients back from k+1 to k;
+ * stage k+1 of virtual stage k lives on rank (rank + 1) % p (the last rank passes to rank 0's next chunk).
+ * Schedules:
+ *   gpipe        all m forwards, then all m backwards (Huang et al. 2019, "GPipe"); peak live activation sets m.
+ *   1f1b         p - 1 - s warm-up forwards on rank s, then one forward and one backward alternately, then the
+ *                remaining backwards (PipeDream-Flush; Narayanan et al. 2019/2021); peak min(m, p - s).
+ *   interleaved  1F1B over v chunks per rank (Narayanan et al. 2021, section 2.2): warm-up (p - s - 1) * 2 +
+ *                (v - 1) * p forwards, micro-batches in groups of p; p >= 2 and m a multiple of p; bubble
+ *                (p - 1) / (v m + p - 1) instead of (p - 1) / (m + p - 1).
+ * Actions: F(i, c) / B(i, c): forward / backward of micro-batch i through chunk c; SEND_ACT / RECV_ACT of the
+ * activation (B,T,C) of micro-batch i leaving / entering chunk c; SEND_GRAD / RECV_GRAD of its gradient. Transfers
+ * with the same `group` number, adjacent in the list, are posted together and complete together (MPI: non-blocking
+ * sends and receives and one wait; NCCL: one ncclGroupStart/End), as Megatron-LM's batched p2p calls: that is what
+ * makes the neighbours' orders compatible (a rank may post "send my activation, receive my gradient" while its
+ * neighbour posts "receive that activation, send that gradient").
+ * Errors: the generator exits with one line for impossible parameters; the simulator returns a message.
+ * Header-only: static inline functions, no globals.
+ */
+#ifndef LLMC_PIPELINE_H
+#define LLMC_PIPELINE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+
+typedef enum { PIPE_GPIPE = 0, PIPE_1F1B, PIPE_INTERLEAVED } PipeScheduleKind;
+
+typedef enum {
+    PIPE_F = 0, PIPE_B, PIPE_SEND_ACT, PIPE_RECV_ACT, PIPE_SEND_GRAD, PIPE_RECV_GRAD
+} PipeActionKind;
+
+typedef struct {
+    PipeActionKind kind;
+    int micro;        /* micro-batch 0..m-1 */
+    int chunk;        /* model chunk on this rank 0..v-1 */
+    int group;        /* transfers: adjacent ones with the same group are posted together; -1 for F and B */
+} PipeAction;
+
+typedef struct {
+    PipeScheduleKind kind;
+    int p, m, v;      /* pipeline ranks, micro-batches, chunks per rank */
+    int* count;       /* (p) actions of each rank */
+    PipeAction** act; /* (p) each rank's actions */
+} PipeSchedule;
+
+static inline const char* pipe_schedule_name(PipeScheduleKind k) {
+    return k == PIPE_GPIPE ? "gpipe" : k == PIPE_1F1B ? "1f1b" : "interleaved";
+}
+static inline const char* pipe_action_name(PipeActionKind k) {
+    static const char* const names[] = {"F", "B", "send-act", "recv-act", "send-grad", "recv-grad"};
+    return names[k];
+}
+
+/* 1 and *kind set if `name` is gpipe, 1f1b or interleaved */
+static inline int pipe_schedule_from_name(const char* name, PipeScheduleKind* kind) {
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(name, pipe_schedule_name((PipeScheduleKind)k)) == 0) { *kind = (PipeScheduleKind)k; return 1; }
+    }
+    return 0;
+}
+
+/* the bubble of a schedule with equal stage costs: idle share of every rank's step */
+static inline double pipe_bubble_theory(PipeScheduleKind kind, int p, int m, int v) {
+    if (kind == PIPE_INTERLEAVED) { return (double)(p - 1) / (double)(v * m + p - 1); }
+    return (double)(p - 1) / (double)(m + p - 1);
+}
+
+/* the peak number of activation sets (micro-batch x chunk) rank s keeps alive at once */
+static inline int pipe_peak_theory(PipeScheduleKind kind, int p, int m, int v, int s) {
+    if (kind == PIPE_GPIPE) { return m * v; }
+    if (kind == PIPE_1F1B) { return m < p - s ? m : p - s; }
+    int warm = (p - s - 1) * 2 + (v - 1) * p + 1;
+    return warm < m * v ? warm : m * v;
+}
+
+/* ---------------------------------------------------------------- generator */
+
+typedef struct {
+    PipeAction* a;
+    int n, cap, group;
+} PipeList;
+
+static inline void pipe_push(PipeList* l, PipeActionKind kind, int micro, int chunk, int group) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->a = (PipeAction*)realloc(l->a, (size_t)l->cap * sizeof(PipeAction));
+        if (!l->a) { FATAL("out of host memory building a pipeline schedule"); }
+    }
+    PipeAction x = {kind, micro, chunk, group};
+    l->a[l->n++] = x;
+}
+
+/* virtual stage of chunk c on rank s, and whether it is the first / last of the p*v */
+static inline int pipe_vstage(int p, int s, int c) { return c * p + s; }
+
+/* appends F(i, c) with its receive before it (a group of its own unless merged by the caller) */
+static inline void pipe_forward(PipeList* l, int p, int v, int s, int i, int c) {
+    (void)v;
+    if (pipe_vstage(p, s, c) > 0) { pipe_push(l, PIPE_RECV_ACT, i, c, l->group++); }
+    pipe_push(l, PIPE_F, i, c, -1);
+}
+/* appends B(i, c) with its receive before it */
+static inline void pipe_backward(PipeList* l, int p, int v, int s, int i, int c) {
+    if (pipe_vstage(p, s, c) < p * v - 1) { pipe_push(l, PIPE_RECV_GRAD, i, c, l->group++); }
+    pipe_push(l, PIPE_B, i, c, -1);
+}
+/* the sends after F(i, c) / B(i, c), each a group of its own; pipe_merge_transfers pairs them later */
+static inline void pipe_send_act(PipeList* l, int p, int v, int s, int i, int c) {
+    if (pipe_vstage(p, s, c) < p * v - 1) { pipe_push(l, PIPE_SEND_ACT, i, c, l->group++); }
+}
+static inline void pipe_send_grad(PipeList* l, int p, int s, int i, int c) {
+    if (pipe_vstage(p, s, c) > 0) { pipe_push(l, PIPE_SEND_GRAD, i, c, l->group++); }
+}
+
+/* Megatron's batching: a send immediately followed by a receive (no compute between) is posted as one group */
+static inline void pipe_merge_transfers(PipeList* l) {
+    for (int k = 0; k + 1 < l->n; k++) {
+        PipeActionKind a = l->a[k].kind, b = l->a[k + 1].kind;
+        int a_send = a == PIPE_SEND_ACT || a == PIPE_SEND_GRAD, b_recv = b == PIPE_RECV_ACT || b == PIPE_RECV_GRAD;
+        if (a_send && b_recv) { l->a[k + 1].group = l->a[k].group; }
+    }
+}
+
+/* the k-th forward (or backward) of rank s in the interleaved order: micro-batches in groups of p, chunks in
+ * order (backwards: in reverse) */
+static inline void pipe_interleaved_index(int p, int v, int k, int backward, int* micro, int* chunk) {
+    int c = (k / p) % v;
+    *chunk = backward ? v - 1 - c : c;
+    *micro = (k / (p * v)) * p + k % p;
+}
+
+/* Rank s of the interleaved schedule, with Megatron-LM's grouping of transfers (one group after each step, which
+ * sends what the step produced and receives what the next steps consume, so that neighbouring ranks' groups meet):
+ * warm-up forwards, then steady iterations of one forward and one backward followed by one group of up to four
+ * transfers, then the cool-down backwards. */
+static inline void pipe_interleaved_rank(PipeList* l, int p, int m, int v, int s) {
+    int total = m * v, nv = p * v;
+    int warm = (p - s - 1) * 2 + (v - 1) * p;
+    if (warm > total) { warm = total; }
+    int rest = total - warm, fi, fc, bi, bc, ni, nc;
+#define PIPE_VS(c) pipe_vstage(p, s, c)
+    pipe_interleaved_index(p, v, 0, 0, &fi, &fc);
+    if (PIPE_VS(fc) > 0) { pipe_push(l, PIPE_RECV_ACT, fi, fc, l->group++); }
+    for (int k = 0; k < warm; k++) {
+        pipe_interleaved_index(p, v, k, 0, &fi, &fc);
+        pipe_push(l, PIPE_F, fi, fc, -1);
+        int g = l->group++;
+        if (PIPE_VS(fc) < nv - 1) { pipe_push(l, PIPE_SEND_ACT, fi, fc, g); }
+        if (k + 1 < total) {
+            pipe_interleaved_index(p, v, k + 1, 0, &ni, &nc);
+            if (PIPE_VS(nc) > 0) { pipe_push(l, PIPE_RECV_ACT, ni, nc, g); }
+        }
+        if (k == warm - 1 && rest > 0) {
+            pipe_interleaved_index(p, v, 0, 1, &bi, &bc);
+            if (PIPE_VS(bc) < nv - 1) { pipe_push(l, PIPE_RECV_GRAD, bi, bc, g); }
+        }
+    }
+    for (int k = 0; k < rest; k++) {
+        pipe_interleaved_index(p, v, warm + k, 0, &fi, &fc);
+        pipe_interleaved_index(p, v, k, 1, &bi, &bc);
+        pipe_push(l, PIPE_F, fi, fc, -1);
+        pipe_push(l, PIPE_B, bi, bc, -1);
+        int g = l->group++;
+        if (PIPE_VS(fc) < nv - 1) { pipe_push(l, PIPE_SEND_ACT, fi, fc, g); }
+        if (PIPE_VS(bc) > 0) { pipe_push(l, PIPE_SEND_GRAD, bi, bc, g); }
+        if (warm + k + 1 < total) {
+            pipe_interleaved_index(p, v, warm + k + 1, 0, &ni, &nc);
+            if (PIPE_VS(nc) > 0) { pipe_push(l, PIPE_RECV_ACT, ni, nc, g); }
+        }
+        pipe_interleaved_index(p, v, k + 1, 1, &ni, &nc);
+        if (PIPE_VS(nc) < nv - 1) { pipe_push(l, PIPE_RECV_GRAD, ni, nc, g); }
+    }
+    for (int k = rest; k < total; k++) {
+        pipe_interleaved_index(p, v, k, 1, &bi, &bc);
+        if (k == rest && rest == 0 && PIPE_VS(bc) < nv - 1) { pipe_push(l, PIPE_RECV_GRAD, bi, bc, l->group++); }
+        pipe_push(l, PIPE_B, bi, bc, -1);
+        int g = l->group++;
+        if (PIPE_VS(bc) > 0) { pipe_push(l, PIPE_SEND_GRAD, bi, bc, g); }
+        if (k + 1 < total) {
+            pipe_interleaved_index(p, v, k + 1, 1, &ni, &nc);
+            if (PIPE_VS(nc) < nv - 1) { pipe_push(l, PIPE_RECV_GRAD, ni, nc, g); }
+        }
+    }
+#undef PIPE_VS
+}
+
+/* Builds the schedule of `kind` for p ranks, m micro-batches, v chunks per rank (1 unless interleaved). Exits with
+ * one line naming the flag for impossible parameters: interleaved needs m a multiple of p and v >= 2; 1f1b and
+ * interleaved need m >= p. Free with pipe_schedule_free. */
+static inline PipeSchedule pipe_schedule_build(PipeScheduleKind kind, int p, int m, int v) {
+    if (p < 1 || m < 1 || v < 1) { FATAL("pipeline schedule: p=%d, m=%d, v=%d must be positive", p, m, v); }
+    if (kind != PIPE_INTERLEAVED && v != 1) { FATAL("--pp-virtual %d needs --pp-schedule interleaved", v); }
+    if (kind == PIPE_INTERLEAVED && (v < 2 || p < 2 || m % p != 0)) {
+        FATAL("--pp-schedule interleaved needs --pp >= 2 (got %d), --pp-virtual >= 2 (got %d) and micro-batches per step "
+              "(%d) a multiple of --pp", p, v, m);
+    }
+    if (kind != PIPE_GPIPE && m < p) {
+        FATAL("--pp-schedule %s needs at least as many micro-batches per step as --pp stages: %d < %d (raise -d or use "
+              "--pp-schedule gpipe)", pipe_schedule_name(kind), m, p);
+    }
+    PipeSchedule sc;
+    sc.kind = kind; sc.p = p; sc.m = m; sc.v = v;
+    sc.count = (int*)calloc_check((size_t)p, sizeof(int), "pipeline schedule counts");
+    sc.act = (PipeAction**)calloc_check((size_t)p, sizeof(PipeAction*), "pipeline schedule");
+    for (int s = 0; s < p; s++) {
+        PipeList l;
+        memset(&l, 0, sizeof(l));
+        if (kind == PIPE_GPIPE) {
+            for (int i = 0; i < m; i++) { pipe_forward(&l, p, 1, s, i, 0); pipe_send_act(&l, p, 1, s, i, 0); }
+            for (int i = 0; i < m; i++) { pipe_backward(&l, p, 1, s, i, 0); pipe_send_grad(&l, p, s, i, 0); }
+        } else if (kind == PIPE_INTERLEAVED) {
+            pipe_interleaved_rank(&l, p, m, v, s);
+        } else {
+            int total = m * v;
+            int warm = p - 1 - s;
+            if (warm > total) { warm = total; }
+            int f = 0, b = 0;
+            (void)total;
+            for (; f < warm; f++) { pipe_forward(&l, p, 1, s, f, 0); pipe_send_act(&l, p, 1, s, f, 0); }
+            for (; f < m; f++, b++) { /* steady state: one forward, one backward */
+                pipe_forward(&l, p, 1, s, f, 0);
+                pipe_send_act(&l, p, 1, s, f, 0);
+                pipe_backward(&l, p, 1, s, b, 0);
+                pipe_send_grad(&l, p, s, b, 0);
+            }
+            for (; b < m; b++) { pipe_backward(&l, p, 1, s, b, 0); pipe_send_grad(&l, p, s, b, 0); } /* cool-down */
+        }
+        if (kind != PIPE_INTERLEAVED) { pipe_merge_transfers(&l); }
+        sc.count[s] = l.n;
+        sc.act[s] = l.a;
+    }
+    return sc;
+}
+
+static inline void pipe_schedule_free(PipeSchedule* sc) {
+    for (int s = 0; s < sc->p; s++) { free(sc->act[s]); }
+    free(sc->act);
+    free(sc->count);
+    memset(sc, 0, sizeof(*sc));
+}
+
+/* ---------------------------------------------------------------- simulator */
+
+/* the rank that holds the next / previous virtual stage of chunk c on rank s, and that stage's chunk there */
+static inline void pipe_next(int p, int s, int c, int* rank, int* chunk) {
+    *rank = (s + 1) % p;
+    *chunk = s == p - 1 ? c + 1 : c;
+}
+static inline void pipe_prev(int p, int s, int c, int* rank, int* chunk) {
+    *rank = (s - 1 + p) % p;
+    *chunk = s == 0 ? c - 1 : c;
+}
+
+/* the transfer a rank posts that matches x (posted by rank s): its peer, and the peer's action */
+static inline void pipe_partner(const PipeSchedule* sc, int s, const PipeAction* x, int* peer, PipeAction* y) {
+    int c = x->chunk;
+    y->micro = x->micro;
+    y->group = 0;
+    switch (x->kind) {
+    case PIPE_SEND_ACT: pipe_next(sc->p, s, c, peer, &y->chunk); y->kind = PIPE_RECV_ACT; break;
+    case PIPE_RECV_ACT: pipe_prev(sc->p, s, c, peer, &y->chunk); y->kind = PIPE_SEND_ACT; break;
+    case PIPE_SEND_GRAD: pipe_prev(sc->p, s, c, peer, &y->chunk); y->kind = PIPE_RECV_GRAD; break;
+    default: pipe_next(sc->p, s, c, peer, &y->chunk); y->kind = PIPE_SEND_GRAD; break; /* PIPE_RECV_GRAD */
+    }
+}
+
+typedef struct {
+    int ok;                 /* 1: every action ran, in an order the dependencies allow, without deadlock */
+    char error[256];
+    int peak[64];           /* peak live activation sets per rank (p <= 64) */
+    int steps;              /* simulated rounds */
+} PipeSimResult;
+
+/* the end of the group of transfers starting at action a of rank s */
+static inline int pipe_group_end(const PipeSchedule* sc, int s, int a) {
+    int g = sc->act[s][a].group, e = a;
+    while (e < sc->count[s] && sc->act[s][e].kind >= PIPE_SEND_ACT && sc->act[s][e].group == g) { e++; }
+    return e;
+}
+
+/* Runs the schedule on an abstract machine. Each round every rank tries its next action: F(i,c) needs its
+ * activation (received, or the model input on virtual stage 0); B(i,c) needs F(i,c) done and its gradient
+ * (received, or the loss on the last virtual stage). A group of transfers is posted when the rank reaches it; a
+ * transfer matches when its partner (the peer's transfer of the same micro-batch and chunk, the other direction)
+ * is posted too (both sides then count it done), a send needing its data to exist; the rank goes past the group
+ * when all of its transfers matched (MPI: non-blocking calls and one wait; NCCL: a group). A round in which no rank
+ * progresses is a deadlock. Reports the first violation and the peak number of live activation sets (F done, B not
+ * yet) per rank. */
+static inline PipeSimResult pipe_simulate(const PipeSchedule* sc) {
+    PipeSimResult r;
+    memset(&r, 0, sizeof(r));
+    int p = sc->p, m = sc->m, v = sc->v, nv = p * v;
+    if (p > 64) { snprintf(r.error, sizeof(r.error), "at most 64 ranks simulated"); return r; }
+    size_t cells = (size_t)p * m * v;
+    char* fdone = (char*)calloc_check(cells, 1, "sim");
+    char* bdone = (char*)calloc_check(cells, 1, "sim");
+    char* act_in = (char*)calloc_check(cells, 1, "sim");
+    char* grad_in = (char*)calloc_check(cells, 1, "sim");
+    int* pc = (int*)calloc_check((size_t)p, sizeof(int), "sim");
+    int* live = (int*)calloc_check((size_t)p, sizeof(int), "sim");
+    char** matched = (char**)calloc_check((size_t)p, sizeof(char*), "sim");
+    for (int s = 0; s < p; s++) { matched[s] = (char*)calloc_check((size_t)sc->count[s] + 1, 1, "sim"); }
+#define PIPE_CELL(s, i, c) (((size_t)(s) * m + (size_t)(i)) * v + (size_t)(c))
+    for (int i = 0; i < m; i++) { act_in[PIPE_CELL(0, i, 0)] = 1; }
+    int remaining = 0;
+    for (int s = 0; s < p; s++) { remaining += sc->count[s]; }
+    while (remaining > 0) {
+        int progressed = 0;
+        for (int s = 0; s < p; s++) {
+            if (pc[s] >= sc->count[s]) { continue; }
+            const PipeAction* x = &sc->act[s][pc[s]];
+            if (x->micro < 0 || x->micro >= m || x->chunk < 0 || x->chunk >= v) {
+                snprintf(r.error, sizeof(r.error), "rank %d action %d: micro-batch %d / chunk %d out of range", s, pc[s],
+                         x->micro, x->chunk);
+                goto done;
+            }
+            size_t cell = PIPE_CELL(s, x->micro, x->chunk);
+            if (x->kind == PIPE_F) {
+                if (fdone[cell]) { snprintf(r.error, sizeof(r.error), "rank %d: F(%d,%d) twice", s, x->micro, x->chunk); goto done; }
+                if (!act_in[cell]) { continue; }
+                fdone[cell] = 1;
+                if (++live[s] > r.peak[s]) { r.peak[s] = live[s]; }
+                if (pipe_vstage(p, s, x->chunk) == nv - 1) { grad_in[cell] = 1; } /* the loss gives the last stage its gradient */
+                pc[s]++; remaining--; progressed = 1;
+                continue;
+            }
+            if (x->kind == PIPE_B) {
+                if (!fdone[cell] || bdone[cell]) {
+                    snprintf(r.error, sizeof(r.error), "rank %d: B(%d,%d) %s", s, x->micro, x->chunk,
+                             bdone[cell] ? "twice" : "before its F");
+                    goto done;
+                }
+                if (!grad_in[cell]) { continue; }
+                bdone[cell] = 1;
+                live[s]--;
+                pc[s]++; remaining--; progressed = 1;
+                continue;
+            }
+            int end = pipe_group_end(sc, s, pc[s]), all = 1;
+            for (int a = pc[s]; a < end; a++) {
+                if (matched[s][a]) { continue; }
+                const PipeAction* t = &sc->act[s][a];
+                size_t tc = PIPE_CELL(s, t->micro, t->chunk);
+                if ((t->kind == PIPE_SEND_ACT && !fdone[tc]) || (t->kind == PIPE_SEND_GRAD && !bdone[tc])) {
+                    snprintf(r.error, sizeof(r.error), "rank %d: %s(%d,%d) posted before its data exists", s,
+                             pipe_action_name(t->kind), t->micro, t->chunk);
+                    goto done;
+                }
+                int peer;
+                PipeAction want;
+                pipe_partner(sc, s, t, &peer, &want);
+                if (pc[peer] < sc->count[peer] && sc->act[peer][pc[peer]].kind >= PIPE_SEND_ACT) {
+                    int pe = pipe_group_end(sc, peer, pc[peer]);
+                    for (int b = pc[peer]; b < pe; b++) {
+                        const PipeAction* u = &sc->act[peer][b];
+                        if (!matched[peer][b] && u->kind == want.kind && u->micro == want.micro && u->chunk == want.chunk) {
+                            matched[s][a] = matched[peer][b] = 1;
+                            progressed = 1;
+                            break;
+                        }
+                    }
+                }
+                if (!matched[s][a]) { all = 0; }
+            }
+            if (!all) { continue; }
+            for (int a = pc[s]; a < end; a++) { /* receives land */
+                const PipeAction* t = &sc->act[s][a];
+                if (t->kind == PIPE_RECV_ACT) { act_in[PIPE_CELL(s, t->micro, t->chunk)] = 1; }
+                if (t->kind == PIPE_RECV_GRAD) { grad_in[PIPE_CELL(s, t->micro, t->chunk)] = 1; }
+            }
+            remaining -= end - pc[s];
+            pc[s] = end;
+            progressed = 1;
+        }
+        r.steps++;
+        if (!progressed) {
+            int s = 0;
+            while (pc[s] >= sc->count[s]) { s++; }
+            const PipeAction* x = &sc->act[s][pc[s]];
+            snprintf(r.error, sizeof(r.error), "deadlock: rank %d waits at action %d (%s micro-batch %d chunk %d)", s, pc[s],
+                     pipe_action_name(x->kind), x->micro, x->chunk);
+            goto done;
+        }
+    }
+    for (size_t cidx = 0; cidx < cells; cidx++) {
+        if (!fdone[cidx] || !bdone[cidx]) {
+            snprintf(r.error, sizeof(r.error), "micro-batch %zu of chunk %zu on rank %zu: forward or backward missing",
+                     (cidx / v) % m, cidx % v, cidx / ((size_t)m * v));
+            goto done;
+        }
+    }
+    r.ok = 1;
+done:
+#undef PIPE_CELL
+    for (int s = 0; s < p; s++) { free(matched[s]); }
+    free(matched); free(fdone); free(bdone); free(act_in); free(grad_in); free(pc); free(live);
+    return r;
+}
+
+#endif /* LLMC_PIPELINE_H */
