@@ -220,12 +220,9 @@ static inline PipeSchedule pipe_schedule_build(PipeScheduleKind kind, int p, int
             for (int i = 0; i < m; i++) { pipe_backward(&l, p, 1, s, i, 0); pipe_send_grad(&l, p, s, i, 0); }
         } else if (kind == PIPE_INTERLEAVED) {
             pipe_interleaved_rank(&l, p, m, v, s);
-        } else {
-            int total = m * v;
-            int warm = p - 1 - s;
-            if (warm > total) { warm = total; }
+        } else { /* 1f1b */
+            int warm = p - 1 - s < m ? p - 1 - s : m;
             int f = 0, b = 0;
-            (void)total;
             for (; f < warm; f++) { pipe_forward(&l, p, 1, s, f, 0); pipe_send_act(&l, p, 1, s, f, 0); }
             for (; f < m; f++, b++) { /* steady state: one forward, one backward */
                 pipe_forward(&l, p, 1, s, f, 0);
