@@ -246,6 +246,43 @@ static void test_encoder_shards(int B, int T, int C, int Vp, int tp) {
     dev_free(d_out);
 }
 
+/* graph mode: encoder_backward_vocab_shard captured after encoder_backward_stage (which stages every token; the
+ * kernel skips the buckets outside the shard) replays to the eager result bit for bit, also after new tokens are
+ * staged into the same buffer */
+static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs) {
+    const int N = B * T;
+    std::vector<int> tok(N);
+    std::vector<float> dout = randv((size_t)N * C), dwte = randv((size_t)Vs * C), dwpe = randv((size_t)T * C);
+    floatX* d_dout = upX(dout);
+    floatX* d_dwte = upX(dwte);
+    floatX* d_dwpe = upX(dwpe);
+    int* d_tok = upI(tok);
+    bool same = true;
+    DevGraph g = 0;
+    for (int round = 0; round < 2; round++) {
+        for (auto& t : tok) t = (int)(rng_next() % (uint64_t)Vp);
+        tok[0] = v0; /* at least one token in the shard */
+        dev_upload_floats(d_dwte, dwte.data(), dwte.size());
+        dev_upload_floats(d_dwpe, dwpe.data(), dwpe.size());
+        encoder_backward_vocab_shard(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+        std::vector<float> e_wte = downX(d_dwte, dwte.size()), e_wpe = downX(d_dwpe, dwpe.size());
+        dev_upload_floats(d_dwte, dwte.data(), dwte.size());
+        dev_upload_floats(d_dwpe, dwpe.data(), dwpe.size());
+        encoder_backward_stage(0, tok.data(), B, T);
+        if (round == 0) {
+            dev_graph_begin_capture();
+            encoder_backward_vocab_shard(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+            g = dev_graph_end_capture();
+        }
+        dev_graph_launch(g);
+        same = same && same_bits(downX(d_dwte, dwte.size()), e_wte) && same_bits(downX(d_dwpe, dwpe.size()), e_wpe);
+    }
+    dev_graph_destroy(g);
+    TEST_CHECK(same, "encoder_backward_vocab_shard [%d,+%d) B=%d T=%d C=%d captured after encoder_backward_stage: two "
+               "replays (new tokens staged) equal the eager calls bit for bit", v0, Vs, B, T, C);
+    dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_tok);
+}
+
 /* ---------------------------------------------------------------- layernorm */
 static void test_layernorm(int N, int C) {
     std::string s = shp("N=%d C=%d", N, C);
@@ -796,6 +833,8 @@ int main(void) {
     test_encoder_shards(4, 32, 64, 128, 2);  /* fixture shape, 128-bit path */
     test_encoder_shards(3, 7, 36, 100, 3);   /* C not a multiple of the vector width, Vp not a multiple of tp */
     test_encoder_shards(2, 5, 64, 37, 4);    /* shards of 10 rows, the last one 7 */
+    test_encoder_shard_graph(4, 32, 64, 128, 64, 64);
+    test_encoder_shard_graph(3, 7, 36, 100, 34, 33);
 
     test_layernorm(128, 64);
     test_layernorm(21, 36);
