@@ -35,9 +35,10 @@
  *   vocab_parallel_finish(logits in: logits, out: dlogits if write_dlogits, losses(N) fp32 out, maxes(tp,N), tp,
  *                         sums(2N) all-reduced, targets(N), v0, N, Vs, valid, dloss, write_dlogits)
  *     losses[i] = log(S_i) - (x_i - M_i) with S_i = sums[i], x_i = sums[N+i] (the same on every rank);
- *     dlogits[i,j] = exp(logits[i,j] - M_i) * (dloss / S_i) - dloss*[j == target - v0] for j < valid, 0 in the
- *     padding; targets[i] < 0: loss 0 and (if written) the whole row 0. Without write_dlogits the logits are
- *     untouched.
+ *     dlogits[i,j] = dloss * (exp(logits[i,j] - M_i) / S_i - [j == target - v0]) for j < valid, 0 in the
+ *     padding (fused_classifier's arithmetic, softmax_dlogits_row: exp times the reciprocal of S_i, minus the
+ *     one-hot, times dloss); targets[i] < 0: loss 0 and (if written) the whole row 0. Without write_dlogits the
+ *     logits are untouched.
  * One block per row (VOCAB_PARALLEL_BLOCK threads; finish without dlogits: one warp). Thread t reads the packets
  * at columns t*W, t*W + blockDim*W, ... (W = X128_SIZE: 128-bit loads when Vs % X128_SIZE == 0 and logits is
  * 16-byte aligned, so every row is; W = 1 otherwise) and keeps one fp32 max or sum in that order; the block then
@@ -47,7 +48,7 @@
  * target in no shard's real columns gives a meaningless loss, as in fused_classifier).
  * Precision: the exp sum is fp32 on the GPU (the CPU reference sums in double). All terms are positive, so the
  * relative error of one shard's sum is at most (ceil(valid / (blockDim*W))*W + 8) * 2^-24 from the in-thread
- * sums and the 256-leaf tree (GPT-2, 50257 columns over tp = 1: ~205 * 6e-8 = 1.2e-5 worst case, ~1e-6 typical),
+ * sums and the 256-leaf tree (GPT-2, 50257 columns at tp = 1: 208 * 6e-8 = 1.2e-5 worst case, ~1e-6 typical),
  * plus __expf's error (2 + 1.17|x| ulp at x = logit - M_i, weighted by exp(x): a few ulp), plus the fp32
  * all-reduce over the tp partial sums ((tp-1) * 2^-24). The loss's absolute error is that relative error of S_i
  * (log), and dlogits carry it as a relative error before their rounding to floatX.
@@ -64,6 +65,27 @@ static __device__ __forceinline__ void softmax_state_merge(float& m, float& s, f
     float mn = fmaxf(m, m2);
     s = s * __expf(m - mn) + s2 * __expf(m2 - mn);
     m = mn;
+}
+
+/* dlogits in place over the columns [0, ncols) of one row x, by the whole block (thread t: packets t, t + blockDim,
+ * ...; streaming loads and stores): scale * (exp(x - row_max) * inv_sum - [j == target]) for j < nreal, 0 beyond */
+template <int W>
+static __device__ __forceinline__ void softmax_dlogits_row(floatX* x, int ncols, int nreal, float row_max,
+                                                           float inv_sum, float scale, long long target) {
+    for (int c = threadIdx.x * W; c < ncols; c += blockDim.x * W) {
+        PackedN<floatX, W> v = load_packed_cs<floatX, W>(x + c);
+        PackedN<floatX, W> g;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float d = 0.0f;
+            if (c + k < nreal) {
+                float p = __expf(to_float(v[k]) - row_max) * inv_sum;
+                d = scale * (p - (c + k == target ? 1.0f : 0.0f));
+            }
+            g[k] = from_float<floatX>(d);
+        }
+        store_packed_cs<floatX, W>(x + c, g);
+    }
 }
 
 template <int W>
@@ -121,22 +143,7 @@ static __global__ void fused_classifier_kernel(floatX* logits, float* losses, fl
     if (!write_dlogits) { return; }
 
     /* pass 2: dlogits in place */
-    const float inv_sum = 1.0f / row_sum;
-    const float scale = (target >= 0) ? dloss : 0.0f;
-    for (int c = threadIdx.x * W; c < Vp; c += blockDim.x * W) {
-        PackedN<floatX, W> v = load_packed_cs<floatX, W>(x + c);
-        PackedN<floatX, W> g;
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            float d = 0.0f;
-            if (c + k < V) {
-                float p = __expf(to_float(v[k]) - row_max) * inv_sum;
-                d = scale * (p - (c + k == target ? 1.0f : 0.0f));
-            }
-            g[k] = from_float<floatX>(d);
-        }
-        store_packed_cs<floatX, W>(x + c, g);
-    }
+    softmax_dlogits_row<W>(x, Vp, V, row_max, 1.0f / row_sum, (target >= 0) ? dloss : 0.0f, target);
 }
 
 static inline void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
@@ -228,22 +235,7 @@ static __global__ void vocab_parallel_finish_kernel(floatX* logits, float* losse
     const float S = sums[i];
     if (threadIdx.x == 0) { losses[i] = logf(S) - (sums[N + i] - mx); }
     if (!write_dlogits) { return; }
-    const float scale = dloss / S;
-    const long long t = (long long)target - v0;
-    for (int c = threadIdx.x * W; c < Vs; c += blockDim.x * W) {
-        PackedN<floatX, W> v = load_packed_cs<floatX, W>(x + c);
-        PackedN<floatX, W> g;
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            float d = 0.0f;
-            if (c + k < valid) {
-                d = __expf(to_float(v[k]) - mx) * scale;
-                if (c + k == t) { d -= dloss; }
-            }
-            g[k] = from_float<floatX>(d);
-        }
-        store_packed_cs<floatX, W>(x + c, g);
-    }
+    softmax_dlogits_row<W>(x, Vs, valid, mx, 1.0f / S, dloss, (long long)target - v0);
 }
 
 /* exits on sizes the kernels cannot serve; returns 1 if the rows can be read in 128-bit packets */
