@@ -109,7 +109,8 @@
  *                    backward: no dwte, but dwpe from every row). v0 = 0, Vs >= Vp is the unsharded op.
  *   encoder_backward_stage(int stage, const int* host_inp(B,T), B, T)
  *                    graph mode: buckets host_inp into staging buffer `stage` (0/1) so that an encoder_backward
- *                    captured next, and every replay of it, copies from there with fixed sizes; before a replay the
+ *                    (or encoder_backward_vocab_shard: every token is staged, the shard's are used) captured next,
+ *                    and every replay of it, copies from there with fixed sizes; before a replay the
  *                    caller stages the new tokens into the same buffer once the previous replay reading it is done.
  *                    Never during a capture. CPU: no-op.
  * layernorm (Ba et al. 2016, eps 1e-5, biased variance):

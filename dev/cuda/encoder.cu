@@ -7,6 +7,9 @@
  * up to B*T terms (fp32 accumulation error ~ count * 2^-24 * sum|terms|, covered by atol 1e-4 here
  * since |dout| <= 1e-2) to an accumulator rounded once: UNIT_ROUNDOFF*|ref|.
  * Determinism: two backward runs from the same state must be bitwise identical.
+ * Tensor parallelism: the same tokens over tp = 4 vocabulary shards of Vp/4 rows (one GPU plays every rank):
+ * the shards' outputs summed equal encoder_forward's and the shards' dwte rows and every shard's dwpe equal
+ * encoder_backward's, bit for bit (the same kernels and arithmetic; llmc/cuda/encoder.cuh); rank 0 is timed.
  */
 #include "common.h"
 
@@ -62,6 +65,46 @@ int main(void) {
     check_bitwise("encoder_backward deterministic (dwpe)", dwpe, dwpe2, hwpe.size() * sizeof(floatX));
 
     const double eb = sizeof(floatX);
+    /* tensor parallelism: tp vocabulary shards against the unsharded results (one backward from wte/wpe) */
+    const int tp = 4, Vs = Vp / tp;
+    {
+        std::vector<float> sum(N * C, 0.0f), ref_out = download(out, N * C);
+        floatX* sout = (floatX*)dev_malloc(N * C * sizeof(floatX), "shard out");
+        floatX* sdwte = (floatX*)dev_malloc(hwte.size() * sizeof(floatX), "shard dwte");
+        floatX* sdwpe = (floatX*)dev_malloc(hwpe.size() * sizeof(floatX), "shard dwpe");
+        dev_memcpy_d2d(sdwte, wte, hwte.size() * sizeof(floatX));
+        int wpe_same = 1;
+        for (int r = 0; r < tp; r++) {
+            const size_t off = (size_t)r * Vs * C;
+            poison(sout, N * C * sizeof(floatX));
+            encoder_forward_vocab_shard(sout, dtok, wte + off, wpe, r * Vs, Vs, B, T, C);
+            std::vector<float> g = download(sout, N * C);
+            for (size_t k = 0; k < N * C; k++) { sum[k] += g[k]; } /* one non-zero term per element: exact */
+            dev_memcpy_d2d(sdwpe, wpe, hwpe.size() * sizeof(floatX));
+            encoder_backward_vocab_shard(sdwte + off, sdwpe, dout, dtok, tok.data(), r * Vs, Vs, B, T, C);
+            std::vector<unsigned char> a(hwpe.size() * sizeof(floatX)), b(a.size());
+            dev_memcpy_d2h(a.data(), sdwpe, a.size());
+            dev_memcpy_d2h(b.data(), dwpe2, b.size());
+            wpe_same &= memcmp(a.data(), b.data(), a.size()) == 0;
+        }
+        check_true("encoder_forward_vocab_shard x4 summed == encoder_forward (bitwise)",
+                   memcmp(sum.data(), ref_out.data(), N * C * sizeof(float)) == 0);
+        check_bitwise("encoder_backward_vocab_shard x4 dwte rows == encoder_backward", sdwte, dwte2,
+                      hwte.size() * sizeof(floatX));
+        check_true("encoder_backward_vocab_shard x4: every shard's dwpe == encoder_backward's (bitwise)", wpe_same);
+        size_t in0 = 0;
+        for (size_t i = 0; i < N; i++) { in0 += tok[i] < Vs; }
+        /* forward floor: write out, read wpe and the shard's rows of its tokens; backward: read dout (dwpe from
+         * every row, dwte from the shard's), read and write dwpe and the touched dwte rows */
+        report_bw("encoder_forward_vocab_shard (rank 0 of 4)",
+                  bench_ms([&] { encoder_forward_vocab_shard(sout, dtok, wte, wpe, 0, Vs, B, T, C); }),
+                  eb * ((double)N * C + (double)in0 * C + (double)T * C) + 4.0 * N);
+        report_bw("encoder_backward_vocab_shard (rank 0 of 4)",
+                  bench_ms([&] { encoder_backward_vocab_shard(sdwte, sdwpe, dout, dtok, tok.data(), 0, Vs, B, T, C); }),
+                  eb * ((double)N * C + (double)in0 * C + 2.0 * (double)T * C));
+        dev_free(sout); dev_free(sdwte); dev_free(sdwpe);
+    }
+
     /* forward floor: write out, read wpe rows (T*C) and the distinct wte rows (<= N*C), tokens */
     report_bw("encoder_forward", bench_ms([&] { encoder_forward(out, dtok, wte, wpe, B, T, C); }),
               eb * (2.0 * N * C + (double)T * C) + 4.0 * N);

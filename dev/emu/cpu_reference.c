@@ -8,6 +8,14 @@ void ref_encoder_forward(float* out, const int* inp, const float* wte, const flo
 void ref_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
     encoder_backward(dwte, dwpe, dout, inp, inp, B, T, C);
 }
+void ref_encoder_forward_vocab_shard(float* out, const int* inp, const float* wte_shard, const float* wpe, int v0,
+                                     int Vs, int B, int T, int C) {
+    encoder_forward_vocab_shard(out, inp, wte_shard, wpe, v0, Vs, B, T, C);
+}
+void ref_encoder_backward_vocab_shard(float* dwte_shard, float* dwpe, const float* dout, const int* inp, int v0,
+                                      int Vs, int B, int T, int C) {
+    encoder_backward_vocab_shard(dwte_shard, dwpe, dout, inp, inp, v0, Vs, B, T, C);
+}
 void ref_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                            int N, int C) {
     layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -47,6 +55,17 @@ void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, c
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                           int write_dlogits) {
     fused_classifier(logits, losses, dloss, targets, N, V, Vp, write_dlogits);
+}
+void ref_vocab_parallel_row_max(float* row_max, const float* logits, int N, int Vs, int valid) {
+    vocab_parallel_row_max(row_max, logits, N, Vs, valid);
+}
+void ref_vocab_parallel_row_sums(float* sums, const float* logits, const float* maxes, int tp, const int* targets, int v0,
+                                 int N, int Vs, int valid) {
+    vocab_parallel_row_sums(sums, logits, maxes, tp, targets, v0, N, Vs, valid);
+}
+void ref_vocab_parallel_finish(float* logits, float* losses, const float* maxes, int tp, const float* sums,
+                               const int* targets, int v0, int N, int Vs, int valid, float dloss, int write_dlogits) {
+    vocab_parallel_finish(logits, losses, maxes, tp, sums, targets, v0, N, Vs, valid, dloss, write_dlogits);
 }
 void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N) {
     loss_mean_accumulate(mean, sum, losses, N);

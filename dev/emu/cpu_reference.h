@@ -14,6 +14,10 @@ extern "C" {
 #endif
 void ref_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
 void ref_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
+void ref_encoder_forward_vocab_shard(float* out, const int* inp, const float* wte_shard, const float* wpe, int v0,
+                                     int Vs, int B, int T, int C);
+void ref_encoder_backward_vocab_shard(float* dwte_shard, float* dwpe, const float* dout, const int* inp, int v0,
+                                      int Vs, int B, int T, int C);
 void ref_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                            int N, int C);
 void ref_fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* inp1,
@@ -31,6 +35,11 @@ void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, c
                                     int NH);
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                           int write_dlogits);
+void ref_vocab_parallel_row_max(float* row_max, const float* logits, int N, int Vs, int valid);
+void ref_vocab_parallel_row_sums(float* sums, const float* logits, const float* maxes, int tp, const int* targets, int v0,
+                                 int N, int Vs, int valid);
+void ref_vocab_parallel_finish(float* logits, float* losses, const float* maxes, int tp, const float* sums,
+                               const int* targets, int v0, int N, int Vs, int valid, float dloss, int write_dlogits);
 void ref_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                       float beta2, float eps, float weight_decay, float grad_scale, int t);
 void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulate);

@@ -25,6 +25,9 @@
  *   add a few more such roundings: forward 8 * 2^-9 = 1.6e-2, backward and attention 16 * 2^-9 = 3.1e-2.
  *   AdamW: the fp32 master weights and m, v are checked at the fp32 tolerance; bf16 params are within one
  *   bf16 ulp (2^-8 relative) of the master weights (stochastic rounding).
+ *   Exact (0) where both sides do the same arithmetic on the same rounded inputs: the sharded encoder forward,
+ *   row maxima and target logits of the vocabulary-parallel cross-entropy. Its exp sums and losses are fp32 in
+ *   both builds (fp32 outputs of identical inputs): TOL_FP32 (argued at test_vocab_parallel).
  */
 #include "llmc/backend.h"
 #include "dev/emu/cpu_reference.h"
@@ -84,6 +87,14 @@ static std::vector<float> downF(const float* d, size_t n) {
     std::vector<float> v(n);
     if (n) dev_memcpy_d2h(v.data(), d, n * sizeof(float));
     return v;
+}
+static int* upI(const std::vector<int>& v) {
+    int* d = (int*)dev_malloc(std::max<size_t>(v.size(), 1) * sizeof(int), "ints");
+    if (!v.empty()) dev_memcpy_h2d(d, v.data(), v.size() * sizeof(int));
+    return d;
+}
+static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 static void poisonX(floatX* d, size_t n) { dev_memset(d, 0xFF, n * sizeof(floatX)); }
 static void poisonF(float* d, size_t n) { dev_memset(d, 0xFF, n * sizeof(float)); }
@@ -156,6 +167,120 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
     TEST_CHECK(downX(d_dwte, dwte.size()) == g_wte && downX(d_dwpe, dwpe.size()) == g_wpe,
                "encoder_backward bit-identical on a second run (%s)", s.c_str());
     dev_free(d_wte); dev_free(d_wpe); dev_free(d_tok); dev_free(d_out); dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe);
+}
+
+/* the vocabulary-sharded encoder (tensor parallelism): the vocabulary rows [0, Vp) split into tp shards of
+ * ceil(Vp/tp) rows (the last one shorter), plus a shard past every token. Each shard against the CPU reference
+ * (forward: one fp32 add and one rounding on both sides, so exactly equal; backward: TOL_BWD as above, and
+ * bit-identical on a second run); then the shards against the unsharded kernels, bit for bit: the outputs summed
+ * over the shards (one non-zero term per element, so the float sum is exact) equal encoder_forward's, each
+ * shard's dwte rows equal those rows of encoder_backward's dwte, and dwpe is the same from every shard. Tokens
+ * repeat inside shards and some shards get no token. */
+static void test_encoder_shards(int B, int T, int C, int Vp, int tp) {
+    const int N = B * T, rows = (Vp + tp - 1) / tp;
+    std::vector<int> tok(N);
+    const int hot[3] = {0, Vp / 2, Vp - 1};
+    for (auto& t : tok) t = (rng_next() & 1) ? hot[rng_next() % 3] : (int)(rng_next() % (uint64_t)Vp);
+    std::vector<float> wte = randv((size_t)Vp * C), wpe = randv((size_t)T * C), dout = randv((size_t)N * C);
+    std::vector<float> dwte0 = randv((size_t)Vp * C), dwpe0 = randv((size_t)T * C);
+    floatX* d_wte = upX(wte);
+    floatX* d_wpe = upX(wpe);
+    floatX* d_dout = upX(dout);
+    floatX* d_dwte = upX(dwte0);
+    floatX* d_dwpe = upX(dwpe0);
+    int* d_tok = upI(tok);
+    floatX* d_out = dX((size_t)N * C);
+    /* the unsharded kernels */
+    poisonX(d_out, (size_t)N * C);
+    encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C);
+    const std::vector<float> full_out = downX(d_out, (size_t)N * C);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    const std::vector<float> full_dwte = downX(d_dwte, dwte0.size()), full_dwpe = downX(d_dwpe, dwpe0.size());
+    std::vector<float> out_sum((size_t)N * C, 0.0f);
+    int rows_same = 1, dwpe_same = 1;
+    for (int r = 0; r <= tp; r++) {
+        const int v0 = r < tp ? r * rows : Vp + 5; /* r == tp: a shard past every token */
+        const int Vs = r < tp ? std::min(rows, Vp - v0) : 3;
+        if (Vs <= 0) continue;
+        std::string s = shp("B=%d T=%d C=%d [%d,+%d)", B, T, C, v0, Vs);
+        std::vector<float> wte_s(Vs * (size_t)C), dwte_s(Vs * (size_t)C);
+        for (size_t k = 0; k < wte_s.size(); k++) {
+            wte_s[k] = r < tp ? wte[(size_t)v0 * C + k] : urand();
+            dwte_s[k] = r < tp ? dwte0[(size_t)v0 * C + k] : urand();
+        }
+        floatX* d_wte_s = upX(wte_s); /* separate allocations: the emulator's guard pages catch overruns */
+        floatX* d_dwte_s = upX(dwte_s);
+        std::vector<float> dwpe_s = dwpe0;
+        floatX* d_dwpe_s = upX(dwpe_s);
+        poisonX(d_out, (size_t)N * C);
+        encoder_forward_vocab_shard(d_out, d_tok, d_wte_s, d_wpe, v0, Vs, B, T, C);
+        std::vector<float> got = downX(d_out, (size_t)N * C), ref((size_t)N * C);
+        ref_encoder_forward_vocab_shard(ref.data(), tok.data(), wte_s.data(), wpe.data(), v0, Vs, B, T, C);
+        check("encoder_forward_vocab_shard", s, got, roundX(ref), 0.0);
+        for (size_t k = 0; k < got.size(); k++) out_sum[k] += got[k];
+
+        encoder_backward_vocab_shard(d_dwte_s, d_dwpe_s, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+        std::vector<float> g_wte = downX(d_dwte_s, dwte_s.size()), g_wpe = downX(d_dwpe_s, dwpe_s.size());
+        std::vector<float> r_wte = dwte_s, r_wpe = dwpe_s;
+        ref_encoder_backward_vocab_shard(r_wte.data(), r_wpe.data(), dout.data(), tok.data(), v0, Vs, B, T, C);
+        check("encoder_backward_vocab_shard dwte", s, g_wte, r_wte, TOL_BWD);
+        check("encoder_backward_vocab_shard dwpe", s, g_wpe, r_wpe, TOL_BWD);
+        dev_upload_floats(d_dwte_s, dwte_s.data(), dwte_s.size());
+        dev_upload_floats(d_dwpe_s, dwpe_s.data(), dwpe_s.size());
+        encoder_backward_vocab_shard(d_dwte_s, d_dwpe_s, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+        TEST_CHECK(same_bits(downX(d_dwte_s, dwte_s.size()), g_wte) && same_bits(downX(d_dwpe_s, dwpe_s.size()), g_wpe),
+                   "encoder_backward_vocab_shard bit-identical on a second run (%s)", s.c_str());
+        if (r < tp) {
+            rows_same &= memcmp(g_wte.data(), full_dwte.data() + (size_t)v0 * C, g_wte.size() * sizeof(float)) == 0;
+        } else {
+            rows_same &= same_bits(g_wte, roundX(dwte_s)); /* no token in the shard: dwte untouched */
+        }
+        dwpe_same &= same_bits(g_wpe, full_dwpe);
+        dev_free(d_wte_s); dev_free(d_dwte_s); dev_free(d_dwpe_s);
+    }
+    TEST_CHECK(same_bits(out_sum, full_out) && rows_same && dwpe_same,
+               "encoder shards (B=%d T=%d C=%d Vp=%d tp=%d) vs the unsharded kernels, bit for bit: summed outputs %s, "
+               "dwte rows %s, dwpe %s", B, T, C, Vp, tp, same_bits(out_sum, full_out) ? "equal" : "DIFFER",
+               rows_same ? "equal" : "DIFFER", dwpe_same ? "equal" : "DIFFER");
+    dev_free(d_wte); dev_free(d_wpe); dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_tok);
+    dev_free(d_out);
+}
+
+/* graph mode: encoder_backward_vocab_shard captured after encoder_backward_stage (which stages every token; the
+ * kernel skips the buckets outside the shard) replays to the eager result bit for bit, also after new tokens are
+ * staged into the same buffer */
+static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs) {
+    const int N = B * T;
+    std::vector<int> tok(N);
+    std::vector<float> dout = randv((size_t)N * C), dwte = randv((size_t)Vs * C), dwpe = randv((size_t)T * C);
+    floatX* d_dout = upX(dout);
+    floatX* d_dwte = upX(dwte);
+    floatX* d_dwpe = upX(dwpe);
+    int* d_tok = upI(tok);
+    bool same = true;
+    DevGraph g = 0;
+    for (int round = 0; round < 2; round++) {
+        for (auto& t : tok) t = (int)(rng_next() % (uint64_t)Vp);
+        tok[0] = v0; /* at least one token in the shard */
+        dev_upload_floats(d_dwte, dwte.data(), dwte.size());
+        dev_upload_floats(d_dwpe, dwpe.data(), dwpe.size());
+        encoder_backward_vocab_shard(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+        std::vector<float> e_wte = downX(d_dwte, dwte.size()), e_wpe = downX(d_dwpe, dwpe.size());
+        dev_upload_floats(d_dwte, dwte.data(), dwte.size());
+        dev_upload_floats(d_dwpe, dwpe.data(), dwpe.size());
+        encoder_backward_stage(0, tok.data(), B, T);
+        if (round == 0) {
+            dev_graph_begin_capture();
+            encoder_backward_vocab_shard(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), v0, Vs, B, T, C);
+            g = dev_graph_end_capture();
+        }
+        dev_graph_launch(g);
+        same = same && same_bits(downX(d_dwte, dwte.size()), e_wte) && same_bits(downX(d_dwpe, dwpe.size()), e_wpe);
+    }
+    dev_graph_destroy(g);
+    TEST_CHECK(same, "encoder_backward_vocab_shard [%d,+%d) B=%d T=%d C=%d captured after encoder_backward_stage: two "
+               "replays (new tokens staged) equal the eager calls bit for bit", v0, Vs, B, T, C);
+    dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_tok);
 }
 
 /* ---------------------------------------------------------------- layernorm */
@@ -363,6 +488,164 @@ static void test_classifier(int N, int V, int Vp, int write_dlogits) {
     dev_free(d_logits); dev_free(d_losses); dev_free(d_tgt);
 }
 
+/* ---------------------------------------------------------------- vocabulary-parallel cross-entropy */
+/* One shard: logits(N,Vs) of columns [v0, v0+Vs), `valid` of them real (padding holds 30, which must be ignored),
+ * targets: every 5th row ignored (-1), the others inside the shard's real columns, in its padding, or in another
+ * shard. maxes(tp,N): this rank's row (r = rank) is its row_max, the other ranks' rows are random, so M_i comes
+ * from this shard or from another; sums(2,N) for finish: this shard's sums plus a random positive part for the
+ * other ranks. The same fp32 maxes and sums go to both backends, so every op is compared on identical inputs.
+ * Tolerances: row_max and the target logit are exact (a max and a copy). The exp sums and the losses are fp32
+ * arithmetic on identical inputs in both builds: the GPU sums in fp32 in a fixed tree (per-thread sums of at most
+ * ceil(valid/256) terms, then 8 levels), the CPU in double, and the exps differ by a few ulp, so 1e-5 (TOL_FP32:
+ * 150 ulp) covers the at most (valid/256 + 8) + a few ulp of relative error here. dlogits: the same fp32 math,
+ * then one rounding to floatX, so TOL_FWD (one floatX ulp where the two straddle a rounding boundary). Padding
+ * columns and ignored rows must be exactly 0. `misalign` offsets logits by one element (element path). */
+static void test_vocab_parallel(int N, int Vs, int valid, int v0, int tp, int rank, int write_dlogits, int misalign) {
+    std::string s = shp("N=%d Vs=%d valid=%d v0=%d tp=%d%s%s", N, Vs, valid, v0, tp, write_dlogits ? " dl" : "",
+                        misalign ? " misal" : "");
+    std::vector<float> logits = randv((size_t)N * Vs + misalign, 4.0f);
+    for (int i = 0; i < N; i++)
+        for (int j = valid; j < Vs; j++) logits[misalign + (size_t)i * Vs + j] = 30.0f;
+    std::vector<int> tgt(N);
+    for (int i = 0; i < N; i++) {
+        const int kind = (int)(rng_next() % 4);
+        if (i % 5 == 3) tgt[i] = -1;
+        else if (kind <= 1 && valid > 0) tgt[i] = v0 + (int)(rng_next() % (uint64_t)valid); /* in this shard */
+        else if (kind == 2 && valid < Vs) tgt[i] = v0 + valid + (int)(rng_next() % (uint64_t)(Vs - valid)); /* padding */
+        else tgt[i] = (v0 > 0 && (rng_next() & 1)) ? (int)(rng_next() % (uint64_t)v0) : v0 + Vs + 7; /* elsewhere */
+    }
+    floatX* d_all = upX(logits);
+    floatX* d_logits = d_all + misalign;
+    const std::vector<float> lg(logits.begin() + misalign, logits.end()); /* rounded */
+    int* d_tgt = upI(tgt);
+    float* d_max = dF(N);
+    float* d_maxes = dF((size_t)tp * N);
+    float* d_sums = dF(2 * (size_t)N);
+    float* d_losses = dF(N);
+
+    /* 1. row maxima */
+    poisonF(d_max, N);
+    vocab_parallel_row_max(d_max, d_logits, N, Vs, valid);
+    std::vector<float> g_max = downF(d_max, N), r_max(N);
+    ref_vocab_parallel_row_max(r_max.data(), lg.data(), N, Vs, valid);
+    check("vocab_parallel_row_max", s, g_max, r_max, 0.0);
+    vocab_parallel_row_max(d_max, d_logits, N, Vs, valid);
+    const bool max_det = same_bits(downF(d_max, N), g_max);
+    bool empty_ok = true;
+    if (valid == 0) for (float m : g_max) empty_ok &= m == -FLT_MAX;
+
+    /* 2. exp sums against the maxima of every rank */
+    std::vector<float> maxes((size_t)tp * N);
+    for (int r = 0; r < tp; r++)
+        for (int i = 0; i < N; i++)
+            maxes[(size_t)r * N + i] = r == rank ? r_max[i] : (rng_next() % 3 == 0 ? -FLT_MAX : 4.0f * urand() + 1.0f);
+    dev_memcpy_h2d(d_maxes, maxes.data(), maxes.size() * sizeof(float));
+    poisonF(d_sums, 2 * (size_t)N);
+    vocab_parallel_row_sums(d_sums, d_logits, d_maxes, tp, d_tgt, v0, N, Vs, valid);
+    std::vector<float> g_sums = downF(d_sums, 2 * (size_t)N), r_sums(2 * (size_t)N);
+    ref_vocab_parallel_row_sums(r_sums.data(), lg.data(), maxes.data(), tp, tgt.data(), v0, N, Vs, valid);
+    check("vocab_parallel_row_sums exp sums", s, std::vector<float>(g_sums.begin(), g_sums.begin() + N),
+          std::vector<float>(r_sums.begin(), r_sums.begin() + N), TOL_FP32);
+    check("vocab_parallel_row_sums target logit", s, std::vector<float>(g_sums.begin() + N, g_sums.end()),
+          std::vector<float>(r_sums.begin() + N, r_sums.end()), 0.0);
+    vocab_parallel_row_sums(d_sums, d_logits, d_maxes, tp, d_tgt, v0, N, Vs, valid);
+    const bool sums_det = same_bits(downF(d_sums, 2 * (size_t)N), g_sums);
+    if (valid == 0) for (float x : g_sums) empty_ok &= x == 0.0f;
+
+    /* 3. losses and dlogits from the "all-reduced" sums (this shard's + the other ranks') */
+    std::vector<float> sums = r_sums;
+    for (int i = 0; i < N; i++) {
+        if (tgt[i] < 0) continue;
+        float M = maxes[i];
+        for (int r = 1; r < tp; r++) M = std::max(M, maxes[(size_t)r * N + i]);
+        sums[i] += (tp > 1 || sums[i] == 0.0f ? 1.0f : 0.0f) + 3.0f * fabsf(urand()); /* S > 0, the max's term 1 */
+        if (sums[N + i] == 0.0f) sums[N + i] = M - 2.0f * fabsf(urand()); /* the target logit from its shard */
+    }
+    dev_memcpy_h2d(d_sums, sums.data(), sums.size() * sizeof(float));
+    const float dloss = 1.0f / N;
+    poisonF(d_losses, N);
+    vocab_parallel_finish(d_logits, d_losses, d_maxes, tp, d_sums, d_tgt, v0, N, Vs, valid, dloss, write_dlogits);
+    std::vector<float> g_loss = downF(d_losses, N), g_d = downX(d_logits, lg.size());
+    std::vector<float> r_loss(N), r_d = lg;
+    ref_vocab_parallel_finish(r_d.data(), r_loss.data(), maxes.data(), tp, sums.data(), tgt.data(), v0, N, Vs, valid,
+                              dloss, write_dlogits);
+    check("vocab_parallel_finish losses", s, g_loss, r_loss, TOL_FP32);
+    bool zeros = true;
+    if (write_dlogits) {
+        check("vocab_parallel_finish dlogits", s, g_d, roundX(r_d), TOL_FWD);
+        for (int i = 0; i < N; i++)
+            for (int j = tgt[i] < 0 ? 0 : valid; j < Vs; j++) zeros &= g_d[(size_t)i * Vs + j] == 0.0f;
+        dev_upload_floats(d_logits, lg.data(), lg.size());
+        vocab_parallel_finish(d_logits, d_losses, d_maxes, tp, d_sums, d_tgt, v0, N, Vs, valid, dloss, 1);
+    } else {
+        check("vocab_parallel_finish logits untouched", s, g_d, lg, 0.0);
+        vocab_parallel_finish(d_logits, d_losses, d_maxes, tp, d_sums, d_tgt, v0, N, Vs, valid, dloss, 0);
+    }
+    const bool fin_det = same_bits(downF(d_losses, N), g_loss) && same_bits(downX(d_logits, lg.size()), g_d);
+    TEST_CHECK(max_det && sums_det && fin_det && zeros && empty_ok,
+               "vocab_parallel (%s): bit-identical on a second run (max %d, sums %d, finish %d); padding and ignored "
+               "rows exactly 0 (%d); valid = 0 gives -FLT_MAX and zero sums (%d)", s.c_str(), max_det, sums_det,
+               fin_det, zeros, empty_ok);
+    dev_free(d_all); dev_free(d_tgt); dev_free(d_max); dev_free(d_maxes); dev_free(d_sums); dev_free(d_losses);
+}
+
+/* The three steps over tp shards of a (N,Vp) logits matrix (columns [r*Vp/tp, (r+1)*Vp/tp), V real: the last
+ * shards hold the padding, possibly only padding), with the all-reduces done on the host in fp32 in rank order,
+ * against fused_classifier of the CPU backend on the whole matrix: losses within TOL_FP32 (fp32 sums of identical
+ * inputs; see test_vocab_parallel), dlogits within TOL_FWD. */
+static void test_vocab_parallel_composition(int N, int V, int Vp, int tp) {
+    std::string s = shp("N=%d V=%d Vp=%d tp=%d", N, V, Vp, tp);
+    const int Vs = Vp / tp;
+    std::vector<float> logits = randv((size_t)N * Vp, 4.0f);
+    std::vector<int> tgt(N);
+    for (int i = 0; i < N; i++) tgt[i] = (i % 7 == 2) ? -1 : (int)(rng_next() % (uint64_t)V);
+    logits = roundX(logits);
+    int* d_tgt = upI(tgt);
+    std::vector<floatX*> d_shard(tp);
+    std::vector<float> maxes((size_t)tp * N), sums(2 * (size_t)N, 0.0f), part(2 * (size_t)N), mx(N);
+    float* d_max = dF(N);
+    float* d_maxes = dF((size_t)tp * N);
+    float* d_sums = dF(2 * (size_t)N);
+    float* d_losses = dF(N);
+    for (int r = 0; r < tp; r++) {
+        std::vector<float> sh((size_t)N * Vs);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vs; j++) sh[(size_t)i * Vs + j] = logits[(size_t)i * Vp + r * Vs + j];
+        d_shard[r] = upX(sh);
+        const int valid = std::max(0, std::min(Vs, V - r * Vs));
+        vocab_parallel_row_max(d_max, d_shard[r], N, Vs, valid);
+        dev_memcpy_d2h(mx.data(), d_max, N * sizeof(float));
+        std::copy(mx.begin(), mx.end(), maxes.begin() + (size_t)r * N); /* the all-reduce of one-hot rows */
+    }
+    dev_memcpy_h2d(d_maxes, maxes.data(), maxes.size() * sizeof(float));
+    for (int r = 0; r < tp; r++) {
+        const int valid = std::max(0, std::min(Vs, V - r * Vs));
+        vocab_parallel_row_sums(d_sums, d_shard[r], d_maxes, tp, d_tgt, r * Vs, N, Vs, valid);
+        dev_memcpy_d2h(part.data(), d_sums, part.size() * sizeof(float));
+        for (size_t k = 0; k < part.size(); k++) sums[k] += part[k];
+    }
+    dev_memcpy_h2d(d_sums, sums.data(), sums.size() * sizeof(float));
+    std::vector<float> got_d((size_t)N * Vp), loss0;
+    bool same_loss = true;
+    for (int r = 0; r < tp; r++) {
+        const int valid = std::max(0, std::min(Vs, V - r * Vs));
+        poisonF(d_losses, N);
+        vocab_parallel_finish(d_shard[r], d_losses, d_maxes, tp, d_sums, d_tgt, r * Vs, N, Vs, valid, 1.0f / N, 1);
+        std::vector<float> l = downF(d_losses, N), d = downX(d_shard[r], (size_t)N * Vs);
+        if (r == 0) loss0 = l;
+        same_loss &= same_bits(l, loss0);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vs; j++) got_d[(size_t)i * Vp + r * Vs + j] = d[(size_t)i * Vs + j];
+        dev_free(d_shard[r]);
+    }
+    std::vector<float> ref = logits, losses(N);
+    ref_fused_classifier(ref.data(), losses.data(), 1.0f / N, tgt.data(), N, V, Vp, 1);
+    check("vocab_parallel x tp vs fused losses", s, loss0, losses, TOL_FP32);
+    check("vocab_parallel x tp vs fused dlogits", s, got_d, roundX(ref), TOL_FWD);
+    TEST_CHECK(same_loss, "vocab_parallel (%s): every rank computes the same losses, bit for bit", s.c_str());
+    dev_free(d_tgt); dev_free(d_max); dev_free(d_maxes); dev_free(d_sums); dev_free(d_losses);
+}
+
 /* loss_mean_accumulate: the fp32 mean of the fp64 tree sum is within one ulp of the CPU backend's sequential
  * fp64 sum (the two fp64 sums differ by ~N * 2^-53 relative, so the fp32 means are almost always equal), and the
  * fp64 accumulator adds exactly the fp32 means, over two calls */
@@ -547,6 +830,11 @@ int main(void) {
     test_encoder(4, 32, 64, 100, 128); /* fixture */
     test_encoder(3, 7, 36, 100, 128);
     test_encoder(1, 1, 30, 10, 128);
+    test_encoder_shards(4, 32, 64, 128, 2);  /* fixture shape, 128-bit path */
+    test_encoder_shards(3, 7, 36, 100, 3);   /* C not a multiple of the vector width, Vp not a multiple of tp */
+    test_encoder_shards(2, 5, 64, 37, 4);    /* shards of 10 rows, the last one 7 */
+    test_encoder_shard_graph(4, 32, 64, 128, 64, 64);
+    test_encoder_shard_graph(3, 7, 36, 100, 34, 33);
 
     test_layernorm(128, 64);
     test_layernorm(21, 36);
@@ -583,6 +871,18 @@ int main(void) {
     test_classifier(7, 37, 40, 1);
     test_classifier(7, 30, 37, 1); /* Vp not a multiple of the vector width: scalar kernel */
     test_classifier(1, 100, 128, 1);
+    /* vocabulary-parallel cross-entropy: N, Vs, valid, v0, tp, rank, write_dlogits, misalign */
+    test_vocab_parallel(128, 64, 64, 64, 2, 1, 1, 0);    /* fixture rows, a full shard, 128-bit path */
+    test_vocab_parallel(37, 64, 36, 64, 2, 1, 1, 0);     /* the last shard: padding inside a packet */
+    test_vocab_parallel(37, 64, 36, 64, 2, 1, 0, 0);     /* losses only: logits untouched */
+    test_vocab_parallel(9, 64, 0, 128, 3, 2, 1, 0);      /* an all-padding shard: valid = 0 */
+    test_vocab_parallel(7, 30, 25, 30, 4, 1, 1, 0);      /* Vs not a multiple of 8: element path */
+    test_vocab_parallel(5, 64, 61, 0, 2, 0, 1, 1);       /* misaligned logits: element path */
+    test_vocab_parallel(5, 4104, 4099, 4104, 2, 1, 1, 0);/* rows longer than a block's first sweep (256*8) */
+    test_vocab_parallel(1, 13, 13, 0, 1, 0, 1, 0);       /* N = 1, tp = 1 */
+    test_vocab_parallel_composition(64, 100, 128, 1);
+    test_vocab_parallel_composition(64, 100, 128, 2);
+    test_vocab_parallel_composition(21, 100, 160, 4);    /* shards of 40: the last one all padding */
     test_loss_mean(128);
     test_loss_mean(1);
     test_loss_mean(1000);
@@ -605,9 +905,12 @@ int main(void) {
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
     test_classifier(128, 100, 128, 1);
+    test_vocab_parallel(37, 64, 36, 64, 2, 1, 1, 0);
+    test_vocab_parallel(7, 30, 25, 30, 4, 1, 1, 0);
     test_loss_mean(1000);
     test_matmul(21, 36, 100, 1, 1);
     test_encoder(4, 32, 64, 100, 128);
+    test_encoder_shards(3, 7, 36, 100, 3);
     test_norm_scale_inf(1003);
     emu::g.reverse_warps = 0;
 

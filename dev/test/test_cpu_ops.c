@@ -367,6 +367,65 @@ static void test_encoder(int B, int T, int C, int Vp) {
     free(ref); free(rwte); free(rwpe);
 }
 
+/* The vocabulary-sharded encoder (tensor parallelism): Vp rows split into tp shards of ceil(Vp/tp) rows (the last
+ * shorter), plus a shard [Vp + 3, +2) that holds no token. Each shard against a double reference (forward: one
+ * fp32 add, TIGHT_TOL; backward: sums of up to N values, REL_TOL); then against the unsharded ops, bit for bit:
+ * the shards' outputs summed (one non-zero term per element: exact) equal encoder_forward's, the shards' dwte rows
+ * concatenated equal encoder_backward's dwte, and every shard's dwpe equals encoder_backward's dwpe. */
+static void test_encoder_shards(int B, int T, int C, int Vp, int tp) {
+    const int N = B * T, rows = (Vp + tp - 1) / tp;
+    int* inp = (int*)malloc_check(N * sizeof(int), "inp");
+    for (int i = 0; i < N; i++) { inp[i] = (i % 3 == 0) ? Vp - 1 : (int)((rnd() + 1) * 0.5 * Vp) % Vp; } /* repeats */
+    const size_t nw = (size_t)Vp * C, nc = (size_t)N * C, np = (size_t)T * C;
+    float *wte = frand(nw, 1), *wpe = frand(np, 1), *dout = frand(nc, 1), *dwte0 = frand(nw, 1), *dwpe0 = frand(np, 1);
+    float *full = frand(nc, 1), *sum = frand(nc, 1), *fwte = fcopy(dwte0, nw), *fwpe = fcopy(dwpe0, np);
+    encoder_forward(full, inp, wte, wpe, B, T, C);
+    encoder_backward(fwte, fwpe, dout, inp, inp, B, T, C);
+    memset(sum, 0, nc * sizeof(float));
+    int same_rows = 1, same_wpe = 1, untouched = 1;
+    for (int r = 0; r <= tp; r++) {
+        const int v0 = r < tp ? r * rows : Vp + 3, Vs = r < tp ? (Vp - v0 < rows ? Vp - v0 : rows) : 2;
+        if (Vs <= 0) { continue; }
+        float* ws = r < tp ? fcopy(wte + (size_t)v0 * C, (size_t)Vs * C) : frand((size_t)Vs * C, 1);
+        float* gs = r < tp ? fcopy(dwte0 + (size_t)v0 * C, (size_t)Vs * C) : frand((size_t)Vs * C, 1);
+        float *gp = fcopy(dwpe0, np), *out = frand(nc, 1);
+        double *ref = dzeros(nc), *rws = todouble(gs, (size_t)Vs * C), *rwp = todouble(gp, np);
+        float* gs0 = fcopy(gs, (size_t)Vs * C);
+        for (int n = 0; n < N; n++) {
+            const int in = inp[n] >= v0 && inp[n] < v0 + Vs;
+            for (int c = 0; c < C; c++) {
+                const double d = dout[(size_t)n * C + c];
+                if (in) {
+                    ref[(size_t)n * C + c] = (double)ws[(size_t)(inp[n] - v0) * C + c] + wpe[(size_t)(n % T) * C + c];
+                    rws[(size_t)(inp[n] - v0) * C + c] += d;
+                }
+                rwp[(size_t)(n % T) * C + c] += d;
+            }
+        }
+        encoder_forward_vocab_shard(out, inp, ws, wpe, v0, Vs, B, T, C);
+        encoder_backward_vocab_shard(gs, gp, dout, inp, inp, v0, Vs, B, T, C);
+        Err e = cmp(out, ref, nc), e1 = cmp(gs, rws, (size_t)Vs * C), e2 = cmp(gp, rwp, np);
+        CHECK_ERR(e, TIGHT_TOL, "encoder_forward_vocab_shard [%d, +%d) B=%d T=%d C=%d", v0, Vs, B, T, C);
+        CHECK_ERR(e1, REL_TOL, "encoder_backward_vocab_shard dwte [%d, +%d) B=%d T=%d C=%d", v0, Vs, B, T, C);
+        CHECK_ERR(e2, REL_TOL, "encoder_backward_vocab_shard dwpe [%d, +%d) B=%d T=%d C=%d", v0, Vs, B, T, C);
+        for (size_t k = 0; k < nc; k++) { sum[k] += out[k]; }
+        if (r < tp) {
+            same_rows &= memcmp(gs, fwte + (size_t)v0 * C, (size_t)Vs * C * sizeof(float)) == 0;
+        } else {
+            untouched &= memcmp(gs, gs0, (size_t)Vs * C * sizeof(float)) == 0;
+        }
+        same_wpe &= memcmp(gp, fwpe, np * sizeof(float)) == 0;
+        dev_free(ws); dev_free(gs); dev_free(gs0); dev_free(gp); dev_free(out); free(ref); free(rws); free(rwp);
+    }
+    TEST_CHECK(memcmp(sum, full, nc * sizeof(float)) == 0 && same_rows && same_wpe && untouched,
+               "encoder over %d vocabulary shards (B=%d T=%d C=%d Vp=%d) == unsharded, bit for bit: summed outputs %d, "
+               "concatenated dwte rows %d, dwpe %d; a shard without tokens keeps its dwte %d", tp, B, T, C, Vp,
+               memcmp(sum, full, nc * sizeof(float)) == 0, same_rows, same_wpe, untouched);
+    free(inp);
+    float* bufs[] = {wte, wpe, dout, dwte0, dwpe0, full, sum, fwte, fwpe};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { dev_free(bufs[i]); }
+}
+
 static void test_layernorm(int N, int C) {
     size_t nc = (size_t)N * C;
     float *x = frand(nc, 2), *x2 = frand(nc, 1), *w = frand(C, 1), *b = frand(C, 1);
@@ -487,6 +546,140 @@ static void test_classifier(int N, int V, int Vp, int with_ignored) {
     if (with_ignored) { pad_zero &= losses[N / 2] == 0.0f; }
     TEST_CHECK(pad_zero, "fused_classifier: dlogits exactly 0 in padded columns and ignored rows, loss 0 for ignored (N=%d V=%d Vp=%d)", N, V, Vp);
     dev_free(logits); dev_free(losses); dev_free(keep); free(tg); free(rl); free(rloss); free(rd);
+}
+
+/* ---- vocabulary-parallel cross-entropy (llmc/cpu/classifier.h) ----
+ * One shard's three steps against double references on the same fp32 inputs: logits(N,Vs), `valid` real columns
+ * (the padding holds 100, which must be ignored), targets ignored (-1), in this shard, in its padding or in another
+ * shard; maxes(tp,N) with this rank's row = its row_max and random others; sums = this shard's plus a positive part
+ * for the other ranks. row_max and the target logit are exact (a max, a copy). The exp sum is double with cpu_expf
+ * (<= 5e-7 relative per term, see test_expf), rounded once to fp32; the loss is double from fp32 inputs, rounded
+ * once; dlogits are one cpu_expf, two fp32 products and one subtraction: all within TIGHT_TOL = 1e-6. */
+static void test_vocab_parallel(int N, int Vs, int valid, int v0, int tp, int rank) {
+    const size_t nv = (size_t)N * Vs;
+    float* logits = frand(nv, 4);
+    for (int i = 0; i < N; i++) { for (int j = valid; j < Vs; j++) { logits[(size_t)i * Vs + j] = 100.0f; } }
+    int* tg = (int*)malloc_check(N * sizeof(int), "targets");
+    for (int i = 0; i < N; i++) {
+        const int kind = i % 4;
+        if (i % 5 == 3) { tg[i] = -1; }
+        else if (kind <= 1 && valid > 0) { tg[i] = v0 + (int)((rnd() + 1) * 0.5 * valid) % valid; }
+        else if (kind == 2 && valid < Vs) { tg[i] = v0 + valid + (int)((rnd() + 1) * 0.5 * (Vs - valid)) % (Vs - valid); }
+        else { tg[i] = v0 > 0 ? v0 - 1 : v0 + Vs; }
+    }
+    float *row_max = frand(N, 1), *maxes = frand((size_t)tp * N, 3), *sums = frand(2 * (size_t)N, 1);
+    float* losses = frand(N, 1);
+    vocab_parallel_row_max(row_max, logits, N, Vs, valid);
+    int max_ok = 1;
+    for (int i = 0; i < N; i++) {
+        double m = -FLT_MAX;
+        for (int j = 0; j < valid; j++) { m = logits[(size_t)i * Vs + j] > m ? logits[(size_t)i * Vs + j] : m; }
+        max_ok &= row_max[i] == (float)m;
+        maxes[(size_t)rank * N + i] = row_max[i];
+    }
+    TEST_CHECK(max_ok, "vocab_parallel_row_max exact (N=%d Vs=%d valid=%d)%s", N, Vs, valid,
+               valid == 0 ? ": -FLT_MAX for an all-padding shard" : "");
+    vocab_parallel_row_sums(sums, logits, maxes, tp, tg, v0, N, Vs, valid);
+    double* rs = dzeros(N);
+    double* M = dzeros(N);
+    int tgt_ok = 1;
+    for (int i = 0; i < N; i++) {
+        M[i] = maxes[i];
+        for (int r = 1; r < tp; r++) { M[i] = fmax(M[i], maxes[(size_t)r * N + i]); }
+        const int t = tg[i] - v0;
+        if (tg[i] >= 0) { for (int j = 0; j < valid; j++) { rs[i] += exp((double)logits[(size_t)i * Vs + j] - M[i]); } }
+        tgt_ok &= sums[N + i] == ((tg[i] >= 0 && t >= 0 && t < valid) ? logits[(size_t)i * Vs + t] : 0.0f);
+    }
+    Err es = cmp(sums, rs, N);
+    CHECK_ERR(es, TIGHT_TOL, "vocab_parallel_row_sums exp sums N=%d Vs=%d valid=%d v0=%d tp=%d", N, Vs, valid, v0, tp);
+    TEST_CHECK(tgt_ok, "vocab_parallel_row_sums: the target logit where the target is a real column of the shard, "
+               "else 0 (N=%d Vs=%d valid=%d v0=%d)", N, Vs, valid, v0);
+    for (int i = 0; i < N; i++) { /* the all-reduce: the other ranks' parts */
+        if (tg[i] < 0) { continue; }
+        sums[i] += 1.0f + 2.0f * (float)fabs(rnd());
+        if (sums[N + i] == 0.0f) { sums[N + i] = (float)(M[i] - fabs(rnd())); }
+    }
+    double *rl = dzeros(N), *rd = dzeros(nv);
+    const float dloss = 1.0f / N;
+    for (int i = 0; i < N; i++) {
+        if (tg[i] < 0) { continue; }
+        const double S = sums[i];
+        rl[i] = log(S) - ((double)sums[N + i] - M[i]);
+        for (int j = 0; j < valid; j++) {
+            rd[(size_t)i * Vs + j] = dloss * (exp((double)logits[(size_t)i * Vs + j] - M[i]) / S - (j == tg[i] - v0));
+        }
+    }
+    float* keep = fcopy(logits, nv);
+    vocab_parallel_finish(logits, losses, maxes, tp, sums, tg, v0, N, Vs, valid, dloss, 0);
+    Err el0 = cmp(losses, rl, N);
+    TEST_CHECK(memcmp(keep, logits, nv * sizeof(float)) == 0 && el0.rel <= TIGHT_TOL,
+               "vocab_parallel_finish write_dlogits=0: logits untouched, losses abs %.2e rel %.2e", el0.abs, el0.rel);
+    vocab_parallel_finish(logits, losses, maxes, tp, sums, tg, v0, N, Vs, valid, dloss, 1);
+    Err el = cmp(losses, rl, N), ed = cmp(logits, rd, nv);
+    CHECK_ERR(el, TIGHT_TOL, "vocab_parallel_finish losses N=%d Vs=%d valid=%d v0=%d tp=%d", N, Vs, valid, v0, tp);
+    CHECK_ERR(ed, TIGHT_TOL, "vocab_parallel_finish dlogits N=%d Vs=%d valid=%d v0=%d tp=%d", N, Vs, valid, v0, tp);
+    int zero = 1;
+    for (int i = 0; i < N; i++) {
+        for (int j = tg[i] < 0 ? 0 : valid; j < Vs; j++) { zero &= logits[(size_t)i * Vs + j] == 0.0f; }
+        if (tg[i] < 0) { zero &= losses[i] == 0.0f && sums[i] == 0.0f && sums[N + i] == 0.0f; }
+    }
+    TEST_CHECK(zero, "vocab_parallel: padding columns and ignored rows exactly 0 (dlogits, loss, sums) "
+               "(N=%d Vs=%d valid=%d)", N, Vs, valid);
+    dev_free(logits); dev_free(row_max); dev_free(maxes); dev_free(sums); dev_free(losses); dev_free(keep);
+    free(tg); free(rs); free(M); free(rl); free(rd);
+}
+
+/* The three steps over tp shards of one (N,Vp) logits matrix (shard r: columns [r*Vp/tp, (r+1)*Vp/tp), real up to
+ * V, so the last shards hold the padding, possibly nothing else), with the all-reduces done here (maxes: each rank
+ * writes its row, the rest 0, summed; sums: fp32 sum in rank order), against fused_classifier on the whole matrix.
+ * Both take the same max and cpu_expf terms; fused_classifier sums them in one double and rounds once, the shards
+ * round each shard's double sum to fp32 and add tp of them in fp32: S differs by at most (2tp - 1) * 2^-24
+ * relative, so losses differ by that absolute (plus one rounding of the loss) and dlogits by that relative (plus
+ * the fp32 roundings of dloss/S, the product and the subtraction): tp <= 4 gives < 1e-6 = TIGHT_TOL of the
+ * largest element. Every rank's losses are the same bits. */
+static void test_vocab_parallel_composition(int N, int V, int Vp, int tp) {
+    const int Vs = Vp / tp;
+    const size_t nv = (size_t)N * Vp, ns = (size_t)N * Vs;
+    float* logits = frand(nv, 4);
+    for (size_t k = 0; k < nv; k++) { if ((int)(k % Vp) >= V) { logits[k] = 50.0f; } } /* padding: ignored */
+    int* tg = (int*)malloc_check(N * sizeof(int), "targets");
+    for (int i = 0; i < N; i++) { tg[i] = (i % 7 == 4) ? -1 : (int)((rnd() + 1) * 0.5 * V) % V; }
+    float *ref = fcopy(logits, nv), *ref_loss = frand(N, 1), *loss0 = frand(N, 1), *losses = frand(N, 1);
+    fused_classifier(ref, ref_loss, 1.0f / N, tg, N, V, Vp, 1);
+    float** shard = (float**)malloc_check(tp * sizeof(float*), "shards");
+    float *maxes = frand((size_t)tp * N, 1), *part = frand((size_t)tp * N, 1), *sums = frand(2 * (size_t)N, 1);
+    float* one = frand(2 * (size_t)N, 1);
+    memset(maxes, 0, (size_t)tp * N * sizeof(float));
+    memset(sums, 0, 2 * (size_t)N * sizeof(float));
+    for (int r = 0; r < tp; r++) {
+        shard[r] = frand(ns, 1);
+        for (int i = 0; i < N; i++) { memcpy(shard[r] + (size_t)i * Vs, logits + (size_t)i * Vp + (size_t)r * Vs, Vs * sizeof(float)); }
+        const int valid = V - r * Vs < 0 ? 0 : (V - r * Vs > Vs ? Vs : V - r * Vs);
+        memset(part, 0, (size_t)tp * N * sizeof(float));
+        vocab_parallel_row_max(part + (size_t)r * N, shard[r], N, Vs, valid);
+        for (size_t k = 0; k < (size_t)tp * N; k++) { maxes[k] += part[k]; } /* all-reduce of one-hot rows: exact */
+    }
+    for (int r = 0; r < tp; r++) {
+        const int valid = V - r * Vs < 0 ? 0 : (V - r * Vs > Vs ? Vs : V - r * Vs);
+        vocab_parallel_row_sums(one, shard[r], maxes, tp, tg, r * Vs, N, Vs, valid);
+        for (size_t k = 0; k < 2 * (size_t)N; k++) { sums[k] += one[k]; }
+    }
+    int same_loss = 1;
+    float* dl = frand(nv, 1);
+    for (int r = 0; r < tp; r++) {
+        const int valid = V - r * Vs < 0 ? 0 : (V - r * Vs > Vs ? Vs : V - r * Vs);
+        vocab_parallel_finish(shard[r], r == 0 ? loss0 : losses, maxes, tp, sums, tg, r * Vs, N, Vs, valid, 1.0f / N, 1);
+        if (r > 0) { same_loss &= memcmp(losses, loss0, N * sizeof(float)) == 0; }
+        for (int i = 0; i < N; i++) { memcpy(dl + (size_t)i * Vp + (size_t)r * Vs, shard[r] + (size_t)i * Vs, Vs * sizeof(float)); }
+        dev_free(shard[r]);
+    }
+    double *rloss = todouble(ref_loss, N), *rd = todouble(ref, nv);
+    Err el = cmp(loss0, rloss, N), ed = cmp(dl, rd, nv);
+    CHECK_ERR(el, TIGHT_TOL, "vocabulary-parallel losses over tp=%d shards == fused_classifier (N=%d V=%d Vp=%d)", tp, N, V, Vp);
+    CHECK_ERR(ed, TIGHT_TOL, "vocabulary-parallel dlogits over tp=%d shards == fused_classifier (N=%d V=%d Vp=%d)", tp, N, V, Vp);
+    TEST_CHECK(same_loss, "vocabulary-parallel losses: the same bits on every one of the %d ranks", tp);
+    dev_free(logits); dev_free(ref); dev_free(ref_loss); dev_free(loss0); dev_free(losses); dev_free(maxes);
+    dev_free(part); dev_free(sums); dev_free(one); dev_free(dl); free(shard); free(tg); free(rloss); free(rd);
 }
 
 static void test_elementwise(size_t n) {
@@ -641,6 +834,9 @@ int main(void) {
     test_encoder(1, 1, 1, 1);
     test_encoder(2, 3, 13, 5);
     test_encoder(4, 64, 768, 50);
+    test_encoder_shards(2, 3, 13, 5, 2);     /* shards of 3 and 2 rows */
+    test_encoder_shards(4, 64, 768, 50, 4);  /* shards of 13 rows, the last 11 */
+    test_encoder_shards(3, 5, 7, 9, 3);
 
     test_layernorm(1, 1);
     test_layernorm(1, 13);
@@ -665,6 +861,16 @@ int main(void) {
     test_classifier(3, 5, 8, 1);
     test_classifier(7, 100, 128, 1);
     test_classifier(4, 50257, 50304, 1);
+    /* N, Vs, valid, v0, tp, rank */
+    test_vocab_parallel(7, 64, 64, 64, 2, 1);
+    test_vocab_parallel(7, 64, 36, 64, 2, 1);   /* the last shard: padding */
+    test_vocab_parallel(5, 40, 0, 120, 4, 3);   /* an all-padding shard */
+    test_vocab_parallel(1, 1, 1, 0, 1, 0);
+    test_vocab_parallel(6, 12576, 12529, 37728, 4, 3); /* GPT-2's last shard at tp = 4 */
+    test_vocab_parallel_composition(9, 100, 128, 1);
+    test_vocab_parallel_composition(9, 100, 160, 2);
+    test_vocab_parallel_composition(9, 100, 160, 4);  /* shards of 40: valid 40, 40, 20, 0 */
+    test_vocab_parallel_composition(4, 50257, 50304, 4);
 
     test_expf();
     test_elementwise(1);

@@ -173,20 +173,24 @@ static __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
-/* Sum over the block; every thread gets the result. blockDim.x must be a multiple of 32 (<= 1024).
- * `shared` is a caller-provided __shared__ float[32]. Deterministic (fixed tree). Contains
- * __syncthreads, so all threads of the block must call it; safe to call repeatedly with the same buffer. */
-static __device__ __forceinline__ float block_reduce_sum(float v, float* shared) {
+/* Sum (MAX = false) or max (MAX = true, fmaxf: a number wins over a NaN) over the block; every thread gets the
+ * result. blockDim.x must be a multiple of 32 (<= 1024). `shared` is a caller-provided __shared__ float[32].
+ * Deterministic (fixed tree: warp shuffles, then one value per warp through `shared`). Contains __syncthreads, so
+ * all threads of the block must call it; safe to call repeatedly with the same buffer. */
+template <bool MAX>
+static __device__ __forceinline__ float block_reduce(float v, float* shared) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const int nwarps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_sum(v);
+    v = MAX ? warp_reduce_max(v) : warp_reduce_sum(v);
     __syncthreads(); /* protect `shared` from a previous call */
     if (lane == 0) { shared[warp] = v; }
     __syncthreads();
-    v = (lane < nwarps) ? shared[lane] : 0.0f;
-    return warp_reduce_sum(v);
+    v = (lane < nwarps) ? shared[lane] : (MAX ? -FLT_MAX : 0.0f);
+    return MAX ? warp_reduce_max(v) : warp_reduce_sum(v);
 }
+static __device__ __forceinline__ float block_reduce_sum(float v, float* shared) { return block_reduce<false>(v, shared); }
+static __device__ __forceinline__ float block_reduce_max(float v, float* shared) { return block_reduce<true>(v, shared); }
 
 /* ---------------------------------------------------------------- random numbers, rounding */
 
