@@ -31,8 +31,7 @@
 #include "llmc/backend.h"          /* defines: floatX, dev_* memory/events/graphs, every op's forward/backward */
 #include "llmc/args.h"             /* defines: ArgSpec, args_parse, args_config_json */
 #include "llmc/dataloader.h"       /* defines: DataLoader over token shards */
-#include "llmc/tokenizer.h"        /* defines: Tokenizer, TokenPrinter */
-#include "llmc/sampler.h"          /* defines: sample_token, random_f32 */
+#include "llmc/tokenizer.h"        /* defines: Tokenizer */
 #include "llmc/schedulers.h"       /* defines: LRScheduler */
 #include "llmc/logger.h"           /* defines: Logger (DIR/log.jsonl) */
 #include "llmc/mfu.h"              /* defines: gpt_flops_per_token, device_peak_tflops, compute_mfu */
@@ -45,6 +44,7 @@
 #include "llmc/checkpoint.h"       /* defines: checkpoint paths, checkpoint_prepare_output_dir, checkpoint_prune */
 #include "llmc/train_state.h"      /* defines: TrainState, train_state_write/read/read_resharded */
 #include "llmc/batch_pipeline.h"   /* defines: BatchPipeline */
+#include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 
 /* ============================================================ training configuration and flags */
 
@@ -517,16 +517,17 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     gpt2_load_weights(&s->model, path);
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
+    /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
+     * launcher when rank 0 exits) */
+    int files = reshard_from > 0 ? reshard_from : s->world.world;
+    if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
+    comm_barrier(&s->world);
     if (reshard_from > 0) {
-        /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
-         * launcher when rank 0 exits) */
-        if (is_rank0(s)) { train_state_scan_old(resume_step, reshard_from, &ours, &ctx, NULL); }
-        comm_barrier(&s->world);
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
     } else {
         checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
-        train_state_read(path, &ours, &ctx, &s->zero.opt, &found);
+        train_state_read(path, resume_step, &ours, &ctx, &s->zero.opt, &found);
     }
     DataLoaderState ls;
     ls.epoch = found.data_epoch;
@@ -537,6 +538,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     s->sample_rng = found.sample_rng;
     s->scaler.scale = found.loss_scale;
     s->scaler.good_steps = found.loss_scale_good_steps;
+    comm_barrier(&s->world); /* every rank has its state before rank 0 says so */
     if (is_rank0(s)) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
 }
 
@@ -566,95 +568,13 @@ static float validate(TrainSession* s) {
     return red[1] > 0 ? (float)(red[0] / red[1]) : -1.0f;
 }
 
-/* prompt tokens for a sample: the encoded --prompt, or <|endoftext|>; returns the count, *tokens has room for
- * gen_tokens more */
-static int sample_prompt(TrainSession* s, int** tokens) {
-    int maxlen = s->model.T;                 /* the model sees at most the last T tokens (context crop) */
-    int prompt_len = 0;
-    if (s->cfg.prompt[0] != '\0' && s->has_tokenizer) {
-        prompt_len = tokenizer_encode(&s->tokenizer, s->cfg.prompt, NULL, 0); /* returns the full count */
-        if (prompt_len < 0) { prompt_len = 0; }
-    }
-    size_t capacity = (size_t)prompt_len + 1 + (size_t)(s->cfg.gen_tokens > 0 ? s->cfg.gen_tokens : 0);
-    *tokens = (int*)malloc_check(capacity * sizeof(int), "sample tokens");
-    int n = 0;
-    if (prompt_len > 0) {
-        n = tokenizer_encode(&s->tokenizer, s->cfg.prompt, *tokens, prompt_len);
-        if (n > maxlen && is_rank0(s)) { printf("(prompt of %d tokens: the model sees its last %d tokens, T=%d)\n", n, maxlen, maxlen); }
-    } else if (s->cfg.prompt[0] != '\0' && is_rank0(s)) {
-        printf("(no tokenizer: the prompt is ignored)\n");
-    }
-    if (n == 0) { (*tokens)[n++] = GPT2_EOT; }
-    return n;
-}
-
-/* appends text[k] to the sample text (kept for the log, at most 64 KiB) */
-static void sample_text_append(char* text, size_t* len, const char* chunk, size_t k) {
-    if (*len + k < 65535) { memcpy(text + *len, chunk, k); *len += k; }
-}
-
-/* the logits of the last of the n tokens (the model sees at most the last T) into host_logits (Vp): a forward at
- * batch 1 over them; with sequence parallelism at the full length T, the tokens padded at the end (attention is
- * causal, so the padding does not change the row read). Collective over the tensor-parallel group. */
-static void sample_logits(TrainSession* s, int* tokens, int n, float* host_logits) {
-    GPT2* m = &s->model;
-    int maxlen = m->T, len = n < maxlen ? n : maxlen;
-    int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
-    dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
-    if (fwd > len) {
-        int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
-        for (int i = 0; i < fwd - len; i++) { pad[i] = GPT2_EOT; }
-        dev_memcpy_h2d(m->inputs + len, pad, (size_t)(fwd - len) * sizeof(int));
-        free(pad);
-    }
-    gpt2_forward(m, m->inputs, NULL, 1, fwd, s->cfg.gelu_fusion, 0.0f, 0);
-    gpt2_logits_row(m, len - 1, host_logits);
-}
-
-/* generates cfg.gen_tokens tokens after the prompt (or after <|endoftext|>), printing them as they come (process
- * 0); the other ranks of its tensor-parallel group run the same forwards and receive each token */
+/* generates cfg.gen_tokens tokens after --prompt (llmc/generate.h), printed and logged by process 0; the other
+ * ranks of its tensor-parallel group run the same forwards */
 static void sample(TrainSession* s) {
-    GPT2* m = &s->model;
-    const GPT2Config* c = &m->config;
-    int* tokens = NULL;
-    int n = sample_prompt(s, &tokens);
-    float* logits = (float*)malloc_check((size_t)c->padded_vocab_size * sizeof(float), "sample logits");
-    char* text = (char*)malloc_check(65536, "sample text");
-    size_t text_len = 0;
-    TokenPrinter printer;
-    token_printer_init(&printer);
-    char chunk[TOKEN_PRINTER_MAX_OUT];
-    int printing = is_rank0(s);
-    if (printing) {
-        printf("sample (%s): ", s->cfg.prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
-        if (s->has_tokenizer && s->cfg.prompt[0]) { printf("%s", s->cfg.prompt); }
-    }
-    for (int generated = 0; generated < s->cfg.gen_tokens; generated++) {
-        sample_logits(s, tokens, n, logits);
-        int next = 0;
-        if (printing) { next = sample_token(logits, c->vocab_size, s->cfg.temperature, s->cfg.top_k, random_f32(&s->sample_rng)); }
-        comm_broadcast_host(s->tp, &next, sizeof(next), 0); /* the other tensor-parallel ranks feed the same token */
-        tokens[n++] = next;
-        if (!printing) { continue; }
-        if (s->has_tokenizer) {
-            size_t k = token_printer_feed(&printer, &s->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
-            fwrite(chunk, 1, k, stdout);
-            sample_text_append(text, &text_len, chunk, k);
-        } else {
-            printf("%d ", next);
-        }
-        fflush(stdout);
-    }
-    if (printing && s->has_tokenizer) {
-        size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
-        fwrite(chunk, 1, k, stdout);
-        sample_text_append(text, &text_len, chunk, k);
-    }
-    if (printing) { printf("\n"); }
-    text[text_len] = '\0';
-    if (printing) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
-    free(tokens);
-    free(logits);
+    GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
+                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng};
+    char* text = generate_text(&s->model, &g);
+    if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
     free(text);
 }
 
@@ -718,24 +638,6 @@ static void check_config(TrainSession* s) {
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
-    }
-}
-
-/* refuses, with one line printed by rank 0, when any rank's value differs from rank 0's (all ranks call it);
- * `what` names the quantity. Other ranks exit quietly (after rank 0 printed). */
-static void require_same_on_every_rank(Comm* c, uint64_t value, const char* what, const char* hint) {
-    if (c->world == 1) { return; }
-    uint64_t root = value;
-    comm_broadcast_host(c, &root, sizeof(root), 0);
-    double differs = root != value ? 1.0 : 0.0;
-    comm_all_reduce_host_f64(c, &differs, 1);
-    if (differs > 0) {
-        if (c->rank == 0) {
-            FATAL("%d of %d processes were started with a different %s than rank 0 (%016llx); %s", (int)differs,
-                  c->world, what, (unsigned long long)root, hint);
-        }
-        comm_barrier(c); /* rank 0 exits and the launcher ends the job; never passes */
-        exit(EXIT_FAILURE);
     }
 }
 
@@ -833,10 +735,10 @@ static void session_init(TrainSession* s) {
     int resume_step = checkpoint_prepare_output_dir(cfg->output_dir, cfg->resume, cfg->max_steps, is_rank0(s));
     setup_data(s);
     /* every rank has the same flags, data and checkpoint to resume from */
-    require_same_on_every_rank(s->dp, config_hash(s), "configuration (flags, data shards)",
-                               "start every process with the same flags and data");
-    require_same_on_every_rank(s->dp, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
-                               "every process must see the same output directory");
+    comm_require_same(&s->world, config_hash(s), "configuration (flags, data shards)",
+                      "start every process with the same flags and data");
+    comm_require_same(&s->world, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
+                      "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, cfg->master_weights); /* gradients, optimizer shard */
     gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
@@ -852,28 +754,6 @@ static void session_init(TrainSession* s) {
         if (file_exists(logpath)) { logger_truncate_after_step(logpath, resume_step); }
     }
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
-}
-
-/* the tensor-parallel split of one process's parameters and activations (every process holds the same sizes) */
-static void print_tensor_parallel_ledger(const TrainSession* s) {
-    const GPT2* m = &s->model;
-    const GPT2Config* c = &m->config;
-    size_t full[NUM_PARAMETER_TENSORS], split = 0, vocab = 0, replicated = 0;
-    gpt2_parameter_sizes(full, c);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (!parameter_is_tp_sharded(i)) { replicated += m->param_sizes[i]; }
-        else if (i == P_WTE) { vocab += m->param_sizes[i]; }
-        else { split += m->param_sizes[i]; }
-    }
-    int p = s->tp->world;
-    printf("tensor parallel %d: each process holds %zu of the model's %zu parameters: block weights %zu (1/%d), "
-           "vocabulary rows %zu (1/%d), replicated %zu (wpe, LayerNorms, row-parallel biases); activations %zu bytes"
-           "%s\n", p, m->num_parameters, m->num_parameters_full, split, p, vocab, p, replicated, m->acts_bytes,
-           s->cfg.sequence_parallel ? " (LayerNorm and residual regions: B*T/tp rows)" : "");
-    if (p > 8) {
-        printf("tensor parallel %d: more than the 8 GPUs of a typical node; its per-layer collectives would cross the "
-               "network\n", p);
-    }
 }
 
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
@@ -901,7 +781,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     }
     printf("+-----------------------+------------------------------------------------\n");
     zero_print_ledger(&s->zero);
-    if (s->tp->world > 1 || s->cfg.dry_run) { print_tensor_parallel_ledger(s); }
+    if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
     int nd, no;
     size_t vd, vo;
     gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);

@@ -173,7 +173,6 @@
  *   global_norm_squared(float* out(1) , const floatX* grads(n), size_t n, int accumulate)
  *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
- *   add_floats(floatX* dst(n), const floatX* src(n), size_t n)   dst += src (ZeRO-2 gradient shard accumulation)
  *   has_inf_or_nan(const floatX* x(n), size_t n) -> int (host value; synchronises)
  */
 #ifndef LLMC_BACKEND_H

@@ -299,13 +299,14 @@ static inline void comm_fence_wait(Comm* c, int k) {
 
 /* sum of n host doubles x(n) over ranks, result on every rank (synchronous). Used for losses, token counts and
  * squared gradient norms. MPI: the ring all-reduce (exact byte count). NCCL: staged through the device scratch
- * in chunks of COMM_NCCL_HOST_SCRATCH values, one ncclAllReduce each, each counted with the ring model
+ * in chunks of the group's scratch (max(64, world + 2) values), one ncclAllReduce each, each counted with the ring model
  * (2 x the reduce-scatter bytes of the chunk). Any n >= 0. */
 static inline void comm_all_reduce_host_f64(Comm* c, double* x, int n) {
     if (c->world == 1 || n <= 0) { return; }
 #if defined(COMM_HAVE_NCCL)
-    for (int off = 0; off < n; off += COMM_NCCL_HOST_SCRATCH) {
-        int m = n - off < COMM_NCCL_HOST_SCRATCH ? n - off : COMM_NCCL_HOST_SCRATCH;
+    const int chunk = c->nccl.dscratch_n;
+    for (int off = 0; off < n; off += chunk) {
+        int m = n - off < chunk ? n - off : chunk;
         size_t sent, recv;
         comm_ring_bytes(c, 0, (size_t)m, comm_shard_size(c, (size_t)m), 8, 0, &sent, &recv);
         comm_count(c, 2 * sent, 2 * recv);
@@ -369,6 +370,25 @@ static inline void comm_barrier(Comm* c) {
     double one = 1.0;
     comm_all_reduce_host_f64(c, &one, 1);
 #endif
+}
+
+/* refuses, with one line printed by rank 0, when any rank's value differs from rank 0's (every rank calls it):
+ * "error: K of N processes were started with a different <what> than rank 0 (<value>); <hint>". The other ranks
+ * wait for the launcher to end the job, so one line is printed. Used for the configuration hash at start. */
+static inline void comm_require_same(Comm* c, uint64_t value, const char* what, const char* hint) {
+    if (c->world == 1) { return; }
+    uint64_t root = value;
+    comm_broadcast_host(c, &root, sizeof(root), 0);
+    double differs = root != value ? 1.0 : 0.0;
+    comm_all_reduce_host_f64(c, &differs, 1);
+    if (differs > 0) {
+        if (c->rank == 0) {
+            FATAL("%d of %d processes were started with a different %s than rank 0 (%016llx); %s", (int)differs,
+                  c->world, what, (unsigned long long)root, hint);
+        }
+        comm_barrier(c); /* rank 0 exits and the launcher ends the job; never passes */
+        exit(EXIT_FAILURE);
+    }
 }
 
 /* ---------------------------------------------------------------- lifetime */

@@ -1,6 +1,6 @@
 /*
  * llmc/comm_mpi.h -- the MPI transport of llmc/comm.h (builds with -DUSE_MPI: the CPU build under mpirun, and the
- * bootstrap of NCCL builds made with CUDA_MPI=1). comm.h includes it; it needs only comm_types.h.
+ * bootstrap of NCCL builds made with CUDA_MPI=1). comm.h includes it; it needs comm_types.h and utils.h (FATAL, malloc_check).
  *
  * Holds: the MPI state of a group (CommMpi), MPI start/split/end, the ring algorithms behind comm.h's
  * reduce-scatter / all-gather (and so all-reduce) on host buffers, and the host broadcast, send/recv and barrier.
@@ -14,13 +14,14 @@
  * Units: counts in elements, messages split below 2^28 elements (MPI counts are int); broadcast and
  * send/recv refuse more than 1 GiB.
  * Errors: every MPI call is checked by COMM_MPI_CHECK: one line "error: <call> failed: <MPI's reason>
- * [file:line]" and MPI_Abort of the whole job (comm_fail_at in comm.h). The communicators use
+ * [file:line]" and MPI_Abort of the whole job (comm_fail_at in comm_types.h). The communicators use
  * MPI_ERRORS_RETURN, so that the line is printed before the job ends; a dead peer ends the job through mpirun.
  */
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
 
 #include "comm_types.h"
+#include "utils.h"
 
 #include <string.h>
 

@@ -18,7 +18,7 @@
  * to ncclAllReduce (NCCL chooses ring or tree, so the summation order is NCCL's). Sums only.
  * Dtypes: every CommDtype (bf16/fp16 summed by NCCL). Units: counts in elements.
  * Errors: every NCCL call is checked by COMM_NCCL_CHECK (ncclInProgress counts as success): one line
- * "error: <call> failed: <NCCL's reason>  [file:line]" and the job ends (comm_fail_at in comm.h: MPI_Abort when
+ * "error: <call> failed: <NCCL's reason>  [file:line]" and the job ends (comm_fail_at in comm_types.h: MPI_Abort when
  * MPI runs, else exit(1)). Stream, event, copy and allocation errors are checked by the backend, which prints
  * file:line and exits. A peer that dies or hangs: comm_nccl_watchdog, called while comm_nccl_join polls and by
  * every host wait of the backend (installed with dev_set_wait_watchdog), aborts the communicator and the job on an
@@ -35,7 +35,10 @@
 #include "backend.h"
 #include <nccl.h>
 
-#define COMM_NCCL_HOST_SCRATCH 64 /* doubles of device scratch behind comm_all_reduce_host_f64 (one chunk) */
+/* doubles of device scratch behind comm_all_reduce_host_f64 (one chunk): at least 64, and world + 2 so that the
+ * per-step statistics (loss, overflow flag, one norm partial per rank: zero_step_stats) take one all-reduce at
+ * any scale */
+#define COMM_NCCL_HOST_SCRATCH_MIN 64
 
 /* the NCCL side of a group; comm == NULL until comm_nccl_init / comm_nccl_split */
 typedef struct {
@@ -44,7 +47,8 @@ typedef struct {
     DevEvent ev_compute;               /* recorded on the main stream before a collective */
     DevEvent ev_comm;                  /* recorded on the communication stream after a collective */
     DevEvent ev_fence[COMM_FENCES];    /* marks, see comm_nccl_fence_record */
-    double* dscratch;                  /* (COMM_NCCL_HOST_SCRATCH) device doubles for host fp64 all-reduces */
+    double* dscratch;                  /* (dscratch_n) device doubles for host fp64 all-reduces */
+    int dscratch_n;
     double timeout_s;                  /* watchdog: seconds without progress before aborting */
 } CommNccl;
 
@@ -222,7 +226,7 @@ static inline void comm_nccl_unique_id(ncclUniqueId* id, int rank) {
 
 /* the communication stream, its events (collective done, fences; recorded once so a first wait passes) and the
  * device scratch, for a communicator n->comm that exists */
-static inline void comm_nccl_create_resources(CommNccl* n, double timeout_s) {
+static inline void comm_nccl_create_resources(CommNccl* n, int world, double timeout_s) {
     n->timeout_s = timeout_s;
     n->stream = dev_stream_create();
     n->ev_compute = dev_event_create();
@@ -232,14 +236,15 @@ static inline void comm_nccl_create_resources(CommNccl* n, double timeout_s) {
         n->ev_fence[k] = dev_event_create();
         dev_event_record_on(n->ev_fence[k], n->stream);
     }
-    n->dscratch = (double*)dev_malloc(COMM_NCCL_HOST_SCRATCH * sizeof(double), "comm host-reduction scratch");
+    n->dscratch_n = world + 2 > COMM_NCCL_HOST_SCRATCH_MIN ? world + 2 : COMM_NCCL_HOST_SCRATCH_MIN;
+    n->dscratch = (double*)dev_malloc((size_t)n->dscratch_n * sizeof(double), "comm host-reduction scratch");
 }
 
 /* joins the communicator of `world` ranks named by id (collective: every rank calls it with rank 0's id), after
  * the backend selected the device; installs the watchdog on the backend's host waits */
 static inline void comm_nccl_init(CommNccl* n, int rank, int world, const ncclUniqueId* id, double timeout_s) {
     COMM_NCCL_CHECK(ncclCommInitRank(&n->comm, world, *id, rank));
-    comm_nccl_create_resources(n, timeout_s);
+    comm_nccl_create_resources(n, world, timeout_s);
     dev_set_wait_watchdog(comm_nccl_watchdog, n);
 }
 
@@ -248,7 +253,7 @@ static inline void comm_nccl_split(CommNccl* parent, int color, int key, CommNcc
     COMM_NCCL_CHECK(ncclCommSplit(parent->comm, color, key, &out->comm, NULL));
     COMM_NCCL_CHECK(ncclCommCount(out->comm, world));
     COMM_NCCL_CHECK(ncclCommUserRank(out->comm, rank));
-    comm_nccl_create_resources(out, parent->timeout_s);
+    comm_nccl_create_resources(out, *world, parent->timeout_s);
 }
 
 /* waits for the communication stream, destroys the communicator, stream, events and scratch (no-op when NCCL

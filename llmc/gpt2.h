@@ -901,4 +901,25 @@ static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors,
     }
 }
 
+/* prints the tensor-parallel split of this process's parameters and activations (every rank holds the same sizes):
+ * block weights (1/tp), vocabulary rows (1/tp), replicated tensors, activation bytes; warns above tp 8 (the
+ * per-layer collectives would leave the node) */
+static inline void gpt2_print_tp_ledger(const GPT2* m) {
+    size_t split = 0, vocab = 0, replicated = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!parameter_is_tp_sharded(i)) { replicated += m->param_sizes[i]; }
+        else if (i == P_WTE) { vocab += m->param_sizes[i]; }
+        else { split += m->param_sizes[i]; }
+    }
+    int p = m->tp.size;
+    printf("tensor parallel %d: each process holds %zu of the model's %zu parameters: block weights %zu (1/%d), "
+           "vocabulary rows %zu (1/%d), replicated %zu (wpe, LayerNorms, row-parallel biases); activations %zu bytes"
+           "%s\n", p, m->num_parameters, m->num_parameters_full, split, p, vocab, p, replicated, m->acts_bytes,
+           p > 1 && m->tp.sequence_parallel ? " (LayerNorm and residual regions: B*T/tp rows)" : "");
+    if (p > 8) {
+        printf("tensor parallel %d: more than the 8 GPUs of a typical node; its per-layer collectives would cross the "
+               "network\n", p);
+    }
+}
+
 #endif /* LLMC_GPT2_H */

@@ -100,11 +100,17 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
 static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorParallel* tp) {
     GPT2Config cfg;
     int version = gpt2_read_model_header(path, &cfg);
-    gpt2_allocate_weights_tp(m, &cfg, tp);
-    size_t P = m->num_parameters_full;
+    /* the size check comes before any allocation: a damaged header names the file, not an out-of-memory */
+    size_t sizes[NUM_PARAMETER_TENSORS], P = 0;
+    gpt2_parameter_sizes(sizes, &cfg);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { P += sizes[i]; }
     size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
     checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + P * elem), "model file",
                           "regenerate it");
+    gpt2_allocate_weights_tp(m, &cfg, tp);
+    if (m->num_parameters_full != P) {
+        FATAL("internal: model file parameter count %zu != %zu", P, m->num_parameters_full);
+    }
     FILE* f = fopen_check(path, "rb");
     fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
     if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->tp.size == 1) {

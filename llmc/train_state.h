@@ -4,7 +4,7 @@
  * re-sharding the optimizer state when a checkpoint is resumed with another number of processes or ZeRO stage.
  *
  * File DIR/state_SSSSSSSS_RRRRR.bin (llmc/checkpoint.h names it), magic 20241129, version 1, little-endian:
- * 256 x int32 header (train_state_pack is the one place that knows the indices), then the rank's optimizer
+ * 256 x int32 header (train_state_pack and train_state_unpack are the only places that know the indices), then the rank's optimizer
  * shard of n = shard_size fp32 values: AdamW m, AdamW v and, when has_master, the fp32 master weights.
  * The optimizer shard covers the flat parameter range [shard_start, shard_start + shard_size) (llmc/zero.h).
  * Writes are atomic (path.tmp, then rename). Errors: every reader exits with one line that names the file,
@@ -189,12 +189,17 @@ static inline void train_state_check_size(const char* path, const TrainState* s,
     checkpoint_check_size(path, expected_bytes, "training state file", regen);
 }
 
-/* Reads this rank's own state file `path` of a checkpoint written with the same layout (process count, rank,
- * ZeRO stage, accumulation, shard) as `ours`: checks all of that and train_state_check_run, then loads m, v
- * (and master) into opt (device) and returns the file's header in *found (step, data position, RNG, loss scale). */
-static inline void train_state_read(const char* path, const TrainState* ours, const TrainStateContext* ctx,
+/* Reads this rank's own state file `path` of checkpoint `step` written with the same layout (process count,
+ * rank, ZeRO stage, accumulation, shard) as `ours`: checks all of that, the step in the file and
+ * train_state_check_run, then loads m, v (and master) into opt (device) and returns the file's header in *found
+ * (step, data position, RNG, loss scale). */
+static inline void train_state_read(const char* path, int step, const TrainState* ours, const TrainStateContext* ctx,
                                     const AdamWState* opt, TrainState* found) {
     FILE* f = train_state_open(path, found);
+    if (found->step != step) {
+        FATAL("training state file '%s' holds step %d, but its name says step %d (renamed or damaged; resume from "
+              "another checkpoint)", path, found->step, step);
+    }
     train_state_expect(path, "world size", "number of processes", found->world, ours->world);
     train_state_expect(path, "rank", "process rank", found->rank, ours->rank);
     train_state_expect(path, "ZeRO stage", "-z", found->zero_stage, ours->zero_stage);

@@ -78,5 +78,4 @@ void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulat
     global_norm_squared(out, g, n, accumulate);
 }
 void ref_scale_floats(float* x, float s, size_t n) { scale_floats(x, s, n); }
-void ref_add_floats(float* dst, const float* src, size_t n) { add_floats(dst, src, n); }
 int ref_has_inf_or_nan(const float* x, size_t n) { return has_inf_or_nan(x, n); }

@@ -44,7 +44,6 @@ void ref_adamw_update(float* params, const float* grads, float* m, float* v, siz
                       float beta2, float eps, float weight_decay, float grad_scale, int t);
 void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulate);
 void ref_scale_floats(float* x, float s, size_t n);
-void ref_add_floats(float* dst, const float* src, size_t n);
 int ref_has_inf_or_nan(const float* x, size_t n);
 void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N);
 #ifdef __cplusplus

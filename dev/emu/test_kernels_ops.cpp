@@ -762,12 +762,13 @@ static void test_norm_scale_inf(size_t n) {
     ref_scale_floats(g.data(), 0.375f, n);
     check("scale_floats", s, downX(d_g, n), roundX(g), FLOATX_IS_FLOAT ? 0.0 : TOL_FWD);
     {
-        /* dst += src: fp32 sum of the two stored values, rounded once (exact match with the CPU on rounded inputs) */
+        /* dst += src as residual_forward(dst, dst, src) (ZeRO-2's shard accumulation, llmc/zero.h): in place, fp32
+         * sum of the two stored values, rounded once (exact match with the CPU on rounded inputs) */
         std::vector<float> h = randv(n), sum = downX(d_g, n);
         floatX* d_h = upX(h);
-        add_floats(d_g, d_h, n);
-        ref_add_floats(sum.data(), roundX(h).data(), n);
-        check("add_floats", s, downX(d_g, n), roundX(sum), 0.0);
+        residual_forward(d_g, d_g, d_h, n);
+        ref_residual_forward(sum.data(), sum.data(), roundX(h).data(), n);
+        check("residual_forward in place (dst += src)", s, downX(d_g, n), roundX(sum), 0.0);
         g = downX(d_g, n);
         dev_free(d_h);
     }

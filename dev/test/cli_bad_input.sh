@@ -39,10 +39,13 @@ open('$TMP/model_v4.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
 open('$TMP/model_trunc.bin','wb').write(d[:len(d)//2])
 h[1]=3; h[0]=1
 open('$TMP/model_magic.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
+h=list(struct.unpack('<256i',d[:1024])); h[4]=100000
+open('$TMP/model_huge.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
 "
 expect_error "version 4" "model file with the wrong version" -- $TRAIN -e "$TMP/model_v4.bin"
 expect_error "magic" "model file with the wrong magic" -- $TRAIN -e "$TMP/model_magic.bin"
 expect_error "bytes" "truncated model file" -- $TRAIN -e "$TMP/model_trunc.bin"
+expect_error "model_huge.bin' has" "model file whose header claims 100000 layers: the size check names the file (before any allocation)" -- $TRAIN -e "$TMP/model_huge.bin"
 expect_error "--lr-schedule" "unknown learning-rate schedule" -- $TRAIN "${FAST[@]}" -k sawtooth
 expect_error "output directory" "output directory that cannot be created" -- $TRAIN "${FAST[@]}" -x 1 -o /dev/null/out
 expect_error "-o" "resume without an output directory" -- $TRAIN "${FAST[@]}" -y 1
@@ -80,6 +83,12 @@ ls "$F" | grep -q '\.tmp$'
 check $(( $? == 0 )) "...no .tmp file is left behind ($(ls "$F" | tr '\n' ' '))"
 test "$(cat "$F/model_00000004.bin" "$F/state_00000004_00000.bin" | sha256sum)" = "$sum_before" && test -f "$F/DONE_00000004" && test ! -f "$F/DONE_00000006"
 check $? "...the previous checkpoint (step 4) is intact and the failed one is not marked complete"
+
+# a state file that does not hold the step its name says (renamed or copied over) is refused
+R="$TMP/renamed"
+$TRAIN "${FAST[@]}" -x 4 -n 2 -o "$R" > /dev/null 2>&1
+cp "$R/state_00000002_00000.bin" "$R/state_00000004_00000.bin"
+expect_error "holds step 2, but its name says step 4" "a state file holding another step than its name is refused" -- $TRAIN "${FAST[@]}" -x 6 -o "$R" -y 1
 
 # flags whose value passes the range check but makes no sense
 expect_error "-x (--max-steps) is 0" "-x 0 is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 0

@@ -48,7 +48,11 @@ grep -q "processes / ZeRO      | 1 / stage 0" "$TMP/single.log"
 check $? "... and reports 1 process"
 for prog in mpi_comm mpi_comm_nccl_emu; do
     if [ ! -x build/$prog ]; then
-        echo "not ok - build/$prog missing (make build/$prog)"
+        if [ $prog = mpi_comm_nccl_emu ] && [ -n "${TESTS_NO_CUDA_HEADERS:-}" ]; then
+            echo "# build/$prog left out: the CUDA toolkit's headers were not found (make test needs them)"
+        else
+            echo "not ok - build/$prog missing (make build/$prog)"
+        fi
         continue
     fi
     for n in 1 2 3 5; do

@@ -239,8 +239,11 @@ static void test_host_f64_chunks(void) {
     for (int i = 0; i < NH; i++) { ok &= many[i] == (double)i * N + 0.25 * N * (N - 1); }
     size_t want = 0, s, r;
 #ifdef COMM_HAVE_NCCL /* one all-reduce per chunk of the scratch, each counted as 2 x its reduce-scatter */
-    for (size_t off = 0; off < NH; off += COMM_NCCL_HOST_SCRATCH) {
-        size_t m = NH - off < COMM_NCCL_HOST_SCRATCH ? NH - off : COMM_NCCL_HOST_SCRATCH;
+    /* the scratch holds max(64, world + 2) values: the step statistics (world + 2) are one all-reduce */
+    const size_t chunk = (size_t)(N + 2 > 64 ? N + 2 : 64);
+    ok &= !g.nccl.comm || g.nccl.dscratch_n == (int)chunk;
+    for (size_t off = 0; off < NH; off += chunk) {
+        size_t m = NH - off < chunk ? NH - off : chunk;
         comm_ring_bytes(&g, 0, m, comm_shard_size(&g, m), 8, 0, &s, &r);
         want += 2 * s;
     }

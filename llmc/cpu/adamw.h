@@ -110,12 +110,6 @@ static inline void scale_floats(floatX* x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) { x[i] *= s; }
 }
 
-/* dst(n) += src(n) */
-static inline void add_floats(floatX* dst, const floatX* src, size_t n) {
-    #pragma omp parallel for schedule(static) if(n >= LLMC_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) { dst[i] += src[i]; }
-}
-
 /* returns 1 if any of x(n) is +-inf or NaN (exponent bits all ones), else 0 */
 static inline int has_inf_or_nan(const floatX* x, size_t n) {
     int bad = 0;

@@ -7,8 +7,6 @@
  *   gelu_backward_inplace(d(n), inp(n), n)       d = d * gelu'(inp)
  *   residual_forward(out(n), inp1(n), inp2(n), n) out = inp1 + inp2 (out may be inp1 or inp2: each element is read
  *                                                before it is written, by the same thread)
- *   add_floats(dst(n), src(n), n)                 dst += src: residual_forward(dst, dst, src) (ZeRO-2 gradient shard
- *                                                accumulation across micro-steps)
  * dtypes: floatX in and out, fp32 arithmetic, one rounding to floatX per output.
  * Error behaviour: launch errors exit via CUDA_CHECK_LAUNCH. Queued on main_stream(); no host sync.
  */
@@ -107,7 +105,5 @@ static inline void residual_forward(floatX* out, const floatX* inp1, const float
     }
     CUDA_CHECK_LAUNCH();
 }
-
-static inline void add_floats(floatX* dst, const floatX* src, size_t n) { residual_forward(dst, dst, src, n); }
 
 #endif /* LLMC_CUDA_GELU_CUH */

@@ -1,0 +1,70 @@
+# dev/test/cli_tp_nccl_emu.sh -- tensor and sequence parallelism on the GPU build's code path without a GPU:
+# train_gpt_emu_mpi (the CUDA kernels on the CPU execution layer, FP32) and train_gpt_emu_mpi_bf16 (BF16), with
+# NCCL's API emulated over MPI, so the f/g operators (llmc/tensor_parallel.h), the vocabulary-sharded encoder,
+# the vocabulary-parallel cross-entropy kernels and sequence parallelism's all-gathers / reduce-scatters run
+# through llmc/comm_nccl.h on its communication stream, as on GPUs. d2 (B=4, T=32), 2 steps. Tolerances:
+# dp_lib.sh and cli_dp_nccl_emu.sh.
+#   - FP32, tp 2, tp 2 with sequence parallelism (2 processes) and tp 2 x dp 2 with sequence parallelism and
+#     ZeRO-1 (4 processes): every run exits 0 after 2 steps; losses and gradient norms equal the CPU build's
+#     under mpirun with the same flags within 1e-5 relative (another implementation of every op, each agreeing
+#     to ~1e-6 in fp32; test_gpt.cu's fp32 fixture tolerance), the final weights' RMS difference within 1e-5 of
+#     their RMS; the bytes each tensor-parallel group moves per step equal the CPU build's (both count the ring
+#     model of every collective, so the NCCL path issues the same collectives on the same sizes), per rank within
+#     64 bytes (the NCCL counters model a host fp64 all-reduce as twice its reduce-scatter, which for a count not
+#     divisible by tp puts a few values' bytes on another rank than the MPI ring does: the same group total);
+#   - BF16, tp 2 and tp 2 with sequence parallelism: losses equal the fp32 CPU build on one process within 5e-3
+#     relative (test_gpt.cu's BF16 step-loss tolerance: bf16 activations and gradients, fp32 master weights).
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+for prog in ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16; do
+    if [ ! -x "$prog" ]; then
+        echo "not ok - $prog missing (make $prog)"
+        exit 1
+    fi
+done
+F=(-e d2 -b 4 -t 32 -j '' -g 0 -x 2 -l 1e-3 --comm-stats 1)
+
+# the tp bytes of step 2 per tensor-parallel rank, as "tprank:sent:recv" sorted
+tp_bytes() {
+    grep -o 'comm: rank [0-9]* step 2 .* | tp rank [0-9]* sent [0-9]* recv [0-9]*' "$1" |
+        sed -E 's/^comm: rank ([0-9]*) .* tp rank ([0-9]*) sent ([0-9]*) recv ([0-9]*)$/\1.\2:\3:\4/' | sort | tr '\n' ' '
+}
+
+for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1"; do
+    set -- $setup
+    N=$1; shift
+    name="n$N$(echo "$@" | tr -d ' -')"
+    E="$TMP/emu_$name"; C="$TMP/cpu_$name"
+    MPIRUN $N ./train_gpt_emu_mpi "${F[@]}" "$@" -d $((128 * N / 2)) -o "$E" > "$E.log" 2>&1
+    rc=$?
+    test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
+    check $? "NCCL path (emulated), FP32, $N processes, $*: 2 steps under mpirun (exit $rc)"
+    MPIRUN $N $TRAIN "${F[@]}" "$@" -d $((128 * N / 2)) -o "$C" > "$C.log" 2>&1
+    out=$(dp_compare_logs "$C/log.jsonl" "$E/log.jsonl" train loss 1e-5 2) && \
+        out="$out; $(dp_compare_logs "$C/log.jsonl" "$E/log.jsonl" train grad_norm 1e-5 2)" && \
+        out="$out; $(dp_compare_models_rms "$C/model_00000002.bin" "$E/model_00000002.bin" 1e-5)"
+    check $? "NCCL path, FP32, $N processes, $*: losses, norms, final weights vs the CPU build: $out"
+    be=$(tp_bytes "$E.log"); bc=$(tp_bytes "$C.log")
+    python3 - "$be" "$bc" <<'PY'
+import sys
+parse = lambda s: {k: (int(a), int(b)) for k, a, b in (w.split(":") for w in s.split())}
+e, c = parse(sys.argv[1]), parse(sys.argv[2])
+groups = {k.split(".")[0] for k in c}
+total = lambda d, g: sum(a + b for k, (a, b) in d.items() if k.split(".")[0] == g)
+ok = len(e) == len(c) > 0 and e.keys() == c.keys() and all(total(e, g) == total(c, g) for g in groups)
+ok = ok and all(abs(e[k][0] - c[k][0]) <= 64 and abs(e[k][1] - c[k][1]) <= 64 for k in c)
+sys.exit(0 if ok else 1)
+PY
+    check $? "NCCL path, FP32, $N processes, $*: tp bytes per step equal the CPU build's per group, per rank within 64 (dp.tp:sent:recv $be vs $bc)"
+done
+
+$TRAIN "${F[@]}" -d 128 -o "$TMP/cpu_ref" > "$TMP/cpu_ref.log" 2>&1
+for sp in 0 1; do
+    E="$TMP/bf16_sp$sp"
+    MPIRUN 2 ./train_gpt_emu_mpi_bf16 "${F[@]}" --tp 2 --sequence-parallel $sp -d 128 -o "$E" > "$E.log" 2>&1
+    rc=$?
+    test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
+    check $? "NCCL path (emulated), BF16, tp 2, sequence parallel $sp: 2 steps under mpirun (exit $rc)"
+    out=$(dp_compare_logs "$TMP/cpu_ref/log.jsonl" "$E/log.jsonl" train loss 5e-3 2)
+    check $? "NCCL path, BF16, tp 2, sequence parallel $sp: losses vs the fp32 CPU build on one process: $out"
+done

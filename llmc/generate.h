@@ -1,0 +1,129 @@
+/*
+ * llmc/generate.h -- autoregressive text generation from a GPT2 model (the trainer's samples): the prompt
+ * encoded with the GPT-2 tokenizer (or <|endoftext|>), one forward per new token at batch 1 over the last T
+ * tokens (context crop), the next token drawn from the last row's logits with temperature and top-k
+ * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter).
+ *
+ * Shapes and dtypes: tokens int32, at most the model's T per forward; logits fp32 (Vp) on the host, of which
+ * the first V are sampled. Under tensor parallelism every rank of the tensor-parallel group runs the same
+ * forwards (collective); the printing rank draws each token and broadcasts it over that group. Under sequence
+ * parallelism the forward runs at the full length T, the tokens padded at the end with <|endoftext|> (attention
+ * is causal, so the padding does not change the row read).
+ *
+ * Errors: allocation failures exit through malloc_check; a prompt with no tokenizer is ignored (said once).
+ * Method: GPT-2's sampling (Radford et al. 2019), as llm.c's train_gpt2.cu samples during training.
+ */
+#ifndef LLMC_GENERATE_H
+#define LLMC_GENERATE_H
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/comm.h"
+#include "llmc/gpt2.h"
+#include "llmc/sampler.h"
+#include "llmc/tokenizer.h"
+
+#define GENERATE_TEXT_MAX 65536 /* bytes of generated text kept for the log */
+
+typedef struct {
+    const char* prompt;          /* "" = start from <|endoftext|> */
+    int gen_tokens;              /* tokens to generate */
+    float temperature;           /* <= 0: greedy */
+    int top_k;                   /* <= 0: no truncation */
+    int gelu_fusion;             /* the trainer's -ge, passed to gpt2_forward */
+    const Tokenizer* tokenizer;  /* NULL: no tokenizer, token ids are printed */
+    Comm* tp;                    /* the tensor-parallel group (a group of one without tp) */
+    int printing;                /* 1 on the process that prints and draws (rank 0 of its tp group) */
+    uint64_t* rng;               /* the sampling RNG state (xorshift64*), advanced once per token on the printer */
+} GenerateConfig;
+
+/* prompt tokens: the encoded prompt, or <|endoftext|>; returns the count, *tokens has room for gen_tokens more */
+static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** tokens) {
+    int prompt_len = 0;
+    if (g->prompt[0] != '\0' && g->tokenizer) {
+        prompt_len = tokenizer_encode(g->tokenizer, g->prompt, NULL, 0); /* returns the full count */
+        if (prompt_len < 0) { prompt_len = 0; }
+    }
+    size_t capacity = (size_t)prompt_len + 1 + (size_t)(g->gen_tokens > 0 ? g->gen_tokens : 0);
+    *tokens = (int*)malloc_check(capacity * sizeof(int), "sample tokens");
+    int n = 0;
+    if (prompt_len > 0) {
+        n = tokenizer_encode(g->tokenizer, g->prompt, *tokens, prompt_len);
+        if (n > m->T && g->printing) {
+            printf("(prompt of %d tokens: the model sees its last %d tokens, T=%d)\n", n, m->T, m->T);
+        }
+    } else if (g->prompt[0] != '\0' && g->printing) {
+        printf("(no tokenizer: the prompt is ignored)\n");
+    }
+    if (n == 0) { (*tokens)[n++] = GPT2_EOT; }
+    return n;
+}
+
+/* the logits (Vp, fp32) of the last of the n tokens into host_logits: a forward at batch 1 over the last T of
+ * them (at the full length T under sequence parallelism, padded at the end). Collective over the tp group. */
+static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* tokens, int n, float* host_logits) {
+    int maxlen = m->T, len = n < maxlen ? n : maxlen;
+    int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
+    dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
+    if (fwd > len) {
+        int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
+        for (int i = 0; i < fwd - len; i++) { pad[i] = GPT2_EOT; }
+        dev_memcpy_h2d(m->inputs + len, pad, (size_t)(fwd - len) * sizeof(int));
+        free(pad);
+    }
+    gpt2_forward(m, m->inputs, NULL, 1, fwd, g->gelu_fusion, 0.0f, 0);
+    gpt2_logits_row(m, len - 1, host_logits);
+}
+
+/* appends chunk(k) to text (at most GENERATE_TEXT_MAX - 1 bytes are kept) */
+static inline void generate_text_append(char* text, size_t* len, const char* chunk, size_t k) {
+    if (*len + k < GENERATE_TEXT_MAX - 1) { memcpy(text + *len, chunk, k); *len += k; }
+}
+
+/* generates g->gen_tokens tokens after the prompt, printing them as they come on the printing process. Returns
+ * the generated text (NUL-terminated, malloc'd, at most 64 KiB; the caller frees it): decoded on the printer, ""
+ * elsewhere. Collective over g->tp. */
+static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
+    int* tokens = NULL;
+    int n = generate_prompt(m, g, &tokens);
+    float* logits = (float*)malloc_check((size_t)m->config.padded_vocab_size * sizeof(float), "sample logits");
+    char* text = (char*)malloc_check(GENERATE_TEXT_MAX, "sample text");
+    size_t text_len = 0;
+    TokenPrinter printer;
+    token_printer_init(&printer);
+    char chunk[TOKEN_PRINTER_MAX_OUT];
+    if (g->printing) {
+        printf("sample (%s): ", g->prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
+        if (g->tokenizer && g->prompt[0]) { printf("%s", g->prompt); }
+    }
+    for (int generated = 0; generated < g->gen_tokens; generated++) {
+        generate_logits(m, g, tokens, n, logits);
+        int next = 0;
+        if (g->printing) {
+            next = sample_token(logits, m->config.vocab_size, g->temperature, g->top_k, random_f32(g->rng));
+        }
+        comm_broadcast_host(g->tp, &next, sizeof(next), 0); /* the other tp ranks feed the same token */
+        tokens[n++] = next;
+        if (!g->printing) { continue; }
+        if (g->tokenizer) {
+            size_t k = token_printer_feed(&printer, g->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
+            fwrite(chunk, 1, k, stdout);
+            generate_text_append(text, &text_len, chunk, k);
+        } else {
+            printf("%d ", next);
+        }
+        fflush(stdout);
+    }
+    if (g->printing && g->tokenizer) {
+        size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
+        fwrite(chunk, 1, k, stdout);
+        generate_text_append(text, &text_len, chunk, k);
+    }
+    if (g->printing) { printf("\n"); }
+    text[text_len] = '\0';
+    free(tokens);
+    free(logits);
+    return text;
+}
+
+#endif /* LLMC_GENERATE_H */
