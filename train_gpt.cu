@@ -188,7 +188,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
          "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
-    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step");
+    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step (and the time in tp collectives)");
     SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
          "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
          "(CUDA build, one process, not with -z 2; micro-steps that issue gradient buckets run eagerly; same results)");
@@ -219,8 +219,8 @@ typedef struct {
 typedef struct {
     TrainConfig cfg;
     Comm world;                /* every process (llmc/comm.h) */
-    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); tp = pp = ep = 1
-                                  until those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
+    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); pp = ep = 1 until
+                                  those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
     Comm* dp;                  /* the data-parallel group: grid.dp */
     Comm* tp;                  /* the tensor-parallel group: grid.tp */
     GPT2 model;
@@ -240,6 +240,7 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     MicroStepGraphs graphs;    /* --cuda-graphs */
+    double tp_seconds;         /* --comm-stats 1: wall time of this step's tensor-parallel collectives */
 } TrainSession;
 
 /* process 0 prints, logs, samples and writes the model file */
@@ -249,23 +250,49 @@ static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coor
 
 /* ---------------------------------------------------------------- tensor-parallel collectives of the model */
 
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* the model's tensor-parallel collectives (llmc/tensor_parallel.h) on the process grid's tp group: in place, and
- * later device work waits for them (the host does not) */
+ * later device work waits for them (the host does not). Under --comm-stats 1 each is timed alone: the device
+ * drains before it and the host waits for it, so s->tp_seconds is the time in tp collectives (without their
+ * overlap with queued work, which those runs give up). ctx = the TrainSession. */
+static double tp_collective_begin(TrainSession* s) {
+    if (!s->cfg.comm_stats) { return 0.0; }
+    dev_synchronize();
+    return wall_seconds();
+}
+static void tp_collective_end(TrainSession* s, double t0) {
+    if (!s->cfg.comm_stats) { comm_wait(s->tp); return; }
+    comm_join(s->tp);
+    s->tp_seconds += wall_seconds() - t0;
+}
 static void tp_all_reduce(void* ctx, floatX* buf, size_t count) {
-    comm_all_reduce((Comm*)ctx, buf, floatx_comm_dtype(), count);
-    comm_wait((Comm*)ctx);
+    TrainSession* s = (TrainSession*)ctx;
+    double t0 = tp_collective_begin(s);
+    comm_all_reduce(s->tp, buf, floatx_comm_dtype(), count);
+    tp_collective_end(s, t0);
 }
 static void tp_all_reduce_f32(void* ctx, float* buf, size_t count) {
-    comm_all_reduce((Comm*)ctx, buf, COMM_F32, count);
-    comm_wait((Comm*)ctx);
+    TrainSession* s = (TrainSession*)ctx;
+    double t0 = tp_collective_begin(s);
+    comm_all_reduce(s->tp, buf, COMM_F32, count);
+    tp_collective_end(s, t0);
 }
 static void tp_all_gather(void* ctx, floatX* buf, size_t count) {
-    comm_all_gather((Comm*)ctx, buf, floatx_comm_dtype(), count);
-    comm_wait((Comm*)ctx);
+    TrainSession* s = (TrainSession*)ctx;
+    double t0 = tp_collective_begin(s);
+    comm_all_gather(s->tp, buf, floatx_comm_dtype(), count);
+    tp_collective_end(s, t0);
 }
 static void tp_reduce_scatter(void* ctx, floatX* buf, size_t count) {
-    comm_reduce_scatter((Comm*)ctx, buf, floatx_comm_dtype(), count);
-    comm_wait((Comm*)ctx);
+    TrainSession* s = (TrainSession*)ctx;
+    double t0 = tp_collective_begin(s);
+    comm_reduce_scatter(s->tp, buf, floatx_comm_dtype(), count);
+    tp_collective_end(s, t0);
 }
 
 /* this process's place in the tensor-parallel group, as the model sees it */
@@ -275,7 +302,7 @@ static TensorParallel session_tensor_parallel(TrainSession* s) {
     tp.rank = s->tp->rank;
     tp.size = s->tp->world;
     tp.sequence_parallel = s->cfg.sequence_parallel;
-    tp.ctx = s->tp;
+    tp.ctx = s;
     tp.all_reduce = tp_all_reduce;
     tp.all_reduce_f32 = tp_all_reduce_f32;
     tp.all_gather = tp_all_gather;
@@ -377,6 +404,7 @@ static StepResult train_step(TrainSession* s) {
     dloss *= loss_scale;
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
+    s->tp_seconds = 0.0;
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
     gpt2_loss_sum_reset(&s->model);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
@@ -404,9 +432,9 @@ static StepResult train_step(TrainSession* s) {
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
         if (s->tp->world > 1) {
-            printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls (tp %d, world %d)", s->tp->rank,
-                   s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls, s->tp->world,
-                   s->world.world);
+            printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
+                   s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
+                   s->tp_seconds * 1000.0, s->tp->world, s->world.world);
         }
         printf("\n");
         fflush(stdout);
@@ -813,12 +841,6 @@ static void session_free(TrainSession* s) {
 }
 
 /* ---------------------------------------------------------------- the training loop */
-
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* prints (rank 0, every --log-every steps and the last) and logs the step's line */
 static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu) {

@@ -7,7 +7,10 @@
 #      steps each after a warm-up: the median tokens/s, MFU (llmc/mfu.h: (6N + 6LCT) FLOPs per token against the
 #      device's dense BF16 peak), and the parallel efficiency against tp = 1 (tokens/s at tp = k over tokens/s at
 #      tp = 1: the whole cost of splitting the blocks: the tp collectives that the compute does not hide, and the
-#      smaller GEMMs), plus the tensor-parallel bytes each process moves per step (--comm-stats 1, the ring model);
+#      smaller GEMMs), plus the tensor-parallel bytes each process moves per step (--comm-stats 1, the ring model)
+#      and the fraction of the step's wall time spent in tensor-parallel collectives (--comm-stats 1 times each
+#      one alone: the GPU drains before it and the host waits for it, so these runs give up the overlap of
+#      queued work with the collectives, and their tokens/s is a slight underestimate of a run without the flag);
 #   3. prints one table (also to $OUT/tp_gpu_check.txt when OUT is set).
 # The micro-batch per process keeps the tokens per data-parallel rank the same for every tp (B = BASE_B * tp, so
 # each tp group processes the same B*T as one GPU at tp = 1 and the optimizer step stays the same size).
@@ -31,7 +34,7 @@ fi
 if command -v mpicc > /dev/null 2>&1; then BUILD=(make -j8 train_gpt GPU_ARCH=90 CUDA_MPI=1); else BUILD=(make -j8 train_gpt GPU_ARCH=90); fi
 echo "[tp_gpu_check] building: ${BUILD[*]}"
 "${BUILD[@]}" > "$WORK/build.log" 2>&1 || { echo "error: build failed: $(grep -m1 ' error' "$WORK/build.log")" >&2; exit 1; }
-printf '%-6s %-4s %-6s %-4s %12s %8s %10s %18s\n' model tp dp B "tok/s" MFU efficiency "tp bytes/step" | tee "$OUTF"
+printf '%-6s %-4s %-6s %-4s %12s %8s %10s %18s %12s\n' model tp dp B "tok/s" MFU efficiency "tp bytes/step" "tp coll %" | tee "$OUTF"
 for model in $MODELS; do
     base=""
     for tp in $TPS; do
@@ -52,10 +55,19 @@ print("%.0f %s" % (statistics.median(r[0] for r in rows), statistics.median(floa
 PY
 )"
         tpbytes=$(grep -o "tp rank 0 sent [0-9]*" "$log" | tail -1 | awk '{print $5}')
+        tpfrac=$(python3 - "$log" <<'PY'
+import re, statistics, sys
+t = open(sys.argv[1]).read()
+coll = [float(x) for x in re.findall(r"^comm: rank 0 step \d+ .*\| tp rank 0 .* calls, ([0-9.]+) ms", t, re.M)]
+step = [float(x) for x in re.findall(r"^step .*\| ([0-9.]+) ms \|", t, re.M)]
+pairs = [c / s for c, s in zip(coll, step) if s > 0][2:]  # after warm-up
+print("%.1f" % (100 * statistics.median(pairs)) if pairs else "-")
+PY
+)
         [ "$tp" = 1 ] && base=$toks
         eff=$(python3 -c "import sys; a,b=sys.argv[1],sys.argv[2]; print('%.2f' % (float(a)/float(b)) if b not in ('','nan') and a != 'nan' else '-')" "$toks" "${base:-}")
         [ $rc -ne 0 ] && toks="exit $rc"
-        printf '%-6s %-4s %-6s %-4s %12s %7s%% %10s %18s\n' "$model" "$tp" $((NGPU / tp)) "$B" "$toks" "$mfu" "$eff" "${tpbytes:--}" | tee -a "$OUTF"
+        printf '%-6s %-4s %-6s %-4s %12s %7s%% %10s %18s %12s\n' "$model" "$tp" $((NGPU / tp)) "$B" "$toks" "$mfu" "$eff" "${tpbytes:--}" "$tpfrac" | tee -a "$OUTF"
     done
 done
 echo "[tp_gpu_check] done in $((SECONDS - t0)) s; efficiency = tokens/s at tp over tokens/s at tp 1 (same tokens per step)"

@@ -17,7 +17,8 @@
 #       with SP     forward 4L + 2 all-gathers/reduce-scatters of N*C (the same bytes as the forward all-reduces),
 #                   backward 6L + 3 (LayerNorm outputs are gathered again instead of kept: Nl rows stored per rank),
 #                   + 2L + 1 all-reduces of 2C (the LayerNorm weight/bias gradients of each rank's rows) + the loss;
-#     plus the step's fp64 statistics (at most 64 bytes);
+#     plus the step's fp64 statistics (at most 64 bytes); the time in those collectives (--comm-stats 1) is
+#     printed per step, above 0 and at most the step's time;
 #   - a tp 2 x dp 2 ZeRO-1 checkpoint resumes on the same layout bit for bit, and re-shards to 1 process and to tp 4
 #     (through the full model's flat order): the next losses and the final weights within T(8);
 #   - per-process memory of d12 (dry setup, --dry-run 1) at tp 1, 2, 4, with and without sequence parallelism: the
@@ -72,6 +73,15 @@ print("theory %.0f bytes per rank (%d micro-steps); measured (tp rank, sent, rec
 sys.exit(0 if ok else 1)
 PY
     check $? "$name: bytes each rank moves in its tensor-parallel group per step equal the theory (within 64 bytes)"
+    python3 - "$D.log" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+coll = [float(x) for x in re.findall(r"^comm: rank 0 step \d+ .*\| tp rank 0 .* calls, ([0-9.]+) ms", t, re.M)]
+step = [float(x) for x in re.findall(r"^step .*\| ([0-9.]+) ms \|", t, re.M)]
+print("process 0: tp collectives %s ms in steps of %s ms" % (coll[:3], step[:3]))
+sys.exit(0 if len(coll) == len(step) == 10 and all(0 < c <= s for c, s in zip(coll, step)) else 1)
+PY
+    check $? "$name: the time in tp collectives is printed per step, above 0 and within the step's time"
 done
 
 G=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 8 -d 512)
