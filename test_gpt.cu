@@ -500,7 +500,8 @@ static void gather_tp_logits(GPT2* m, Comm* group, int N, float* host) {
     size_t block = (size_t)N * Vs;
     floatX* all = (floatX*)dev_malloc((size_t)p * block * sizeof(floatX), "gathered logits");
     dev_memcpy_d2d(all + (size_t)m->tp.rank * block, m->acts.t[A_LOGITS], block * sizeof(floatX));
-    tp_all_gather(group, all, block);
+    comm_all_gather(group, all, floatx_comm_dtype(), block);
+    comm_wait(group);
     if (host) {
         float* tmp = (float*)malloc_check((size_t)p * block * sizeof(float), "host gathered logits");
         dev_download_floats(tmp, all, (size_t)p * block);
@@ -554,7 +555,8 @@ static void test_tensor_parallel(Comm* world, const char* model_path, const Fixt
     noclip.n_steps = 3;
     noclip.grad_clip = 0.0f;
     for (int sp = 0; sp <= 1; sp++) {
-        TensorParallel tp = {world->rank, p, sp, world, tp_all_reduce, tp_all_reduce_f32, tp_all_gather, tp_reduce_scatter};
+        TensorParallelComm binding;
+        TensorParallel tp = tensor_parallel_on_comm(&binding, world, floatx_comm_dtype(), sp, 0);
         FixtureModel fm, ref;
         build_fixture_model_tp(&fm, model_path, fx->B, fx->T, &tp);
         build_fixture_model(&ref, model_path, fx->B, fx->T);

@@ -45,6 +45,7 @@
 #include "llmc/train_state.h"      /* defines: TrainState, train_state_write/read/read_resharded */
 #include "llmc/batch_pipeline.h"   /* defines: BatchPipeline */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
+#include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
 
 /* ============================================================ training configuration and flags */
 
@@ -240,75 +241,13 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     MicroStepGraphs graphs;    /* --cuda-graphs */
-    double tp_seconds;         /* --comm-stats 1: wall time of this step's tensor-parallel collectives */
+    TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
 } TrainSession;
 
 /* process 0 prints, logs, samples and writes the model file */
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
 /* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
 static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
-
-/* ---------------------------------------------------------------- tensor-parallel collectives of the model */
-
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* the model's tensor-parallel collectives (llmc/tensor_parallel.h) on the process grid's tp group: in place, and
- * later device work waits for them (the host does not). Under --comm-stats 1 each is timed alone: the device
- * drains before it and the host waits for it, so s->tp_seconds is the time in tp collectives (without their
- * overlap with queued work, which those runs give up). ctx = the TrainSession. */
-static double tp_collective_begin(TrainSession* s) {
-    if (!s->cfg.comm_stats) { return 0.0; }
-    dev_synchronize();
-    return wall_seconds();
-}
-static void tp_collective_end(TrainSession* s, double t0) {
-    if (!s->cfg.comm_stats) { comm_wait(s->tp); return; }
-    comm_join(s->tp);
-    s->tp_seconds += wall_seconds() - t0;
-}
-static void tp_all_reduce(void* ctx, floatX* buf, size_t count) {
-    TrainSession* s = (TrainSession*)ctx;
-    double t0 = tp_collective_begin(s);
-    comm_all_reduce(s->tp, buf, floatx_comm_dtype(), count);
-    tp_collective_end(s, t0);
-}
-static void tp_all_reduce_f32(void* ctx, float* buf, size_t count) {
-    TrainSession* s = (TrainSession*)ctx;
-    double t0 = tp_collective_begin(s);
-    comm_all_reduce(s->tp, buf, COMM_F32, count);
-    tp_collective_end(s, t0);
-}
-static void tp_all_gather(void* ctx, floatX* buf, size_t count) {
-    TrainSession* s = (TrainSession*)ctx;
-    double t0 = tp_collective_begin(s);
-    comm_all_gather(s->tp, buf, floatx_comm_dtype(), count);
-    tp_collective_end(s, t0);
-}
-static void tp_reduce_scatter(void* ctx, floatX* buf, size_t count) {
-    TrainSession* s = (TrainSession*)ctx;
-    double t0 = tp_collective_begin(s);
-    comm_reduce_scatter(s->tp, buf, floatx_comm_dtype(), count);
-    tp_collective_end(s, t0);
-}
-
-/* this process's place in the tensor-parallel group, as the model sees it */
-static TensorParallel session_tensor_parallel(TrainSession* s) {
-    TensorParallel tp = tensor_parallel_none();
-    if (s->tp->world == 1) { return tp; }
-    tp.rank = s->tp->rank;
-    tp.size = s->tp->world;
-    tp.sequence_parallel = s->cfg.sequence_parallel;
-    tp.ctx = s;
-    tp.all_reduce = tp_all_reduce;
-    tp.all_reduce_f32 = tp_all_reduce_f32;
-    tp.all_gather = tp_all_gather;
-    tp.reduce_scatter = tp_reduce_scatter;
-    return tp;
-}
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -404,7 +343,7 @@ static StepResult train_step(TrainSession* s) {
     dloss *= loss_scale;
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
-    s->tp_seconds = 0.0;
+    s->tp_comm.seconds = 0.0;
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
     gpt2_loss_sum_reset(&s->model);
     for (int micro = 0; micro < s->grad_accum_steps; micro++) {
@@ -434,7 +373,7 @@ static StepResult train_step(TrainSession* s) {
         if (s->tp->world > 1) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
-                   s->tp_seconds * 1000.0, s->tp->world, s->world.world);
+                   s->tp_comm.seconds * 1000.0, s->tp->world, s->world.world);
         }
         printf("\n");
         fflush(stdout);
@@ -720,7 +659,8 @@ static void setup_grid(TrainSession* s, const GPT2Config* mc) {
 
 /* the model (this process's tensor-parallel part): a descriptor (random init from --seed) or a model file */
 static void setup_model(TrainSession* s, const GPT2Config* mc) {
-    TensorParallel tp = session_tensor_parallel(s);
+    TensorParallel tp = tensor_parallel_on_comm(&s->tp_comm, s->tp, floatx_comm_dtype(), s->cfg.sequence_parallel,
+                                                s->cfg.comm_stats);
     if (is_model_descriptor(s->cfg.model)) {
         gpt2_allocate_weights_tp(&s->model, mc, &tp);
         gpt2_init_random(&s->model, (uint64_t)s->cfg.seed);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* prints "error: <formatted message>  [file:line]" and exits with status 1 */
@@ -93,6 +94,13 @@ static inline void fclose_check_at(FILE* f, const char* path, const char* file, 
     }
 }
 #define fclose_check(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
+
+/* seconds on the monotonic clock (CLOCK_MONOTONIC; for intervals: step times, collective times) */
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* size of a file in bytes, or -1 if it cannot be stat'ed */
 static inline long long file_size_bytes(const char* path) {
