@@ -47,6 +47,12 @@
  * segment; NCCL: one ncclGroupStart/End of per-segment calls, summed in NCCL's order (which may differ from a
  * whole-buffer call's in the last bits with more than two ranks). Bytes: the sum of the per-segment ring costs.
  *
+ * Batched point-to-point (pipeline parallelism; Megatron-LM's batched p2p): comm_p2p_batch posts n CommP2P
+ * transfers together and completes them together, so "send to r+1, receive from r-1" on every rank, or two
+ * neighbours each sending and receiving, cannot deadlock. MPI: MPI_Isend / MPI_Irecv each, one MPI_Waitall,
+ * matched by tag. NCCL: one ncclGroupStart/End on the communication stream, matched in posting order (no tags):
+ * callers post the transfers between a pair in the same order on both sides (sorted by (peer, tag)).
+ *
  * Fences (GPU): comm_fence_record(c, k) marks the collectives issued so far; comm_fence_wait(c, k) makes
  * the compute stream wait for that mark without blocking the host (double-buffered gradient buckets:
  * a buffer is reused only after its reduction finished). k < COMM_FENCES. No-ops on the CPU build.
@@ -358,6 +364,51 @@ static inline void comm_recv(Comm* c, void* buf, CommDtype t, size_t count, int 
 #else
     (void)buf; (void)peer;
     FATAL("comm_recv: no peer in a single-process build");
+#endif
+}
+
+/* Batched, non-blocking point-to-point: the transfers ops(n) (CommP2P: send = 1 sends count elements of t from
+ * buf to rank `peer` of group c, send = 0 receives them into buf; device buffers, host memory on the CPU build) are
+ * posted together and complete together, so every rank may send and receive in one call without deadlock.
+ *   MPI (CPU build): MPI_Isend / MPI_Irecv each with MPI tag COMM_MPI_P2P_TAG0 + tag, then one MPI_Waitall;
+ *     returns when all are done. At most 1 GiB per transfer.
+ *   NCCL: the communication stream waits for the compute work queued so far, then ncclGroupStart, ncclSend /
+ *     ncclRecv in the given order, ncclGroupEnd; later compute-stream work waits for the batch without blocking
+ *     the host (as comm_wait; the host waits' watchdog and comm_join still catch a dead peer). Until then the
+ *     buffers stay allocated and are touched only by compute-stream work queued after this call.
+ * Ordering rule: NCCL matches the k-th send from a to b with b's k-th receive from a, whatever the tags, so both
+ * sides must post the transfers of a pair, per direction, in the same order (the pipeline executor sorts a batch
+ * by (peer, tag)); on MPI the tag decides. The peer's matching transfer must be in a batch the peer posts without
+ * waiting for this one, with the same count and element size. A transfer's tag (>= 0) only needs to tell apart
+ * the messages between the same pair in the same direction.
+ * Counters: one call adding the bytes sent and received. n == 0: no-op (not counted).
+ * Errors (one line, the job ends): n < 0, any transfer in a group of one process (or a single-process build: no
+ * peers), a peer outside [0, world) or equal to this rank, a negative tag; NCCL before comm_init_device; the
+ * transport's own errors (comm_mpi_p2p_batch: above 1 GiB, tag above MPI_TAG_UB, counts that differ between the
+ * sides; MPI and NCCL return codes). */
+static inline void comm_p2p_batch(Comm* c, const CommP2P* ops, int n) {
+    if (n == 0) { return; }
+    if (n < 0) { FATAL("comm_p2p_batch: %d transfers", n); }
+    if (c->world == 1) { FATAL("comm_p2p_batch: %d transfer(s) but no peer in a group of one process", n); }
+#if defined(COMM_HAVE_NCCL)
+    if (!c->nccl.comm) { FATAL("comm_p2p_batch: NCCL is not started (call comm_init_device first)"); }
+#endif
+    size_t sent = 0, recv = 0;
+    for (int i = 0; i < n; i++) {
+        const CommP2P* o = &ops[i];
+        if (o->peer < 0 || o->peer >= c->world || o->peer == c->rank) {
+            FATAL("comm_p2p_batch: transfer %d names peer %d, not another rank of this group of %d (rank %d)", i,
+                  o->peer, c->world, c->rank);
+        }
+        if (o->tag < 0) { FATAL("comm_p2p_batch: transfer %d has the negative tag %d", i, o->tag); }
+        size_t bytes = o->count * comm_dtype_size(o->t);
+        if (o->send) { sent += bytes; } else { recv += bytes; }
+    }
+    comm_count(c, sent, recv);
+#if defined(COMM_HAVE_NCCL)
+    comm_nccl_p2p_batch(&c->nccl, ops, n);
+#elif defined(USE_MPI)
+    comm_mpi_p2p_batch(&c->mpi, ops, n);
 #endif
 }
 

@@ -3,7 +3,8 @@
  * bootstrap of NCCL builds made with CUDA_MPI=1). comm.h includes it; it needs comm_types.h and utils.h (FATAL, malloc_check).
  *
  * Holds: the MPI state of a group (CommMpi), MPI start/split/end, the ring algorithms behind comm.h's
- * reduce-scatter / all-gather (and so all-reduce) on host buffers, and the host broadcast, send/recv and barrier.
+ * reduce-scatter / all-gather (and so all-reduce) on host buffers, the host broadcast, send/recv and barrier, and
+ * batches of non-blocking point-to-point transfers (comm_p2p_batch: MPI_Isend / MPI_Irecv, one MPI_Waitall).
  * The ring is the bandwidth-optimal one (Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for
  * clusters of workstations", J. Parallel Distrib. Comput. 69(2); the ring NCCL uses) over MPI_Sendrecv: N-1
  * steps, at step k rank r sends its part of chunk (r-k-1) mod N (reduce-scatter) or (r-k) mod N (all-gather) to
@@ -11,8 +12,10 @@
  * MPI_Allreduce, so that the summation order is fixed (every element is summed in the same order on every run,
  * whatever the segmentation of the buffer) and the bytes it sends are the bytes comm.h counts.
  * Dtypes: sums of COMM_F32, COMM_F64 and COMM_I32 (bf16/fp16 need the GPU); copies of any CommDtype.
- * Units: counts in elements, messages split below 2^28 elements (MPI counts are int); broadcast and
- * send/recv refuse more than 1 GiB.
+ * Units: counts in elements, messages split below 2^28 elements (MPI counts are int); broadcast, send/recv and
+ * each transfer of a point-to-point batch refuse more than 1 GiB.
+ * Tags: 7 the ring, 11 send/recv, COMM_MPI_P2P_TAG0 + the caller's tag the transfers of a batch (so a batch never
+ * matches the transport's own messages).
  * Errors: every MPI call is checked by COMM_MPI_CHECK: one line "error: <call> failed: <MPI's reason>
  * [file:line]" and MPI_Abort of the whole job (comm_fail_at in comm_types.h). The communicators use
  * MPI_ERRORS_RETURN, so that the line is printed before the job ends; a dead peer ends the job through mpirun.
@@ -31,6 +34,9 @@ typedef struct {
     int owns_mpi;      /* 1 if comm_mpi_init called MPI_Init (the world's comm_mpi_finalize calls MPI_Finalize) */
     void* tmp;         /* ring receive (and send-pack) buffer, grown on demand */
     size_t tmp_bytes;
+    MPI_Request* reqs; /* (reqs_cap) requests and statuses of a point-to-point batch, grown on demand */
+    MPI_Status* stats;
+    int reqs_cap;
 } CommMpi;
 
 static inline void comm_mpi_check_at(int rc, const char* what, const char* file, int line) {
@@ -170,6 +176,65 @@ static inline void comm_mpi_recv(CommMpi* m, void* buf, size_t bytes, int peer) 
 
 static inline void comm_mpi_barrier(CommMpi* m) { COMM_MPI_CHECK(MPI_Barrier(m->comm)); }
 
+/* ---------------------------------------------------------------- batched point-to-point */
+
+#define COMM_MPI_P2P_TAG0 32 /* MPI tag of a batch transfer = COMM_MPI_P2P_TAG0 + its tag (above 7 and 11) */
+
+/* Posts every transfer of ops(n) (n >= 1, peers already checked by comm.h) at once, MPI_Isend / MPI_Irecv of
+ * buf(count * comm_dtype_size(t) bytes) with tag COMM_MPI_P2P_TAG0 + tag, then completes them with one
+ * MPI_Waitall; host buffers; returns when every transfer is done. Messages between a pair match on the tag (and,
+ * for equal tags, in posting order). Errors, one line and the job ends: a transfer above 1 GiB or a tag above
+ * MPI_TAG_UB - COMM_MPI_P2P_TAG0 (before anything is posted), a failed MPI call, a receive that got a different
+ * number of bytes than it asked for (the two sides posted different counts). */
+static inline void comm_mpi_p2p_batch(CommMpi* m, const CommP2P* ops, int n) {
+    int* tag_ub = NULL;
+    int flag = 0;
+    COMM_MPI_CHECK(MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag));
+    int max_tag = (flag ? *tag_ub : 32767) - COMM_MPI_P2P_TAG0; /* the standard guarantees at least 32767 */
+    for (int i = 0; i < n; i++) {
+        size_t bytes = ops[i].count * comm_dtype_size(ops[i].t);
+        if (bytes > (size_t)1 << 30) { FATAL("comm_p2p_batch: transfer %d: %zu bytes above 1 GiB", i, bytes); }
+        if (ops[i].tag > max_tag) {
+            FATAL("comm_p2p_batch: transfer %d: tag %d above this MPI's limit %d", i, ops[i].tag, max_tag);
+        }
+    }
+    if (n > m->reqs_cap) {
+        free(m->reqs);
+        free(m->stats);
+        m->reqs = (MPI_Request*)malloc_check((size_t)n * sizeof(MPI_Request), "comm_p2p_batch requests");
+        m->stats = (MPI_Status*)malloc_check((size_t)n * sizeof(MPI_Status), "comm_p2p_batch statuses");
+        m->reqs_cap = n;
+    }
+    for (int i = 0; i < n; i++) {
+        int bytes = (int)(ops[i].count * comm_dtype_size(ops[i].t)), tag = COMM_MPI_P2P_TAG0 + ops[i].tag;
+        if (ops[i].send) {
+            COMM_MPI_CHECK(MPI_Isend(ops[i].buf, bytes, MPI_BYTE, ops[i].peer, tag, m->comm, &m->reqs[i]));
+        } else {
+            COMM_MPI_CHECK(MPI_Irecv(ops[i].buf, bytes, MPI_BYTE, ops[i].peer, tag, m->comm, &m->reqs[i]));
+        }
+    }
+    int rc = MPI_Waitall(n, m->reqs, m->stats);
+    if (rc == MPI_ERR_IN_STATUS) { /* name the transfer's own error rather than "error code in status" */
+        for (int i = 0; i < n; i++) {
+            int e = m->stats[i].MPI_ERROR;
+            if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
+                comm_mpi_check_at(e, "MPI_Waitall (comm_p2p_batch)", __FILE__, __LINE__);
+            }
+        }
+    }
+    COMM_MPI_CHECK(rc);
+    for (int i = 0; i < n; i++) {
+        if (ops[i].send) { continue; }
+        int got = 0;
+        COMM_MPI_CHECK(MPI_Get_count(&m->stats[i], MPI_BYTE, &got));
+        size_t want = ops[i].count * comm_dtype_size(ops[i].t);
+        if ((size_t)got != want) {
+            FATAL("comm_p2p_batch: transfer %d received %d bytes from rank %d (tag %d) but expected %zu; both sides "
+                  "must post the same count", i, got, ops[i].peer, ops[i].tag, want);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 /* MPI_Init_thread (FUNNELED) unless MPI already runs (a singleton when not started by mpirun), a private
@@ -201,13 +266,19 @@ static inline void comm_mpi_split(CommMpi* parent, int color, int key, CommMpi* 
     COMM_MPI_CHECK(MPI_Comm_size(out->comm, world));
 }
 
-/* frees the communicator and the ring buffer; the world group (is_world) also ends MPI if comm_mpi_init began it */
+/* frees the communicator, the ring buffer and the batch requests; the world group (is_world) also ends MPI if
+ * comm_mpi_init began it */
 static inline void comm_mpi_finalize(CommMpi* m, int is_world) {
     if (m->comm != MPI_COMM_NULL && m->comm != 0) { COMM_MPI_CHECK(MPI_Comm_free(&m->comm)); }
     if (is_world && m->owns_mpi) { COMM_MPI_CHECK(MPI_Finalize()); }
     free(m->tmp);
     m->tmp = NULL;
     m->tmp_bytes = 0;
+    free(m->reqs);
+    free(m->stats);
+    m->reqs = NULL;
+    m->stats = NULL;
+    m->reqs_cap = 0;
 }
 
 #endif /* LLMC_COMM_MPI_H */

@@ -3,8 +3,9 @@
  * includes it; it needs only comm_types.h and the backend contract.
  *
  * Holds: the NCCL state of a group (CommNccl: communicator, communication stream, events, a small device scratch),
- * the collectives on device buffers, their ordering against the compute stream, fences, the watchdog, and the
- * host-buffer collectives staged through device memory.
+ * the collectives on device buffers, point-to-point transfers (alone, or batched in one ncclGroupStart/End), their
+ * ordering against the compute stream, fences, the watchdog, and the host-buffer collectives staged through
+ * device memory.
  * Written against the stream/event API of the backend contract (llmc/backend.h: DevStream, DevEvent,
  * dev_stream_create, dev_event_record[_on], dev_stream_wait_event, dev_wait_event, dev_event_query,
  * dev_stream_synchronize, dev_memcpy_{h2d,d2h}_on, dev_malloc, dev_set/get_wait_watchdog; llmc/README.md, "The
@@ -187,6 +188,26 @@ static inline void comm_nccl_recv(CommNccl* n, void* buf, CommDtype t, size_t co
     comm_nccl_begin(n);
     COMM_NCCL_CHECK(ncclRecv(buf, count, comm_nccl_type(t), peer, n->comm, n->stream));
     comm_nccl_end(n);
+}
+
+/* the transfers ops(nops) as one group on the communication stream, after the compute work queued so far:
+ * ncclGroupStart, ncclSend / ncclRecv in the given order, ncclGroupEnd; later main-stream work waits for them
+ * without blocking the host (comm_nccl_wait; a hang is caught by the next host wait's watchdog). NCCL ignores the
+ * tags: between a pair, the k-th send matches the peer's k-th receive (see comm_p2p_batch in comm.h). */
+static inline void comm_nccl_p2p_batch(CommNccl* n, const CommP2P* ops, int nops) {
+    comm_nccl_begin(n);
+    COMM_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < nops; i++) {
+        const CommP2P* o = &ops[i];
+        if (o->send) {
+            COMM_NCCL_CHECK(ncclSend(o->buf, o->count, comm_nccl_type(o->t), o->peer, n->comm, n->stream));
+        } else {
+            COMM_NCCL_CHECK(ncclRecv(o->buf, o->count, comm_nccl_type(o->t), o->peer, n->comm, n->stream));
+        }
+    }
+    COMM_NCCL_CHECK(ncclGroupEnd());
+    comm_nccl_end(n);
+    comm_nccl_wait(n);
 }
 
 /* ---------------------------------------------------------------- collectives on host buffers */

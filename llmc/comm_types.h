@@ -1,8 +1,9 @@
 /*
  * llmc/comm_types.h -- what the collective interface (llmc/comm.h) and its transports (llmc/comm_mpi.h,
  * llmc/comm_nccl.h) share: element types (CommDtype, comm_dtype_size bytes each), segment lists (CommSegment:
- * pieces of one flat index space), byte counters, the chunk of a range under the owned-shard layout, and the
- * one-line fatal error of a failed collective call. llmc/README.md, "Collectives and the process grid".
+ * pieces of one flat index space), the transfers of a point-to-point batch (CommP2P), byte counters, the chunk of
+ * a range under the owned-shard layout, and the one-line fatal error of a failed collective call. llmc/README.md,
+ * "Collectives and the process grid".
  * Errors: comm_fail_at prints "error: <what> failed: <why>  [file:line]" and ends the whole job.
  * Header-only: static inline functions, no non-static globals.
  */
@@ -45,6 +46,20 @@ typedef struct {
     void* ptr;
     size_t begin, end;
 } CommSegment;
+
+/* one transfer of a batch (comm_p2p_batch in comm.h): send = 1 sends `count` elements of type t from buf to rank
+ * `peer` of the group, send = 0 receives `count` elements into buf from rank `peer`. buf: device memory (host
+ * memory on the CPU build). tag >= 0 tells apart the messages between the same pair in the same direction (the
+ * MPI transport matches on it; NCCL matches in posting order, so both sides post a pair's transfers in the same
+ * order, see comm_p2p_batch). */
+typedef struct {
+    int send;
+    int peer;
+    void* buf;
+    CommDtype t;
+    size_t count;
+    int tag;
+} CommP2P;
 
 typedef struct {
     unsigned long long bytes_sent;  /* payload bytes this rank sent */
