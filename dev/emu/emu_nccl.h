@@ -14,13 +14,18 @@
  *   ncclSend / ncclRecv; in-place use as NCCL defines it (sendbuff == recvbuff for all-reduce, reduce,
  *   broadcast; sendbuff == recvbuff + rank*count for reduce-scatter / all-gather).
  *   Every call completes before it returns (the emulator runs streams synchronously, so stream order holds
- *   trivially). ncclGroupStart/End only count nesting: collectives inside a group run immediately, which
- *   is correct because every rank issues the same collectives in the same order; send/recv inside a
- *   group are refused (ncclInvalidUsage), since blocking point-to-point calls could deadlock there.
+ *   trivially). ncclGroupStart/End nest: collectives inside a group run immediately, which is correct because
+ *   every rank issues the same collectives in the same order; ncclSend / ncclRecv inside a group are queued and
+ *   the outermost ncclGroupEnd posts them all (MPI_Isend / MPI_Irecv) and completes them with one MPI_Waitall,
+ *   so a group may send and receive in any order without deadlock (NCCL's batched point-to-point). Outside a
+ *   group they are blocking (MPI_Send / MPI_Recv). Matching is NCCL's: every message uses one MPI tag, so by
+ *   MPI's non-overtaking order the k-th send from a to b matches b's k-th receive from a, in or out of groups.
  *   Sums: fp32/fp64/int32 with MPI_SUM; bf16/fp16 converted to fp32, summed, rounded back to nearest.
  *   Communicators: ncclCommInitRank duplicates MPI_COMM_WORLD (nranks and rank must match it);
  *   ncclCommSplit uses MPI_Comm_split. ncclCommGetAsyncError always reports success (MPI errors abort).
- * Errors: invalid arguments return the NCCL error codes; counts above INT_MAX elements are refused.
+ * Errors: invalid arguments return the NCCL error codes; counts above INT_MAX elements (send/recv: bytes) and
+ *   peers outside the communicator are refused (ncclInvalidArgument); a failed MPI point-to-point call returns
+ *   ncclSystemError (its queued group is dropped).
  */
 #ifndef LLMC_EMU_NCCL_H
 #define LLMC_EMU_NCCL_H
@@ -49,6 +54,16 @@ typedef struct EmuNcclComm { MPI_Comm mpi; int rank, world; } EmuNcclComm;
 typedef EmuNcclComm* ncclComm_t;
 
 static int emu_nccl_group_depth = 0;
+
+/* a send / receive queued inside a group, posted by the outermost ncclGroupEnd */
+typedef struct {
+    int send, peer, bytes;
+    void* buf;
+    MPI_Comm mpi;
+} EmuNcclP2P;
+static EmuNcclP2P* emu_nccl_p2p_queue = NULL; /* (emu_nccl_p2p_cap) of which emu_nccl_p2p_n are queued */
+static int emu_nccl_p2p_n = 0, emu_nccl_p2p_cap = 0;
+#define EMU_NCCL_P2P_TAG 23 /* every point-to-point message: MPI's order on one tag is NCCL's order */
 
 static inline const char* ncclGetErrorString(ncclResult_t r) {
     switch (r) {
@@ -115,10 +130,29 @@ static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
     return ncclSuccess;
 }
 static inline ncclResult_t ncclGroupStart(void) { emu_nccl_group_depth++; return ncclSuccess; }
+
+/* posts every queued send / receive at once and waits for all of them; empties the queue */
+static inline ncclResult_t emu_nccl_p2p_flush(void) {
+    int n = emu_nccl_p2p_n, rc = MPI_SUCCESS;
+    emu_nccl_p2p_n = 0;
+    if (n == 0) { return ncclSuccess; }
+    MPI_Request* req = (MPI_Request*)malloc((size_t)n * sizeof(MPI_Request));
+    if (!req) { return ncclSystemError; }
+    int posted = 0;
+    for (; posted < n && rc == MPI_SUCCESS; posted++) {
+        const EmuNcclP2P* o = &emu_nccl_p2p_queue[posted];
+        rc = o->send ? MPI_Isend(o->buf, o->bytes, MPI_BYTE, o->peer, EMU_NCCL_P2P_TAG, o->mpi, &req[posted])
+                     : MPI_Irecv(o->buf, o->bytes, MPI_BYTE, o->peer, EMU_NCCL_P2P_TAG, o->mpi, &req[posted]);
+    }
+    if (rc == MPI_SUCCESS) { rc = MPI_Waitall(posted, req, MPI_STATUSES_IGNORE); }
+    free(req);
+    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
 static inline ncclResult_t ncclGroupEnd(void) {
     if (emu_nccl_group_depth <= 0) { return ncclInvalidUsage; }
     emu_nccl_group_depth--;
-    return ncclSuccess;
+    return emu_nccl_group_depth == 0 ? emu_nccl_p2p_flush() : ncclSuccess;
 }
 
 /* sum of count elements over the communicator into recv, at every rank (root < 0) or at root only */
@@ -213,22 +247,36 @@ static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t se
     return ncclSuccess;
 }
 
-template <class Stream>
-static inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, Stream) {
+/* ncclSend (send = 1) / ncclRecv (send = 0) of count elements of t: queued inside a group, blocking outside */
+static inline ncclResult_t emu_nccl_p2p(int send, void* buf, size_t count, ncclDataType_t t, int peer,
+                                        ncclComm_t comm) {
     size_t bytes = count * emu_nccl_size(t);
-    if (emu_nccl_group_depth > 0) { return ncclInvalidUsage; }
-    if (bytes > (size_t)INT_MAX) { return ncclInvalidArgument; }
-    MPI_Send(send, (int)bytes, MPI_BYTE, peer, 23, comm->mpi);
+    if (bytes > (size_t)INT_MAX || peer < 0 || peer >= comm->world) { return ncclInvalidArgument; }
+    if (emu_nccl_group_depth == 0) {
+        int rc = send ? MPI_Send(buf, (int)bytes, MPI_BYTE, peer, EMU_NCCL_P2P_TAG, comm->mpi)
+                      : MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, EMU_NCCL_P2P_TAG, comm->mpi, MPI_STATUS_IGNORE);
+        return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    }
+    if (emu_nccl_p2p_n == emu_nccl_p2p_cap) {
+        int cap = emu_nccl_p2p_cap ? 2 * emu_nccl_p2p_cap : 16;
+        EmuNcclP2P* q = (EmuNcclP2P*)realloc(emu_nccl_p2p_queue, (size_t)cap * sizeof(EmuNcclP2P));
+        if (!q) { return ncclSystemError; }
+        emu_nccl_p2p_queue = q;
+        emu_nccl_p2p_cap = cap;
+    }
+    EmuNcclP2P* o = &emu_nccl_p2p_queue[emu_nccl_p2p_n++];
+    o->send = send; o->peer = peer; o->bytes = (int)bytes; o->buf = buf; o->mpi = comm->mpi;
     return ncclSuccess;
 }
 
 template <class Stream>
+static inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, Stream) {
+    return emu_nccl_p2p(1, (void*)send, count, t, peer, comm);
+}
+
+template <class Stream>
 static inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, Stream) {
-    size_t bytes = count * emu_nccl_size(t);
-    if (emu_nccl_group_depth > 0) { return ncclInvalidUsage; }
-    if (bytes > (size_t)INT_MAX) { return ncclInvalidArgument; }
-    MPI_Recv(recv, (int)bytes, MPI_BYTE, peer, 23, comm->mpi, MPI_STATUS_IGNORE);
-    return ncclSuccess;
+    return emu_nccl_p2p(0, recv, count, t, peer, comm);
 }
 
 #endif /* LLMC_EMU_NCCL_H */

@@ -19,7 +19,13 @@
  *     the contiguous buffer (non-integer values, so the summation order matters), and count the sum of the
  *     per-segment ring bytes;
  *   - host fp64 all-reduce (3 values, and 200 values: more than one chunk of the NCCL transport's device
- *     scratch), host broadcast, send/recv around a ring, barrier, sub-groups (comm_split).
+ *     scratch), host broadcast, send/recv around a ring, barrier, sub-groups (comm_split);
+ *   - batched point-to-point (comm_p2p_batch): an empty batch is a no-op (any N); for N > 1 a ring in one batch
+ *     per dtype (fp32, bf16, fp64, int32: every rank posts the send to r+1 before the receive from r-1, with
+ *     messages above MPI's eager limits, so sends that blocked one by one would deadlock) with rank-dependent
+ *     values checked exactly, and an exchange between neighbours 2k and 2k+1 of two messages each
+ *     way with different tags and contents (posted in the same (peer, tag) order, send and receive of a tag in
+ *     opposite orders on the two sides), each landing in its own buffer; the byte counters hold the payload.
  */
 #include <math.h>
 #include <stdio.h>
@@ -291,6 +297,81 @@ static void test_p2p_and_groups(void) {
     comm_finalize(&sub);
 }
 
+/* element i of a message from rank `rank` (salt tells apart the messages of one rank), written as type t; bf16
+ * as raw bit patterns (a copy needs no arithmetic) */
+static void p2p_fill(void* buf, CommDtype t, size_t n, int rank, int salt) {
+    for (size_t i = 0; i < n; i++) {
+        int v = (int)((i * 7 + (size_t)rank * 131 + (size_t)salt * 1009) % 4093) - 2000;
+        switch (t) {
+        case COMM_F32: ((float*)buf)[i] = (float)v + 0.25f; break;
+        case COMM_F64: ((double*)buf)[i] = (double)v + 0.125; break;
+        case COMM_I32: ((int*)buf)[i] = v * 1000 + rank; break;
+        default: ((uint16_t*)buf)[i] = (uint16_t)(0x3f00 + v + 2000); break; /* COMM_BF16 */
+        }
+    }
+}
+
+static void test_p2p_batch_empty(void) {
+    CommCounters before = g.counters;
+    comm_p2p_batch(&g, NULL, 0);
+    check_all(g.counters.calls == before.calls && g.counters.bytes_sent == before.bytes_sent &&
+              g.counters.bytes_recv == before.bytes_recv, "comm_p2p_batch with no transfers is a no-op (not counted)");
+}
+
+/* every rank sends n elements of t to r+1 and receives from r-1 in one batch, send posted first everywhere; n is
+ * large enough (>= 128 KiB) that MPI cannot buffer the sends, so only posting both together avoids a deadlock */
+static void test_p2p_batch_ring(CommDtype t, const char* name) {
+    int N = g.world, right = (g.rank + 1) % N, left = (g.rank + N - 1) % N;
+    size_t n = ((size_t)1 << 16) + 7, bytes = n * comm_dtype_size(t);
+    void* out = malloc_check(bytes, "ring send");
+    void* in = malloc_check(bytes, "ring receive");
+    void* want = malloc_check(bytes, "ring expected");
+    p2p_fill(out, t, n, g.rank, 0);
+    memset(in, 0, bytes);
+    p2p_fill(want, t, n, left, 0);
+    CommP2P ops[2] = {{1, right, out, t, n, 0}, {0, left, in, t, n, 0}};
+    comm_counters_reset(&g);
+    comm_p2p_batch(&g, ops, 2);
+    comm_join(&g);
+    check_all(memcmp(in, want, bytes) == 0 && g.counters.calls == 1 && g.counters.bytes_sent == bytes &&
+              g.counters.bytes_recv == bytes, "comm_p2p_batch ring of %zu %s (send to r+1, receive from r-1 in one "
+              "batch): exact values from r-1, one call counting %zu bytes each way", n, name, bytes);
+    free(out); free(in); free(want);
+}
+
+/* neighbours 2k and 2k+1 exchange two messages each way (tags 0 and 1) in one batch, posted in (peer, tag) order;
+ * within a tag the lower rank sends first and the upper one receives first; a rank without a partner posts none */
+static void test_p2p_batch_exchange(void) {
+    int partner = g.rank ^ 1, paired = partner < g.world;
+    const size_t n = 517, bytes = n * sizeof(float);
+    float* out[2];
+    float* in[2];
+    float* want[2];
+    CommP2P ops[4];
+    int nops = 0;
+    for (int tag = 0; tag < 2; tag++) {
+        out[tag] = (float*)malloc_check(bytes, "exchange send");
+        in[tag] = (float*)malloc_check(bytes, "exchange receive");
+        want[tag] = (float*)malloc_check(bytes, "exchange expected");
+        p2p_fill(out[tag], COMM_F32, n, g.rank, tag + 1);
+        p2p_fill(want[tag], COMM_F32, n, partner, tag + 1);
+        memset(in[tag], 0, bytes);
+        if (!paired) { continue; }
+        CommP2P snd = {1, partner, out[tag], COMM_F32, n, tag}, rcv = {0, partner, in[tag], COMM_F32, n, tag};
+        ops[nops++] = g.rank < partner ? snd : rcv;
+        ops[nops++] = g.rank < partner ? rcv : snd;
+    }
+    comm_counters_reset(&g);
+    comm_p2p_batch(&g, ops, nops);
+    comm_join(&g);
+    int ok = !paired || (memcmp(in[0], want[0], bytes) == 0 && memcmp(in[1], want[1], bytes) == 0);
+    size_t moved = paired ? 2 * bytes : 0;
+    ok &= g.counters.calls == (paired ? 1u : 0u) && g.counters.bytes_sent == moved && g.counters.bytes_recv == moved;
+    check_all(ok, "comm_p2p_batch exchange between ranks 2k and 2k+1: two messages each way (tags 0, 1) in one "
+              "batch, each in its own buffer; %zu bytes counted each way", moved);
+    for (int tag = 0; tag < 2; tag++) { free(out[tag]); free(in[tag]); free(want[tag]); }
+}
+
 int main(int argc, char** argv) {
     comm_init(&g, &argc, &argv, "", 60.0);
 #ifdef COMM_HAVE_NCCL
@@ -311,6 +392,14 @@ int main(int argc, char** argv) {
     test_segments(400);
     test_host_f64_chunks();
     test_p2p_and_groups();
+    test_p2p_batch_empty();
+    if (N > 1) {
+        test_p2p_batch_ring(COMM_F32, "fp32");
+        test_p2p_batch_ring(COMM_BF16, "bf16");
+        test_p2p_batch_ring(COMM_F64, "fp64");
+        test_p2p_batch_ring(COMM_I32, "int32");
+        test_p2p_batch_exchange();
+    }
     if (g.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
     comm_finalize(&g);
 #ifdef COMM_HAVE_NCCL
