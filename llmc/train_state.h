@@ -179,6 +179,14 @@ static inline void train_state_check_run(const char* path, const TrainState* fou
     }
 }
 
+/* the step in a state file must be the one its name says; exits with one line otherwise */
+static inline void train_state_check_step(const char* path, int found, int step) {
+    if (found != step) {
+        FATAL("training state file '%s' holds step %d, but its name says step %d (renamed or damaged; resume from "
+              "another checkpoint)", path, found, step);
+    }
+}
+
 /* the state file's size must be the header + m, v (+ master) of its shard */
 static inline void train_state_check_size(const char* path, const TrainState* s, const TrainStateContext* ctx) {
     long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) +
@@ -196,10 +204,7 @@ static inline void train_state_check_size(const char* path, const TrainState* s,
 static inline void train_state_read(const char* path, int step, const TrainState* ours, const TrainStateContext* ctx,
                                     const AdamWState* opt, TrainState* found) {
     FILE* f = train_state_open(path, found);
-    if (found->step != step) {
-        FATAL("training state file '%s' holds step %d, but its name says step %d (renamed or damaged; resume from "
-              "another checkpoint)", path, found->step, step);
-    }
+    train_state_check_step(path, found->step, step);
     train_state_expect(path, "world size", "number of processes", found->world, ours->world);
     train_state_expect(path, "rank", "process rank", found->rank, ours->rank);
     train_state_expect(path, "ZeRO stage", "-z", found->zero_stage, ours->zero_stage);
@@ -245,7 +250,7 @@ static inline void train_state_scan_old(int step, int old_world, const TrainStat
         train_state_check_run(path, &h, ours, ctx);
         train_state_expect(path, "rank", "file name", h.rank, q);
         train_state_expect(path, "world size", "the other state files of this checkpoint", h.world, old_world);
-        train_state_expect(path, "step", "file name", h.step, step);
+        train_state_check_step(path, h.step, step);
         if (q > 0) {
             train_state_expect(path, "tensor-parallel size", "the other state files of this checkpoint", h.tp_size,
                                f0.tp_size);
