@@ -75,7 +75,7 @@ train_gpt_emu_mpi_bf16: train_gpt.cu $(EMU_DEPS)
 
 # llmc/comm.h's collective tests (dev/test/mpi_comm.c) on the NCCL transport: the same file as build/mpi_comm,
 # compiled as C++ with the CUDA backend on the emulator and NCCL emulated over MPI; run under mpirun
-$(BUILD)/mpi_comm_nccl_emu: dev/test/mpi_comm.c $(EMU_DEPS)
+$(BUILD)/mpi_comm_nccl_emu: dev/test/mpi_comm.c dev/test/mpi_check.h $(EMU_DEPS)
 	@mkdir -p $(BUILD)
 	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_FP32 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ $< -x none $(EMU_LIBS) $(MPI_LIBS) -o $@
 

@@ -127,14 +127,7 @@ PY
     check $? "d12 per process at tp $1$([ $2 = 1 ] && echo ', sequence parallel'): parameters and activation bytes equal the formula"
 done
 
-bad() {  # bad NPROC "needle" "description" args...: one error line and a non-zero exit under mpirun
-    local n=$1 needle=$2 desc=$3; shift 3
-    MPIRUN $n $TRAIN "$@" > "$TMP/bad.log" 2> "$TMP/bad.err"
-    local rc=$?
-    test $rc -ne 0 && test "$(grep -c '^error:' "$TMP/bad.err")" -eq 1 && grep -q -- "$needle" "$TMP/bad.err" && ! grep -q '^step' "$TMP/bad.log"
-    check $? "$desc: refused with one line (exit $rc): $(grep '^error:' "$TMP/bad.err" | head -c 200)"
-}
-bad 4 "--tp" "--tp 3 on 4 processes" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 3
-bad 8 "--tp" "--tp 8 with 4 heads" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 8
-bad 1 "--sequence-parallel" "--sequence-parallel 1 without --tp" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --sequence-parallel 1
-bad 4 "divisible by --tp" "--sequence-parallel 1 with T = 30 and --tp 4" -e d2 -b 4 -t 30 -j '' -g 0 -x 1 --tp 4 --sequence-parallel 1
+dp_refused 4 "--tp" "--tp 3 on 4 processes" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 3
+dp_refused 8 "--tp" "--tp 8 with 4 heads" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 8
+dp_refused 1 "--sequence-parallel" "--sequence-parallel 1 without --tp" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --sequence-parallel 1
+dp_refused 4 "divisible by --tp" "--sequence-parallel 1 with T = 30 and --tp 4" -e d2 -b 4 -t 30 -j '' -g 0 -x 1 --tp 4 --sequence-parallel 1

@@ -24,27 +24,13 @@ for prog in ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16; do
 done
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -x 2 -l 1e-3 --comm-stats 1)
 
-# the tp bytes of step 2 per tensor-parallel rank, as "tprank:sent:recv" sorted
-tp_bytes() {
-    grep -o 'comm: rank [0-9]* step 2 .* | tp rank [0-9]* sent [0-9]* recv [0-9]*' "$1" |
-        sed -E 's/^comm: rank ([0-9]*) .* tp rank ([0-9]*) sent ([0-9]*) recv ([0-9]*)$/\1.\2:\3:\4/' | sort | tr '\n' ' '
-}
-
 for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1"; do
     set -- $setup
     N=$1; shift
     name="n$N$(echo "$@" | tr -d ' -')"
     E="$TMP/emu_$name"; C="$TMP/cpu_$name"
-    MPIRUN $N ./train_gpt_emu_mpi "${F[@]}" "$@" -d $((128 * N / 2)) -o "$E" > "$E.log" 2>&1
-    rc=$?
-    test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
-    check $? "NCCL path (emulated), FP32, $N processes, $*: 2 steps under mpirun (exit $rc)"
-    MPIRUN $N $TRAIN "${F[@]}" "$@" -d $((128 * N / 2)) -o "$C" > "$C.log" 2>&1
-    out=$(dp_compare_logs "$C/log.jsonl" "$E/log.jsonl" train loss 1e-5 2) && \
-        out="$out; $(dp_compare_logs "$C/log.jsonl" "$E/log.jsonl" train grad_norm 1e-5 2)" && \
-        out="$out; $(dp_compare_models_rms "$C/model_00000002.bin" "$E/model_00000002.bin" 1e-5)"
-    check $? "NCCL path, FP32, $N processes, $*: losses, norms, final weights vs the CPU build: $out"
-    be=$(tp_bytes "$E.log"); bc=$(tp_bytes "$C.log")
+    dp_emu_vs_cpu $N "$name" "$*" "${F[@]}" "$@" -d $((128 * N / 2))
+    be=$(dp_step2_bytes "$E.log" tp); bc=$(dp_step2_bytes "$C.log" tp)
     python3 - "$be" "$bc" <<'PY'
 import sys
 parse = lambda s: {k: (int(a), int(b)) for k, a, b in (w.split(":") for w in s.split())}

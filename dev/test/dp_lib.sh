@@ -9,6 +9,15 @@
 #                           |a - b| <= RTOL |a| + 1e-6 (one unit of the 6th decimal the log prints) at every step
 #                           (and there are STEPS of them when given)
 #   dp_require_mpi          prints "not ok" and exits 1 when mpirun or an MPI build of train_gpt_cpu is missing
+#   dp_refused N "needle" "description" args...   train_gpt_cpu under mpirun -np N is refused: a non-zero exit,
+#                           exactly one "error:" line on stderr containing needle, and no step line
+#   dp_step2_bytes LOG GROUP [WORD]   the bytes of step 2 on the --comm-stats lines of LOG for group GROUP (tp, pp;
+#                           WORD: "boundary " for the pipeline's boundary bytes), as sorted "dprank.grouprank:sent:recv"
+#   dp_emu_vs_cpu N NAME LABEL args...   the same training (args) with train_gpt_emu_mpi (the CUDA kernels on dev/emu, NCCL
+#                           emulated) and train_gpt_cpu under mpirun -np N into $TMP/emu_NAME and $TMP/cpu_NAME: the
+#                           emulated run exits 0 after 2 steps, and losses, grad norms (1e-5 relative) and the final
+#                           weights' RMS (1e-5) agree (two check lines naming LABEL; the argument:
+#                           dev/test/cli_tp_nccl_emu.sh)
 #
 # Two kinds of comparison between schedules.
 # - Same arithmetic in the same order: compared bit for bit (dp_same_training, cmp). ZeRO-0, 1 and 2 on the same
@@ -53,6 +62,35 @@ dp_require_mpi() {
         echo "not ok - $TRAIN is not an MPI build (make train_gpt_cpu needs mpicc)"
         exit 1
     fi
+}
+
+dp_refused() {
+    local n=$1 needle=$2 desc=$3; shift 3
+    MPIRUN $n $TRAIN "$@" > "$TMP/refused.log" 2> "$TMP/refused.err"
+    local rc=$?
+    test $rc -ne 0 && test "$(grep -c '^error:' "$TMP/refused.err")" -eq 1 && grep -q -- "$needle" "$TMP/refused.err" && \
+        ! grep -q '^step' "$TMP/refused.log"
+    check $? "$desc: refused with one line (exit $rc): $(grep '^error:' "$TMP/refused.err" | head -c 220)"
+}
+
+dp_step2_bytes() {
+    local g=$2 w=${3:-}
+    grep -o "comm: rank [0-9]* step 2 .* | $g rank [0-9]* ${w}sent [0-9]* recv [0-9]*" "$1" |
+        sed -E "s/^comm: rank ([0-9]*) .* $g rank ([0-9]*) ${w}sent ([0-9]*) recv ([0-9]*)\$/\1.\2:\3:\4/" | sort | tr '\n' ' '
+}
+
+dp_emu_vs_cpu() {
+    local n=$1 name=$2 label=$3; shift 3
+    local e="$TMP/emu_$name" c="$TMP/cpu_$name" rc out
+    MPIRUN $n ./train_gpt_emu_mpi "$@" -o "$e" > "$e.log" 2>&1
+    rc=$?
+    test $rc -eq 0 && test "$(grep -c '^step' "$e.log")" -eq 2
+    check $? "NCCL path (emulated), FP32, $n processes, $label: 2 steps under mpirun (exit $rc)"
+    MPIRUN $n $TRAIN "$@" -o "$c" > "$c.log" 2>&1
+    out=$(dp_compare_logs "$c/log.jsonl" "$e/log.jsonl" train loss 1e-5 2) && \
+        out="$out; $(dp_compare_logs "$c/log.jsonl" "$e/log.jsonl" train grad_norm 1e-5 2)" && \
+        out="$out; $(dp_compare_models_rms "$c/model_00000002.bin" "$e/model_00000002.bin" 1e-5)"
+    check $? "NCCL path, FP32, $n processes, $label: losses, norms, final weights vs the CPU build: $out"
 }
 
 dp_same_training() {

@@ -32,29 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/comm.h"
+#include "dev/test/mpi_check.h"
 
 static Comm g;
-static int n_pass = 0, n_fail = 0;
-
-/* collective: the check passes only if `ok` on every rank */
-static void check_all(int ok, const char* fmt, ...) {
-    double bad = ok ? 0.0 : 1.0;
-    CommCounters saved = g.counters;
-    comm_all_reduce_host_f64(&g, &bad, 1);
-    g.counters = saved;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (g.rank == 0) {
-        printf("%s - [N=%d] %s%s\n", bad == 0.0 ? "ok" : "not ok", g.world, msg,
-               bad == 0.0 ? "" : " (failed on some rank)");
-        fflush(stdout);
-    }
-    if (bad == 0.0) { n_pass++; } else { n_fail++; }
-}
-
 static float value_f(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 13) % 31) - 15); }
 
 static void test_all_reduce_f32(size_t count) {
@@ -379,6 +359,8 @@ int main(int argc, char** argv) {
 #endif
     comm_init_device(&g, ""); /* NCCL: the communicator (no-op on the MPI transport) */
     int N = g.world;
+    mpi_checks.comm = &g;
+    snprintf(mpi_checks.prefix, sizeof(mpi_checks.prefix), "[N=%d] ", N);
     size_t counts[] = {0, 1, (size_t)(N > 1 ? N - 1 : 1), 7, 1000, 12347};
     for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) { test_all_reduce_f32(counts[i]); }
     test_types();
@@ -400,10 +382,10 @@ int main(int argc, char** argv) {
         test_p2p_batch_ring(COMM_I32, "int32");
         test_p2p_batch_exchange();
     }
-    if (g.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
+    int rc = mpi_check_summary();
     comm_finalize(&g);
 #ifdef COMM_HAVE_NCCL
     backend_shutdown();
 #endif
-    return n_fail ? 1 : 0;
+    return rc;
 }

@@ -24,29 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dev/test/grid_expect.h"
+#include "dev/test/mpi_check.h"
 
 static Comm g_world;
-static int n_pass = 0, n_fail = 0;
-
-/* collective over the world: the check passes only if `ok` on every rank; rank 0 prints the line; returns
- * whether it passed (the same on every rank) */
-static int check_all(int ok, const char* fmt, ...) {
-    double bad = ok ? 0.0 : 1.0;
-    comm_all_reduce_host_f64(&g_world, &bad, 1);
-    if (g_world.rank == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("%s - ", bad == 0.0 ? "ok" : "not ok");
-        vprintf(fmt, ap);
-        va_end(ap);
-        if (bad != 0.0) { printf(" (failed on %.0f of %d ranks)", bad, g_world.world); }
-        printf("\n");
-        fflush(stdout);
-    }
-    if (bad == 0.0) { n_pass++; } else { n_fail++; }
-    return bad == 0.0;
-}
-
 /* the layout under test, spelled out independently of the grid */
 typedef struct {
     GridLayout L;
@@ -177,11 +157,12 @@ static Spec parse_spec(const char* arg, int world) {
 
 int main(int argc, char** argv) {
     comm_init(&g_world, &argc, &argv, "", 60.0);
+    mpi_checks.comm = &g_world;
     for (int i = 1; i < argc; i++) {
         Spec s = parse_spec(argv[i], g_world.world);
         run_layout(&s);
     }
-    if (g_world.rank == 0) { printf("# %d passed, %d failed\n", n_pass, n_fail); }
+    int rc = mpi_check_summary();
     comm_finalize(&g_world);
-    return n_fail ? 1 : 0;
+    return rc;
 }
