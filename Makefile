@@ -42,12 +42,17 @@ train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) $(MPI_LIBS) -o $@
 
 # collective tests of llmc/comm.h (and its transports llmc/comm_*.h) run under mpirun by the dev/test/cli_dp_* tests
-$(BUILD)/mpi_comm: dev/test/mpi_comm.c $(wildcard llmc/comm*.h) llmc/utils.h
+$(BUILD)/mpi_comm: dev/test/mpi_comm.c dev/test/mpi_check.h $(wildcard llmc/comm*.h) llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
 # process-grid tests run under mpirun by dev/test/cli_grid.sh
-$(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h $(CPU_DEPS)
+# the pipeline bubble through the real executor with sleeping stages, run under mpirun by dev/test/cli_pp.sh
+$(BUILD)/mpi_pipe_bubble: dev/test/mpi_pipe_bubble.c dev/test/mpi_check.h $(wildcard llmc/comm*.h) llmc/pipeline.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
+
+$(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h dev/test/mpi_check.h $(CPU_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 $(BUILD)/test_process_grid: dev/test/grid_expect.h
@@ -121,7 +126,7 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp train_gpt_emu_mpi \
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp $(BUILD)/mpi_pipe_bubble train_gpt_emu_mpi \
                   train_gpt_emu_mpi_bf16)
 
 test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
@@ -132,7 +137,8 @@ test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI
 # collective tests of both transports. The NCCL one runs over the emulator's NCCL stand-in (a 4-second build that
 # needs the CUDA toolkit's headers, not nvcc); without the toolkit it is left out and cli_dp_fail.sh says so.
 QUICK_NCCL_EMU := $(if $(wildcard $(EMU_CUDA_INC)),$(BUILD)/mpi_comm_nccl_emu)
-QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU) $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp)
+QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU) $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp \
+                  $(BUILD)/mpi_pipe_bubble)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
 

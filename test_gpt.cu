@@ -336,7 +336,7 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->grad_accum_steps = accum;
     s->max_steps = max_steps;
     s->tp = s->grid.tp;
-    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, 1);
+    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, NULL, 1);
     gpt2_allocate_activations(&s->model, fx->B, fx->T, 0);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
     batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);

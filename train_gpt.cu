@@ -46,6 +46,7 @@
 #include "llmc/batch_pipeline.h"   /* defines: BatchPipeline */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
+#include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 
 /* ============================================================ training configuration and flags */
 
@@ -79,6 +80,11 @@ typedef struct {
     int tp;                    /* tensor-parallel size (llmc/tensor_parallel.h) */
     int dry_run;               /* 1 = set up, print the header and memory ledger, exit before training */
     int sequence_parallel;     /* 1 = sequence parallelism inside the tensor-parallel group */
+    int pp;                    /* pipeline-parallel size (llmc/pipeline_model.h) */
+    const char* pp_schedule;   /* gpipe, 1f1b, interleaved */
+    int pp_virtual;            /* model chunks per pipeline rank (interleaved) */
+    const char* pp_layers;     /* layers per stage "a,b,..." ('' = even split) */
+    int pp_trace_steps;        /* steps recorded in DIR/trace.json */
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -127,6 +133,11 @@ static void train_config_defaults(TrainConfig* c) {
     c->tp = 1;
     c->dry_run = 0;
     c->sequence_parallel = 0;
+    c->pp = 1;
+    c->pp_schedule = "1f1b";
+    c->pp_virtual = 1;
+    c->pp_layers = "";
+    c->pp_trace_steps = 2;
 }
 
 #define NO_MIN (-INFINITY)
@@ -141,7 +152,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("i", "train-data", ARG_STRING, train_data, NO_MIN, NO_MAX, "glob pattern of training token shards");
     SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
     SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
-         "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d12 (124M), d24 (350M), d36 (774M), "
+         "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
          "d48 (1558M), or a model .bin file to start from");
     SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
     SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
@@ -177,6 +188,17 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "1 = set up the model, data and optimizer state, print the header and memory ledger, and exit without training");
     SPEC(NULL, "sequence-parallel", ARG_INT, sequence_parallel, 0, 1,
          "1 = with --tp > 1, LayerNorm and residual activations split over the sequence too (T divisible by --tp)");
+    SPEC(NULL, "pp", ARG_INT, pp, 1, NO_MAX,
+         "pipeline-parallel size: the layers split into this many stages; processes = tp x dp x pp; the micro-batches "
+         "of a step are the gradient-accumulation steps that -d implies");
+    SPEC(NULL, "pp-schedule", ARG_STRING, pp_schedule, NO_MIN, NO_MAX,
+         "pipeline schedule: gpipe, 1f1b (PipeDream-Flush) or interleaved (1F1B over --pp-virtual chunks per stage)");
+    SPEC(NULL, "pp-virtual", ARG_INT, pp_virtual, 1, GPT2_MAX_CHUNKS,
+         "model chunks per pipeline stage (v) for --pp-schedule interleaved; L divisible by pp x v");
+    SPEC(NULL, "pp-layers", ARG_STRING, pp_layers, NO_MIN, NO_MAX,
+         "layers of each pipeline stage, comma-separated, e.g. 3,5 ('' = even split, the first (L mod pp) stages one more)");
+    SPEC(NULL, "pp-trace-steps", ARG_INT, pp_trace_steps, 0, NO_MAX,
+         "with --pp > 1 and -o: DIR/trace.json (Chrome trace format, one track per process) of the first N steps");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
@@ -224,6 +246,10 @@ typedef struct {
                                   those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
     Comm* dp;                  /* the data-parallel group: grid.dp */
     Comm* tp;                  /* the tensor-parallel group: grid.tp */
+    Comm* pp;                  /* the pipeline group: grid.pp */
+    Pipeline pipe;             /* --pp > 1: the schedule and its executor over the model (llmc/pipeline_model.h) */
+    int pp_layers[64];         /* --pp-layers parsed (all 0: even split) */
+    PipelineTrace trace;       /* --pp-trace-steps: the recorded steps of every rank */
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
     DataLoader train_loader;
@@ -312,7 +338,17 @@ static void micro_step(TrainSession* s, float dloss, int last_micro_step) {
     gpt2_backward(m, grads, inputs, batch_pipeline_host_inputs(&s->batches, slot), B, T);
 }
 
-typedef struct { float loss, grad_norm, lr; } StepResult;
+/* --pp > 1: the step's m micro-batches into the pipeline's token store (every stage reads the same batches) */
+static void pipeline_step_batches(TrainSession* s) {
+    for (int i = 0; i < s->grad_accum_steps; i++) {
+        int slot = batch_pipeline_take(&s->batches);
+        pipeline_set_batch(&s->pipe, i, batch_pipeline_inputs(&s->batches, slot),
+                           batch_pipeline_targets(&s->batches, slot), batch_pipeline_host_inputs(&s->batches, slot));
+        if (i < s->grad_accum_steps - 1 || s->step + 1 < s->max_steps) { batch_pipeline_load(&s->batches); }
+    }
+}
+
+typedef struct { float loss, grad_norm, lr, bubble; } StepResult; /* bubble: --pp > 1, measured on this rank, else -1 */
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
@@ -343,24 +379,41 @@ static StepResult train_step(TrainSession* s) {
     dloss *= loss_scale;
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
+    comm_counters_reset(s->pp);
     s->tp_comm.seconds = 0.0;
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
-    gpt2_loss_sum_reset(&s->model);
-    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
-        micro_step(s, dloss, micro == s->grad_accum_steps - 1);  /* load batch; forward; backward */
+    double loss;
+    if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
+        pipeline_step_batches(s);
+        /* timed (a device synchronisation per action) on steps that print a line or are traced, free-running else */
+        int shown = (s->step + 1) % cfg->log_every == 0 || s->step + 1 == s->max_steps || s->trace.steps_left > 0;
+        s->pipe.clock = shown ? pipeline_clock : NULL;
+        pipeline_step(&s->pipe, &s->zero, dloss, cfg->gelu_fusion);
+        s->pipe.opt_t0 = s->trace.steps_left > 0 ? pipeline_clock(NULL) : 0.0; /* the optimizer slice of the trace */
+        zero_finish(&s->zero);
+        GPT2* head = pipeline_head(&s->pipe);                    /* the loss lives on the last stage */
+        loss = head ? gpt2_loss_sum_read(head) / s->grad_accum_steps : 0.0;
+    } else {
+        gpt2_loss_sum_reset(&s->model);
+        for (int micro = 0; micro < s->grad_accum_steps; micro++) {
+            micro_step(s, dloss, micro == s->grad_accum_steps - 1); /* load batch; forward; backward */
+        }
+        zero_finish(&s->zero);                                   /* every gradient bucket reduced */
+        loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
     }
-    zero_finish(&s->zero);                                       /* every gradient bucket reduced */
-    double loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
     r.loss = st.loss;
     r.grad_norm = (float)sqrt(st.norm_sq) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    r.bubble = -1.0f;
+    if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
     int skip = s->loss_scaling && loss_scaler_update(&s->scaler, st.overflow); /* inf/NaN: halve the scale, skip */
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
     if (!skip) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
+        if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
     } else if (is_rank0(s)) {
         printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
     }
@@ -374,6 +427,11 @@ static StepResult train_step(TrainSession* s) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
                    s->tp_comm.seconds * 1000.0, s->tp->world, s->world.world);
+        }
+        if (s->pp->world > 1) {
+            printf(" | pp rank %d boundary sent %llu recv %llu bytes; sent %llu recv %llu bytes in %llu calls (pp %d)",
+                   s->pp->rank, s->pipe.boundary_sent, s->pipe.boundary_recv, s->pp->counters.bytes_sent,
+                   s->pp->counters.bytes_recv, s->pp->counters.calls, s->pp->world);
         }
         printf("\n");
         fflush(stdout);
@@ -393,6 +451,9 @@ static TrainState session_train_state(const TrainSession* s) {
     st.world = s->world.world;
     st.tp_size = s->tp->world;
     st.tp_rank = s->tp->rank;
+    st.pp_size = s->pp->world;
+    st.pp_rank = s->pp->rank;
+    st.stage = s->model.stage;
     st.zero_stage = s->cfg.zero_stage;
     st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->grad_accum_steps;
     st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
@@ -420,7 +481,8 @@ static void write_checkpoint(TrainSession* s) {
     char path[1024];
     if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
-        gpt2_write_model(&s->model, path, is_rank0(s));
+        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, path, is_rank0(s)); } /* every stage sends its part */
+        else { gpt2_write_model(&s->model, path, is_rank0(s)); }
     }
     checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
     TrainState st = session_train_state(s);
@@ -455,12 +517,22 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
         comm_barrier(&s->world);
         exit(EXIT_FAILURE);
     }
-    int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world;
+    int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world ||
+                  h.pp_size != s->pp->world;
+    if (!changed && s->pp->world > 1) { /* the same sizes but other stages (--pp-layers, --pp-virtual)? */
+        TrainState mine;
+        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
+        train_state_read_header(path, &mine);
+        double differs = memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
+        comm_all_reduce_host_f64(&s->world, &differs, 1);
+        changed = differs > 0.0;
+    }
     if (changed && is_rank0(s)) {
         printf("resume: checkpoint step %d was written by %d processes with ZeRO stage %d; re-sharding the optimizer "
                "state for %d processes with ZeRO stage %d", resume_step, h.world, h.zero_stage, s->world.world,
                s->cfg.zero_stage);
         if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
+        if (h.pp_size > 1 || s->pp->world > 1) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
         printf("\n");
     }
     return changed ? h.world : 0;
@@ -523,15 +595,20 @@ static float validate(TrainSession* s) {
     size_t count = 0;
     for (size_t k = (size_t)s->dp->rank; k < windows; k += (size_t)s->dp->world) {
         dataloader_load_window(vl, k);
+        count += (size_t)B * T;
+        if (s->pp->world > 1) { /* every stage runs the window; the loss sum is the last stage's */
+            sum += pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion);
+            continue;
+        }
         dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
         dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
         gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
         dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
         for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
-        count += (size_t)B * T;
     }
     double red[2] = {sum, (double)count};
     comm_all_reduce_host_f64(s->dp, red, 2);
+    if (s->pp->world > 1) { comm_all_reduce_host_f64(s->pp, red, 1); } /* the sum from the last stage (0 elsewhere) */
     return red[1] > 0 ? (float)(red[0] / red[1]) : -1.0f;
 }
 
@@ -539,7 +616,8 @@ static float validate(TrainSession* s) {
  * ranks of its tensor-parallel group run the same forwards */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
-                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng};
+                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL};
+    if (s->pp->world > 1) { g.pp = s->pp; g.forward_logits = pipeline_sample_logits; g.forward_ctx = &s->pipe; }
     char* text = generate_text(&s->model, &g);
     if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
     free(text);
@@ -602,6 +680,19 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
               "whole rows", c->T, c->tp);
     }
+    if (c->pp > 1 && c->zero_stage == 2) {
+        CONFIG_FATAL(s, "flag -z 2 does not combine with --pp %d: ZeRO-2 reduces every micro-step's gradients layer by layer "
+                     "in backward order, which the pipeline schedule interleaves; use -z 0 or -z 1", c->pp);
+    }
+    if (c->pp > 1 && strcmp(c->pp_schedule, "gpipe") != 0 && s->grad_accum_steps < c->pp) {
+        CONFIG_FATAL(s, "flag --pp %d with %d micro-batches per step (-d %d / (B*T*dp) = %d*%d*%d): the %s schedule needs "
+                     "at least %d micro-batches; raise -d or lower -b", c->pp, s->grad_accum_steps, c->total_batch_size,
+                     c->B, c->T, world, c->pp_schedule, c->pp);
+    }
+    if (c->pp_virtual > 1 && s->grad_accum_steps % c->pp != 0) {
+        CONFIG_FATAL(s, "flag --pp-schedule interleaved runs the micro-batches in groups of --pp %d, but a step has %d "
+                     "(-d / (B*T*dp)); use a multiple of %d", c->pp, s->grad_accum_steps, c->pp);
+    }
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
@@ -620,7 +711,7 @@ static uint64_t config_hash(TrainSession* s) {
     h = comm_hash64(h, &fp, sizeof(fp));
     if (s->has_val) { fp = dataloader_fingerprint(&s->val_loader); h = comm_hash64(h, &fp, sizeof(fp)); }
     h = comm_hash64(h, &s->dp->world, sizeof(int));
-    h = comm_hash64(h, &s->model.num_parameters, sizeof(size_t));
+    h = comm_hash64(h, &s->model.num_parameters_full, sizeof(size_t)); /* the stages hold different parts */
     return h;
 }
 
@@ -638,7 +729,7 @@ static GPT2Config model_config(const TrainConfig* cfg) {
     GPT2Config mc;
     if (!gpt2_config_from_descriptor(&mc, cfg->model)) {
         if (!file_exists(cfg->model)) {
-            FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d12 d24 d36 d48) nor an existing "
+            FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d8 d12 d24 d36 d48) nor an existing "
                   "model file", cfg->model);
         }
         gpt2_read_model_header(cfg->model, &mc);
@@ -646,26 +737,56 @@ static GPT2Config model_config(const TrainConfig* cfg) {
     return mc;
 }
 
-/* the process grid (llmc/process_grid.h): tp processes per tensor-parallel group, the rest data parallel; the
- * layout is validated against the model (heads, channels, padded vocabulary divisible by --tp) with one line */
+/* the pipeline flags that decide the stages' layers (one line from rank 0 otherwise); parses --pp-layers */
+static void check_pipeline_layout(TrainSession* s, const GPT2Config* mc) {
+    const TrainConfig* c = &s->cfg;
+    PipeScheduleKind kind;
+    if (!pipe_schedule_from_name(c->pp_schedule, &kind)) {
+        CONFIG_FATAL(s, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
+    }
+    if ((kind == PIPE_INTERLEAVED) != (c->pp_virtual > 1)) {
+        CONFIG_FATAL(s, "flag --pp-virtual %d with --pp-schedule %s: the interleaved schedule needs --pp-virtual 2 or more, "
+                     "the others exactly 1", c->pp_virtual, c->pp_schedule);
+    }
+    if (kind == PIPE_INTERLEAVED && (c->pp < 2 || mc->num_layers % (c->pp * c->pp_virtual) != 0)) {
+        CONFIG_FATAL(s, "flag --pp-schedule interleaved needs --pp 2 or more and the model's L = %d divisible by --pp x "
+                     "--pp-virtual = %d x %d", mc->num_layers, c->pp, c->pp_virtual);
+    }
+    if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > 64)) {
+        CONFIG_FATAL(s, "flag --pp-layers needs --pp-virtual 1 and --pp at most 64");
+    }
+    char err[256];
+    if (pipeline_parse_layers(c->pp_layers, c->pp, mc->num_layers, s->pp_layers, err, sizeof(err))) {
+        CONFIG_FATAL(s, "%s", err);
+    }
+}
+
+/* the process grid (llmc/process_grid.h): tp processes per tensor-parallel group, pp pipeline stages, the rest
+ * data parallel; the layout is validated against the model (heads, channels, padded vocabulary divisible by --tp,
+ * a layer per stage) with one line */
 static void setup_grid(TrainSession* s, const GPT2Config* mc) {
-    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, 1, 1);
-    if (layout.dp == 0) { layout.tp = s->cfg.tp; layout.dp = 1; layout.pp = 1; layout.ep = 1; } /* refused below */
+    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, s->cfg.pp, 1);
+    if (layout.dp == 0) { layout.tp = s->cfg.tp; layout.dp = 1; layout.pp = s->cfg.pp; layout.ep = 1; } /* refused below */
     GridModelShape shape = {mc->num_heads, mc->channels, mc->padded_vocab_size, mc->num_layers};
     grid_init(&s->grid, &s->world, layout, &shape, 0);
     s->dp = s->grid.dp;
     s->tp = s->grid.tp;
+    s->pp = s->grid.pp;
+    check_pipeline_layout(s, mc);
 }
 
-/* the model (this process's tensor-parallel part): a descriptor (random init from --seed) or a model file */
+/* the model (this process's tensor-parallel part of its pipeline stage): a descriptor (random init from --seed,
+ * the same numbers for every layout) or a model file */
 static void setup_model(TrainSession* s, const GPT2Config* mc) {
     TensorParallel tp = tensor_parallel_on_comm(&s->tp_comm, s->tp, floatx_comm_dtype(), s->cfg.sequence_parallel,
                                                 s->cfg.comm_stats);
+    GPT2Stage stage = pipeline_stage_of(mc, s->pp->world, s->cfg.pp_virtual, s->pp_layers[0] ? s->pp_layers : NULL,
+                                        s->pp->rank);
     if (is_model_descriptor(s->cfg.model)) {
-        gpt2_allocate_weights_tp(&s->model, mc, &tp);
+        gpt2_allocate_weights_part(&s->model, mc, &tp, &stage);
         gpt2_init_random(&s->model, (uint64_t)s->cfg.seed);
     } else {
-        gpt2_build_from_file(&s->model, s->cfg.model, &tp);
+        gpt2_build_from_file_part(&s->model, s->cfg.model, &tp, &stage);
     }
 }
 
@@ -708,8 +829,17 @@ static void session_init(TrainSession* s) {
     comm_require_same(&s->world, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                       "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
-    zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, cfg->master_weights); /* gradients, optimizer shard */
-    gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
+    zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights); /* gradients, shard */
+    if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
+        PipeScheduleKind kind;
+        pipe_schedule_from_name(cfg->pp_schedule, &kind);
+        pipeline_init(&s->pipe, &s->model, s->pp, kind, s->grad_accum_steps, cfg->pp_virtual,
+                      s->pp_layers[0] ? s->pp_layers : NULL, cfg->B, cfg->T, cfg->recompute);
+        s->pipe.gelu_fusion = cfg->gelu_fusion;
+        pipeline_trace_init(&s->trace, &s->pipe, cfg->output_dir[0] ? cfg->pp_trace_steps : 0);
+    } else {
+        gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
+    }
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
     s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;
     loss_scaler_init(&s->scaler, 65536.0f, 1000);
@@ -742,12 +872,19 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
            s->cfg.learning_rate, s->cfg.warmup_steps);
     printf("| processes / ZeRO      | %d / stage %d (collectives: %s)\n", s->world.world, s->cfg.zero_stage,
            s->world.backend);
-    if (s->tp->world > 1) {
+    if (s->tp->world > 1 && s->pp->world == 1) {
         printf("| layout                | tensor parallel %d%s x data parallel %d; %zu of the model's %zu parameters "
                "on each process\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "", s->dp->world,
                s->model.num_parameters, s->model.num_parameters_full);
     }
+    if (s->pp->world > 1) {
+        printf("| layout                | tensor parallel %d%s x data parallel %d x pipeline %d (%s, %d chunk%s per "
+               "stage, %d micro-batches)\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "",
+               s->dp->world, s->pp->world, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_virtual > 1 ? "s" : "",
+               s->grad_accum_steps);
+    }
     printf("+-----------------------+------------------------------------------------\n");
+    if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
     zero_print_ledger(&s->zero);
     if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
     int nd, no;
@@ -770,6 +907,7 @@ static void session_free(TrainSession* s) {
     graphs_free(&s->graphs);
     batch_pipeline_free(&s->batches);
     zero_free(&s->zero);
+    if (s->pp->world > 1) { pipeline_free(&s->pipe); free(s->trace.ev); }
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
     if (s->has_val) { dataloader_free(&s->val_loader); }
@@ -788,6 +926,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+        if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
         printf("\n");
         fflush(stdout);
     }
@@ -799,7 +938,27 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f",
                  r->loss, r->grad_norm, r->lr, ms, tok_s);
     }
+    if (r->bubble >= 0) {
+        size_t len = strlen(fields);
+        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%.4f", r->bubble);
+    }
     logger_log(&s->logger, "train", s->step, fields);
+}
+
+/* --pp-trace-steps: adds the step just run to the schedule trace; after the last recorded one, DIR/trace.json */
+static void write_trace_when_recorded(TrainSession* s) {
+    pipeline_trace_add(&s->trace, &s->pipe);
+    if (s->trace.steps_left > 0 && s->step < s->max_steps) { return; }
+    char* labels = (char*)calloc_check((size_t)s->world.world, 64, "trace labels");
+    for (int q = 0; q < s->world.world; q++) {
+        GridCoords c = grid_coords_of(&s->grid.layout, q);
+        snprintf(labels + 64 * q, 64, "rank %d (pp %d, tp %d, dp %d)", q, c.pp, c.tp, c.dp);
+    }
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/trace.json", s->cfg.output_dir);
+    pipeline_trace_write(&s->trace, &s->world, path, labels);
+    if (is_rank0(s)) { printf("pipeline: wrote the schedule of %d steps to %s\n", s->trace.steps_done, path); }
+    free(labels);
 }
 
 /* validation and a sample when due (every -v / -s steps, and at the end) */
@@ -838,6 +997,7 @@ static void train(TrainSession* s) {
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
         log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak));
+        if (s->trace.steps_left > 0) { write_trace_when_recorded(s); }
         int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {

@@ -35,6 +35,12 @@ typedef struct {
     Comm* tp;                    /* the tensor-parallel group (a group of one without tp) */
     int printing;                /* 1 on the process that prints and draws (rank 0 of its tp group) */
     uint64_t* rng;               /* the sampling RNG state (xorshift64*), advanced once per token on the printer */
+    Comm* pp;                    /* pipeline parallelism: the pp group (the token goes from its rank 0 to all); NULL */
+    /* NULL: the forward runs on the model given to generate_text; else forward_logits(forward_ctx, tokens, T, row,
+     * logits) runs the batch-1 forward of the T host tokens and leaves row `row`'s fp32 logits (Vp) on the printer
+     * (pipeline parallelism, llmc/pipeline_model.h) */
+    void (*forward_logits)(void* ctx, const int* host_tokens, int T, int row, float* host_logits);
+    void* forward_ctx;
 } GenerateConfig;
 
 /* prompt tokens: the encoded prompt, or <|endoftext|>; returns the count, *tokens has room for gen_tokens more */
@@ -64,6 +70,13 @@ static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** 
 static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* tokens, int n, float* host_logits) {
     int maxlen = m->T, len = n < maxlen ? n : maxlen;
     int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
+    if (g->forward_logits) {
+        int* host = (int*)malloc_check((size_t)fwd * sizeof(int), "sample window");
+        for (int i = 0; i < fwd; i++) { host[i] = i < len ? tokens[n - len + i] : GPT2_EOT; }
+        g->forward_logits(g->forward_ctx, host, fwd, len - 1, host_logits);
+        free(host);
+        return;
+    }
     dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
     if (fwd > len) {
         int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
@@ -103,6 +116,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
             next = sample_token(logits, m->config.vocab_size, g->temperature, g->top_k, random_f32(g->rng));
         }
         comm_broadcast_host(g->tp, &next, sizeof(next), 0); /* the other tp ranks feed the same token */
+        if (g->pp) { comm_broadcast_host(g->pp, &next, sizeof(next), 0); } /* and the other pipeline stages */
         tokens[n++] = next;
         if (!g->printing) { continue; }
         if (g->tokenizer) {

@@ -58,6 +58,7 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
     {"d2", 2, 128, 4, 256, "tiny CPU model"},
     {"d4", 4, 256, 4, 256, "small CPU model"},
     {"d6", 6, 384, 6, 256, "CPU model"},
+    {"d8", 8, 128, 4, 256, "tiny deep CPU model (pipeline tests: 8 thin layers)"},
     {"d12", 12, 768, 12, 1024, "GPT-2 124M"},
     {"d24", 24, 1024, 16, 1024, "GPT-2 350M"},
     {"d36", 36, 1280, 20, 1024, "GPT-2 774M"},
@@ -88,6 +89,55 @@ static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name)
 static inline int is_model_descriptor(const char* s) {
     GPT2Config tmp;
     return gpt2_config_from_descriptor(&tmp, s);
+}
+
+/* ============================================================ pipeline stages */
+
+/* The layers an instance holds (pipeline parallelism, llmc/pipeline.h): n_chunks model chunks of contiguous layers
+ * (one chunk unless the interleaved schedule gives a rank several), stored one after the other, so local layer j is
+ * layer j of the first chunk, then of the second, ... The first pipeline stage embeds the tokens (wte, wpe), the
+ * last one holds lnf and the tied LM head (wte again: its gradient is summed between the two ends by the caller).
+ * gpt2_stage_whole is the whole model (both ends, all layers). */
+#define GPT2_MAX_CHUNKS 16
+typedef struct {
+    int n_chunks;
+    int chunk_first[GPT2_MAX_CHUNKS];   /* global index of each chunk's first layer */
+    int chunk_layers[GPT2_MAX_CHUNKS];  /* layers of each chunk */
+    int has_embedding;                  /* wte and wpe; forward starts from the tokens */
+    int has_head;                       /* lnf and wte; forward ends in the logits and the loss */
+} GPT2Stage;
+
+static inline GPT2Stage gpt2_stage_whole(const GPT2Config* c) {
+    GPT2Stage st;
+    memset(&st, 0, sizeof(st));
+    st.n_chunks = 1;
+    st.chunk_layers[0] = c->num_layers;
+    st.has_embedding = st.has_head = 1;
+    return st;
+}
+
+/* layers held (the sum over the chunks) */
+static inline int gpt2_stage_layers(const GPT2Stage* st) {
+    int n = 0;
+    for (int k = 0; k < st->n_chunks; k++) { n += st->chunk_layers[k]; }
+    return n;
+}
+
+/* the global layer of local layer j */
+static inline int gpt2_stage_global_layer(const GPT2Stage* st, int j) {
+    for (int k = 0; k < st->n_chunks; k++) {
+        if (j < st->chunk_layers[k]) { return st->chunk_first[k] + j; }
+        j -= st->chunk_layers[k];
+    }
+    FATAL("internal: local layer beyond the stage's layers");
+    return -1;
+}
+
+/* the local index of chunk k's first layer */
+static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
+    int j = 0;
+    for (int q = 0; q < k; q++) { j += st->chunk_layers[q]; }
+    return j;
 }
 
 /* ============================================================ parameter table */
@@ -181,12 +231,31 @@ static inline TPSlice gpt2_tp_slice(const GPT2Config* c, int i, int p, int r) {
     return s;
 }
 
-/* element counts of this tensor-parallel rank's 16 tensors (any rank: all are the same size) */
-static inline void gpt2_parameter_sizes_tp(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p) {
+/* 1 if a stage holds global tensor i (wte at either end, wpe on the first stage, lnf on the last); per-layer
+ * tensors: always (for its layers) */
+static inline int gpt2_stage_holds(const GPT2Stage* st, int i) {
+    if (parameter_is_per_layer(i)) { return 1; }
+    if (i == P_WTE) { return st->has_embedding || st->has_head; }
+    if (i == P_WPE) { return st->has_embedding; }
+    return st->has_head; /* lnfw, lnfb */
+}
+
+/* element counts of the 16 tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st
+ * (NULL: the whole model); tensors a stage does not hold have 0 elements */
+static inline void gpt2_parameter_sizes_part(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p,
+                                             const GPT2Stage* st) {
+    GPT2Stage whole = gpt2_stage_whole(c);
+    if (!st) { st = &whole; }
+    size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = gpt2_tp_slice(c, i, p, 0);
-        sizes[i] = s.blocks * s.len * (parameter_is_per_layer(i) ? (size_t)c->num_layers : 1);
+        sizes[i] = gpt2_stage_holds(st, i) ? s.blocks * s.len * (parameter_is_per_layer(i) ? layers : 1) : 0;
     }
+}
+
+/* element counts of this tensor-parallel rank's 16 tensors of the whole model */
+static inline void gpt2_parameter_sizes_tp(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p) {
+    gpt2_parameter_sizes_part(sizes, c, p, NULL);
 }
 
 /* ============================================================ activation table */
@@ -216,12 +285,14 @@ typedef struct {
 
 static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* element counts for micro-batch (B,T) on one tensor-parallel rank of `tp`; recompute: 0 none, 1 GELU output,
+/* element counts for micro-batch (B,T) on one tensor-parallel rank of `tp` holding stage st (NULL: the whole
+ * model; its layers, and the LayerNorm/logits/loss tensors only with the head); recompute: 0 none, 1 GELU output,
  * 2 also LayerNorm outputs */
 static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T,
-                                         int recompute, const TensorParallel* tp) {
+                                         int recompute, const TensorParallel* tp, const GPT2Stage* st) {
     size_t p = (size_t)tp->size;
-    size_t L = (size_t)c->num_layers, C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t L = st ? (size_t)gpt2_stage_layers(st) : (size_t)c->num_layers;
+    size_t C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
     size_t L_ln = recompute >= 2 ? 1 : L;
@@ -258,6 +329,13 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
     n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
     n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
+    if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
+        n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
+        n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p)),
+                                             layernorm_scratch_floats((int)BTl, (int)C)),
+                                    max_size(matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C),
+                                             matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl))));
+    }
 }
 
 /* ============================================================ the model */
@@ -265,17 +343,24 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
 typedef struct {
     GPT2Config config;          /* the full model's configuration */
     TensorParallel tp;          /* this instance's tensor-parallel rank (size 1: the whole model) */
+    GPT2Stage stage;            /* the layers held (pipeline parallelism; gpt2_stage_whole: all) */
+    int n_layers;               /* gpt2_stage_layers(&stage): the layers this instance runs */
     size_t param_sizes[NUM_PARAMETER_TENSORS]; /* this rank's tensors (gpt2_parameter_sizes_tp) */
     size_t num_parameters;      /* P: elements of this rank's 16 tensors (the whole model when tp.size = 1) */
     size_t num_parameters_full; /* elements of the full model */
     size_t params_capacity;     /* elements allocated for params_memory (>= P; the tail is zero, see gpt2_pad_parameters) */
     ParameterTensors params;    /* floatX, device, views into params_memory */
     floatX* params_memory;
-    /* activations for the largest (B,T) */
+    /* activations for the largest (B,T): n_slots independent sets (pipeline parallelism keeps several micro-batches
+     * alive), `acts`, `inputs`, `targets` are those of the slot in use (gpt2_use_slot) */
     int B, T, recompute;
     ActivationTensors acts;
     void* acts_memory;
-    size_t acts_bytes;
+    size_t acts_bytes;          /* of one slot */
+    int n_slots, slot;
+    void** slot_memory;         /* (n_slots) */
+    ActivationTensors* slot_acts;
+    int** slot_tokens;          /* (n_slots) device (2,B,T): inputs, targets */
     int* inputs;                /* (B,T) device */
     int* targets;               /* (B,T) device */
     float* host_losses;         /* (B,T) host (validation) */
@@ -283,19 +368,23 @@ typedef struct {
     double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
 } GPT2;
 
-/* allocates the parameter buffer (zeroed) of tensor-parallel rank tp->rank of tp->size for the model cfg (tp NULL:
- * the whole model); exits with one line if cfg cannot be split that way (the process grid validates layouts
- * first, so this is an internal check) */
-static inline void gpt2_allocate_weights_tp(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp) {
+/* allocates the parameter buffer (zeroed) of tensor-parallel rank tp->rank of tp->size, pipeline stage st, for the
+ * model cfg (tp NULL: no tensor parallelism; st NULL: all layers); exits with one line if cfg cannot be split
+ * that way (the process grid validates layouts first, so this is an internal check) */
+static inline void gpt2_allocate_weights_part(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp,
+                                              const GPT2Stage* st) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->tp = tp ? *tp : tensor_parallel_none();
+    model->stage = st ? *st : gpt2_stage_whole(cfg);
+    model->n_layers = gpt2_stage_layers(&model->stage);
     int p = model->tp.size;
     if (cfg->num_heads % p || cfg->channels % p || cfg->padded_vocab_size % p) {
         FATAL("internal: a model with NH=%d C=%d Vp=%d cannot be split over %d tensor-parallel ranks", cfg->num_heads,
               cfg->channels, cfg->padded_vocab_size, p);
     }
-    gpt2_parameter_sizes_tp(model->param_sizes, cfg, p);
+    if (model->n_layers < 1) { FATAL("internal: a pipeline stage without layers"); }
+    gpt2_parameter_sizes_part(model->param_sizes, cfg, p, &model->stage);
     size_t full[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(full, cfg);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -307,8 +396,13 @@ static inline void gpt2_allocate_weights_tp(GPT2* model, const GPT2Config* cfg, 
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
 
+/* all layers on tensor-parallel rank tp->rank of tp->size */
+static inline void gpt2_allocate_weights_tp(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp) {
+    gpt2_allocate_weights_part(model, cfg, tp, NULL);
+}
+
 /* the whole model, no tensor parallelism */
-static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) { gpt2_allocate_weights_tp(model, cfg, NULL); }
+static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) { gpt2_allocate_weights_part(model, cfg, NULL, NULL); }
 
 /* grows the parameter buffer to `capacity` elements (>= P), keeping the parameters and zeroing the tail, so
  * that collectives may treat it as `capacity` equal shards (the ZeRO layout, llmc/zero.h) */
@@ -322,27 +416,40 @@ static inline void gpt2_pad_parameters(GPT2* model, size_t capacity) {
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
 
-/* calls fn(ctx, tensor, full_offset, local_offset, n) for every contiguous piece of tensor-parallel rank r's
- * parameters, in its flat order: n elements of tensor `tensor` at full_offset in the full model's flat order are
- * rank r's elements at local_offset (gpt2_tp_slice) */
-static inline void gpt2_tp_for_each_piece(const GPT2Config* c, int p, int r,
-                                          void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
-                                                     size_t n),
-                                          void* ctx) {
+/* calls fn(ctx, tensor, full_offset, local_offset, n) for every contiguous piece of the parameters of
+ * tensor-parallel rank r of p holding stage st (NULL: all layers), in its flat order: n elements of tensor `tensor`
+ * at full_offset in the full model's flat order are that rank's elements at local_offset (gpt2_tp_slice; local
+ * layer j is global layer gpt2_stage_global_layer(st, j)) */
+static inline void gpt2_part_for_each_piece(const GPT2Config* c, int p, int r, const GPT2Stage* st,
+                                            void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
+                                                       size_t n),
+                                            void* ctx) {
+    GPT2Stage whole = gpt2_stage_whole(c);
+    if (!st) { st = &whole; }
     size_t full[NUM_PARAMETER_TENSORS], local[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(full, c);
-    gpt2_parameter_sizes_tp(local, c, p);
-    size_t L = (size_t)c->num_layers, foff = 0, loff = 0;
+    gpt2_parameter_sizes_part(local, c, p, st);
+    size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t layers = parameter_is_per_layer(i) ? L : 1;
+        int per_layer = parameter_is_per_layer(i);
+        size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
         TPSlice s = gpt2_tp_slice(c, i, p, r);
-        for (size_t l = 0; l < layers; l++) {
-            size_t fl = foff + l * (full[i] / layers), ll = loff + l * (local[i] / layers);
+        for (size_t j = 0; j < layers; j++) {
+            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : 0;
+            size_t fl = foff + g * (full[i] / (per_layer ? L : 1)), ll = loff + j * (local[i] / layers);
             for (size_t b = 0; b < s.blocks; b++) { fn(ctx, i, fl + s.start + b * s.stride, ll + b * s.len, s.len); }
         }
         foff += full[i];
         loff += local[i];
     }
+}
+
+/* gpt2_part_for_each_piece of all layers */
+static inline void gpt2_tp_for_each_piece(const GPT2Config* c, int p, int r,
+                                          void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
+                                                     size_t n),
+                                          void* ctx) {
+    gpt2_part_for_each_piece(c, p, r, NULL, fn, ctx);
 }
 
 typedef struct { float* dst; const float* src; } GPT2CopyPieces;
@@ -360,13 +467,13 @@ static inline void gpt2_copy_local_to_full(void* ctx, int tensor, size_t full_of
 /* sets this rank's parameters from the full model `host_full` (num_parameters_full fp32 on the host, file order),
  * converted to floatX (round to nearest) */
 static inline void gpt2_upload_full(GPT2* model, const float* host_full) {
-    if (model->tp.size == 1) {
+    if (model->tp.size == 1 && model->num_parameters == model->num_parameters_full) {
         dev_upload_floats(model->params_memory, host_full, model->num_parameters);
         return;
     }
     float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this rank");
     GPT2CopyPieces cp = {host, host_full};
-    gpt2_tp_for_each_piece(&model->config, model->tp.size, model->tp.rank, gpt2_copy_full_to_local, &cp);
+    gpt2_part_for_each_piece(&model->config, model->tp.size, model->tp.rank, &model->stage, gpt2_copy_full_to_local, &cp);
     dev_upload_floats(model->params_memory, host, model->num_parameters);
     free(host);
 }
@@ -374,11 +481,21 @@ static inline void gpt2_upload_full(GPT2* model, const float* host_full) {
 /* a buffer in this rank's parameter layout (src: P floatX on the device, e.g. the parameters or their gradients) as
  * the full model's (fp32, file order) in host_full (num_parameters_full floats) on the caller that passes it (NULL
  * elsewhere): collective over the tensor-parallel group (every rank of it calls; each rank's part is all-gathered,
- * replicated tensors come from rank 0); without tensor parallelism a download */
+ * replicated tensors come from rank 0); without tensor parallelism a download. Of a pipeline stage only its own
+ * tensors and layers are written (the rest of host_full is left as it was). */
 static inline void gpt2_gather_full_from(GPT2* model, const floatX* src, float* host_full) {
     int p = model->tp.size;
     if (p == 1) {
-        if (host_full) { dev_download_floats(host_full, src, model->num_parameters); }
+        if (!host_full) { return; }
+        if (model->num_parameters == model->num_parameters_full) {
+            dev_download_floats(host_full, src, model->num_parameters);
+            return;
+        }
+        float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this stage");
+        dev_download_floats(host, src, model->num_parameters);
+        GPT2CopyPieces cp = {host_full, host};
+        gpt2_part_for_each_piece(&model->config, 1, 0, &model->stage, gpt2_copy_local_to_full, &cp);
+        free(host);
         return;
     }
     /* every rank's flat buffer side by side, then each rank's pieces put in place (rank 0's last for what all share) */
@@ -391,7 +508,7 @@ static inline void gpt2_gather_full_from(GPT2* model, const floatX* src, float* 
         dev_download_floats(host, all, (size_t)p * P);
         for (int r = p - 1; r >= 0; r--) {
             GPT2CopyPieces cp = {host_full, host + (size_t)r * P};
-            gpt2_tp_for_each_piece(&model->config, p, r, gpt2_copy_local_to_full, &cp);
+            gpt2_part_for_each_piece(&model->config, p, r, &model->stage, gpt2_copy_local_to_full, &cp);
         }
         free(host);
     }
@@ -440,9 +557,20 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
-/* allocates the activation table for micro-batch (B,T) as one buffer (256-byte aligned tensors), the
- * token buffers and the loss accumulators */
-static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
+/* makes activation slot k (0 <= k < n_slots) the one forward and backward use: acts, inputs, targets */
+static inline void gpt2_use_slot(GPT2* model, int k) {
+    if (k < 0 || k >= model->n_slots) { FATAL("internal: activation slot %d of %d", k, model->n_slots); }
+    model->slot = k;
+    model->acts = model->slot_acts[k];
+    model->acts_memory = model->slot_memory[k];
+    model->inputs = model->slot_tokens[k];
+    model->targets = model->slot_tokens[k] + (size_t)model->B * model->T;
+}
+
+/* allocates n_slots activation tables for micro-batch (B,T), each one buffer of 256-byte aligned tensors with its
+ * own token buffers (pipeline parallelism keeps n_slots micro-batches alive; otherwise 1), and the loss
+ * accumulators; slot 0 in use */
+static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int recompute, int n_slots) {
     model->B = B;
     model->T = T;
     model->recompute = recompute;
@@ -450,31 +578,48 @@ static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int reco
         FATAL("internal: sequence parallelism needs B*T = %d divisible by %d tensor-parallel ranks", B * T,
               model->tp.size);
     }
-    gpt2_activation_sizes(model->acts.count, &model->config, B, T, recompute, &model->tp);
+    ActivationTensors sizes;
+    gpt2_activation_sizes(sizes.count, &model->config, B, T, recompute, &model->tp, &model->stage);
     size_t offsets[NUM_ACTIVATION_TENSORS];
     size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
         offsets[i] = total;
-        total += (model->acts.count[i] * elem + 255) / 256 * 256;
+        total += (sizes.count[i] * elem + 255) / 256 * 256;
     }
     model->acts_bytes = total;
-    model->acts_memory = dev_malloc(total, "activations");
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        model->acts.t[i] = (char*)model->acts_memory + offsets[i];
+    model->n_slots = n_slots;
+    model->slot_memory = (void**)calloc_check((size_t)n_slots, sizeof(void*), "activation slots");
+    model->slot_acts = (ActivationTensors*)calloc_check((size_t)n_slots, sizeof(ActivationTensors), "activation slots");
+    model->slot_tokens = (int**)calloc_check((size_t)n_slots, sizeof(int*), "activation slots");
+    for (int k = 0; k < n_slots; k++) {
+        model->slot_memory[k] = dev_malloc(total, "activations");
+        model->slot_acts[k] = sizes;
+        for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+            model->slot_acts[k].t[i] = (char*)model->slot_memory[k] + offsets[i];
+        }
+        model->slot_tokens[k] = (int*)dev_malloc(2 * (size_t)B * T * sizeof(int), "input and target tokens");
     }
-    model->inputs = (int*)dev_malloc((size_t)B * T * sizeof(int), "input tokens");
-    model->targets = (int*)dev_malloc((size_t)B * T * sizeof(int), "target tokens");
     model->host_losses = (float*)malloc_check((size_t)B * T * sizeof(float), "host losses");
     model->loss_sum = (double*)dev_malloc(2 * sizeof(double), "loss accumulators");
     model->loss_mean = (float*)(model->loss_sum + 1);
+    gpt2_use_slot(model, 0);
+}
+
+/* one activation table for micro-batch (B,T), the token buffers and the loss accumulators */
+static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
+    gpt2_allocate_activation_slots(model, B, T, recompute, 1);
 }
 
 static inline void gpt2_free(GPT2* model) {
     dev_free(model->params_memory);
-    if (model->acts_memory) { dev_free(model->acts_memory); }
-    if (model->inputs) { dev_free(model->inputs); }
-    if (model->targets) { dev_free(model->targets); }
+    for (int k = 0; k < model->n_slots; k++) {
+        dev_free(model->slot_memory[k]);
+        dev_free(model->slot_tokens[k]);
+    }
+    free(model->slot_memory);
+    free(model->slot_acts);
+    free(model->slot_tokens);
     free(model->host_losses);
     if (model->loss_sum) { dev_free(model->loss_sum); }
     memset(model, 0, sizeof(*model));
@@ -489,7 +634,7 @@ static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
 }
 /* layer l's slice of per-layer tensor i of a full parameter-layout buffer */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
-    return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->config.num_layers);
+    return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->n_layers);
 }
 
 /* ============================================================ where backward writes gradients */
@@ -519,9 +664,9 @@ static inline GPT2GradTarget gpt2_grad_target_full(const GPT2* m, floatX* grads)
     GPT2GradTarget g;
     memset(&g, 0, sizeof(g));
     parameter_tensors_point(&g.base, grads, m->param_sizes);
-    g.layer_slots = m->config.num_layers;
+    g.layer_slots = m->n_layers;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        g.layer_stride[i] = parameter_is_per_layer(i) ? m->param_sizes[i] / (size_t)m->config.num_layers : 0;
+        g.layer_stride[i] = parameter_is_per_layer(i) ? m->param_sizes[i] / (size_t)m->n_layers : 0;
     }
     return g;
 }
@@ -538,10 +683,10 @@ typedef struct {
 } GPT2GradPiece;
 
 /* the gradient bucket of layer l (its slices of the 12 per-layer tensors, l >= 0) or of the global tensors
- * (wte, wpe, lnfw, lnfb; l = -1), as pieces of the flat parameter index space pointing where backward wrote
- * them; returns the number of pieces (12 or 4) */
+ * (wte, wpe, lnfw, lnfb; l = -1; of a pipeline stage those it holds), as pieces of the flat parameter index space
+ * pointing where backward wrote them; returns the number of pieces (12, or 0 to 4) */
 static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l, GPT2GradPiece out[NUM_PARAMETER_TENSORS]) {
-    size_t off = 0, L = (size_t)m->config.num_layers;
+    size_t off = 0, L = (size_t)m->n_layers;
     int n = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t size = m->param_sizes[i];
@@ -551,7 +696,7 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
             out[n].begin = off + (size_t)l * per;
             out[n].end = out[n].begin + per;
             n++;
-        } else if (l < 0 && !parameter_is_per_layer(i)) {
+        } else if (l < 0 && !parameter_is_per_layer(i) && size > 0) {
             out[n].grad = g->base.t[i];
             out[n].begin = off;
             out[n].end = off + size;
@@ -560,6 +705,56 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
         off += size;
     }
     return n;
+}
+
+/* ============================================================ pipeline stage boundaries */
+
+/* The (Nl,C) rows that cross a pipeline boundary, in the slot in use: the stage's input (the previous stage's
+ * output: forward starts from it without the embedding), its output (the residual stream after its last layer) and
+ * the gradient buffer (d(loss)/d(output) before a backward without the head, d(loss)/d(input) after one without
+ * the embedding). Nl = B*T rows, or B*T/tp under sequence parallelism. */
+static inline floatX* gpt2_stage_input(const GPT2* m) { return (floatX*)m->acts.t[A_ENCODED]; }
+static inline floatX* gpt2_stage_dinput(const GPT2* m) { return (floatX*)m->acts.t[A_DRESIDUAL]; }
+static inline floatX* gpt2_stage_output(const GPT2* m) {
+    size_t rows = (size_t)tp_rows(&m->tp, m->B * m->T), C = (size_t)m->config.channels;
+    return (floatX*)m->acts.t[A_RESIDUAL3] + (size_t)(m->n_layers - 1) * rows * C;
+}
+
+/* 1 if tensor i of this instance counts in the full model's gradient norm here: split tensors on every tensor-parallel
+ * rank, replicated ones on tp rank 0 only; the tied wte only on the stage with the embedding (the last stage's
+ * copy holds the same summed gradient) */
+static inline int gpt2_counts_in_norm(const GPT2* m, int i) {
+    if (i == P_WTE && !m->stage.has_embedding) { return 0; }
+    return parameter_is_tp_sharded(i) || m->tp.rank == 0;
+}
+
+/* A view of model chunk k of `rank_model` (interleaved pipeline schedule: a rank holds several chunks) as a model of
+ * its own: its layers' parameters point into rank_model's buffer (no copy), the global tensors it holds (the
+ * embedding on the first chunk of the first stage, the head on the last chunk of the last) too; activations are the
+ * view's own (allocate them). Not for the optimizer or files: those use rank_model. */
+static inline GPT2 gpt2_chunk_view(const GPT2* rank_model, int k) {
+    GPT2 v;
+    memset(&v, 0, sizeof(v));
+    const GPT2Stage* st = &rank_model->stage;
+    v.config = rank_model->config;
+    v.tp = rank_model->tp;
+    v.stage.n_chunks = 1;
+    v.stage.chunk_first[0] = st->chunk_first[k];
+    v.stage.chunk_layers[0] = st->chunk_layers[k];
+    v.stage.has_embedding = st->has_embedding && k == 0;
+    v.stage.has_head = st->has_head && k == st->n_chunks - 1;
+    v.n_layers = st->chunk_layers[k];
+    size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t per = parameter_is_per_layer(i) ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
+        int held = parameter_is_per_layer(i) || gpt2_stage_holds(&v.stage, i);
+        v.param_sizes[i] = !held ? 0 : parameter_is_per_layer(i) ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
+        v.params.t[i] = rank_model->params.t[i] + j0 * per;
+        v.num_parameters += v.param_sizes[i];
+    }
+    v.num_parameters_full = rank_model->num_parameters_full;
+    v.params_memory = NULL; /* not owned */
+    return v;
 }
 
 /* ============================================================ forward */
@@ -643,20 +838,25 @@ static inline void gpt2_vocab_parallel_loss(GPT2* m, floatX* logits, const int* 
  * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
  * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)).
  * Tensor parallel: every rank of the group calls it with the same tokens; the logits buffer holds this rank's
- * vocabulary columns (N,Vp/tp); the losses are the same on every rank. */
+ * vocabulary columns (N,Vp/tp); the losses are the same on every rank.
+ * Pipeline stage: without the embedding, the stage's input (Nl,C) must be in gpt2_stage_input (the previous
+ * stage's output) and `inputs` is not read; without the head the forward ends at gpt2_stage_output (Nl,C) and
+ * targets are not read. */
 static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
                                 float dloss, int write_dlogits) {
     const GPT2Config* c = &m->config;
     if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
     const TensorParallel* tp = &m->tp;
-    int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int L = m->n_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size, Vs = Vp / tp->size;
     const ParameterTensors* p = &m->params;
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
-    if (tp->size == 1) {
+    if (!m->stage.has_embedding) {
+        /* the previous pipeline stage's output is already in A_ENCODED */
+    } else if (tp->size == 1) {
         encoder_forward(encoded, inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
     } else { /* each rank embeds the tokens of its vocabulary shard; g sums the ranks (exact: one term per row) */
         floatX* emb = tp->sequence_parallel ? scratch : encoded;
@@ -686,12 +886,15 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
             LayerActivations an = gpt2_layer_acts(m, l + 1);
             fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
                                              layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
-        } else {
+        } else if (m->stage.has_head) {
             fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
                                              (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
                                              p->t[P_LNFW], p->t[P_LNFB], Nl, C);
+        } else { /* the next pipeline stage normalises it (layernorm_forward of its first layer) */
+            residual_forward(a.residual3, a.residual2, y, (size_t)Nl * C);
         }
     }
+    if (!m->stage.has_head) { return; }
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
     const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
     matmul_forward(logits, x, p->t[P_WTE], NULL, N, C, Vs, NULL);
@@ -813,12 +1016,15 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
 
 /* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate where g says, with g's hooks
  * called as documented at GPT2GradTarget. host_inputs: the same (B,T) tokens on the host (for the
- * deterministic encoder backward). Tensor parallel: every rank of the group calls it. */
+ * deterministic encoder backward). Tensor parallel: every rank of the group calls it.
+ * Pipeline stage: without the head, gpt2_stage_dinput must hold d(loss)/d(stage output) (Nl,C) from the next
+ * stage; without the embedding it holds d(loss)/d(stage input) on return (for the previous stage), and the
+ * tokens are not read. */
 static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* inputs, const int* host_inputs, int B,
                                  int T) {
     const GPT2Config* c = &m->config;
     const TensorParallel* tp = &m->tp;
-    int L = c->num_layers, C = c->channels, Vs = c->padded_vocab_size / tp->size;
+    int L = m->n_layers, C = c->channels, Vs = c->padded_vocab_size / tp->size;
     int N = B * T, Nl = tp_rows(tp, N);
     const ParameterTensors* p = &m->params;
     floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
@@ -827,20 +1033,24 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
     if (g->backward_begin) { g->backward_begin(g->ctx); }
-    /* LM head (tied): dlnf = f_backward(dlogits @ wte), dwte += dlogits^T @ f(lnf) */
-    const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
-    matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, x, p->t[P_WTE], scratch_f32, N, C, Vs, NULL);
-    const floatX* dx = tp_reduce(tp, dbtc, N, C);
-    dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
-    LayerActivations last = gpt2_layer_acts(m, L - 1);
-    gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
-                            (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
+    if (m->stage.has_head) {
+        /* LM head (tied): dlnf = f_backward(dlogits @ wte), dwte += dlogits^T @ f(lnf) */
+        const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
+        matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, x, p->t[P_WTE], scratch_f32, N, C, Vs, NULL);
+        const floatX* dx = tp_reduce(tp, dbtc, N, C);
+        dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
+        LayerActivations last = gpt2_layer_acts(m, L - 1);
+        gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
+                                (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
+    } /* else the next pipeline stage's gradient is already in A_DRESIDUAL */
     for (int l = L - 1; l >= 0; l--) {
         if (g->layer_begin) { g->layer_begin(g->ctx, l); }
         gpt2_block_backward(m, g, l, B, T);
         if (g->layer_ready) { g->layer_ready(g->ctx, l); }
     }
-    if (tp->size == 1) {
+    if (!m->stage.has_embedding) {
+        /* dresidual is d(loss)/d(stage input): the previous pipeline stage's gradient */
+    } else if (tp->size == 1) {
         encoder_backward(g->base.t[P_WTE], g->base.t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
     } else {
         const floatX* demb = tp_gather(tp, dresidual, scratch, N, C);                   /* g backward */
@@ -893,8 +1103,9 @@ static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const fl
 static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors, size_t* n_decay_values,
                                             int* n_other_tensors, size_t* n_other_values) {
     *n_decay_tensors = 0; *n_other_tensors = 0; *n_decay_values = 0; *n_other_values = 0;
-    int L = m->config.num_layers;
+    int L = m->n_layers;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (m->param_sizes[i] == 0) { continue; }
         int tensors = parameter_is_per_layer(i) ? L : 1;
         if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
         else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }

@@ -58,6 +58,9 @@ static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_paramet
  * tensor parallelism every rank of the group calls it (the parameters are gathered) and the one with `writer`
  * set writes; without it the caller that writes calls it. */
 static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
+    if (gpt2_stage_layers(&m->stage) != m->config.num_layers) {
+        FATAL("internal: gpt2_write_model of one pipeline stage (use pipeline_gather_model)");
+    }
     if (m->tp.size == 1 && (precision_is_bf16() || FLOATX_IS_FLOAT)) { /* the device bytes are the file's */
         if (!writer) { return; }
         size_t bytes = m->num_parameters * sizeof(floatX);
@@ -96,8 +99,8 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
 }
 
 /* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) as rank tp->rank
- * of tp->size tensor-parallel ranks (tp NULL: the whole model) */
-static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorParallel* tp) {
+ * of tp->size tensor-parallel ranks (tp NULL: no tensor parallelism) holding pipeline stage st (NULL: all layers) */
+static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const TensorParallel* tp, const GPT2Stage* st) {
     GPT2Config cfg;
     int version = gpt2_read_model_header(path, &cfg);
     /* the size check comes before any allocation: a damaged header names the file, not an out-of-memory */
@@ -107,13 +110,13 @@ static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorP
     size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
     checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + P * elem), "model file",
                           "regenerate it");
-    gpt2_allocate_weights_tp(m, &cfg, tp);
+    gpt2_allocate_weights_part(m, &cfg, tp, st);
     if (m->num_parameters_full != P) {
         FATAL("internal: model file parameter count %zu != %zu", P, m->num_parameters_full);
     }
     FILE* f = fopen_check(path, "rb");
     fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
-    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->tp.size == 1) {
+    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->num_parameters == P) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
         dev_memcpy_h2d(m->params_memory, host, P * 2);
@@ -134,11 +137,16 @@ static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorP
     fclose(f);
 }
 
+/* the whole model (all layers) as tensor-parallel rank tp->rank of tp->size (tp NULL: no tensor parallelism) */
+static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorParallel* tp) {
+    gpt2_build_from_file_part(m, path, tp, NULL);
+}
+
 /* replaces the parameters of m by those of the model file `path`, whose configuration must equal m's
  * (checked by the caller); the buffer (and its padding) stays */
 static inline void gpt2_load_weights(GPT2* m, const char* path) {
     GPT2 loaded;
-    gpt2_build_from_file(&loaded, path, &m->tp);
+    gpt2_build_from_file_part(&loaded, path, &m->tp, &m->stage);
     dev_memcpy_d2d(m->params_memory, loaded.params_memory, m->num_parameters * sizeof(floatX));
     gpt2_free(&loaded);
 }

@@ -404,4 +404,203 @@ done:
     return r;
 }
 
+/* ---------------------------------------------------------------- executor */
+
+/* One transfer as the executor hands it to the transport: the action, the pipeline rank of its peer, a tag that
+ * both sides derive alike (the receiving side's micro-batch and chunk, and activation or gradient: a send and its
+ * receive carry the same tag) and the activation slot of (micro, chunk) on this rank that holds the data. */
+typedef struct {
+    PipeAction a;
+    int peer;     /* pipeline rank */
+    int tag;      /* ((micro * v + receiving chunk) * 2 + is_gradient) */
+    int slot;
+} PipeTransfer;
+
+/* What the executor calls. forward / backward run F / B of (micro, chunk) on activation slot `slot` of that chunk;
+ * transfer posts the n transfers of one group together and returns when they are complete (on a GPU: when later
+ * device work is ordered after them). They are sorted by (peer, tag) so that transports matching messages in order
+ * per peer (NCCL) pair them alike on both sides. clock: seconds for the timeline (NULL: none); it must account for
+ * queued device work if that is what is timed (the trainer synchronises when it records a timeline). */
+typedef struct {
+    void* ctx;
+    void (*forward)(void* ctx, int micro, int chunk, int slot);
+    void (*backward)(void* ctx, int micro, int chunk, int slot);
+    void (*transfer)(void* ctx, const PipeTransfer* t, int n);
+    double (*clock)(void* ctx);
+} PipeExecutor;
+
+/* one timed action: F, B, or a transfer group (kind of its first transfer, n transfers) */
+typedef struct {
+    PipeActionKind kind;
+    int micro, chunk, n;
+    double t0, t1;      /* seconds of ex->clock */
+} PipeEvent;
+
+typedef struct {
+    PipeEvent* ev;
+    int n, cap;
+    double t0, t1;      /* the whole schedule */
+} PipeTimeline;
+
+/* the tag of transfer x of rank s (see PipeTransfer) */
+static inline int pipe_tag(const PipeSchedule* sc, int s, const PipeAction* x) {
+    int dst_chunk = x->chunk, r;
+    if (x->kind == PIPE_SEND_ACT) { pipe_next(sc->p, s, x->chunk, &r, &dst_chunk); }
+    if (x->kind == PIPE_SEND_GRAD) { pipe_prev(sc->p, s, x->chunk, &r, &dst_chunk); }
+    int grad = x->kind == PIPE_SEND_GRAD || x->kind == PIPE_RECV_GRAD;
+    return (x->micro * sc->v + dst_chunk) * 2 + grad;
+}
+
+/* Activation slots of one rank: (micro, chunk) gets a slot of its chunk when it is first touched (its activation
+ * received, or its forward) and gives it back after its backward and, unless it is virtual stage 0, the send of its
+ * gradient. slots[c] is the number each chunk needs (pipe_slots_needed). */
+typedef struct {
+    int m, v;
+    int* of;        /* (v*m) slot of (chunk, micro), -1 = none */
+    int* busy;      /* (v*max_slots) 1 = in use */
+    int max_slots;
+} PipeSlots;
+
+static inline int pipe_slot_get(PipeSlots* ps, int micro, int chunk, int assign) {
+    int* of = &ps->of[chunk * ps->m + micro];
+    if (*of >= 0 || !assign) { return *of; }
+    for (int k = 0; k < ps->max_slots; k++) {
+        if (!ps->busy[chunk * ps->max_slots + k]) {
+            ps->busy[chunk * ps->max_slots + k] = 1;
+            *of = k;
+            return k;
+        }
+    }
+    FATAL("internal: pipeline rank ran out of activation slots for chunk %d (%d)", chunk, ps->max_slots);
+    return -1;
+}
+static inline void pipe_slot_release(PipeSlots* ps, int micro, int chunk) {
+    int* of = &ps->of[chunk * ps->m + micro];
+    if (*of >= 0) { ps->busy[chunk * ps->max_slots + *of] = 0; }
+    *of = -1;
+}
+
+/* Walks rank s's actions, assigning and releasing slots as the executor (pipe_run) does: a transfer group holds the
+ * slots of all its transfers while it runs (a receive must not land in a slot a send of the same group still
+ * reads), so its sends' slots are given back after the group; returns in need[c] the most slots chunk c holds at
+ * once. */
+static inline void pipe_slots_walk(const PipeSchedule* sc, int s, PipeSlots* ps, int* need) {
+    int* live = (int*)calloc_check((size_t)sc->v, sizeof(int), "pipeline slots");
+    int k = 0;
+    while (k < sc->count[s]) {
+        int end = sc->act[s][k].kind == PIPE_F || sc->act[s][k].kind == PIPE_B ? k + 1 : pipe_group_end(sc, s, k);
+        for (int a = k; a < end; a++) { /* acquire: forwards and every transfer of the group */
+            const PipeAction* x = &sc->act[s][a];
+            if (x->kind == PIPE_B || pipe_slot_get(ps, x->micro, x->chunk, 0) >= 0) { continue; }
+            pipe_slot_get(ps, x->micro, x->chunk, 1);
+            if (++live[x->chunk] > need[x->chunk]) { need[x->chunk] = live[x->chunk]; }
+        }
+        for (int a = k; a < end; a++) { /* release: after the backward of virtual stage 0, after a gradient's send */
+            const PipeAction* x = &sc->act[s][a];
+            if ((x->kind == PIPE_B && pipe_vstage(sc->p, s, x->chunk) == 0) || x->kind == PIPE_SEND_GRAD) {
+                pipe_slot_release(ps, x->micro, x->chunk);
+                live[x->chunk]--;
+            }
+        }
+        k = end;
+    }
+    free(live);
+}
+
+static inline PipeSlots pipe_slots_alloc(int m, int v, int max_slots) {
+    PipeSlots ps;
+    ps.m = m; ps.v = v; ps.max_slots = max_slots;
+    ps.of = (int*)malloc_check((size_t)m * v * sizeof(int), "pipeline slots");
+    ps.busy = (int*)calloc_check((size_t)v * max_slots, sizeof(int), "pipeline slots");
+    for (int k = 0; k < m * v; k++) { ps.of[k] = -1; }
+    return ps;
+}
+static inline void pipe_slots_free(PipeSlots* ps) { free(ps->of); free(ps->busy); memset(ps, 0, sizeof(*ps)); }
+
+/* need[c] (v ints): the activation slots chunk c of rank s needs for schedule sc */
+static inline void pipe_slots_needed(const PipeSchedule* sc, int s, int* need) {
+    PipeSlots ps = pipe_slots_alloc(sc->m, sc->v, sc->m);
+    for (int c = 0; c < sc->v; c++) { need[c] = 0; }
+    pipe_slots_walk(sc, s, &ps, need);
+    pipe_slots_free(&ps);
+}
+
+static inline void pipe_timeline_add(PipeTimeline* tl, PipeActionKind kind, int micro, int chunk, int n, double t0,
+                                     double t1) {
+    if (!tl) { return; }
+    if (tl->n == tl->cap) {
+        tl->cap = tl->cap ? 2 * tl->cap : 128;
+        tl->ev = (PipeEvent*)realloc(tl->ev, (size_t)tl->cap * sizeof(PipeEvent));
+        if (!tl->ev) { FATAL("out of host memory recording the pipeline timeline"); }
+    }
+    PipeEvent e = {kind, micro, chunk, n, t0, t1};
+    tl->ev[tl->n++] = e;
+}
+
+static inline int pipe_transfer_cmp(const void* x, const void* y) {
+    const PipeTransfer* a = (const PipeTransfer*)x;
+    const PipeTransfer* b = (const PipeTransfer*)y;
+    if (a->peer != b->peer) { return a->peer < b->peer ? -1 : 1; }
+    return a->tag < b->tag ? -1 : a->tag > b->tag;
+}
+
+/* Runs rank s's actions of schedule sc through ex, with activation slots ps (pipe_slots_alloc with at least
+ * pipe_slots_needed slots per chunk); records every action in tl (when tl and ex->clock are set; tl is reset). */
+static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* ex, PipeSlots* ps, PipeTimeline* tl) {
+    int timed = tl && ex->clock;
+    if (timed) { tl->n = 0; tl->t0 = ex->clock(ex->ctx); }
+    PipeTransfer* group = (PipeTransfer*)malloc_check((size_t)(sc->count[s] + 1) * sizeof(PipeTransfer), "pipeline group");
+    int k = 0;
+    while (k < sc->count[s]) {
+        const PipeAction* x = &sc->act[s][k];
+        double t0 = timed ? ex->clock(ex->ctx) : 0.0;
+        if (x->kind == PIPE_F || x->kind == PIPE_B) {
+            int slot = pipe_slot_get(ps, x->micro, x->chunk, 1);
+            if (x->kind == PIPE_F) { ex->forward(ex->ctx, x->micro, x->chunk, slot); }
+            else { ex->backward(ex->ctx, x->micro, x->chunk, slot); }
+            if (x->kind == PIPE_B && pipe_vstage(sc->p, s, x->chunk) == 0) { pipe_slot_release(ps, x->micro, x->chunk); }
+            if (timed) { pipe_timeline_add(tl, x->kind, x->micro, x->chunk, 1, t0, ex->clock(ex->ctx)); }
+            k++;
+            continue;
+        }
+        int end = pipe_group_end(sc, s, k), n = 0;
+        for (int a = k; a < end; a++) {
+            const PipeAction* t = &sc->act[s][a];
+            PipeTransfer* g = &group[n++];
+            PipeAction partner;
+            g->a = *t;
+            pipe_partner(sc, s, t, &g->peer, &partner);
+            g->tag = pipe_tag(sc, s, t);
+            g->slot = pipe_slot_get(ps, t->micro, t->chunk, 1);
+        }
+        qsort(group, (size_t)n, sizeof(PipeTransfer), pipe_transfer_cmp);
+        ex->transfer(ex->ctx, group, n);
+        for (int a = 0; a < n; a++) {
+            if (group[a].a.kind == PIPE_SEND_GRAD) { pipe_slot_release(ps, group[a].a.micro, group[a].a.chunk); }
+        }
+        if (timed) { pipe_timeline_add(tl, x->kind, x->micro, x->chunk, n, t0, ex->clock(ex->ctx)); }
+        k = end;
+    }
+    free(group);
+    if (timed) { tl->t1 = ex->clock(ex->ctx); }
+}
+
+/* seconds a timeline spent in F and B */
+static inline double pipe_timeline_busy(const PipeTimeline* tl) {
+    double busy = 0.0;
+    for (int k = 0; k < tl->n; k++) {
+        if (tl->ev[k].kind == PIPE_F || tl->ev[k].kind == PIPE_B) { busy += tl->ev[k].t1 - tl->ev[k].t0; }
+    }
+    return busy;
+}
+
+/* The measured bubble of one step from every rank's busy seconds and schedule seconds (p each): the step lasts as
+ * long as its slowest rank, so bubble = 1 - mean(busy) / max(total), the idle share of the step averaged over the
+ * ranks. With equal stage costs it is the (p-1)/(m+p-1) of pipe_bubble_theory. 0 for an empty step. */
+static inline double pipe_bubble_measured(const double* busy, const double* total, int p) {
+    double mean = 0.0, longest = 0.0;
+    for (int s = 0; s < p; s++) { mean += busy[s] / p; longest = total[s] > longest ? total[s] : longest; }
+    return longest > 0.0 ? 1.0 - mean / longest : 0.0;
+}
+
 #endif /* LLMC_PIPELINE_H */

@@ -27,7 +27,7 @@
 /* One rank's training state at a checkpoint (the header of its state file). */
 typedef struct {
     int step;                    /* optimizer steps completed */
-    int rank, world;             /* data-parallel rank and number of processes that wrote the checkpoint */
+    int rank, world;             /* world rank and number of processes that wrote the checkpoint */
     int zero_stage;
     int B, T, grad_accum_steps;
     int num_layers, channels, num_heads, vocab_size, padded_vocab_size, max_seq_len;
@@ -43,6 +43,8 @@ typedef struct {
     uint64_t data_fingerprint;   /* dataloader_fingerprint of the training shards */
     int tp_size, tp_rank;        /* tensor-parallel layout: the shard covers tp rank tp_rank's parameters (files of
                                     older versions: 0 = 1, no tensor parallelism) */
+    int pp_size, pp_rank;        /* pipeline layout: the shard covers the parameters of pipeline stage pp_rank */
+    GPT2Stage stage;             /* that stage's layers (llmc/gpt2.h); files without pipeline: all layers */
 } TrainState;
 
 /* what the error messages of the readers name besides the file */
@@ -64,7 +66,8 @@ static inline uint64_t header_get_u64(const int* h, int i) {
  * [22,23] data epoch [24,25] data position [26,27] sampling RNG [28] sizeof(floatX) [29] seed
  * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32)
  * [34] tensor-parallel size (0 without tensor parallelism, as in the files of earlier versions) [35] tensor-parallel
- * rank */
+ * rank [36] pipeline size (0 without pipeline parallelism) [37] pipeline rank [38] the stage's chunks (0: all
+ * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
@@ -85,6 +88,17 @@ static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]
     header_put_u64(h, 32, s->data_fingerprint);
     h[34] = s->tp_size > 1 ? s->tp_size : 0; /* 0: no tensor parallelism (the files of earlier versions) */
     h[35] = s->tp_rank;
+    if (s->pp_size > 1) {
+        h[36] = s->pp_size;
+        h[37] = s->pp_rank;
+        h[38] = s->stage.n_chunks;
+        h[39] = s->stage.has_embedding;
+        h[40] = s->stage.has_head;
+        for (int k = 0; k < s->stage.n_chunks; k++) {
+            h[41 + 2 * k] = s->stage.chunk_first[k];
+            h[42 + 2 * k] = s->stage.chunk_layers[k];
+        }
+    }
 }
 static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
     memset(s, 0, sizeof(*s));
@@ -105,11 +119,32 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
     s->data_fingerprint = header_get_u64(h, 32);
     s->tp_size = h[34] > 0 ? h[34] : 1;
     s->tp_rank = h[35];
+    s->pp_size = h[36] > 0 ? h[36] : 1;
+    s->pp_rank = h[37];
+    if (h[36] > 0 && h[38] > 0 && h[38] <= GPT2_MAX_CHUNKS) {
+        s->stage.n_chunks = h[38];
+        s->stage.has_embedding = h[39];
+        s->stage.has_head = h[40];
+        for (int k = 0; k < h[38]; k++) {
+            s->stage.chunk_first[k] = h[41 + 2 * k];
+            s->stage.chunk_layers[k] = h[42 + 2 * k];
+        }
+    } else { /* all layers */
+        s->stage.n_chunks = 1;
+        s->stage.chunk_layers[0] = s->num_layers;
+        s->stage.has_embedding = s->stage.has_head = 1;
+    }
 }
 
-/* tokens per optimizer step of the run a state describes (the tensor-parallel ranks of a group share a batch) */
+/* the data-parallel size of the run a state describes, and the data-parallel coordinate of its world rank q (the
+ * process grid's order: tp fastest, then dp, then pp; llmc/process_grid.h) */
+static inline int train_state_dp_size(const TrainState* s) { return s->world / (s->tp_size * s->pp_size); }
+static inline int train_state_dp_coord(const TrainState* s, int q) { return (q / s->tp_size) % train_state_dp_size(s); }
+
+/* tokens per optimizer step of the run a state describes (the tensor-parallel ranks of a group and the stages of a
+ * pipeline share a batch) */
 static inline long long train_state_tokens_per_step(const TrainState* s) {
-    return (long long)s->B * s->T * s->grad_accum_steps * (s->world / s->tp_size);
+    return (long long)s->B * s->T * s->grad_accum_steps * (s->world / (s->tp_size * s->pp_size));
 }
 
 /* opens the state file `path`, checks magic and version, reads its header into s; returns the FILE positioned
@@ -173,13 +208,15 @@ static inline void train_state_check_run(const char* path, const TrainState* fou
               "from -i '%s'); resume with the same training data or start a new output directory", path,
               ctx->train_data);
     }
-    if (found->tp_size == ours->tp_size) { /* else each holds another part of the same model (checked above) */
+    if (found->tp_size == ours->tp_size && found->pp_size == ours->pp_size && !memcmp(&found->stage, &ours->stage,
+                                                                                    sizeof(GPT2Stage))) {
+        /* else each holds another part of the same model (checked above) */
         train_state_expect(path, "parameter count", "model", (long long)found->num_parameters,
                            (long long)ours->num_parameters);
     }
 }
 
-/* the step in a state file must be the one its name says; exits with one line otherwise */
+/* the step in a state file must be the one its name says */
 static inline void train_state_check_step(const char* path, int found, int step) {
     if (found != step) {
         FATAL("training state file '%s' holds step %d, but its name says step %d (renamed or damaged; resume from "
@@ -209,6 +246,7 @@ static inline void train_state_read(const char* path, int step, const TrainState
     train_state_expect(path, "rank", "process rank", found->rank, ours->rank);
     train_state_expect(path, "ZeRO stage", "-z", found->zero_stage, ours->zero_stage);
     train_state_expect(path, "tensor-parallel size", "--tp", found->tp_size, ours->tp_size);
+    train_state_expect(path, "pipeline size", "--pp", found->pp_size, ours->pp_size);
     train_state_expect(path, "gradient accumulation steps", "-d / (B*T*processes)", found->grad_accum_steps,
                        ours->grad_accum_steps);
     train_state_check_run(path, found, ours, ctx);
@@ -231,17 +269,17 @@ static inline void train_state_read(const char* path, int step, const TrainState
 /* ---------------------------------------------------------------- re-sharding */
 
 /* Checks the state files of the old_world ranks of checkpoint `step` in `ctx->output_dir` before re-sharding to
- * `ours` (this run's layout): each passes train_state_check_run, names its rank, world size, tensor-parallel layout
- * (the same in every file; world rank q is tp rank q % tp_size, data-parallel rank q / tp_size) and step, and has
- * its size; the old data-parallel ranks stood at consecutive data positions p0, p0+1, ... of one epoch with p0 a
- * multiple of this run's data-parallel size (not needed when the data-parallel size is unchanged: every
- * data-parallel rank keeps its own position).
+ * `ours` (this run's layout): each passes train_state_check_run, names its rank, world size, tensor-parallel and
+ * pipeline layout (the same sizes in every file; world rank q is tp rank q % tp, pipeline rank q / (tp * dp)) and
+ * step, and has its size; the old data-parallel ranks stood at consecutive data positions p0, p0+1, ... of one
+ * epoch with p0 a multiple of this run's data-parallel size (not needed when the data-parallel size is unchanged:
+ * every data-parallel rank keeps its own position).
  * Exits with one line otherwise. Returns the old rank 0's header in *first. */
 static inline void train_state_scan_old(int step, int old_world, const TrainState* ours, const TrainStateContext* ctx,
                                         TrainState* first) {
     TrainState f0;
     memset(&f0, 0, sizeof(f0));
-    int dp_new = ours->world / ours->tp_size, same_dp = 1;
+    int dp_new = train_state_dp_size(ours), same_dp = 1;
     for (int q = 0; q < old_world; q++) {
         char path[1024];
         TrainState h;
@@ -254,15 +292,24 @@ static inline void train_state_scan_old(int step, int old_world, const TrainStat
         if (q > 0) {
             train_state_expect(path, "tensor-parallel size", "the other state files of this checkpoint", h.tp_size,
                                f0.tp_size);
+            train_state_expect(path, "pipeline size", "the other state files of this checkpoint", h.pp_size,
+                               f0.pp_size);
+        }
+        const TrainState* lay = q > 0 ? &f0 : &h;
+        if (old_world % (lay->tp_size * lay->pp_size) != 0) {
+            FATAL("cannot resume from '%s': %d processes cannot hold tensor-parallel size %d x pipeline size %d",
+                  path, old_world, lay->tp_size, lay->pp_size);
         }
         train_state_expect(path, "tensor-parallel rank", "file name and tensor-parallel size", h.tp_rank,
-                           q % (q > 0 ? f0.tp_size : h.tp_size));
+                           q % lay->tp_size);
+        train_state_expect(path, "pipeline rank", "file name and pipeline size", h.pp_rank,
+                           q / (old_world / lay->pp_size));
         train_state_check_size(path, &h, ctx);
         if (q == 0) {
             f0 = h;
-            same_dp = old_world / f0.tp_size == dp_new; /* then every data-parallel rank keeps its position */
+            same_dp = train_state_dp_size(&f0) == dp_new; /* then every data-parallel rank keeps its position */
         } else if (!same_dp && (h.data_epoch != f0.data_epoch ||
-                                   h.data_position != f0.data_position + (uint64_t)(q / f0.tp_size))) {
+                                   h.data_position != f0.data_position + (uint64_t)train_state_dp_coord(&f0, q))) {
             FATAL("cannot re-shard '%s' to %d processes: its %d processes stood at different data positions (an epoch "
                   "ended inside an optimizer step); resume with %d processes (any -z)", ctx->output_dir,
                   ours->world, old_world, old_world);
@@ -276,29 +323,32 @@ static inline void train_state_scan_old(int step, int old_world, const TrainStat
     if (first) { *first = f0; }
 }
 
-/* a run of the full model's flat parameters that tensor-parallel rank `rank` holds at `local` */
+/* a run of the full model's flat parameters that the old part (pipeline rank pp, tensor-parallel rank tp) holds at
+ * `local` */
 typedef struct {
     size_t full, local, n;
-    int rank;
+    int tp, pp;
 } TrainStatePiece;
 
 typedef struct {
     TrainStatePiece* v;
     size_t count, cap;
-    int rank;
+    int tp, pp, has_embedding;
 } TrainStatePieces;
 
-/* gpt2_tp_for_each_piece callback: keeps the pieces of split tensors, and of the replicated ones (the same on every
- * tp rank) only tp rank 0's, so that the pieces tile the full model once */
+/* gpt2_part_for_each_piece callback: keeps the pieces of split tensors, of the replicated ones (the same on every
+ * tp rank) only tp rank 0's, and of the tied wte (the same on the first and last pipeline stage) only the first
+ * stage's, so that the pieces tile the full model once */
 static inline void train_state_collect_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
     TrainStatePieces* ps = (TrainStatePieces*)ctx;
-    if (ps->rank != 0 && !parameter_is_tp_sharded(tensor)) { return; }
+    if (ps->tp != 0 && !parameter_is_tp_sharded(tensor)) { return; }
+    if (tensor == P_WTE && !ps->has_embedding) { return; }
     if (ps->count == ps->cap) {
         ps->cap = ps->cap ? 2 * ps->cap : 1024;
         ps->v = (TrainStatePiece*)realloc(ps->v, ps->cap * sizeof(TrainStatePiece));
         if (!ps->v) { FATAL("out of host memory re-sharding the optimizer state"); }
     }
-    TrainStatePiece pc = {full, local, n, ps->rank};
+    TrainStatePiece pc = {full, local, n, ps->tp, ps->pp};
     ps->v[ps->count++] = pc;
 }
 static inline int train_state_piece_cmp(const void* a, const void* b) {
@@ -319,13 +369,14 @@ typedef struct {
     size_t lo, hi;               /* the new rank's owned real parameters [lo, hi), in its local flat order */
 } TrainStateReshard;
 
-/* copies m, v (and master) of old tp rank r_old's local elements [l, l+n) into the host destination at the new
- * local index `dst`, from the old files of that tp rank that hold them (a shard replicated over the old data-parallel
- * ranks, as ZeRO-0's, is read from the first) */
-static inline void train_state_copy_old(TrainStateReshard* rs, int r_old, size_t l, size_t n, size_t dst) {
+/* copies m, v (and master) of the old part (pipeline rank pp, tp rank tp)'s local elements [l, l+n) into the host
+ * destination at the new local index `dst`, from the old files of that part that hold them (a shard replicated over
+ * the old data-parallel ranks, as ZeRO-0's, is read from the first) */
+static inline void train_state_copy_old(TrainStateReshard* rs, int tp, int pp, size_t l, size_t n, size_t dst) {
     int tp_old = rs->old[0].tp_size, sections = rs->ours->has_master ? 3 : 2;
+    int per_stage = rs->old_world / rs->old[0].pp_size;
     size_t nn = (size_t)rs->ours->shard_size, base = (size_t)rs->ours->shard_start;
-    for (int q = r_old; q < rs->old_world && n > 0; q += tp_old) {
+    for (int q = pp * per_stage + tp; q < (pp + 1) * per_stage && n > 0; q += tp_old) {
         const TrainState* h = &rs->old[q];
         size_t s = (size_t)h->shard_start, e = s + (size_t)h->shard_size;
         size_t a = l > s ? l : s, b = l + n < e ? l + n : e;
@@ -358,14 +409,14 @@ static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full,
         const TrainStatePiece* op = &rs->old_pieces.v[lo];
         size_t k = op->full + op->n - g;
         if (k > b - l) { k = b - l; }
-        train_state_copy_old(rs, op->rank, op->local + (g - op->full), k, l);
+        train_state_copy_old(rs, op->tp, op->pp, op->local + (g - op->full), k, l);
         l += k;
     }
 }
 
-/* Resume with another number of processes, ZeRO stage or tensor-parallel size (re-sharding): loads into opt
- * (device) this rank's part of the old optimizer state, element by element through the full model's flat order
- * (llmc/gpt2.h, gpt2_tp_for_each_piece: how each tp rank's parameters are cut from the full model), so m, v and
+/* Resume with another number of processes, ZeRO stage, tensor-parallel or pipeline layout (re-sharding): loads into
+ * opt (device) this rank's part of the old optimizer state, element by element through the full model's flat order
+ * (llmc/gpt2.h, gpt2_part_for_each_piece: how each rank's parameters are cut from the full model), so m, v and
  * master weights continue exactly; and returns in *found the header to continue from: the old rank 0's (step, RNG,
  * loss scale) with the data position this rank continues at. Data: the old data-parallel ranks stood at
  * consecutive global positions p0, p0+1, ... of one epoch; new data-parallel rank d continues at p0 + d (wrapping
@@ -392,21 +443,27 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     GPT2Config cfg;
     cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
-    for (int r = 0; r < rs.old[0].tp_size; r++) {
-        rs.old_pieces.rank = r;
-        gpt2_tp_for_each_piece(&cfg, rs.old[0].tp_size, r, train_state_collect_piece, &rs.old_pieces);
+    int per_stage = old_world / rs.old[0].pp_size;
+    for (int pp = 0; pp < rs.old[0].pp_size; pp++) {
+        for (int r = 0; r < rs.old[0].tp_size; r++) {
+            const TrainState* h = &rs.old[pp * per_stage + r];
+            rs.old_pieces.tp = r;
+            rs.old_pieces.pp = pp;
+            rs.old_pieces.has_embedding = h->stage.has_embedding;
+            gpt2_part_for_each_piece(&cfg, rs.old[0].tp_size, r, &h->stage, train_state_collect_piece, &rs.old_pieces);
+        }
     }
     qsort(rs.old_pieces.v, rs.old_pieces.count, sizeof(TrainStatePiece), train_state_piece_cmp);
     rs.host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
     rs.lo = start < P ? start : P;
     rs.hi = start + n < P ? start + n : P;
-    gpt2_tp_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, train_state_reshard_piece, &rs);
+    gpt2_part_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, &ours->stage, train_state_reshard_piece, &rs);
     float* dst[3] = {opt->m, opt->v, opt->master};
     for (int k = 0; k < sections; k++) { dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float)); }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
     *found = rs.old[0];
-    int d = ours->rank / ours->tp_size, tp_old = rs.old[0].tp_size; /* this rank's data-parallel coordinate */
-    if (old_world / tp_old == ours->world / ours->tp_size) {        /* the same data-parallel ranks */
+    int d = train_state_dp_coord(ours, ours->rank), tp_old = rs.old[0].tp_size; /* this rank's data-parallel coordinate */
+    if (train_state_dp_size(&rs.old[0]) == train_state_dp_size(ours)) {          /* the same data-parallel ranks */
         found->data_epoch = rs.old[d * tp_old].data_epoch;
         found->data_position = rs.old[d * tp_old].data_position;
     } else {

@@ -70,6 +70,7 @@ struct ZeroOptimizer {
     GPT2* model;
     Comm* dp;                      /* the data-parallel group */
     Comm* tp;                      /* the tensor-parallel group (NULL or one process: none); only the norm uses it */
+    Comm* pp;                      /* the pipeline group (NULL or one process: none); the loss and the norm use it */
     CommDtype dtype;               /* floatX as a comm dtype */
     size_t P, S, Ppad;             /* parameters, shard size ceil(P/N), padded length N*S */
     size_t own_start, own_end;     /* optimizer-state range: [0, P) for ZeRO-0, [r*S, (r+1)*S) otherwise */
@@ -142,7 +143,7 @@ static inline void zero1_layer_ready(void* ctx, int layer) {
 /* the sharded gradient layout: two layer slots, the global tensors' gradients and the own shard accumulator */
 static inline void zero2_allocate_grads(ZeroOptimizer* z) {
     const GPT2* m = z->model;
-    size_t L = (size_t)m->config.num_layers, slot = 0, globals = 0;
+    size_t L = (size_t)m->n_layers, slot = 0, globals = 0;
     size_t slot_offset[NUM_PARAMETER_TENSORS];
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (parameter_is_per_layer(i)) {
@@ -213,7 +214,7 @@ static inline void zero2_layer_ready(void* ctx, int layer) {
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
     int prev = layer >= 0 ? layer + 1 : 0; /* the bucket issued by the previous call */
-    if (prev < z->model->config.num_layers) {
+    if (prev < z->model->n_layers) {
         CommSegment pseg[NUM_PARAMETER_TENSORS];
         int pn = zero_bucket_segments(z, prev, pseg);
         comm_fence_wait(c, prev & 1);
@@ -257,9 +258,10 @@ static inline int zero_needs_collectives(int stage, int world) {
  * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
  * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
  * the norm partials. Exits with one line for an unknown stage. */
-static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, int keep_master) {
+static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, int keep_master) {
     memset(z, 0, sizeof(*z));
     z->tp = tp;
+    z->pp = pp;
     z->stage = zero_stage_info(stage);
     if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1 or 2 (-z)", stage); }
     z->model = model;
@@ -328,11 +330,13 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
-/* the squared norm of the reduced gradients of flat range [a, b) in fp32 into out(1) (device). With tensor
- * parallelism only what this rank contributes to the full model's norm: its split tensors, and the replicated ones
- * (the same on every tp rank) on tp rank 0 only. */
+/* the squared norm of the reduced gradients of flat range [a, b) in fp32 into out(1) (device). With tensor or
+ * pipeline parallelism only what this rank contributes to the full model's norm (gpt2_counts_in_norm: split tensors,
+ * the replicated ones on tp rank 0, the tied wte on the first pipeline stage). */
 static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, size_t b) {
-    if (!z->tp || z->tp->world == 1) {
+    int all = 1;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { all &= z->model->param_sizes[i] == 0 || gpt2_counts_in_norm(z->model, i); }
+    if (all) {
         global_norm_squared(out, zero_grad_at(z, a), b - a, 0);
         return;
     }
@@ -341,7 +345,7 @@ static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, siz
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t t1 = t0 + z->model->param_sizes[i];
         size_t lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
-        if (lo < hi && (parameter_is_tp_sharded(i) || z->tp->rank == 0)) {
+        if (lo < hi && gpt2_counts_in_norm(z->model, i)) {
             global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1);
         }
         t0 = t1;
@@ -385,6 +389,8 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
     comm_all_reduce_host_f64(z->dp, red, sharded ? N + 2 : 1);
     /* tensor parallelism: every tp rank holds part of each shard's gradient (the loss is the same on all of them) */
     if (z->tp && z->tp->world > 1) { comm_all_reduce_host_f64(z->tp, red + 1, N + 1); }
+    /* pipeline parallelism: every stage holds other layers; the loss is on the last stage only (0 elsewhere) */
+    if (z->pp && z->pp->world > 1) { comm_all_reduce_host_f64(z->pp, red, N + 2); }
     ZeroStepStats st;
     st.loss = (float)(red[0] / N);
     st.overflow = red[1] > 0.0;

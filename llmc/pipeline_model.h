@@ -1,0 +1,534 @@
+/*
+ * llmc/pipeline_model.h -- pipeline parallelism for the GPT-2 model: which layers each stage holds, the executor of
+ * llmc/pipeline.h bound to the model (forward / backward of a micro-batch on a model chunk, point-to-point transfers
+ * of the (Nl,C) boundary activations and their gradients over the process grid's pp group), the tied embedding's
+ * gradient summed between the first and the last stage, and the pipeline's forward-only passes (validation,
+ * sampling) and model-file gather (llmc/README.md, "Pipeline parallelism").
+ *
+ * Stages (Huang et al. 2019, "GPipe"; Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+ * Clusters Using Megatron-LM"): p pipeline ranks; with v = 1 rank s holds a contiguous range of layers (an even split,
+ * the first L % p stages one layer more, or --pp-layers); with v > 1 (interleaved schedule) rank s holds the v model
+ * chunks of virtual stages c*p + s, each L/(p*v) layers. Stage 0 embeds the tokens, the last stage holds lnf and the
+ * tied LM head; wte lives on both, and its gradient is summed between them once per step before the data-parallel
+ * reduction (Megatron-LM's embedding group), so both copies stay identical.
+ * Micro-batches: the m = gradient-accumulation micro-batches of a step, each (B,T) tokens; every stage reads all m
+ * batches (the data position advances alike on every rank), stage 0 uses the inputs, the last stage the targets.
+ * Activation memory: each model chunk keeps pipe_slots_needed activation tables (GPipe m, 1F1B at most p - s + 1).
+ * Precision: the boundary tensors are floatX, sent as they are, so a pipeline run computes the same per-layer
+ * values as one process; only the order of the gradient sums over micro-batches of the tied wte differs.
+ * ZeRO: stages 0 and 1 (the full gradient buffer); ZeRO-2's reused layer slots assume one backward per layer per
+ * micro-step and are refused with pipelines by the trainer.
+ * Errors: layout errors are reported by the trainer's checks (one line); internal misuse FATALs.
+ */
+#ifndef LLMC_PIPELINE_MODEL_H
+#define LLMC_PIPELINE_MODEL_H
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/comm.h"
+#include "llmc/gpt2.h"
+#include "llmc/zero.h"
+#include "llmc/pipeline.h"
+#include "llmc/model_file.h"
+
+/* the layers of pipeline rank s of p with v chunks: layers (p ints, NULL = even split) gives each stage's layer count
+ * for v = 1 */
+static inline GPT2Stage pipeline_stage_of(const GPT2Config* c, int p, int v, const int* layers, int s) {
+    GPT2Stage st;
+    memset(&st, 0, sizeof(st));
+    int L = c->num_layers;
+    st.n_chunks = v;
+    st.has_embedding = s == 0;
+    st.has_head = s == p - 1;
+    if (v > 1) {
+        int Lc = L / (p * v);
+        for (int k = 0; k < v; k++) { st.chunk_first[k] = (k * p + s) * Lc; st.chunk_layers[k] = Lc; }
+        return st;
+    }
+    int first = 0;
+    for (int q = 0; q < s; q++) { first += layers ? layers[q] : L / p + (q < L % p); }
+    st.chunk_first[0] = first;
+    st.chunk_layers[0] = layers ? layers[s] : L / p + (s < L % p);
+    return st;
+}
+
+/* a gradient target of one chunk: the store's buffer at the chunk's layers, with the store's hooks translated to
+ * the rank's layer numbers; the global tensors' hook (layer -1) is held back until the pipeline step ends */
+typedef struct Pipeline Pipeline;
+typedef struct {
+    Pipeline* pl;
+    int chunk, j0;
+} PipelineHookCtx;
+
+struct Pipeline {
+    int p, rank, v, m, B, T;
+    int layers[64];                 /* v = 1: each stage's layer count (--pp-layers), or all 0: the even split */
+    Comm* pp;                       /* the process grid's pipeline group (rank = pipeline rank) */
+    PipeSchedule sched;
+    PipeSlots slots;
+    int need[GPT2_MAX_CHUNKS];      /* activation slots per chunk */
+    GPT2* model;                    /* the rank's model: parameters, optimizer, files */
+    GPT2 views[GPT2_MAX_CHUNKS];    /* v > 1: the chunks (gpt2_chunk_view) */
+    GPT2* chunk[GPT2_MAX_CHUNKS];   /* chunk k's model: model itself when v = 1 */
+    int* tokens;                    /* (m, 2, B, T) device: inputs, targets of the step's micro-batches */
+    int* host_inputs;               /* (m, B, T) host: the inputs (the deterministic encoder backward reads them) */
+    floatX* wte_peer;               /* the other end's wte gradient (first and last stage, p > 1) */
+    /* the step in progress */
+    ZeroOptimizer* zero;
+    float dloss;
+    int gelu_fusion;
+    PipelineHookCtx hook[GPT2_MAX_CHUNKS];
+    GPT2GradTarget target[GPT2_MAX_CHUNKS];
+    PipeTimeline timeline;
+    double (*clock)(void* ctx);     /* set: every step's actions are timed into `timeline` (pipe_run) */
+    double opt_t0, opt_t1;          /* the optimizer step after the schedule (clock seconds; set by the trainer) */
+    unsigned long long boundary_sent, boundary_recv; /* bytes of boundary activations / gradients this step */
+};
+
+/* the model chunk that holds the head (the loss): the last chunk of the last stage; NULL elsewhere */
+static inline GPT2* pipeline_head(Pipeline* pl) { return pl->model->stage.has_head ? pl->chunk[pl->v - 1] : NULL; }
+
+static inline void pipeline_hook_layer_begin(void* ctx, int l) {
+    PipelineHookCtx* h = (PipelineHookCtx*)ctx;
+    const GPT2GradTarget* z = &h->pl->zero->target;
+    if (z->layer_begin) { z->layer_begin(z->ctx, h->j0 + l); }
+}
+static inline void pipeline_hook_layer_ready(void* ctx, int l) {
+    PipelineHookCtx* h = (PipelineHookCtx*)ctx;
+    const GPT2GradTarget* z = &h->pl->zero->target;
+    if (l >= 0 && z->layer_ready) { z->layer_ready(z->ctx, h->j0 + l); } /* -1: after the embedding sum */
+}
+static inline void pipeline_hook_backward_begin(void* ctx) {
+    PipelineHookCtx* h = (PipelineHookCtx*)ctx;
+    const GPT2GradTarget* z = &h->pl->zero->target;
+    if (z->backward_begin) { z->backward_begin(z->ctx); }
+}
+
+/* chunk k's target over the store's current target (zero_micro_step decides its hooks) */
+static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
+    const GPT2GradTarget* z = &pl->zero->target;
+    GPT2GradTarget* g = &pl->target[k];
+    PipelineHookCtx* h = &pl->hook[k];
+    h->pl = pl;
+    h->chunk = k;
+    h->j0 = gpt2_stage_chunk_offset(&pl->model->stage, k);
+    *g = *z;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (parameter_is_per_layer(i)) { g->base.t[i] = z->base.t[i] + (size_t)h->j0 * z->layer_stride[i]; }
+    }
+    g->layer_slots = pl->chunk[k]->n_layers;
+    g->ctx = h;
+    g->backward_begin = pipeline_hook_backward_begin;
+    g->layer_begin = pipeline_hook_layer_begin;
+    g->layer_ready = pipeline_hook_layer_ready;
+    return g;
+}
+
+/* executor callbacks */
+static inline void pipeline_forward_cb(void* ctx, int micro, int k, int slot) {
+    Pipeline* pl = (Pipeline*)ctx;
+    GPT2* m = pl->chunk[k];
+    gpt2_use_slot(m, slot);
+    const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
+    gpt2_forward(m, tok, tok + (size_t)pl->B * pl->T, pl->B, pl->T, pl->gelu_fusion, pl->dloss, 1);
+}
+static inline void pipeline_backward_cb(void* ctx, int micro, int k, int slot) {
+    Pipeline* pl = (Pipeline*)ctx;
+    GPT2* m = pl->chunk[k];
+    gpt2_use_slot(m, slot);
+    zero_micro_step(pl->zero, micro == pl->m - 1, NULL); /* a chunk's last backward issues its gradient buckets */
+    const GPT2GradTarget* g = pipeline_chunk_target(pl, k);
+    const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
+    gpt2_backward(m, g, tok, pl->host_inputs + (size_t)micro * pl->B * pl->T, pl->B, pl->T);
+}
+
+/* the boundary rows of activation slot `slot` of chunk k: the input, the output, the gradient buffer */
+static inline floatX* pipeline_slot_rows(Pipeline* pl, int k, int slot, PipeActionKind kind) {
+    GPT2* m = pl->chunk[k];
+    int saved = m->slot;
+    gpt2_use_slot(m, slot);
+    floatX* p = kind == PIPE_SEND_ACT ? gpt2_stage_output(m) : kind == PIPE_RECV_ACT ? gpt2_stage_input(m)
+                                                                                      : gpt2_stage_dinput(m);
+    gpt2_use_slot(m, saved);
+    return p;
+}
+
+static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n) {
+    Pipeline* pl = (Pipeline*)ctx;
+    CommP2P ops[8];
+    if (n > 8) { FATAL("internal: a pipeline transfer group of %d", n); }
+    size_t rows = (size_t)tp_rows(&pl->model->tp, pl->B * pl->T) * (size_t)pl->model->config.channels;
+    for (int a = 0; a < n; a++) {
+        ops[a].send = t[a].a.kind == PIPE_SEND_ACT || t[a].a.kind == PIPE_SEND_GRAD;
+        ops[a].peer = t[a].peer;
+        ops[a].buf = pipeline_slot_rows(pl, t[a].a.chunk, t[a].slot, t[a].a.kind);
+        ops[a].t = floatx_comm_dtype();
+        ops[a].count = rows;
+        ops[a].tag = t[a].tag;
+        if (ops[a].send) { pl->boundary_sent += rows * comm_dtype_size(ops[a].t); }
+        else { pl->boundary_recv += rows * comm_dtype_size(ops[a].t); }
+    }
+    comm_p2p_batch(pl->pp, ops, n);
+}
+
+/* Sets up rank pl->pp->rank's part of the pipeline over `model` (allocated with this rank's stage, its ZeRO store
+ * initialised, so that the parameter buffer no longer moves): the schedule `kind` for m micro-batches and v chunks,
+ * the chunk views, each chunk's activation slots for micro-batches (B,T), the token store. layers: as for
+ * pipeline_stage_of (the stage layout the model was allocated with). */
+static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeScheduleKind kind, int m, int v,
+                                 const int* layers, int B, int T, int recompute) {
+    memset(pl, 0, sizeof(*pl));
+    pl->p = pp->world; pl->rank = pp->rank; pl->v = v; pl->m = m; pl->B = B; pl->T = T;
+    if (pl->p > 64) { FATAL("--pp %d: at most 64 pipeline stages", pl->p); }
+    for (int s = 0; layers && s < pl->p; s++) { pl->layers[s] = layers[s]; }
+    pl->pp = pp;
+    pl->model = model;
+    pl->sched = pipe_schedule_build(kind, pl->p, m, v);
+    pipe_slots_needed(&pl->sched, pl->rank, pl->need);
+    int most = 0;
+    for (int k = 0; k < v; k++) {
+        pl->chunk[k] = model;
+        if (v > 1) { pl->views[k] = gpt2_chunk_view(model, k); pl->chunk[k] = &pl->views[k]; }
+        if (pl->need[k] < 1) { pl->need[k] = 1; } /* validation and sampling use slot 0 */
+        gpt2_allocate_activation_slots(pl->chunk[k], B, T, recompute, pl->need[k]);
+        if (pl->need[k] > most) { most = pl->need[k]; }
+    }
+    pl->slots = pipe_slots_alloc(m, v, most);
+    model->B = B; /* the rank model's batch shape (v > 1: the chunks hold the activations) */
+    model->T = T;
+    pl->tokens = (int*)dev_malloc((size_t)m * 2 * B * T * sizeof(int), "pipeline tokens");
+    pl->host_inputs = (int*)malloc_check((size_t)m * B * T * sizeof(int), "pipeline host tokens");
+    if (pl->p > 1 && (model->stage.has_embedding || model->stage.has_head)) {
+        pl->wte_peer = (floatX*)dev_malloc(model->param_sizes[P_WTE] * sizeof(floatX), "the other end's wte gradient");
+    }
+}
+
+static inline void pipeline_free(Pipeline* pl) {
+    for (int k = 0; k < pl->v; k++) {
+        if (pl->v > 1) { gpt2_free(&pl->views[k]); } /* the rank model is the caller's */
+    }
+    pipe_schedule_free(&pl->sched);
+    pipe_slots_free(&pl->slots);
+    dev_free(pl->tokens);
+    free(pl->host_inputs);
+    if (pl->wte_peer) { dev_free(pl->wte_peer); }
+    free(pl->timeline.ev);
+    memset(pl, 0, sizeof(*pl));
+}
+
+/* micro-batch i's tokens: inputs and targets (B,T) on the device (copied), the inputs on the host */
+static inline void pipeline_set_batch(Pipeline* pl, int i, const int* dev_inputs, const int* dev_targets,
+                                      const int* host_inputs) {
+    size_t BT = (size_t)pl->B * pl->T;
+    dev_memcpy_d2d(pl->tokens + (size_t)i * 2 * BT, dev_inputs, BT * sizeof(int));
+    dev_memcpy_d2d(pl->tokens + (size_t)i * 2 * BT + BT, dev_targets, BT * sizeof(int));
+    memcpy(pl->host_inputs + (size_t)i * BT, host_inputs, BT * sizeof(int));
+}
+
+/* the first and the last stage sum their wte gradients (Megatron-LM's embedding group): exchanged, then
+ * g += the other's (a + b = b + a in floating point, so both ends hold the same sum) */
+static inline void pipeline_sum_embedding_grads(Pipeline* pl) {
+    if (!pl->wte_peer) { return; }
+    floatX* g = pl->zero->target.base.t[P_WTE];
+    size_t n = pl->model->param_sizes[P_WTE];
+    int other = pl->model->stage.has_embedding ? pl->p - 1 : 0;
+    CommP2P ops[2] = {{1, other, g, floatx_comm_dtype(), n, 0}, {0, other, pl->wte_peer, floatx_comm_dtype(), n, 0}};
+    comm_p2p_batch(pl->pp, ops, 2); /* after the schedule: no transfer of it is in flight, tag 0 is free */
+    residual_forward(g, g, pl->wte_peer, n);
+}
+
+/* One optimizer step's forward and backward passes over the pipeline (the m micro-batches set with
+ * pipeline_set_batch): runs this rank's schedule, sums the tied embedding's gradient between the ends and issues
+ * the held-back gradient bucket of the global tensors. The caller runs zero_begin_step before and zero_finish after. */
+static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss, int gelu_fusion) {
+    pl->zero = zero;
+    pl->dloss = dloss;
+    pl->gelu_fusion = gelu_fusion;
+    for (int k = 0; k < pl->v; k++) { gpt2_loss_sum_reset(pl->chunk[k]); }
+    pl->boundary_sent = pl->boundary_recv = 0;
+    PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock};
+    pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
+    pipeline_sum_embedding_grads(pl);
+    zero_micro_step(zero, 1, NULL);
+    if (zero->target.layer_ready) { zero->target.layer_ready(zero->target.ctx, -1); }
+}
+
+/* a forward-only pass of one (B,T) batch through the pipeline, virtual stage by virtual stage (no overlap: used
+ * for validation and sampling): tokens on the device; each chunk uses activation slot 0; the head chunk ends with
+ * the losses (targets given) or the logits. Collective over the pp group. */
+static inline void pipeline_forward_only(Pipeline* pl, const int* inputs, const int* targets, int B, int T,
+                                         int gelu_fusion) {
+    size_t rows = (size_t)tp_rows(&pl->model->tp, B * T) * (size_t)pl->model->config.channels;
+    for (int vs = 0; vs < pl->p * pl->v; vs++) {
+        int owner = vs % pl->p, k = vs / pl->p;
+        if (owner != pl->rank) { continue; }
+        GPT2* m = pl->chunk[k];
+        gpt2_use_slot(m, 0);
+        if (vs > 0) {
+            CommP2P in = {0, (owner - 1 + pl->p) % pl->p, gpt2_stage_input(m), floatx_comm_dtype(), rows, 0};
+            comm_p2p_batch(pl->pp, &in, 1);
+        }
+        gpt2_forward(m, inputs, targets, B, T, gelu_fusion, 0.0f, 0);
+        if (vs < pl->p * pl->v - 1) {
+            CommP2P out = {1, (owner + 1) % pl->p, gpt2_stage_output(m), floatx_comm_dtype(), rows, 0};
+            comm_p2p_batch(pl->pp, &out, 1);
+        }
+    }
+}
+
+/* After pipeline_forward_only without targets: the fp32 logits (Vp) of row `row` into host_logits on pipeline rank 0
+ * (sent there from the last stage; collective over the pp group and, on the last stage, its tp group). */
+static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits) {
+    int Vp = pl->model->config.padded_vocab_size;
+    GPT2* head = pipeline_head(pl);
+    if (head) { gpt2_logits_row(head, row, host_logits); }
+    if (pl->p == 1) { return; }
+    if (pl->rank != 0 && !head) { return; }
+    float* dev = (float*)dev_malloc((size_t)Vp * sizeof(float), "sampled logits row");
+    if (head) { dev_memcpy_h2d(dev, host_logits, (size_t)Vp * sizeof(float)); }
+    CommP2P op = {head ? 1 : 0, head ? 0 : pl->p - 1, dev, COMM_F32, (size_t)Vp, 0};
+    comm_p2p_batch(pl->pp, &op, 1);
+    comm_join(pl->pp);
+    if (!head) { dev_memcpy_d2h(host_logits, dev, (size_t)Vp * sizeof(float)); }
+    dev_free(dev);
+}
+
+/* The full model's parameters (fp32, file order) into host_full on pipeline rank 0's tp rank 0 (NULL elsewhere):
+ * each stage gathers its part over tp (gpt2_gather_full) and its tp rank 0 sends it, in the stage's own order, to
+ * pipeline rank 0, which puts every stage's pieces in place. Collective over the pp and tp groups. */
+static inline void pipeline_gather_model(Pipeline* pl, float* host_full) {
+    GPT2* m = pl->model;
+    const GPT2Config* c = &m->config;
+    int tp0 = m->tp.rank == 0;
+    float* mine = tp0 && pl->rank != 0 ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (gather)")
+                                        : NULL;
+    gpt2_gather_full(m, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
+    if (pl->p > 1 && tp0) {
+        for (int s = 1; s < pl->p; s++) {
+            if (pl->rank != 0 && pl->rank != s) { continue; }
+            GPT2Stage st = pipeline_stage_of(c, pl->p, pl->v, pl->layers[0] ? pl->layers : NULL, s);
+            size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+            gpt2_parameter_sizes_part(sizes, c, 1, &st);
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+            float* part = (float*)malloc_check(n * sizeof(float), "host stage parameters");
+            GPT2CopyPieces cp = {part, mine};
+            if (pl->rank == s) { gpt2_part_for_each_piece(c, 1, 0, &st, gpt2_copy_full_to_local, &cp); }
+            float* dev = (float*)dev_malloc(n * sizeof(float), "stage parameters (gather)");
+            if (pl->rank == s) { dev_memcpy_h2d(dev, part, n * sizeof(float)); }
+            CommP2P op = {pl->rank == s, pl->rank == s ? 0 : s, dev, COMM_F32, n, 0};
+            comm_p2p_batch(pl->pp, &op, 1);
+            comm_join(pl->pp);
+            if (pl->rank == 0) {
+                dev_memcpy_d2h(part, dev, n * sizeof(float));
+                GPT2CopyPieces back = {host_full, part};
+                if (host_full) { gpt2_part_for_each_piece(c, 1, 0, &st, gpt2_copy_local_to_full, &back); }
+            }
+            dev_free(dev);
+            free(part);
+        }
+    }
+    free(mine);
+}
+
+/* ---------------------------------------------------------------- trainer services */
+
+/* the executor's clock: seconds, after the device finished the work queued so far (so an F or B event covers its
+ * kernels; on the GPU this adds one synchronisation per action while the timeline is recorded) */
+static inline double pipeline_clock(void* ctx) {
+    (void)ctx;
+    dev_synchronize();
+    return wall_seconds();
+}
+
+/* The bubble of the step just run (pipe_bubble_measured over every pipeline rank's timeline; the pipeline must
+ * have a clock). Collective over the pp group: one host all-reduce of 2p values. */
+static inline double pipeline_bubble(Pipeline* pl) {
+    double* x = (double*)calloc_check(2 * (size_t)pl->p, sizeof(double), "pipeline bubble");
+    x[pl->rank] = pipe_timeline_busy(&pl->timeline);
+    x[pl->p + pl->rank] = pl->timeline.t1 - pl->timeline.t0;
+    comm_all_reduce_host_f64(pl->pp, x, 2 * pl->p);
+    double b = pipe_bubble_measured(x, x + pl->p, pl->p);
+    free(x);
+    return b;
+}
+
+/* Parses --pp-layers "a,b,..." into layers(p): 0 and all zero for ''; returns 1 with a sentence in err (cap bytes)
+ * unless there are exactly p positive counts summing to L. */
+static inline int pipeline_parse_layers(const char* text, int p, int L, int* layers, char* err, size_t cap) {
+    for (int q = 0; q < p && q < 64; q++) { layers[q] = 0; }
+    if (text[0] == '\0') { return 0; }
+    int n = 0, sum = 0;
+    const char* c = text;
+    while (*c) {
+        char* end;
+        long x = strtol(c, &end, 10);
+        if (end == c || x < 1 || x > 1000000 || (*end != ',' && *end != '\0') || n >= p || n >= 64) {
+            snprintf(err, cap, "flag --pp-layers is '%s'; expected %d positive layer counts separated by commas, one "
+                     "per pipeline stage (--pp %d), summing to L = %d", text, p, p, L);
+            return 1;
+        }
+        layers[n++] = (int)x;
+        sum += (int)x;
+        c = *end ? end + 1 : end;
+    }
+    if (n != p || sum != L) {
+        snprintf(err, cap, "flag --pp-layers is '%s': %d counts summing to %d; expected %d counts (--pp %d) summing to "
+                 "the model's L = %d", text, n, sum, p, p, L);
+        return 1;
+    }
+    return 0;
+}
+
+/* Loads one (B,T) window (host tokens) into the pipeline's token store and runs it forward through the pipeline
+ * with targets; returns the sum of the B*T per-token losses on the stage with the head (0 elsewhere). Collective
+ * over the pp group (and tp). */
+static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inputs, const int* host_targets,
+                                              int gelu_fusion) {
+    size_t BT = (size_t)pl->B * pl->T;
+    dev_memcpy_h2d(pl->tokens, host_inputs, BT * sizeof(int));
+    dev_memcpy_h2d(pl->tokens + BT, host_targets, BT * sizeof(int));
+    pipeline_forward_only(pl, pl->tokens, pl->tokens + BT, pl->B, pl->T, gelu_fusion);
+    GPT2* head = pipeline_head(pl);
+    if (!head) { return 0.0; }
+    gpt2_use_slot(head, 0);
+    dev_memcpy_d2h(head->host_losses, head->acts.t[A_LOSSES], BT * sizeof(float));
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++) { sum += head->host_losses[i]; }
+    return sum;
+}
+
+/* sampling through the pipeline (llmc/generate.h's forward_logits): tokens(T) on the host at batch 1; the fp32
+ * logits of row `row` arrive on pipeline rank 0 */
+static inline void pipeline_sample_logits(void* ctx, const int* host_tokens, int T, int row, float* host_logits) {
+    Pipeline* pl = (Pipeline*)ctx;
+    dev_memcpy_h2d(pl->tokens, host_tokens, (size_t)T * sizeof(int));
+    pipeline_forward_only(pl, pl->tokens, NULL, 1, T, pl->gelu_fusion);
+    pipeline_logits_row(pl, row, host_logits);
+}
+
+/* Writes the full model file at `path` from every stage (gpt2_write_model_file; BF16 builds: the bf16 values,
+ * exact through fp32). Every rank of the pp and tp groups calls; the caller with `writer` set (pipeline rank 0, tp
+ * rank 0) writes. */
+static inline void pipeline_write_model(Pipeline* pl, const char* path, int writer) {
+    GPT2* m = pl->model;
+    float* host = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (file)") : NULL;
+    pipeline_gather_model(pl, host);
+    if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
+    free(host);
+}
+
+/* Prints one line per pipeline stage (its layers, ends, parameters and bytes of weights + gradients + fp32 AdamW
+ * state per process before ZeRO sharding, and activation slots of this layout), then the bubble the schedule
+ * expects with equal stage costs (pipe_bubble_theory). Pure arithmetic: the caller prints it on one rank. */
+static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
+    const GPT2Config* c = &pl->model->config;
+    PipeScheduleKind kind = pl->sched.kind;
+    for (int s = 0; s < pl->p; s++) {
+        GPT2Stage st = pipeline_stage_of(c, pl->p, pl->v, pl->layers[0] ? pl->layers : NULL, s);
+        size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+        gpt2_parameter_sizes_part(sizes, c, tp, &st);
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+        int need[GPT2_MAX_CHUNKS], slots = 0;
+        pipe_slots_needed(&pl->sched, s, need);
+        for (int k = 0; k < pl->v; k++) { slots += need[k] > 1 ? need[k] : 1; }
+        char layers[160];
+        size_t len = 0;
+        for (int k = 0; k < st.n_chunks && len < sizeof(layers) - 16; k++) {
+            len += (size_t)snprintf(layers + len, sizeof(layers) - len, "%s%d-%d", k ? "," : "", st.chunk_first[k],
+                                    st.chunk_first[k] + st.chunk_layers[k] - 1);
+        }
+        double weights_mib = (double)n * (2.0 * sizeof(floatX) + 8.0) / (1024.0 * 1024.0);
+        printf("pipeline stage %d: layers %s%s%s | %zu parameters per process | %.1f MiB weights, grads and AdamW "
+               "m, v (before ZeRO) | %d activation slot%s\n", s, layers, st.has_embedding ? " + embedding" : "",
+               st.has_head ? " + lnf, head" : "", n, weights_mib, slots, slots > 1 ? "s" : "");
+    }
+    printf("pipeline bubble expected %.1f%% (%s, p = %d, m = %d, v = %d: (p-1)/(%sm+p-1) with equal stage costs); "
+           "measured each step: 1 - mean busy / the slowest stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v),
+           pipe_schedule_name(kind), pl->p, pl->m, pl->v, kind == PIPE_INTERLEAVED ? "v" : "");
+}
+
+/* The schedule trace (--pp-trace-steps): every rank's recorded F, B and transfer events of the first steps, gathered
+ * to world rank 0, which writes DIR/trace.json in the Chrome trace-event format (one track per rank, times in
+ * microseconds from the first recorded step's start on each rank; open it in chrome://tracing or Perfetto). */
+#define PIPELINE_TRACE_OPTIMIZER 6 /* an event kind after PipeActionKind's: the step's reduction, clipping, AdamW */
+typedef struct {
+    int steps_left, steps_done, cap, n;
+    double* ev;        /* (cap, 6) this rank's events: kind, micro, chunk, n, t0, t1 */
+    double origin;     /* the clock at the first recorded step's start */
+} PipelineTrace;
+
+static inline void pipeline_trace_init(PipelineTrace* tr, const Pipeline* pl, int steps) {
+    memset(tr, 0, sizeof(*tr));
+    tr->steps_left = steps;
+    tr->cap = steps * (pl->sched.count[pl->rank] + 1); /* + the optimizer step */
+    if (steps > 0) { tr->ev = (double*)calloc_check((size_t)tr->cap * 6 + 1, sizeof(double), "pipeline trace"); }
+}
+
+/* appends the pipeline's timeline of the step just run (while steps are left to record) */
+static inline void pipeline_trace_add(PipelineTrace* tr, const Pipeline* pl) {
+    if (tr->steps_left <= 0) { return; }
+    const PipeTimeline* tl = &pl->timeline;
+    if (tr->steps_done == 0) { tr->origin = tl->t0; }
+    for (int k = 0; k < tl->n && tr->n < tr->cap; k++) {
+        double* e = tr->ev + (size_t)tr->n++ * 6;
+        e[0] = tl->ev[k].kind; e[1] = tl->ev[k].micro; e[2] = tl->ev[k].chunk; e[3] = tl->ev[k].n;
+        e[4] = tl->ev[k].t0 - tr->origin; e[5] = tl->ev[k].t1 - tr->origin;
+    }
+    if (tr->n < tr->cap && pl->opt_t1 > pl->opt_t0) {
+        double* e = tr->ev + (size_t)tr->n++ * 6;
+        e[0] = PIPELINE_TRACE_OPTIMIZER; e[1] = e[2] = e[3] = 0;
+        e[4] = pl->opt_t0 - tr->origin; e[5] = pl->opt_t1 - tr->origin;
+    }
+    tr->steps_left--;
+    tr->steps_done++;
+}
+
+/* after the last recorded step: gathers every rank's events over `world` (one host all-reduce of a zero-padded
+ * table) and world rank 0 writes `path` atomically. labels(world, 64 chars) names each rank's track. Collective. */
+static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const char* path, const char* labels) {
+    int W = world->world, cap = 0;
+    double* caps = (double*)calloc_check((size_t)W, sizeof(double), "pipeline trace sizes");
+    caps[world->rank] = tr->cap; /* every rank's table gets the largest one's shape */
+    comm_all_reduce_host_f64(world, caps, W);
+    for (int q = 0; q < W; q++) { if ((int)caps[q] > cap) { cap = (int)caps[q]; } }
+    free(caps);
+    size_t per = (size_t)cap * 6 + 1, total = per * (size_t)W;
+    double* all = (double*)calloc_check(total, sizeof(double), "pipeline trace (all ranks)");
+    double* mine = all + per * (size_t)world->rank;
+    mine[0] = tr->n;
+    memcpy(mine + 1, tr->ev, (size_t)tr->n * 6 * sizeof(double));
+    comm_all_reduce_host_f64(world, all, (int)total);
+    if (world->rank == 0) {
+        static const char* cat[7] = {"forward", "backward", "send activation", "receive activation", "send gradient",
+                                     "receive gradient", "optimizer"};
+        size_t bufcap = (size_t)W * ((size_t)cap * 200 + 200) + 64, len = 0;
+        char* out = (char*)malloc_check(bufcap, "pipeline trace text");
+        len += (size_t)snprintf(out + len, bufcap - len, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        for (int q = 0; q < W; q++) {
+            len += (size_t)snprintf(out + len, bufcap - len, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,"
+                                    "\"tid\":%d,\"args\":{\"name\":\"%s\"}}", q ? ",\n" : "", q, labels + 64 * q);
+            const double* t = all + per * (size_t)q;
+            for (int k = 0; k < (int)t[0]; k++) {
+                const double* e = t + 1 + (size_t)k * 6;
+                int kind = (int)e[0];
+                const char* nm = kind == PIPE_F ? "F" : kind == PIPE_B ? "B" : kind == PIPELINE_TRACE_OPTIMIZER ? "optimizer" : "p2p";
+                len += (size_t)snprintf(out + len, bufcap - len, ",\n{\"name\":\"%s%d.%d\",\"cat\":\"%s\",\"ph\":\"X\","
+                                        "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"micro\":%d,"
+                                        "\"chunk\":%d,\"transfers\":%d}}", nm, (int)e[1], (int)e[2], cat[kind], q,
+                                        e[4] * 1e6, (e[5] - e[4]) * 1e6, (int)e[1], (int)e[2], (int)e[3]);
+            }
+        }
+        len += (size_t)snprintf(out + len, bufcap - len, "\n]}\n");
+        AtomicFile af;
+        atomic_file_open(&af, path);
+        atomic_file_write(&af, out, 1, len);
+        atomic_file_commit(&af);
+        free(out);
+    }
+    free(all);
+    free(tr->ev);
+    tr->ev = NULL;
+    tr->steps_left = 0;
+}
+
+#endif /* LLMC_PIPELINE_MODEL_H */
