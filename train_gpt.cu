@@ -44,6 +44,7 @@
 #include "llmc/checkpoint.h"       /* defines: checkpoint paths, checkpoint_prepare_output_dir, checkpoint_prune */
 #include "llmc/train_state.h"      /* defines: TrainState, train_state_write/read/read_resharded */
 #include "llmc/batch_pipeline.h"   /* defines: BatchPipeline */
+#include "llmc/step_graphs.h"      /* defines: MicroStepGraphs, graph_micro_step (--cuda-graphs) */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
@@ -222,28 +223,11 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
 
 /* ============================================================ the training session */
 
-/* --cuda-graphs 1: after one eager warm-up micro-step (cuBLASLt plans, kernel attributes and buffers set up), the
- * forward+backward of a micro-step on batch slot i is captured once into exec[i] (it bakes in the slot's device
- * buffers, every model buffer, the gradient target and dloss) and replayed for every later micro-step on that
- * slot. Host work of a micro-step happens before its replay: the batch upload (llmc/batch_pipeline.h) and the
- * encoder-backward token bucketing into pinned staging buffer i (encoder_backward_stage), which the graph's first
- * copy reads; the staging waits for the previous replay of exec[i] (two micro-steps back). A new dloss (FP16 loss
- * scaling) recaptures. Micro-steps whose backward issues gradient buckets are never captured (llmc/zero.h). */
-typedef struct {
-    int warm;                  /* the eager warm-up micro-step has run */
-    int captured[2];
-    DevGraph exec[2];
-    float dloss[2];            /* dloss baked into exec[i] */
-    DevEvent replayed[2];      /* recorded after each replay of exec[i] */
-    int events;                /* replayed[] created */
-    long replays;              /* graph replays so far (tests) */
-} MicroStepGraphs;
-
 typedef struct {
     TrainConfig cfg;
     Comm world;                /* every process (llmc/comm.h) */
-    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); pp = ep = 1 until
-                                  those dimensions land (llmc/README.md, "Where the next dimensions plug in") */
+    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); ep = 1 until
+                                  experts land (llmc/README.md, "Where the next dimensions plug in") */
     Comm* dp;                  /* the data-parallel group: grid.dp */
     Comm* tp;                  /* the tensor-parallel group: grid.tp */
     Comm* pp;                  /* the pipeline group: grid.pp */
@@ -276,48 +260,6 @@ static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
 static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
-
-/* --cuda-graphs 1: runs forward+backward on batch slot `slot` as a graph replay (capturing it first if needed;
- * the captured backward writes where `grads` says, which must have no reducing hook), loads the next batch if
- * `load_next` (its upload overlaps the replay) and returns 1; returns 0 when the caller must run the micro-step
- * eagerly and load the next batch itself (the warm-up micro-step) */
-static int graph_micro_step(MicroStepGraphs* g, GPT2* m, BatchPipeline* batches, const GPT2GradTarget* grads,
-                            int slot, float dloss, int load_next, int gelu_fusion) {
-    int B = batches->B, T = batches->T;
-    if (!g->warm) { g->warm = 1; return 0; }
-    if (!g->events) {
-        for (int i = 0; i < 2; i++) { g->replayed[i] = dev_event_create(); }
-        g->events = 1;
-    }
-    const int* inputs = batch_pipeline_inputs(batches, slot);
-    const int* host_inputs = batch_pipeline_host_inputs(batches, slot);
-    dev_event_synchronize(g->replayed[slot]); /* the previous replay of this graph is done with its staging buffer */
-    encoder_backward_stage(slot, host_inputs, B, T);
-    if (!g->captured[slot] || g->dloss[slot] != dloss) {
-        if (g->captured[slot]) { dev_graph_destroy(g->exec[slot]); }
-        dev_graph_begin_capture();
-        gpt2_forward(m, inputs, batch_pipeline_targets(batches, slot), B, T, gelu_fusion, dloss, 1);
-        gpt2_backward(m, grads, inputs, host_inputs, B, T);
-        g->exec[slot] = dev_graph_end_capture();
-        g->captured[slot] = 1;
-        g->dloss[slot] = dloss;
-    }
-    /* queued before the replay: the upload into the other slot waits only for the work before it (the previous
-     * micro-step, that slot's last reader) and then overlaps this replay */
-    if (load_next) { batch_pipeline_load(batches); }
-    dev_graph_launch(g->exec[slot]);
-    dev_event_record(g->replayed[slot]);
-    g->replays++;
-    return 1;
-}
-
-static void graphs_free(MicroStepGraphs* g) {
-    for (int i = 0; i < 2; i++) {
-        if (g->events) { dev_event_synchronize(g->replayed[i]); dev_event_destroy(g->replayed[i]); }
-        if (g->captured[i]) { dev_graph_destroy(g->exec[i]); }
-    }
-    memset(g, 0, sizeof(*g));
-}
 
 /* one micro-step on the next batch: forward (loss and dlogits scaled by dloss), backward into the gradient
  * store, which issues the gradient buckets when this micro-step reduces them (llmc/zero.h) */
@@ -532,7 +474,8 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
                "state for %d processes with ZeRO stage %d", resume_step, h.world, h.zero_stage, s->world.world,
                s->cfg.zero_stage);
         if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
-        if (h.pp_size > 1 || s->pp->world > 1) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
+        if (h.pp_size != s->pp->world) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
+        else if (s->pp->world > 1) { printf(" (other pipeline stages: --pp-layers or --pp-virtual)"); }
         printf("\n");
     }
     return changed ? h.world : 0;
@@ -680,19 +623,9 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
               "whole rows", c->T, c->tp);
     }
-    if (c->pp > 1 && c->zero_stage == 2) {
-        CONFIG_FATAL(s, "flag -z 2 does not combine with --pp %d: ZeRO-2 reduces every micro-step's gradients layer by layer "
-                     "in backward order, which the pipeline schedule interleaves; use -z 0 or -z 1", c->pp);
-    }
-    if (c->pp > 1 && strcmp(c->pp_schedule, "gpipe") != 0 && s->grad_accum_steps < c->pp) {
-        CONFIG_FATAL(s, "flag --pp %d with %d micro-batches per step (-d %d / (B*T*dp) = %d*%d*%d): the %s schedule needs "
-                     "at least %d micro-batches; raise -d or lower -b", c->pp, s->grad_accum_steps, c->total_batch_size,
-                     c->B, c->T, world, c->pp_schedule, c->pp);
-    }
-    if (c->pp_virtual > 1 && s->grad_accum_steps % c->pp != 0) {
-        CONFIG_FATAL(s, "flag --pp-schedule interleaved runs the micro-batches in groups of --pp %d, but a step has %d "
-                     "(-d / (B*T*dp)); use a multiple of %d", c->pp, s->grad_accum_steps, c->pp);
-    }
+    char err[512];
+    PipelineFlags pf = {c->pp, c->pp_schedule, c->pp_virtual, c->pp_layers};
+    if (pipeline_check_step(&pf, s->grad_accum_steps, c->zero_stage, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
@@ -737,30 +670,6 @@ static GPT2Config model_config(const TrainConfig* cfg) {
     return mc;
 }
 
-/* the pipeline flags that decide the stages' layers (one line from rank 0 otherwise); parses --pp-layers */
-static void check_pipeline_layout(TrainSession* s, const GPT2Config* mc) {
-    const TrainConfig* c = &s->cfg;
-    PipeScheduleKind kind;
-    if (!pipe_schedule_from_name(c->pp_schedule, &kind)) {
-        CONFIG_FATAL(s, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
-    }
-    if ((kind == PIPE_INTERLEAVED) != (c->pp_virtual > 1)) {
-        CONFIG_FATAL(s, "flag --pp-virtual %d with --pp-schedule %s: the interleaved schedule needs --pp-virtual 2 or more, "
-                     "the others exactly 1", c->pp_virtual, c->pp_schedule);
-    }
-    if (kind == PIPE_INTERLEAVED && (c->pp < 2 || mc->num_layers % (c->pp * c->pp_virtual) != 0)) {
-        CONFIG_FATAL(s, "flag --pp-schedule interleaved needs --pp 2 or more and the model's L = %d divisible by --pp x "
-                     "--pp-virtual = %d x %d", mc->num_layers, c->pp, c->pp_virtual);
-    }
-    if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > 64)) {
-        CONFIG_FATAL(s, "flag --pp-layers needs --pp-virtual 1 and --pp at most 64");
-    }
-    char err[256];
-    if (pipeline_parse_layers(c->pp_layers, c->pp, mc->num_layers, s->pp_layers, err, sizeof(err))) {
-        CONFIG_FATAL(s, "%s", err);
-    }
-}
-
 /* the process grid (llmc/process_grid.h): tp processes per tensor-parallel group, pp pipeline stages, the rest
  * data parallel; the layout is validated against the model (heads, channels, padded vocabulary divisible by --tp,
  * a layer per stage) with one line */
@@ -772,7 +681,9 @@ static void setup_grid(TrainSession* s, const GPT2Config* mc) {
     s->dp = s->grid.dp;
     s->tp = s->grid.tp;
     s->pp = s->grid.pp;
-    check_pipeline_layout(s, mc);
+    char err[512]; /* the pipeline flags that decide the stages (before the model is allocated) */
+    PipelineFlags pf = {s->cfg.pp, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_layers};
+    if (pipeline_check_layout(&pf, mc, s->pp_layers, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
 }
 
 /* the model (this process's tensor-parallel part of its pipeline stage): a descriptor (random init from --seed,
@@ -945,22 +856,6 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     logger_log(&s->logger, "train", s->step, fields);
 }
 
-/* --pp-trace-steps: adds the step just run to the schedule trace; after the last recorded one, DIR/trace.json */
-static void write_trace_when_recorded(TrainSession* s) {
-    pipeline_trace_add(&s->trace, &s->pipe);
-    if (s->trace.steps_left > 0 && s->step < s->max_steps) { return; }
-    char* labels = (char*)calloc_check((size_t)s->world.world, 64, "trace labels");
-    for (int q = 0; q < s->world.world; q++) {
-        GridCoords c = grid_coords_of(&s->grid.layout, q);
-        snprintf(labels + 64 * q, 64, "rank %d (pp %d, tp %d, dp %d)", q, c.pp, c.tp, c.dp);
-    }
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/trace.json", s->cfg.output_dir);
-    pipeline_trace_write(&s->trace, &s->world, path, labels);
-    if (is_rank0(s)) { printf("pipeline: wrote the schedule of %d steps to %s\n", s->trace.steps_done, path); }
-    free(labels);
-}
-
 /* validation and a sample when due (every -v / -s steps, and at the end) */
 static void evaluate_if_due(TrainSession* s, int last) {
     const TrainConfig* cfg = &s->cfg;
@@ -997,7 +892,9 @@ static void train(TrainSession* s) {
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
         log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak));
-        if (s->trace.steps_left > 0) { write_trace_when_recorded(s); }
+        if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
+            pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
+        }
         int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {

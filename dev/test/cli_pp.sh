@@ -11,7 +11,8 @@
 #     each rank's boundary bytes per step equal (2v - [first stage] - [last stage]) m B T C values of 4 bytes (an
 #     activation forward and its gradient backward per stage boundary); the header has a memory line per stage and
 #     the expected bubble, the step line the measured one;
-#   - --pp-layers 3,5 (uneven stages) against one process within T(10);
+#   - --pp-layers 3,5 (uneven stages) against one process within T(10); its checkpoint resumed with the interleaved
+#     schedule (other stages: re-sharded) continues within T(10);
 #   - DIR/trace.json (Chrome trace format) parses with Python's json: one named track per rank; per track 2 m v F
 #     and B slices and 2 optimizer slices (the 2 recorded steps) and transfers;
 #   - 3D: tp 2 x dp 2 x pp 2 with ZeRO-1 on 8 processes against one process within T(10); interrupted after 5 steps
@@ -82,6 +83,14 @@ out=$(dp_compare_logs "$TMP/one4/log.jsonl" "$TMP/layers/log.jsonl" train loss $
     grep -q "^pipeline stage 1: layers 3-7 + lnf, head" "$TMP/layers.log"
 check $? "--pp-layers 3,5: stages of 3 and 5 layers, vs one process within T(10): $out"
 
+MPIRUN 2 $TRAIN "${F[@]}" -d 128 --pp 2 --pp-layers 3,5 -o "$TMP/relayout" --exit-after-steps 5 > "$TMP/relayout.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${F[@]}" -d 128 --pp 2 --pp-schedule interleaved --pp-virtual 2 -o "$TMP/relayout" -y 1 \
+        > "$TMP/relayout2.log" 2>&1 && grep -q "^resume: checkpoint step 5 .* re-sharding" "$TMP/relayout2.log"
+check $? "a --pp-layers 3,5 checkpoint resumed with the interleaved schedule (v = 2): the stages changed, re-sharded"
+out=$(dp_compare_logs "$TMP/one4/log.jsonl" "$TMP/relayout/log.jsonl" train loss $T10 10) && \
+    out="$out; $(dp_compare_models_rms "$TMP/one4/model_00000010.bin" "$TMP/relayout/model_00000010.bin" $T10)"
+check $? "...losses and final weights within T(10) of one process: $out"
+
 G=(-e d8 -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 10 -d 256)
 $TRAIN "${G[@]}" -o "$TMP/one3d" > "$TMP/one3d.log" 2>&1
 check $? "reference: one process, 8 micro-steps, 10 steps"
@@ -126,7 +135,7 @@ check $? "measured bubble through the executor on 4 processes: 4 checks on rank 
 B=(-b 2 -t 16 -j '' -g 0 -x 1)
 dp_refused 4 "--pp 4" "--pp 4 for a model of 2 layers" -e d2 "${B[@]}" --pp 4 -d 128
 dp_refused 4 "--pp 3" "--pp 3 on 4 processes" -e d8 "${B[@]}" --pp 3
-dp_refused 4 "at least 4 micro-batches" "1f1b with 2 micro-batches on 4 stages" -e d8 "${B[@]}" --pp 4 -d 64
+dp_refused 4 "needs at least 4 micro-batches" "1f1b with 2 micro-batches on 4 stages" -e d8 "${B[@]}" --pp 4 -d 64
 dp_refused 2 "groups of --pp 2" "interleaved with 3 micro-batches on 2 stages" -e d8 "${B[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 -d 96
 dp_refused 2 "--pp-virtual" "--pp-virtual 2 with 1f1b" -e d8 "${B[@]}" --pp 2 --pp-virtual 2 -d 64
 dp_refused 2 "divisible by --pp x --pp-virtual" "interleaved over 2 x 3 chunks of 8 layers" -e d8 "${B[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 3 -d 64
