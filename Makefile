@@ -140,7 +140,7 @@ QUICK_NCCL_EMU := $(if $(wildcard $(EMU_CUDA_INC)),$(BUILD)/mpi_comm_nccl_emu)
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU) $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp \
                   $(BUILD)/mpi_pipe_bubble)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
-	TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
+	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off) next to the default BF16 one
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)

@@ -336,7 +336,8 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->grad_accum_steps = accum;
     s->max_steps = max_steps;
     s->tp = s->grid.tp;
-    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, NULL, 1);
+    s->pp = s->grid.pp;
+    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, s->pp, 1);
     gpt2_allocate_activations(&s->model, fx->B, fx->T, 0);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
     batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);
@@ -431,6 +432,7 @@ static StepResult reference_train_step(TrainSession* s) {
     }
     StepResult r;
     r.loss = (float)(loss_sum / s->grad_accum_steps);
+    r.bubble = -1.0f; /* no pipeline */
     float norm_sq = 0.0f;
     global_norm_squared(z->norm_partials, z->grads, P, 0);
     dev_memcpy_d2h(&norm_sq, z->norm_partials, sizeof(float));
@@ -614,6 +616,8 @@ static void test_weight_decay_groups_d12(void) {
     memset(&m, 0, sizeof(m));
     gpt2_config_from_descriptor(&m.config, "d12");
     gpt2_parameter_sizes(m.param_sizes, &m.config);
+    m.stage = gpt2_stage_whole(&m.config);
+    m.n_layers = m.config.num_layers;
     int nd, no;
     size_t vd, vo;
     gpt2_weight_decay_groups(&m, &nd, &vd, &no, &vo);
