@@ -285,6 +285,84 @@ static inline int pipe_group_end(const PipeSchedule* sc, int s, int a) {
     return e;
 }
 
+/* the simulator's state: per rank the next action, live activation sets and which transfers are matched; per (rank,
+ * micro-batch, chunk) cell whether F / B ran and whether the input activation / output gradient has arrived */
+typedef struct {
+    const PipeSchedule* sc;
+    int p, m, v;
+    char *fdone, *bdone, *act_in, *grad_in;
+    int *pc, *live;
+    char** matched;
+} PipeSim;
+
+static inline size_t pipe_sim_cell(const PipeSim* S, int s, int i, int c) {
+    return ((size_t)s * S->m + (size_t)i) * S->v + (size_t)c;
+}
+
+/* the F or B at rank s's next action: returns 1 if it ran, 0 if its input is not there yet, -1 (r->error) if it is
+ * malformed or out of order */
+static inline int pipe_sim_compute(PipeSim* S, int s, PipeSimResult* r) {
+    const PipeAction* x = &S->sc->act[s][S->pc[s]];
+    size_t cell = pipe_sim_cell(S, s, x->micro, x->chunk);
+    if (x->kind == PIPE_F) {
+        if (S->fdone[cell]) { snprintf(r->error, sizeof(r->error), "rank %d: F(%d,%d) twice", s, x->micro, x->chunk); return -1; }
+        if (!S->act_in[cell]) { return 0; }
+        S->fdone[cell] = 1;
+        if (++S->live[s] > r->peak[s]) { r->peak[s] = S->live[s]; }
+        if (pipe_vstage(S->p, s, x->chunk) == S->p * S->v - 1) { S->grad_in[cell] = 1; } /* the loss gives the last stage its gradient */
+        return 1;
+    }
+    if (!S->fdone[cell] || S->bdone[cell]) {
+        snprintf(r->error, sizeof(r->error), "rank %d: B(%d,%d) %s", s, x->micro, x->chunk,
+                 S->bdone[cell] ? "twice" : "before its F");
+        return -1;
+    }
+    if (!S->grad_in[cell]) { return 0; }
+    S->bdone[cell] = 1;
+    S->live[s]--;
+    return 1;
+}
+
+/* rank s's transfer group at its next action: pairs each unmatched transfer with the partner in the peer's current
+ * group (setting *progressed when one pairs); returns the group's length once every transfer is paired (its
+ * receives have landed), 0 while one waits, -1 (r->error) when a send is posted before its data exists */
+static inline int pipe_sim_transfers(PipeSim* S, int s, PipeSimResult* r, int* progressed) {
+    const PipeSchedule* sc = S->sc;
+    int start = S->pc[s], end = pipe_group_end(sc, s, start), all = 1;
+    for (int a = start; a < end; a++) {
+        if (S->matched[s][a]) { continue; }
+        const PipeAction* t = &sc->act[s][a];
+        size_t tc = pipe_sim_cell(S, s, t->micro, t->chunk);
+        if ((t->kind == PIPE_SEND_ACT && !S->fdone[tc]) || (t->kind == PIPE_SEND_GRAD && !S->bdone[tc])) {
+            snprintf(r->error, sizeof(r->error), "rank %d: %s(%d,%d) posted before its data exists", s,
+                     pipe_action_name(t->kind), t->micro, t->chunk);
+            return -1;
+        }
+        int peer;
+        PipeAction want;
+        pipe_partner(sc, s, t, &peer, &want);
+        if (S->pc[peer] < sc->count[peer] && sc->act[peer][S->pc[peer]].kind >= PIPE_SEND_ACT) {
+            int pe = pipe_group_end(sc, peer, S->pc[peer]);
+            for (int b = S->pc[peer]; b < pe; b++) {
+                const PipeAction* u = &sc->act[peer][b];
+                if (!S->matched[peer][b] && u->kind == want.kind && u->micro == want.micro && u->chunk == want.chunk) {
+                    S->matched[s][a] = S->matched[peer][b] = 1;
+                    *progressed = 1;
+                    break;
+                }
+            }
+        }
+        if (!S->matched[s][a]) { all = 0; }
+    }
+    if (!all) { return 0; }
+    for (int a = start; a < end; a++) { /* receives land */
+        const PipeAction* t = &sc->act[s][a];
+        if (t->kind == PIPE_RECV_ACT) { S->act_in[pipe_sim_cell(S, s, t->micro, t->chunk)] = 1; }
+        if (t->kind == PIPE_RECV_GRAD) { S->grad_in[pipe_sim_cell(S, s, t->micro, t->chunk)] = 1; }
+    }
+    return end - start;
+}
+
 /* Runs the schedule on an abstract machine. Each round every rank tries its next action: F(i,c) needs its
  * activation (received, or the model input on virtual stage 0); B(i,c) needs F(i,c) done and its gradient
  * (received, or the loss on the last virtual stage). A group of transfers is posted when the rank reaches it; a
@@ -296,111 +374,53 @@ static inline int pipe_group_end(const PipeSchedule* sc, int s, int a) {
 static inline PipeSimResult pipe_simulate(const PipeSchedule* sc) {
     PipeSimResult r;
     memset(&r, 0, sizeof(r));
-    int p = sc->p, m = sc->m, v = sc->v, nv = p * v;
+    int p = sc->p, m = sc->m, v = sc->v;
     if (p > 64) { snprintf(r.error, sizeof(r.error), "at most 64 ranks simulated"); return r; }
     size_t cells = (size_t)p * m * v;
-    char* fdone = (char*)calloc_check(cells, 1, "sim");
-    char* bdone = (char*)calloc_check(cells, 1, "sim");
-    char* act_in = (char*)calloc_check(cells, 1, "sim");
-    char* grad_in = (char*)calloc_check(cells, 1, "sim");
-    int* pc = (int*)calloc_check((size_t)p, sizeof(int), "sim");
-    int* live = (int*)calloc_check((size_t)p, sizeof(int), "sim");
-    char** matched = (char**)calloc_check((size_t)p, sizeof(char*), "sim");
-    for (int s = 0; s < p; s++) { matched[s] = (char*)calloc_check((size_t)sc->count[s] + 1, 1, "sim"); }
-#define PIPE_CELL(s, i, c) (((size_t)(s) * m + (size_t)(i)) * v + (size_t)(c))
-    for (int i = 0; i < m; i++) { act_in[PIPE_CELL(0, i, 0)] = 1; }
-    int remaining = 0;
+    PipeSim S = {sc, p, m, v, (char*)calloc_check(cells, 1, "sim"), (char*)calloc_check(cells, 1, "sim"),
+                 (char*)calloc_check(cells, 1, "sim"), (char*)calloc_check(cells, 1, "sim"),
+                 (int*)calloc_check((size_t)p, sizeof(int), "sim"), (int*)calloc_check((size_t)p, sizeof(int), "sim"),
+                 (char**)calloc_check((size_t)p, sizeof(char*), "sim")};
+    for (int s = 0; s < p; s++) { S.matched[s] = (char*)calloc_check((size_t)sc->count[s] + 1, 1, "sim"); }
+    for (int i = 0; i < m; i++) { S.act_in[pipe_sim_cell(&S, 0, i, 0)] = 1; }
+    int remaining = 0, failed = 0;
     for (int s = 0; s < p; s++) { remaining += sc->count[s]; }
-    while (remaining > 0) {
+    while (remaining > 0 && !failed) {
         int progressed = 0;
-        for (int s = 0; s < p; s++) {
-            if (pc[s] >= sc->count[s]) { continue; }
-            const PipeAction* x = &sc->act[s][pc[s]];
+        for (int s = 0; s < p && !failed; s++) {
+            if (S.pc[s] >= sc->count[s]) { continue; }
+            const PipeAction* x = &sc->act[s][S.pc[s]];
             if (x->micro < 0 || x->micro >= m || x->chunk < 0 || x->chunk >= v) {
-                snprintf(r.error, sizeof(r.error), "rank %d action %d: micro-batch %d / chunk %d out of range", s, pc[s],
-                         x->micro, x->chunk);
-                goto done;
+                snprintf(r.error, sizeof(r.error), "rank %d action %d: micro-batch %d / chunk %d out of range", s,
+                         S.pc[s], x->micro, x->chunk);
+                failed = 1;
+                break;
             }
-            size_t cell = PIPE_CELL(s, x->micro, x->chunk);
-            if (x->kind == PIPE_F) {
-                if (fdone[cell]) { snprintf(r.error, sizeof(r.error), "rank %d: F(%d,%d) twice", s, x->micro, x->chunk); goto done; }
-                if (!act_in[cell]) { continue; }
-                fdone[cell] = 1;
-                if (++live[s] > r.peak[s]) { r.peak[s] = live[s]; }
-                if (pipe_vstage(p, s, x->chunk) == nv - 1) { grad_in[cell] = 1; } /* the loss gives the last stage its gradient */
-                pc[s]++; remaining--; progressed = 1;
-                continue;
-            }
-            if (x->kind == PIPE_B) {
-                if (!fdone[cell] || bdone[cell]) {
-                    snprintf(r.error, sizeof(r.error), "rank %d: B(%d,%d) %s", s, x->micro, x->chunk,
-                             bdone[cell] ? "twice" : "before its F");
-                    goto done;
-                }
-                if (!grad_in[cell]) { continue; }
-                bdone[cell] = 1;
-                live[s]--;
-                pc[s]++; remaining--; progressed = 1;
-                continue;
-            }
-            int end = pipe_group_end(sc, s, pc[s]), all = 1;
-            for (int a = pc[s]; a < end; a++) {
-                if (matched[s][a]) { continue; }
-                const PipeAction* t = &sc->act[s][a];
-                size_t tc = PIPE_CELL(s, t->micro, t->chunk);
-                if ((t->kind == PIPE_SEND_ACT && !fdone[tc]) || (t->kind == PIPE_SEND_GRAD && !bdone[tc])) {
-                    snprintf(r.error, sizeof(r.error), "rank %d: %s(%d,%d) posted before its data exists", s,
-                             pipe_action_name(t->kind), t->micro, t->chunk);
-                    goto done;
-                }
-                int peer;
-                PipeAction want;
-                pipe_partner(sc, s, t, &peer, &want);
-                if (pc[peer] < sc->count[peer] && sc->act[peer][pc[peer]].kind >= PIPE_SEND_ACT) {
-                    int pe = pipe_group_end(sc, peer, pc[peer]);
-                    for (int b = pc[peer]; b < pe; b++) {
-                        const PipeAction* u = &sc->act[peer][b];
-                        if (!matched[peer][b] && u->kind == want.kind && u->micro == want.micro && u->chunk == want.chunk) {
-                            matched[s][a] = matched[peer][b] = 1;
-                            progressed = 1;
-                            break;
-                        }
-                    }
-                }
-                if (!matched[s][a]) { all = 0; }
-            }
-            if (!all) { continue; }
-            for (int a = pc[s]; a < end; a++) { /* receives land */
-                const PipeAction* t = &sc->act[s][a];
-                if (t->kind == PIPE_RECV_ACT) { act_in[PIPE_CELL(s, t->micro, t->chunk)] = 1; }
-                if (t->kind == PIPE_RECV_GRAD) { grad_in[PIPE_CELL(s, t->micro, t->chunk)] = 1; }
-            }
-            remaining -= end - pc[s];
-            pc[s] = end;
-            progressed = 1;
+            int ran = x->kind == PIPE_F || x->kind == PIPE_B ? pipe_sim_compute(&S, s, &r)
+                                                             : pipe_sim_transfers(&S, s, &r, &progressed);
+            if (ran < 0) { failed = 1; break; }
+            if (ran > 0) { S.pc[s] += ran; remaining -= ran; progressed = 1; }
         }
         r.steps++;
-        if (!progressed) {
+        if (!failed && !progressed) {
             int s = 0;
-            while (pc[s] >= sc->count[s]) { s++; }
-            const PipeAction* x = &sc->act[s][pc[s]];
-            snprintf(r.error, sizeof(r.error), "deadlock: rank %d waits at action %d (%s micro-batch %d chunk %d)", s, pc[s],
-                     pipe_action_name(x->kind), x->micro, x->chunk);
-            goto done;
+            while (S.pc[s] >= sc->count[s]) { s++; }
+            const PipeAction* x = &sc->act[s][S.pc[s]];
+            snprintf(r.error, sizeof(r.error), "deadlock: rank %d waits at action %d (%s micro-batch %d chunk %d)", s,
+                     S.pc[s], pipe_action_name(x->kind), x->micro, x->chunk);
+            failed = 1;
         }
     }
-    for (size_t cidx = 0; cidx < cells; cidx++) {
-        if (!fdone[cidx] || !bdone[cidx]) {
+    for (size_t c = 0; c < cells && !failed; c++) {
+        if (!S.fdone[c] || !S.bdone[c]) {
             snprintf(r.error, sizeof(r.error), "micro-batch %zu of chunk %zu on rank %zu: forward or backward missing",
-                     (cidx / v) % m, cidx % v, cidx / ((size_t)m * v));
-            goto done;
+                     (c / v) % m, c % v, c / ((size_t)m * v));
+            failed = 1;
         }
     }
-    r.ok = 1;
-done:
-#undef PIPE_CELL
-    for (int s = 0; s < p; s++) { free(matched[s]); }
-    free(matched); free(fdone); free(bdone); free(act_in); free(grad_in); free(pc); free(live);
+    r.ok = !failed;
+    for (int s = 0; s < p; s++) { free(S.matched[s]); }
+    free(S.matched); free(S.fdone); free(S.bdone); free(S.act_in); free(S.grad_in); free(S.pc); free(S.live);
     return r;
 }
 
