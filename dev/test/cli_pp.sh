@@ -21,8 +21,8 @@
 #   - sampling through the pipeline (weights untouched at -l 0) prints the same text as one process;
 #   - the measured bubble through the real executor (build/mpi_pipe_bubble: stages that sleep, 4 processes);
 #   - impossible layouts are refused with one error line.
-# Under make test-quick (TESTS_QUICK=1) the schedule matrix is cut to pp 2 1f1b and pp 4 interleaved, and the resume
-# onto other stages and the sampling check are left out (make test runs everything).
+# Under make test-quick (TESTS_QUICK=1) the schedule matrix is cut to pp 2 1f1b and pp 4 interleaved, and the resumes
+# (3D, onto other stages) and the sampling check are left out (make test runs everything).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
@@ -107,6 +107,7 @@ out=$(dp_compare_logs "$TMP/one3d/log.jsonl" "$TMP/3d/log.jsonl" train loss $T10
     out="$out; $(dp_compare_logs "$TMP/one3d/log.jsonl" "$TMP/3d/log.jsonl" train grad_norm $T10 10)" && \
     out="$out; $(dp_compare_models_rms "$TMP/one3d/model_00000010.bin" "$TMP/3d/model_00000010.bin" $T10)"
 check $? "tp 2 x dp 2 x pp 2 vs one process within T(10): $out"
+[ "$QUICK" = 1 ] || {
 MPIRUN 8 $TRAIN "${G[@]}" --tp 2 --pp 2 -z 1 -o "$TMP/cut" --exit-after-steps 5 > "$TMP/cut.log" 2>&1
 check $? "tp 2 x dp 2 x pp 2: 5 steps, then exit with a checkpoint"
 cp -r "$TMP/cut" "$TMP/to1"
@@ -120,6 +121,7 @@ check $? "resumed on one process: the re-sharding is announced ($(grep -m1 '^res
 out=$(dp_compare_logs "$TMP/one3d/log.jsonl" "$TMP/to1/log.jsonl" train loss $T10 10) && \
     out="$out; $(dp_compare_models_rms "$TMP/one3d/model_00000010.bin" "$TMP/to1/model_00000010.bin" $T10)"
 check $? "tp 2 x dp 2 x pp 2 checkpoint resumed on one process: losses and final weights within T(10): $out"
+}
 
 [ "$QUICK" = 1 ] || {
 S=(-e d8 -b 2 -t 16 -j '' -g 12 -l 0 -x 1 -d 128 --prompt "ROMEO:")
