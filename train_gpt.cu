@@ -453,21 +453,24 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
             train_state_expect(path, "micro-batch B", "-b", h.B, s->cfg.B);
             train_state_expect(path, "sequence length T", "-t", h.T, s->cfg.T);
             FATAL("cannot resume from '%s': checkpoint step %d was trained with %lld tokens per optimizer step "
-                  "(B=%d T=%d x %d accumulation x %d processes), this run has %lld; resume with -d %lld",
-                  s->cfg.output_dir, resume_step, tokens, h.B, h.T, h.grad_accum_steps, h.world, ours, tokens);
+                  "(B=%d T=%d x %d accumulation x %d data-parallel processes), this run has %lld; resume with -d %lld",
+                  s->cfg.output_dir, resume_step, tokens, h.B, h.T, h.grad_accum_steps, train_state_dp_size(&h), ours,
+                  tokens);
         }
         comm_barrier(&s->world);
         exit(EXIT_FAILURE);
     }
     int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world ||
-                  h.pp_size != s->pp->world;
-    if (!changed && s->pp->world > 1) { /* the same sizes but other stages (--pp-layers, --pp-virtual)? */
+                  h.pp_size != s->pp->world, stages_changed = 0;
+    if (h.pp_size == s->pp->world && h.world == s->world.world && s->pp->world > 1) {
+        /* the same sizes but other stages (--pp-layers, --pp-virtual)? every rank looks at its own file */
         TrainState mine;
         checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
         train_state_read_header(path, &mine);
         double differs = memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
         comm_all_reduce_host_f64(&s->world, &differs, 1);
-        changed = differs > 0.0;
+        stages_changed = differs > 0.0;
+        changed |= stages_changed;
     }
     if (changed && is_rank0(s)) {
         printf("resume: checkpoint step %d was written by %d processes with ZeRO stage %d; re-sharding the optimizer "
@@ -475,7 +478,7 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
                s->cfg.zero_stage);
         if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
         if (h.pp_size != s->pp->world) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
-        else if (s->pp->world > 1) { printf(" (other pipeline stages: --pp-layers or --pp-virtual)"); }
+        else if (stages_changed) { printf(" (other pipeline stages: --pp-layers or --pp-virtual)"); }
         printf("\n");
     }
     return changed ? h.world : 0;
@@ -491,7 +494,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     GPT2Config file_cfg;
     gpt2_read_model_header(path, &file_cfg);
     if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
-        FATAL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
+        FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
               "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
               file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
               mc->vocab_size, mc->max_seq_len);
@@ -603,9 +606,10 @@ static void check_config(TrainSession* s) {
     if (!lr_schedule_is_known(c->lr_schedule)) {
         CONFIG_FATAL(s, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
     }
-    if (c->cuda_graphs && world > 1) {
-        CONFIG_FATAL(s, "flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks "
-              "issue collectives during backward, which a captured graph cannot replay; use --cuda-graphs 0", world);
+    if (c->cuda_graphs && s->world.world > 1) {
+        CONFIG_FATAL(s, "flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks, "
+              "tensor-parallel collectives and pipeline transfers run during a micro-step, which a captured graph cannot "
+              "replay; use --cuda-graphs 0", s->world.world);
     }
     if (c->cuda_graphs && !dev_graphs_supported()) {
         CONFIG_FATAL(s, "flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
@@ -625,7 +629,9 @@ static void check_config(TrainSession* s) {
     }
     char err[512];
     PipelineFlags pf = {c->pp, c->pp_schedule, c->pp_virtual, c->pp_layers};
-    if (pipeline_check_step(&pf, s->grad_accum_steps, c->zero_stage, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    if (pipeline_check_step(&pf, s->grad_accum_steps, tokens_per_micro, c->zero_stage, err, sizeof(err))) {
+        CONFIG_FATAL(s, "%s", err);
+    }
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));

@@ -13,7 +13,8 @@
  * args_parse(specs, n_specs, argc, argv, program_name, usage_header):
  *   Stores each given value through spec.dest (int*, float*, or char** pointing into argv).
  *   Returns 0 normally; 1 if -h/--help was given (help printed to stdout; caller exits 0).
- *   On any user error prints ONE line to stderr ("error: ...") and exits with status 1:
+ *   On any user error prints ONE line to stderr ("error: ...") and exits with status 1 (under a launcher only its
+ *   rank 0 prints: FATAL_ALL in llmc/utils.h, every process has the same flags):
  *   unknown or misspelled flag (with the closest known flag if one is near), missing value,
  *   empty numeric value, non-numeric value or trailing garbage ("4x"), non-finite float, int overflow,
  *   value outside [min_value, max_value] (the bounds are printed), stray positional arguments.
@@ -229,32 +230,32 @@ static inline void args_store_value(const ArgSpec* s, const char* flag, const ch
         return;
     }
     if (text[0] == '\0') {
-        FATAL("%s: flag %s needs a <%s> value, got an empty string", program, flag, args_type_name(s->type));
+        FATAL_ALL("%s: flag %s needs a <%s> value, got an empty string", program, flag, args_type_name(s->type));
     }
     char* end = NULL;
     errno = 0;
     if (s->type == ARG_INT) {
         long long v = strtoll(text, &end, 10);
         if (end == text || *end != '\0') {
-            FATAL("%s: flag %s expects an integer, got '%s'", program, flag, text);
+            FATAL_ALL("%s: flag %s expects an integer, got '%s'", program, flag, text);
         }
         if (errno == ERANGE || v < INT_MIN || v > INT_MAX) {
-            FATAL("%s: value '%s' for flag %s does not fit in a 32-bit int (allowed range %s..%s)", program, text, flag, lo, hi);
+            FATAL_ALL("%s: value '%s' for flag %s does not fit in a 32-bit int (allowed range %s..%s)", program, text, flag, lo, hi);
         }
         if (!((double)v >= s->min_value && (double)v <= s->max_value)) {
-            FATAL("%s: value %lld for flag %s is out of range: expected %s <= value <= %s", program, v, flag, lo, hi);
+            FATAL_ALL("%s: value %lld for flag %s is out of range: expected %s <= value <= %s", program, v, flag, lo, hi);
         }
         *(int*)s->dest = (int)v;
     } else {
         double v = strtod(text, &end);
         if (end == text || *end != '\0') {
-            FATAL("%s: flag %s expects a number, got '%s'", program, flag, text);
+            FATAL_ALL("%s: flag %s expects a number, got '%s'", program, flag, text);
         }
         if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0) || fabs(v) > 3.4028234663852886e38) {
-            FATAL("%s: value '%s' for flag %s is not a finite float", program, text, flag);
+            FATAL_ALL("%s: value '%s' for flag %s is not a finite float", program, text, flag);
         }
         if (!(v >= s->min_value && v <= s->max_value)) {
-            FATAL("%s: value %s for flag %s is out of range: expected %s <= value <= %s", program, text, flag, lo, hi);
+            FATAL_ALL("%s: value %s for flag %s is out of range: expected %s <= value <= %s", program, text, flag, lo, hi);
         }
         *(float*)s->dest = (float)v;
     }
@@ -265,21 +266,21 @@ static inline void args_check_table(const ArgSpec* specs, int n) {
     for (int i = 0; i < n; i++) {
         const ArgSpec* s = &specs[i];
         if (s->long_name == NULL || s->long_name[0] == '\0' || s->dest == NULL) {
-            FATAL("argument table entry %d: long_name and dest are required", i);
+            FATAL_ALL("argument table entry %d: long_name and dest are required", i);
         }
         const char* names[2] = { s->short_name, s->long_name };
         for (int k = 0; k < 2; k++) {
             if (names[k] == NULL) { continue; }
             if (strlen(names[k]) > ARGS_NAME_MAX || strchr(names[k], '=')) {
-                FATAL("argument table entry %d: bad flag name '%s' (max %d chars, no '=')", i, names[k], ARGS_NAME_MAX);
+                FATAL_ALL("argument table entry %d: bad flag name '%s' (max %d chars, no '=')", i, names[k], ARGS_NAME_MAX);
             }
             if (strcmp(names[k], "h") == 0 || strcmp(names[k], "help") == 0) {
-                FATAL("argument table entry %d: flag name '%s' is reserved for help", i, names[k]);
+                FATAL_ALL("argument table entry %d: flag name '%s' is reserved for help", i, names[k]);
             }
             for (int j = 0; j < i; j++) {
                 if ((specs[j].short_name && strcmp(specs[j].short_name, names[k]) == 0) ||
                     strcmp(specs[j].long_name, names[k]) == 0) {
-                    FATAL("argument table: flag name '%s' is used by entries %d and %d", names[k], j, i);
+                    FATAL_ALL("argument table: flag name '%s' is used by entries %d and %d", names[k], j, i);
                 }
             }
         }
@@ -328,7 +329,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         name[nl] = '\0';
         if (c == 1) {
             free(opts);
-            FATAL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, optarg);
+            FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, optarg);
         }
         if (c == 999 && (strcmp(name, "h") == 0 || strcmp(name, "help") == 0)) { want_help = 1; continue; }
         int exact = args_find_exact(specs, n_specs, name);
@@ -341,25 +342,25 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         /* error paths: missing value, unknown, abbreviated or ambiguous flag */
         if (exact >= 0 && strchr(token, '=') == NULL && token_index + 1 >= argc) {
             free(opts);
-            FATAL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
+            FATAL_ALL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
         }
         if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
             free(opts);
-            FATAL("%s: flag '%s' takes no value", program, token);
+            FATAL_ALL("%s: flag '%s' takes no value", program, token);
         }
         int guess = args_closest(specs, n_specs, name);
         free(opts);
         if (guess >= 0) {
             char label[2 * ARGS_NAME_MAX + 16];
-            FATAL("%s: unknown flag '%s'; did you mean %s? (see --help)", program, token,
+            FATAL_ALL("%s: unknown flag '%s'; did you mean %s? (see --help)", program, token,
                   args_flag_label(&specs[guess], label, sizeof(label)));
         }
-        FATAL("%s: unknown flag '%s' (see --help for the list of flags)", program, token);
+        FATAL_ALL("%s: unknown flag '%s' (see --help for the list of flags)", program, token);
     }
     int rest = optind;
     free(opts);
     if (rest < argc) {
-        FATAL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, argv[rest]);
+        FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, argv[rest]);
     }
     if (want_help) {
         args_print_help(specs, n_specs, program, usage_header, stdout);

@@ -191,7 +191,7 @@ static inline void checkpoint_remove_stale_temp_files(const char* dir) {
  * beyond the checkpoint resumed. Every refusal is one error line naming the flag. */
 static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int max_steps, int is_rank0) {
     if (dir[0] == '\0') {
-        if (resume) { FATAL("flag -y 1 (--resume) needs an output directory to resume from (-o DIR)"); }
+        if (resume) { FATAL_ALL("flag -y 1 (--resume) needs an output directory to resume from (-o DIR)"); }
         return -1;
     }
     if (is_rank0) {
@@ -205,14 +205,14 @@ static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int
     checkpoint_latest_step(dir, "state_", &n_states);
     if (!resume) {
         if (n_done > 0 || n_models > 0 || n_states > 0) {
-            FATAL("output directory '%s' already holds checkpoints of an earlier run; pass -y 1 to resume it, or "
+            FATAL_ALL("output directory '%s' already holds checkpoints of an earlier run; pass -y 1 to resume it, or "
                   "choose another -o (nothing was overwritten)", dir);
         }
         return -1;
     }
     if (done_step < 0) {
         if (n_models > 0) {
-            FATAL("cannot resume from '%s': it holds model files but no complete checkpoint (no DONE_ marker and "
+            FATAL_ALL("cannot resume from '%s': it holds model files but no complete checkpoint (no DONE_ marker and "
                   "training state); a weights-only file cannot be resumed, start from it with -e FILE and -y 0 in "
                   "a new output directory", dir);
         }
@@ -220,7 +220,7 @@ static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int
         return -1;
     }
     if (max_steps > 0 && done_step >= max_steps) {
-        FATAL("cannot resume from '%s': its latest checkpoint is at step %d but -x (--max-steps) is %d; nothing is "
+        FATAL_ALL("cannot resume from '%s': its latest checkpoint is at step %d but -x (--max-steps) is %d; nothing is "
               "left to do (raise -x to train further)", dir, done_step, max_steps);
     }
     return done_step;

@@ -133,6 +133,18 @@ static inline int gpt2_stage_global_layer(const GPT2Stage* st, int j) {
     return -1;
 }
 
+/* chunk k of stage st as a stage of its own: its layers; the embedding if it is st's first chunk, the head if last */
+static inline GPT2Stage gpt2_chunk_stage(const GPT2Stage* st, int k) {
+    GPT2Stage c;
+    memset(&c, 0, sizeof(c));
+    c.n_chunks = 1;
+    c.chunk_first[0] = st->chunk_first[k];
+    c.chunk_layers[0] = st->chunk_layers[k];
+    c.has_embedding = st->has_embedding && k == 0;
+    c.has_head = st->has_head && k == st->n_chunks - 1;
+    return c;
+}
+
 /* the local index of chunk k's first layer */
 static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
     int j = 0;
@@ -357,6 +369,7 @@ typedef struct {
     ActivationTensors acts;
     void* acts_memory;
     size_t acts_bytes;          /* of one slot */
+    size_t acts_bytes_held;     /* every activation slot this process holds (pipelines: of all its chunks) */
     int n_slots, slot;
     void** slot_memory;         /* (n_slots) */
     ActivationTensors* slot_acts;
@@ -557,6 +570,19 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
+/* the byte offsets (offsets, each 256-byte aligned) of the activation tensors of counts in one table; returns the
+ * table's bytes (fp32 tensors 4 bytes per element, the others sizeof(floatX)) */
+static inline size_t gpt2_activation_layout(const size_t counts[NUM_ACTIVATION_TENSORS],
+                                            size_t offsets[NUM_ACTIVATION_TENSORS]) {
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
+        if (offsets) { offsets[i] = total; }
+        total += (counts[i] * elem + 255) / 256 * 256;
+    }
+    return total;
+}
+
 /* makes activation slot k (0 <= k < n_slots) the one forward and backward use: acts, inputs, targets */
 static inline void gpt2_use_slot(GPT2* model, int k) {
     if (k < 0 || k >= model->n_slots) { FATAL("internal: activation slot %d of %d", k, model->n_slots); }
@@ -581,13 +607,9 @@ static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int
     ActivationTensors sizes;
     gpt2_activation_sizes(sizes.count, &model->config, B, T, recompute, &model->tp, &model->stage);
     size_t offsets[NUM_ACTIVATION_TENSORS];
-    size_t total = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
-        offsets[i] = total;
-        total += (sizes.count[i] * elem + 255) / 256 * 256;
-    }
+    size_t total = gpt2_activation_layout(sizes.count, offsets);
     model->acts_bytes = total;
+    model->acts_bytes_held = total * (size_t)n_slots;
     model->n_slots = n_slots;
     model->slot_memory = (void**)calloc_check((size_t)n_slots, sizeof(void*), "activation slots");
     model->slot_acts = (ActivationTensors*)calloc_check((size_t)n_slots, sizeof(ActivationTensors), "activation slots");
@@ -738,11 +760,7 @@ static inline GPT2 gpt2_chunk_view(const GPT2* rank_model, int k) {
     const GPT2Stage* st = &rank_model->stage;
     v.config = rank_model->config;
     v.tp = rank_model->tp;
-    v.stage.n_chunks = 1;
-    v.stage.chunk_first[0] = st->chunk_first[k];
-    v.stage.chunk_layers[0] = st->chunk_layers[k];
-    v.stage.has_embedding = st->has_embedding && k == 0;
-    v.stage.has_head = st->has_head && k == st->n_chunks - 1;
+    v.stage = gpt2_chunk_stage(st, k);
     v.n_layers = st->chunk_layers[k];
     size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {

@@ -62,7 +62,7 @@ typedef struct {
 } PipelineHookCtx;
 
 struct Pipeline {
-    int p, rank, v, m, B, T;
+    int p, rank, v, m, B, T, recompute;
     int layers[64];                 /* v = 1: each stage's layer count (--pp-layers), or all 0: the even split */
     Comm* pp;                       /* the process grid's pipeline group (rank = pipeline rank) */
     PipeSchedule sched;
@@ -179,7 +179,7 @@ static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n)
 static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeScheduleKind kind, int m, int v,
                                  const int* layers, int B, int T, int recompute) {
     memset(pl, 0, sizeof(*pl));
-    pl->p = pp->world; pl->rank = pp->rank; pl->v = v; pl->m = m; pl->B = B; pl->T = T;
+    pl->p = pp->world; pl->rank = pp->rank; pl->v = v; pl->m = m; pl->B = B; pl->T = T; pl->recompute = recompute;
     if (pl->p > 64) { FATAL("--pp %d: at most 64 pipeline stages", pl->p); }
     for (int s = 0; layers && s < pl->p; s++) { pl->layers[s] = layers[s]; }
     pl->pp = pp;
@@ -197,6 +197,10 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeSchedu
     pl->slots = pipe_slots_alloc(m, v, most);
     model->B = B; /* the rank model's batch shape (v > 1: the chunks hold the activations) */
     model->T = T;
+    if (v > 1) {
+        model->acts_bytes_held = 0;
+        for (int k = 0; k < v; k++) { model->acts_bytes_held += pl->chunk[k]->acts_bytes * (size_t)pl->need[k]; }
+    }
     pl->tokens = (int*)dev_malloc((size_t)m * 2 * B * T * sizeof(int), "pipeline tokens");
     pl->host_inputs = (int*)malloc_check((size_t)m * B * T * sizeof(int), "pipeline host tokens");
     if (pl->p > 1 && (model->stage.has_embedding || model->stage.has_head)) {
@@ -360,17 +364,19 @@ static inline int pipeline_parse_layers(const char* text, int p, int L, int* lay
     if (text[0] == '\0') { return 0; }
     int n = 0, sum = 0;
     const char* c = text;
-    while (*c) {
-        char* end;
-        long x = strtol(c, &end, 10);
-        if (end == c || x < 1 || x > 1000000 || (*end != ',' && *end != '\0') || n >= p || n >= 64) {
+    for (;;) { /* digits, one comma between counts, nothing else */
+        long x = 0;
+        const char* start = c;
+        while (*c >= '0' && *c <= '9' && x <= 1000000) { x = x * 10 + (*c - '0'); c++; }
+        if (c == start || x < 1 || x > 1000000 || (*c != ',' && *c != '\0') || n >= p || n >= 64) {
             snprintf(err, cap, "flag --pp-layers is '%s'; expected %d positive layer counts separated by commas, one "
                      "per pipeline stage (--pp %d), summing to L = %d", text, p, p, L);
             return 1;
         }
         layers[n++] = (int)x;
         sum += (int)x;
-        c = *end ? end + 1 : end;
+        if (*c == '\0') { break; }
+        c++;
     }
     if (n != p || sum != L) {
         snprintf(err, cap, "flag --pp-layers is '%s': %d counts summing to %d; expected %d counts (--pp %d) summing to "
@@ -416,10 +422,11 @@ static inline int pipeline_check_layout(const PipelineFlags* f, const GPT2Config
 }
 
 /* Checks what depends on the step's m micro-batches (the gradient-accumulation steps -d implies) and the ZeRO
- * stage: 1f1b and interleaved need m >= pp, interleaved m a multiple of pp; ZeRO-2 is refused with pipelines (its
+ * stage (tokens_per_micro = B*T*dp, for the hint): 1f1b and interleaved need m >= pp, interleaved m a multiple of pp; ZeRO-2 is refused with pipelines (its
  * reused gradient slots assume one backward per layer per micro-step in layer order). Returns 0, or 1 with one
  * sentence in err. Pure. */
-static inline int pipeline_check_step(const PipelineFlags* f, int m, int zero_stage, char* err, size_t cap) {
+static inline int pipeline_check_step(const PipelineFlags* f, int m, long long tokens_per_micro, int zero_stage,
+                                      char* err, size_t cap) {
     if (f->pp == 1) { return 0; }
     if (zero_stage == 2) {
         snprintf(err, cap, "flag -z 2 does not combine with --pp %d: ZeRO-2 reduces every micro-step's gradients layer "
@@ -428,7 +435,8 @@ static inline int pipeline_check_step(const PipelineFlags* f, int m, int zero_st
     }
     if (strcmp(f->schedule, "gpipe") != 0 && m < f->pp) {
         snprintf(err, cap, "flag --pp %d with %d micro-batches per step (the gradient-accumulation steps of -d): the %s "
-                 "schedule needs at least %d micro-batches; raise -d or lower -b", f->pp, m, f->schedule, f->pp);
+                 "schedule needs at least %d micro-batches; pass -d %lld (pp x B x T x data-parallel size) or more",
+                 f->pp, m, f->schedule, f->pp, (long long)tokens_per_micro * f->pp);
         return 1;
     }
     if (f->virtual_chunks > 1 && m % f->pp != 0) {
@@ -490,17 +498,27 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
         int need[GPT2_MAX_CHUNKS], slots = 0;
         pipe_slots_needed(&pl->sched, s, need);
-        for (int k = 0; k < pl->v; k++) { slots += need[k] > 1 ? need[k] : 1; }
+        size_t acts = 0;
         char layers[160];
         size_t len = 0;
-        for (int k = 0; k < st.n_chunks && len < sizeof(layers) - 16; k++) {
-            len += (size_t)snprintf(layers + len, sizeof(layers) - len, "%s%d-%d", k ? "," : "", st.chunk_first[k],
-                                    st.chunk_first[k] + st.chunk_layers[k] - 1);
+        for (int k = 0; k < st.n_chunks; k++) {
+            int first = st.chunk_first[k], last = first + st.chunk_layers[k] - 1, ns = need[k] > 1 ? need[k] : 1;
+            if (len < sizeof(layers) - 24) {
+                len += first == last ? (size_t)snprintf(layers + len, sizeof(layers) - len, "%s%d", k ? "," : "", first)
+                                     : (size_t)snprintf(layers + len, sizeof(layers) - len, "%s%d-%d", k ? "," : "",
+                                                        first, last);
+            }
+            GPT2Stage cs = gpt2_chunk_stage(&st, k);
+            size_t counts[NUM_ACTIVATION_TENSORS];
+            gpt2_activation_sizes(counts, c, pl->B, pl->T, pl->recompute, &pl->model->tp, &cs);
+            acts += gpt2_activation_layout(counts, NULL) * (size_t)ns;
+            slots += ns;
         }
-        double weights_mib = (double)n * (2.0 * sizeof(floatX) + 8.0) / (1024.0 * 1024.0);
+        double MiB = 1024.0 * 1024.0, weights_mib = (double)n * (2.0 * sizeof(floatX) + 8.0) / MiB;
         printf("pipeline stage %d: layers %s%s%s | %zu parameters per process | %.1f MiB weights, grads and AdamW "
-               "m, v (before ZeRO) | %d activation slot%s\n", s, layers, st.has_embedding ? " + embedding" : "",
-               st.has_head ? " + lnf, head" : "", n, weights_mib, slots, slots > 1 ? "s" : "");
+               "m, v (before ZeRO) | activations %.1f MiB (%d slot%s of B=%d)\n", s, layers,
+               st.has_embedding ? " + embedding" : "", st.has_head ? " + lnf, head" : "", n, weights_mib,
+               (double)acts / MiB, slots, slots > 1 ? "s" : "", pl->B);
     }
     printf("pipeline bubble expected %.1f%% (%s, p = %d, m = %d, v = %d: (p-1)/(%sm+p-1) with equal stage costs); "
            "measured each step: 1 - mean busy / the slowest stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v),
@@ -513,7 +531,7 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
 #define PIPELINE_TRACE_OPTIMIZER 6 /* an event kind after PipeActionKind's: the step's reduction, clipping, AdamW */
 typedef struct {
     int steps_left, steps_done, cap, n;
-    double* ev;        /* (cap, 6) this rank's events: kind, micro, chunk, n, t0, t1 */
+    double* ev;        /* (cap, 7) this rank's events: kind, micro, chunk, n, t0, t1, step */
     double origin;     /* the clock at the first recorded step's start */
 } PipelineTrace;
 
@@ -521,7 +539,7 @@ static inline void pipeline_trace_init(PipelineTrace* tr, const Pipeline* pl, in
     memset(tr, 0, sizeof(*tr));
     tr->steps_left = steps;
     tr->cap = steps * (pl->sched.count[pl->rank] + 1); /* + the optimizer step */
-    if (steps > 0) { tr->ev = (double*)calloc_check((size_t)tr->cap * 6 + 1, sizeof(double), "pipeline trace"); }
+    if (steps > 0) { tr->ev = (double*)calloc_check((size_t)tr->cap * 7 + 1, sizeof(double), "pipeline trace"); }
 }
 
 /* appends the pipeline's timeline of the step just run (while steps are left to record) */
@@ -530,12 +548,14 @@ static inline void pipeline_trace_add(PipelineTrace* tr, const Pipeline* pl) {
     const PipeTimeline* tl = &pl->timeline;
     if (tr->steps_done == 0) { tr->origin = tl->t0; }
     for (int k = 0; k < tl->n && tr->n < tr->cap; k++) {
-        double* e = tr->ev + (size_t)tr->n++ * 6;
+        double* e = tr->ev + (size_t)tr->n++ * 7;
+        e[6] = tr->steps_done + 1;
         e[0] = tl->ev[k].kind; e[1] = tl->ev[k].micro; e[2] = tl->ev[k].chunk; e[3] = tl->ev[k].n;
         e[4] = tl->ev[k].t0 - tr->origin; e[5] = tl->ev[k].t1 - tr->origin;
     }
     if (tr->n < tr->cap && pl->opt_t1 > pl->opt_t0) {
-        double* e = tr->ev + (size_t)tr->n++ * 6;
+        double* e = tr->ev + (size_t)tr->n++ * 7;
+        e[6] = tr->steps_done + 1;
         e[0] = PIPELINE_TRACE_OPTIMIZER; e[1] = e[2] = e[3] = 0;
         e[4] = pl->opt_t0 - tr->origin; e[5] = pl->opt_t1 - tr->origin;
     }
@@ -552,11 +572,11 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
     comm_all_reduce_host_f64(world, caps, W);
     for (int q = 0; q < W; q++) { if ((int)caps[q] > cap) { cap = (int)caps[q]; } }
     free(caps);
-    size_t per = (size_t)cap * 6 + 1, total = per * (size_t)W;
+    size_t per = (size_t)cap * 7 + 1, total = per * (size_t)W;
     double* all = (double*)calloc_check(total, sizeof(double), "pipeline trace (all ranks)");
     double* mine = all + per * (size_t)world->rank;
     mine[0] = tr->n;
-    memcpy(mine + 1, tr->ev, (size_t)tr->n * 6 * sizeof(double));
+    memcpy(mine + 1, tr->ev, (size_t)tr->n * 7 * sizeof(double));
     comm_all_reduce_host_f64(world, all, (int)total);
     if (world->rank == 0) {
         static const char* cat[7] = {"forward", "backward", "send activation", "receive activation", "send gradient",
@@ -569,13 +589,16 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
                                     "\"tid\":%d,\"args\":{\"name\":\"%s\"}}", q ? ",\n" : "", q, labels + 64 * q);
             const double* t = all + per * (size_t)q;
             for (int k = 0; k < (int)t[0]; k++) {
-                const double* e = t + 1 + (size_t)k * 6;
+                const double* e = t + 1 + (size_t)k * 7;
                 int kind = (int)e[0];
-                const char* nm = kind == PIPE_F ? "F" : kind == PIPE_B ? "B" : kind == PIPELINE_TRACE_OPTIMIZER ? "optimizer" : "p2p";
-                len += (size_t)snprintf(out + len, bufcap - len, ",\n{\"name\":\"%s%d.%d\",\"cat\":\"%s\",\"ph\":\"X\","
-                                        "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"micro\":%d,"
-                                        "\"chunk\":%d,\"transfers\":%d}}", nm, (int)e[1], (int)e[2], cat[kind], q,
-                                        e[4] * 1e6, (e[5] - e[4]) * 1e6, (int)e[1], (int)e[2], (int)e[3]);
+                const char* nm = kind == PIPE_F ? "F" : kind == PIPE_B ? "B" : "p2p";
+                char name[48];
+                if (kind == PIPELINE_TRACE_OPTIMIZER) { snprintf(name, sizeof(name), "optimizer"); }
+                else { snprintf(name, sizeof(name), "%s%d.%d", nm, (int)e[1], (int)e[2]); }
+                len += (size_t)snprintf(out + len, bufcap - len, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
+                                        "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"recorded_step\":%d,"
+                                        "\"micro\":%d,\"chunk\":%d,\"transfers\":%d}}", name, cat[kind], q,
+                                        e[4] * 1e6, (e[5] - e[4]) * 1e6, (int)e[6], (int)e[1], (int)e[2], (int)e[3]);
             }
         }
         len += (size_t)snprintf(out + len, bufcap - len, "\n]}\n");

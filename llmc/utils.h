@@ -45,6 +45,35 @@ static inline void fatal_error_at(const char* file, int line, const char* fmt, .
     exit(EXIT_FAILURE);
 }
 
+/* The job's rank as the launcher sets it in the environment (Open MPI, PMI / PMIx, Slurm), before MPI starts; 0
+ * when none is set (one process). */
+static inline int launcher_rank(void) {
+    const char* names[4] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (int i = 0; i < 4; i++) {
+        const char* v = getenv(names[i]);
+        if (v && v[0]) { return atoi(v); }
+    }
+    return 0;
+}
+
+/* FATAL for an error every process of a job finds alike (its flags, the output directory, a checkpoint's header):
+ * launcher rank 0 prints the one line and exits; the others exit without a line after a grace period, by which
+ * the launcher has ended the job because rank 0 failed. So a job prints one line, not one per process. */
+#define FATAL_ALL(...) fatal_all_at(__FILE__, __LINE__, __VA_ARGS__)
+static inline void fatal_all_at(const char* file, int line, const char* fmt, ...) {
+    if (launcher_rank() > 0) {
+        fflush(stdout);
+        sleep(30);
+        exit(EXIT_FAILURE);
+    }
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fatal_error_at(file, line, "%s", msg);
+}
+
 /* ---------------------------------------------------------------- memory */
 
 /* malloc that exits with the buffer name and byte count on failure */

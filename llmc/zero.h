@@ -428,7 +428,7 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
            "activations %.1f\n",
            np * sizeof(floatX) / MiB, z->grads_bytes / MiB,
-           z->opt.master ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes / MiB);
+           z->opt.master ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes_held / MiB);
     printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
            "(m+v%s)\n", shard, n, st, N, np - n, shard * 4 * (z->opt.master ? 3 : 2),
            z->opt.master ? "+master" : "");
@@ -438,8 +438,8 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
            st == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, st == 2 ? " <-" : "");
     size_t free_b = 0, total_b = 0;
     dev_memory_info(&free_b, &total_b);
-    size_t per_seq = m->acts_bytes / (size_t)(m->B > 0 ? m->B : 1);
-    size_t fit_B = per_seq ? (free_b + m->acts_bytes) / per_seq : 0;
+    size_t per_seq = m->acts_bytes_held / (size_t)(m->B > 0 ? m->B : 1);
+    size_t fit_B = per_seq ? (free_b + m->acts_bytes_held) / per_seq : 0;
     printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
            "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
     if (z->grad_shard) {

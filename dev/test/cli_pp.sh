@@ -59,7 +59,9 @@ print("boundary bytes per rank (sent, recv) %s; expected %s" % ([rows.get(s) for
 sys.exit(0 if sorted(rows) == list(range(p)) and all(rows[s] == (want[s], want[s]) for s in range(p)) else 1)
 PY
     check $? "$name: every rank's boundary bytes per step equal (2v - ends) m B T C values"
-    stages=$(grep -c '^pipeline stage [0-9]*: layers' "$D.log")
+    stages=$(grep -c '^pipeline stage [0-9]*: layers .* activations [0-9.]* MiB' "$D.log")
+    grep -q '^memory per process .*activations [1-9]' "$D.log"
+    check $? "$name: the memory ledger counts this process's activation slots ($(grep -o 'activations [0-9.]*$' "$D.log" | head -1))"
     grep -q "^pipeline bubble expected" "$D.log" && test "$stages" -eq "$P" && \
         test "$(grep -c '^step .*| bubble [0-9.]*%$' "$D.log")" -eq 10
     check $? "$name: a memory line per stage ($stages), the expected bubble, the measured one on every step line"
@@ -151,5 +153,8 @@ dp_refused 2 "groups of --pp 2" "interleaved with 3 micro-batches on 2 stages" -
 dp_refused 2 "--pp-virtual" "--pp-virtual 2 with 1f1b" -e d8 "${B[@]}" --pp 2 --pp-virtual 2 -d 64
 dp_refused 2 "divisible by --pp x --pp-virtual" "interleaved over 2 x 3 chunks of 8 layers" -e d8 "${B[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 3 -d 64
 dp_refused 2 "--pp-layers" "--pp-layers summing to 7 of 8 layers" -e d8 "${B[@]}" --pp 2 --pp-layers 3,4 -d 64
+dp_refused 2 "--pp-layers" "--pp-layers with a trailing comma" -e d8 "${B[@]}" --pp 2 --pp-layers 4,4, -d 64
+dp_refused 2 "--pp-layers" "--pp-layers with a space and a sign" -e d8 "${B[@]}" --pp 2 --pp-layers " 4,+4" -d 64
+dp_refused 2 "pass -d 64" "--pp 2 with the default -d (one micro-batch): the -d to pass is named" -e d8 "${B[@]}" --pp 2
 dp_refused 2 "--pp-schedule" "an unknown schedule" -e d8 "${B[@]}" --pp 2 --pp-schedule zigzag -d 64
 dp_refused 2 "-z 2" "ZeRO-2 with a pipeline" -e d8 "${B[@]}" --pp 2 -z 2 -d 64
