@@ -334,8 +334,8 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         if (c == 999 && (strcmp(name, "h") == 0 || strcmp(name, "help") == 0)) { want_help = 1; continue; }
         int exact = args_find_exact(specs, n_specs, name);
         if (c >= 1000 && exact == c - 1000) {
-            char label[2 * ARGS_NAME_MAX + 16];
-            snprintf(label, sizeof(label), "-%s", name);
+            char label[2 * ARGS_NAME_MAX + 16]; /* the flag as typed (-b, --batch-size), without "=value" */
+            snprintf(label, sizeof(label), "%.*s", (int)(strlen(token) - strlen(p) + nl), token);
             args_store_value(&specs[exact], label, optarg ? optarg : "", program);
             continue;
         }
