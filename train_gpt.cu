@@ -290,7 +290,7 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-typedef struct { float loss, grad_norm, lr, bubble; } StepResult; /* bubble: --pp > 1, measured on this rank, else -1 */
+typedef struct { float loss, grad_norm, lr, bubble; } StepResult; /* bubble: --pp > 1 on timed steps, over all stages, else -1 */
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {

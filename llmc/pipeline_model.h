@@ -74,6 +74,7 @@ struct Pipeline {
     int* tokens;                    /* (m, 2, B, T) device: inputs, targets of the step's micro-batches */
     int* host_inputs;               /* (m, B, T) host: the inputs (the deterministic encoder backward reads them) */
     floatX* wte_peer;               /* the other end's wte gradient (first and last stage, p > 1) */
+    float* logits_row;              /* (Vp) device fp32: a sampled logits row on its way to rank 0 (made on first use) */
     /* the step in progress */
     ZeroOptimizer* zero;
     float dloss;
@@ -217,6 +218,7 @@ static inline void pipeline_free(Pipeline* pl) {
     dev_free(pl->tokens);
     free(pl->host_inputs);
     if (pl->wte_peer) { dev_free(pl->wte_peer); }
+    if (pl->logits_row) { dev_free(pl->logits_row); }
     free(pl->timeline.ev);
     memset(pl, 0, sizeof(*pl));
 }
@@ -289,13 +291,13 @@ static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits
     if (head) { gpt2_logits_row(head, row, host_logits); }
     if (pl->p == 1) { return; }
     if (pl->rank != 0 && !head) { return; }
-    float* dev = (float*)dev_malloc((size_t)Vp * sizeof(float), "sampled logits row");
+    if (!pl->logits_row) { pl->logits_row = (float*)dev_malloc((size_t)Vp * sizeof(float), "sampled logits row"); }
+    float* dev = pl->logits_row; /* kept for the next token */
     if (head) { dev_memcpy_h2d(dev, host_logits, (size_t)Vp * sizeof(float)); }
     CommP2P op = {head ? 1 : 0, head ? 0 : pl->p - 1, dev, COMM_F32, (size_t)Vp, 0};
     comm_p2p_batch(pl->pp, &op, 1);
     comm_join(pl->pp);
     if (!head) { dev_memcpy_d2h(host_logits, dev, (size_t)Vp * sizeof(float)); }
-    dev_free(dev);
 }
 
 /* The full model's parameters (fp32, file order) into host_full on pipeline rank 0's tp rank 0 (NULL elsewhere):

@@ -24,10 +24,8 @@
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 EMU=./train_gpt_emu_mpi
-if [ ! -x "$EMU" ]; then
-    echo "not ok - $EMU missing (make train_gpt_emu_mpi)"
-    exit 1
-fi
+EMU16=./train_gpt_emu_mpi_bf16
+dp_require_programs "$EMU" "$EMU16"
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 --comm-stats 1)
 P=6868480
 for setup in "2 2" "3 1"; do
@@ -65,11 +63,6 @@ PY
     done
 done
 
-EMU16=./train_gpt_emu_mpi_bf16
-if [ ! -x "$EMU16" ]; then
-    echo "not ok - $EMU16 missing (make train_gpt_emu_mpi_bf16)"
-    exit 1
-fi
 MPIRUN 2 $TRAIN "${F[@]}" -z 0 -d 256 -o "$TMP/cpu16ref" > "$TMP/cpu16ref.log" 2>&1
 for z in 0 1 2; do
     E="$TMP/bf16_z$z"

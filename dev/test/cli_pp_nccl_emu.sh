@@ -10,12 +10,7 @@
 #   - BF16, pp 2 1f1b: losses equal the fp32 CPU build on one process within 5e-3 relative.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
-for prog in ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16; do
-    if [ ! -x "$prog" ]; then
-        echo "not ok - $prog missing (make $prog)"
-        exit 1
-    fi
-done
+dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 F=(-e d8 -b 2 -t 16 -j '' -g 0 -x 2 -l 1e-3 -d 128 --comm-stats 1)
 
 for setup in "2 --pp 2" "2 --pp 2 --pp-schedule interleaved --pp-virtual 2" "4 --tp 2 --pp 2 -z 1"; do

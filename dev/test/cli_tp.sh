@@ -31,10 +31,7 @@
 # tp 2 x dp 2 with ZeRO-1 (make test runs all five).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
-if [ ! -x build/mpi_test_gpt_tp ]; then
-    echo "not ok - build/mpi_test_gpt_tp missing (make build/mpi_test_gpt_tp)"
-    exit 1
-fi
+dp_require_programs build/mpi_test_gpt_tp
 for n in 2 4; do
     MPIRUN $n build/mpi_test_gpt_tp > "$TMP/fixture$n.log" 2>&1
     rc=$?

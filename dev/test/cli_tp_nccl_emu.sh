@@ -16,12 +16,7 @@
 #     relative (test_gpt.cu's BF16 step-loss tolerance: bf16 activations and gradients, fp32 master weights).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
-for prog in ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16; do
-    if [ ! -x "$prog" ]; then
-        echo "not ok - $prog missing (make $prog)"
-        exit 1
-    fi
-done
+dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -x 2 -l 1e-3 --comm-stats 1)
 
 for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1"; do

@@ -9,6 +9,7 @@
 #                           |a - b| <= RTOL |a| + 1e-6 (one unit of the 6th decimal the log prints) at every step
 #                           (and there are STEPS of them when given)
 #   dp_require_mpi          prints "not ok" and exits 1 when mpirun or an MPI build of train_gpt_cpu is missing
+#   dp_require_programs P...  prints "not ok - P missing (make P)" and exits 1 for the first program P that is not built
 #   dp_refused N "needle" "description" args...   train_gpt_cpu under mpirun -np N is refused: a non-zero exit,
 #                           exactly one "error:" line on stderr containing needle, and no step line
 #   dp_step2_bytes LOG GROUP [WORD]   the bytes of step 2 on the --comm-stats lines of LOG for group GROUP (tp, pp;
@@ -62,6 +63,16 @@ dp_require_mpi() {
         echo "not ok - $TRAIN is not an MPI build (make train_gpt_cpu needs mpicc)"
         exit 1
     fi
+}
+
+dp_require_programs() {
+    local prog
+    for prog in "$@"; do
+        if [ ! -x "$prog" ]; then
+            echo "not ok - $prog missing (make ${prog#./})"
+            exit 1
+        fi
+    done
 }
 
 dp_refused() {
