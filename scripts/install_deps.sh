@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
-# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts). Skips what is installed.
+# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py).
+# Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
-pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3)
+pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
