@@ -86,6 +86,9 @@ typedef struct {
     int pp_virtual;            /* model chunks per pipeline rank (interleaved) */
     const char* pp_layers;     /* layers per stage "a,b,..." ('' = even split) */
     int pp_trace_steps;        /* steps recorded in DIR/trace.json */
+    const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
+    const char* grad_compress_round; /* nearest, stochastic (INT8) */
+    int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -138,6 +141,9 @@ static void train_config_defaults(TrainConfig* c) {
     c->pp_schedule = "1f1b";
     c->pp_virtual = 1;
     c->pp_layers = "";
+    c->grad_compress = "none";
+    c->grad_compress_round = "nearest";
+    c->grad_compress_ef = 1;
     c->pp_trace_steps = 2;
 }
 
@@ -200,6 +206,14 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "layers of each pipeline stage, comma-separated, e.g. 3,5 ('' = even split, the first (L mod pp) stages one more)");
     SPEC(NULL, "pp-trace-steps", ARG_INT, pp_trace_steps, 0, NO_MAX,
          "with --pp > 1 and -o: DIR/trace.json (Chrome trace format, one track per process) of the first N steps");
+    SPEC(NULL, "grad-compress", ARG_STRING, grad_compress, NO_MIN, NO_MAX,
+         "data-parallel gradient compression (-z 0/1): none, int8 (per-block INT8, ~0.25x the fp32 bytes) or topk:RATIO "
+         "(the RATIO largest values of each bucket, e.g. topk:0.01)");
+    SPEC(NULL, "grad-compress-round", ARG_STRING, grad_compress_round, NO_MIN, NO_MAX,
+         "INT8 rounding: nearest or stochastic (unbiased)");
+    SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
+         "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
+         "saved in checkpoints)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
@@ -236,6 +250,7 @@ typedef struct {
     PipelineTrace trace;       /* --pp-trace-steps: the recorded steps of every rank */
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
+    GradCompressSpec compress; /* --grad-compress* (llmc/grad_compress.h) */
     DataLoader train_loader;
     DataLoader val_loader;
     int has_val;
@@ -290,7 +305,9 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-typedef struct { float loss, grad_norm, lr, bubble; } StepResult; /* bubble: --pp > 1 on timed steps, over all stages, else -1 */
+/* bubble: --pp > 1 on timed steps, over all stages, else -1; grad_sent: --grad-compress, this rank's gradient-reduction
+ * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
+typedef struct { float loss, grad_norm, lr, bubble; double grad_sent, grad_fp32; } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
@@ -343,12 +360,16 @@ static StepResult train_step(TrainSession* s) {
         zero_finish(&s->zero);                                   /* every gradient bucket reduced */
         loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
     }
+    GradCompressStats cs = {0, 0, 0.0};
+    if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
     r.loss = st.loss;
     r.grad_norm = (float)sqrt(st.norm_sq) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
     r.bubble = -1.0f;
+    r.grad_sent = (double)cs.bytes_sent;
+    r.grad_fp32 = cs.fp32_ring_bytes;
     if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
     int skip = s->loss_scaling && loss_scaler_update(&s->scaler, st.overflow); /* inf/NaN: halve the scale, skip */
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
@@ -429,6 +450,7 @@ static void write_checkpoint(TrainSession* s) {
     checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
     TrainState st = session_train_state(s);
     train_state_write(path, &st, &s->zero.opt);
+    if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
         checkpoint_write_done(dir, s->step);
@@ -484,6 +506,25 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     return changed ? h.world : 0;
 }
 
+/* --grad-compress error feedback: this rank's residuals of checkpoint resume_step (a file of another data-parallel
+ * size is refused with one line); one line says when they start at zero or are dropped */
+static void resume_residuals(TrainSession* s, int resume_step) {
+    char path[1024];
+    checkpoint_residual_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+    int saved = file_exists(path);
+    int restored = s->zero.compress ? grad_compress_read_residual(s->zero.compress, s->cfg.output_dir, resume_step,
+                                                                  s->world.rank) : 0;
+    int wanted = s->zero.compress && s->compress.error_feedback;
+    if (!is_rank0(s)) { return; }
+    if (wanted && !restored) {
+        printf("resume: checkpoint step %d holds no error-feedback residuals (written without --grad-compress); they "
+               "start at zero\n", resume_step);
+    } else if (!wanted && saved) {
+        printf("resume: checkpoint step %d holds error-feedback residuals; this run has --grad-compress %s "
+               "--grad-compress-ef %d, so they are dropped\n", resume_step, s->cfg.grad_compress, s->cfg.grad_compress_ef);
+    }
+}
+
 /* continues from checkpoint resume_step: the weights, then this rank's optimizer shard (re-sharded from
  * reshard_from old processes when > 0), data position, step, sampling RNG and loss scale */
 static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard_from) {
@@ -523,6 +564,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     s->sample_rng = found.sample_rng;
     s->scaler.scale = found.loss_scale;
     s->scaler.good_steps = found.loss_scale_good_steps;
+    resume_residuals(s, resume_step);
     comm_barrier(&s->world); /* every rank has its state before rank 0 says so */
     if (is_rank0(s)) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
 }
@@ -631,6 +673,31 @@ static void check_config(TrainSession* s) {
     PipelineFlags pf = {c->pp, c->pp_schedule, c->pp_virtual, c->pp_layers};
     if (pipeline_check_step(&pf, s->grad_accum_steps, tokens_per_micro, c->zero_stage, err, sizeof(err))) {
         CONFIG_FATAL(s, "%s", err);
+    }
+    if (grad_compress_parse(c->grad_compress, &s->compress, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    if (strcmp(c->grad_compress_round, "nearest") != 0 && strcmp(c->grad_compress_round, "stochastic") != 0) {
+        CONFIG_FATAL(s, "flag --grad-compress-round is '%s'; expected nearest or stochastic", c->grad_compress_round);
+    }
+    s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
+    s->compress.error_feedback = c->grad_compress_ef;
+    if (s->compress.kind != GRAD_COMPRESS_NONE) {
+        if (c->zero_stage > 1) {
+            CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
+                  "step; ZeRO-2 reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
+                  c->grad_compress);
+        }
+        if (c->tp > 1 || c->pp > 1) {
+            CONFIG_FATAL(s, "flag --grad-compress %s compresses data-parallel gradient reductions only; tensor- and "
+                  "pipeline-parallel runs (--tp %d --pp %d) are not compressed: use --tp 1 --pp 1 or --grad-compress none",
+                  c->grad_compress, c->tp, c->pp);
+        }
+        if (s->world.world < 2) {
+            CONFIG_FATAL(s, "flag --grad-compress %s needs 2 or more data-parallel processes (this run has 1): one "
+                  "process reduces no gradients; run under mpirun -np N or use --grad-compress none", c->grad_compress);
+        }
+        if (c->cuda_graphs) {
+            CONFIG_FATAL(s, "flag --grad-compress %s does not combine with --cuda-graphs 1", c->grad_compress);
+        }
     }
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
@@ -747,6 +814,7 @@ static void session_init(TrainSession* s) {
                       "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights); /* gradients, shard */
+    zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;
         pipe_schedule_from_name(cfg->pp_schedule, &kind);
@@ -844,6 +912,10 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
         if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
+        if (r->grad_fp32 > 0) {
+            printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
+                   r->grad_fp32 / 1e6);
+        }
         printf("\n");
         fflush(stdout);
     }
@@ -858,6 +930,11 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     if (r->bubble >= 0) {
         size_t len = strlen(fields);
         snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%.4f", r->bubble);
+    }
+    if (r->grad_fp32 > 0) {
+        size_t len = strlen(fields);
+        snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
+                 r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
     }
     logger_log(&s->logger, "train", s->step, fields);
 }

@@ -174,6 +174,22 @@
  *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
  *   has_inf_or_nan(const floatX* x(n), size_t n) -> int (host value; synchronises)
+ * gradient compression (llmc/grad_compress.h; the two backends agree bit for bit on the same fp32 inputs):
+ *   compress_pack(float* dst(n), const floatX* g(n), const float* residual(n) or NULL, size_t n)   dst = g + residual
+ *   compress_quantize_int8(int8_t* q(n), float* scales(ceil(n/COMPRESS_INT8_BLOCK)), const float* x(n), size_t n,
+ *                int stochastic, uint32_t seed, uint32_t step, uint64_t key)
+ *                per block of COMPRESS_INT8_BLOCK values s = max|x|/127 and q = x/s rounded to nearest-even, or with
+ *                stochastic = 1 floor(x/s + u), u from the counter stream (seed, step, key + i); clamped to +-127;
+ *                NaN -> 0; an all-zero block has s = 0.
+ *   compress_dequantize_int8(float* out(n), const int8_t* q(n), const float* scales, size_t n, float alpha, int accumulate)
+ *                out = (accumulate ? out : 0) + alpha * (q * s)
+ *   size_t compress_topk_scratch_bytes(size_t n)
+ *   compress_topk_select(uint32_t* idx(k), float* val(k), const float* x(n), size_t n, size_t k, void* scratch)
+ *                the k elements of largest |x| exactly (ties: lower index first; NaN above every number), in increasing
+ *                index order, val = x[idx]; 1 <= k <= n < 2^32; no host synchronisation
+ *   compress_zero_at(float* x(n), const uint32_t* idx(k), size_t k)                    x[idx] = 0
+ *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
+ *                (distinct indices)
  */
 #ifndef LLMC_BACKEND_H
 #define LLMC_BACKEND_H

@@ -12,6 +12,7 @@
  * Checkpoint directory layout (inside -o DIR), for step S and rank R:
  *   DIR/model_SSSSSSSS.bin        weights (rank 0)
  *   DIR/state_SSSSSSSS_RRRRR.bin  optimizer shard, step, RNG, data position (every rank)
+ *   DIR/gradres_SSSSSSSS_RRRRR.bin  --grad-compress error-feedback residual (every rank; llmc/grad_compress.h)
  *   DIR/DONE_SSSSSSSS             written last, marks the checkpoint complete
  *   DIR/.lock                     held (flock) by the running rank 0, so two runs never share a directory
  *
@@ -79,6 +80,9 @@ static inline void checkpoint_check_size(const char* path, long long expected, c
 static inline void checkpoint_model_path(char* out, size_t cap, const char* dir, int step) {
     snprintf(out, cap, "%s/model_%08d.bin", dir, step);
 }
+static inline void checkpoint_residual_path(char* out, size_t cap, const char* dir, int step, int rank) {
+    snprintf(out, cap, "%s/gradres_%08d_%05d.bin", dir, step, rank);
+}
 static inline void checkpoint_state_path(char* out, size_t cap, const char* dir, int step, int rank) {
     snprintf(out, cap, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
@@ -133,8 +137,10 @@ static inline void checkpoint_remove(const char* dir, int step, int world) {
     checkpoint_model_path(path, sizeof(path), dir, step);
     remove(path);
     for (int r = 0;; r++) {
+        checkpoint_residual_path(path, sizeof(path), dir, step, r);
+        int residual_removed = remove(path) == 0;
         checkpoint_state_path(path, sizeof(path), dir, step, r);
-        if (remove(path) != 0 && r >= world) { break; }
+        if (remove(path) != 0 && !residual_removed && r >= world) { break; }
     }
 }
 

@@ -48,6 +48,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/gpt2.h"
+#include "llmc/grad_compress.h"
 
 typedef struct ZeroOptimizer ZeroOptimizer;
 
@@ -87,6 +88,7 @@ struct ZeroOptimizer {
     size_t grads_bytes;            /* gradient storage allocated (memory ledger) */
     AdamWState opt;                /* fp32 m, v (and master) of [own_start, own_end) */
     float* norm_partials;          /* (N) device fp32: squared norms of the shards' real ranges */
+    GradCompressor* compress;      /* ZeRO-0/1 gradient compression (llmc/grad_compress.h); NULL: floatX collectives */
 };
 
 /* ---------------------------------------------------------------- helpers shared by the stages */
@@ -127,6 +129,7 @@ static inline void zero0_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
+    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
     comm_all_reduce_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
@@ -135,6 +138,7 @@ static inline void zero1_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
+    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
     comm_reduce_scatter_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
@@ -289,7 +293,24 @@ static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp,
     }
 }
 
+/* Gradient compression `spec` (llmc/grad_compress.h) for the buckets of ZeRO-0/1 (the caller refuses ZeRO-2, tensor
+ * and pipeline parallelism first); seed keys the stochastic-rounding stream. No-op for GRAD_COMPRESS_NONE. */
+static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressSpec* spec, uint32_t seed) {
+    if (spec->kind == GRAD_COMPRESS_NONE) { return; }
+    if (z->stage->stage > 1) { FATAL("internal: gradient compression with ZeRO-%d", z->stage->stage); }
+    z->compress = (GradCompressor*)calloc_check(1, sizeof(GradCompressor), "gradient compressor");
+    int nb = z->model->n_layers + 1;
+    grad_compress_init(z->compress, spec, z->dp, z->stage->stage, z->P, z->S, nb, seed);
+    for (int b = 0; b < nb; b++) {
+        CommSegment seg[NUM_PARAMETER_TENSORS];
+        int n = zero_bucket_segments(z, b - 1, seg);
+        grad_compress_plan_bucket(z->compress, b, seg, n);
+    }
+    grad_compress_allocate(z->compress);
+}
+
 static inline void zero_free(ZeroOptimizer* z) {
+    if (z->compress) { grad_compress_free(z->compress); free(z->compress); }
     if (z->grads) { dev_free(z->grads); }
     if (z->grad_slots[0]) { dev_free(z->grad_slots[0]); } /* the one ZeRO-2 gradient allocation */
     if (z->opt.m) { dev_free(z->opt.m); }
@@ -319,7 +340,10 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 }
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
-static inline void zero_finish(ZeroOptimizer* z) { comm_join(z->dp); }
+static inline void zero_finish(ZeroOptimizer* z) {
+    comm_join(z->dp);
+    if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
+}
 
 /* [lo, hi): the real (unpadded) parameters whose optimizer state this rank owns */
 static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi) {

@@ -270,5 +270,6 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "attention.h"
 #include "classifier.h"
 #include "adamw.h"
+#include "compress.h"
 
 #endif /* LLMC_CPU_BACKEND_H */
