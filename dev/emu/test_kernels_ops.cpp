@@ -786,6 +786,64 @@ static void test_norm_scale_inf(size_t n) {
     dev_free(d_g); dev_free(d_out);
 }
 
+/* gradient compression (llmc/cuda/compress.cuh vs llmc/cpu/compress.h): the same fp32 inputs give the same bits,
+ * since both use IEEE division and unfused _rn arithmetic (exact, tolerance 0): pack (floatX + residual), INT8
+ * quantise (nearest and stochastic) and dequantise with accumulation, top-k indices and values (ties included),
+ * zeroing and scatter-add. Shapes: n not a multiple of the 2048-value block or the 4096-value top-k tile. */
+static void test_compress(size_t n, size_t k, int ties) {
+    std::string s = shp("n=%zu k=%zu%s", n, k, ties ? " ties" : "");
+    std::vector<float> g = randv(n), r = randv(n, 0.01f);
+    if (ties) for (auto& x : g) x = floorf(x * 4.0f) * 0.25f;
+    floatX* d_g = upX(g);
+    float* d_r = upF(r);
+    float* d_x = dF(n);
+    poisonF(d_x, n);
+    compress_pack(d_x, d_g, d_r, n);
+    std::vector<float> x(n);
+    ref_compress_pack(x.data(), g.data(), r.data(), n);
+    std::vector<float> gx = downF(d_x, n);
+    TEST_CHECK(same_bits(gx, x), "compress_pack bit-identical to the CPU (%s)", s.c_str());
+    size_t nb = (n + COMPRESS_INT8_BLOCK - 1) / COMPRESS_INT8_BLOCK;
+    for (int st = 0; st < 2; st++) {
+        int8_t* d_q = (int8_t*)dev_malloc(n, "q");
+        float* d_s = dF(nb);
+        compress_quantize_int8(d_q, d_s, d_x, n, st, 11, 5, 77);
+        std::vector<signed char> q(n), gq(n);
+        std::vector<float> sc(nb);
+        ref_compress_quantize_int8(q.data(), sc.data(), x.data(), n, st, 11, 5, 77);
+        dev_memcpy_d2h(gq.data(), d_q, n);
+        std::vector<float> gs = downF(d_s, nb);
+        std::vector<float> out = randv(n), gout;
+        float* d_out = upF(out);
+        compress_dequantize_int8(d_out, d_q, d_s, n, -1.0f, 1);
+        ref_compress_dequantize_int8(out.data(), q.data(), sc.data(), n, -1.0f, 1);
+        gout = downF(d_out, n);
+        TEST_CHECK(gq == q && same_bits(gs, sc) && same_bits(gout, out),
+                   "compress int8 %s quantise + dequantise-accumulate bit-identical to the CPU (%s)",
+                   st ? "stochastic" : "nearest", s.c_str());
+        dev_free(d_q); dev_free(d_s); dev_free(d_out);
+    }
+    uint32_t* d_idx = (uint32_t*)dev_malloc(k * sizeof(uint32_t), "idx");
+    float* d_val = dF(k);
+    void* scratch = dev_malloc(compress_topk_scratch_bytes(n), "topk scratch");
+    compress_topk_select(d_idx, d_val, d_x, n, k, scratch);
+    std::vector<unsigned int> idx(k), gidx(k);
+    std::vector<float> val(k);
+    ref_compress_topk_select(idx.data(), val.data(), x.data(), n, k);
+    dev_memcpy_d2h(gidx.data(), d_idx, k * sizeof(uint32_t));
+    std::vector<float> gval = downF(d_val, k);
+    compress_zero_at(d_x, d_idx, k);
+    float* d_sum = upF(r);
+    compress_scatter_add(d_sum, d_idx, d_val, k);
+    std::vector<float> sum = r;
+    ref_compress_scatter_add(sum.data(), idx.data(), val.data(), k);
+    std::vector<float> zx = x;
+    for (size_t j = 0; j < k; j++) zx[idx[j]] = 0.0f;
+    TEST_CHECK(gidx == idx && same_bits(gval, val) && same_bits(downF(d_x, n), zx) && same_bits(downF(d_sum, n), sum),
+               "compress top-k select, zero_at, scatter_add bit-identical to the CPU (%s)", s.c_str());
+    dev_free(d_g); dev_free(d_r); dev_free(d_x); dev_free(d_idx); dev_free(d_val); dev_free(scratch); dev_free(d_sum);
+}
+
 /* ---------------------------------------------------------------- kernel coverage */
 static std::set<std::string> kernels_in_sources(void) {
     std::set<std::string> names;
@@ -881,6 +939,10 @@ int main(void) {
     test_vocab_parallel(5, 64, 61, 0, 2, 0, 1, 1);       /* misaligned logits: element path */
     test_vocab_parallel(5, 4104, 4099, 4104, 2, 1, 1, 0);/* rows longer than a block's first sweep (256*8) */
     test_vocab_parallel(1, 13, 13, 0, 1, 0, 1, 0);       /* N = 1, tp = 1 */
+    test_compress(1, 1, 0);
+    test_compress(5000, 50, 0);    /* 3 INT8 blocks (the last partial), 2 top-k tiles */
+    test_compress(9001, 900, 1);   /* many equal magnitudes: the tie rule decides */
+    test_compress(4096, 4096, 0);  /* k = n */
     test_vocab_parallel_composition(64, 100, 128, 1);
     test_vocab_parallel_composition(64, 100, 128, 2);
     test_vocab_parallel_composition(21, 100, 160, 4);    /* shards of 40: the last one all padding */
