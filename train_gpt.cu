@@ -341,6 +341,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->pp);
     s->tp_comm.seconds = 0.0;
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
+    if (s->zero.compress) { s->zero.compress->step = (uint32_t)s->step; } /* the stochastic-rounding stream's step */
     double loss;
     if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
         pipeline_step_batches(s);

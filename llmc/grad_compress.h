@@ -136,7 +136,8 @@ typedef struct {
     GradCompressSpec spec;
     Comm* dp;
     int zero_stage;                /* 0: all-reduce, 1: reduce-scatter */
-    uint32_t seed, step;           /* the stochastic-rounding stream: (seed, step, element key) */
+    uint32_t seed, step;           /* the stochastic-rounding stream: (seed, step, element key); the caller sets step to
+                                      the optimizer step, so a resumed run draws the same numbers */
     size_t P, S;                   /* parameters, shard size of the ZeRO layout */
     int nb;                        /* buckets: index layer + 1, layer -1 (embeddings, ln_f) .. L-1 */
     GradCompressBucket* b;
@@ -402,7 +403,6 @@ static inline void grad_compress_finish(GradCompressor* g) {
             grad_compress_move(g, k, g->sum, 0, 0, 0, N);
         }
     }
-    g->step++;
 }
 
 /* the step's figures, then zeroed for the next step */

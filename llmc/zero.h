@@ -466,6 +466,13 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     size_t fit_B = per_seq ? (free_b + m->acts_bytes_held) / per_seq : 0;
     printf("device memory: %.1f GiB free of %.1f GiB after allocation; activations %.1f MiB per sequence of T=%d, so "
            "the largest micro-batch that fits is about B=%zu\n", free_b / GiB, total_b / GiB, per_seq / MiB, m->T, fit_B);
+    if (z->compress) {
+        char what[160];
+        printf("gradient compression: %s; %.1f MiB per process (error-feedback residual %.1f MiB, exchange buffers "
+               "%.1f MiB)\n", grad_compress_describe(&z->compress->spec, what, sizeof(what)),
+               z->compress->device_bytes / MiB, z->compress->residual ? z->P * 4.0 / MiB : 0.0,
+               (z->compress->device_bytes - (z->compress->residual ? z->P * 4.0 : 0.0)) / MiB);
+    }
     if (z->grad_shard) {
         size_t held = 2 * z->grad_slot_elems + z->grad_globals_elems + shard;
         printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu (kept whole: complete only at the end of "
