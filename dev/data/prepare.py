@@ -67,7 +67,7 @@ def gpt2_encoding():
         import tiktoken
         import tiktoken.load
     except ImportError:
-        die("tiktoken is not installed (pip install -r requirements-dev.txt)")
+        die("tiktoken is not installed (pip install -r requirements/data.txt)")
     check_gpt2_files()
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
         vocab_bpe_file=os.path.join(GPT2_DIR, "vocab.bpe"),
