@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
-# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py).
-# Skips what is installed.
+# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py), and
+# numpy + safetensors for the python3 on PATH (scripts/export_hf.py, import_hf.py and dev/test/cli_hf.sh; Debian
+# has no safetensors package, so pip). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
-pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib)
+pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib python3-numpy python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
@@ -18,6 +19,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 else
     echo "dependencies: all installed (${pkgs[*]})"
+fi
+# the model export/import scripts and their test: numpy and safetensors for the python3 the tests run
+if ! python3 -c "import numpy, safetensors" > /dev/null 2>&1; then
+    echo "installing numpy and safetensors for $(command -v python3) (pip)"
+    # Debian's own python3 refuses pip installs outside a virtual environment (PEP 668) without the flag
+    python3 -m pip install -q numpy safetensors 2> /dev/null ||
+        python3 -m pip install -q --break-system-packages numpy safetensors ||
+        echo "warning: could not install numpy and safetensors; dev/test/cli_hf.sh will be skipped"
 fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
