@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
 # (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py), and
-# numpy + safetensors for the python3 on PATH (scripts/export_hf.py, import_hf.py and dev/test/cli_hf.sh; Debian
-# has no safetensors package, so pip). Skips what is installed.
+# for the python3 on PATH, from pip (Debian has no safetensors or tiktoken package): numpy + safetensors
+# (scripts/export_hf.py, import_hf.py, dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py,
+# dev/test/cli_fineweb.sh). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
@@ -20,13 +21,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     echo "dependencies: all installed (${pkgs[*]})"
 fi
-# the model export/import scripts and their test: numpy and safetensors for the python3 the tests run
-if ! python3 -c "import numpy, safetensors" > /dev/null 2>&1; then
-    echo "installing numpy and safetensors for $(command -v python3) (pip)"
+# the Python the tests run: model export/import (numpy, safetensors) and data preparation (tiktoken, pyarrow, tqdm)
+if ! python3 -c "import numpy, safetensors, tiktoken, pyarrow, tqdm" > /dev/null 2>&1; then
+    py=(numpy safetensors tiktoken pyarrow tqdm)
+    echo "installing ${py[*]} for $(command -v python3) (pip)"
     # Debian's own python3 refuses pip installs outside a virtual environment (PEP 668) without the flag
-    python3 -m pip install -q numpy safetensors 2> /dev/null ||
-        python3 -m pip install -q --break-system-packages numpy safetensors ||
-        echo "warning: could not install numpy and safetensors; dev/test/cli_hf.sh will be skipped"
+    python3 -m pip install -q "${py[@]}" 2> /dev/null ||
+        python3 -m pip install -q --break-system-packages "${py[@]}" ||
+        echo "warning: could not install ${py[*]}; dev/test/cli_hf.sh and cli_fineweb.sh will be skipped"
 fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

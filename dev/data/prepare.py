@@ -39,7 +39,9 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
 
 def die(msg):
-    print(f"prepare.py: error: {msg}", file=sys.stderr)
+    """one line naming the script that runs (prepare.py, or fineweb.py, which uses these functions), exit 1"""
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "prepare.py"
+    print(f"{prog}: error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
