@@ -10,6 +10,7 @@
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
 #   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
+#   make test-hf         export/import against transformers (optional tier: PyTorch + transformers; PYTHON=...)
 #   make fixture         regenerate dev/test fixtures with PyTorch (train_gpt.py)
 #   make clean
 #
@@ -174,6 +175,10 @@ test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
+# the optional transformers tier of scripts/export_hf.py / import_hf.py (needs torch + transformers for $(PYTHON))
+test-hf: train_gpt_cpu
+	@out=$$(PYTHON=$(PYTHON) bash dev/test/hf_check.sh); echo "$$out"; ! echo "$$out" | grep -q '^not ok'
+
 test-gpu: test_gpt test_gpt_fp32
 	./test_gpt
 	./test_gpt_fp32
@@ -184,4 +189,4 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-quick test-gpu fixture clean unit-tests cpu-bench
+.PHONY: all test test-quick test-gpu test-hf fixture clean unit-tests cpu-bench
