@@ -4,8 +4,9 @@
 #   1. a random GPT2Config model made and saved by transformers (save_pretrained, safetensors) -> import_hf.py ->
 #      train_gpt_cpu: its loss on one window of 4 x 32 tokens equals transformers' and its greedy tokens are
 #      transformers' greedy tokens;
-#   2. a d2 trained here -> export_hf.py -> GPT2LMHeadModel.from_pretrained: the same two comparisons, and
-#      pipeline("text-generation") with the exported tokenizer runs.
+#   2. a d2 trained here -> export_hf.py -> GPT2LMHeadModel.from_pretrained: the same two comparisons, also for
+#      the model as a bf16 (version 5) file exported as bfloat16, and pipeline("text-generation") with the exported
+#      tokenizer runs.
 # Tolerance of the losses: 1e-5 relative. Both sides compute in fp32 with different kernels (OpenBLAS and our
 # attention/LayerNorm against PyTorch's CPU kernels), so each dot product of K <= 4C = 512 terms differs by rounding
 # of order sqrt(K) u ~ 3e-6 relative at most in practice (u = 2^-24 ~ 6e-8; Higham & Mary 2019, probabilistic
@@ -92,6 +93,17 @@ $TRAIN "${FAST[@]}" -x 20 -o "$TMP/run" > "$TMP/train.txt" 2>&1
 check $? "export_hf.py of a d2 trained 20 steps: $(cut -c1-100 "$TMP/export.txt")"
 ours "$TMP/run/model_00000020.bin" "$TMP/d2_ours.txt"
 compare "$TMP/d2_ours.txt" "$TMP/hf" "trained d2 exported"
+# bf16: the trained d2 as a version-5 file (rounded as a BF16 build writes it) exports as bfloat16 tensors, which
+# transformers reads (upcast to fp32 by from_pretrained); ours reads the v5 file exactly alike
+"$PY" -c "
+import sys, gpt2_hf as g
+cfg, v, p = g.read_model_file(sys.argv[1])
+g.write_model_file(sys.argv[2], cfg, g.VERSION_BF16, {k: g.f32_to_bf16(a) for k, a in p.items()})" \
+    "$TMP/run/model_00000020.bin" "$TMP/m5.bin"
+"$PY" scripts/export_hf.py "$TMP/m5.bin" "$TMP/hf5" > /dev/null 2>&1 && grep -q '"torch_dtype": "bfloat16"' "$TMP/hf5/config.json"
+check $? "export_hf.py of the bf16 (v5) file writes bfloat16 weights"
+ours "$TMP/m5.bin" "$TMP/d2bf16_ours.txt"
+compare "$TMP/d2bf16_ours.txt" "$TMP/hf5" "trained d2 as bf16 exported"
 "$PY" - "$TMP/hf" <<'PY'
 import sys
 from transformers import pipeline
