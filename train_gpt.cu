@@ -35,6 +35,7 @@
 #include "llmc/schedulers.h"       /* defines: LRScheduler */
 #include "llmc/logger.h"           /* defines: Logger (DIR/log.jsonl) */
 #include "llmc/mfu.h"              /* defines: gpt_flops_per_token, device_peak_tflops, compute_mfu */
+#include "llmc/progress.h"         /* defines: Progress (elapsed, ETA), progress_format_duration */
 #include "llmc/loss_scaler.h"      /* defines: LossScaler (FP16) */
 #include "llmc/comm.h"             /* defines: Comm, collectives */
 #include "llmc/process_grid.h"     /* defines: ProcessGrid (tp x dp x pp, ep inside dp) */
@@ -906,9 +907,14 @@ static void session_free(TrainSession* s) {
 
 /* ---------------------------------------------------------------- the training loop */
 
-/* prints (rank 0, every --log-every steps and the last) and logs the step's line */
-static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu) {
+/* prints (rank 0, every --log-every steps and the last) and logs the step's line; after the timings: the run's
+ * elapsed wall time and the time left (llmc/progress.h), and on CUDA builds the device memory in use / total */
+static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu, const Progress* pg) {
     if (is_rank0(s) && (s->step % s->cfg.log_every == 0 || s->step == s->max_steps)) {
+        double now = wall_seconds();
+        char elapsed[32], eta[32];
+        progress_format_duration(progress_elapsed(pg, now), elapsed, sizeof(elapsed));
+        progress_format_duration(progress_eta(pg, now, s->max_steps - s->step), eta, sizeof(eta));
         printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
@@ -917,10 +923,16 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
                    r->grad_fp32 / 1e6);
         }
+        printf(" | %s elapsed | eta %s", elapsed, eta);
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
+        size_t free_b, total_b;
+        dev_memory_info(&free_b, &total_b);
+        printf(" | mem %.1f/%.1f GiB", (double)(total_b - free_b) / (1 << 30), (double)total_b / (1 << 30));
+#endif
         printf("\n");
         fflush(stdout);
     }
-    char fields[256];
+    char fields[512];
     if (mfu >= 0) {
         snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
                  r->loss, r->grad_norm, r->lr, ms, tok_s, mfu);
@@ -940,11 +952,13 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     logger_log(&s->logger, "train", s->step, fields);
 }
 
-/* validation and a sample when due (every -v / -s steps, and at the end) */
-static void evaluate_if_due(TrainSession* s, int last) {
+/* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
+ * there was no validation */
+static float evaluate_if_due(TrainSession* s, int last) {
     const TrainConfig* cfg = &s->cfg;
+    float vl = NAN;
     if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
-        float vl = validate(s);
+        vl = validate(s);
         if (is_rank0(s)) { printf("val loss %.6f (step %d)\n", vl, s->step); }
         char fields[128];
         snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
@@ -954,10 +968,13 @@ static void evaluate_if_due(TrainSession* s, int last) {
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
+    return vl;
 }
 
 /* the training loop: validation and samples at their intervals and at the end, one line per step,
- * checkpoints every -n steps and at the end (when -o is set) */
+ * checkpoints every -n steps and at the end (when -o is set); the final line gives this run's training and wall
+ * time, the tokens the model has seen (steps x tokens per step, earlier runs of a resumed one included) and the
+ * best validation loss of this run */
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
@@ -966,16 +983,22 @@ static void train(TrainSession* s) {
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
     double train_seconds = 0.0;
     int start_step = s->step;
+    float best_val = NAN;
+    int best_val_step = -1;
+    Progress pg;
+    progress_start(&pg, wall_seconds());
     for (;;) {
         int last = s->step >= s->max_steps;
-        evaluate_if_due(s, last);                                    /* validation loss, sample */
+        float vl = evaluate_if_due(s, last);                         /* validation loss, sample */
+        if (!isnan(vl) && (isnan(best_val) || vl < best_val)) { best_val = vl; best_val_step = s->step; }
         if (last) { break; }
         double t0 = wall_seconds();
         StepResult r = train_step(s);                                /* micro-steps, reduction, clip, AdamW */
         double ms = (wall_seconds() - t0) * 1000.0;
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
-        log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak));
+        progress_step_done(&pg, wall_seconds());
+        log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak), &pg);
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
         }
@@ -990,8 +1013,11 @@ static void train(TrainSession* s) {
         }
     }
     if (is_rank0(s) && train_seconds > 0) {
-        printf("done: %d steps in this run (now at step %d), %.1f s of training\n", s->step - start_step, s->step,
-               train_seconds);
+        char wall[32], best[64] = "no validation";
+        progress_format_duration(progress_elapsed(&pg, wall_seconds()), wall, sizeof(wall));
+        if (!isnan(best_val)) { snprintf(best, sizeof(best), "best val loss %.6f (step %d)", best_val, best_val_step); }
+        printf("done: %d steps in this run (now at step %d), %.1f s of training, %s wall | %lld tokens seen | %s\n",
+               s->step - start_step, s->step, train_seconds, wall, (long long)s->step * tokens_per_step, best);
     }
 }
 
