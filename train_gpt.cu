@@ -73,6 +73,7 @@ typedef struct {
     int log_every;
     int exit_after_steps;
     int shuffle;
+    int max_bad_steps;         /* consecutive skipped (non-finite) steps before the run stops */
     /* multi-process (llmc/comm.h) */
     const char* nccl_init;
     float comm_timeout;
@@ -127,6 +128,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->log_every = 1;
     c->exit_after_steps = 0;
     c->shuffle = 1;
+    c->max_bad_steps = 10;
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
@@ -205,6 +207,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
+    SPEC(NULL, "max-bad-steps", ARG_INT, max_bad_steps, 1, NO_MAX,
+         "stop with an error after N consecutive steps whose loss or gradient norm is not finite (each is skipped, "
+         "never applied)");
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
@@ -250,6 +255,7 @@ typedef struct {
     uint64_t sample_rng;       /* xorshift state for sampling */
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
+    int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
 } TrainSession;
@@ -258,6 +264,15 @@ typedef struct {
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
 /* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
 static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
+
+/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
+ * launcher to end the job (so one line is printed, not one per process) */
+#define CONFIG_FATAL(s, ...)                                        \
+    do {                                                            \
+        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
+        comm_barrier(&(s)->world);                                  \
+        exit(EXIT_FAILURE);                                         \
+    } while (0)
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -290,13 +305,49 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-typedef struct { float loss, grad_norm, lr, bubble; } StepResult; /* bubble: --pp > 1 on timed steps, over all stages, else -1 */
+/* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
+ * non-finite loss or gradient norm, or an FP16 overflow) */
+typedef struct { float loss, grad_norm, lr, bubble; int skipped; } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
     if (grad_clip <= 0.0f) { return 1.0f; }
     float coef = grad_clip / (grad_norm + 1e-6f);
     return coef < 1.0f ? coef : 1.0f;
+}
+
+/* 1 when a step must not be applied: its global loss or gradient norm is NaN or infinite, or (FP16) a reduced
+ * gradient overflowed */
+static int step_is_bad(float loss, float grad_norm, int overflow) {
+    return overflow || !isfinite(loss) || !isfinite(grad_norm);
+}
+
+/* after step s->step (1-based, just counted): counts consecutive skipped steps; the first of a run of them is
+ * reported on rank 0 (stderr, one warning line) with what was not finite */
+static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) {
+    if (!r->skipped) { s->bad_steps = 0; return; }
+    s->bad_steps++;
+    if (is_rank0(s) && s->loss_scaling) {
+        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step, s->scaler.scale);
+    }
+    if (is_rank0(s) && s->bad_steps == 1) {
+        fprintf(stderr, "warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
+                "(the run stops after --max-bad-steps %d such steps in a row)\n", s->step,
+                isfinite(r->loss) ? "finite" : (isnan(r->loss) ? "NaN" : "infinite"),
+                isfinite(r->grad_norm) ? "finite" : (isnan(r->grad_norm) ? "NaN" : "infinite"),
+                overflow ? " (a gradient overflowed the loss scale)" : "", s->step - 1, s->cfg.max_bad_steps);
+        fflush(stderr);
+    }
+}
+
+/* after the step's line is logged: --max-bad-steps skipped steps in a row stop the run with one error line */
+static void stop_if_bad_steps(TrainSession* s) {
+    if (s->bad_steps >= s->cfg.max_bad_steps) {
+        CONFIG_FATAL(s, "steps %d to %d all had a non-finite loss or gradient norm and were skipped (--max-bad-steps "
+                     "%d); the weights stay those of step %d; lower -l (--learning-rate, now %g) or check the model "
+                     "and data", s->step - s->bad_steps + 1, s->step, s->cfg.max_bad_steps, s->step - s->bad_steps,
+                     (double)s->cfg.learning_rate);
+    }
 }
 
 /* the AdamW hyperparameters of the update after step `step` (0-based) */
@@ -350,16 +401,19 @@ static StepResult train_step(TrainSession* s) {
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
     r.bubble = -1.0f;
     if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
-    int skip = s->loss_scaling && loss_scaler_update(&s->scaler, st.overflow); /* inf/NaN: halve the scale, skip */
+    /* one skip path for every build: a step whose loss or gradient norm is not finite (or, FP16, whose gradients
+     * overflowed) is never applied; the loss scaler halves its scale on the same verdict. The numbers are global
+     * (all-reduced), so every rank decides alike. */
+    r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
+    if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
-    if (!skip) {
+    if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
-    } else if (is_rank0(s)) {
-        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
     }
     s->step++;
+    report_bad_step(s, &r, st.overflow);
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
@@ -570,15 +624,6 @@ static void sample(TrainSession* s) {
 }
 
 /* ---------------------------------------------------------------- setup */
-
-/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
- * launcher to end the job (so one line is printed, not one per process) */
-#define CONFIG_FATAL(s, ...)                                        \
-    do {                                                            \
-        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
-        comm_barrier(&(s)->world);                                  \
-        exit(EXIT_FAILURE);                                         \
-    } while (0)
 
 /* validates flag combinations that the per-flag ranges cannot express; sets grad_accum_steps */
 static void check_config(TrainSession* s) {
@@ -810,13 +855,14 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
            vd, no, vo);
     char* json = args_config_json(specs, n_specs);
-    size_t cap = strlen(json) + 512;
-    char* fields = (char*)malloc_check(cap, "config json");
-    snprintf(fields, cap, "%s,\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
-             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters_full, s->world.world,
-             s->grad_accum_steps, PRECISION_NAME, backend_device_name(), s->max_steps);
-    logger_log(&s->logger, "config", s->step, fields);
-    free(fields);
+    size_t len = strlen(json), cap = len + 1;
+    char more[256];
+    snprintf(more, sizeof(more), ",\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
+             "\"max_steps_resolved\":%d,\"device\":", s->model.num_parameters_full, s->world.world,
+             s->grad_accum_steps, PRECISION_NAME, s->max_steps);
+    args_buf_append(&json, &len, &cap, more, strlen(more));
+    args_buf_append_json_string(&json, &len, &cap, backend_device_name()); /* escaped like every string */
+    logger_log(&s->logger, "config", s->step, json);
     free(json);
 }
 
@@ -844,21 +890,26 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
         if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
+        if (r->skipped) { printf(" | skipped (not finite)"); }
         printf("\n");
         fflush(stdout);
     }
-    char fields[256];
+    /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
+    char fields[320], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
+             logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
+             logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
+             logger_json_number(tok, sizeof(tok), tok_s));
+    size_t len = strlen(fields);
     if (mfu >= 0) {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s, mfu);
-    } else {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s);
+        snprintf(fields + len, sizeof(fields) - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
+        len = strlen(fields);
     }
     if (r->bubble >= 0) {
-        size_t len = strlen(fields);
-        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%.4f", r->bubble);
+        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
+        len = strlen(fields);
     }
+    if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);
 }
 
@@ -868,8 +919,8 @@ static void evaluate_if_due(TrainSession* s, int last) {
     if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
         float vl = validate(s);
         if (is_rank0(s)) { printf("val loss %.6f (step %d)\n", vl, s->step); }
-        char fields[128];
-        snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
+        char fields[128], num[32];
+        snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
     if (cfg->gen_tokens > 0 && in_first_tp_group(s) &&
@@ -898,18 +949,30 @@ static void train(TrainSession* s) {
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
         log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak));
+        stop_if_bad_steps(s);                                        /* --max-bad-steps skipped in a row */
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
         }
         int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {
-            write_checkpoint(s);                                     /* model, every rank's state, DONE */
+            if (s->bad_steps == 0) {
+                write_checkpoint(s);                                 /* model, every rank's state, DONE */
+            } else if (is_rank0(s)) {
+                printf("checkpoint: not written at step %d: its last %d step%s skipped as not finite\n", s->step,
+                       s->bad_steps, s->bad_steps == 1 ? " was" : "s were");
+            }
         }
         if (exiting) {
             if (is_rank0(s)) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
             return;
         }
+    }
+    if (s->bad_steps > 0) {
+        CONFIG_FATAL(s, "the last %d step%s (to step %d) had a non-finite loss or gradient norm and %s skipped; no "
+                     "final checkpoint was written; lower -l (--learning-rate, now %g) or check the model and data",
+                     s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
+                     (double)cfg->learning_rate);
     }
     if (is_rank0(s) && train_seconds > 0) {
         printf("done: %d steps in this run (now at step %d), %.1f s of training\n", s->step - start_step, s->step,

@@ -181,14 +181,22 @@ static inline void args_buf_append(char** buf, size_t* len, size_t* cap, const c
     (*buf)[*len] = '\0';
 }
 
-/* appends s as a JSON string literal (quotes, backslash and control characters escaped) */
+/* appends s as a JSON string literal (quotes, backslash and control characters escaped; a byte that does not
+ * start valid UTF-8 becomes \ufffd, so the result is valid JSON and UTF-8 for any bytes) */
 static inline void args_buf_append_json_string(char** buf, size_t* len, size_t* cap, const char* s) {
     args_buf_append(buf, len, cap, "\"", 1);
-    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+    size_t n = strlen(s);
+    for (const unsigned char* p = (const unsigned char*)s; *p; ) {
         char esc[8];
+        int k = 1;
         if (*p == '"' || *p == '\\') { esc[0] = '\\'; esc[1] = (char)*p; args_buf_append(buf, len, cap, esc, 2); }
         else if (*p < 0x20 || *p == 0x7F) { snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)*p); args_buf_append(buf, len, cap, esc, 6); }
-        else { args_buf_append(buf, len, cap, (const char*)p, 1); }
+        else if ((k = utf8_valid_len(p, n - (size_t)(p - (const unsigned char*)s))) == 0) {
+            k = 1;
+            args_buf_append(buf, len, cap, "\\ufffd", 6);
+        }
+        else { args_buf_append(buf, len, cap, (const char*)p, (size_t)k); }
+        p += k;
     }
     args_buf_append(buf, len, cap, "\"", 1);
 }

@@ -44,26 +44,6 @@ typedef struct {
     char path[1024];   /* DIR/log.jsonl ("" when disabled) */
 } Logger;
 
-/* length (1..4) of the valid UTF-8 sequence starting at s[0] (n bytes available), or 0 if invalid */
-static inline int logger_utf8_valid_len(const unsigned char* s, size_t n) {
-    unsigned char c = s[0];
-    int len;
-    unsigned int cp;
-    if (c < 0x80) { return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else { return 0; }
-    if ((size_t)len > n) { return 0; }
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) { return 0; }
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
-    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
-    return len;
-}
-
 /* writes `text` (n bytes) as a quoted JSON string to f; see header comment for the rules */
 static inline void logger_write_json_string(FILE* f, const char* text, size_t n) {
     const unsigned char* s = (const unsigned char*)text;
@@ -81,7 +61,7 @@ static inline void logger_write_json_string(FILE* f, const char* text, size_t n)
         else if (c < 0x20 || c == 0x7F) { fprintf(f, "\\u%04x", (unsigned)c); i++; }
         else if (c < 0x80) { fputc((int)c, f); i++; }
         else {
-            int len = logger_utf8_valid_len(s + i, n - i);
+            int len = utf8_valid_len(s + i, n - i);
             if (len == 0) { fputs("\\ufffd", f); i++; }
             else { fwrite(s + i, 1, (size_t)len, f); i += (size_t)len; }
         }

@@ -31,6 +31,27 @@
 #include <time.h>
 #include <unistd.h>
 
+/* length (1..4) of the valid UTF-8 sequence starting at s[0] (n >= 1 bytes available), or 0 if s[0] does not start
+ * one (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF); used by every JSON and terminal writer */
+static inline int utf8_valid_len(const unsigned char* s, size_t n) {
+    unsigned char c = s[0];
+    int len;
+    unsigned int cp;
+    if (c < 0x80) { return 1; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else { return 0; }
+    if ((size_t)len > n) { return 0; }
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { return 0; }
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
+    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
+    return len;
+}
+
 /* prints "error: <formatted message>  [file:line]" and exits with status 1 */
 #define FATAL(...) fatal_error_at(__FILE__, __LINE__, __VA_ARGS__)
 
