@@ -247,6 +247,7 @@ typedef struct {
     BatchPipeline batches;     /* double-buffered uploads of the training batches */
     Tokenizer tokenizer;
     int has_tokenizer;
+    int sampling;              /* -g > 0 and a start token the model knows (setup_tokenizer) */
     LRScheduler scheduler;
     Logger logger;
     int grad_accum_steps;
@@ -616,7 +617,8 @@ static float validate(TrainSession* s) {
  * ranks of its tensor-parallel group run the same forwards */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
-                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL};
+                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
+                        s->has_tokenizer ? s->tokenizer.eot_token : GPT2_EOT};
     if (s->pp->world > 1) { g.pp = s->pp; g.forward_logits = pipeline_sample_logits; g.forward_ctx = &s->pipe; }
     char* text = generate_text(&s->model, &g);
     if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
@@ -752,6 +754,64 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     }
 }
 
+/* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
+ * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach */
+static void warn_if_warmup_covers_run(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    if (!is_rank0(s) || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
+    float top = 0.0f;
+    for (int k = 0; k < s->max_steps; k++) {
+        float lr = lr_scheduler_get(&s->scheduler, k);
+        if (lr > top) { top = lr; }
+    }
+    fprintf(stderr, "warning: flag -u (--warmup-steps) is %d but the run has %d steps: the learning rate only warms up "
+            "(%s schedule never decays) and reaches %.3g, %.0f%% of the peak -l %.3g; use -u below %d\n",
+            cfg->warmup_steps, s->max_steps, cfg->lr_schedule, (double)top, 100.0 * top / cfg->learning_rate,
+            (double)cfg->learning_rate, s->max_steps);
+}
+
+/* the tokenizer (--tokenizer) and whether samples can be drawn: a damaged tokenizer file stops the run (its one
+ * error line printed by tokenizer_init); a tokenizer whose vocabulary differs from the model's is an error when
+ * given with --tokenizer, and turns samples off with one warning when it is the default one; without a
+ * tokenizer, samples (token ids) start from GPT-2's <|endoftext|> only for a model of GPT-2's vocabulary. So no
+ * token id >= V ever reaches the model. */
+static void setup_tokenizer(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    int V = s->model.config.vocab_size;
+    int loaded = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    if (loaded < 0) {
+        if (!is_rank0(s)) { comm_barrier(&s->world); }
+        exit(EXIT_FAILURE);
+    }
+    s->has_tokenizer = loaded;
+    s->sampling = cfg->gen_tokens > 0;
+    char abs[2048];
+    absolute_path(cfg->tokenizer_path, abs, sizeof(abs));
+    if (loaded && (int)s->tokenizer.vocab_size != V) {
+        TrainConfig defaults;
+        train_config_defaults(&defaults);
+        if (strcmp(cfg->tokenizer_path, defaults.tokenizer_path) != 0) {
+            CONFIG_FATAL(s, "tokenizer '%s' (--tokenizer) has %u tokens but the model has a vocabulary of %d; pass "
+                         "the tokenizer of this model's data", abs, s->tokenizer.vocab_size, V);
+        }
+        if (s->sampling && is_rank0(s)) {
+            fprintf(stderr, "warning: the default tokenizer '%s' has %u tokens but the model has a vocabulary of %d; "
+                    "samples are off (pass this model's tokenizer with --tokenizer)\n", abs,
+                    s->tokenizer.vocab_size, V);
+        }
+        tokenizer_free(&s->tokenizer);
+        s->has_tokenizer = 0;
+        s->sampling = 0;
+    }
+    if (!s->has_tokenizer && V != GPT2_VOCAB_SIZE && s->sampling) {
+        if (is_rank0(s)) {
+            fprintf(stderr, "warning: no tokenizer for the model's vocabulary of %d tokens, so no start token is "
+                    "known: samples are off (pass this model's tokenizer with --tokenizer)\n", V);
+        }
+        s->sampling = 0;
+    }
+}
+
 /* training and validation loaders (this rank's windows of every batch), tokenizer, steps and lr schedule */
 static void setup_data(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
@@ -765,7 +825,7 @@ static void setup_data(TrainSession* s) {
         dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
         dataloader_set_vocab_limit(&s->val_loader, V);
     }
-    s->has_tokenizer = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    setup_tokenizer(s);
     s->max_steps = cfg->max_steps;
     if (s->max_steps == -1) {
         size_t per_step = (size_t)s->grad_accum_steps * s->dp->world;
@@ -846,6 +906,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
                s->grad_accum_steps);
     }
     printf("+-----------------------+------------------------------------------------\n");
+    warn_if_warmup_covers_run(s);
     if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
     zero_print_ledger(&s->zero);
     if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
@@ -923,7 +984,7 @@ static void evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (cfg->gen_tokens > 0 && in_first_tp_group(s) &&
+    if (s->sampling && in_first_tp_group(s) &&
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }

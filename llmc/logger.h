@@ -10,8 +10,10 @@
  *   output_dir NULL or "" -> logging disabled (all calls no-ops). Otherwise (rank 0) the
  *   directory is created if missing (exits if it cannot be created or written) and
  *   DIR/log.jsonl is opened: append != 0 keeps existing lines (resume; call
- *   logger_truncate_after_step first), append == 0 starts a new empty log. Open failure -> FATAL
- *   naming the path.
+ *   logger_truncate_after_step first), append == 0 starts a new empty log; a non-empty log already
+ *   there (an earlier run without a checkpoint to resume) is never truncated: it is renamed to the
+ *   first free DIR/log.N.jsonl (N = 1, 2, ...) and one line on stdout names both paths
+ *   (logger_rotate). Open or rename failure -> FATAL naming the path.
  * logger_log(lg, kind, step, extra_json_fields): extra_json_fields is a comma-separated list of
  *   already-formatted JSON members without braces (e.g. "\"loss\":3.1,\"lr\":1e-4") or NULL/"".
  *   The caller is responsible for it being valid JSON (numbers must be finite: use
@@ -76,6 +78,25 @@ static inline const char* logger_json_number(char* buf, size_t cap, double v) {
     return buf;
 }
 
+/* Renames a non-empty `path` (DIR/log.jsonl) to the first free DIR/log.N.jsonl and says so in one line; no-op
+ * for a missing or empty file. Rename failure -> FATAL naming both paths. */
+static inline void logger_rotate(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size == 0) { return; }
+    size_t n = strlen(path);
+    const char* ext = ".jsonl";
+    size_t stem = n >= strlen(ext) && strcmp(path + n - strlen(ext), ext) == 0 ? n - strlen(ext) : n;
+    char kept[1100];
+    for (int i = 1;; i++) {
+        snprintf(kept, sizeof(kept), "%.*s.%d%s", (int)stem, path, i, ext);
+        if (!file_exists(kept)) { break; }
+    }
+    if (rename(path, kept) != 0) {
+        FATAL("cannot keep the earlier log '%s' as '%s': %s (nothing was overwritten)", path, kept, strerror(errno));
+    }
+    printf("log: an earlier log without a checkpoint to resume was kept as %s; this run writes a new %s\n", kept, path);
+}
+
 /* see header comment */
 static inline void logger_init(Logger* lg, const char* output_dir, int process_rank, int append) {
     lg->file = NULL;
@@ -87,6 +108,7 @@ static inline void logger_init(Logger* lg, const char* output_dir, int process_r
     }
     ensure_dir_writable(output_dir);
     snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", output_dir);
+    if (!append) { logger_rotate(lg->path); }
     lg->file = fopen_check(lg->path, append ? "ab" : "wb");
 }
 

@@ -172,21 +172,21 @@ static void test_synthetic(void) {
     TEST_CHECK(k == 4 && memcmp(out, "a\xEF\xBF\xBD", 4) == 0, "out-of-range id prints U+FFFD");
     tokenizer_free(&t);
 
-    /* invalid files: load returns 0, one warning line */
+    /* invalid files: load returns -1 after one error line; a missing file 0 after one warning line */
     snprintf(path, sizeof(path), "%s/bad_magic.bin", g_dir);
     write_tokenizer(path, 20240326, 2, 269, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0 && !t.init_ok, "wrong magic -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1 && !t.init_ok, "wrong magic -> -1 (an error), not loaded");
     TEST_CHECK(tokenizer_encode(&t, "hi", ids, 64) == -1 && tokenizer_decode(&t, 65, NULL) == NULL,
                "unloaded tokenizer: encode -1, decode NULL");
     snprintf(path, sizeof(path), "%s/bad_version.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 3, 269, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "version 3 -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "version 3 -> not loaded");
     snprintf(path, sizeof(path), "%s/bad_eot.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 2, 5000, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "EOT id outside the vocabulary -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "EOT id outside the vocabulary -> not loaded");
     snprintf(path, sizeof(path), "%s/trunc.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 2, 269, k_extra, N_EXTRA, 1);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "truncated token bytes -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "truncated token bytes -> not loaded");
     snprintf(path, sizeof(path), "%s/does_not_exist.bin", g_dir);
     TEST_CHECK(tokenizer_init(&t, path) == 0, "missing file -> not loaded (training would continue)");
 
