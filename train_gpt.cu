@@ -324,7 +324,7 @@ static int step_is_bad(float loss, float grad_norm, int overflow) {
 }
 
 /* after step s->step (1-based, just counted): counts consecutive skipped steps; the first of a run of them is
- * reported on rank 0 (stderr, one warning line) with what was not finite */
+ * reported on rank 0 (one warning line on stdout, with the step lines) with what was not finite */
 static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) {
     if (!r->skipped) { s->bad_steps = 0; return; }
     s->bad_steps++;
@@ -332,12 +332,11 @@ static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) 
         printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step, s->scaler.scale);
     }
     if (is_rank0(s) && s->bad_steps == 1) {
-        fprintf(stderr, "warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
+        printf("warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
                 "(the run stops after --max-bad-steps %d such steps in a row)\n", s->step,
                 isfinite(r->loss) ? "finite" : (isnan(r->loss) ? "NaN" : "infinite"),
                 isfinite(r->grad_norm) ? "finite" : (isnan(r->grad_norm) ? "NaN" : "infinite"),
                 overflow ? " (a gradient overflowed the loss scale)" : "", s->step - 1, s->cfg.max_bad_steps);
-        fflush(stderr);
     }
 }
 
