@@ -65,6 +65,7 @@ typedef struct {
     float weight_decay, beta1, beta2, eps, grad_clip;
     int max_steps;
     int val_every, val_max_steps;
+    int val_tokens;            /* > 0: a validation budget of this many target tokens (replaces -m) */
     int sample_every, gen_tokens, top_k;
     float temperature;
     int checkpoint_every, checkpoints_keep, resume;
@@ -113,6 +114,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->max_steps = 600;
     c->val_every = 50;
     c->val_max_steps = 20;
+    c->val_tokens = 0;
     c->sample_every = 100;
     c->gen_tokens = 64;
     c->top_k = 0;
@@ -176,6 +178,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("x", "max-steps", ARG_INT, max_steps, -1, NO_MAX, "optimizer steps to run; -1 = one epoch of the training data");
     SPEC("v", "val-every", ARG_INT, val_every, 0, NO_MAX, "validation loss every N steps (0 = only at the end)");
     SPEC("m", "val-max-steps", ARG_INT, val_max_steps, -1, NO_MAX, "validation windows (batches) per evaluation; -1 = all");
+    SPEC(NULL, "val-tokens", ARG_INT, val_tokens, 0, NO_MAX,
+         "validation budget in tokens: the first N/T sequences of the validation data, the same tokens for any -b, any "
+         "number of processes and any -t dividing N (replaces -m; a multiple of -t; 0 = use -m)");
     SPEC("s", "sample-every", ARG_INT, sample_every, 0, NO_MAX, "print a sample every N steps (0 = only at the end)");
     SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
     SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
@@ -485,7 +490,10 @@ static void write_checkpoint(TrainSession* s) {
     train_state_write(path, &st, &s->zero.opt);
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
-        checkpoint_write_done(dir, s->step);
+        ArgSpec specs[MAX_SPECS];
+        char* flags = args_flag_lines(specs, train_config_specs(&s->cfg, specs)); /* compared on resume */
+        checkpoint_write_done(dir, s->step, flags);
+        free(flags);
         printf("checkpoint: wrote step %d to %s\n", s->step, dir);
         checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->world.world);
     }
@@ -538,6 +546,87 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     return changed ? h.world : 0;
 }
 
+/* The flags a resume may change, each with the reason; every other flag must have the value the checkpoint was
+ * written with (resume_check_flags), because it changes the data order or the training trajectory. A flag added
+ * later is refused on resume until it is listed here with its reason. */
+static const char* const RESUME_MAY_CHANGE[][2] = {
+    {"train-data", "the shards are compared by content (names, sizes, first and last tokens), so they may move"},
+    {"val-data", "validation only reads the weights"},
+    {"model", "the weights come from the checkpoint; the model's shape is compared with it separately"},
+    {"output-dir", "the checkpoint directory itself, which may move"},
+    {"tokenizer", "samples only"},
+    {"batch-size", "checked with -t and -d as tokens per step (the processes may change, re-sharded)"},
+    {"seq-len", "checked with -b and -d as tokens per step"},
+    {"total-batch-size", "checked with -b and -t as tokens per step"},
+    {"max-steps", "the run's length: raise it to train further (the learning rate schedule then spans the new length)"},
+    {"val-every", "validation only"}, {"val-max-steps", "validation only"}, {"val-tokens", "validation only"},
+    {"sample-every", "samples only (their RNG is separate from training)"}, {"gen-tokens", "samples only"},
+    {"temperature", "samples only"}, {"top-k", "samples only"}, {"prompt", "samples only"},
+    {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
+    {"resume", "this very choice"},
+    {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
+    {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
+    {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
+    {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
+    {"dry-run", "exits before training"},
+    {"recompute", "memory only: recomputed activations are the same"},
+    {"gelu-fusion", "a kernel choice: the same function"},
+    {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
+    {"exit-after-steps", "when this run stops"},
+    {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
+    {"comm-stats", "printing only"}, {"cuda-graphs", "replays the same kernels"},
+};
+
+/* the reason flag `name` may change on resume, or NULL (it must not) */
+static const char* resume_may_change(const char* name) {
+    for (size_t i = 0; i < sizeof(RESUME_MAY_CHANGE) / sizeof(RESUME_MAY_CHANGE[0]); i++) {
+        if (strcmp(RESUME_MAY_CHANGE[i][0], name) == 0) { return RESUME_MAY_CHANGE[i][1]; }
+    }
+    return NULL;
+}
+
+/* Refuses, with one line naming the flag and both values, a resume from checkpoint resume_step whose recorded
+ * flags (its DONE marker) differ from this run's in a flag not on RESUME_MAY_CHANGE. A flag the checkpoint has no
+ * record of (written before it existed) must have its default. A checkpoint without any record (an earlier
+ * version) is resumed with the checks of the training state only, said in one line. Every process reads the same
+ * marker: FATAL_ALL. */
+static void resume_check_flags(TrainSession* s, int resume_step) {
+    char* done = checkpoint_read_done(s->cfg.output_dir, resume_step);
+    ArgSpec specs[MAX_SPECS], defaults_specs[MAX_SPECS];
+    TrainConfig defaults;
+    train_config_defaults(&defaults);
+    int n = train_config_specs(&s->cfg, specs);
+    train_config_specs(&defaults, defaults_specs);
+    size_t dummy;
+    if (checkpoint_flag_value(done, "seed", &dummy) == NULL) {
+        if (is_rank0(s)) {
+            printf("resume: checkpoint step %d has no record of its flags (an earlier version); only its seed, data, "
+                   "model and batch are compared\n", resume_step);
+        }
+        free(done);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (resume_may_change(specs[i].long_name)) { continue; }
+        char *ours = NULL, *dflt = NULL;
+        size_t ol = 0, oc = 0, dl = 0, dc = 0, len = 0;
+        args_buf_append_value_json(&ours, &ol, &oc, &specs[i]);
+        args_buf_append_value_json(&dflt, &dl, &dc, &defaults_specs[i]);
+        const char* theirs = checkpoint_flag_value(done, specs[i].long_name, &len);
+        if (theirs == NULL) { theirs = dflt; len = dl; }
+        if (len != ol || memcmp(theirs, ours, len) != 0) {
+            FATAL_ALL("cannot resume from '%s': checkpoint step %d was trained with --%s %.*s but this run has %s, which "
+                      "changes the training; resume with the checkpoint's value (the flags a resume may change are "
+                      "listed in README, \"Checkpoints\")", s->cfg.output_dir, resume_step,
+                      specs[i].long_name, (int)(len > 200 ? 200 : len), theirs,
+                      ol > 200 ? "another value" : ours);
+        }
+        free(ours);
+        free(dflt);
+    }
+    free(done);
+}
+
 /* continues from checkpoint resume_step: the weights, then this rank's optimizer shard (re-sharded from
  * reshard_from old processes when > 0), data position, step, sampling RNG and loss scale */
 static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard_from) {
@@ -583,28 +672,53 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
 
 /* ---------------------------------------------------------------- evaluation and sampling */
 
-/* mean validation loss over the first val_max_steps windows of the validation shards (unshuffled);
- * window k is evaluated by rank k % world, so the value does not depend on the number of ranks. */
-static float validate(TrainSession* s) {
+/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding) of the validation
+ * loader's batch (inputs/targets on the host), forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
+static double val_batch_loss_sum(TrainSession* s, int rows) {
     GPT2* m = &s->model;
     DataLoader* vl = &s->val_loader;
-    size_t windows = dataloader_windows_per_epoch(vl);
-    if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
     int B = s->cfg.B, T = s->cfg.T;
+    if (s->pp->world > 1) { return pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion, rows); }
+    dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
+    dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
+    gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+    dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < rows * T; i++) { sum += m->host_losses[i]; }
+    return sum;
+}
+
+/* Mean validation loss (unshuffled validation data), every rank's sums all-reduced, so the value does not depend
+ * on the number of processes:
+ *   --val-tokens N > 0: the first N/T sequences of T+1 tokens of the validation shards (dataloader_sequences:
+ *     numbered independently of B and of the processes), sequence j on data-parallel rank j % world, B at a time
+ *     (a last partial batch padded, the padding's losses not counted). The same N target tokens for any B, any
+ *     number of processes and any T dividing N.
+ *   else -m: the first val_max_steps windows of B*T+1 tokens (all with -1), window k on rank k % world. */
+static float validate(TrainSession* s) {
+    DataLoader* vl = &s->val_loader;
+    int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
     double sum = 0.0;
     size_t count = 0;
-    for (size_t k = (size_t)s->dp->rank; k < windows; k += (size_t)s->dp->world) {
-        dataloader_load_window(vl, k);
-        count += (size_t)B * T;
-        if (s->pp->world > 1) { /* every stage runs the window; the loss sum is the last stage's */
-            sum += pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion);
-            continue;
+    if (s->cfg.val_tokens > 0) {
+        size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
+        size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
+        for (size_t k0 = 0; k0 < mine; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
+            int rows = mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+            for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
+                dataloader_load_sequence(vl, (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+            }
+            sum += val_batch_loss_sum(s, rows);
+            count += (size_t)rows * T;
         }
-        dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
-        dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
-        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
-        for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
+    } else {
+        size_t windows = dataloader_windows_per_epoch(vl);
+        if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
+        for (size_t k = (size_t)rank; k < windows; k += (size_t)world) {
+            dataloader_load_window(vl, k);
+            sum += val_batch_loss_sum(s, B);
+            count += (size_t)B * T;
+        }
     }
     double red[2] = {sum, (double)count};
     comm_all_reduce_host_f64(s->dp, red, 2);
@@ -644,6 +758,13 @@ static void check_config(TrainSession* s) {
     s->grad_accum_steps = (int)(total / tokens_per_micro);
     if (c->max_steps == 0) {
         CONFIG_FATAL(s, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+    }
+    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
+        CONFIG_FATAL(s, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use --val-tokens "
+                     "%d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
+    }
+    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
+        CONFIG_FATAL(s, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
     }
     if (c->val_max_steps == 0) {
         CONFIG_FATAL(s, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
@@ -823,6 +944,12 @@ static void setup_data(TrainSession* s) {
     if (s->has_val) {
         dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
         dataloader_set_vocab_limit(&s->val_loader, V);
+        size_t have = dataloader_sequences(&s->val_loader);
+        if (cfg->val_tokens > 0 && (size_t)(cfg->val_tokens / cfg->T) > have) {
+            CONFIG_FATAL(s, "flag --val-tokens is %d (%d sequences of -t %d), but the validation data '%s' holds only "
+                         "%zu such sequences (%zu tokens)", cfg->val_tokens, cfg->val_tokens / cfg->T, cfg->T,
+                         cfg->val_data, have, have * (size_t)cfg->T);
+        }
     }
     setup_tokenizer(s);
     s->max_steps = cfg->max_steps;
@@ -849,6 +976,7 @@ static void session_init(TrainSession* s) {
                       "start every process with the same flags and data");
     comm_require_same(&s->world, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                       "every process must see the same output directory");
+    if (resume_step >= 0) { resume_check_flags(s, resume_step); } /* the flags that must not change */
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights); /* gradients, shard */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */

@@ -34,6 +34,11 @@
  *       set_state checks position % N == rank and position < windows_per_epoch (else FATAL).
  *   dataloader_load_window(dl, k)     loads window k (0 <= k < num_windows_total) of the
  *       unshuffled epoch-0 order into inputs/targets without moving the position (validation).
+ *   dataloader_sequences(dl)          sequences of T+1 tokens over all shards (validation by tokens): shard s
+ *       holds (count_s - 1) / T of them, sequence j of a shard starting at its token j*T; they are numbered in
+ *       glob order, shard by shard, so the numbering does not depend on B or on the number of processes.
+ *   dataloader_load_sequence(dl, j, row)   loads sequence j (0 <= j < dataloader_sequences) into row `row`
+ *       (0 <= row < B) of inputs/targets, without moving the position; out of range -> FATAL.
  *   dataloader_set_vocab_limit(dl, V) from then on any token >= V in a loaded window is a FATAL
  *       error naming the shard and token offset (0 = no check, the default).
  *   dataloader_fingerprint(dl)        64-bit FNV-1a hash of shard base names, token counts and the
@@ -411,6 +416,38 @@ static inline void dataloader_load_window(DataLoader* dl, size_t global_window_i
         if (k < dl->shard_windows[s]) { dataloader_copy_window(dl, s, k); return; }
         k -= dl->shard_windows[s];
     }
+}
+
+/* see header comment */
+static inline size_t dataloader_sequences(const DataLoader* dl) {
+    size_t n = 0;
+    for (int s = 0; s < dl->num_shards; s++) { n += (dl->shard_num_tokens[s] - 1) / (size_t)dl->T; }
+    return n;
+}
+
+/* see header comment */
+static inline void dataloader_load_sequence(DataLoader* dl, size_t j, int row) {
+    size_t T = (size_t)dl->T, k = j;
+    if (row < 0 || row >= dl->B) { FATAL("dataloader: row %d of a batch of %d requested", row, dl->B); }
+    for (int s = 0; s < dl->num_shards; s++) {
+        size_t n = (dl->shard_num_tokens[s] - 1) / T;
+        if (k >= n) { k -= n; continue; }
+        const uint16_t* tok = dataloader_shard_tokens(dl, s) + k * T;
+        for (size_t i = 0; i <= T; i++) {
+            if (dl->vocab_limit > 0 && (int)tok[i] >= dl->vocab_limit) {
+                FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
+                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s],
+                      (int)tok[i], k * T + i, dl->vocab_limit);
+            }
+        }
+        for (size_t i = 0; i < T; i++) {
+            dl->inputs[(size_t)row * T + i] = (int)tok[i];
+            dl->targets[(size_t)row * T + i] = (int)tok[i + 1];
+        }
+        return;
+    }
+    FATAL("dataloader: sequence %zu requested, but there are only %zu sequences of T+1 = %zu tokens", j,
+          dataloader_sequences(dl), T + 1);
 }
 
 /* see header comment */

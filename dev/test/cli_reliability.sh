@@ -3,7 +3,7 @@
 # JSON and UTF-8, samples stay inside the model's vocabulary and never drive the terminal, an earlier log is
 # kept, a warmup longer than the run is said, validation covers a fixed token budget (--val-tokens), resume
 # refuses every flag that is not on its list, and the data loader keeps only a few shards mapped.
-source "$(dirname "$0")/lib_cli.sh"
+source "$(dirname "$0")/dp_lib.sh"   # lib_cli.sh and MPIRUN
 TRAIN_ABS=$(pwd)/train_gpt_cpu
 # check_true VALUE "description": ok when VALUE (an arithmetic result) is non-zero
 check_true() { check $(( $1 ? 0 : 1 )) "${@:2}"; }
@@ -230,3 +230,42 @@ $TRAIN "${V1000[@]}" -g 0 -x 5 -u 5 > /dev/null 2> "$TMP/err.txt"
 check_true $(( $(grep -c "reaches 0.001, 100% of the peak" "$TMP/err.txt") == 1 )) "7: -u 5 -x 5 warns too (the schedule never decays)"
 $TRAIN "${V1000[@]}" -g 0 -x 5 -u 4 > /dev/null 2> "$TMP/err.txt"
 check_true $(( $(grep -c '' "$TMP/err.txt") == 0 )) "7: -u 4 -x 5 does not warn"
+
+# ---------------------------------------------------------------- 10. resume refuses every flag not on its list
+D="$TMP/r10"
+$TRAIN "${V1000[@]}" -g 0 -x 2 -o "$D" > /dev/null 2>&1
+check_true $(( $(grep -c $'^learning-rate\t' "$D/DONE_00000002") == 1 )) "10: the checkpoint records its flags"
+expect_error "was trained with --learning-rate 0.00100000005 but this run has 0.00200000009" "10: resume with another -l is refused, naming the flag" -- \
+    $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 -l 2e-3
+expect_error "was trained with --shuffle 1 but this run has 0" "10: resume with another --shuffle (data order) is refused" -- \
+    $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 --shuffle 0
+expect_error "was trained with --lr-schedule \"cosine\" but this run has \"wsd\"" "10: resume with another --lr-schedule is refused" -- \
+    $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 -k wsd
+expect_error "was trained with --grad-clip 1 but this run has 0.5" "10: resume with another --grad-clip is refused" -- \
+    $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 --grad-clip 0.5
+$TRAIN "${V1000[@]}" -g 2 -x 4 -o "$D" -y 1 -v 1 -n 3 --log-every 2 --max-bad-steps 4 --tokenizer "$TMP/ctl.bin" > "$TMP/out.txt" 2>&1
+check_true $(( $? == 0 && $(grep -c '^resume: continuing from step 2' "$TMP/out.txt") == 1 )) "10: flags on the list (-x, -v, -n, -g, --log-every, --max-bad-steps, --tokenizer) may change"
+# a checkpoint written before flags were recorded: resumed on the state's checks, said in one line
+printf 'done\n' > "$D/DONE_00000004"
+$TRAIN "${V1000[@]}" -g 0 -x 5 -o "$D" -y 1 -l 2e-3 > "$TMP/out.txt" 2>&1
+check_true $(( $? == 0 && $(grep -c '^resume: checkpoint step 4 has no record of its flags' "$TMP/out.txt") == 1 )) "10: a checkpoint without a flag record resumes, said in one line"
+
+# ---------------------------------------------------------------- 9. validation by a token budget
+VT=(-e "$TMP/v1000.bin" -i "$TMP/v1000_shard.bin" -j "$TMP/v1000_shard.bin" -t 32 -x 1 -g 0 -u 0 -l 1e-3 --val-tokens 2048)
+val_at_step0() { python3 -c "
+import json,sys
+print([json.loads(l)['val_loss'] for l in open('$1/log.jsonl') if '\"val\"' in l][0])"; }
+for b in 1 3 8; do $TRAIN "${VT[@]}" -b $b -o "$TMP/vt$b" > /dev/null 2>&1; done
+$TRAIN "${VT[@]}" -b 8 --val-tokens 0 -m 8 -o "$TMP/vm8" > /dev/null 2>&1
+$TRAIN "${VT[@]}" -b 4 --val-tokens 0 -m 8 -o "$TMP/vm4" > /dev/null 2>&1
+v1=$(val_at_step0 "$TMP/vt1"); v3=$(val_at_step0 "$TMP/vt3"); v8=$(val_at_step0 "$TMP/vt8")
+m8=$(val_at_step0 "$TMP/vm8"); m4=$(val_at_step0 "$TMP/vm4")
+check_true $(( $(python3 -c "print(int('$v1' == '$v3' == '$v8'))") )) "9: --val-tokens 2048 gives the same loss for -b 1, 3 (a padded last batch) and 8: $v1 $v3 $v8"
+check_true $(( $(python3 -c "print(int('$v8' == '$m8' and '$m8' != '$m4'))") )) "9: ... the loss of the same 2048 tokens as -m 8 -b 8 ($m8), where -m 8 -b 4 evaluates other tokens ($m4)"
+expect_error "--val-tokens is 2000, which is not a multiple of the sequence length -t 32; use --val-tokens 1984 or 2016" "9: a budget that is not a multiple of -t is refused" -- \
+    $TRAIN "${VT[@]}" -b 2 --val-tokens 2000
+expect_error "holds only 127 such sequences" "9: a budget beyond the validation data is refused" -- $TRAIN "${VT[@]}" -b 2 --val-tokens 8192
+dp_require_mpi
+for np in 2 3; do MPIRUN $np $TRAIN "${VT[@]}" -b 3 -o "$TMP/vtn$np" > "$TMP/vtn$np.txt" 2>&1; done
+n2=$(val_at_step0 "$TMP/vtn2"); n3=$(val_at_step0 "$TMP/vtn3")
+check_true $(( $(python3 -c "print(int('$v1' == '$n2' == '$n3'))") )) "9: ... and the same under 2 and 3 processes: $n2 $n3"
