@@ -642,6 +642,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
               mc->vocab_size, mc->max_seq_len);
     }
+    resume_check_flags(s, resume_step); /* the flags that must not change */
     gpt2_load_weights(&s->model, path);
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
@@ -976,7 +977,6 @@ static void session_init(TrainSession* s) {
                       "start every process with the same flags and data");
     comm_require_same(&s->world, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                       "every process must see the same output directory");
-    if (resume_step >= 0) { resume_check_flags(s, resume_step); } /* the flags that must not change */
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights); /* gradients, shard */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */

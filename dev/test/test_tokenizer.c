@@ -190,6 +190,21 @@ static void test_synthetic(void) {
     snprintf(path, sizeof(path), "%s/does_not_exist.bin", g_dir);
     TEST_CHECK(tokenizer_init(&t, path) == 0, "missing file -> not loaded (training would continue)");
 
+    /* terminal-safe printing: newline and tab pass, C0/DEL as \xHH, C1 (C2 80..9F) as \u00HH, invalid UTF-8 as
+     * \xHH, other UTF-8 unchanged */
+    {
+        const char in[] = "a\n\tb\x1b[2J\x07\r\x08\x7f\xc2\x9b\xc3\xa9\xff\xf0\x9f\xa4\x97z";
+        const char want[] = "a\n\tb\\x1b[2J\\x07\\x0d\\x08\\x7f\\u009b\xc3\xa9\\xff\xf0\x9f\xa4\x97z";
+        FILE* f = tmpfile();
+        fwrite_terminal_safe(f, in, sizeof(in) - 1);
+        rewind(f);
+        char got[128] = {0};
+        size_t n = fread(got, 1, sizeof(got) - 1, f);
+        fclose(f);
+        TEST_CHECK(n == sizeof(want) - 1 && memcmp(got, want, n) == 0,
+                   "fwrite_terminal_safe escapes ESC, BEL, CR, BS, DEL, C1 and invalid bytes, keeps \\n \\t and UTF-8 (%s)", got);
+    }
+
     const char* s1[] = {"Hello", " world", "'s", " ", " test", "\n\n", " 123", "abc", "!!", "  "};
     check_split("Hello world's  test\n\n 123abc!!  ", s1, 10);
     const char* s2[] = {"don", "'t", " you", "'ll", " I", "'m", " we", "'ve", " they", "'re", " he", "'d"};
