@@ -998,7 +998,11 @@ static void session_init(TrainSession* s) {
         /* lines logged after the checkpoint by the interrupted run are dropped, so the log has no duplicates */
         char logpath[1024];
         snprintf(logpath, sizeof(logpath), "%s/log.jsonl", cfg->output_dir);
-        if (file_exists(logpath)) { logger_truncate_after_step(logpath, resume_step); }
+        int dropped = file_exists(logpath) ? logger_truncate_after_step(logpath, resume_step) : 0;
+        if (dropped > 0) {
+            printf("resume: %d line%s of %s logged after checkpoint step %d %s dropped (this run logs those steps "
+                   "again)\n", dropped, dropped == 1 ? "" : "s", logpath, resume_step, dropped == 1 ? "was" : "were");
+        }
     }
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }

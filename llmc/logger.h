@@ -27,7 +27,8 @@
  *   "config", and lines without a step (val/sample lines of `step` are dropped: the resumed run
  *   logs them again); an unterminated last line (a write cut short by a crash) is dropped. A missing file is
  *   a no-op. Used before appending on resume, so lines logged after the
- *   checkpoint by the crashed run are not duplicated. Read/write errors -> FATAL.
+ *   checkpoint by the crashed run are not duplicated; returns the number of complete lines dropped (the caller
+ *   says so). Read/write errors -> FATAL.
  * logger_free(lg): closes the file (FATAL on close error).
  *
  * Header-only: static inline functions, no globals.
@@ -183,8 +184,9 @@ static inline void logger_scan_line(const char* line, size_t n, int* has_step, l
 }
 
 /* see header comment */
-static inline void logger_truncate_after_step(const char* path, int step) {
-    if (!file_exists(path)) { return; }
+static inline int logger_truncate_after_step(const char* path, int step) {
+    if (!file_exists(path)) { return 0; }
+    int dropped = 0;
     FILE* in = fopen_check(path, "rb");
     AtomicFile af;
     atomic_file_open(&af, path);
@@ -218,11 +220,14 @@ static inline void logger_truncate_after_step(const char* path, int step) {
         if (is_config || !has_step || s < (long long)step || (s == (long long)step && is_train)) {
             atomic_file_write(&af, line, 1, len);
             atomic_file_write(&af, "\n", 1, 1);
+        } else {
+            dropped++;
         }
     }
     free(line);
     fclose_check(in, path);
     atomic_file_commit(&af);
+    return dropped;
 }
 
 /* closes the log file (no-op when disabled) */

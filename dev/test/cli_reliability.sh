@@ -221,6 +221,12 @@ check_true $(( $(grep -c "^log: an earlier log without a checkpoint to resume wa
 rm -f "$D"/model_* "$D"/state_* "$D"/DONE_*
 $TRAIN "${V1000[@]}" -g 0 -x 2 -y 1 -o "$D" > "$TMP/out.txt" 2>&1
 check_true $(( $(grep -c "kept as $D/log.2.jsonl" "$TMP/out.txt") == 1 && $(ls "$D" | grep -c '^log') == 3 )) "5: -y 1 with no checkpoint to resume keeps it too (log.2.jsonl)"
+D="$TMP/drop"
+$TRAIN "${V1000[@]}" -g 0 -x 4 -n 2 -o "$D" > /dev/null 2>&1
+rm -f "$D"/DONE_00000004 "$D"/model_00000004.bin "$D"/state_00000004_*   # as if killed after step 4's log line
+$TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 > "$TMP/out.txt" 2>&1
+check_true $(( $(grep -c "^resume: 2 lines of $D/log.jsonl logged after checkpoint step 2 were dropped" "$TMP/out.txt") == 1 &&
+               $(grep -c '"kind":"train"' "$D/log.jsonl") == 4 )) "5: lines logged after the resumed checkpoint are dropped with one line saying so (and logged again)"
 
 # ---------------------------------------------------------------- 7. a warmup as long as the run
 $TRAIN "${V1000[@]}" -g 0 -x 5 -u 20 > /dev/null 2> "$TMP/err.txt"
