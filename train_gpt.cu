@@ -1155,6 +1155,7 @@ static void train(TrainSession* s) {
                        s->bad_steps, s->bad_steps == 1 ? " was" : "s were");
             }
         }
+        if (exiting && s->bad_steps > 0) { break; } /* no checkpoint was written: the error below says so */
         if (exiting) {
             if (is_rank0(s)) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
             return;
@@ -1162,7 +1163,7 @@ static void train(TrainSession* s) {
     }
     if (s->bad_steps > 0) {
         CONFIG_FATAL(s, "the last %d step%s (to step %d) had a non-finite loss or gradient norm and %s skipped; no "
-                     "final checkpoint was written; lower -l (--learning-rate, now %g) or check the model and data",
+                     "checkpoint of it was written; lower -l (--learning-rate, now %g) or check the model and data",
                      s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
                      (double)cfg->learning_rate);
     }

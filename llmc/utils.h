@@ -13,6 +13,10 @@
  * file-size limit) removes the temp file, leaves <path> untouched and exits.
  * Writers never leave a half-written file under the real name.
  *
+ * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer),
+ * fwrite_terminal_safe (control characters escaped before they reach a terminal) and absolute_path (paths in
+ * messages made absolute).
+ *
  * Header-only: static inline functions, no globals.
  */
 #ifndef LLMC_UTILS_H

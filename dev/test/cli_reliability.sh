@@ -95,6 +95,8 @@ check_true $(( rc == 1 )) "a run whose last steps were skipped exits 1 (exit $rc
 grep -q "^error: the last 2 steps (to step 3) had a non-finite loss" "$TMP/err.txt"
 check $? "and says so in one line: $(head -c 160 "$TMP/err.txt")"
 check_true $(( $(ls "$TMP/nan2" | grep -c '^model_') == 0 )) "no final checkpoint of NaN weights"
+$TRAIN "${V1000[@]}" -g 0 -x 6 -l 1e30 --exit-after-steps 3 -o "$TMP/nan3" > /dev/null 2> "$TMP/err.txt"
+check_true $(( $? == 1 && $(grep -c '^error: the last 2 steps (to step 3)' "$TMP/err.txt") == 1 && $(ls "$TMP/nan3" | grep -c '^model_') == 0 )) "--exit-after-steps inside a run of skipped steps: the same error, no checkpoint"
 # a healthy run has no skipped step
 $TRAIN "${V1000[@]}" -g 0 -x 3 -o "$TMP/ok" > "$TMP/out.txt" 2>&1
 check_true $(( $? == 0 && $(grep -c 'skipped' "$TMP/ok/log.jsonl") == 0 && $(grep -c 'warning' "$TMP/out.txt") == 0 )) "a healthy run skips nothing and warns nothing"
@@ -141,6 +143,20 @@ d[1024+4*77:1024+4*78]=struct.pack('<f',float('inf'))
 open('$TMP/ok/model_00000003.bin','wb').write(d)"
 expect_error "model_00000003.bin' holds a non-finite parameter (+inf) in tensor wte at index 77" "resuming a checkpoint with an inf weight is refused" -- \
     $TRAIN "${V1000[@]}" -g 0 -x 5 -y 1 -o "$TMP/ok"
+
+# ... and so are optimizer states with a NaN or inf (fp32 AdamW m, v of a checkpoint)
+D="$TMP/badstate"
+$TRAIN "${V1000[@]}" -g 0 -x 2 -o "$D" > /dev/null 2>&1
+python3 - "$D/state_00000002_00000.bin" <<'EOF'
+import struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+h = struct.unpack("<256i", d[:1024])
+n = (len(d) - 1024) // 4 // (3 if h[15] else 2)
+d[1024 + 4 * (n + 7):1024 + 4 * (n + 8)] = struct.pack("<f", float("inf"))   # v[7]
+open(sys.argv[1], "wb").write(d)
+EOF
+expect_error "state_00000002_00000.bin' holds a non-finite value (inf) in its AdamW v at parameter 7" "a state file with an inf in AdamW v is refused on resume" -- \
+    $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1
 
 # ---------------------------------------------------------------- 2. hostile strings in flags, prompt and samples
 HOSTILE=$'q"b\\s \x01\x1b[2J\x07\r\x08 \xff\xfe \xc3\x28 \xed\xa0\x80 caf\xc3\xa9 \xf0\x9f\xa4\x97 end'
