@@ -66,6 +66,7 @@ typedef struct {
     float weight_decay, beta1, beta2, eps, grad_clip;
     int max_steps;
     int val_every, val_max_steps;
+    int val_tokens;            /* > 0: a validation budget of this many target tokens (replaces -m) */
     int sample_every, gen_tokens, top_k;
     float temperature;
     int checkpoint_every, checkpoints_keep, resume;
@@ -74,6 +75,7 @@ typedef struct {
     int log_every;
     int exit_after_steps;
     int shuffle;
+    int max_bad_steps;         /* consecutive skipped (non-finite) steps before the run stops */
     /* multi-process (llmc/comm.h) */
     const char* nccl_init;
     float comm_timeout;
@@ -116,6 +118,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->max_steps = 600;
     c->val_every = 50;
     c->val_max_steps = 20;
+    c->val_tokens = 0;
     c->sample_every = 100;
     c->gen_tokens = 64;
     c->top_k = 0;
@@ -131,6 +134,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->log_every = 1;
     c->exit_after_steps = 0;
     c->shuffle = 1;
+    c->max_bad_steps = 10;
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
@@ -181,6 +185,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("x", "max-steps", ARG_INT, max_steps, -1, NO_MAX, "optimizer steps to run; -1 = one epoch of the training data");
     SPEC("v", "val-every", ARG_INT, val_every, 0, NO_MAX, "validation loss every N steps (0 = only at the end)");
     SPEC("m", "val-max-steps", ARG_INT, val_max_steps, -1, NO_MAX, "validation windows (batches) per evaluation; -1 = all");
+    SPEC(NULL, "val-tokens", ARG_INT, val_tokens, 0, NO_MAX,
+         "validation budget in tokens: the first N/T sequences of the validation data, the same tokens for any -b, any "
+         "number of processes and any -t dividing N (replaces -m; a multiple of -t; 0 = use -m)");
     SPEC("s", "sample-every", ARG_INT, sample_every, 0, NO_MAX, "print a sample every N steps (0 = only at the end)");
     SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
     SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
@@ -220,6 +227,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
+    SPEC(NULL, "max-bad-steps", ARG_INT, max_bad_steps, 1, NO_MAX,
+         "stop with an error after N consecutive steps whose loss or gradient norm is not finite (each is skipped, "
+         "never applied)");
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
@@ -258,6 +268,7 @@ typedef struct {
     BatchPipeline batches;     /* double-buffered uploads of the training batches */
     Tokenizer tokenizer;
     int has_tokenizer;
+    int sampling;              /* -g > 0 and a start token the model knows (setup_tokenizer) */
     LRScheduler scheduler;
     Logger logger;
     int grad_accum_steps;
@@ -266,6 +277,7 @@ typedef struct {
     uint64_t sample_rng;       /* xorshift state for sampling */
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
+    int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
 } TrainSession;
@@ -274,6 +286,15 @@ typedef struct {
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
 /* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
 static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
+
+/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
+ * launcher to end the job (so one line is printed, not one per process) */
+#define CONFIG_FATAL(s, ...)                                        \
+    do {                                                            \
+        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
+        comm_barrier(&(s)->world);                                  \
+        exit(EXIT_FAILURE);                                         \
+    } while (0)
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -306,15 +327,49 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-/* bubble: --pp > 1 on timed steps, over all stages, else -1; grad_sent: --grad-compress, this rank's gradient-reduction
+/* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
+ * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
  * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
-typedef struct { float loss, grad_norm, lr, bubble; double grad_sent, grad_fp32; } StepResult;
+typedef struct { float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32; } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
     if (grad_clip <= 0.0f) { return 1.0f; }
     float coef = grad_clip / (grad_norm + 1e-6f);
     return coef < 1.0f ? coef : 1.0f;
+}
+
+/* 1 when a step must not be applied: its global loss or gradient norm is NaN or infinite, or (FP16) a reduced
+ * gradient overflowed */
+static int step_is_bad(float loss, float grad_norm, int overflow) {
+    return overflow || !isfinite(loss) || !isfinite(grad_norm);
+}
+
+/* after step s->step (1-based, just counted): counts consecutive skipped steps; the first of a run of them is
+ * reported on rank 0 (one warning line on stdout, with the step lines) with what was not finite */
+static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) {
+    if (!r->skipped) { s->bad_steps = 0; return; }
+    s->bad_steps++;
+    if (is_rank0(s) && s->loss_scaling) {
+        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step, s->scaler.scale);
+    }
+    if (is_rank0(s) && s->bad_steps == 1) {
+        printf("warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
+                "(the run stops after --max-bad-steps %d such steps in a row)\n", s->step,
+                isfinite(r->loss) ? "finite" : (isnan(r->loss) ? "NaN" : "infinite"),
+                isfinite(r->grad_norm) ? "finite" : (isnan(r->grad_norm) ? "NaN" : "infinite"),
+                overflow ? " (a gradient overflowed the loss scale)" : "", s->step - 1, s->cfg.max_bad_steps);
+    }
+}
+
+/* after the step's line is logged: --max-bad-steps skipped steps in a row stop the run with one error line */
+static void stop_if_bad_steps(TrainSession* s) {
+    if (s->bad_steps >= s->cfg.max_bad_steps) {
+        CONFIG_FATAL(s, "steps %d to %d all had a non-finite loss or gradient norm and were skipped (--max-bad-steps "
+                     "%d); the weights stay those of step %d; lower -l (--learning-rate, now %g) or check the model "
+                     "and data", s->step - s->bad_steps + 1, s->step, s->cfg.max_bad_steps, s->step - s->bad_steps,
+                     (double)s->cfg.learning_rate);
+    }
 }
 
 /* the AdamW hyperparameters of the update after step `step` (0-based) */
@@ -373,16 +428,19 @@ static StepResult train_step(TrainSession* s) {
     r.grad_sent = (double)cs.bytes_sent;
     r.grad_fp32 = cs.fp32_ring_bytes;
     if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
-    int skip = s->loss_scaling && loss_scaler_update(&s->scaler, st.overflow); /* inf/NaN: halve the scale, skip */
+    /* one skip path for every build: a step whose loss or gradient norm is not finite (or, FP16, whose gradients
+     * overflowed) is never applied; the loss scaler halves its scale on the same verdict. The numbers are global
+     * (all-reduced), so every rank decides alike. */
+    r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
+    if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
-    if (!skip) {
+    if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
-    } else if (is_rank0(s)) {
-        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
     }
     s->step++;
+    report_bad_step(s, &r, st.overflow);
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
@@ -455,7 +513,10 @@ static void write_checkpoint(TrainSession* s) {
     if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
-        checkpoint_write_done(dir, s->step);
+        ArgSpec specs[MAX_SPECS];
+        char* flags = args_flag_lines(specs, train_config_specs(&s->cfg, specs)); /* compared on resume */
+        checkpoint_write_done(dir, s->step, flags);
+        free(flags);
         printf("checkpoint: wrote step %d to %s\n", s->step, dir);
         checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->world.world);
     }
@@ -527,6 +588,91 @@ static void resume_residuals(TrainSession* s, int resume_step) {
     }
 }
 
+/* The flags a resume may change, each with the reason; every other flag must have the value the checkpoint was
+ * written with (resume_check_flags), because it changes the data order or the training trajectory. A flag added
+ * later is refused on resume until it is listed here with its reason. */
+static const char* const RESUME_MAY_CHANGE[][2] = {
+    {"train-data", "the shards are compared by content (names, sizes, first and last tokens), so they may move"},
+    {"val-data", "validation only reads the weights"},
+    {"model", "the weights come from the checkpoint; the model's shape is compared with it separately"},
+    {"output-dir", "the checkpoint directory itself, which may move"},
+    {"tokenizer", "samples only"},
+    {"batch-size", "checked with -t and -d as tokens per step (the processes may change, re-sharded)"},
+    {"seq-len", "checked with -b and -d as tokens per step"},
+    {"total-batch-size", "checked with -b and -t as tokens per step"},
+    {"max-steps", "the run's length: raise it to train further (the learning rate schedule then spans the new length)"},
+    {"val-every", "validation only"}, {"val-max-steps", "validation only"}, {"val-tokens", "validation only"},
+    {"sample-every", "samples only (their RNG is separate from training)"}, {"gen-tokens", "samples only"},
+    {"temperature", "samples only"}, {"top-k", "samples only"}, {"prompt", "samples only"},
+    {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
+    {"resume", "this very choice"},
+    {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
+    {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
+    {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
+    {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
+    {"dry-run", "exits before training"},
+    {"recompute", "memory only: recomputed activations are the same"},
+    {"gelu-fusion", "a kernel choice: the same function"},
+    {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
+    {"exit-after-steps", "when this run stops"},
+    {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
+    {"comm-stats", "printing only"}, {"cuda-graphs", "replays the same kernels"},
+    {"grad-compress", "how gradients are exchanged: the error-feedback residuals are restored, start at zero or are "
+                      "dropped, said in one line (another process count with residuals is refused)"},
+    {"grad-compress-round", "the INT8 rounding of the gradient exchange"},
+    {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
+};
+
+/* the reason flag `name` may change on resume, or NULL (it must not) */
+static const char* resume_may_change(const char* name) {
+    for (size_t i = 0; i < sizeof(RESUME_MAY_CHANGE) / sizeof(RESUME_MAY_CHANGE[0]); i++) {
+        if (strcmp(RESUME_MAY_CHANGE[i][0], name) == 0) { return RESUME_MAY_CHANGE[i][1]; }
+    }
+    return NULL;
+}
+
+/* Refuses, with one line naming the flag and both values, a resume from checkpoint resume_step whose recorded
+ * flags (its DONE marker) differ from this run's in a flag not on RESUME_MAY_CHANGE. A flag the checkpoint has no
+ * record of (written before it existed) must have its default. A checkpoint without any record (an earlier
+ * version) is resumed with the checks of the training state only, said in one line. Every process reads the same
+ * marker: FATAL_ALL. */
+static void resume_check_flags(TrainSession* s, int resume_step) {
+    char* done = checkpoint_read_done(s->cfg.output_dir, resume_step);
+    ArgSpec specs[MAX_SPECS], defaults_specs[MAX_SPECS];
+    TrainConfig defaults;
+    train_config_defaults(&defaults);
+    int n = train_config_specs(&s->cfg, specs);
+    train_config_specs(&defaults, defaults_specs);
+    size_t dummy;
+    if (checkpoint_flag_value(done, "seed", &dummy) == NULL) {
+        if (is_rank0(s)) {
+            printf("resume: checkpoint step %d has no record of its flags (an earlier version); only its seed, data, "
+                   "model and batch are compared\n", resume_step);
+        }
+        free(done);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (resume_may_change(specs[i].long_name)) { continue; }
+        char *ours = NULL, *dflt = NULL;
+        size_t ol = 0, oc = 0, dl = 0, dc = 0, len = 0;
+        args_buf_append_value_json(&ours, &ol, &oc, &specs[i]);
+        args_buf_append_value_json(&dflt, &dl, &dc, &defaults_specs[i]);
+        const char* theirs = checkpoint_flag_value(done, specs[i].long_name, &len);
+        if (theirs == NULL) { theirs = dflt; len = dl; }
+        if (len != ol || memcmp(theirs, ours, len) != 0) {
+            FATAL_ALL("cannot resume from '%s': checkpoint step %d was trained with --%s %.*s but this run has %s, which "
+                      "changes the training; resume with the checkpoint's value (the flags a resume may change are "
+                      "listed in README, \"Checkpoints\")", s->cfg.output_dir, resume_step,
+                      specs[i].long_name, (int)(len > 200 ? 200 : len), theirs,
+                      ol > 200 ? "another value" : ours);
+        }
+        free(ours);
+        free(dflt);
+    }
+    free(done);
+}
+
 /* continues from checkpoint resume_step: the weights, then this rank's optimizer shard (re-sharded from
  * reshard_from old processes when > 0), data position, step, sampling RNG and loss scale */
 static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard_from) {
@@ -542,6 +688,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
               mc->vocab_size, mc->max_seq_len);
     }
+    resume_check_flags(s, resume_step); /* the flags that must not change */
     gpt2_load_weights(&s->model, path);
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
@@ -573,28 +720,53 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
 
 /* ---------------------------------------------------------------- evaluation and sampling */
 
-/* mean validation loss over the first val_max_steps windows of the validation shards (unshuffled);
- * window k is evaluated by rank k % world, so the value does not depend on the number of ranks. */
-static float validate(TrainSession* s) {
+/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding) of the validation
+ * loader's batch (inputs/targets on the host), forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
+static double val_batch_loss_sum(TrainSession* s, int rows) {
     GPT2* m = &s->model;
     DataLoader* vl = &s->val_loader;
-    size_t windows = dataloader_windows_per_epoch(vl);
-    if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
     int B = s->cfg.B, T = s->cfg.T;
+    if (s->pp->world > 1) { return pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion, rows); }
+    dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
+    dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
+    gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+    dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < rows * T; i++) { sum += m->host_losses[i]; }
+    return sum;
+}
+
+/* Mean validation loss (unshuffled validation data), every rank's sums all-reduced, so the value does not depend
+ * on the number of processes:
+ *   --val-tokens N > 0: the first N/T sequences of T+1 tokens of the validation shards (dataloader_sequences:
+ *     numbered independently of B and of the processes), sequence j on data-parallel rank j % world, B at a time
+ *     (a last partial batch padded, the padding's losses not counted). The same N target tokens for any B, any
+ *     number of processes and any T dividing N.
+ *   else -m: the first val_max_steps windows of B*T+1 tokens (all with -1), window k on rank k % world. */
+static float validate(TrainSession* s) {
+    DataLoader* vl = &s->val_loader;
+    int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
     double sum = 0.0;
     size_t count = 0;
-    for (size_t k = (size_t)s->dp->rank; k < windows; k += (size_t)s->dp->world) {
-        dataloader_load_window(vl, k);
-        count += (size_t)B * T;
-        if (s->pp->world > 1) { /* every stage runs the window; the loss sum is the last stage's */
-            sum += pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion);
-            continue;
+    if (s->cfg.val_tokens > 0) {
+        size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
+        size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
+        for (size_t k0 = 0; k0 < mine; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
+            int rows = mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+            for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
+                dataloader_load_sequence(vl, (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+            }
+            sum += val_batch_loss_sum(s, rows);
+            count += (size_t)rows * T;
         }
-        dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
-        dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
-        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
-        for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
+    } else {
+        size_t windows = dataloader_windows_per_epoch(vl);
+        if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
+        for (size_t k = (size_t)rank; k < windows; k += (size_t)world) {
+            dataloader_load_window(vl, k);
+            sum += val_batch_loss_sum(s, B);
+            count += (size_t)B * T;
+        }
     }
     double red[2] = {sum, (double)count};
     comm_all_reduce_host_f64(s->dp, red, 2);
@@ -606,7 +778,8 @@ static float validate(TrainSession* s) {
  * ranks of its tensor-parallel group run the same forwards */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
-                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL};
+                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
+                        s->has_tokenizer ? s->tokenizer.eot_token : GPT2_EOT};
     if (s->pp->world > 1) { g.pp = s->pp; g.forward_logits = pipeline_sample_logits; g.forward_ctx = &s->pipe; }
     char* text = generate_text(&s->model, &g);
     if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
@@ -614,15 +787,6 @@ static void sample(TrainSession* s) {
 }
 
 /* ---------------------------------------------------------------- setup */
-
-/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
- * launcher to end the job (so one line is printed, not one per process) */
-#define CONFIG_FATAL(s, ...)                                        \
-    do {                                                            \
-        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
-        comm_barrier(&(s)->world);                                  \
-        exit(EXIT_FAILURE);                                         \
-    } while (0)
 
 /* validates flag combinations that the per-flag ranges cannot express; sets grad_accum_steps */
 static void check_config(TrainSession* s) {
@@ -642,6 +806,13 @@ static void check_config(TrainSession* s) {
     s->grad_accum_steps = (int)(total / tokens_per_micro);
     if (c->max_steps == 0) {
         CONFIG_FATAL(s, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+    }
+    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
+        CONFIG_FATAL(s, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use --val-tokens "
+                     "%d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
+    }
+    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
+        CONFIG_FATAL(s, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
     }
     if (c->val_max_steps == 0) {
         CONFIG_FATAL(s, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
@@ -776,6 +947,64 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     }
 }
 
+/* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
+ * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach */
+static void warn_if_warmup_covers_run(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    if (!is_rank0(s) || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
+    float top = 0.0f;
+    for (int k = 0; k < s->max_steps; k++) {
+        float lr = lr_scheduler_get(&s->scheduler, k);
+        if (lr > top) { top = lr; }
+    }
+    fprintf(stderr, "warning: flag -u (--warmup-steps) is %d but the run has %d steps: the learning rate only warms up "
+            "(%s schedule never decays) and reaches %.3g, %.0f%% of the peak -l %.3g; use -u below %d\n",
+            cfg->warmup_steps, s->max_steps, cfg->lr_schedule, (double)top, 100.0 * top / cfg->learning_rate,
+            (double)cfg->learning_rate, s->max_steps);
+}
+
+/* the tokenizer (--tokenizer) and whether samples can be drawn: a damaged tokenizer file stops the run (its one
+ * error line printed by tokenizer_init); a tokenizer whose vocabulary differs from the model's is an error when
+ * given with --tokenizer, and turns samples off with one warning when it is the default one; without a
+ * tokenizer, samples (token ids) start from GPT-2's <|endoftext|> only for a model of GPT-2's vocabulary. So no
+ * token id >= V ever reaches the model. */
+static void setup_tokenizer(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    int V = s->model.config.vocab_size;
+    int loaded = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    if (loaded < 0) {
+        if (!is_rank0(s)) { comm_barrier(&s->world); }
+        exit(EXIT_FAILURE);
+    }
+    s->has_tokenizer = loaded;
+    s->sampling = cfg->gen_tokens > 0;
+    char abs[2048];
+    absolute_path(cfg->tokenizer_path, abs, sizeof(abs));
+    if (loaded && (int)s->tokenizer.vocab_size != V) {
+        TrainConfig defaults;
+        train_config_defaults(&defaults);
+        if (strcmp(cfg->tokenizer_path, defaults.tokenizer_path) != 0) {
+            CONFIG_FATAL(s, "tokenizer '%s' (--tokenizer) has %u tokens but the model has a vocabulary of %d; pass "
+                         "the tokenizer of this model's data", abs, s->tokenizer.vocab_size, V);
+        }
+        if (s->sampling && is_rank0(s)) {
+            fprintf(stderr, "warning: the default tokenizer '%s' has %u tokens but the model has a vocabulary of %d; "
+                    "samples are off (pass this model's tokenizer with --tokenizer)\n", abs,
+                    s->tokenizer.vocab_size, V);
+        }
+        tokenizer_free(&s->tokenizer);
+        s->has_tokenizer = 0;
+        s->sampling = 0;
+    }
+    if (!s->has_tokenizer && V != GPT2_VOCAB_SIZE && s->sampling) {
+        if (is_rank0(s)) {
+            fprintf(stderr, "warning: no tokenizer for the model's vocabulary of %d tokens, so no start token is "
+                    "known: samples are off (pass this model's tokenizer with --tokenizer)\n", V);
+        }
+        s->sampling = 0;
+    }
+}
+
 /* training and validation loaders (this rank's windows of every batch), tokenizer, steps and lr schedule */
 static void setup_data(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
@@ -788,8 +1017,14 @@ static void setup_data(TrainSession* s) {
     if (s->has_val) {
         dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
         dataloader_set_vocab_limit(&s->val_loader, V);
+        size_t have = dataloader_sequences(&s->val_loader);
+        if (cfg->val_tokens > 0 && (size_t)(cfg->val_tokens / cfg->T) > have) {
+            CONFIG_FATAL(s, "flag --val-tokens is %d (%d sequences of -t %d), but the validation data '%s' holds only "
+                         "%zu such sequences (%zu tokens)", cfg->val_tokens, cfg->val_tokens / cfg->T, cfg->T,
+                         cfg->val_data, have, have * (size_t)cfg->T);
+        }
     }
-    s->has_tokenizer = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    setup_tokenizer(s);
     s->max_steps = cfg->max_steps;
     if (s->max_steps == -1) {
         size_t per_step = (size_t)s->grad_accum_steps * s->dp->world;
@@ -836,7 +1071,11 @@ static void session_init(TrainSession* s) {
         /* lines logged after the checkpoint by the interrupted run are dropped, so the log has no duplicates */
         char logpath[1024];
         snprintf(logpath, sizeof(logpath), "%s/log.jsonl", cfg->output_dir);
-        if (file_exists(logpath)) { logger_truncate_after_step(logpath, resume_step); }
+        int dropped = file_exists(logpath) ? logger_truncate_after_step(logpath, resume_step) : 0;
+        if (dropped > 0) {
+            printf("resume: %d line%s of %s logged after checkpoint step %d %s dropped (this run logs those steps "
+                   "again)\n", dropped, dropped == 1 ? "" : "s", logpath, resume_step, dropped == 1 ? "was" : "were");
+        }
     }
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }
@@ -871,6 +1110,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
                s->grad_accum_steps);
     }
     printf("+-----------------------+------------------------------------------------\n");
+    warn_if_warmup_covers_run(s);
     if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
     zero_print_ledger(&s->zero);
     if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
@@ -880,13 +1120,14 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
            vd, no, vo);
     char* json = args_config_json(specs, n_specs);
-    size_t cap = strlen(json) + 512;
-    char* fields = (char*)malloc_check(cap, "config json");
-    snprintf(fields, cap, "%s,\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
-             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters_full, s->world.world,
-             s->grad_accum_steps, PRECISION_NAME, backend_device_name(), s->max_steps);
-    logger_log(&s->logger, "config", s->step, fields);
-    free(fields);
+    size_t len = strlen(json), cap = len + 1;
+    char more[256];
+    snprintf(more, sizeof(more), ",\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
+             "\"max_steps_resolved\":%d,\"device\":", s->model.num_parameters_full, s->world.world,
+             s->grad_accum_steps, PRECISION_NAME, s->max_steps);
+    args_buf_append(&json, &len, &cap, more, strlen(more));
+    args_buf_append_json_string(&json, &len, &cap, backend_device_name()); /* escaped like every string */
+    logger_log(&s->logger, "config", s->step, json);
     free(json);
 }
 
@@ -923,6 +1164,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
                    r->grad_fp32 / 1e6);
         }
+        if (r->skipped) { printf(" | skipped (not finite)"); }
         printf(" | %s elapsed | eta %s", elapsed, eta);
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
         size_t free_b, total_b;
@@ -932,23 +1174,27 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         printf("\n");
         fflush(stdout);
     }
-    char fields[512];
+    /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
+    char fields[512], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
+             logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
+             logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
+             logger_json_number(tok, sizeof(tok), tok_s));
+    size_t len = strlen(fields);
     if (mfu >= 0) {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s, mfu);
-    } else {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s);
+        snprintf(fields + len, sizeof(fields) - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
+        len = strlen(fields);
     }
     if (r->bubble >= 0) {
-        size_t len = strlen(fields);
-        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%.4f", r->bubble);
+        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
+        len = strlen(fields);
     }
     if (r->grad_fp32 > 0) {
-        size_t len = strlen(fields);
         snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
+        len = strlen(fields);
     }
+    if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);
 }
 
@@ -960,11 +1206,11 @@ static float evaluate_if_due(TrainSession* s, int last) {
     if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
         vl = validate(s);
         if (is_rank0(s)) { printf("val loss %.6f (step %d)\n", vl, s->step); }
-        char fields[128];
-        snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
+        char fields[128], num[32];
+        snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (cfg->gen_tokens > 0 && in_first_tp_group(s) &&
+    if (s->sampling && in_first_tp_group(s) &&
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
@@ -999,18 +1245,31 @@ static void train(TrainSession* s) {
         double tok_s = tokens_per_step / (ms / 1000.0);
         progress_step_done(&pg, wall_seconds());
         log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak), &pg);
+        stop_if_bad_steps(s);                                        /* --max-bad-steps skipped in a row */
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
         }
         int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {
-            write_checkpoint(s);                                     /* model, every rank's state, DONE */
+            if (s->bad_steps == 0) {
+                write_checkpoint(s);                                 /* model, every rank's state, DONE */
+            } else if (is_rank0(s)) {
+                printf("checkpoint: not written at step %d: its last %d step%s skipped as not finite\n", s->step,
+                       s->bad_steps, s->bad_steps == 1 ? " was" : "s were");
+            }
         }
+        if (exiting && s->bad_steps > 0) { break; } /* no checkpoint was written: the error below says so */
         if (exiting) {
             if (is_rank0(s)) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
             return;
         }
+    }
+    if (s->bad_steps > 0) {
+        CONFIG_FATAL(s, "the last %d step%s (to step %d) had a non-finite loss or gradient norm and %s skipped; no "
+                     "checkpoint of it was written; lower -l (--learning-rate, now %g) or check the model and data",
+                     s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
+                     (double)cfg->learning_rate);
     }
     if (is_rank0(s) && train_seconds > 0) {
         char wall[32], best[64] = "no validation";

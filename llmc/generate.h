@@ -2,7 +2,10 @@
  * llmc/generate.h -- autoregressive text generation from a GPT2 model (the trainer's samples): the prompt
  * encoded with the GPT-2 tokenizer (or <|endoftext|>), one forward per new token at batch 1 over the last T
  * tokens (context crop), the next token drawn from the last row's logits with temperature and top-k
- * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter).
+ * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter; control characters
+ * escaped on the terminal by fwrite_terminal_safe, llmc/utils.h, while the returned text keeps the exact bytes).
+ * The start token (and the padding) is g->eot, the tokenizer's end-of-text id; the caller makes sure the
+ * tokenizer and the model have the same vocabulary, and every id fed to the model is checked to be < V.
  *
  * Shapes and dtypes: tokens int32, at most the model's T per forward; logits fp32 (Vp) on the host, of which
  * the first V are sampled. Under tensor parallelism every rank of the tensor-parallel group runs the same
@@ -41,6 +44,7 @@ typedef struct {
      * (pipeline parallelism, llmc/pipeline_model.h) */
     void (*forward_logits)(void* ctx, const int* host_tokens, int T, int row, float* host_logits);
     void* forward_ctx;
+    int eot;                     /* the end-of-text id (the tokenizer's; GPT2_EOT for the GPT-2 vocabulary) */
 } GenerateConfig;
 
 /* prompt tokens: the encoded prompt, or <|endoftext|>; returns the count, *tokens has room for gen_tokens more */
@@ -61,7 +65,13 @@ static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** 
     } else if (g->prompt[0] != '\0' && g->printing) {
         printf("(no tokenizer: the prompt is ignored)\n");
     }
-    if (n == 0) { (*tokens)[n++] = GPT2_EOT; }
+    if (n == 0) { (*tokens)[n++] = g->eot; }
+    for (int i = 0; i < n; i++) { /* never reached with a matching tokenizer: the model must not read past wte */
+        if ((*tokens)[i] < 0 || (*tokens)[i] >= m->config.vocab_size) {
+            FATAL("sample: token id %d of the prompt is outside the model's vocabulary of %d tokens (the tokenizer "
+                  "does not belong to this model; pass its own with --tokenizer)", (*tokens)[i], m->config.vocab_size);
+        }
+    }
     return n;
 }
 
@@ -72,7 +82,7 @@ static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* 
     int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
     if (g->forward_logits) {
         int* host = (int*)malloc_check((size_t)fwd * sizeof(int), "sample window");
-        for (int i = 0; i < fwd; i++) { host[i] = i < len ? tokens[n - len + i] : GPT2_EOT; }
+        for (int i = 0; i < fwd; i++) { host[i] = i < len ? tokens[n - len + i] : g->eot; }
         g->forward_logits(g->forward_ctx, host, fwd, len - 1, host_logits);
         free(host);
         return;
@@ -80,7 +90,7 @@ static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* 
     dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
     if (fwd > len) {
         int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
-        for (int i = 0; i < fwd - len; i++) { pad[i] = GPT2_EOT; }
+        for (int i = 0; i < fwd - len; i++) { pad[i] = g->eot; }
         dev_memcpy_h2d(m->inputs + len, pad, (size_t)(fwd - len) * sizeof(int));
         free(pad);
     }
@@ -107,7 +117,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
     char chunk[TOKEN_PRINTER_MAX_OUT];
     if (g->printing) {
         printf("sample (%s): ", g->prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
-        if (g->tokenizer && g->prompt[0]) { printf("%s", g->prompt); }
+        if (g->tokenizer && g->prompt[0]) { fwrite_terminal_safe(stdout, g->prompt, strlen(g->prompt)); }
     }
     for (int generated = 0; generated < g->gen_tokens; generated++) {
         generate_logits(m, g, tokens, n, logits);
@@ -121,7 +131,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
         if (!g->printing) { continue; }
         if (g->tokenizer) {
             size_t k = token_printer_feed(&printer, g->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
-            fwrite(chunk, 1, k, stdout);
+            fwrite_terminal_safe(stdout, chunk, k);
             generate_text_append(text, &text_len, chunk, k);
         } else {
             printf("%d ", next);
@@ -130,7 +140,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
     }
     if (g->printing && g->tokenizer) {
         size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
-        fwrite(chunk, 1, k, stdout);
+        fwrite_terminal_safe(stdout, chunk, k);
         generate_text_append(text, &text_len, chunk, k);
     }
     if (g->printing) { printf("\n"); }

@@ -450,10 +450,10 @@ static inline int pipeline_check_step(const PipelineFlags* f, int m, long long t
 }
 
 /* Loads one (B,T) window (host tokens) into the pipeline's token store and runs it forward through the pipeline
- * with targets; returns the sum of the B*T per-token losses on the stage with the head (0 elsewhere). Collective
- * over the pp group (and tp). */
+ * with targets; returns the sum of the per-token losses of its first `rows` rows (rows*T values; rows <= B, the
+ * others are padding) on the stage with the head (0 elsewhere). Collective over the pp group (and tp). */
 static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inputs, const int* host_targets,
-                                              int gelu_fusion) {
+                                              int gelu_fusion, int rows) {
     size_t BT = (size_t)pl->B * pl->T;
     dev_memcpy_h2d(pl->tokens, host_inputs, BT * sizeof(int));
     dev_memcpy_h2d(pl->tokens + BT, host_targets, BT * sizeof(int));
@@ -463,7 +463,7 @@ static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inpu
     gpt2_use_slot(head, 0);
     dev_memcpy_d2h(head->host_losses, head->acts.t[A_LOSSES], BT * sizeof(float));
     double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) { sum += head->host_losses[i]; }
+    for (size_t i = 0; i < (size_t)rows * pl->T; i++) { sum += head->host_losses[i]; }
     return sum;
 }
 
