@@ -870,6 +870,36 @@ static void session_init(TrainSession* s) {
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }
 
+/* the layout of this process as the ledger (llmc/ledger.h) describes it */
+static LedgerLayout session_ledger_layout(const TrainSession* s) {
+    LedgerLayout l;
+    memset(&l, 0, sizeof(l));
+    l.cfg = s->model.config; l.B = s->cfg.B; l.T = s->cfg.T; l.m = s->grad_accum_steps;
+    l.tp = s->tp->world; l.sp = s->cfg.sequence_parallel && s->tp->world > 1; l.pp = s->pp->world;
+    l.v = s->pp->world > 1 ? s->cfg.pp_virtual : 1;
+    pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
+    l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
+    l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
+    l.pb = (int)sizeof(floatX); l.master = s->zero.opt.master != NULL;
+    return l;
+}
+
+/* one line: the ledger's bytes for this process's stage beside what the session allocated (they must be equal;
+ * dev/test/cli_plan.sh checks it for every layout the multi-process tests run) */
+static void print_ledger_check(const TrainSession* s) {
+    LedgerLayout l = session_ledger_layout(s);
+    LedgerRank r = ledger_rank(&l, s->pp->rank);
+    size_t range = s->zero.own_end - s->zero.own_start;
+    size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
+                     2 * range * 4, s->model.acts_bytes_held};
+    size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
+    int same = memcmp(got, want, sizeof(got)) == 0;
+    printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
+           "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
+           want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
+    fflush(stdout);
+}
+
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     const GPT2Config* c = &s->model.config;
     if (!is_rank0(s)) { return; } /* only rank 0 prints and logs */
@@ -1093,6 +1123,7 @@ int main(int argc, char** argv) {
     }
     session_init(s);
     print_header(s, specs, n_specs);
+    if (s->dp->rank == 0 && s->tp->rank == 0) { print_ledger_check(s); } /* one line per pipeline stage */
     if (!s->cfg.dry_run) { train(s); }
     session_free(s);
     free(s);
