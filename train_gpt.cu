@@ -1060,21 +1060,12 @@ static void train(TrainSession* s) {
 static int plan_main(const TrainConfig* cfg) {
     GPT2Config mc = model_config(cfg);
     if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
-    PlanCluster cl;
-    memset(&cl, 0, sizeof(cl));
     const PlanDevice* dev = plan_device_find(cfg->plan_device);
     if (!dev) { FATAL("flag --device is '%s'; expected h100, h200, a100-80gb or b200", cfg->plan_device); }
-    cl.dev = *dev;
+    PlanCluster cl = plan_cluster(dev, cfg->gpus, cfg->gpus_per_node, cfg->gemm_eff, "bf16");
     if (cfg->plan_mem_gb > 0) { cl.dev.mem_gb = cfg->plan_mem_gb; }
     if (cfg->plan_nvlink_gbs > 0) { cl.dev.nvlink_gbs = cfg->plan_nvlink_gbs; }
     if (cfg->plan_net_gbs > 0) { cl.dev.net_gbs = cfg->plan_net_gbs; }
-    cl.peak_tflops = device_peak_tflops(dev->mfu_name, FLOATX_IS_FLOAT ? "bf16" : PRECISION_NAME);
-    cl.gemm_eff = cfg->gemm_eff;
-    cl.nvlink_lat_us = PLAN_NVLINK_LAT_US;
-    cl.net_lat_us = PLAN_NET_LAT_US;
-    cl.mem_reserve = PLAN_MEM_RESERVE;
-    cl.gpus = cfg->gpus;
-    cl.gpus_per_node = cfg->gpus_per_node;
     LedgerLayout l;
     memset(&l, 0, sizeof(l));
     l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;

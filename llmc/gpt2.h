@@ -131,7 +131,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
 /* returns 1 and fills cfg if `name` is a descriptor like "d12" or a valid custom shape (gpt2_config_from_shape);
  * 0 (cfg untouched) otherwise */
 static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name) {
-    char err[8];
+    char err[512];
     if (gpt2_config_from_shape(cfg, name, err, sizeof(err)) == 1) { return 1; }
     for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
         if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
