@@ -93,6 +93,7 @@ typedef struct {
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
+    const char* plan_precision;
     float gemm_eff, plan_mem_gb, plan_nvlink_gbs, plan_net_gbs;
 } TrainConfig;
 
@@ -145,6 +146,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->gpus = 8;
     c->gpus_per_node = 8;
     c->plan_device = "h100";
+    c->plan_precision = "bf16";
     c->gemm_eff = PLAN_DEFAULT_GEMM_EFF;
     c->sequence_parallel = 0;
     c->pp = 1;
@@ -235,6 +237,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
     SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
     SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
+    SPEC(NULL, "plan-precision", ARG_STRING, plan_precision, NO_MIN, NO_MAX, "--plan: bf16 (2-byte parameters and "
+         "gradients, fp32 master weights, the bf16 tensor-core peak) or fp32 (4-byte, no master copy, the TF32 peak)");
     SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (theory: not implemented "
          "by the trainer)");
     SPEC(NULL, "gemm-eff", ARG_FLOAT, gemm_eff, 0.01, 1, "--plan: achieved share of the tensor-core peak in the matmuls");
@@ -1062,7 +1066,11 @@ static int plan_main(const TrainConfig* cfg) {
     if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
     const PlanDevice* dev = plan_device_find(cfg->plan_device);
     if (!dev) { FATAL("flag --device is '%s'; expected h100, h200, a100-80gb or b200", cfg->plan_device); }
-    PlanCluster cl = plan_cluster(dev, cfg->gpus, cfg->gpus_per_node, cfg->gemm_eff, "bf16");
+    int fp32 = strcmp(cfg->plan_precision, "fp32") == 0;
+    if (!fp32 && strcmp(cfg->plan_precision, "bf16") != 0) {
+        FATAL("flag --plan-precision is '%s'; expected bf16 or fp32", cfg->plan_precision);
+    }
+    PlanCluster cl = plan_cluster(dev, cfg->gpus, cfg->gpus_per_node, cfg->gemm_eff, fp32 ? "tf32" : "bf16");
     if (cfg->plan_mem_gb > 0) { cl.dev.mem_gb = cfg->plan_mem_gb; }
     if (cfg->plan_nvlink_gbs > 0) { cl.dev.nvlink_gbs = cfg->plan_nvlink_gbs; }
     if (cfg->plan_net_gbs > 0) { cl.dev.net_gbs = cfg->plan_net_gbs; }
@@ -1070,7 +1078,7 @@ static int plan_main(const TrainConfig* cfg) {
     memset(&l, 0, sizeof(l));
     l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
     l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.offload = cfg->offload;
-    l.pb = 2; l.master = 1; /* the GPUs train in bf16 with fp32 master weights */
+    l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
     if (!pipe_schedule_from_name(cfg->pp_schedule, &l.sched)) {
         FATAL("flag --pp-schedule is '%s'; expected gpipe, 1f1b or interleaved", cfg->pp_schedule);
     }

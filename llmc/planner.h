@@ -136,7 +136,8 @@ typedef struct {
     int fits;
     double model_flops, exec_flops, tokens;
     double t_compute, t_tp, t_pp, t_dp, t_opt, bubble, t_step, tok_s, mfu;
-    double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume) */
+    double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume; dp: of the padded buffer
+                               * dp x S, as the trainer's ring sends; the loss and gradient-norm scalars are not counted) */
     int tp_net, pp_net, dp_net; /* 1 = over the network */
     const char* limit;
 } PlanResult;
@@ -180,7 +181,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     /* dp */
     r.dp_net = G > gpn; /* dp is the slowest index: its group spans nodes as soon as the job does */
     double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double P = (double)r.mem.P * pb, t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
+    double P = (double)r.mem.S * l->dp * pb, t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
     double t_reduce = l->zero == 0 ? plan_allreduce(P, l->dp, dbw, dlat) : plan_ring_half(P, l->dp, dbw, dlat);
     double t_gather = l->zero >= 1 ? plan_ring_half(P, l->dp, dbw, dlat) : 0.0;
     double reduces = l->zero >= 2 ? l->m : 1;
@@ -226,12 +227,18 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
            m->acts_slot / GB, m->buffers / GB, r->mem_bytes / GB, r->mem_avail / GB, r->fits ? "fits" : "DOES NOT FIT");
+    for (int st = 0; st < l->pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
+        LedgerRank q = ledger_rank(l, st);
+        printf("plan stage %d bytes per GPU: parameters %zu | gradients %zu | master %zu | AdamW m+v %zu | activations "
+               "%zu\n", st, q.params, q.grads, q.master, q.moments, q.acts);
+    }
     if (m->host) { printf("plan memory: offloaded optimizer state %.3f GB in host memory per GPU\n", m->host / GB); }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
            ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
+    printf("plan comm bytes per step per GPU (sent, ring): tp %.0f | pp %.0f | dp %.0f\n", r->b_tp, r->b_pp, r->b_dp);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);
