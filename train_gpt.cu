@@ -1079,9 +1079,12 @@ static int plan_main(const TrainConfig* cfg) {
     l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
     l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.offload = cfg->offload;
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
-    if (!pipe_schedule_from_name(cfg->pp_schedule, &l.sched)) {
-        FATAL("flag --pp-schedule is '%s'; expected gpipe, 1f1b or interleaved", cfg->pp_schedule);
-    }
+    PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
+    int layers[64] = {0};
+    char err[512];
+    if (pipeline_check_layout(&pf, &mc, layers, err, sizeof(err))) { FATAL("%s", err); }
+    pipe_schedule_from_name(cfg->pp_schedule, &l.sched);
+    l.pp_layers = layers[0] ? layers : NULL;
     long long per = (long long)cfg->B * cfg->T;
     long long tokens = cfg->total_batch_size > 0 ? cfg->total_batch_size : per * (cfg->gpus / (cfg->tp * cfg->pp));
     if (cfg->plan_search) {
@@ -1100,7 +1103,6 @@ static int plan_main(const TrainConfig* cfg) {
         FATAL("flag -d (--total-batch-size) is %lld, not a multiple of B*T*dp = %lld", tokens, per * l.dp);
     }
     l.m = (int)(tokens / (per * l.dp));
-    char err[200];
     if (ledger_check_layout(&l, err, sizeof(err))) { FATAL("--plan: the layout cannot be built: %s", err); }
     PlanResult r = plan_evaluate(&l, &cl);
     plan_print(&r, &cl);

@@ -136,8 +136,10 @@ typedef struct {
     int fits;
     double model_flops, exec_flops, tokens;
     double t_compute, t_tp, t_pp, t_dp, t_opt, bubble, t_step, tok_s, mfu;
-    double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume; dp: of the padded buffer
-                               * dp x S, as the trainer's ring sends; the loss and gradient-norm scalars are not counted) */
+    double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume; dp: the reductions of the
+                               * real P values and the all-gather of the padded dp x S, as the trainer's ring sends, plus its loss and gradient-norm exchange: one
+                               * fp64 ring all-reduce of 1 value for ZeRO-0, dp + 2 for the sharded stages (llmc/zero.h);
+                               * the mean over the dp ranks, whose chunks of that small vector differ) */
     int tp_net, pp_net, dp_net; /* 1 = over the network */
     const char* limit;
 } PlanResult;
@@ -187,8 +189,11 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double reduces = l->zero >= 2 ? l->m : 1;
     r.t_dp = reduces * fmax(0.0, t_reduce - t_bwd) + t_gather;
     if (l->zero == 3) { r.t_dp += l->m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
-    r.b_dp = l->dp > 1 ? (reduces + (l->zero >= 1) + (l->zero == 3 ? 2.0 * l->m : 0.0)) * (l->zero == 0 ? 2.0 : 1.0) *
-                         (l->dp - 1.0) / l->dp * P : 0.0;
+    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded dp x S */
+    double ring = (l->dp - 1.0) / l->dp, P_real = (double)r.mem.P * pb;
+    double grad_bytes = l->zero == 0 ? 2.0 * ring * P_real
+                                     : reduces * ring * P_real + (1.0 + (l->zero == 3 ? 2.0 * l->m : 0.0)) * ring * P;
+    r.b_dp = l->dp > 1 ? grad_bytes + 2.0 * ring * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
     /* optimizer: the owned range at HBM bandwidth */
     double range = l->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
     r.t_opt = l->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
@@ -238,7 +243,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
-    printf("plan comm bytes per step per GPU (sent, ring): tp %.0f | pp %.0f | dp %.0f\n", r->b_tp, r->b_pp, r->b_dp);
+    printf("plan comm bytes per step per GPU (sent, ring; mean over the group): tp %.0f | pp %.0f | dp %.2f\n", r->b_tp, r->b_pp, r->b_dp);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);
