@@ -12,8 +12,9 @@
  *   optimizer   AdamW reads and writes about 2 pb + pb + 24 bytes per owned parameter at HBM bandwidth.
  *   collectives ring: all-reduce 2(n-1)/n x bytes / bw + 2(n-1) x lat; reduce-scatter and all-gather half of it;
  *               tree all-reduce 2 x bytes / bw + 2 log2(n) x lat; the faster of the two is used (as NCCL chooses).
- *               bw is per direction per GPU; a group is on NVLink when it fits in a node (ranks are placed tp
- *               fastest, then pp, then dp), on the network otherwise.
+ *               bw is per direction per GPU; a group is on NVLink when it fits in a node (ranks are placed as the
+ *               trainer's process grid and Megatron-LM place them: tp fastest, then dp, then pp), on the network
+ *               otherwise (pp: when the pipeline spans nodes, its slowest link sets the pace).
  *     tp        4 all-reduces of B T C pb per layer per micro-batch (2 forward, 2 backward; 6 with full recompute;
  *               sequence parallel: reduce-scatter + all-gather, the same bytes), exposed 100% (on the critical path).
  *     pp        activation and gradient B T C pb (sequence parallel: / tp) per micro-batch per boundary; exposed:
@@ -173,7 +174,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     r.t_tp = tp_micro * l->m;
     r.b_tp = l->tp > 1 ? per_layer * layers * l->m * 2.0 * (l->tp - 1) / l->tp * btc : 0.0;
     /* pp */
-    r.pp_net = l->tp * l->pp > gpn;
+    r.pp_net = l->pp > 1 && G > gpn;
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
     double boundary = btc / (l->sp && l->tp > 1 ? l->tp : 1);
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
@@ -181,7 +182,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     r.b_pp = l->pp > 1 ? 2.0 * l->m * l->v * boundary : 0.0;
     r.bubble = l->pp > 1 ? pipe_bubble_theory(l->sched, l->pp, l->m, l->v) : 0.0;
     /* dp */
-    r.dp_net = G > gpn; /* dp is the slowest index: its group spans nodes as soon as the job does */
+    r.dp_net = l->tp * l->dp > gpn;
     double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
     double P = (double)r.mem.S * l->dp * pb, t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
     double t_reduce = l->zero == 0 ? plan_allreduce(P, l->dp, dbw, dlat) : plan_ring_half(P, l->dp, dbw, dlat);
