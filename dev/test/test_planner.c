@@ -44,6 +44,15 @@ static void check_state(char** f) {
     double want = atof(f[7]), tol = atof(f[8]);
     TEST_CHECK(fabs(got - want) <= tol, "%s: model state %.4f GB per GPU (published %s GB, tolerance %s) [%s]", f[1],
                got, f[7], f[8], f[9]);
+    if (atof(f[2]) == 70e9) { /* the full row beside it: a 70B GPT shape, B 1, T 2048, bf16 + fp32 master, 1f1b */
+        LedgerLayout l = base_layout("L80:C8192:NH64:T2048", 1, 2048);
+        l.tp = atoi(f[3]); l.pp = atoi(f[4]); l.dp = atoi(f[5]); l.zero = atoi(f[6]); l.m = l.pp;
+        LedgerRank r = ledger_worst(&l);
+        printf("# %s, full row for L80 C8192 NH64 (%.1fB parameters), B 1, T 2048: parameters %.1f + gradients %.1f + "
+               "master %.1f + m, v %.1f + activations %.1f (%d slots) + buffers %.1f = %.1f GB per GPU%s\n", f[1],
+               ledger_model_parameters(&l.cfg) / 1e9, r.params / 1e9, r.grads / 1e9, r.master / 1e9, r.moments / 1e9,
+               r.acts / 1e9, r.slots, r.buffers / 1e9, ledger_total(&r) / 1e9, l.zero == 3 ? " [ZeRO-3: theory]" : "");
+    }
 }
 
 static void check_ring(char** f) {
