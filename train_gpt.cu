@@ -1119,7 +1119,7 @@ int main(int argc, char** argv) {
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
     if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
-        FATAL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
+        FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
               s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
     }
     session_init(s);

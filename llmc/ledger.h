@@ -91,8 +91,11 @@ static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t c
 }
 
 /* the activation slots chunk k of stage s keeps (need, GPT2_MAX_CHUNKS ints): the schedule's peak per chunk, at
- * least 1; one table without pipelining. Uses the schedule generator when p*m*v is small enough to build cheaply,
- * otherwise pipe_peak_theory spread over the chunks (the generator's count for 1F1B and GPipe). */
+ * least 1; one table without pipelining. Uses the schedule generator (the trainer's count) when p*m*v <= 4096,
+ * otherwise the generator's count in closed form for 1F1B (min(m, p) on stage 0, min(m, p - s + 1) on stage s > 0:
+ * the peak min(m, p - s) plus a slot for a receive landing while a send still reads another; checked against the
+ * generator by dev/test/test_planner.c) and GPipe (m), and pipe_peak_theory spread over the chunks for the
+ * interleaved schedule (an estimate). */
 static inline void ledger_slots(const LedgerLayout* l, int s, int* need) {
     for (int k = 0; k < GPT2_MAX_CHUNKS; k++) { need[k] = 1; }
     if (l->pp <= 1) { return; }
@@ -101,6 +104,11 @@ static inline void ledger_slots(const LedgerLayout* l, int s, int* need) {
         pipe_slots_needed(&sc, s, need);
         pipe_schedule_free(&sc);
         for (int k = 0; k < l->v; k++) { if (need[k] < 1) { need[k] = 1; } }
+        return;
+    }
+    if (l->sched == PIPE_1F1B) { /* the generator's count: min(m, p) on stage 0, min(m, p - s + 1) after it */
+        int k = s == 0 ? l->pp : l->pp - s + 1;
+        need[0] = l->m < k ? l->m : k;
         return;
     }
     int peak = pipe_peak_theory(l->sched, l->pp, l->m, l->v, s);

@@ -170,6 +170,23 @@ static void check_ledger_rules(void) {
                "plus the slot a receive lands in while a send still reads one: pipe_slots_needed)", s0.slots, s1.slots);
     l.sched = PIPE_GPIPE;
     TEST_CHECK(ledger_rank(&l, 0).slots == 8, "gpipe, m 8: all 8 micro-batches' activations live at once");
+    /* above p*m*v = 4096 the ledger uses its closed form for 1F1B: it must equal the generator's count */
+    int bad = 0, cases = 0;
+    for (int p = 2; p <= 16; p *= 2) {
+        LedgerLayout big = l;
+        big.pp = p; big.m = 8192 / p; big.sched = PIPE_1F1B;
+        PipeSchedule sc = pipe_schedule_build(PIPE_1F1B, p, big.m, 1);
+        for (int s = 0; s < p; s++) {
+            int need[GPT2_MAX_CHUNKS], mine[GPT2_MAX_CHUNKS];
+            pipe_slots_needed(&sc, s, need);
+            ledger_slots(&big, s, mine);
+            bad += need[0] != mine[0];
+            cases++;
+        }
+        pipe_schedule_free(&sc);
+    }
+    TEST_CHECK(bad == 0, "1f1b with p x m = 8192 (the ledger's closed form): the generator's slot count on %d of %d "
+               "stages, p 2..16", cases - bad, cases);
 }
 
 int main(void) {
