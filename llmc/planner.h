@@ -17,7 +17,8 @@
  *               otherwise (pp: when the pipeline spans nodes, its slowest link sets the pace).
  *     tp        4 all-reduces of B T C pb per layer per micro-batch (2 forward, 2 backward; 6 with full recompute;
  *               sequence parallel: reduce-scatter + all-gather, the same bytes), exposed 100% (on the critical path).
- *     pp        activation and gradient B T C pb (sequence parallel: / tp) per micro-batch per boundary; exposed:
+ *     pp        activation and gradient B T C pb (sequence parallel: / tp) per micro-batch per boundary, the mean
+ *               over the stages (the first and last send one way only); exposed:
  *               the 2 (pp-1) v transfers of the fill and drain, the steady state overlaps with compute.
  *     dp        ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather, ZeRO-2 reduce-scatter every micro-step +
  *               all-gather, ZeRO-3 (theory) also all-gathers the parameters in every forward and backward, of the
@@ -176,10 +177,10 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     /* pp */
     r.pp_net = l->pp > 1 && G > gpn;
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double boundary = btc / (l->sp && l->tp > 1 ? l->tp : 1);
+    double boundary = btc / (l->sp && l->tp > 1 ? l->tp : 1); /* sequence parallel: each tp rank its rows */
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
     r.t_pp = l->pp > 1 ? 2.0 * (l->pp - 1) * l->v * t_p2p : 0.0;
-    r.b_pp = l->pp > 1 ? 2.0 * l->m * l->v * boundary : 0.0;
+    r.b_pp = l->pp > 1 ? (2.0 * l->v - 2.0 / l->pp) * l->m * boundary : 0.0; /* mean: the ends send one way */
     r.bubble = l->pp > 1 ? pipe_bubble_theory(l->sched, l->pp, l->m, l->v) : 0.0;
     /* dp */
     r.dp_net = l->tp * l->dp > gpn;
@@ -238,13 +239,24 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
         printf("plan stage %d bytes per GPU: parameters %zu | gradients %zu | master %zu | AdamW m+v %zu | activations "
                "%zu\n", st, q.params, q.grads, q.master, q.moments, q.acts);
     }
+    { /* activations of this layout's fullest stage with every recompute level, with/without sp */
+        printf("plan activations (GB per GPU, stage %d):", m->stage);
+        for (int sp = 0; sp <= (l->tp > 1); sp++) {
+            for (int rc = 0; rc <= 3; rc++) {
+                LedgerLayout v = *l;
+                v.recompute = rc; v.sp = sp;
+                printf(" r%d%s %.3f%s", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB, rc == 3 ? "*" : "");
+            }
+        }
+        printf(" (* full recompute: theory)\n");
+    }
     if (m->host) { printf("plan memory: offloaded optimizer state %.3f GB in host memory per GPU\n", m->host / GB); }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
            ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
-    printf("plan comm bytes per step per GPU (sent, ring; mean over the group): tp %.0f | pp %.0f | dp %.2f\n", r->b_tp, r->b_pp, r->b_dp);
+    printf("plan comm bytes per step per GPU (sent, ring; mean over the group): tp %.0f | pp %.2f | dp %.2f\n", r->b_tp, r->b_pp, r->b_dp);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);

@@ -10,7 +10,9 @@
 #     allocated, and the --plan of the same layout (--plan-precision fp32, the CPU build's dtype) prints the same
 #     parameter, gradient, master and AdamW bytes per stage;
 #   - the planner's data-parallel bytes per step equal the trainer's --comm-stats counters of step 2 (mean over the
-#     ranks) for ZeRO-0/1/2 on 2 and 3 processes.
+#     ranks) for ZeRO-0/1/2 on 2 and 3 processes, and its pipeline boundary bytes those of the pp layouts (gpipe,
+#     1f1b with tp and sequence parallelism, interleaved, --pp-layers). The tensor-parallel bytes are not compared
+#     (the planner counts the 4 per-layer all-reduces only, not the vocabulary-parallel loss statistics).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 
@@ -74,6 +76,12 @@ for layout in "${LAYOUTS[@]}"; do
     $TRAIN --plan 1 --plan-precision fp32 --gpus "$n" -b 2 -t 32 $flags > "$TMP/pl.txt" 2>&1
     out=$(ledger_matches "$TMP/run.txt" "$TMP/pl.txt")
     check $(( rc != 0 || $? != 0 )) "np $n $flags: ledger bytes = allocated bytes on every stage, and --plan prints the same parameter, gradient, master, AdamW bytes (run exit $rc): $out"
+    if [[ "$flags" == *--pp* ]]; then
+        measured=$(grep -o '^comm: rank [0-9]* step 2 .* boundary sent [0-9]*' "$TMP/run.txt" | awk '{s += $NF; n++} END {if (n) printf "%.2f", s / n}')
+        planned=$(grep -o '| pp [0-9.]* |' "$TMP/pl.txt" | cut -d' ' -f3)
+        test -n "$measured" && test "$measured" = "$planned"
+        check $? "np $n $flags: pipeline boundary bytes sent per step per process: planned $planned, measured (--comm-stats, step 2, mean of $n ranks) $measured"
+    fi
     if [[ "$flags" != *--tp* && "$flags" != *--pp* ]]; then
         measured=$(grep '^comm: rank [0-9]* step 2 sent' "$TMP/run.txt" | awk '{s += $7; n++} END {if (n) printf "%.2f", s / n}')
         planned=$(grep -o 'dp [0-9.]*$' "$TMP/pl.txt" | cut -d' ' -f2)
