@@ -257,6 +257,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
     printf("plan comm bytes per step per GPU (sent, ring; mean over the group): tp %.0f | pp %.2f | dp %.2f\n", r->b_tp, r->b_pp, r->b_dp);
+    printf("plan assumptions: one GEMM efficiency for all matmuls; collectives ring or tree (the faster), latency "
+           "NVLink %.0f us, network %.0f us per step; exposed: tp 100%%, dp reductions beyond one micro-batch's "
+           "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
+           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, l->sched == PIPE_INTERLEAVED ? "v" : "",
+           100.0 * cl->mem_reserve);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);
@@ -272,7 +277,8 @@ static inline int plan_cmp(const void* a, const void* b) {
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-2 (ZeRO-2
- * only without pipelines, as the trainer), recompute 0 and 2, the 1f1b schedule, sequence parallel with tp > 1;
+ * only without pipelines, as the trainer), recompute 0 and 2, the 1f1b schedule and interleaved with v 2 (where L
+ * and m allow it), sequence parallel with tp > 1;
  * with theory = 1 also ZeRO-3 and full recompute. Returns the count in *n of a malloc'd array sorted best first
  * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
  * recompute). tokens: tokens per step. */
@@ -290,11 +296,12 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
             int m = (int)(tokens / per);
             for (int z = 0; z <= (theory ? 3 : 2); z++) {
                 if (z == 2 && pp > 1) { continue; }
-                for (int rc = 0; rc <= 3; rc++) {
-                    if (rc == 1 || (rc == 3 && !theory)) { continue; }
+                for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
+                    int rc = k % 4, inter = k / 4;
+                    if (rc == 1 || (rc == 3 && !theory) || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
-                    l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = 1; l.sched = PIPE_1F1B; l.pp_layers = NULL;
-                    l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;
+                    l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
+                    l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;
                     char err[160];
                     if (ledger_check_layout(&l, err, sizeof(err))) { continue; }
                     if (cnt == cap) { cap *= 2; out = (PlanResult*)realloc(out, (size_t)cap * sizeof(PlanResult)); }
@@ -318,11 +325,11 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
 /* prints the top `top` of a search, one line each, with why it ranks where it does */
 static inline void plan_print_search(const PlanResult* r, int n, int top) {
     printf("plan search: %d (tp, pp, dp) layouts; top %d by predicted tokens/s (fitting first)\n", n, n < top ? n : top);
-    printf("rank |  tp |  pp |   dp | ZeRO | r |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
+    printf("rank |  tp |  pp |   dp | ZeRO | r | v |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
     for (int i = 0; i < n && i < top; i++) {
         const LedgerLayout* l = &r[i].lay;
-        printf("%4d | %3d | %3d | %4d | %4d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n", i + 1,
-               l->tp, l->pp, l->dp, l->zero, l->recompute, l->m, r[i].mem_bytes / 1e9, r[i].t_step, r[i].tok_s,
+        printf("%4d | %3d | %3d | %4d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n", i + 1,
+               l->tp, l->pp, l->dp, l->zero, l->recompute, l->v, l->m, r[i].mem_bytes / 1e9, r[i].t_step, r[i].tok_s,
                100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
     }
 }
