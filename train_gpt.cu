@@ -48,6 +48,7 @@
 #include "llmc/step_graphs.h"      /* defines: MicroStepGraphs, graph_micro_step (--cuda-graphs) */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
+#include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 
 /* ============================================================ training configuration and flags */
@@ -92,6 +93,11 @@ typedef struct {
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
+    /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
+    int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
+    const char* plan_device;
+    const char* plan_precision;
+    float gemm_eff, plan_mem_gb, plan_nvlink_gbs, plan_net_gbs;
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -141,6 +147,12 @@ static void train_config_defaults(TrainConfig* c) {
     c->cuda_graphs = 0;
     c->tp = 1;
     c->dry_run = 0;
+    c->plan_theory = 1;
+    c->gpus = 8;
+    c->gpus_per_node = 8;
+    c->plan_device = "h100";
+    c->plan_precision = "bf16";
+    c->gemm_eff = PLAN_DEFAULT_GEMM_EFF;
     c->sequence_parallel = 0;
     c->pp = 1;
     c->pp_schedule = "1f1b";
@@ -165,7 +177,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
     SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
          "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
-         "d48 (1558M), or a model .bin file to start from");
+         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>] (e.g. L96:C12288:NH96; "
+         "V 50257 and T 1024 unless given), or a model .bin file to start from");
     SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
     SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
     SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
@@ -196,7 +209,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
     SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
-    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 2, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients");
+    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients; "
+         "3 (parameters too) only with --plan: not implemented by the trainer");
     SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
          "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
     SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
@@ -222,7 +236,25 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
-    SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
+    SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
+         "activation recompute) only with --plan: not implemented by the trainer");
+    SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
+         "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
+    SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
+    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 and full recompute (theory)");
+    SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
+    SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
+    SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
+    SPEC(NULL, "plan-precision", ARG_STRING, plan_precision, NO_MIN, NO_MAX, "--plan: bf16 (2-byte parameters and "
+         "gradients, fp32 master weights, the bf16 tensor-core peak) or fp32 (4-byte, no master copy, the TF32 peak)");
+    SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (theory: not implemented "
+         "by the trainer)");
+    SPEC(NULL, "gemm-eff", ARG_FLOAT, gemm_eff, 0.01, 1, "--plan: achieved share of the tensor-core peak in the matmuls");
+    SPEC(NULL, "plan-mem-gb", ARG_FLOAT, plan_mem_gb, 0, NO_MAX, "--plan: device memory in GB (0 = the device table's)");
+    SPEC(NULL, "plan-nvlink-gbs", ARG_FLOAT, plan_nvlink_gbs, 0, NO_MAX,
+         "--plan: NVLink GB/s per GPU per direction (0 = the device table's)");
+    SPEC(NULL, "plan-net-gbs", ARG_FLOAT, plan_net_gbs, 0, NO_MAX,
+         "--plan: network GB/s per GPU per direction (0 = the device table's)");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
@@ -244,7 +276,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
 #undef SPEC
     return n;
 }
-#define MAX_SPECS 64
+#define MAX_SPECS 96
 
 /* ============================================================ the training session */
 
@@ -906,6 +938,8 @@ static void setup_processes(TrainSession* s) {
 /* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
 static GPT2Config model_config(const TrainConfig* cfg) {
     GPT2Config mc;
+    char err[512];
+    if (gpt2_config_from_shape(&mc, cfg->model, err, sizeof(err)) < 0) { FATAL("%s", err); }
     if (!gpt2_config_from_descriptor(&mc, cfg->model)) {
         if (!file_exists(cfg->model)) {
             FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d8 d12 d24 d36 d48) nor an existing "
@@ -1078,6 +1112,36 @@ static void session_init(TrainSession* s) {
         }
     }
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
+}
+
+/* the layout of this process as the ledger (llmc/ledger.h) describes it */
+static LedgerLayout session_ledger_layout(const TrainSession* s) {
+    LedgerLayout l;
+    memset(&l, 0, sizeof(l));
+    l.cfg = s->model.config; l.B = s->cfg.B; l.T = s->cfg.T; l.m = s->grad_accum_steps;
+    l.tp = s->tp->world; l.sp = s->cfg.sequence_parallel && s->tp->world > 1; l.pp = s->pp->world;
+    l.v = s->pp->world > 1 ? s->cfg.pp_virtual : 1;
+    pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
+    l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
+    l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
+    l.pb = (int)sizeof(floatX); l.master = s->zero.opt.master != NULL;
+    return l;
+}
+
+/* one line: the ledger's bytes for this process's stage beside what the session allocated (they must be equal;
+ * dev/test/cli_plan.sh checks it for every layout the multi-process tests run) */
+static void print_ledger_check(const TrainSession* s) {
+    LedgerLayout l = session_ledger_layout(s);
+    LedgerRank r = ledger_rank(&l, s->pp->rank);
+    size_t range = s->zero.own_end - s->zero.own_start;
+    size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
+                     2 * range * 4, s->model.acts_bytes_held};
+    size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
+    int same = memcmp(got, want, sizeof(got)) == 0;
+    printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
+           "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
+           want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
+    fflush(stdout);
 }
 
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
@@ -1280,6 +1344,56 @@ static void train(TrainSession* s) {
     }
 }
 
+/* --plan / --plan-search: the model's shape, the layout flags and the cluster flags into the planner; prints and
+ * returns the exit status. Reads a model file's header if -e names one; allocates nothing on a device. */
+static int plan_main(const TrainConfig* cfg) {
+    GPT2Config mc = model_config(cfg);
+    if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
+    const PlanDevice* dev = plan_device_find(cfg->plan_device);
+    if (!dev) { FATAL("flag --device is '%s'; expected h100, h200, a100-80gb or b200", cfg->plan_device); }
+    int fp32 = strcmp(cfg->plan_precision, "fp32") == 0;
+    if (!fp32 && strcmp(cfg->plan_precision, "bf16") != 0) {
+        FATAL("flag --plan-precision is '%s'; expected bf16 or fp32", cfg->plan_precision);
+    }
+    PlanCluster cl = plan_cluster(dev, cfg->gpus, cfg->gpus_per_node, cfg->gemm_eff, fp32 ? "tf32" : "bf16");
+    if (cfg->plan_mem_gb > 0) { cl.dev.mem_gb = cfg->plan_mem_gb; }
+    if (cfg->plan_nvlink_gbs > 0) { cl.dev.nvlink_gbs = cfg->plan_nvlink_gbs; }
+    if (cfg->plan_net_gbs > 0) { cl.dev.net_gbs = cfg->plan_net_gbs; }
+    LedgerLayout l;
+    memset(&l, 0, sizeof(l));
+    l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
+    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.offload = cfg->offload;
+    l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
+    PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
+    int layers[64] = {0};
+    char err[512];
+    if (pipeline_check_layout(&pf, &mc, layers, err, sizeof(err))) { FATAL("%s", err); }
+    pipe_schedule_from_name(cfg->pp_schedule, &l.sched);
+    l.pp_layers = layers[0] ? layers : NULL;
+    long long per = (long long)cfg->B * cfg->T;
+    long long tokens = cfg->total_batch_size > 0 ? cfg->total_batch_size : per * (cfg->gpus / (cfg->tp * cfg->pp));
+    if (cfg->plan_search) {
+        int n;
+        PlanResult* r = plan_search(&l, &cl, tokens, cfg->plan_theory, &n);
+        plan_print_search(r, n, 10);
+        if (n > 0) { plan_print(&r[0], &cl); }
+        free(r);
+        return n > 0 ? 0 : 1;
+    }
+    if (cfg->gpus % (cfg->tp * cfg->pp)) {
+        FATAL("flag --gpus is %d, not a multiple of --tp x --pp = %d", cfg->gpus, cfg->tp * cfg->pp);
+    }
+    l.dp = cfg->gpus / (cfg->tp * cfg->pp);
+    if (tokens % (per * l.dp)) {
+        FATAL("flag -d (--total-batch-size) is %lld, not a multiple of B*T*dp = %lld", tokens, per * l.dp);
+    }
+    l.m = (int)(tokens / (per * l.dp));
+    if (ledger_check_layout(&l, err, sizeof(err))) { FATAL("--plan: the layout cannot be built: %s", err); }
+    PlanResult r = plan_evaluate(&l, &cl);
+    plan_print(&r, &cl);
+    return 0;
+}
+
 #ifndef TESTING
 int main(int argc, char** argv) {
     TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session");
@@ -1288,8 +1402,14 @@ int main(int argc, char** argv) {
     int n_specs = train_config_specs(&s->cfg, specs);
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
+    if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
+    if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
+        FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
+              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
+    }
     session_init(s);
     print_header(s, specs, n_specs);
+    if (s->dp->rank == 0 && s->tp->rank == 0) { print_ledger_check(s); } /* one line per pipeline stage */
     if (!s->cfg.dry_run) { train(s); }
     session_free(s);
     free(s);

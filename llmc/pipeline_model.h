@@ -32,27 +32,6 @@
 #include "llmc/model_file.h"
 #include "llmc/process_grid.h"
 
-/* the layers of pipeline rank s of p with v chunks: layers (p ints, NULL = even split) gives each stage's layer count
- * for v = 1 */
-static inline GPT2Stage pipeline_stage_of(const GPT2Config* c, int p, int v, const int* layers, int s) {
-    GPT2Stage st;
-    memset(&st, 0, sizeof(st));
-    int L = c->num_layers;
-    st.n_chunks = v;
-    st.has_embedding = s == 0;
-    st.has_head = s == p - 1;
-    if (v > 1) {
-        int Lc = L / (p * v);
-        for (int k = 0; k < v; k++) { st.chunk_first[k] = (k * p + s) * Lc; st.chunk_layers[k] = Lc; }
-        return st;
-    }
-    int first = 0;
-    for (int q = 0; q < s; q++) { first += layers ? layers[q] : L / p + (q < L % p); }
-    st.chunk_first[0] = first;
-    st.chunk_layers[0] = layers ? layers[s] : L / p + (s < L % p);
-    return st;
-}
-
 /* a gradient target of one chunk: the store's buffer at the chunk's layers, with the store's hooks translated to
  * the rank's layer numbers; the global tensors' hook (layer -1) is held back until the pipeline step ends */
 typedef struct Pipeline Pipeline;
