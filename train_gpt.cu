@@ -453,6 +453,7 @@ static StepResult train_step(TrainSession* s) {
     if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
+    memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
     r.loss = st.loss;
     r.grad_norm = (float)sqrt(st.norm_sq) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
