@@ -13,7 +13,8 @@
  * error relative to the tensor's largest magnitude, printed per tensor); the losses of 10 AdamW steps
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
  * file + training state) restores bit-identical weights and optimizer state; train_step (batches uploaded
- * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; weight-decay
+ * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; sampling's
+ * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); weight-decay
  * grouping of d12. Under mpirun (an MPI build, build/mpi_test_gpt_tp): the fixture model split over the processes by
  * tensor parallelism, with and without sequence parallelism (test_tensor_parallel).
  *
@@ -163,6 +164,43 @@ static float run_forward_backward(FixtureModel* fm, const Fixture* fx) {
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, 1, 1.0f / (float)BT, 1);
     gpt2_backward(m, &fm->target, m->inputs, fx->inputs, fx->B, fx->T);
     return gpt2_mean_loss(m);
+}
+
+/* sampling's fixed-shape forward (llmc/generate.h): the logits of row r from a batch-1 forward of the r + 1 fixture
+ * tokens padded with <|endoftext|> to the full T equal those of a forward at length r + 1. Attention is causal, so
+ * they agree exactly in arithmetic; a library may sum in another order for another shape, which the logits
+ * tolerance (that already covers summation-order differences against PyTorch) bounds. The greedy token must be
+ * the same. Prints whether the rows are bit-identical. */
+static void test_sample_fixed_length(GPT2* m, const Fixture* fx, const Tolerances* tol) {
+    const int T = fx->T, Vp = m->config.padded_vocab_size, V = m->config.vocab_size;
+    GenerateConfig g;
+    memset(&g, 0, sizeof(g));
+    g.prompt = "";
+    g.gen_tokens = T;
+    g.gelu_fusion = 1;
+    int len_full = generate_forward_len(m, &g, 1), len_crop = generate_forward_len(m, &g, T + 5);
+    g.gen_tokens = 8;
+    int len_short = generate_forward_len(m, &g, 3);
+    TEST_CHECK(len_full == T && len_crop == T && len_short == 10,
+               "sampling forward length min(T, prompt + gen_tokens - 1): %d, %d, %d (expected %d, %d, 10)", len_full,
+               len_crop, len_short, T, T);
+    float* a = (float*)malloc_check((size_t)Vp * sizeof(float), "test logits");
+    float* b = (float*)malloc_check((size_t)Vp * sizeof(float), "test logits");
+    const int rows[] = {0, 1, T / 2, T - 2};
+    for (int k = 0; k < 4; k++) {
+        int r = rows[k];
+        generate_logits(m, &g, fx->inputs, r + 1, r + 1, a);
+        generate_logits(m, &g, fx->inputs, r + 1, T, b);
+        double err, ref;
+        compare_arrays(b, a, (size_t)V, &err, &ref);
+        int same_greedy = sample_token(a, V, 0.0f, 0, 0.5f) == sample_token(b, V, 0.0f, 0, 0.5f);
+        TEST_CHECK(relative_to_max(err, ref) <= tol->logits && same_greedy,
+                   "sampling row %2d: forward at length T=%d (padded) vs length %d: rel diff %.2e (tol %.0e, %s), "
+                   "greedy token the same", r, T, r + 1, relative_to_max(err, ref), tol->logits,
+                   err == 0.0 ? "bit-identical" : "not bit-identical");
+    }
+    free(a);
+    free(b);
 }
 
 /* squared L2 norm of the full gradient (fp32, deterministic) */
@@ -651,6 +689,7 @@ int main(int argc, char** argv) {
     test_init_matches_reference(&fm.m);
     test_forward_backward(&fm, &fx, &tol);
     test_loss_accumulator(&fm.m, &fx);
+    test_sample_fixed_length(&fm.m, &fx, &tol);
     free_fixture_model(&fm);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
