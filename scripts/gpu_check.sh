@@ -186,6 +186,9 @@ run dev_cuda 150 make -C dev/cuda check GPU_ARCH=90
 rc=$?
 row "dev/cuda kernel checks" "$(status_word $rc) ($(ls dev/cuda/bin 2>/dev/null | wc -l) programs, $(grep -c '^FAILED' "$WORK/dev_cuda.txt") failed)$([ $rc -ne 0 ] && echo ": $(gist dev_cuda)")"
 grep -E '^FAILED|dev/cuda check' "$WORK/dev_cuda.txt" | head -n 10
+# kernels changed on a prediction (dev/cuda/NOTES.md, "GPU-readiness changes"): the measured line next to it
+LN_BWD=$(grep -m 1 '^time layernorm_backward ' "$WORK/dev_cuda.txt" | sed -E 's/^time layernorm_backward +//' | tr -s ' ')
+row "layernorm_backward N=8192 C=768 (registers)" "${LN_BWD:-n/a} (predicted: >= ~70% of HBM bandwidth)"
 
 # 6. one-process ZeRO-0/1/2 through the NCCL path (a world of one still runs every collective on NCCL)
 if [ -x ./train_gpt ]; then
