@@ -1,5 +1,7 @@
 # Makefile -- builds the trainer and its tests for the CPU and CUDA backends.
 #
+#   make                 every trainer this machine can build: train_gpt_cpu always; train_gpt and test_gpt where nvcc
+#                        and cuBLAS are found (one-GPU build when NCCL is not); one "skip:" line per target left out
 #   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
@@ -8,6 +10,8 @@
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
 #   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
+#   make test-hf         export/import against transformers (optional tier: PyTorch + transformers; PYTHON=...)
+#   make test-slurm      slurm_mpi.sbatch on a one-node Slurm the test starts (optional tier: root, Debian's Slurm)
 #   make fixture         regenerate dev/test fixtures with PyTorch (train_gpt.py)
 #   make clean
 #
@@ -23,6 +27,8 @@ MPICC     ?= mpicc
 PYTHON    ?= python3
 
 BUILD := build
+
+.DEFAULT_GOAL := all
 
 # WERROR=0 builds with the same warnings but without turning them into errors: for a host compiler newer than the
 # one CI uses (gcc 12), whose new warnings (e.g. gcc 13's -Wdangling-reference) would otherwise stop the build.
@@ -132,6 +138,30 @@ train_gpt: train_gpt.cu $(CUDA_DEPS)
 test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
+# ---------------------------------------------------------------- default goal
+# `make` builds what this machine can: the CPU trainer always, the CUDA trainer and model test when nvcc runs and
+# cuBLAS is found (without NCCL as a one-GPU build, USE_NCCL=0; USE_CUDNN=1 without cuDNN or its frontend builds
+# without it). Each target or feature left out gets one "skip:" line saying why, and make still exits 0.
+# The library search (llmc/cuda/libs.mk) is lazy: it runs only when this recipe is expanded.
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+ALL_NCCL  = $(if $(filter 1,$(USE_NCCL)),$(if $(NCCL_HOME),1,0),0)
+ALL_CUDNN = $(if $(filter 1,$(USE_CUDNN)),$(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),1,0),0)
+
+SKIP_NVCC   = skip: train_gpt, test_gpt (no nvcc: '$(NVCC)' is not an executable; put the CUDA toolkit's bin on PATH or set NVCC=)
+SKIP_CUBLAS = skip: train_gpt, test_gpt (cuBLAS not found: no cublasLt.h in $(CUDA_HOME), /usr, /usr/local or pip's nvidia packages; set CUBLAS_HOME=)
+SKIP_NCCL   = skip: NCCL in train_gpt (nccl.h not found; set NCCL_HOME=): one-GPU build (USE_NCCL=0), no multi-process runs
+SKIP_CUDNN  = skip: cuDNN attention in train_gpt (USE_CUDNN=1 needs cudnn.h and pip's nvidia-cudnn-frontend): built with our flash-attention kernel
+
+all: train_gpt_cpu
+ifeq ($(NVCC_FOUND),)
+	@echo "$(SKIP_NVCC)"
+else
+	@$(if $(CUBLAS_HOME),:,echo "$(SKIP_CUBLAS)")
+	@$(if $(and $(CUBLAS_HOME),$(filter 1,$(USE_NCCL)),$(filter 0,$(ALL_NCCL))),echo "$(SKIP_NCCL)",:)
+	@$(if $(and $(CUBLAS_HOME),$(filter 1,$(USE_CUDNN)),$(filter 0,$(ALL_CUDNN))),echo "$(SKIP_CUDNN)",:)
+	$(if $(CUBLAS_HOME),@$(MAKE) --no-print-directory train_gpt test_gpt USE_NCCL=$(ALL_NCCL) USE_CUDNN=$(ALL_CUDNN),@:)
+endif
+
 # ---------------------------------------------------------------- unit tests
 # Every dev/test/test_*.c is a CPU unit-test program built by this pattern rule.
 TEST_SRCS := $(wildcard dev/test/test_*.c)
@@ -165,6 +195,15 @@ test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(filter-out -DENABLE_$(PRECISION) --use_fast_math,$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
+# the optional transformers tier of scripts/export_hf.py / import_hf.py (needs torch + transformers for $(PYTHON))
+test-hf: train_gpt_cpu
+	@out=$$(PYTHON=$(PYTHON) bash dev/test/hf_check.sh); echo "$$out"; ! echo "$$out" | grep -q '^not ok'
+
+# the Slurm tier: a one-node Slurm cluster started by the test runs scripts/multi_node/slurm_mpi.sbatch with the CPU
+# trainer (root; Debian's slurmctld, slurmd, slurm-client)
+test-slurm: train_gpt_cpu
+	@out=$$(bash dev/test/slurm_check.sh); echo "$$out"; ! echo "$$out" | grep -q '^not ok'
+
 test-gpu: test_gpt test_gpt_fp32
 	./test_gpt
 	./test_gpt_fp32
@@ -175,4 +214,4 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: test test-quick test-gpu fixture clean unit-tests cpu-bench
+.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench

@@ -473,6 +473,7 @@ static StepResult reference_train_step(TrainSession* s) {
         loss_sum += gpt2_mean_loss(m);
     }
     StepResult r;
+    memset(&r, 0, sizeof(r)); /* fields this loop does not use (skipped, compression bytes) stay 0, as in train_step */
     r.loss = (float)(loss_sum / s->grad_accum_steps);
     r.bubble = -1.0f; /* no pipeline */
     float norm_sq = 0.0f;

@@ -35,6 +35,7 @@
 #include "llmc/schedulers.h"       /* defines: LRScheduler */
 #include "llmc/logger.h"           /* defines: Logger (DIR/log.jsonl) */
 #include "llmc/mfu.h"              /* defines: gpt_flops_per_token, device_peak_tflops, compute_mfu */
+#include "llmc/progress.h"         /* defines: Progress (elapsed, ETA), progress_format_duration */
 #include "llmc/loss_scaler.h"      /* defines: LossScaler (FP16) */
 #include "llmc/comm.h"             /* defines: Comm, collectives */
 #include "llmc/process_grid.h"     /* defines: ProcessGrid (tp x dp x pp, ep inside dp) */
@@ -47,6 +48,7 @@
 #include "llmc/step_graphs.h"      /* defines: MicroStepGraphs, graph_micro_step (--cuda-graphs) */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
+#include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 
 /* ============================================================ training configuration and flags */
@@ -65,6 +67,7 @@ typedef struct {
     float weight_decay, beta1, beta2, eps, grad_clip;
     int max_steps;
     int val_every, val_max_steps;
+    int val_tokens;            /* > 0: a validation budget of this many target tokens (replaces -m) */
     int sample_every, gen_tokens, top_k;
     float temperature;
     int checkpoint_every, checkpoints_keep, resume;
@@ -73,6 +76,7 @@ typedef struct {
     int log_every;
     int exit_after_steps;
     int shuffle;
+    int max_bad_steps;         /* consecutive skipped (non-finite) steps before the run stops */
     /* multi-process (llmc/comm.h) */
     const char* nccl_init;
     float comm_timeout;
@@ -89,6 +93,11 @@ typedef struct {
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
+    /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
+    int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
+    const char* plan_device;
+    const char* plan_precision;
+    float gemm_eff, plan_mem_gb, plan_nvlink_gbs, plan_net_gbs;
 } TrainConfig;
 
 static void train_config_defaults(TrainConfig* c) {
@@ -115,6 +124,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->max_steps = 600;
     c->val_every = 50;
     c->val_max_steps = 20;
+    c->val_tokens = 0;
     c->sample_every = 100;
     c->gen_tokens = 64;
     c->top_k = 0;
@@ -130,12 +140,19 @@ static void train_config_defaults(TrainConfig* c) {
     c->log_every = 1;
     c->exit_after_steps = 0;
     c->shuffle = 1;
+    c->max_bad_steps = 10;
     c->nccl_init = "auto";
     c->comm_timeout = 600.0f;
     c->comm_stats = 0;
     c->cuda_graphs = 0;
     c->tp = 1;
     c->dry_run = 0;
+    c->plan_theory = 1;
+    c->gpus = 8;
+    c->gpus_per_node = 8;
+    c->plan_device = "h100";
+    c->plan_precision = "bf16";
+    c->gemm_eff = PLAN_DEFAULT_GEMM_EFF;
     c->sequence_parallel = 0;
     c->pp = 1;
     c->pp_schedule = "1f1b";
@@ -160,7 +177,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
     SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
          "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
-         "d48 (1558M), or a model .bin file to start from");
+         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>] (e.g. L96:C12288:NH96; "
+         "V 50257 and T 1024 unless given), or a model .bin file to start from");
     SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
     SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
     SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
@@ -180,6 +198,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("x", "max-steps", ARG_INT, max_steps, -1, NO_MAX, "optimizer steps to run; -1 = one epoch of the training data");
     SPEC("v", "val-every", ARG_INT, val_every, 0, NO_MAX, "validation loss every N steps (0 = only at the end)");
     SPEC("m", "val-max-steps", ARG_INT, val_max_steps, -1, NO_MAX, "validation windows (batches) per evaluation; -1 = all");
+    SPEC(NULL, "val-tokens", ARG_INT, val_tokens, 0, NO_MAX,
+         "validation budget in tokens: the first N/T sequences of the validation data, the same tokens for any -b, any "
+         "number of processes and any -t dividing N (replaces -m; a multiple of -t; 0 = use -m)");
     SPEC("s", "sample-every", ARG_INT, sample_every, 0, NO_MAX, "print a sample every N steps (0 = only at the end)");
     SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
     SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
@@ -188,7 +209,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
     SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
-    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 2, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients");
+    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients; "
+         "3 (parameters too) only with --plan: not implemented by the trainer");
     SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
          "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
     SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
@@ -214,11 +236,32 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
-    SPEC("r", "recompute", ARG_INT, recompute, 0, 2, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm");
+    SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
+         "activation recompute) only with --plan: not implemented by the trainer");
+    SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
+         "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
+    SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
+    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 and full recompute (theory)");
+    SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
+    SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
+    SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
+    SPEC(NULL, "plan-precision", ARG_STRING, plan_precision, NO_MIN, NO_MAX, "--plan: bf16 (2-byte parameters and "
+         "gradients, fp32 master weights, the bf16 tensor-core peak) or fp32 (4-byte, no master copy, the TF32 peak)");
+    SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (theory: not implemented "
+         "by the trainer)");
+    SPEC(NULL, "gemm-eff", ARG_FLOAT, gemm_eff, 0.01, 1, "--plan: achieved share of the tensor-core peak in the matmuls");
+    SPEC(NULL, "plan-mem-gb", ARG_FLOAT, plan_mem_gb, 0, NO_MAX, "--plan: device memory in GB (0 = the device table's)");
+    SPEC(NULL, "plan-nvlink-gbs", ARG_FLOAT, plan_nvlink_gbs, 0, NO_MAX,
+         "--plan: NVLink GB/s per GPU per direction (0 = the device table's)");
+    SPEC(NULL, "plan-net-gbs", ARG_FLOAT, plan_net_gbs, 0, NO_MAX,
+         "--plan: network GB/s per GPU per direction (0 = the device table's)");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
+    SPEC(NULL, "max-bad-steps", ARG_INT, max_bad_steps, 1, NO_MAX,
+         "stop with an error after N consecutive steps whose loss or gradient norm is not finite (each is skipped, "
+         "never applied)");
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
@@ -233,7 +276,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
 #undef SPEC
     return n;
 }
-#define MAX_SPECS 64
+#define MAX_SPECS 96
 
 /* ============================================================ the training session */
 
@@ -257,6 +300,7 @@ typedef struct {
     BatchPipeline batches;     /* double-buffered uploads of the training batches */
     Tokenizer tokenizer;
     int has_tokenizer;
+    int sampling;              /* -g > 0 and a start token the model knows (setup_tokenizer) */
     LRScheduler scheduler;
     Logger logger;
     int grad_accum_steps;
@@ -265,6 +309,7 @@ typedef struct {
     uint64_t sample_rng;       /* xorshift state for sampling */
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
+    int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
 } TrainSession;
@@ -273,6 +318,15 @@ typedef struct {
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
 /* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
 static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
+
+/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
+ * launcher to end the job (so one line is printed, not one per process) */
+#define CONFIG_FATAL(s, ...)                                        \
+    do {                                                            \
+        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
+        comm_barrier(&(s)->world);                                  \
+        exit(EXIT_FAILURE);                                         \
+    } while (0)
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -305,15 +359,49 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-/* bubble: --pp > 1 on timed steps, over all stages, else -1; grad_sent: --grad-compress, this rank's gradient-reduction
+/* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
+ * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
  * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
-typedef struct { float loss, grad_norm, lr, bubble; double grad_sent, grad_fp32; } StepResult;
+typedef struct { float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32; } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
     if (grad_clip <= 0.0f) { return 1.0f; }
     float coef = grad_clip / (grad_norm + 1e-6f);
     return coef < 1.0f ? coef : 1.0f;
+}
+
+/* 1 when a step must not be applied: its global loss or gradient norm is NaN or infinite, or (FP16) a reduced
+ * gradient overflowed */
+static int step_is_bad(float loss, float grad_norm, int overflow) {
+    return overflow || !isfinite(loss) || !isfinite(grad_norm);
+}
+
+/* after step s->step (1-based, just counted): counts consecutive skipped steps; the first of a run of them is
+ * reported on rank 0 (one warning line on stdout, with the step lines) with what was not finite */
+static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) {
+    if (!r->skipped) { s->bad_steps = 0; return; }
+    s->bad_steps++;
+    if (is_rank0(s) && s->loss_scaling) {
+        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step, s->scaler.scale);
+    }
+    if (is_rank0(s) && s->bad_steps == 1) {
+        printf("warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
+                "(the run stops after --max-bad-steps %d such steps in a row)\n", s->step,
+                isfinite(r->loss) ? "finite" : (isnan(r->loss) ? "NaN" : "infinite"),
+                isfinite(r->grad_norm) ? "finite" : (isnan(r->grad_norm) ? "NaN" : "infinite"),
+                overflow ? " (a gradient overflowed the loss scale)" : "", s->step - 1, s->cfg.max_bad_steps);
+    }
+}
+
+/* after the step's line is logged: --max-bad-steps skipped steps in a row stop the run with one error line */
+static void stop_if_bad_steps(TrainSession* s) {
+    if (s->bad_steps >= s->cfg.max_bad_steps) {
+        CONFIG_FATAL(s, "steps %d to %d all had a non-finite loss or gradient norm and were skipped (--max-bad-steps "
+                     "%d); the weights stay those of step %d; lower -l (--learning-rate, now %g) or check the model "
+                     "and data", s->step - s->bad_steps + 1, s->step, s->cfg.max_bad_steps, s->step - s->bad_steps,
+                     (double)s->cfg.learning_rate);
+    }
 }
 
 /* the AdamW hyperparameters of the update after step `step` (0-based) */
@@ -365,6 +453,7 @@ static StepResult train_step(TrainSession* s) {
     if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
+    memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
     r.loss = st.loss;
     r.grad_norm = (float)sqrt(st.norm_sq) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
@@ -372,16 +461,19 @@ static StepResult train_step(TrainSession* s) {
     r.grad_sent = (double)cs.bytes_sent;
     r.grad_fp32 = cs.fp32_ring_bytes;
     if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
-    int skip = s->loss_scaling && loss_scaler_update(&s->scaler, st.overflow); /* inf/NaN: halve the scale, skip */
+    /* one skip path for every build: a step whose loss or gradient norm is not finite (or, FP16, whose gradients
+     * overflowed) is never applied; the loss scaler halves its scale on the same verdict. The numbers are global
+     * (all-reduced), so every rank decides alike. */
+    r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
+    if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
-    if (!skip) {
+    if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
-    } else if (is_rank0(s)) {
-        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step + 1, s->scaler.scale);
     }
     s->step++;
+    report_bad_step(s, &r, st.overflow);
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
@@ -454,7 +546,10 @@ static void write_checkpoint(TrainSession* s) {
     if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
-        checkpoint_write_done(dir, s->step);
+        ArgSpec specs[MAX_SPECS];
+        char* flags = args_flag_lines(specs, train_config_specs(&s->cfg, specs)); /* compared on resume */
+        checkpoint_write_done(dir, s->step, flags);
+        free(flags);
         printf("checkpoint: wrote step %d to %s\n", s->step, dir);
         checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->world.world);
     }
@@ -526,6 +621,91 @@ static void resume_residuals(TrainSession* s, int resume_step) {
     }
 }
 
+/* The flags a resume may change, each with the reason; every other flag must have the value the checkpoint was
+ * written with (resume_check_flags), because it changes the data order or the training trajectory. A flag added
+ * later is refused on resume until it is listed here with its reason. */
+static const char* const RESUME_MAY_CHANGE[][2] = {
+    {"train-data", "the shards are compared by content (names, sizes, first and last tokens), so they may move"},
+    {"val-data", "validation only reads the weights"},
+    {"model", "the weights come from the checkpoint; the model's shape is compared with it separately"},
+    {"output-dir", "the checkpoint directory itself, which may move"},
+    {"tokenizer", "samples only"},
+    {"batch-size", "checked with -t and -d as tokens per step (the processes may change, re-sharded)"},
+    {"seq-len", "checked with -b and -d as tokens per step"},
+    {"total-batch-size", "checked with -b and -t as tokens per step"},
+    {"max-steps", "the run's length: raise it to train further (the learning rate schedule then spans the new length)"},
+    {"val-every", "validation only"}, {"val-max-steps", "validation only"}, {"val-tokens", "validation only"},
+    {"sample-every", "samples only (their RNG is separate from training)"}, {"gen-tokens", "samples only"},
+    {"temperature", "samples only"}, {"top-k", "samples only"}, {"prompt", "samples only"},
+    {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
+    {"resume", "this very choice"},
+    {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
+    {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
+    {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
+    {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
+    {"dry-run", "exits before training"},
+    {"recompute", "memory only: recomputed activations are the same"},
+    {"gelu-fusion", "a kernel choice: the same function"},
+    {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
+    {"exit-after-steps", "when this run stops"},
+    {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
+    {"comm-stats", "printing only"}, {"cuda-graphs", "replays the same kernels"},
+    {"grad-compress", "how gradients are exchanged: the error-feedback residuals are restored, start at zero or are "
+                      "dropped, said in one line (another process count with residuals is refused)"},
+    {"grad-compress-round", "the INT8 rounding of the gradient exchange"},
+    {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
+};
+
+/* the reason flag `name` may change on resume, or NULL (it must not) */
+static const char* resume_may_change(const char* name) {
+    for (size_t i = 0; i < sizeof(RESUME_MAY_CHANGE) / sizeof(RESUME_MAY_CHANGE[0]); i++) {
+        if (strcmp(RESUME_MAY_CHANGE[i][0], name) == 0) { return RESUME_MAY_CHANGE[i][1]; }
+    }
+    return NULL;
+}
+
+/* Refuses, with one line naming the flag and both values, a resume from checkpoint resume_step whose recorded
+ * flags (its DONE marker) differ from this run's in a flag not on RESUME_MAY_CHANGE. A flag the checkpoint has no
+ * record of (written before it existed) must have its default. A checkpoint without any record (an earlier
+ * version) is resumed with the checks of the training state only, said in one line. Every process reads the same
+ * marker: FATAL_ALL. */
+static void resume_check_flags(TrainSession* s, int resume_step) {
+    char* done = checkpoint_read_done(s->cfg.output_dir, resume_step);
+    ArgSpec specs[MAX_SPECS], defaults_specs[MAX_SPECS];
+    TrainConfig defaults;
+    train_config_defaults(&defaults);
+    int n = train_config_specs(&s->cfg, specs);
+    train_config_specs(&defaults, defaults_specs);
+    size_t dummy;
+    if (checkpoint_flag_value(done, "seed", &dummy) == NULL) {
+        if (is_rank0(s)) {
+            printf("resume: checkpoint step %d has no record of its flags (an earlier version); only its seed, data, "
+                   "model and batch are compared\n", resume_step);
+        }
+        free(done);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (resume_may_change(specs[i].long_name)) { continue; }
+        char *ours = NULL, *dflt = NULL;
+        size_t ol = 0, oc = 0, dl = 0, dc = 0, len = 0;
+        args_buf_append_value_json(&ours, &ol, &oc, &specs[i]);
+        args_buf_append_value_json(&dflt, &dl, &dc, &defaults_specs[i]);
+        const char* theirs = checkpoint_flag_value(done, specs[i].long_name, &len);
+        if (theirs == NULL) { theirs = dflt; len = dl; }
+        if (len != ol || memcmp(theirs, ours, len) != 0) {
+            FATAL_ALL("cannot resume from '%s': checkpoint step %d was trained with --%s %.*s but this run has %s, which "
+                      "changes the training; resume with the checkpoint's value (the flags a resume may change are "
+                      "listed in README, \"Checkpoints\")", s->cfg.output_dir, resume_step,
+                      specs[i].long_name, (int)(len > 200 ? 200 : len), theirs,
+                      ol > 200 ? "another value" : ours);
+        }
+        free(ours);
+        free(dflt);
+    }
+    free(done);
+}
+
 /* continues from checkpoint resume_step: the weights, then this rank's optimizer shard (re-sharded from
  * reshard_from old processes when > 0), data position, step, sampling RNG and loss scale */
 static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard_from) {
@@ -541,6 +721,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
               mc->vocab_size, mc->max_seq_len);
     }
+    resume_check_flags(s, resume_step); /* the flags that must not change */
     gpt2_load_weights(&s->model, path);
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
@@ -572,28 +753,53 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
 
 /* ---------------------------------------------------------------- evaluation and sampling */
 
-/* mean validation loss over the first val_max_steps windows of the validation shards (unshuffled);
- * window k is evaluated by rank k % world, so the value does not depend on the number of ranks. */
-static float validate(TrainSession* s) {
+/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding) of the validation
+ * loader's batch (inputs/targets on the host), forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
+static double val_batch_loss_sum(TrainSession* s, int rows) {
     GPT2* m = &s->model;
     DataLoader* vl = &s->val_loader;
-    size_t windows = dataloader_windows_per_epoch(vl);
-    if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
     int B = s->cfg.B, T = s->cfg.T;
+    if (s->pp->world > 1) { return pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion, rows); }
+    dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
+    dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
+    gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+    dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < rows * T; i++) { sum += m->host_losses[i]; }
+    return sum;
+}
+
+/* Mean validation loss (unshuffled validation data), every rank's sums all-reduced, so the value does not depend
+ * on the number of processes:
+ *   --val-tokens N > 0: the first N/T sequences of T+1 tokens of the validation shards (dataloader_sequences:
+ *     numbered independently of B and of the processes), sequence j on data-parallel rank j % world, B at a time
+ *     (a last partial batch padded, the padding's losses not counted). The same N target tokens for any B, any
+ *     number of processes and any T dividing N.
+ *   else -m: the first val_max_steps windows of B*T+1 tokens (all with -1), window k on rank k % world. */
+static float validate(TrainSession* s) {
+    DataLoader* vl = &s->val_loader;
+    int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
     double sum = 0.0;
     size_t count = 0;
-    for (size_t k = (size_t)s->dp->rank; k < windows; k += (size_t)s->dp->world) {
-        dataloader_load_window(vl, k);
-        count += (size_t)B * T;
-        if (s->pp->world > 1) { /* every stage runs the window; the loss sum is the last stage's */
-            sum += pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion);
-            continue;
+    if (s->cfg.val_tokens > 0) {
+        size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
+        size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
+        for (size_t k0 = 0; k0 < mine; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
+            int rows = mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+            for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
+                dataloader_load_sequence(vl, (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+            }
+            sum += val_batch_loss_sum(s, rows);
+            count += (size_t)rows * T;
         }
-        dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
-        dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
-        gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
-        dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
-        for (int i = 0; i < B * T; i++) { sum += m->host_losses[i]; }
+    } else {
+        size_t windows = dataloader_windows_per_epoch(vl);
+        if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
+        for (size_t k = (size_t)rank; k < windows; k += (size_t)world) {
+            dataloader_load_window(vl, k);
+            sum += val_batch_loss_sum(s, B);
+            count += (size_t)B * T;
+        }
     }
     double red[2] = {sum, (double)count};
     comm_all_reduce_host_f64(s->dp, red, 2);
@@ -605,7 +811,8 @@ static float validate(TrainSession* s) {
  * ranks of its tensor-parallel group run the same forwards */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
-                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL};
+                        s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
+                        s->has_tokenizer ? s->tokenizer.eot_token : GPT2_EOT};
     if (s->pp->world > 1) { g.pp = s->pp; g.forward_logits = pipeline_sample_logits; g.forward_ctx = &s->pipe; }
     char* text = generate_text(&s->model, &g);
     if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }
@@ -613,15 +820,6 @@ static void sample(TrainSession* s) {
 }
 
 /* ---------------------------------------------------------------- setup */
-
-/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
- * launcher to end the job (so one line is printed, not one per process) */
-#define CONFIG_FATAL(s, ...)                                        \
-    do {                                                            \
-        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
-        comm_barrier(&(s)->world);                                  \
-        exit(EXIT_FAILURE);                                         \
-    } while (0)
 
 /* validates flag combinations that the per-flag ranges cannot express; sets grad_accum_steps */
 static void check_config(TrainSession* s) {
@@ -641,6 +839,13 @@ static void check_config(TrainSession* s) {
     s->grad_accum_steps = (int)(total / tokens_per_micro);
     if (c->max_steps == 0) {
         CONFIG_FATAL(s, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+    }
+    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
+        CONFIG_FATAL(s, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use --val-tokens "
+                     "%d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
+    }
+    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
+        CONFIG_FATAL(s, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
     }
     if (c->val_max_steps == 0) {
         CONFIG_FATAL(s, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
@@ -734,6 +939,8 @@ static void setup_processes(TrainSession* s) {
 /* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
 static GPT2Config model_config(const TrainConfig* cfg) {
     GPT2Config mc;
+    char err[512];
+    if (gpt2_config_from_shape(&mc, cfg->model, err, sizeof(err)) < 0) { FATAL("%s", err); }
     if (!gpt2_config_from_descriptor(&mc, cfg->model)) {
         if (!file_exists(cfg->model)) {
             FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d8 d12 d24 d36 d48) nor an existing "
@@ -775,6 +982,64 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     }
 }
 
+/* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
+ * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach */
+static void warn_if_warmup_covers_run(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    if (!is_rank0(s) || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
+    float top = 0.0f;
+    for (int k = 0; k < s->max_steps; k++) {
+        float lr = lr_scheduler_get(&s->scheduler, k);
+        if (lr > top) { top = lr; }
+    }
+    fprintf(stderr, "warning: flag -u (--warmup-steps) is %d but the run has %d steps: the learning rate only warms up "
+            "(%s schedule never decays) and reaches %.3g, %.0f%% of the peak -l %.3g; use -u below %d\n",
+            cfg->warmup_steps, s->max_steps, cfg->lr_schedule, (double)top, 100.0 * top / cfg->learning_rate,
+            (double)cfg->learning_rate, s->max_steps);
+}
+
+/* the tokenizer (--tokenizer) and whether samples can be drawn: a damaged tokenizer file stops the run (its one
+ * error line printed by tokenizer_init); a tokenizer whose vocabulary differs from the model's is an error when
+ * given with --tokenizer, and turns samples off with one warning when it is the default one; without a
+ * tokenizer, samples (token ids) start from GPT-2's <|endoftext|> only for a model of GPT-2's vocabulary. So no
+ * token id >= V ever reaches the model. */
+static void setup_tokenizer(TrainSession* s) {
+    const TrainConfig* cfg = &s->cfg;
+    int V = s->model.config.vocab_size;
+    int loaded = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    if (loaded < 0) {
+        if (!is_rank0(s)) { comm_barrier(&s->world); }
+        exit(EXIT_FAILURE);
+    }
+    s->has_tokenizer = loaded;
+    s->sampling = cfg->gen_tokens > 0;
+    char abs[2048];
+    absolute_path(cfg->tokenizer_path, abs, sizeof(abs));
+    if (loaded && (int)s->tokenizer.vocab_size != V) {
+        TrainConfig defaults;
+        train_config_defaults(&defaults);
+        if (strcmp(cfg->tokenizer_path, defaults.tokenizer_path) != 0) {
+            CONFIG_FATAL(s, "tokenizer '%s' (--tokenizer) has %u tokens but the model has a vocabulary of %d; pass "
+                         "the tokenizer of this model's data", abs, s->tokenizer.vocab_size, V);
+        }
+        if (s->sampling && is_rank0(s)) {
+            fprintf(stderr, "warning: the default tokenizer '%s' has %u tokens but the model has a vocabulary of %d; "
+                    "samples are off (pass this model's tokenizer with --tokenizer)\n", abs,
+                    s->tokenizer.vocab_size, V);
+        }
+        tokenizer_free(&s->tokenizer);
+        s->has_tokenizer = 0;
+        s->sampling = 0;
+    }
+    if (!s->has_tokenizer && V != GPT2_VOCAB_SIZE && s->sampling) {
+        if (is_rank0(s)) {
+            fprintf(stderr, "warning: no tokenizer for the model's vocabulary of %d tokens, so no start token is "
+                    "known: samples are off (pass this model's tokenizer with --tokenizer)\n", V);
+        }
+        s->sampling = 0;
+    }
+}
+
 /* training and validation loaders (this rank's windows of every batch), tokenizer, steps and lr schedule */
 static void setup_data(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
@@ -787,8 +1052,14 @@ static void setup_data(TrainSession* s) {
     if (s->has_val) {
         dataloader_init(&s->val_loader, cfg->val_data, cfg->B, cfg->T, 0, 1, 0, 0);
         dataloader_set_vocab_limit(&s->val_loader, V);
+        size_t have = dataloader_sequences(&s->val_loader);
+        if (cfg->val_tokens > 0 && (size_t)(cfg->val_tokens / cfg->T) > have) {
+            CONFIG_FATAL(s, "flag --val-tokens is %d (%d sequences of -t %d), but the validation data '%s' holds only "
+                         "%zu such sequences (%zu tokens)", cfg->val_tokens, cfg->val_tokens / cfg->T, cfg->T,
+                         cfg->val_data, have, have * (size_t)cfg->T);
+        }
     }
-    s->has_tokenizer = tokenizer_init(&s->tokenizer, cfg->tokenizer_path);
+    setup_tokenizer(s);
     s->max_steps = cfg->max_steps;
     if (s->max_steps == -1) {
         size_t per_step = (size_t)s->grad_accum_steps * s->dp->world;
@@ -835,9 +1106,43 @@ static void session_init(TrainSession* s) {
         /* lines logged after the checkpoint by the interrupted run are dropped, so the log has no duplicates */
         char logpath[1024];
         snprintf(logpath, sizeof(logpath), "%s/log.jsonl", cfg->output_dir);
-        if (file_exists(logpath)) { logger_truncate_after_step(logpath, resume_step); }
+        int dropped = file_exists(logpath) ? logger_truncate_after_step(logpath, resume_step) : 0;
+        if (dropped > 0) {
+            printf("resume: %d line%s of %s logged after checkpoint step %d %s dropped (this run logs those steps "
+                   "again)\n", dropped, dropped == 1 ? "" : "s", logpath, resume_step, dropped == 1 ? "was" : "were");
+        }
     }
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
+}
+
+/* the layout of this process as the ledger (llmc/ledger.h) describes it */
+static LedgerLayout session_ledger_layout(const TrainSession* s) {
+    LedgerLayout l;
+    memset(&l, 0, sizeof(l));
+    l.cfg = s->model.config; l.B = s->cfg.B; l.T = s->cfg.T; l.m = s->grad_accum_steps;
+    l.tp = s->tp->world; l.sp = s->cfg.sequence_parallel && s->tp->world > 1; l.pp = s->pp->world;
+    l.v = s->pp->world > 1 ? s->cfg.pp_virtual : 1;
+    pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
+    l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
+    l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
+    l.pb = (int)sizeof(floatX); l.master = s->zero.opt.master != NULL;
+    return l;
+}
+
+/* one line: the ledger's bytes for this process's stage beside what the session allocated (they must be equal;
+ * dev/test/cli_plan.sh checks it for every layout the multi-process tests run) */
+static void print_ledger_check(const TrainSession* s) {
+    LedgerLayout l = session_ledger_layout(s);
+    LedgerRank r = ledger_rank(&l, s->pp->rank);
+    size_t range = s->zero.own_end - s->zero.own_start;
+    size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
+                     2 * range * 4, s->model.acts_bytes_held};
+    size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
+    int same = memcmp(got, want, sizeof(got)) == 0;
+    printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
+           "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
+           want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
+    fflush(stdout);
 }
 
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
@@ -870,6 +1175,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
                s->grad_accum_steps);
     }
     printf("+-----------------------+------------------------------------------------\n");
+    warn_if_warmup_covers_run(s);
     if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
     zero_print_ledger(&s->zero);
     if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
@@ -879,13 +1185,14 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
            vd, no, vo);
     char* json = args_config_json(specs, n_specs);
-    size_t cap = strlen(json) + 512;
-    char* fields = (char*)malloc_check(cap, "config json");
-    snprintf(fields, cap, "%s,\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
-             "\"device\":\"%s\",\"max_steps_resolved\":%d", json, s->model.num_parameters_full, s->world.world,
-             s->grad_accum_steps, PRECISION_NAME, backend_device_name(), s->max_steps);
-    logger_log(&s->logger, "config", s->step, fields);
-    free(fields);
+    size_t len = strlen(json), cap = len + 1;
+    char more[256];
+    snprintf(more, sizeof(more), ",\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
+             "\"max_steps_resolved\":%d,\"device\":", s->model.num_parameters_full, s->world.world,
+             s->grad_accum_steps, PRECISION_NAME, s->max_steps);
+    args_buf_append(&json, &len, &cap, more, strlen(more));
+    args_buf_append_json_string(&json, &len, &cap, backend_device_name()); /* escaped like every string */
+    logger_log(&s->logger, "config", s->step, json);
     free(json);
 }
 
@@ -906,9 +1213,14 @@ static void session_free(TrainSession* s) {
 
 /* ---------------------------------------------------------------- the training loop */
 
-/* prints (rank 0, every --log-every steps and the last) and logs the step's line */
-static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu) {
+/* prints (rank 0, every --log-every steps and the last) and logs the step's line; after the timings: the run's
+ * elapsed wall time and the time left (llmc/progress.h), and on CUDA builds the device memory in use / total */
+static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu, const Progress* pg) {
     if (is_rank0(s) && (s->step % s->cfg.log_every == 0 || s->step == s->max_steps)) {
+        double now = wall_seconds();
+        char elapsed[32], eta[32];
+        progress_format_duration(progress_elapsed(pg, now), elapsed, sizeof(elapsed));
+        progress_format_duration(progress_eta(pg, now, s->max_steps - s->step), eta, sizeof(eta));
         printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
@@ -917,47 +1229,63 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
                    r->grad_fp32 / 1e6);
         }
+        if (r->skipped) { printf(" | skipped (not finite)"); }
+        printf(" | %s elapsed | eta %s", elapsed, eta);
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
+        size_t free_b, total_b;
+        dev_memory_info(&free_b, &total_b);
+        printf(" | mem %.1f/%.1f GiB", (double)(total_b - free_b) / (1 << 30), (double)total_b / (1 << 30));
+#endif
         printf("\n");
         fflush(stdout);
     }
-    char fields[256];
+    /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
+    char fields[512], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
+             logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
+             logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
+             logger_json_number(tok, sizeof(tok), tok_s));
+    size_t len = strlen(fields);
     if (mfu >= 0) {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s, mfu);
-    } else {
-        snprintf(fields, sizeof(fields), "\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6e,\"ms\":%.3f,\"tokens_per_s\":%.1f",
-                 r->loss, r->grad_norm, r->lr, ms, tok_s);
+        snprintf(fields + len, sizeof(fields) - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
+        len = strlen(fields);
     }
     if (r->bubble >= 0) {
-        size_t len = strlen(fields);
-        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%.4f", r->bubble);
+        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
+        len = strlen(fields);
     }
     if (r->grad_fp32 > 0) {
-        size_t len = strlen(fields);
         snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
+        len = strlen(fields);
     }
+    if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);
 }
 
-/* validation and a sample when due (every -v / -s steps, and at the end) */
-static void evaluate_if_due(TrainSession* s, int last) {
+/* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
+ * there was no validation */
+static float evaluate_if_due(TrainSession* s, int last) {
     const TrainConfig* cfg = &s->cfg;
+    float vl = NAN;
     if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
-        float vl = validate(s);
+        vl = validate(s);
         if (is_rank0(s)) { printf("val loss %.6f (step %d)\n", vl, s->step); }
-        char fields[128];
-        snprintf(fields, sizeof(fields), "\"val_loss\":%.6f", vl);
+        char fields[128], num[32];
+        snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (cfg->gen_tokens > 0 && in_first_tp_group(s) &&
+    if (s->sampling && in_first_tp_group(s) &&
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
+    return vl;
 }
 
 /* the training loop: validation and samples at their intervals and at the end, one line per step,
- * checkpoints every -n steps and at the end (when -o is set) */
+ * checkpoints every -n steps and at the end (when -o is set); the final line gives this run's training and wall
+ * time, the tokens the model has seen (steps x tokens per step, earlier runs of a resumed one included) and the
+ * best validation loss of this run */
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
@@ -966,33 +1294,105 @@ static void train(TrainSession* s) {
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
     double train_seconds = 0.0;
     int start_step = s->step;
+    float best_val = NAN;
+    int best_val_step = -1;
+    Progress pg;
+    progress_start(&pg, wall_seconds());
     for (;;) {
         int last = s->step >= s->max_steps;
-        evaluate_if_due(s, last);                                    /* validation loss, sample */
+        float vl = evaluate_if_due(s, last);                         /* validation loss, sample */
+        if (!isnan(vl) && (isnan(best_val) || vl < best_val)) { best_val = vl; best_val_step = s->step; }
         if (last) { break; }
         double t0 = wall_seconds();
         StepResult r = train_step(s);                                /* micro-steps, reduction, clip, AdamW */
         double ms = (wall_seconds() - t0) * 1000.0;
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
-        log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak));
+        progress_step_done(&pg, wall_seconds());
+        log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak), &pg);
+        stop_if_bad_steps(s);                                        /* --max-bad-steps skipped in a row */
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
         }
         int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {
-            write_checkpoint(s);                                     /* model, every rank's state, DONE */
+            if (s->bad_steps == 0) {
+                write_checkpoint(s);                                 /* model, every rank's state, DONE */
+            } else if (is_rank0(s)) {
+                printf("checkpoint: not written at step %d: its last %d step%s skipped as not finite\n", s->step,
+                       s->bad_steps, s->bad_steps == 1 ? " was" : "s were");
+            }
         }
+        if (exiting && s->bad_steps > 0) { break; } /* no checkpoint was written: the error below says so */
         if (exiting) {
             if (is_rank0(s)) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
             return;
         }
     }
-    if (is_rank0(s) && train_seconds > 0) {
-        printf("done: %d steps in this run (now at step %d), %.1f s of training\n", s->step - start_step, s->step,
-               train_seconds);
+    if (s->bad_steps > 0) {
+        CONFIG_FATAL(s, "the last %d step%s (to step %d) had a non-finite loss or gradient norm and %s skipped; no "
+                     "checkpoint of it was written; lower -l (--learning-rate, now %g) or check the model and data",
+                     s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
+                     (double)cfg->learning_rate);
     }
+    if (is_rank0(s) && train_seconds > 0) {
+        char wall[32], best[64] = "no validation";
+        progress_format_duration(progress_elapsed(&pg, wall_seconds()), wall, sizeof(wall));
+        if (!isnan(best_val)) { snprintf(best, sizeof(best), "best val loss %.6f (step %d)", best_val, best_val_step); }
+        printf("done: %d steps in this run (now at step %d), %.1f s of training, %s wall | %lld tokens seen | %s\n",
+               s->step - start_step, s->step, train_seconds, wall, (long long)s->step * tokens_per_step, best);
+    }
+}
+
+/* --plan / --plan-search: the model's shape, the layout flags and the cluster flags into the planner; prints and
+ * returns the exit status. Reads a model file's header if -e names one; allocates nothing on a device. */
+static int plan_main(const TrainConfig* cfg) {
+    GPT2Config mc = model_config(cfg);
+    if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
+    const PlanDevice* dev = plan_device_find(cfg->plan_device);
+    if (!dev) { FATAL("flag --device is '%s'; expected h100, h200, a100-80gb or b200", cfg->plan_device); }
+    int fp32 = strcmp(cfg->plan_precision, "fp32") == 0;
+    if (!fp32 && strcmp(cfg->plan_precision, "bf16") != 0) {
+        FATAL("flag --plan-precision is '%s'; expected bf16 or fp32", cfg->plan_precision);
+    }
+    PlanCluster cl = plan_cluster(dev, cfg->gpus, cfg->gpus_per_node, cfg->gemm_eff, fp32 ? "tf32" : "bf16");
+    if (cfg->plan_mem_gb > 0) { cl.dev.mem_gb = cfg->plan_mem_gb; }
+    if (cfg->plan_nvlink_gbs > 0) { cl.dev.nvlink_gbs = cfg->plan_nvlink_gbs; }
+    if (cfg->plan_net_gbs > 0) { cl.dev.net_gbs = cfg->plan_net_gbs; }
+    LedgerLayout l;
+    memset(&l, 0, sizeof(l));
+    l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
+    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.offload = cfg->offload;
+    l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
+    PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
+    int layers[64] = {0};
+    char err[512];
+    if (pipeline_check_layout(&pf, &mc, layers, err, sizeof(err))) { FATAL("%s", err); }
+    pipe_schedule_from_name(cfg->pp_schedule, &l.sched);
+    l.pp_layers = layers[0] ? layers : NULL;
+    long long per = (long long)cfg->B * cfg->T;
+    long long tokens = cfg->total_batch_size > 0 ? cfg->total_batch_size : per * (cfg->gpus / (cfg->tp * cfg->pp));
+    if (cfg->plan_search) {
+        int n;
+        PlanResult* r = plan_search(&l, &cl, tokens, cfg->plan_theory, &n);
+        plan_print_search(r, n, 10);
+        if (n > 0) { plan_print(&r[0], &cl); }
+        free(r);
+        return n > 0 ? 0 : 1;
+    }
+    if (cfg->gpus % (cfg->tp * cfg->pp)) {
+        FATAL("flag --gpus is %d, not a multiple of --tp x --pp = %d", cfg->gpus, cfg->tp * cfg->pp);
+    }
+    l.dp = cfg->gpus / (cfg->tp * cfg->pp);
+    if (tokens % (per * l.dp)) {
+        FATAL("flag -d (--total-batch-size) is %lld, not a multiple of B*T*dp = %lld", tokens, per * l.dp);
+    }
+    l.m = (int)(tokens / (per * l.dp));
+    if (ledger_check_layout(&l, err, sizeof(err))) { FATAL("--plan: the layout cannot be built: %s", err); }
+    PlanResult r = plan_evaluate(&l, &cl);
+    plan_print(&r, &cl);
+    return 0;
 }
 
 #ifndef TESTING
@@ -1003,8 +1403,14 @@ int main(int argc, char** argv) {
     int n_specs = train_config_specs(&s->cfg, specs);
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
+    if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
+    if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
+        FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
+              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
+    }
     session_init(s);
     print_header(s, specs, n_specs);
+    if (s->dp->rank == 0 && s->tp->rank == 0) { print_ledger_check(s); } /* one line per pipeline stage */
     if (!s->cfg.dry_run) { train(s); }
     session_free(s);
     free(s);

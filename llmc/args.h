@@ -26,7 +26,8 @@
  *   String values may be empty ("-o ''"); what an empty string means is the caller's choice.
  * args_print_config(specs, n, out): "name = value" per spec (after parsing: the resolved config).
  * args_config_json(specs, n): malloc'd string of JSON members "\"batch-size\":4,..." (no braces;
- *   strings escaped per RFC 8259) for the log's config line; caller frees.
+ *   strings escaped per RFC 8259, invalid UTF-8 bytes as \ufffd) for the log's config line; caller frees.
+ * args_flag_lines(specs, n): malloc'd "name<TAB>JSON value" lines, the flags a checkpoint records.
  *
  * Header-only: static inline functions, no globals (getopt's own optind/optarg/opterr are libc's).
  */
@@ -181,41 +182,69 @@ static inline void args_buf_append(char** buf, size_t* len, size_t* cap, const c
     (*buf)[*len] = '\0';
 }
 
-/* appends s as a JSON string literal (quotes, backslash and control characters escaped) */
+/* appends s as a JSON string literal (quotes, backslash and control characters escaped; a byte that does not
+ * start valid UTF-8 becomes \ufffd, so the result is valid JSON and UTF-8 for any bytes) */
 static inline void args_buf_append_json_string(char** buf, size_t* len, size_t* cap, const char* s) {
     args_buf_append(buf, len, cap, "\"", 1);
-    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+    size_t n = strlen(s);
+    for (const unsigned char* p = (const unsigned char*)s; *p; ) {
         char esc[8];
+        int k = 1;
         if (*p == '"' || *p == '\\') { esc[0] = '\\'; esc[1] = (char)*p; args_buf_append(buf, len, cap, esc, 2); }
         else if (*p < 0x20 || *p == 0x7F) { snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)*p); args_buf_append(buf, len, cap, esc, 6); }
-        else { args_buf_append(buf, len, cap, (const char*)p, 1); }
+        else if ((k = utf8_valid_len(p, n - (size_t)(p - (const unsigned char*)s))) == 0) {
+            k = 1;
+            args_buf_append(buf, len, cap, "\\ufffd", 6);
+        }
+        else { args_buf_append(buf, len, cap, (const char*)p, (size_t)k); }
+        p += k;
     }
     args_buf_append(buf, len, cap, "\"", 1);
+}
+
+/* appends the current value of spec s as JSON: an int, a float (%.9g, null if not finite), a string or null */
+static inline void args_buf_append_value_json(char** buf, size_t* len, size_t* cap, const ArgSpec* s) {
+    char value[64];
+    if (s->type == ARG_INT) {
+        snprintf(value, sizeof(value), "%d", *(const int*)s->dest);
+        args_buf_append(buf, len, cap, value, strlen(value));
+    } else if (s->type == ARG_FLOAT) {
+        float v = *(const float*)s->dest;
+        if (isfinite(v)) { snprintf(value, sizeof(value), "%.9g", (double)v); } else { snprintf(value, sizeof(value), "null"); }
+        args_buf_append(buf, len, cap, value, strlen(value));
+    } else {
+        const char* v = *(char* const*)s->dest;
+        if (v) { args_buf_append_json_string(buf, len, cap, v); }
+        else { args_buf_append(buf, len, cap, "null", 4); }
+    }
 }
 
 /* see header comment; returns a malloc'd, NUL-terminated string */
 static inline char* args_config_json(const ArgSpec* specs, int n) {
     char* buf = NULL;
     size_t len = 0, cap = 0;
-    char value[64];
     args_buf_append(&buf, &len, &cap, "", 0);
     for (int i = 0; i < n; i++) {
         const ArgSpec* s = &specs[i];
         if (i > 0) { args_buf_append(&buf, &len, &cap, ",", 1); }
         args_buf_append_json_string(&buf, &len, &cap, s->long_name);
         args_buf_append(&buf, &len, &cap, ":", 1);
-        if (s->type == ARG_INT) {
-            snprintf(value, sizeof(value), "%d", *(const int*)s->dest);
-            args_buf_append(&buf, &len, &cap, value, strlen(value));
-        } else if (s->type == ARG_FLOAT) {
-            float v = *(const float*)s->dest;
-            if (isfinite(v)) { snprintf(value, sizeof(value), "%.9g", (double)v); } else { snprintf(value, sizeof(value), "null"); }
-            args_buf_append(&buf, &len, &cap, value, strlen(value));
-        } else {
-            const char* v = *(char* const*)s->dest;
-            if (v) { args_buf_append_json_string(&buf, &len, &cap, v); }
-            else { args_buf_append(&buf, &len, &cap, "null", 4); }
-        }
+        args_buf_append_value_json(&buf, &len, &cap, s);
+    }
+    return buf;
+}
+
+/* malloc'd lines "long-name<TAB>JSON value\n", one per spec (the values as in args_config_json, so no value holds
+ * a newline or a tab); the record of a run's flags that a checkpoint keeps (llmc/checkpoint.h) */
+static inline char* args_flag_lines(const ArgSpec* specs, int n) {
+    char* buf = NULL;
+    size_t len = 0, cap = 0;
+    args_buf_append(&buf, &len, &cap, "", 0);
+    for (int i = 0; i < n; i++) {
+        args_buf_append(&buf, &len, &cap, specs[i].long_name, strlen(specs[i].long_name));
+        args_buf_append(&buf, &len, &cap, "\t", 1);
+        args_buf_append_value_json(&buf, &len, &cap, &specs[i]);
+        args_buf_append(&buf, &len, &cap, "\n", 1);
     }
     return buf;
 }

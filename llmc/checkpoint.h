@@ -118,14 +118,54 @@ static inline int checkpoint_latest_step(const char* dir, const char* prefix, in
     return best;
 }
 
-/* writes the empty DONE marker for `step` atomically */
-static inline void checkpoint_write_done(const char* dir, int step) {
+/* writes the DONE marker for `step` atomically: the line "done", then `flags` (NULL: nothing), the run's flags as
+ * lines "name<TAB>JSON value" (checkpoint_flag_value reads them back; a resume compares them) */
+static inline void checkpoint_write_done(const char* dir, int step, const char* flags) {
     char path[1024];
     checkpoint_done_path(path, sizeof(path), dir, step);
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, "done\n", 1, 5);
+    if (flags) { atomic_file_write(&af, flags, 1, strlen(flags)); }
     atomic_file_commit(&af);
+}
+
+/* Reads the DONE marker of checkpoint `step` (malloc'd, NUL-terminated; the caller frees it); FATAL naming the file
+ * if it cannot be read. */
+static inline char* checkpoint_read_done(const char* dir, int step) {
+    char path[1024];
+    checkpoint_done_path(path, sizeof(path), dir, step);
+    FILE* f = fopen_check(path, "rb");
+    size_t cap = 4096, len = 0, got;
+    char* text = (char*)malloc_check(cap, "checkpoint marker");
+    while ((got = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char* bigger = (char*)realloc(text, cap *= 2);
+            if (!bigger) { FATAL("out of host memory reading '%s'", path); }
+            text = bigger;
+        }
+    }
+    if (ferror(f)) { FATAL("cannot read checkpoint marker '%s': %s", path, strerror(errno)); }
+    fclose(f);
+    text[len] = '\0';
+    return text;
+}
+
+/* The value (JSON text: a pointer into done_text, *len bytes) recorded for flag `name` in a DONE marker's text
+ * (checkpoint_write_done); NULL when the marker has no line for it (a checkpoint written before the flag existed or
+ * before flags were recorded). */
+static inline const char* checkpoint_flag_value(const char* done_text, const char* name, size_t* len) {
+    size_t n = strlen(name);
+    for (const char* line = done_text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, name, n) == 0 && line[n] == '\t') {
+            const char* v = line + n + 1;
+            const char* end = strchr(v, '\n');
+            *len = end ? (size_t)(end - v) : strlen(v);
+            return v;
+        }
+    }
+    return NULL;
 }
 
 /* removes the files of checkpoint `step` (model, DONE marker, and the states of ranks 0..world-1 and of any

@@ -4,7 +4,9 @@
  * Shard format (llm.c; llmc/README.md, "File formats"; written by the data preparation script prepare.py): little-endian
  * int32 header[256] with header[0] = 20240520 (magic), header[1] = 1 (version),
  * header[2] = token count; then `count` uint16 token ids. File size must be 1024 + 2*count.
- * Every shard is checked at init (magic, version, size, enough tokens) and mmapped read-only;
+ * Every shard is checked at init (magic, version, size, enough tokens, by reading its header) and mapped
+ * read-only only when read: at most DATALOADER_MAP_CACHE (8) shards are mapped at a time, the least recently
+ * used unmapped first, so any number of shards works (the kernel allows about 65,530 maps per process);
  * any problem -> one stderr line naming the file, what was found, what was expected and
  * "regenerate with prepare.py", the data preparation script (README, "Data"), then exit 1.
  *
@@ -32,6 +34,11 @@
  *       set_state checks position % N == rank and position < windows_per_epoch (else FATAL).
  *   dataloader_load_window(dl, k)     loads window k (0 <= k < num_windows_total) of the
  *       unshuffled epoch-0 order into inputs/targets without moving the position (validation).
+ *   dataloader_sequences(dl)          sequences of T+1 tokens over all shards (validation by tokens): shard s
+ *       holds (count_s - 1) / T of them, sequence j of a shard starting at its token j*T; they are numbered in
+ *       glob order, shard by shard, so the numbering does not depend on B or on the number of processes.
+ *   dataloader_load_sequence(dl, j, row)   loads sequence j (0 <= j < dataloader_sequences) into row `row`
+ *       (0 <= row < B) of inputs/targets, without moving the position; out of range -> FATAL.
  *   dataloader_set_vocab_limit(dl, V) from then on any token >= V in a loaded window is a FATAL
  *       error naming the shard and token offset (0 = no check, the default).
  *   dataloader_fingerprint(dl)        64-bit FNV-1a hash of shard base names, token counts and the
@@ -57,6 +64,7 @@
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
 #define DATALOADER_HEADER_BYTES 1024
+#define DATALOADER_MAP_CACHE 8 /* shards mapped at a time (least recently used unmapped first) */
 
 typedef struct {
     uint64_t epoch;     /* epochs completed by this rank */
@@ -76,9 +84,6 @@ typedef struct {
     /* shards */
     int num_shards;
     char** shard_paths;        /* [num_shards] malloc'd copies */
-    void** shard_maps;         /* [num_shards] mmap base */
-    size_t* shard_map_bytes;   /* [num_shards] */
-    const uint16_t** shard_tokens;  /* [num_shards] = map base + 1024 bytes */
     size_t* shard_num_tokens;  /* [num_shards] */
     size_t* shard_windows;     /* [num_shards] */
     /* position */
@@ -90,6 +95,14 @@ typedef struct {
     int perm_shard;            /* shard whose window permutation is cached (-1 = none) */
     uint64_t perm_epoch;
     size_t* window_perm;       /* [max windows in a shard] when shuffle */
+    uint64_t fingerprint;      /* dataloader_fingerprint, computed at init */
+    /* the mapped shards (dataloader_shard_tokens): slot c holds shard cache_shard[c] (-1 = empty) */
+    int cache_shard[DATALOADER_MAP_CACHE];
+    void* cache_map[DATALOADER_MAP_CACHE];
+    size_t cache_bytes[DATALOADER_MAP_CACHE];
+    const uint16_t* cache_tokens[DATALOADER_MAP_CACHE]; /* map + 1024 bytes */
+    uint64_t cache_used[DATALOADER_MAP_CACHE];          /* last use (cache_clock), 0 = never */
+    uint64_t cache_clock;
 } DataLoader;
 
 /* SplitMix64 step (Steele, Lea, Flood 2014) */
@@ -140,7 +153,22 @@ static inline char* dataloader_strdup(const char* s) {
     return d;
 }
 
-/* validates and mmaps shard i (path already set); exits with a clear message on any problem */
+/* reads n bytes at offset off of the open shard fd into buf; exits naming the shard on a short read */
+static inline void dataloader_pread(int fd, void* buf, size_t n, off_t off, const char* path) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char*)buf + got, n - got, off + (off_t)got);
+        if (r <= 0) {
+            close(fd);
+            FATAL("cannot read token shard '%s': %s", path, r < 0 ? strerror(errno) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+}
+
+/* validates shard i (path already set) by reading its header (it is not mapped here: shards are mapped on demand,
+ * dataloader_shard_tokens) and hashes its name, count and first/last 8 tokens into dl->fingerprint; exits with a
+ * clear message on any problem */
 static inline void dataloader_open_shard(DataLoader* dl, int i) {
     const char* path = dl->shard_paths[i];
     const char* regen = "regenerate with the data preparation script prepare.py; README, \"Data\"";
@@ -153,41 +181,76 @@ static inline void dataloader_open_shard(DataLoader* dl, int i) {
         close(fd);
         FATAL("token shard '%s' is %zu bytes, smaller than the %d-byte header; %s", path, bytes, DATALOADER_HEADER_BYTES, regen);
     }
-    void* map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) { FATAL("cannot mmap token shard '%s' (%zu bytes): %s", path, bytes, strerror(errno)); }
     int32_t header[3];
-    memcpy(header, map, sizeof(header));
+    dataloader_pread(fd, header, sizeof(header), 0, path);
     if (header[0] != DATALOADER_MAGIC) {
-        munmap(map, bytes);
+        close(fd);
         FATAL("token shard '%s' has magic %d, expected %d (not a token shard); %s", path, header[0], DATALOADER_MAGIC, regen);
     }
     if (header[1] != DATALOADER_VERSION) {
-        munmap(map, bytes);
+        close(fd);
         FATAL("token shard '%s' has version %d, expected %d; %s", path, header[1], DATALOADER_VERSION, regen);
     }
     if (header[2] < 0) {
-        munmap(map, bytes);
+        close(fd);
         FATAL("token shard '%s' has a negative token count %d in its header; %s", path, header[2], regen);
     }
     size_t count = (size_t)header[2];
     size_t expected = DATALOADER_HEADER_BYTES + 2 * count;
     if (bytes != expected) {
-        munmap(map, bytes);
+        close(fd);
         FATAL("token shard '%s' is %zu bytes, expected %zu = 1024 + 2 * %zu tokens (header count); "
               "the file is truncated or corrupt; %s", path, bytes, expected, count, regen);
     }
     size_t need = (size_t)dl->B * (size_t)dl->T + 1;
     if (count < need) {
-        munmap(map, bytes);
+        close(fd);
         FATAL("token shard '%s' has %zu tokens, but one batch window needs B*T+1 = %zu (B=%d, T=%d); "
               "use a smaller batch size/sequence length or a larger shard", path, count, need, dl->B, dl->T);
     }
-    dl->shard_maps[i] = map;
-    dl->shard_map_bytes[i] = bytes;
-    dl->shard_tokens[i] = (const uint16_t*)((const char*)map + DATALOADER_HEADER_BYTES);
+    uint16_t ends[16];
+    size_t k = count < 8 ? count : 8;
+    dataloader_pread(fd, ends, k * sizeof(uint16_t), DATALOADER_HEADER_BYTES, path);
+    dataloader_pread(fd, ends + 8, k * sizeof(uint16_t), (off_t)(DATALOADER_HEADER_BYTES + 2 * (count - k)), path);
+    close(fd);
+    const char* base = strrchr(path, '/'); /* the fingerprint: see dataloader_fingerprint */
+    base = base ? base + 1 : path;
+    uint64_t count64 = (uint64_t)count;
+    dl->fingerprint = fnv1a64(dl->fingerprint, base, strlen(base) + 1);
+    dl->fingerprint = fnv1a64(dl->fingerprint, &count64, sizeof(count64));
+    dl->fingerprint = fnv1a64(dl->fingerprint, ends, k * sizeof(uint16_t));
+    dl->fingerprint = fnv1a64(dl->fingerprint, ends + 8, k * sizeof(uint16_t));
     dl->shard_num_tokens[i] = count;
     dl->shard_windows[i] = (count - 1) / ((size_t)dl->B * (size_t)dl->T);
+}
+
+/* the tokens of shard s (after its header), mapped on demand: at most DATALOADER_MAP_CACHE shards stay mapped, the
+ * least recently used one is unmapped to make room, so any number of shards works within the kernel's per-process
+ * map limit (vm.max_map_count). Exits naming the shard (and that limit, for ENOMEM) if it cannot be mapped. */
+static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
+    int slot = -1;
+    for (int c = 0; c < DATALOADER_MAP_CACHE; c++) {
+        if (dl->cache_shard[c] == s) { dl->cache_used[c] = ++dl->cache_clock; return dl->cache_tokens[c]; }
+        if (slot < 0 || dl->cache_used[c] < dl->cache_used[slot]) { slot = c; } /* an empty slot has used 0 */
+    }
+    if (dl->cache_shard[slot] >= 0) { munmap(dl->cache_map[slot], dl->cache_bytes[slot]); dl->cache_shard[slot] = -1; }
+    const char* path = dl->shard_paths[s];
+    size_t bytes = DATALOADER_HEADER_BYTES + 2 * dl->shard_num_tokens[s];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    void* map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        FATAL("cannot mmap token shard '%s' (%zu bytes): %s%s", path, bytes, strerror(err),
+              err == ENOMEM ? " (the process's address space or its map count, sysctl vm.max_map_count, is exhausted)" : "");
+    }
+    dl->cache_shard[slot] = s;
+    dl->cache_map[slot] = map;
+    dl->cache_bytes[slot] = bytes;
+    dl->cache_tokens[slot] = (const uint16_t*)((const char*)map + DATALOADER_HEADER_BYTES);
+    dl->cache_used[slot] = ++dl->cache_clock;
+    return dl->cache_tokens[slot];
 }
 
 /* builds the shard order and cumulative window counts of epoch `epoch` (cached) */
@@ -205,7 +268,7 @@ static inline void dataloader_build_order(DataLoader* dl, uint64_t epoch) {
 /* copies window `w` of shard `s` into inputs/targets */
 static inline void dataloader_copy_window(DataLoader* dl, int s, size_t w) {
     size_t n = (size_t)dl->B * (size_t)dl->T;
-    const uint16_t* tok = dl->shard_tokens[s] + w * n;
+    const uint16_t* tok = dataloader_shard_tokens(dl, s) + w * n;
     for (size_t i = 0; i < n; i++) {
         dl->inputs[i] = (int)tok[i];
         dl->targets[i] = (int)tok[i + 1];
@@ -276,9 +339,6 @@ static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int
     int n = (int)g.gl_pathc;
     dl->num_shards = n;
     dl->shard_paths = (char**)calloc_check((size_t)n, sizeof(char*), "shard paths");
-    dl->shard_maps = (void**)calloc_check((size_t)n, sizeof(void*), "shard maps");
-    dl->shard_map_bytes = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard sizes");
-    dl->shard_tokens = (const uint16_t**)calloc_check((size_t)n, sizeof(uint16_t*), "shard tokens");
     dl->shard_num_tokens = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard token counts");
     dl->shard_windows = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard windows");
     dl->shard_order = (int*)calloc_check((size_t)n, sizeof(int), "shard order");
@@ -287,6 +347,8 @@ static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int
     globfree(&g);
     size_t max_windows = 0;
     dl->num_windows_total = 0;
+    dl->fingerprint = 14695981039346656037ULL;
+    for (int c = 0; c < DATALOADER_MAP_CACHE; c++) { dl->cache_shard[c] = -1; }
     for (int i = 0; i < n; i++) {
         dataloader_open_shard(dl, i);
         dl->num_windows_total += dl->shard_windows[i];
@@ -357,29 +419,48 @@ static inline void dataloader_load_window(DataLoader* dl, size_t global_window_i
 }
 
 /* see header comment */
-static inline uint64_t dataloader_fingerprint(const DataLoader* dl) {
-    uint64_t h = 14695981039346656037ULL;
-    for (int i = 0; i < dl->num_shards; i++) {
-        const char* base = strrchr(dl->shard_paths[i], '/');
-        base = base ? base + 1 : dl->shard_paths[i];
-        h = fnv1a64(h, base, strlen(base) + 1);
-        uint64_t count = (uint64_t)dl->shard_num_tokens[i];
-        h = fnv1a64(h, &count, sizeof(count));
-        size_t k = count < 8 ? (size_t)count : 8;
-        h = fnv1a64(h, dl->shard_tokens[i], k * sizeof(uint16_t));
-        h = fnv1a64(h, dl->shard_tokens[i] + (count - k), k * sizeof(uint16_t));
-    }
-    return h;
+static inline size_t dataloader_sequences(const DataLoader* dl) {
+    size_t n = 0;
+    for (int s = 0; s < dl->num_shards; s++) { n += (dl->shard_num_tokens[s] - 1) / (size_t)dl->T; }
+    return n;
 }
 
 /* see header comment */
-static inline void dataloader_free(DataLoader* dl) {
-    for (int i = 0; i < dl->num_shards; i++) {
-        if (dl->shard_maps && dl->shard_maps[i]) { munmap(dl->shard_maps[i], dl->shard_map_bytes[i]); }
-        if (dl->shard_paths) { free(dl->shard_paths[i]); }
+static inline void dataloader_load_sequence(DataLoader* dl, size_t j, int row) {
+    size_t T = (size_t)dl->T, k = j;
+    if (row < 0 || row >= dl->B) { FATAL("dataloader: row %d of a batch of %d requested", row, dl->B); }
+    for (int s = 0; s < dl->num_shards; s++) {
+        size_t n = (dl->shard_num_tokens[s] - 1) / T;
+        if (k >= n) { k -= n; continue; }
+        const uint16_t* tok = dataloader_shard_tokens(dl, s) + k * T;
+        for (size_t i = 0; i <= T; i++) {
+            if (dl->vocab_limit > 0 && (int)tok[i] >= dl->vocab_limit) {
+                FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
+                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s],
+                      (int)tok[i], k * T + i, dl->vocab_limit);
+            }
+        }
+        for (size_t i = 0; i < T; i++) {
+            dl->inputs[(size_t)row * T + i] = (int)tok[i];
+            dl->targets[(size_t)row * T + i] = (int)tok[i + 1];
+        }
+        return;
     }
-    free(dl->shard_paths); free(dl->shard_maps); free(dl->shard_map_bytes);
-    free((void*)dl->shard_tokens); free(dl->shard_num_tokens); free(dl->shard_windows);
+    FATAL("dataloader: sequence %zu requested, but there are only %zu sequences of T+1 = %zu tokens", j,
+          dataloader_sequences(dl), T + 1);
+}
+
+/* see header comment */
+static inline uint64_t dataloader_fingerprint(const DataLoader* dl) { return dl->fingerprint; }
+
+/* see header comment */
+static inline void dataloader_free(DataLoader* dl) {
+    for (int c = 0; c < DATALOADER_MAP_CACHE; c++) {
+        if (dl->cache_shard[c] >= 0 && dl->cache_map[c]) { munmap(dl->cache_map[c], dl->cache_bytes[c]); }
+    }
+    for (int i = 0; i < dl->num_shards; i++) { if (dl->shard_paths) { free(dl->shard_paths[i]); } }
+    free(dl->shard_paths);
+    free(dl->shard_num_tokens); free(dl->shard_windows);
     free(dl->shard_order); free(dl->order_cumulative); free(dl->window_perm);
     free(dl->inputs); free(dl->targets);
     memset(dl, 0, sizeof(*dl));

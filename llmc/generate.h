@@ -2,7 +2,10 @@
  * llmc/generate.h -- autoregressive text generation from a GPT2 model (the trainer's samples): the prompt
  * encoded with the GPT-2 tokenizer (or <|endoftext|>), one forward per new token at batch 1 over the last T
  * tokens (context crop), the next token drawn from the last row's logits with temperature and top-k
- * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter).
+ * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter; control characters
+ * escaped on the terminal by fwrite_terminal_safe, llmc/utils.h, while the returned text keeps the exact bytes).
+ * The start token is g->eot, the tokenizer's end-of-text id; the caller makes sure the
+ * tokenizer and the model have the same vocabulary, and every id fed to the model is checked to be < V.
  * Fixed shape: every forward of one generate_text call runs at the same length L = min(T, prompt + gen_tokens - 1)
  * (generate_forward_len), the tokens padded at the end (copies of the last token) and the row of the last real
  * token read.
@@ -47,6 +50,7 @@ typedef struct {
      * (pipeline parallelism, llmc/pipeline_model.h) */
     void (*forward_logits)(void* ctx, const int* host_tokens, int T, int row, float* host_logits);
     void* forward_ctx;
+    int eot;                     /* the end-of-text id (the tokenizer's; GPT2_EOT for the GPT-2 vocabulary) */
 } GenerateConfig;
 
 /* prompt tokens: the encoded prompt, or <|endoftext|>; returns the count, *tokens has room for gen_tokens more */
@@ -67,7 +71,13 @@ static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** 
     } else if (g->prompt[0] != '\0' && g->printing) {
         printf("(no tokenizer: the prompt is ignored)\n");
     }
-    if (n == 0) { (*tokens)[n++] = GPT2_EOT; }
+    if (n == 0) { (*tokens)[n++] = g->eot; }
+    for (int i = 0; i < n; i++) { /* never reached with a matching tokenizer: the model must not read past wte */
+        if ((*tokens)[i] < 0 || (*tokens)[i] >= m->config.vocab_size) {
+            FATAL("sample: token id %d of the prompt is outside the model's vocabulary of %d tokens (the tokenizer "
+                  "does not belong to this model; pass its own with --tokenizer)", (*tokens)[i], m->config.vocab_size);
+        }
+    }
     return n;
 }
 
@@ -119,7 +129,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
     char chunk[TOKEN_PRINTER_MAX_OUT];
     if (g->printing) {
         printf("sample (%s): ", g->prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
-        if (g->tokenizer && g->prompt[0]) { printf("%s", g->prompt); }
+        if (g->tokenizer && g->prompt[0]) { fwrite_terminal_safe(stdout, g->prompt, strlen(g->prompt)); }
     }
     const int fwd = generate_forward_len(m, g, n);
     for (int generated = 0; generated < g->gen_tokens; generated++) {
@@ -134,7 +144,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
         if (!g->printing) { continue; }
         if (g->tokenizer) {
             size_t k = token_printer_feed(&printer, g->tokenizer, (uint32_t)next, chunk, sizeof(chunk));
-            fwrite(chunk, 1, k, stdout);
+            fwrite_terminal_safe(stdout, chunk, k);
             generate_text_append(text, &text_len, chunk, k);
         } else {
             printf("%d ", next);
@@ -143,7 +153,7 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
     }
     if (g->printing && g->tokenizer) {
         size_t k = token_printer_flush(&printer, chunk, sizeof(chunk));
-        fwrite(chunk, 1, k, stdout);
+        fwrite_terminal_safe(stdout, chunk, k);
         generate_text_append(text, &text_len, chunk, k);
     }
     if (g->printing) { printf("\n"); }

@@ -70,8 +70,69 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
 
 static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
 
-/* returns 1 and fills cfg if `name` is a descriptor like "d12"; 0 (cfg untouched) otherwise */
+/* Custom model shapes "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>]", fields in
+ * any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's tokenizer), T (maxT, the
+ * rows of wpe) 1024. Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not starting with
+ * 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a malformed one:
+ * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, or E/K given
+ * (mixture-of-experts layers, their router, all-to-all and expert parallelism are not implemented; the shape
+ * names them so that a plan can say so). */
+static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
+    if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
+    static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K"}; /* NH before single letters */
+    long val[7] = {0, 0, 0, GPT2_VOCAB_SIZE, 1024, 0, 0};
+    int seen[7] = {0};
+    const char* p = name;
+    while (*p) {
+        int k = -1;
+        for (int q = 0; q < 7 && k < 0; q++) {
+            size_t n = strlen(keys[q]);
+            if (strncmp(p, keys[q], n) == 0 && p[n] >= '0' && p[n] <= '9') { k = q; }
+        }
+        if (k < 0) {
+            snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:NH<heads>"
+                     "[:V<vocab>][:T<context>], e.g. L96:C12288:NH96", name, p);
+            return -1;
+        }
+        char* end;
+        long v = strtol(p + strlen(keys[k]), &end, 10);
+        if (seen[k] || v < 1 || v > 1000000000L || (*end != ':' && *end != '\0')) {
+            snprintf(err, cap, "flag -e (--model) '%s': field %s %s; expected each field once with a positive "
+                     "integer, separated by ':'", name, keys[k], seen[k] ? "given twice" : "is not a positive integer");
+            return -1;
+        }
+        seen[k] = 1;
+        val[k] = v;
+        p = *end == ':' ? end + 1 : end;
+    }
+    if (!seen[0] || !seen[1] || !seen[2]) {
+        snprintf(err, cap, "flag -e (--model) '%s': L, C and NH are required, e.g. L96:C12288:NH96", name);
+        return -1;
+    }
+    if (val[2] % val[0] != 0) {
+        snprintf(err, cap, "flag -e (--model) '%s': C=%ld is not divisible by NH=%ld heads", name, val[2], val[0]);
+        return -1;
+    }
+    if (seen[5] || seen[6]) {
+        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the trainer "
+                 "and the planner have no expert layers, router, all-to-all or expert parallelism; drop :E and :K",
+                 name);
+        return -1;
+    }
+    cfg->num_layers = (int)val[1];
+    cfg->channels = (int)val[2];
+    cfg->num_heads = (int)val[0];
+    cfg->vocab_size = (int)val[3];
+    cfg->padded_vocab_size = round_up_int((int)val[3], 128);
+    cfg->max_seq_len = (int)val[4];
+    return 1;
+}
+
+/* returns 1 and fills cfg if `name` is a descriptor like "d12" or a valid custom shape (gpt2_config_from_shape);
+ * 0 (cfg untouched) otherwise */
 static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name) {
+    char err[512];
+    if (gpt2_config_from_shape(cfg, name, err, sizeof(err)) == 1) { return 1; }
     for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
         if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
             cfg->num_layers = MODEL_DESCRIPTORS[i].L;
@@ -143,6 +204,27 @@ static inline GPT2Stage gpt2_chunk_stage(const GPT2Stage* st, int k) {
     c.has_embedding = st->has_embedding && k == 0;
     c.has_head = st->has_head && k == st->n_chunks - 1;
     return c;
+}
+
+/* the layers of pipeline rank s of p with v chunks (llmc/pipeline_model.h): layers (p ints, NULL = even split) gives each stage's layer count
+ * for v = 1 */
+static inline GPT2Stage pipeline_stage_of(const GPT2Config* c, int p, int v, const int* layers, int s) {
+    GPT2Stage st;
+    memset(&st, 0, sizeof(st));
+    int L = c->num_layers;
+    st.n_chunks = v;
+    st.has_embedding = s == 0;
+    st.has_head = s == p - 1;
+    if (v > 1) {
+        int Lc = L / (p * v);
+        for (int k = 0; k < v; k++) { st.chunk_first[k] = (k * p + s) * Lc; st.chunk_layers[k] = Lc; }
+        return st;
+    }
+    int first = 0;
+    for (int q = 0; q < s; q++) { first += layers ? layers[q] : L / p + (q < L % p); }
+    st.chunk_first[0] = first;
+    st.chunk_layers[0] = layers ? layers[s] : L / p + (s < L % p);
+    return st;
 }
 
 /* the local index of chunk k's first layer */

@@ -264,10 +264,23 @@ static inline void grad_compress_move(GradCompressor* g, const GradCompressBucke
     }
 }
 
-/* posts a batch of transfers and adds its bytes (from the group's counters) to the step's figures */
-static inline void grad_compress_exchange(GradCompressor* g, const CommP2P* ops, int n) {
+/* appends the four transfers between this rank (me) and peer c -- two messages each way (data, then scales or
+ * values) -- in the order both sides post them: the lower rank's messages first (NCCL matches in posting order) */
+static inline void grad_compress_pair(CommP2P* ops, int* n, int me, int c, CommP2P s1, CommP2P s2, CommP2P r1, CommP2P r2) {
+    s1.send = s2.send = 1; r1.send = r2.send = 0;
+    s1.peer = s2.peer = r1.peer = r2.peer = c;
+    CommP2P order[4] = {s1, s2, r1, r2};
+    if (me > c) { order[0] = r1; order[1] = r2; order[2] = s1; order[3] = s2; }
+    for (int i = 0; i < 4; i++) { ops[(*n)++] = order[i]; }
+}
+
+/* posts a batch of transfers (empty ones dropped: both sides agree which are empty) and adds its bytes, from the
+ * group's counters, to the step's figures */
+static inline void grad_compress_exchange(GradCompressor* g, CommP2P* ops, int n) {
+    int w = 0;
+    for (int i = 0; i < n; i++) { if (ops[i].count > 0) { ops[w++] = ops[i]; } }
     unsigned long long s0 = g->dp->counters.bytes_sent, r0 = g->dp->counters.bytes_recv;
-    comm_p2p_batch(g->dp, ops, n);
+    comm_p2p_batch(g->dp, ops, w);
     g->stats.bytes_sent += g->dp->counters.bytes_sent - s0;
     g->stats.bytes_recv += g->dp->counters.bytes_recv - r0;
 }
@@ -309,9 +322,7 @@ static inline void grad_compress_bucket(GradCompressor* g, int b, const CommSegm
             CommP2P ss = {1, c, g->send_s + k->s0 + k->spart[c], COMM_F32, grad_compress_blocks(m), 4 * b + 1};
             CommP2P rq = {0, c, g->recv_q + k->rq0 + (size_t)c * own, COMM_U8, own, 4 * b};
             CommP2P rs = {0, c, g->recv_s + k->rs0 + (size_t)c * ob, COMM_F32, ob, 4 * b + 1};
-            /* a pair posts in the same order on both sides: the lower rank's message first */
-            if (me < c) { ops[nops++] = sq; ops[nops++] = ss; ops[nops++] = rq; ops[nops++] = rs; }
-            else { ops[nops++] = rq; ops[nops++] = rs; ops[nops++] = sq; ops[nops++] = ss; }
+            grad_compress_pair(ops, &nops, me, c, sq, ss, rq, rs);
         }
     } else {
         compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->stage, k->n, k->k, g->topk_scratch);
@@ -326,14 +337,10 @@ static inline void grad_compress_bucket(GradCompressor* g, int b, const CommSegm
             CommP2P sv = {1, c, g->send_val + k->t0, COMM_F32, k->k, 4 * b + 1};
             CommP2P ri = {0, c, g->recv_idx + (size_t)c * total + k->t0, COMM_I32, k->k, 4 * b};
             CommP2P rv = {0, c, g->recv_val + (size_t)c * total + k->t0, COMM_F32, k->k, 4 * b + 1};
-            if (me < c) { ops[nops++] = si; ops[nops++] = sv; ops[nops++] = ri; ops[nops++] = rv; }
-            else { ops[nops++] = ri; ops[nops++] = rv; ops[nops++] = si; ops[nops++] = sv; }
+            grad_compress_pair(ops, &nops, me, c, si, sv, ri, rv);
         }
     }
-    /* empty messages are legal transfers of 0 elements; drop them so neither transport sees a zero-size op */
-    int w = 0;
-    for (int i = 0; i < nops; i++) { if (ops[i].count > 0) { ops[w++] = ops[i]; } }
-    grad_compress_exchange(g, ops, w);
+    grad_compress_exchange(g, ops, nops);
     free(ops);
 }
 
@@ -356,12 +363,9 @@ static inline void grad_compress_int8_all_gather(GradCompressor* g, int b, GradC
         CommP2P ss = {1, c, g->send_s + k->s0 + k->spart[me], COMM_F32, grad_compress_blocks(own), 4 * b + 3};
         CommP2P rq = {0, c, g->send_q + k->q0 + k->part[c], COMM_U8, m, 4 * b + 2};
         CommP2P rs = {0, c, g->send_s + k->s0 + k->spart[c], COMM_F32, grad_compress_blocks(m), 4 * b + 3};
-        if (me < c) { ops[nops++] = sq; ops[nops++] = ss; ops[nops++] = rq; ops[nops++] = rs; }
-        else { ops[nops++] = rq; ops[nops++] = rs; ops[nops++] = sq; ops[nops++] = ss; }
+        grad_compress_pair(ops, &nops, me, c, sq, ss, rq, rs);
     }
-    int w = 0;
-    for (int i = 0; i < nops; i++) { if (ops[i].count > 0) { ops[w++] = ops[i]; } }
-    grad_compress_exchange(g, ops, w);
+    grad_compress_exchange(g, ops, nops);
     free(ops);
     comm_join(g->dp);
     for (int c = 0; c < N; c++) {

@@ -10,8 +10,10 @@
  *   output_dir NULL or "" -> logging disabled (all calls no-ops). Otherwise (rank 0) the
  *   directory is created if missing (exits if it cannot be created or written) and
  *   DIR/log.jsonl is opened: append != 0 keeps existing lines (resume; call
- *   logger_truncate_after_step first), append == 0 starts a new empty log. Open failure -> FATAL
- *   naming the path.
+ *   logger_truncate_after_step first), append == 0 starts a new empty log; a non-empty log already
+ *   there (an earlier run without a checkpoint to resume) is never truncated: it is renamed to the
+ *   first free DIR/log.N.jsonl (N = 1, 2, ...) and one line on stdout names both paths
+ *   (logger_rotate). Open or rename failure -> FATAL naming the path.
  * logger_log(lg, kind, step, extra_json_fields): extra_json_fields is a comma-separated list of
  *   already-formatted JSON members without braces (e.g. "\"loss\":3.1,\"lr\":1e-4") or NULL/"".
  *   The caller is responsible for it being valid JSON (numbers must be finite: use
@@ -25,7 +27,8 @@
  *   "config", and lines without a step (val/sample lines of `step` are dropped: the resumed run
  *   logs them again); an unterminated last line (a write cut short by a crash) is dropped. A missing file is
  *   a no-op. Used before appending on resume, so lines logged after the
- *   checkpoint by the crashed run are not duplicated. Read/write errors -> FATAL.
+ *   checkpoint by the crashed run are not duplicated; returns the number of complete lines dropped (the caller
+ *   says so). Read/write errors -> FATAL.
  * logger_free(lg): closes the file (FATAL on close error).
  *
  * Header-only: static inline functions, no globals.
@@ -44,26 +47,6 @@ typedef struct {
     char path[1024];   /* DIR/log.jsonl ("" when disabled) */
 } Logger;
 
-/* length (1..4) of the valid UTF-8 sequence starting at s[0] (n bytes available), or 0 if invalid */
-static inline int logger_utf8_valid_len(const unsigned char* s, size_t n) {
-    unsigned char c = s[0];
-    int len;
-    unsigned int cp;
-    if (c < 0x80) { return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else { return 0; }
-    if ((size_t)len > n) { return 0; }
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) { return 0; }
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
-    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
-    return len;
-}
-
 /* writes `text` (n bytes) as a quoted JSON string to f; see header comment for the rules */
 static inline void logger_write_json_string(FILE* f, const char* text, size_t n) {
     const unsigned char* s = (const unsigned char*)text;
@@ -81,7 +64,7 @@ static inline void logger_write_json_string(FILE* f, const char* text, size_t n)
         else if (c < 0x20 || c == 0x7F) { fprintf(f, "\\u%04x", (unsigned)c); i++; }
         else if (c < 0x80) { fputc((int)c, f); i++; }
         else {
-            int len = logger_utf8_valid_len(s + i, n - i);
+            int len = utf8_valid_len(s + i, n - i);
             if (len == 0) { fputs("\\ufffd", f); i++; }
             else { fwrite(s + i, 1, (size_t)len, f); i += (size_t)len; }
         }
@@ -96,6 +79,25 @@ static inline const char* logger_json_number(char* buf, size_t cap, double v) {
     return buf;
 }
 
+/* Renames a non-empty `path` (DIR/log.jsonl) to the first free DIR/log.N.jsonl and says so in one line; no-op
+ * for a missing or empty file. Rename failure -> FATAL naming both paths. */
+static inline void logger_rotate(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size == 0) { return; }
+    size_t n = strlen(path);
+    const char* ext = ".jsonl";
+    size_t stem = n >= strlen(ext) && strcmp(path + n - strlen(ext), ext) == 0 ? n - strlen(ext) : n;
+    char kept[1100];
+    for (int i = 1;; i++) {
+        snprintf(kept, sizeof(kept), "%.*s.%d%s", (int)stem, path, i, ext);
+        if (!file_exists(kept)) { break; }
+    }
+    if (rename(path, kept) != 0) {
+        FATAL("cannot keep the earlier log '%s' as '%s': %s (nothing was overwritten)", path, kept, strerror(errno));
+    }
+    printf("log: an earlier log without a checkpoint to resume was kept as %s; this run writes a new %s\n", kept, path);
+}
+
 /* see header comment */
 static inline void logger_init(Logger* lg, const char* output_dir, int process_rank, int append) {
     lg->file = NULL;
@@ -107,6 +109,7 @@ static inline void logger_init(Logger* lg, const char* output_dir, int process_r
     }
     ensure_dir_writable(output_dir);
     snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", output_dir);
+    if (!append) { logger_rotate(lg->path); }
     lg->file = fopen_check(lg->path, append ? "ab" : "wb");
 }
 
@@ -181,8 +184,9 @@ static inline void logger_scan_line(const char* line, size_t n, int* has_step, l
 }
 
 /* see header comment */
-static inline void logger_truncate_after_step(const char* path, int step) {
-    if (!file_exists(path)) { return; }
+static inline int logger_truncate_after_step(const char* path, int step) {
+    if (!file_exists(path)) { return 0; }
+    int dropped = 0;
     FILE* in = fopen_check(path, "rb");
     AtomicFile af;
     atomic_file_open(&af, path);
@@ -216,11 +220,14 @@ static inline void logger_truncate_after_step(const char* path, int step) {
         if (is_config || !has_step || s < (long long)step || (s == (long long)step && is_train)) {
             atomic_file_write(&af, line, 1, len);
             atomic_file_write(&af, "\n", 1, 1);
+        } else {
+            dropped++;
         }
     }
     free(line);
     fclose_check(in, path);
     atomic_file_commit(&af);
+    return dropped;
 }
 
 /* closes the log file (no-op when disabled) */

@@ -15,6 +15,7 @@
  *   Sources (vendor datasheets, dense = half the "with sparsity" figures):
  *     H100 SXM / H200 SXM: NVIDIA H100 datasheet and H200 product page: BF16/FP16 989 (1979 sparse), TF32 494.5 (989 sparse).
  *     H100 PCIe: NVIDIA H100 datasheet: BF16/FP16 756, TF32 378.
+ *     B200: NVIDIA HGX B200 datasheet: 8 GPUs FP16/BF16 36 PFLOPS, TF32 18 PFLOPS (sparse) -> 2250 / 1125 dense each.
  *     A100 (SXM and PCIe): NVIDIA A100 datasheet: BF16/FP16 312, TF32 156.
  *     L40S: NVIDIA L40S datasheet: BF16/FP16 362.05, TF32 183.
  *     RTX 4090: NVIDIA Ada Lovelace architecture whitepaper (FP32 accumulate): BF16/FP16 165.2, TF32 82.6.
@@ -56,6 +57,7 @@ static inline int mfu_contains_nocase(const char* haystack, const char* needle) 
 static inline double device_peak_tflops(const char* device_name, const char* precision) {
     /* order matters: more specific names first ("h100 pcie" before "h100") */
     static const MfuPeakEntry table[] = {
+        {"b200", 2250.0, 2250.0, 1125.0},
         {"h200", 989.0, 989.0, 494.5},
         {"h100 pcie", 756.0, 756.0, 378.0},
         {"h100 nvl", 835.5, 835.5, 417.5},  /* H100 datasheet, NVL column (per GPU) */

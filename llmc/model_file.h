@@ -7,7 +7,9 @@
  * parameter table (llmc/gpt2.h: wte, wpe, ln1w, ..., lnfb). A BF16 build writes version 5, every other
  * build version 3; both versions are read by every build (converted to its floatX, round to nearest).
  * Writes are atomic (path.tmp, then rename). Errors: every reader checks magic, version, header fields and
- * file size and exits with one line naming the file, what it found and how to regenerate it.
+ * file size and exits with one line naming the file, what it found and how to regenerate it; a parameter that
+ * is NaN or infinite is refused the same way, naming its tensor, its index in that tensor and its layer
+ * (model_file_check_finite), so a damaged file never reaches training.
  */
 #ifndef LLMC_MODEL_FILE_H
 #define LLMC_MODEL_FILE_H
@@ -98,6 +100,36 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     return header[1];
 }
 
+/* Exits with one line (FATAL_ALL: every process reads the same file) naming the tensor, the index inside it and,
+ * for per-layer tensors, the layer of the first parameter of the model file `path` that is NaN or infinite.
+ * values: the P parameters in file order, either fp32 (`f32`) or raw bf16 bits (`bf16`, the other NULL).
+ * Method: the IEEE-754 exponent field all ones (inf or NaN), tested on the bits so no value is converted. */
+static inline void model_file_check_finite(const char* path, const GPT2Config* c, const float* f32,
+                                           const uint16_t* bf16, size_t P) {
+    size_t bad = P;
+    for (size_t i = 0; i < P && bad == P; i++) {
+        if (f32) {
+            uint32_t u;
+            memcpy(&u, &f32[i], sizeof(u));
+            if ((u & 0x7f800000u) == 0x7f800000u) { bad = i; }
+        } else if ((bf16[i] & 0x7f80u) == 0x7f80u) { bad = i; }
+    }
+    if (bad == P) { return; }
+    size_t sizes[NUM_PARAMETER_TENSORS], start = 0;
+    gpt2_parameter_sizes(sizes, c);
+    int t = 0;
+    while (t < NUM_PARAMETER_TENSORS - 1 && bad >= start + sizes[t]) { start += sizes[t]; t++; }
+    size_t idx = bad - start;
+    float v = f32 ? f32[bad] : bf16_bits_to_float(bf16[bad]);
+    char layer[48] = "";
+    if (parameter_is_per_layer(t)) {
+        snprintf(layer, sizeof(layer), ", layer %zu", idx / (sizes[t] / (size_t)c->num_layers));
+    }
+    FATAL_ALL("model file '%s' holds a non-finite parameter (%s) in tensor %s at index %zu of %zu%s (parameter %zu "
+              "of the file); the file is damaged or came from a diverged run: use an earlier checkpoint", path,
+              isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"), parameter_name(t), idx, sizes[t], layer, bad);
+}
+
 /* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) as rank tp->rank
  * of tp->size tensor-parallel ranks (tp NULL: no tensor parallelism) holding pipeline stage st (NULL: all layers) */
 static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const TensorParallel* tp, const GPT2Stage* st) {
@@ -119,6 +151,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
     if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->num_parameters == P) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
+        model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P);
         dev_memcpy_h2d(m->params_memory, host, P * 2);
         free(host);
     } else {
@@ -131,6 +164,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
         } else {
             fread_check(host, sizeof(float), P, f, path);
         }
+        model_file_check_finite(path, &cfg, host, NULL, P);
         gpt2_upload_full(m, host);
         free(host);
     }

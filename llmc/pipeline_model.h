@@ -32,27 +32,6 @@
 #include "llmc/model_file.h"
 #include "llmc/process_grid.h"
 
-/* the layers of pipeline rank s of p with v chunks: layers (p ints, NULL = even split) gives each stage's layer count
- * for v = 1 */
-static inline GPT2Stage pipeline_stage_of(const GPT2Config* c, int p, int v, const int* layers, int s) {
-    GPT2Stage st;
-    memset(&st, 0, sizeof(st));
-    int L = c->num_layers;
-    st.n_chunks = v;
-    st.has_embedding = s == 0;
-    st.has_head = s == p - 1;
-    if (v > 1) {
-        int Lc = L / (p * v);
-        for (int k = 0; k < v; k++) { st.chunk_first[k] = (k * p + s) * Lc; st.chunk_layers[k] = Lc; }
-        return st;
-    }
-    int first = 0;
-    for (int q = 0; q < s; q++) { first += layers ? layers[q] : L / p + (q < L % p); }
-    st.chunk_first[0] = first;
-    st.chunk_layers[0] = layers ? layers[s] : L / p + (s < L % p);
-    return st;
-}
-
 /* a gradient target of one chunk: the store's buffer at the chunk's layers, with the store's hooks translated to
  * the rank's layer numbers; the global tensors' hook (layer -1) is held back until the pipeline step ends */
 typedef struct Pipeline Pipeline;
@@ -450,10 +429,10 @@ static inline int pipeline_check_step(const PipelineFlags* f, int m, long long t
 }
 
 /* Loads one (B,T) window (host tokens) into the pipeline's token store and runs it forward through the pipeline
- * with targets; returns the sum of the B*T per-token losses on the stage with the head (0 elsewhere). Collective
- * over the pp group (and tp). */
+ * with targets; returns the sum of the per-token losses of its first `rows` rows (rows*T values; rows <= B, the
+ * others are padding) on the stage with the head (0 elsewhere). Collective over the pp group (and tp). */
 static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inputs, const int* host_targets,
-                                              int gelu_fusion) {
+                                              int gelu_fusion, int rows) {
     size_t BT = (size_t)pl->B * pl->T;
     dev_memcpy_h2d(pl->tokens, host_inputs, BT * sizeof(int));
     dev_memcpy_h2d(pl->tokens + BT, host_targets, BT * sizeof(int));
@@ -463,7 +442,7 @@ static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inpu
     gpt2_use_slot(head, 0);
     dev_memcpy_d2h(head->host_losses, head->acts.t[A_LOSSES], BT * sizeof(float));
     double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) { sum += head->host_losses[i]; }
+    for (size_t i = 0; i < (size_t)rows * pl->T; i++) { sum += head->host_losses[i]; }
     return sum;
 }
 

@@ -8,10 +8,13 @@
  * then for each token id in order: uint8 length (>= 1) followed by that many raw bytes.
  * The file must end exactly after the last token.
  *
- * tokenizer_init(t, path): returns 1 if loaded; 0 if the file is missing or invalid, after
- *   printing ONE warning line to stderr ("warning: ...") saying why and that text decoding and
- *   sample printing are off. Training must still run in that case; every other call then
- *   behaves as for an empty vocabulary (decode returns NULL, encode returns -1).
+ * tokenizer_init(t, path): returns 1 if loaded; 0 if the file cannot be opened (missing), after
+ *   ONE warning line on stderr ("warning: ...") naming the absolute path tried, that samples are
+ *   off, and the script that writes it (dev/data/write_tokenizer.py); -1 if the file exists but is
+ *   invalid (magic, version, sizes, truncation, extra bytes), after ONE "error: ..." line naming the
+ *   absolute path and what is wrong: a corrupt file is an error the caller must stop on (README,
+ *   "Data"). Under a launcher only rank 0 prints (launcher_rank). In both failure cases every other
+ *   call behaves as for an empty vocabulary (decode returns NULL, encode returns -1).
  * tokenizer_decode(t, id, len): pointer to the token's bytes (NUL-terminated copy; the token
  *   itself may contain any byte) and *len = byte count; NULL for id >= vocab size or unloaded.
  * TokenPrinter: token byte strings are arbitrary byte sequences, and one UTF-8 character may be
@@ -91,13 +94,20 @@ static inline void tokenizer_free(Tokenizer* t) {
     memset(t, 0, sizeof(*t));
 }
 
-/* prints the one warning line and returns 0 (tokenizer left unloaded) */
-static inline int tokenizer_fail(Tokenizer* t, FILE* f, const char* path, const char* why) {
+/* the one line for a tokenizer that did not load and the return value: a missing file (corrupt == 0) is a warning
+ * and returns 0, an invalid one an error and returns -1; the path is printed absolute; launcher rank 0 prints */
+static inline int tokenizer_fail(Tokenizer* t, FILE* f, const char* path, const char* why, int corrupt) {
     if (f) { fclose(f); }
     tokenizer_free(t);
-    fprintf(stderr, "warning: tokenizer '%s' %s; text decoding and sample printing are off "
-                    "(regenerate it with the data script write_tokenizer.py; README, \"Data\")\n", path, why);
-    return 0;
+    char abs[2048];
+    absolute_path(path, abs, sizeof(abs));
+    if (launcher_rank() == 0) {
+        fprintf(stderr, "%s: tokenizer '%s' %s; %s (write it with python3 dev/data/write_tokenizer.py, or pass "
+                "--tokenizer FILE)\n", corrupt ? "error" : "warning", abs, why,
+                corrupt ? "a damaged tokenizer is not used" : "text decoding and sample printing are off");
+        fflush(stderr);
+    }
+    return corrupt ? -1 : 0;
 }
 
 /* see header comment */
@@ -107,29 +117,29 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
         snprintf(why, sizeof(why), "cannot be opened (%s)", strerror(errno));
-        return tokenizer_fail(t, NULL, path, why);
+        return tokenizer_fail(t, NULL, path, why, 0);
     }
     int32_t header[256];
     if (fread(header, sizeof(int32_t), 256, f) != 256) {
-        return tokenizer_fail(t, f, path, "is shorter than its 1024-byte header");
+        return tokenizer_fail(t, f, path, "is shorter than its 1024-byte header", 1);
     }
     if (header[0] != TOKENIZER_MAGIC) {
         snprintf(why, sizeof(why), "has magic %d, expected %d (not a tokenizer file)", header[0], TOKENIZER_MAGIC);
-        return tokenizer_fail(t, f, path, why);
+        return tokenizer_fail(t, f, path, why, 1);
     }
     if (header[1] != 1 && header[1] != 2) {
         snprintf(why, sizeof(why), "has version %d, expected 2 (or 1)", header[1]);
-        return tokenizer_fail(t, f, path, why);
+        return tokenizer_fail(t, f, path, why, 1);
     }
     if (header[2] <= 0 || header[2] > (1 << 24)) {
         snprintf(why, sizeof(why), "has vocab size %d, expected 1..16777216", header[2]);
-        return tokenizer_fail(t, f, path, why);
+        return tokenizer_fail(t, f, path, why, 1);
     }
     uint32_t V = (uint32_t)header[2];
     int eot = header[1] == 1 ? 50256 : header[3];
     if (eot < 0 || (uint32_t)eot >= V) {
         snprintf(why, sizeof(why), "has EOT id %d outside the vocabulary of %u tokens", eot, V);
-        return tokenizer_fail(t, f, path, why);
+        return tokenizer_fail(t, f, path, why, 1);
     }
     t->vocab_size = V;
     t->eot_token = eot;
@@ -141,11 +151,11 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
         unsigned char len;
         if (fread(&len, 1, 1, f) != 1) {
             snprintf(why, sizeof(why), "is truncated: ends at token %u of %u", i, V);
-            return tokenizer_fail(t, f, path, why);
+            return tokenizer_fail(t, f, path, why, 1);
         }
         if (len == 0) {
             snprintf(why, sizeof(why), "has an empty token (length 0) at id %u", i);
-            return tokenizer_fail(t, f, path, why);
+            return tokenizer_fail(t, f, path, why, 1);
         }
         if (used + len + 1 > cap) {
             while (used + len + 1 > cap) { cap *= 2; }
@@ -155,7 +165,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
         }
         if (fread(t->blob + used, 1, len, f) != len) {
             snprintf(why, sizeof(why), "is truncated inside token %u of %u", i, V);
-            return tokenizer_fail(t, f, path, why);
+            return tokenizer_fail(t, f, path, why, 1);
         }
         t->offsets[i] = used;
         t->lengths[i] = len;
@@ -164,7 +174,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
     }
     if (fgetc(f) != EOF) {
         snprintf(why, sizeof(why), "has extra bytes after the last of its %u tokens", V);
-        return tokenizer_fail(t, f, path, why);
+        return tokenizer_fail(t, f, path, why, 1);
     }
     fclose(f);
     /* hash map: capacity power of two >= 2V; lowest id wins on duplicates; EOT excluded */

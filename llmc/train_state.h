@@ -234,6 +234,22 @@ static inline void train_state_check_size(const char* path, const TrainState* s,
     checkpoint_check_size(path, expected_bytes, "training state file", regen);
 }
 
+/* Exits with one line naming `what` (the state file, or the checkpoint when re-sharded), the section (AdamW m, AdamW v, master weights) and the parameter index
+ * when a value of this rank's optimizer state read from a checkpoint is NaN or infinite (such a state would make
+ * every update after the resume non-finite). section: 0 m, 1 v, 2 master; host: n values of the shard starting at
+ * parameter shard_start. */
+static inline void train_state_check_finite(const char* what, int section, const float* host, size_t n,
+                                            uint64_t shard_start) {
+    static const char* const names[3] = {"AdamW m", "AdamW v", "fp32 master weights"};
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(host[i])) {
+            FATAL_ALL("%s holds a non-finite value (%s) in its %s at parameter %llu; the checkpoint is damaged or came "
+                      "from a diverged run: resume an earlier one", what, isnan(host[i]) ? "NaN" : "inf",
+                      names[section], (unsigned long long)(shard_start + i));
+        }
+    }
+}
+
 /* Reads this rank's own state file `path` of checkpoint `step` written with the same layout (process count,
  * rank, ZeRO stage, accumulation, shard) as `ours`: checks all of that, the step in the file and
  * train_state_check_run, then loads m, v (and master) into opt (device) and returns the file's header in *found
@@ -260,6 +276,9 @@ static inline void train_state_read(const char* path, int step, const TrainState
     float* sections[3] = {opt->m, opt->v, opt->master};
     for (int k = 0; k < (found->has_master ? 3 : 2); k++) {
         fread_check(host, sizeof(float), n, f, path);
+        char what[1100];
+        snprintf(what, sizeof(what), "training state '%s'", path);
+        train_state_check_finite(what, k, host, n, found->shard_start);
         dev_memcpy_h2d(sections[k], host, n * sizeof(float));
     }
     free(host);
@@ -459,7 +478,12 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     rs.hi = start + n < P ? start + n : P;
     gpt2_part_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, &ours->stage, train_state_reshard_piece, &rs);
     float* dst[3] = {opt->m, opt->v, opt->master};
-    for (int k = 0; k < sections; k++) { dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float)); }
+    char what[1100];
+    snprintf(what, sizeof(what), "the training state of checkpoint step %d in '%s' (re-sharded)", step, ctx->output_dir);
+    for (int k = 0; k < sections; k++) {
+        train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start);
+        dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float));
+    }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
     *found = rs.old[0];
     int d = train_state_dp_coord(ours, ours->rank), tp_old = rs.old[0].tp_size; /* this rank's data-parallel coordinate */

@@ -13,6 +13,10 @@
  * file-size limit) removes the temp file, leaves <path> untouched and exits.
  * Writers never leave a half-written file under the real name.
  *
+ * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer),
+ * fwrite_terminal_safe (control characters escaped before they reach a terminal) and absolute_path (paths in
+ * messages made absolute).
+ *
  * Header-only: static inline functions, no globals.
  */
 #ifndef LLMC_UTILS_H
@@ -30,6 +34,53 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* length (1..4) of the valid UTF-8 sequence starting at s[0] (n >= 1 bytes available), or 0 if s[0] does not start
+ * one (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF); used by every JSON and terminal writer */
+static inline int utf8_valid_len(const unsigned char* s, size_t n) {
+    unsigned char c = s[0];
+    int len;
+    unsigned int cp;
+    if (c < 0x80) { return 1; }
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else { return 0; }
+    if ((size_t)len > n) { return 0; }
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { return 0; }
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
+    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
+    return len;
+}
+
+/* Writes n bytes of text to a terminal stream f so that no byte can act on the terminal: newline and tab pass,
+ * every other C0 control (ESC, BEL, CR, BS, ...) and DEL are written as the four characters \xHH, the C1
+ * controls U+0080..U+009F (UTF-8 C2 80..C2 9F) as \u00HH, a byte that does not start valid UTF-8 as \xHH; all
+ * other valid UTF-8 passes unchanged. The exact text belongs in the log (JSON-escaped there), not on screen. */
+static inline void fwrite_terminal_safe(FILE* f, const char* text, size_t n) {
+    const unsigned char* s = (const unsigned char*)text;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        int len = utf8_valid_len(s + i, n - i);
+        if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7F)) { fputc(c, f); i++; }
+        else if (len == 0 || c < 0x20 || c == 0x7F) { fprintf(f, "\\x%02x", (unsigned)c); i++; }
+        else if (len == 2 && c == 0xC2 && s[i + 1] < 0xA0) { fprintf(f, "\\u%04x", (unsigned)s[i + 1]); i += 2; }
+        else { fwrite(s + i, 1, (size_t)len, f); i += (size_t)len; }
+    }
+}
+
+/* `path` made absolute for messages (the current directory prepended to a relative path; not resolved further)
+ * into out (cap bytes, truncated to fit); returns out */
+static inline const char* absolute_path(const char* path, char* out, size_t cap) {
+    char cwd[1024];
+    if (path[0] == '/' || getcwd(cwd, sizeof(cwd)) == NULL) { snprintf(out, cap, "%s", path); }
+    else { snprintf(out, cap, "%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path); }
+    return out;
+}
 
 /* prints "error: <formatted message>  [file:line]" and exits with status 1 */
 #define FATAL(...) fatal_error_at(__FILE__, __LINE__, __VA_ARGS__)

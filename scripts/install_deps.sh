@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
-# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py).
-# Skips what is installed.
+# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py), and
+# for the python3 on PATH, from pip (Debian has no safetensors or tiktoken package): numpy + safetensors
+# (scripts/export_hf.py, import_hf.py, dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py,
+# dev/test/cli_fineweb.sh). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
-pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib)
+pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib python3-numpy python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
@@ -18,6 +20,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 else
     echo "dependencies: all installed (${pkgs[*]})"
+fi
+# the Python the tests run: model export/import (numpy, safetensors) and data preparation (tiktoken, pyarrow, tqdm)
+if ! python3 -c "import numpy, safetensors, tiktoken, pyarrow, tqdm" > /dev/null 2>&1; then
+    py=(numpy safetensors tiktoken pyarrow tqdm)
+    echo "installing ${py[*]} for $(command -v python3) (pip)"
+    # Debian's own python3 refuses pip installs outside a virtual environment (PEP 668) without the flag
+    python3 -m pip install -q "${py[@]}" 2> /dev/null ||
+        python3 -m pip install -q --break-system-packages "${py[@]}" ||
+        echo "warning: could not install ${py[*]}; dev/test/cli_hf.sh and cli_fineweb.sh will be skipped"
 fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -4,7 +4,8 @@ scripts/plot_log.py -- plot train and val loss vs step from a trainer log.
 
 Input: DIR/log.jsonl written by train_gpt (llmc/README.md, "Command line and log"): one JSON object per
 line with "kind" in train/val/sample/eval/config and "step"; train lines carry
-"loss", val lines "val_loss". Other kinds and unknown fields are ignored.
+"loss", val lines "val_loss". Other kinds and unknown fields are ignored. A loss of null (a step whose loss
+was not finite, logged with "skipped": true) is left out of the plot.
 Output: a PNG (matplotlib, Agg backend; no display needed).
 
 Usage: python3 scripts/plot_log.py out/log.jsonl -o loss.png [--title TEXT] [--logy]
@@ -40,6 +41,8 @@ def read_log(path):
                 die(f"{path}:{lineno}: expected a JSON object")
             kind = rec.get("kind")
             try:
+                if kind in ("train", "val") and rec.get("loss", rec.get("val_loss", 0)) is None:
+                    continue  # a non-finite loss (the step was skipped): no point to plot
                 if kind == "train" and "loss" in rec:
                     ts.append(int(rec["step"])); tl.append(float(rec["loss"]))
                 elif kind == "val" and "val_loss" in rec:

@@ -7,8 +7,9 @@
 #   NGPU         GPUs on this node (default: all visible). -d 524288 must be a multiple of B*T*NGPU
 #                (64*1024*NGPU): NGPU in {1,2,4,8} gives 8/4/2/1 accumulation steps.
 #   DATA_DIR     where the token shards are: DATA_DIR/fineweb_train_*.bin and fineweb_val_*.bin in llm.c's shard
-#                format (the names llm.c's FineWeb script writes). From a local FineWeb parquet file:
-#                python3 dev/data/prepare.py sample.parquet -o "$DATA_DIR/fineweb" (one input file per call).
+#                format, as dev/data/fineweb.py writes them (FineWeb sample-10BT, ~10B tokens, 20 GB of shards):
+#                pip install -r requirements/fineweb.txt && python3 dev/data/fineweb.py   (-> dev/data/fineweb10B;
+#                --edu for FineWeb-Edu, --local-parquet FILES for Parquet files you already have).
 #   OUT          output directory (log.jsonl, checkpoints every 5000 steps here); -y 1 resumes from it.
 #   B            micro-batch per GPU; lower it (and accumulation rises automatically) if memory is short.
 # Launch: mpirun (OpenMPI) starts one process per GPU; build with `make train_gpt CUDA_MPI=1` for the MPI

@@ -39,7 +39,9 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
 
 def die(msg):
-    print(f"prepare.py: error: {msg}", file=sys.stderr)
+    """one line naming the script that runs (prepare.py, or fineweb.py, which uses these functions), exit 1"""
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "prepare.py"
+    print(f"{prog}: error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
@@ -67,7 +69,7 @@ def gpt2_encoding():
         import tiktoken
         import tiktoken.load
     except ImportError:
-        die("tiktoken is not installed (pip install -r requirements-dev.txt)")
+        die("tiktoken is not installed (pip install -r requirements/data.txt)")
     check_gpt2_files()
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
         vocab_bpe_file=os.path.join(GPT2_DIR, "vocab.bpe"),

@@ -17,8 +17,10 @@
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
 #     within 5%, topk:0.01 without error feedback worse than with it (the issue's acceptance, at CI scale; the full
 #     600-step d4 study is dev/bench/grad_compress_convergence.sh).
+# Under make test-quick (TESTS_QUICK=1) the emulated GPU build and the learning check are left out.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
+QUICK=${TESTS_QUICK:-0}
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 3)
 P=6868480
 
@@ -108,6 +110,10 @@ dp_refused 1 "needs 2 or more data-parallel processes" "--grad-compress on one p
 dp_refused 2 "must be a number in (0, 1]" "--grad-compress topk:0" "${F[@]}" --grad-compress topk:0
 dp_refused 2 "expected nearest or stochastic" "--grad-compress-round up" "${F[@]}" --grad-compress int8 --grad-compress-round up
 
+if [ "$QUICK" = 1 ]; then
+    echo "# TESTS_QUICK=1: the emulated GPU build and the learning check are left out"
+    exit 0
+fi
 if [ -x ./train_gpt_emu_mpi ]; then
     for run in "int8 int8_2_z0" "topk:0.01 topk_2"; do
         set -- $run

@@ -63,7 +63,7 @@ PY
     grep -q '^memory per process .*activations [1-9]' "$D.log"
     check $? "$name: the memory ledger counts this process's activation slots ($(grep -o 'activations [0-9.]*$' "$D.log" | head -1))"
     grep -q "^pipeline bubble expected" "$D.log" && test "$stages" -eq "$P" && \
-        test "$(grep -c '^step .*| bubble [0-9.]*%$' "$D.log")" -eq 10
+        test "$(grep -c '^step .*| bubble [0-9.]*% |' "$D.log")" -eq 10
     check $? "$name: a memory line per stage ($stages), the expected bubble, the measured one on every step line"
 done
 

@@ -26,7 +26,7 @@
 # 256-int32 header, and state files, fp32 bodies, also the tensor and value there, how many values differ and
 # the largest absolute difference). Step lines and exit statuses are compared as text; log.jsonl records as
 # JSON with their keys in order.
-# Timing is excluded -- the ms, tok/s and MFU fields of step lines, "ms", "tokens_per_s" and "mfu" in
+# Timing is excluded -- the ms, tok/s, MFU, elapsed, eta and mem fields of step lines, "ms", "tokens_per_s" and "mfu" in
 # log.jsonl -- because it changes from run to run on the same binary; so is the rest of the trainer's output
 # (the header and memory ledger, which show the free memory of the moment). Temporary paths in the tests'
 # output are masked for the same reason. Everything else must match exactly: the CPU and emulator runs are
@@ -183,7 +183,7 @@ def norm(kind, src, dst, extra):
     if kind == "steps":  # step lines without the timing fields
         for l in text:
             if re.match(r"step\s+\d+", l):
-                keep = [f for f in l.split(" | ") if not re.search(r"(^[\d.]+ ms$)|(tok/s$)|(^MFU)|(^mfu)", f.strip())]
+                keep = [f for f in l.split(" | ") if not re.search(r"(^[\d.]+ ms$)|(tok/s$)|(^MFU)|(^mfu)|( elapsed$)|(^eta )|(^mem )", f.strip())]
                 out.append(" | ".join(keep))
         if extra:
             out = out[: int(extra)]

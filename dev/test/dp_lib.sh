@@ -16,7 +16,7 @@
 #                           WORD: "boundary " for the pipeline's boundary bytes), as sorted "dprank.grouprank:sent:recv"
 #   dp_emu_vs_cpu N NAME LABEL args...   the same training (args) with train_gpt_emu_mpi (the CUDA kernels on dev/emu, NCCL
 #                           emulated) and train_gpt_cpu under mpirun -np N into $TMP/emu_NAME and $TMP/cpu_NAME: the
-#                           emulated run exits 0 after 2 steps, and losses, grad norms (1e-5 relative) and the final
+#                           emulated run exits 0 after 2 steps (step lines ending "| mem USED/TOTAL GiB", as on a GPU), and losses, grad norms (1e-5 relative) and the final
 #                           weights' RMS (1e-5) agree (two check lines naming LABEL; the argument:
 #                           dev/test/cli_tp_nccl_emu.sh)
 #
@@ -95,8 +95,9 @@ dp_emu_vs_cpu() {
     local e="$TMP/emu_$name" c="$TMP/cpu_$name" rc out
     MPIRUN $n ./train_gpt_emu_mpi "$@" -o "$e" > "$e.log" 2>&1
     rc=$?
-    test $rc -eq 0 && test "$(grep -c '^step' "$e.log")" -eq 2
-    check $? "NCCL path (emulated), FP32, $n processes, $label: 2 steps under mpirun (exit $rc)"
+    test $rc -eq 0 && test "$(grep -c '^step' "$e.log")" -eq 2 &&
+        test "$(grep -cE '^step .* \| eta [^|]+ \| mem [0-9.]+/[0-9.]+ GiB$' "$e.log")" -eq 2
+    check $? "NCCL path (emulated), FP32, $n processes, $label: 2 steps under mpirun, each step line ending with the device memory (exit $rc)"
     MPIRUN $n $TRAIN "$@" -o "$c" > "$c.log" 2>&1
     out=$(dp_compare_logs "$c/log.jsonl" "$e/log.jsonl" train loss 1e-5 2) && \
         out="$out; $(dp_compare_logs "$c/log.jsonl" "$e/log.jsonl" train grad_norm 1e-5 2)" && \

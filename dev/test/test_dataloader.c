@@ -3,6 +3,7 @@
  * Token value at offset i of shard s is s*1000 + i, so the first input token identifies the window.
  * Error cases run in a fork()ed child; the test checks its exit status and its stderr line.
  */
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include "llmc/dataloader.h"
 #include "dev/test/testing.h"
@@ -147,6 +148,70 @@ static void child_too_many_ranks(const void* a) {
     DataLoader dl;
     dataloader_init(&dl, (const char*)a, 2, 4, 4, 5, 0, 0); /* 1 shard with 2 windows, rank 4 of 5 */
     dataloader_next_batch(&dl);
+}
+
+/* mappings of files whose name contains `needle` in /proc/self/maps (-1 if it cannot be read) */
+static int count_maps(const char* needle) {
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (!f) { return -1; }
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof(line), f)) { if (strstr(line, needle)) { n++; } }
+    fclose(f);
+    return n;
+}
+
+/* 3,000 shards (the fault: every shard stayed mapped, so ~65,530 shards hit the kernel's map limit): a shuffled
+ * epoch over all of them reads every window right while at most DATALOADER_MAP_CACHE shards are mapped; with
+ * RLIMIT_NOFILE at 16 (no shard file stays open) in a child */
+static void many_shards_epoch(const void* arg) {
+    (void)arg;
+    struct rlimit rl = {16, 16};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) { exit(3); }
+    char pattern[300];
+    snprintf(pattern, sizeof(pattern), "%s/many_*.bin", g_dir);
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 1, 8, 0, 1, 1, 7);
+    if (dl.num_shards != 3000 || dataloader_windows_per_epoch(&dl) != 6000) { exit(4); }
+    int max_maps = 0;
+    unsigned char* seen = (unsigned char*)calloc(6000, 1);
+    for (int k = 0; k < 6000; k++) {
+        dataloader_next_batch(&dl);
+        int first = dl.inputs[0]; /* shard s holds the tokens 20s+i, i < 20; its window w starts at token 8w */
+        int shard = first / 20, w = (first % 20) / 8;
+        if (first % 20 != 8 * w || w > 1) { exit(5); }
+        for (int i = 0; i < 8; i++) {
+            if (dl.inputs[i] != first + i || dl.targets[i] != first + i + 1) { exit(6); }
+        }
+        seen[shard * 2 + w]++;
+        if (k % 500 == 0) { int m = count_maps("/many_"); if (m > max_maps) { max_maps = m; } }
+    }
+    for (int i = 0; i < 6000; i++) { if (seen[i] != 1) { exit(7); } }
+    int m = count_maps("/many_");
+    if (m > max_maps) { max_maps = m; }
+    dataloader_free(&dl);
+    printf("many shards: at most %d mapped\n", max_maps);
+    exit(max_maps >= 1 && max_maps <= DATALOADER_MAP_CACHE && count_maps("/many_") == 0 ? 0 : 8);
+}
+
+static void check_many_shards(void) {
+    char name[64], err[2048];
+    for (int s = 0; s < 3000; s++) { /* tokens 20s .. 20s+19, unique over all shards */
+        char path[600];
+        snprintf(name, sizeof(name), "many_%05d.bin", s);
+        snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+        FILE* f = fopen_check(path, "wb");
+        int32_t header[256] = {DATALOADER_MAGIC, 1, 20};
+        uint16_t tok[20];
+        for (int i = 0; i < 20; i++) { tok[i] = (uint16_t)(20 * s + i); }
+        fwrite(header, sizeof(int32_t), 256, f);
+        fwrite(tok, sizeof(uint16_t), 20, f);
+        fclose_check(f, path);
+    }
+    int rc = run_in_child(many_shards_epoch, NULL, err, sizeof(err));
+    TEST_CHECK(rc == 0, "3000 shards, 16 open files allowed: a shuffled epoch reads each of the 6000 windows once, "
+               "right, with at most %d shards mapped at a time (exit %d: 4 counts, 5/6 data, 7 coverage, 8 maps) %s",
+               DATALOADER_MAP_CACHE, rc, err);
 }
 
 int main(void) {
@@ -314,6 +379,8 @@ int main(void) {
     snprintf(p, sizeof(p), "%s/train_001.bin", g_dir); /* 3 windows */
     rc = run_in_child(child_too_many_ranks, p, err, sizeof(err));
     TEST_CHECK(rc == 1 && strstr(err, "rank 4"), "more ranks than windows refused instead of spinning (%s)", err);
+
+    check_many_shards();
 
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);

@@ -104,6 +104,21 @@ int main(void) {
     s = slurp(path, &n);
     TEST_CHECK(strcmp(s, "{\"kind\":\"train\",\"step\":1}\n") == 0, "append=0 starts a new log");
     free(s);
+    char kept[400];
+    snprintf(kept, sizeof(kept), "%s/log.1.jsonl", out_dir);
+    s = slurp(kept, &n);
+    TEST_CHECK(s && strstr(s, "\"step\":5,\"loss\":2.9}\n"), "append=0 keeps the earlier log as log.1.jsonl");
+    free(s);
+    logger_init(&lg, out_dir, 0, 0); /* a second new run: log.jsonl (one line) -> log.2.jsonl */
+    logger_free(&lg);
+    snprintf(kept, sizeof(kept), "%s/log.2.jsonl", out_dir);
+    s = slurp(kept, &n);
+    TEST_CHECK(s && strcmp(s, "{\"kind\":\"train\",\"step\":1}\n") == 0, "the next new run keeps it as log.2.jsonl");
+    free(s);
+    logger_init(&lg, out_dir, 0, 0); /* an empty log is not kept */
+    logger_free(&lg);
+    snprintf(kept, sizeof(kept), "%s/log.3.jsonl", out_dir);
+    TEST_CHECK(!file_exists(kept), "an empty earlier log is replaced, not kept");
     /* other ranks and disabled logging write nothing */
     char dir2[300];
     snprintf(dir2, sizeof(dir2), "%s/rank1", g_dir);

@@ -172,23 +172,38 @@ static void test_synthetic(void) {
     TEST_CHECK(k == 4 && memcmp(out, "a\xEF\xBF\xBD", 4) == 0, "out-of-range id prints U+FFFD");
     tokenizer_free(&t);
 
-    /* invalid files: load returns 0, one warning line */
+    /* invalid files: load returns -1 after one error line; a missing file 0 after one warning line */
     snprintf(path, sizeof(path), "%s/bad_magic.bin", g_dir);
     write_tokenizer(path, 20240326, 2, 269, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0 && !t.init_ok, "wrong magic -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1 && !t.init_ok, "wrong magic -> -1 (an error), not loaded");
     TEST_CHECK(tokenizer_encode(&t, "hi", ids, 64) == -1 && tokenizer_decode(&t, 65, NULL) == NULL,
                "unloaded tokenizer: encode -1, decode NULL");
     snprintf(path, sizeof(path), "%s/bad_version.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 3, 269, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "version 3 -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "version 3 -> not loaded");
     snprintf(path, sizeof(path), "%s/bad_eot.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 2, 5000, k_extra, N_EXTRA, 0);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "EOT id outside the vocabulary -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "EOT id outside the vocabulary -> not loaded");
     snprintf(path, sizeof(path), "%s/trunc.bin", g_dir);
     write_tokenizer(path, TOKENIZER_MAGIC, 2, 269, k_extra, N_EXTRA, 1);
-    TEST_CHECK(tokenizer_init(&t, path) == 0, "truncated token bytes -> not loaded");
+    TEST_CHECK(tokenizer_init(&t, path) == -1, "truncated token bytes -> not loaded");
     snprintf(path, sizeof(path), "%s/does_not_exist.bin", g_dir);
     TEST_CHECK(tokenizer_init(&t, path) == 0, "missing file -> not loaded (training would continue)");
+
+    /* terminal-safe printing: newline and tab pass, C0/DEL as \xHH, C1 (C2 80..9F) as \u00HH, invalid UTF-8 as
+     * \xHH, other UTF-8 unchanged */
+    {
+        const char in[] = "a\n\tb\x1b[2J\x07\r\x08\x7f\xc2\x9b\xc3\xa9\xff\xf0\x9f\xa4\x97z";
+        const char want[] = "a\n\tb\\x1b[2J\\x07\\x0d\\x08\\x7f\\u009b\xc3\xa9\\xff\xf0\x9f\xa4\x97z";
+        FILE* f = tmpfile();
+        fwrite_terminal_safe(f, in, sizeof(in) - 1);
+        rewind(f);
+        char got[128] = {0};
+        size_t n = fread(got, 1, sizeof(got) - 1, f);
+        fclose(f);
+        TEST_CHECK(n == sizeof(want) - 1 && memcmp(got, want, n) == 0,
+                   "fwrite_terminal_safe escapes ESC, BEL, CR, BS, DEL, C1 and invalid bytes, keeps \\n \\t and UTF-8 (%s)", got);
+    }
 
     const char* s1[] = {"Hello", " world", "'s", " ", " test", "\n\n", " 123", "abc", "!!", "  "};
     check_split("Hello world's  test\n\n 123abc!!  ", s1, 10);

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# dev/test/cli_plan.sh -- the layout planner (--plan, --plan-search; llmc/planner.h) and the memory ledger
+# (llmc/ledger.h) through the trainer's CLI:
+#   - --plan prints its table for the 175B example of the README without reading data (missing -i/-j files) in
+#     well under a second; --plan-search prints 10 ranked layouts; bad planner flags are refused with one line;
+#   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes and MoE (E, K) are refused;
+#     ZeRO-3, full recompute and offload are refused without --plan (theory only);
+#   - against this trainer, for every layout below (the ones the multi-process tests run, on d2/d8 under mpirun
+#     --dry-run 1): each pipeline stage's 'memory ledger' line says the ledger's bytes equal what the session
+#     allocated, and the --plan of the same layout (--plan-precision fp32, the CPU build's dtype) prints the same
+#     parameter, gradient, master and AdamW bytes per stage;
+#   - the planner's data-parallel bytes per step equal the trainer's --comm-stats counters of step 2 (mean over the
+#     ranks) for ZeRO-0/1/2 on 2 and 3 processes, and its pipeline boundary bytes those of the pp layouts (gpipe,
+#     1f1b with tp and sequence parallelism, interleaved, --pp-layers). The tensor-parallel bytes are not compared
+#     (the planner counts the 4 per-layer all-reduces only, not the vocabulary-parallel loss statistics).
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+
+# the planner never touches data files: missing ones do not matter
+$TRAIN --plan 1 --gpus 512 --gpus-per-node 8 --device h100 -e L96:C12288:NH96 -t 2048 -b 1 -d 3145728 --tp 8 --pp 8 \
+    -z 1 -i "$TMP/none_*.bin" -j "$TMP/none.bin" > "$TMP/plan.txt" 2>&1
+rc=$?
+grep -q '^plan memory (GB per GPU' "$TMP/plan.txt" && grep -q '^plan comm per step per GPU: tp' "$TMP/plan.txt" && \
+    grep -q '^plan time: compute .* tokens/s | MFU' "$TMP/plan.txt" && test "$(grep -c '^plan stage [0-9]* bytes' "$TMP/plan.txt")" -eq 8
+check $(( rc != 0 || $? != 0 )) "--plan 175B on 512 H100 (tp 8, pp 8, dp 8): memory, comm, time and 8 stage lines, no data read (exit $rc): $(grep -o 'total [0-9.]* of [0-9.]* usable -> [a-zA-Z ]*' "$TMP/plan.txt")"
+$TRAIN --plan-search 1 --gpus 64 --device a100-80gb -e L80:C8192:NH64:T2048 -t 2048 -b 1 -d 4194304 > "$TMP/search.txt" 2>&1
+rc=$?
+test $rc -eq 0 && test "$(grep -cE '^ +[0-9]+ \| +[0-9]+ \| +[0-9]+ \| +[0-9]+ \|' "$TMP/search.txt")" -eq 10
+check $? "--plan-search 70B on 64 A100 80GB: 10 ranked layouts ($(grep -E '^ +1 \|' "$TMP/search.txt" | tr -s ' '))"
+expect_error "flag --device is 'v100'" "--plan with an unknown device" -- $TRAIN --plan 1 --device v100
+expect_error "not a multiple of --tp x --pp" "--plan with --gpus not divisible by tp x pp" -- $TRAIN --plan 1 --gpus 12 --tp 8
+expect_error "flag --plan-precision is 'fp8'" "--plan with an unknown precision" -- $TRAIN --plan 1 --plan-precision fp8
+
+# custom shapes
+$TRAIN -e L2:C64:NH2 -b 2 -t 32 -x 2 -j '' -g 0 > "$TMP/shape.txt" 2>&1 && grep -q '^step     2/2' "$TMP/shape.txt" && \
+    grep -q 'L2:C64:NH2: L=2 C=64 NH=2 maxT=1024 V=50257' "$TMP/shape.txt"
+check $? "-e L2:C64:NH2 trains as a model descriptor (L=2 C=64 NH=2, maxT 1024, V 50257)"
+expect_error "C=65 is not divisible by NH=2" "-e with C not divisible by NH" -- $TRAIN -e L2:C65:NH2 -x 1
+expect_error "unknown field at 'X3'" "-e with an unknown field" -- $TRAIN -e L2:C64:NH2:X3 -x 1
+expect_error "mixture-of-experts shapes (E, K) are not implemented" "-e with experts" -- $TRAIN -e L2:C64:NH2:E8:K2 --plan 1
+expect_error "-z 3 (ZeRO-3) is not implemented by the trainer" "-z 3 without --plan" -- $TRAIN "${FAST[@]}" -z 3 -x 1
+expect_error "-r 3 (full recompute) is not implemented" "-r 3 without --plan" -- $TRAIN "${FAST[@]}" -r 3 -x 1
+
+# ledger == allocation == plan, per stage; data-parallel bytes == comm counters. Each layout trains 2 steps of d2/d8
+# under mpirun with --comm-stats (the header prints the ledger lines), then --plan runs on the same flags.
+ledger_matches() {
+    python3 - "$1" "$2" <<'PY'
+import re, sys
+dry, pl = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+num = r"(\d+)"
+led = {int(m[0]): (tuple(map(int, m[1:6])), tuple(map(int, m[6:11]))) for m in re.findall(
+    r"^memory ledger \(llmc/ledger.h, bytes, pipeline stage (\d+)\): parameters " + num + r" \| gradients " + num +
+    r" \| master " + num + r" \| AdamW m\+v " + num + r" \| activations " + num + r"; allocated: " +
+    r" \| ".join([num] * 5) + r" -> \w+$", dry, re.M)}
+plan = {int(m[0]): tuple(map(int, m[1:5])) for m in re.findall(
+    r"^plan stage (\d+) bytes per GPU: parameters " + num + r" \| gradients " + num + r" \| master " + num +
+    r" \| AdamW m\+v " + num, pl, re.M)}
+ok = bool(led) and sorted(led) == sorted(plan) and all(led[s][0] == led[s][1] and led[s][1][:4] == plan[s] for s in led)
+print("stages %s: allocated %s; plan %s" % (sorted(led), [led[s][1][:4] for s in sorted(led)],
+                                           [plan.get(s) for s in sorted(led)]))
+sys.exit(0 if ok else 1)
+PY
+}
+LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
+         "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512")
+if [ -z "${TESTS_QUICK:-}" ]; then
+    LAYOUTS+=("2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
+              "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256")
+fi
+for layout in "${LAYOUTS[@]}"; do
+    n=${layout%%|*}; flags=${layout#*|}
+    # shellcheck disable=SC2086
+    MPIRUN "$n" timeout 120 $TRAIN -b 2 -t 32 -j '' -g 0 -x 2 --comm-stats 1 $flags > "$TMP/run.txt" 2>&1
+    rc=$?
+    # shellcheck disable=SC2086
+    $TRAIN --plan 1 --plan-precision fp32 --gpus "$n" -b 2 -t 32 $flags > "$TMP/pl.txt" 2>&1
+    out=$(ledger_matches "$TMP/run.txt" "$TMP/pl.txt")
+    check $(( rc != 0 || $? != 0 )) "np $n $flags: ledger bytes = allocated bytes on every stage, and --plan prints the same parameter, gradient, master, AdamW bytes (run exit $rc): $out"
+    if [[ "$flags" == *--pp* ]]; then
+        measured=$(grep -o '^comm: rank [0-9]* step 2 .* boundary sent [0-9]*' "$TMP/run.txt" | awk '{s += $NF; n++} END {if (n) printf "%.2f", s / n}')
+        planned=$(grep -o '| pp [0-9.]* |' "$TMP/pl.txt" | cut -d' ' -f3)
+        test -n "$measured" && test "$measured" = "$planned"
+        check $? "np $n $flags: pipeline boundary bytes sent per step per process: planned $planned, measured (--comm-stats, step 2, mean of $n ranks) $measured"
+    fi
+    if [[ "$flags" != *--tp* && "$flags" != *--pp* ]]; then
+        measured=$(grep '^comm: rank [0-9]* step 2 sent' "$TMP/run.txt" | awk '{s += $7; n++} END {if (n) printf "%.2f", s / n}')
+        planned=$(grep -o 'dp [0-9.]*$' "$TMP/pl.txt" | cut -d' ' -f2)
+        test -n "$measured" && test "$measured" = "$planned"
+        check $? "np $n $flags: data-parallel bytes sent per step per process: planned $planned, measured (--comm-stats, step 2, mean of $n ranks) $measured"
+    fi
+done

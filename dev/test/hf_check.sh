@@ -1,0 +1,115 @@
+# dev/test/hf_check.sh -- the optional transformers tier of scripts/import_hf.py and export_hf.py (not part of
+# `make test`: it needs PyTorch and transformers; run it with `make test-hf` or `bash dev/test/hf_check.sh`,
+# PYTHON=/path/to/python3 to choose the interpreter that has them). Without them it prints one "# SKIP" line.
+#   1. a random GPT2Config model made and saved by transformers (save_pretrained, safetensors) -> import_hf.py ->
+#      train_gpt_cpu: its loss on one window of 4 x 32 tokens equals transformers' and its greedy tokens are
+#      transformers' greedy tokens;
+#   2. a d2 trained here -> export_hf.py -> GPT2LMHeadModel.from_pretrained: the same two comparisons, also for
+#      the model as a bf16 (version 5) file exported as bfloat16, and pipeline("text-generation") with the exported
+#      tokenizer runs.
+# Tolerance of the losses: 1e-5 relative. Both sides compute in fp32 with different kernels (OpenBLAS and our
+# attention/LayerNorm against PyTorch's CPU kernels), so each dot product of K <= 4C = 512 terms differs by rounding
+# of order sqrt(K) u ~ 3e-6 relative at most in practice (u = 2^-24 ~ 6e-8; Higham & Mary 2019, probabilistic
+# rounding error analysis); two layers, the LayerNorms and the log-softmax add a few such terms, well inside 1e-5,
+# while any wrong name, transpose or qkv order changes the loss in the first decimals. The printed loss has 6
+# decimals (5e-7 absolute, 5e-8 relative at a loss of ~10). Greedy tokens must be equal; each step's margin between
+# transformers' best and second-best logit is printed, so a near tie (below 1e-4) would be visible as the cause.
+source "$(dirname "$0")/lib_cli.sh"
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch, transformers, numpy, safetensors" 2> /dev/null; then
+    echo "ok - transformers tier # SKIP $PY has no torch, transformers, numpy or safetensors (pip install -r requirements/interop-check.txt)"
+    exit 0
+fi
+echo "# $("$PY" -c "import torch, transformers, safetensors, numpy; print(f'torch {torch.__version__}, transformers {transformers.__version__}, safetensors {safetensors.__version__}, numpy {numpy.__version__}')")"
+export PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}"
+B=4 T=32 G=8
+# the window: the first B*T+1 tokens of the Tiny Shakespeare validation shard, as one shard
+"$PY" - "$TMP/win.bin" $((B * T + 1)) <<'PY'
+import sys, numpy as np
+n = int(sys.argv[2])
+toks = np.fromfile("dev/data/tinyshakespeare/tiny_shakespeare_val.bin", dtype="<u2", offset=1024)[:n]
+h = np.zeros(256, dtype="<i4"); h[:3] = [20240520, 1, n]
+open(sys.argv[1], "wb").write(h.tobytes() + toks.tobytes())
+PY
+# ours: the validation loss at step 0 (before the one step, which has lr 0) and G greedy tokens from <|endoftext|>
+ours() {
+    $TRAIN -e "$1" -i "$TMP/win.bin" -j "$TMP/win.bin" -b $B -t $T -x 1 -l 0 -v 1 -m 1 -g $G --temperature 0 \
+        --tokenizer '' > "$2" 2>&1
+}
+# compares a train_gpt_cpu output with transformers on the HF directory: loss on the window, greedy tokens
+compare() {
+    "$PY" - "$1" "$2" "$TMP/win.bin" $B $T $G "$3" <<'PY'
+import re, sys
+import numpy as np, torch, torch.nn.functional as F
+from transformers import GPT2LMHeadModel
+out, hf_dir, win, B, T, G, label = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7]), sys.argv[7]
+text = open(out).read()
+m = re.search(r"^val loss ([0-9.]+) \(step 0\)$", text, re.M)
+s = re.search(r"^sample \(from <\|endoftext\|>\): ([0-9 ]+)$", text, re.M)
+if not m or not s:
+    print(f"not ok - {label}: train_gpt_cpu printed no val loss or sample: {text[-300:]!r}")
+    sys.exit(1)
+ours_loss, ours_ids = float(m.group(1)), [int(x) for x in s.group(1).split()]  # the generated tokens only
+model = GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+toks = torch.from_numpy(np.fromfile(win, dtype="<u2", offset=1024).astype(np.int64))
+x, y = toks[:B * T].view(B, T), toks[1:B * T + 1].view(B, T)
+with torch.no_grad():
+    logits = model(x).logits
+    hf_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)).item()
+    ids, margins = [50256], []
+    for _ in range(G):
+        last = model(torch.tensor([ids])).logits[0, -1]
+        top = torch.topk(last, 2).values
+        margins.append((top[0] - top[1]).item())
+        ids.append(int(last.argmax()))
+rel = abs(ours_loss - hf_loss) / abs(hf_loss)
+ok = rel <= 1e-5
+print(f"{'ok' if ok else 'not ok'} - {label}: loss on {B}x{T} tokens: ours {ours_loss:.6f}, transformers "
+      f"{hf_loss:.6f} (relative difference {rel:.1e} <= 1e-5)")
+same = ours_ids == ids[1:]
+print(f"{'ok' if same else 'not ok'} - {label}: {G} greedy tokens equal: ours {ours_ids}, transformers {ids[1:]} "
+      f"(smallest top-2 logit margin {min(margins):.2e})")
+sys.exit(0 if ok and same else 1)
+PY
+}
+
+# 1. transformers -> ours
+"$PY" - "$TMP/rand" <<'PY'
+import sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=50257, activation_function="gelu_new",
+                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2)
+GPT2LMHeadModel(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+"$PY" scripts/import_hf.py "$TMP/rand" "$TMP/rand.bin" > "$TMP/import.txt" 2>&1
+check $? "import_hf.py reads a model saved by transformers' save_pretrained: $(cut -c1-100 "$TMP/import.txt")"
+ours "$TMP/rand.bin" "$TMP/rand_ours.txt"
+compare "$TMP/rand_ours.txt" "$TMP/rand" "random GPT2Config model imported"
+
+# 2. ours -> transformers
+$TRAIN "${FAST[@]}" -x 20 -o "$TMP/run" > "$TMP/train.txt" 2>&1
+"$PY" scripts/export_hf.py "$TMP/run/model_00000020.bin" "$TMP/hf" > "$TMP/export.txt" 2>&1
+check $? "export_hf.py of a d2 trained 20 steps: $(cut -c1-100 "$TMP/export.txt")"
+ours "$TMP/run/model_00000020.bin" "$TMP/d2_ours.txt"
+compare "$TMP/d2_ours.txt" "$TMP/hf" "trained d2 exported"
+# bf16: the trained d2 as a version-5 file (rounded as a BF16 build writes it) exports as bfloat16 tensors, which
+# transformers reads (upcast to fp32 by from_pretrained); ours reads the v5 file exactly alike
+"$PY" -c "
+import sys, gpt2_hf as g
+cfg, v, p = g.read_model_file(sys.argv[1])
+g.write_model_file(sys.argv[2], cfg, g.VERSION_BF16, {k: g.f32_to_bf16(a) for k, a in p.items()})" \
+    "$TMP/run/model_00000020.bin" "$TMP/m5.bin"
+"$PY" scripts/export_hf.py "$TMP/m5.bin" "$TMP/hf5" > /dev/null 2>&1 && grep -q '"torch_dtype": "bfloat16"' "$TMP/hf5/config.json"
+check $? "export_hf.py of the bf16 (v5) file writes bfloat16 weights"
+ours "$TMP/m5.bin" "$TMP/d2bf16_ours.txt"
+compare "$TMP/d2bf16_ours.txt" "$TMP/hf5" "trained d2 as bf16 exported"
+"$PY" - "$TMP/hf" <<'PY'
+import sys
+from transformers import pipeline
+gen = pipeline("text-generation", model=sys.argv[1], tokenizer=sys.argv[1])
+r = gen("First Citizen:", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+ok = r.startswith("First Citizen:") and len(r) > len("First Citizen:")
+print(f"{'ok' if ok else 'not ok'} - pipeline('text-generation') on the exported directory and its tokenizer: {r!r}")
+sys.exit(0 if ok else 1)
+PY

@@ -1,0 +1,201 @@
+/*
+ * llmc/ledger.h -- the memory ledger: the bytes one process holds on its device, by category, for a layout of the
+ * GPT-2 model (llmc/README.md, "The memory ledger"). Host arithmetic only: nothing is allocated, no device is needed,
+ * so the trainer's start-up print, the tests and the planner (llmc/planner.h, --plan) all use this one function.
+ *
+ * Layout (LedgerLayout): the model shape (GPT2Config), micro-batch B, sequence length T, m micro-batches per
+ * optimizer step (gradient accumulation; the pipeline's micro-batches), tensor parallel tp (+ sequence parallel),
+ * pipeline pp with schedule and v chunks per stage (+ --pp-layers), data parallel dp with ZeRO stage 0..3,
+ * recompute 0..3, bytes per parameter element (sizeof(floatX)), fp32 master weights, optimizer offload.
+ *
+ * What the trainer allocates (stages 0-2, recompute 0-2, no offload): every count below is the one the trainer's
+ * allocation code computes, from the same functions (gpt2_parameter_sizes_part, gpt2_activation_sizes,
+ * gpt2_activation_layout, pipe_slots_needed), so the two cannot drift:
+ *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S
+ *   gradients   ZeRO-0/1: Ppad * pb; ZeRO-2: (2 layer slots + wte/wpe/lnf + S) * pb, slots 128-element aligned
+ *   master      fp32, the optimizer range (P for ZeRO-0, S otherwise) * 4 when master weights are kept
+ *   moments     AdamW m and v: 2 * range * 4
+ *   activations per pipeline chunk: one activation table (256-byte aligned tensors) x the slots its schedule keeps
+ *               alive (at least 1), summed over the chunks
+ *   buffers     token buffers (2 B T int32 per slot), the pipeline's m micro-batches of tokens, the other end's wte
+ *               gradient on the first/last stage (pp > 1)
+ * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 (parameters and gradients sharded too:
+ * S each, plus two layers' gathered parameters as a working set), optimizer offload (master and moments in host
+ * memory: 0 on the device, counted in host_bytes; ZeRO-Offload, Ren et al. 2021), recompute 3 (full activation
+ * recompute as in Megatron-LM: each layer keeps only its input (B T/sp C floatX); one layer's full table is the
+ * working set).
+ * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
+ * et al. 2019 for N parameters split over tp * pp: ZeRO-0 16N, ZeRO-1 (4 + 12/dp)N, ZeRO-2 (2 + 14/dp)N, ZeRO-3 16N/dp.
+ * Units: bytes (size_t). Errors: none (the caller validates the layout; ledger_check_layout says what is wrong).
+ */
+#ifndef LLMC_LEDGER_H
+#define LLMC_LEDGER_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/gpt2.h"
+#include "llmc/pipeline.h"
+
+typedef struct {
+    GPT2Config cfg;
+    int B, T, m;              /* micro-batch, sequence length, micro-batches per optimizer step */
+    int tp, sp;               /* tensor-parallel size, 1 = sequence parallel */
+    int pp, v;                /* pipeline stages, model chunks per stage (interleaved) */
+    PipeScheduleKind sched;
+    const int* pp_layers;     /* layers per stage (pp ints) or NULL for the even split */
+    int dp, zero;             /* data-parallel size, ZeRO stage 0..3 (3: theory) */
+    int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 full (theory) */
+    int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
+    int master;               /* 1 = fp32 master weights (mixed precision) */
+    int offload;              /* 1 = optimizer state in host memory (theory) */
+    int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
+                               * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
+} LedgerLayout;
+
+/* the bytes of one process (pipeline stage `stage`) */
+typedef struct {
+    int stage;
+    size_t P, S;              /* this rank's parameters, shard ceil(P/dp) */
+    size_t params, grads, master, moments, acts, acts_slot, buffers;
+    int slots;                /* activation tables held (all chunks) */
+    size_t host;              /* host bytes of the offloaded optimizer state */
+} LedgerRank;
+
+static inline size_t ledger_total(const LedgerRank* r) {
+    return r->params + r->grads + r->master + r->moments + r->acts + r->buffers;
+}
+
+/* One sentence in err (cap bytes) and 1 if the layout cannot be built: tp must divide NH, C and Vp, sequence
+ * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); 1f1b and
+ * interleaved need m >= pp, interleaved m a multiple of pp. 0 if it can. */
+static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t cap) {
+    const GPT2Config* c = &l->cfg;
+    if (c->num_heads % l->tp || c->channels % l->tp || c->padded_vocab_size % l->tp) {
+        snprintf(err, cap, "tp %d does not divide NH=%d, C=%d and Vp=%d", l->tp, c->num_heads, c->channels,
+                 c->padded_vocab_size);
+        return 1;
+    }
+    if (l->sp && l->tp > 1 && (l->B * l->T) % l->tp) { snprintf(err, cap, "sequence parallel needs B*T divisible by tp"); return 1; }
+    if (l->pp * l->v > c->num_layers) { snprintf(err, cap, "pp %d x v %d exceeds L=%d layers", l->pp, l->v, c->num_layers); return 1; }
+    if (l->v > 1 && (l->sched != PIPE_INTERLEAVED || c->num_layers % (l->pp * l->v))) {
+        snprintf(err, cap, "v %d > 1 needs the interleaved schedule and L divisible by pp x v", l->v);
+        return 1;
+    }
+    if (l->pp > 1 && l->sched != PIPE_GPIPE && l->m < l->pp) { snprintf(err, cap, "m %d < pp %d", l->m, l->pp); return 1; }
+    if (l->pp > 1 && l->sched == PIPE_INTERLEAVED && (l->m % l->pp || l->v < 2)) {
+        snprintf(err, cap, "interleaved needs m a multiple of pp and v >= 2");
+        return 1;
+    }
+    return 0;
+}
+
+/* the activation slots chunk k of stage s keeps (need, GPT2_MAX_CHUNKS ints): the schedule's peak per chunk, at
+ * least 1; one table without pipelining. Uses the schedule generator (the trainer's count) when p*m*v <= 4096,
+ * otherwise the generator's count in closed form for 1F1B (min(m, p) on stage 0, min(m, p - s + 1) on stage s > 0:
+ * the peak min(m, p - s) plus a slot for a receive landing while a send still reads another; checked against the
+ * generator by dev/test/test_planner.c) and GPipe (m), and pipe_peak_theory spread over the chunks for the
+ * interleaved schedule (an estimate). */
+static inline void ledger_slots(const LedgerLayout* l, int s, int* need) {
+    for (int k = 0; k < GPT2_MAX_CHUNKS; k++) { need[k] = 1; }
+    if (l->pp <= 1) { return; }
+    if ((long long)l->pp * l->m * l->v <= 4096) {
+        PipeSchedule sc = pipe_schedule_build(l->sched, l->pp, l->m, l->v);
+        pipe_slots_needed(&sc, s, need);
+        pipe_schedule_free(&sc);
+        for (int k = 0; k < l->v; k++) { if (need[k] < 1) { need[k] = 1; } }
+        return;
+    }
+    if (l->sched == PIPE_1F1B) { /* the generator's count: min(m, p) on stage 0, min(m, p - s + 1) after it */
+        int k = s == 0 ? l->pp : l->pp - s + 1;
+        need[0] = l->m < k ? l->m : k;
+        return;
+    }
+    int peak = pipe_peak_theory(l->sched, l->pp, l->m, l->v, s);
+    for (int k = 0; k < l->v; k++) { need[k] = (peak + l->v - 1 - k) / l->v; if (need[k] < 1) { need[k] = 1; } }
+}
+
+/* the bytes of pipeline stage s's processes (every tp and dp rank of a stage holds the same sizes) */
+static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
+    LedgerRank r;
+    memset(&r, 0, sizeof(r));
+    r.stage = s;
+    const GPT2Config* c = &l->cfg;
+    GPT2Stage st = pipeline_stage_of(c, l->pp, l->v, l->pp_layers, s);
+    size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
+    gpt2_parameter_sizes_part(sizes, c, l->tp, &st);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        r.P += sizes[i];
+        if (parameter_is_per_layer(i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
+    }
+    size_t pb = (size_t)l->pb, dp = (size_t)l->dp;
+    r.S = (r.P + dp - 1) / dp;
+    size_t Ppad = r.S * dp, range = l->zero >= 1 ? r.S : r.P;
+    size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
+    if (l->zero <= 1) { r.params = Ppad * pb; r.grads = Ppad * pb; }
+    else if (l->zero == 2) { r.params = Ppad * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
+    else { r.params = (r.S + 2 * slot) * pb; r.grads = r.S * pb; } /* ZeRO-3 (theory): shards + 2 gathered layers */
+    r.master = l->master ? range * 4 : 0;
+    r.moments = 2 * range * 4;
+    if (l->offload) { r.host = r.master + r.moments; r.master = r.moments = 0; }
+    TensorParallel tp = tensor_parallel_none();
+    tp.size = l->tp;
+    tp.sequence_parallel = l->sp;
+    int need[GPT2_MAX_CHUNKS];
+    ledger_slots(l, s, need);
+    size_t BT = (size_t)l->B * (size_t)l->T;
+    for (int k = 0; k < st.n_chunks; k++) {
+        GPT2Stage cs = gpt2_chunk_stage(&st, k);
+        size_t counts[NUM_ACTIVATION_TENSORS];
+        gpt2_activation_sizes(counts, c, l->B, l->T, l->recompute > 2 ? 2 : l->recompute, &tp, &cs);
+        if (l->flash) { counts[A_ATT_STATE] = (size_t)cs.chunk_layers[0] * BT / (size_t)l->T * (size_t)(c->num_heads / l->tp) * (size_t)l->T; }
+        size_t table = gpt2_activation_layout(counts, NULL);
+        if (l->recompute == 3) { /* theory: each layer keeps its input; one layer's full table is the working set */
+            GPT2Stage one = cs;
+            one.chunk_layers[0] = 1;
+            gpt2_activation_sizes(counts, c, l->B, l->T, 0, &tp, &one);
+            if (l->flash) { counts[A_ATT_STATE] = BT * (size_t)(c->num_heads / l->tp); }
+            size_t rows = l->sp && l->tp > 1 ? BT / (size_t)l->tp : BT;
+            table = (size_t)cs.chunk_layers[0] * rows * (size_t)c->channels * pb + gpt2_activation_layout(counts, NULL);
+        }
+        r.acts += table * (size_t)need[k];
+        r.acts_slot += table;
+        r.slots += need[k];
+        r.buffers += 2 * BT * sizeof(int) * (size_t)need[k];
+    }
+    if (l->pp > 1) {
+        r.buffers += (size_t)l->m * 2 * BT * sizeof(int);
+        if (st.has_embedding || st.has_head) { r.buffers += sizes[P_WTE] * pb; }
+    }
+    return r;
+}
+
+/* the stage whose processes hold the most bytes */
+static inline LedgerRank ledger_worst(const LedgerLayout* l) {
+    LedgerRank best = ledger_rank(l, 0);
+    for (int s = 1; s < l->pp; s++) {
+        LedgerRank r = ledger_rank(l, s);
+        if (ledger_total(&r) > ledger_total(&best)) { best = r; }
+    }
+    return best;
+}
+
+/* model state (parameters, gradients, Adam) at 16 bytes per parameter of n_params split over tp*pp, ZeRO stage z
+ * over dp (Rajbhandari et al. 2019's formulas), in bytes */
+static inline double ledger_model_state_16(double n_params, int tp, int pp, int dp, int z) {
+    double n = n_params / ((double)tp * (double)pp);
+    if (z == 1) { return (4.0 + 12.0 / dp) * n; }
+    if (z == 2) { return (2.0 + 14.0 / dp) * n; }
+    if (z == 3) { return 16.0 * n / dp; }
+    return 16.0 * n;
+}
+
+/* the parameters of a full model (all tensors, padded vocabulary) */
+static inline size_t ledger_model_parameters(const GPT2Config* c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    gpt2_parameter_sizes(sizes, c);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+#endif /* LLMC_LEDGER_H */

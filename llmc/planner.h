@@ -1,0 +1,337 @@
+/*
+ * llmc/planner.h -- the layout planner (--plan, --plan-search; llmc/README.md, "The layout planner"): for a model
+ * shape on a cluster of identical GPUs it prints the bytes per GPU by category (llmc/ledger.h, the trainer's own
+ * ledger), the bytes per step of every collective over NVLink and the network, the pipeline bubble, and a predicted
+ * step time, tokens/s and MFU from a stated roofline model; --plan-search enumerates layouts and ranks them. Host
+ * arithmetic only: nothing is allocated on a device and no data file is read.
+ *
+ * Cost model (per optimizer step, one GPU of the slowest pipeline stage; every assumption is printed):
+ *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT) x tokens per step; executed FLOPs add one
+ *               forward (x 4/3) for full recompute (-r 3, theory); -r 1/2 recompute elementwise work, not counted.
+ *   compute     executed FLOPs / GPUs / (peak x gemm_eff): one GEMM efficiency factor for every matmul.
+ *   optimizer   AdamW reads and writes about 2 pb + pb + 24 bytes per owned parameter at HBM bandwidth.
+ *   collectives ring: all-reduce 2(n-1)/n x bytes / bw + 2(n-1) x lat; reduce-scatter and all-gather half of it;
+ *               tree all-reduce 2 x bytes / bw + 2 log2(n) x lat; the faster of the two is used (as NCCL chooses).
+ *               bw is per direction per GPU; a group is on NVLink when it fits in a node (ranks are placed as the
+ *               trainer's process grid and Megatron-LM place them: tp fastest, then dp, then pp), on the network
+ *               otherwise (pp: when the pipeline spans nodes, its slowest link sets the pace).
+ *     tp        4 all-reduces of B T C pb per layer per micro-batch (2 forward, 2 backward; 6 with full recompute;
+ *               sequence parallel: reduce-scatter + all-gather, the same bytes), exposed 100% (on the critical path).
+ *     pp        activation and gradient B T C pb (sequence parallel: / tp) per micro-batch per boundary, the mean
+ *               over the stages (the first and last send one way only); exposed:
+ *               the 2 (pp-1) v transfers of the fill and drain, the steady state overlaps with compute.
+ *     dp        ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather, ZeRO-2 reduce-scatter every micro-step +
+ *               all-gather, ZeRO-3 (theory) also all-gathers the parameters in every forward and backward, of the
+ *               stage's P pb bytes; reductions overlap with one micro-batch's backward (2/3 of its compute): exposed
+ *               max(0, t - t_backward); all-gathers after the update are exposed in full.
+ *   bubble      pipe_bubble_theory (llmc/pipeline.h: (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1)); the pipeline part of
+ *               the step is (m micro-batches of compute + tp) / (1 - bubble).
+ *   step        pipeline part + exposed pp + exposed dp + optimizer; tokens/s = tokens per step / step; MFU = model
+ *               FLOPs / (step x GPUs x peak).
+ *   memory      ledger_worst (llmc/ledger.h, with the CUDA kernels' attention state) against the device memory
+ *               less a reserve of 10% (CUDA context, cuBLAS and NCCL workspaces, allocator fragmentation).
+ * Errors: plan_device_find returns NULL for an unknown name (the trainer names the flag); layouts are checked with
+ * ledger_check_layout.
+ */
+#ifndef LLMC_PLANNER_H
+#define LLMC_PLANNER_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/ledger.h"
+#include "llmc/mfu.h"
+
+/* Assumptions of the model (not datasheet figures; flags override the bandwidths): latency per collective step
+ * (NVLink 3 us, InfiniBand 5 us, of the order NCCL's tests show for small messages), 10% of the device memory kept
+ * free, and the GEMM efficiency: 0.5, a round value chosen against Narayanan et al. 2021's Table 1 (Megatron-LM on
+ * A100, 1.7B to 1T) and held fixed for all ten rows: the predictions then fall within -18% .. +13% of the published
+ * TFLOP/s per GPU (dev/test/test_planner.c; the value minimising the largest error would be about 0.51). No GPU
+ * measurement of this trainer's kernels backs it yet; --gemm-eff overrides it. */
+#define PLAN_NVLINK_LAT_US 3.0
+#define PLAN_NET_LAT_US 5.0
+#define PLAN_MEM_RESERVE 0.10
+#define PLAN_DEFAULT_GEMM_EFF 0.5
+
+/* One GPU model and its node's interconnects. Bandwidths in GB/s (1e9 bytes) per direction per GPU. */
+typedef struct {
+    const char* name;
+    const char* mfu_name;   /* the name device_peak_tflops (llmc/mfu.h) knows */
+    double mem_gb;          /* device memory, 1e9 bytes */
+    double hbm_gbs;         /* HBM bandwidth */
+    double nvlink_gbs;      /* NVLink, per direction */
+    double net_gbs;         /* network per GPU (one NIC per GPU), per direction */
+    const char* net_name;
+} PlanDevice;
+
+/* Sources: NVIDIA datasheets (H100 Tensor Core GPU datasheet, H200 product brief, A100 80GB datasheet, HGX/DGX B200
+ * datasheet); NVLink: 4th generation 900 GB/s (H100/H200), 3rd 600 GB/s (A100), 5th 1.8 TB/s (B200), all
+ * bidirectional totals, halved here; network: DGX H100/H200/B200 reference designs pair each GPU with one 400 Gb/s
+ * InfiniBand NDR port (50 GB/s), DGX A100 with one 200 Gb/s HDR port (25 GB/s). B200 dense BF16 from the HGX B200
+ * figure of 36 PFLOPS sparse for 8 GPUs (2.25 PFLOPS dense each; llmc/mfu.h). */
+static const PlanDevice PLAN_DEVICES[] = {
+    {"h100", "h100", 80.0, 3350.0, 450.0, 50.0, "InfiniBand NDR 400 Gb/s"},
+    {"h200", "h200", 141.0, 4800.0, 450.0, 50.0, "InfiniBand NDR 400 Gb/s"},
+    {"a100-80gb", "a100", 80.0, 2039.0, 300.0, 25.0, "InfiniBand HDR 200 Gb/s"},
+    {"b200", "b200", 180.0, 8000.0, 900.0, 50.0, "InfiniBand NDR 400 Gb/s"},
+};
+#define PLAN_NUM_DEVICES ((int)(sizeof(PLAN_DEVICES) / sizeof(PLAN_DEVICES[0])))
+
+static inline const PlanDevice* plan_device_find(const char* name) {
+    for (int i = 0; i < PLAN_NUM_DEVICES; i++) { if (strcmp(PLAN_DEVICES[i].name, name) == 0) { return &PLAN_DEVICES[i]; } }
+    return NULL;
+}
+
+/* The cluster and the model's assumptions (flags override the device table's figures). */
+typedef struct {
+    PlanDevice dev;
+    double peak_tflops;     /* dense tensor-core peak of the precision */
+    double gemm_eff;        /* achieved / peak for the matmuls */
+    double nvlink_lat_us, net_lat_us;
+    double mem_reserve;     /* share of device memory not available to the ledger */
+    int gpus, gpus_per_node;
+} PlanCluster;
+
+/* the cluster of `gpus` devices `dev` (gpus_per_node per node) with the default assumptions; precision: the
+ * tensor-core peak's column (bf16, fp16, tf32) */
+static inline PlanCluster plan_cluster(const PlanDevice* dev, int gpus, int gpus_per_node, double gemm_eff,
+                                       const char* precision) {
+    PlanCluster cl;
+    memset(&cl, 0, sizeof(cl));
+    cl.dev = *dev;
+    cl.peak_tflops = device_peak_tflops(dev->mfu_name, precision);
+    cl.gemm_eff = gemm_eff;
+    cl.nvlink_lat_us = PLAN_NVLINK_LAT_US;
+    cl.net_lat_us = PLAN_NET_LAT_US;
+    cl.mem_reserve = PLAN_MEM_RESERVE;
+    cl.gpus = gpus;
+    cl.gpus_per_node = gpus_per_node;
+    return cl;
+}
+
+/* collective times in seconds; n ranks, bytes per rank's full buffer, bw GB/s per direction, lat microseconds */
+static inline double plan_ring_allreduce(double bytes, int n, double bw, double lat) {
+    return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes / (bw * 1e9) + 2.0 * (n - 1) * lat * 1e-6;
+}
+static inline double plan_tree_allreduce(double bytes, int n, double bw, double lat) {
+    return n <= 1 ? 0.0 : 2.0 * bytes / (bw * 1e9) + 2.0 * ceil(log2((double)n)) * lat * 1e-6;
+}
+static inline double plan_allreduce(double bytes, int n, double bw, double lat) {
+    double r = plan_ring_allreduce(bytes, n, bw, lat), t = plan_tree_allreduce(bytes, n, bw, lat);
+    return r < t ? r : t;
+}
+/* reduce-scatter or all-gather (ring) */
+static inline double plan_ring_half(double bytes, int n, double bw, double lat) { return 0.5 * plan_ring_allreduce(bytes, n, bw, lat); }
+
+/* Megatron-LM's FLOPs of one iteration with full activation recompute (Narayanan et al. 2021, section 5.1):
+ * 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); the convention of their Table 1's TFLOP/s per GPU */
+static inline double plan_megatron_flops(double batch, double s, double l, double h, double V) {
+    return 96.0 * batch * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+typedef struct {
+    LedgerLayout lay;
+    LedgerRank mem;          /* the fullest stage */
+    double mem_bytes, mem_avail;
+    int fits;
+    double model_flops, exec_flops, tokens;
+    double t_compute, t_tp, t_pp, t_dp, t_opt, bubble, t_step, tok_s, mfu;
+    double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume; dp: the reductions of the
+                               * real P values and the all-gather of the padded dp x S, as the trainer's ring sends, plus its loss and gradient-norm exchange: one
+                               * fp64 ring all-reduce of 1 value for ZeRO-0, dp + 2 for the sharded stages (llmc/zero.h);
+                               * the mean over the dp ranks, whose chunks of that small vector differ) */
+    int tp_net, pp_net, dp_net; /* 1 = over the network */
+    const char* limit;
+} PlanResult;
+
+/* predicts one layout (lay.flash is set); see the header comment for every term */
+static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluster* cl) {
+    PlanResult r;
+    memset(&r, 0, sizeof(r));
+    r.lay = *lay;
+    r.lay.flash = 1;
+    const LedgerLayout* l = &r.lay;
+    const GPT2Config* c = &l->cfg;
+    r.mem = ledger_worst(l);
+    r.mem_bytes = (double)ledger_total(&r.mem);
+    r.mem_avail = cl->dev.mem_gb * 1e9 * (1.0 - cl->mem_reserve);
+    r.fits = r.mem_bytes <= r.mem_avail;
+    int G = l->tp * l->pp * l->dp, gpn = cl->gpus_per_node;
+    r.tokens = (double)l->B * l->T * l->m * l->dp;
+    r.model_flops = gpt_flops_per_token(ledger_model_parameters(c), c->num_layers, c->channels, l->T) * r.tokens;
+    r.exec_flops = r.model_flops * (l->recompute == 3 ? 4.0 / 3.0 : 1.0);
+    double rate = cl->peak_tflops * 1e12 * cl->gemm_eff;
+    double t_micro = r.exec_flops / G / rate / l->m;  /* one micro-batch on one GPU */
+    r.t_compute = t_micro * l->m;
+    double pb = l->pb, btc = (double)l->B * l->T * c->channels * pb;
+    /* tp */
+    r.tp_net = l->tp > gpn;
+    double bw = r.tp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, lat = r.tp_net ? cl->net_lat_us : cl->nvlink_lat_us;
+    int per_layer = l->recompute == 3 ? 6 : 4;
+    double layers = (double)c->num_layers / l->pp;
+    double tp_micro = per_layer * layers * plan_allreduce(btc, l->tp, bw, lat);
+    r.t_tp = tp_micro * l->m;
+    r.b_tp = l->tp > 1 ? per_layer * layers * l->m * 2.0 * (l->tp - 1) / l->tp * btc : 0.0;
+    /* pp */
+    r.pp_net = l->pp > 1 && G > gpn;
+    double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
+    double boundary = btc / (l->sp && l->tp > 1 ? l->tp : 1); /* sequence parallel: each tp rank its rows */
+    double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
+    r.t_pp = l->pp > 1 ? 2.0 * (l->pp - 1) * l->v * t_p2p : 0.0;
+    r.b_pp = l->pp > 1 ? (2.0 * l->v - 2.0 / l->pp) * l->m * boundary : 0.0; /* mean: the ends send one way */
+    r.bubble = l->pp > 1 ? pipe_bubble_theory(l->sched, l->pp, l->m, l->v) : 0.0;
+    /* dp */
+    r.dp_net = l->tp * l->dp > gpn;
+    double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
+    double P = (double)r.mem.S * l->dp * pb, t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
+    double t_reduce = l->zero == 0 ? plan_allreduce(P, l->dp, dbw, dlat) : plan_ring_half(P, l->dp, dbw, dlat);
+    double t_gather = l->zero >= 1 ? plan_ring_half(P, l->dp, dbw, dlat) : 0.0;
+    double reduces = l->zero >= 2 ? l->m : 1;
+    r.t_dp = reduces * fmax(0.0, t_reduce - t_bwd) + t_gather;
+    if (l->zero == 3) { r.t_dp += l->m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
+    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded dp x S */
+    double ring = (l->dp - 1.0) / l->dp, P_real = (double)r.mem.P * pb;
+    double grad_bytes = l->zero == 0 ? 2.0 * ring * P_real
+                                     : reduces * ring * P_real + (1.0 + (l->zero == 3 ? 2.0 * l->m : 0.0)) * ring * P;
+    r.b_dp = l->dp > 1 ? grad_bytes + 2.0 * ring * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
+    /* optimizer: the owned range at HBM bandwidth */
+    double range = l->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
+    r.t_opt = l->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
+    double pipe = (r.t_compute + r.t_tp) / (1.0 - r.bubble);
+    r.t_step = pipe + r.t_pp + r.t_dp + r.t_opt;
+    r.tok_s = r.tokens / r.t_step;
+    r.mfu = r.model_flops / (r.t_step * G * cl->peak_tflops * 1e12);
+    double over[4] = {pipe - r.t_compute - r.t_tp, r.t_tp, r.t_dp + r.t_pp, r.t_opt};
+    const char* names[4] = {"bubble-bound", "tp-comm-bound", "network-bound", "optimizer-bound"};
+    int worst = 0;
+    for (int i = 1; i < 4; i++) { if (over[i] > over[worst]) { worst = i; } }
+    r.limit = !r.fits ? "memory-bound (does not fit)" : over[worst] > 0.1 * r.t_step ? names[worst] : "compute-bound";
+    return r;
+}
+
+static inline const char* plan_theory_note(const LedgerLayout* l) {
+    if (l->zero == 3 || l->offload || l->recompute == 3) { return " [theory: not implemented by the trainer]"; }
+    return "";
+}
+
+/* prints the full table of one layout */
+static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
+    const LedgerLayout* l = &r->lay;
+    const LedgerRank* m = &r->mem;
+    double GB = 1e9;
+    printf("plan: %d x %s (%d per node; %.0f GB, %.0f TFLOP/s dense, gemm efficiency %.2f, NVLink %.0f GB/s, %s %.0f "
+           "GB/s per GPU per direction)\n", cl->gpus, cl->dev.name, cl->gpus_per_node, cl->dev.mem_gb, cl->peak_tflops,
+           cl->gemm_eff, cl->dev.nvlink_gbs, cl->dev.net_name, cl->dev.net_gbs);
+    printf("plan: model L=%d C=%d NH=%d V=%d: %zu parameters; B=%d T=%d m=%d micro-batches, %.0f tokens per step\n",
+           l->cfg.num_layers, l->cfg.channels, l->cfg.num_heads, l->cfg.vocab_size, ledger_model_parameters(&l->cfg),
+           l->B, l->T, l->m, r->tokens);
+    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s\n", l->tp, l->sp ? " (sp)" : "",
+           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, l->offload ? ", optimizer offload" : "",
+           plan_theory_note(l));
+    printf("plan memory (GB per GPU, pipeline stage %d): parameters %.3f | gradients %.3f | master %.3f | AdamW m+v %.3f "
+           "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
+           m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
+           m->acts_slot / GB, m->buffers / GB, r->mem_bytes / GB, r->mem_avail / GB, r->fits ? "fits" : "DOES NOT FIT");
+    for (int st = 0; st < l->pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
+        LedgerRank q = ledger_rank(l, st);
+        printf("plan stage %d bytes per GPU: parameters %zu | gradients %zu | master %zu | AdamW m+v %zu | activations "
+               "%zu\n", st, q.params, q.grads, q.master, q.moments, q.acts);
+    }
+    { /* activations of this layout's fullest stage with every recompute level, with/without sp */
+        printf("plan activations (GB per GPU, stage %d):", m->stage);
+        for (int sp = 0; sp <= (l->tp > 1); sp++) {
+            for (int rc = 0; rc <= 3; rc++) {
+                LedgerLayout v = *l;
+                v.recompute = rc; v.sp = sp;
+                printf(" r%d%s %.3f%s", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB, rc == 3 ? "*" : "");
+            }
+        }
+        printf(" (* full recompute: theory)\n");
+    }
+    if (m->host) { printf("plan memory: offloaded optimizer state %.3f GB in host memory per GPU\n", m->host / GB); }
+    printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
+           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
+    printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
+           "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
+           r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
+    printf("plan comm bytes per step per GPU (sent, ring; mean over the group): tp %.0f | pp %.2f | dp %.2f\n", r->b_tp, r->b_pp, r->b_dp);
+    printf("plan assumptions: one GEMM efficiency for all matmuls; collectives ring or tree (the faster), latency "
+           "NVLink %.0f us, network %.0f us per step; exposed: tp 100%%, dp reductions beyond one micro-batch's "
+           "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
+           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, l->sched == PIPE_INTERLEAVED ? "v" : "",
+           100.0 * cl->mem_reserve);
+    printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
+           "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
+           100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);
+}
+
+static inline int plan_cmp(const void* a, const void* b) {
+    const PlanResult* x = (const PlanResult*)a;
+    const PlanResult* y = (const PlanResult*)b;
+    if (x->fits != y->fits) { return y->fits - x->fits; }
+    if (fabs(x->tok_s - y->tok_s) > 1e-9 * (x->tok_s + y->tok_s)) { return x->tok_s < y->tok_s ? 1 : -1; }
+    return x->mem_bytes > y->mem_bytes ? 1 : x->mem_bytes < y->mem_bytes ? -1 : 0; /* equal speed: less memory */
+}
+
+/* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
+ * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-2 (ZeRO-2
+ * only without pipelines, as the trainer), recompute 0 and 2, the 1f1b schedule and interleaved with v 2 (where L
+ * and m allow it), sequence parallel with tp > 1;
+ * with theory = 1 also ZeRO-3 and full recompute. Returns the count in *n of a malloc'd array sorted best first
+ * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
+ * recompute). tokens: tokens per step. */
+static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
+                                      int* n) {
+    int cap = 64, cnt = 0;
+    PlanResult* out = (PlanResult*)malloc_check((size_t)cap * sizeof(PlanResult), "plan search");
+    const GPT2Config* c = &base->cfg;
+    for (int tp = 1; tp <= cl->gpus_per_node && tp <= cl->gpus; tp *= 2) {
+        for (int pp = 1; pp <= c->num_layers && tp * pp <= cl->gpus; pp++) {
+            if (cl->gpus % (tp * pp)) { continue; }
+            int dp = cl->gpus / (tp * pp);
+            long long per = (long long)base->B * base->T * dp;
+            if (tokens % per) { continue; }
+            int m = (int)(tokens / per);
+            for (int z = 0; z <= (theory ? 3 : 2); z++) {
+                if (z == 2 && pp > 1) { continue; }
+                for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
+                    int rc = k % 4, inter = k / 4;
+                    if (rc == 1 || (rc == 3 && !theory) || (inter && pp < 2)) { continue; }
+                    LedgerLayout l = *base;
+                    l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
+                    l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;
+                    char err[160];
+                    if (ledger_check_layout(&l, err, sizeof(err))) { continue; }
+                    if (cnt == cap) { cap *= 2; out = (PlanResult*)realloc(out, (size_t)cap * sizeof(PlanResult)); }
+                    if (!out) { FATAL("out of host memory in the plan search"); }
+                    out[cnt++] = plan_evaluate(&l, cl);
+                }
+            }
+        }
+    }
+    qsort(out, (size_t)cnt, sizeof(PlanResult), plan_cmp);
+    int kept = 0; /* one row per (tp, pp, dp): its best ZeRO stage and recompute */
+    for (int i = 0; i < cnt; i++) {
+        int dup = 0;
+        for (int j = 0; j < kept && !dup; j++) { dup = out[j].lay.tp == out[i].lay.tp && out[j].lay.pp == out[i].lay.pp; }
+        if (!dup) { out[kept++] = out[i]; }
+    }
+    *n = kept;
+    return out;
+}
+
+/* prints the top `top` of a search, one line each, with why it ranks where it does */
+static inline void plan_print_search(const PlanResult* r, int n, int top) {
+    printf("plan search: %d (tp, pp, dp) layouts; top %d by predicted tokens/s (fitting first)\n", n, n < top ? n : top);
+    printf("rank |  tp |  pp |   dp | ZeRO | r | v |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
+    for (int i = 0; i < n && i < top; i++) {
+        const LedgerLayout* l = &r[i].lay;
+        printf("%4d | %3d | %3d | %4d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n", i + 1,
+               l->tp, l->pp, l->dp, l->zero, l->recompute, l->v, l->m, r[i].mem_bytes / 1e9, r[i].t_step, r[i].tok_s,
+               100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
+    }
+}
+
+#endif /* LLMC_PLANNER_H */
