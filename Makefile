@@ -16,7 +16,8 @@
 #   make clean
 #
 # Variables: CC, NVCC, GPU_ARCH (e.g. GPU_ARCH=90), PRECISION (BF16|FP32|FP16 for CUDA builds), USE_CUDNN=1,
-#            USE_NCCL=0 (one-GPU build without NCCL), CUBLAS_HOME / CUDNN_HOME / NCCL_HOME (llmc/cuda/libs.mk).
+#            USE_NCCL=0 (one-GPU build without NCCL), CUBLAS_HOME / CUDNN_HOME / NCCL_HOME (llmc/cuda/libs.mk),
+#            WERROR=0 (warnings stay warnings; default 1: every warning is an error, as CI builds).
 
 CC        ?= gcc
 CXX       ?= g++
@@ -29,8 +30,21 @@ BUILD := build
 
 .DEFAULT_GOAL := all
 
+# WERROR=0 builds with the same warnings but without turning them into errors: for a host compiler newer than the
+# one CI uses (gcc 12), whose new warnings (e.g. gcc 13's -Wdangling-reference) would otherwise stop the build.
+# CI and the default keep WERROR=1. Changing it does not rebuild what exists: use make -B.
+WERROR ?= 1
+ifeq ($(WERROR),0)
+WERROR_C    :=
+WERROR_NVCC :=
+else
+WERROR_C    := -Werror
+WERROR_NVCC := -Werror all-warnings -Xcompiler -Werror
+endif
+export WERROR
+
 # ---------------------------------------------------------------- CPU backend
-CPU_WARN   := -Wall -Wextra -Werror -Wno-unknown-pragmas
+CPU_WARN   := -Wall -Wextra $(WERROR_C) -Wno-unknown-pragmas
 CPU_CFLAGS := -I. -std=c11 -O3 -march=native -fopenmp -D_GNU_SOURCE $(CPU_WARN)
 CPU_LIBS   := -lopenblas -lm
 CPU_DEPS   := $(wildcard llmc/*.h llmc/cpu/*.h)
@@ -93,8 +107,13 @@ PRECISION  ?= BF16
 NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # -diag-suppress 177: nvcc warns about unreferenced static inline functions, which every header-only
 # module has by design (gcc and clang do not warn for static inline); all other warnings are errors.
-NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 --use_fast_math -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
-              -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unknown-pragmas
+# --use_fast_math (plain tanhf/expf/logf and x/y become the approximate intrinsics __tanhf, __expf, __logf, __fdividef:
+# CUDA C++ Programming Guide, "Intrinsic Functions") for BF16 and FP16 builds only, whose 8- and 11-bit storage
+# rounding dwarfs those errors; FP32 builds use precise math (__tanhf's ~2^-11 relative error alone would exceed
+# test_gpt_fp32's 1e-5 tolerances). Explicit intrinsic calls in the kernels are approximate in every build.
+FAST_MATH  = $(if $(filter FP32,$(PRECISION)),,--use_fast_math)
+NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
+              $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
 NVCC_LIBS   = $(CUDA_LIB_LIBS)
@@ -172,9 +191,9 @@ QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
 
-# FP32 build of the model test (TF32 off) next to the default BF16 one
+# FP32 build of the model test (TF32 off, precise math: no --use_fast_math) next to the default BF16 one
 test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(filter-out -DENABLE_$(PRECISION),$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+	$(NVCC) $(filter-out -DENABLE_$(PRECISION) --use_fast_math,$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
 # the optional transformers tier of scripts/export_hf.py / import_hf.py (needs torch + transformers for $(PYTHON))
 test-hf: train_gpt_cpu

@@ -304,9 +304,10 @@ static inline void comm_fence_wait(Comm* c, int k) {
 }
 
 /* sum of n host doubles x(n) over ranks, result on every rank (synchronous). Used for losses, token counts and
- * squared gradient norms. MPI: the ring all-reduce (exact byte count). NCCL: staged through the device scratch
- * in chunks of the group's scratch (max(64, world + 2) values), one ncclAllReduce each, each counted with the ring model
- * (2 x the reduce-scatter bytes of the chunk). Any n >= 0. */
+ * squared gradient norms. MPI: the ring all-reduce (exact byte count). NCCL: staged through pinned host memory and
+ * the device scratch (so no copy blocks the host outside the watchdog, llmc/comm_nccl.h) in chunks of the group's
+ * scratch (max(64, world + 2) values), one ncclAllReduce each, each counted with the ring model (2 x the
+ * reduce-scatter bytes of the chunk). Any n >= 0. */
 static inline void comm_all_reduce_host_f64(Comm* c, double* x, int n) {
     if (c->world == 1 || n <= 0) { return; }
 #if defined(COMM_HAVE_NCCL)

@@ -5,11 +5,12 @@
  * Holds: the NCCL state of a group (CommNccl: communicator, communication stream, events, a small device scratch),
  * the collectives on device buffers, point-to-point transfers (alone, or batched in one ncclGroupStart/End), their
  * ordering against the compute stream, fences, the watchdog, and the host-buffer collectives staged through
- * device memory.
+ * device memory (and pinned host memory, so that no copy blocks the host outside the watchdog's polling).
  * Written against the stream/event API of the backend contract (llmc/backend.h: DevStream, DevEvent,
  * dev_stream_create, dev_event_record[_on], dev_stream_wait_event, dev_wait_event, dev_event_query,
- * dev_stream_synchronize, dev_memcpy_{h2d,d2h}_on, dev_malloc, dev_set/get_wait_watchdog; llmc/README.md, "The
- * backend contract"), never against the backend's internals; NCCL calls take the DevStream (cudaStream_t on CUDA).
+ * dev_stream_synchronize, dev_memcpy_{h2d,d2h}_on, dev_malloc, host_malloc_pinned, dev_set/get_wait_watchdog;
+ * llmc/README.md, "The backend contract"), never against the backend's internals; NCCL calls take the DevStream
+ * (cudaStream_t on CUDA).
  * Ordering: a collective first makes the communication stream wait for the work queued so far on the main
  * (compute) stream (event ev_compute), runs on the communication stream and records ev_comm; comm_nccl_join makes
  * the main stream wait for ev_comm. So backward goes on computing while earlier gradient buckets are reduced.
@@ -30,6 +31,7 @@
 
 #include "comm_types.h"
 
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +52,8 @@ typedef struct {
     DevEvent ev_fence[COMM_FENCES];    /* marks, see comm_nccl_fence_record */
     double* dscratch;                  /* (dscratch_n) device doubles for host fp64 all-reduces */
     int dscratch_n;
+    void* hstage;                      /* (hstage_bytes) pinned host staging of the host-buffer collectives */
+    size_t hstage_bytes;
     double timeout_s;                  /* watchdog: seconds without progress before aborting */
 } CommNccl;
 
@@ -212,22 +216,39 @@ static inline void comm_nccl_p2p_batch(CommNccl* n, const CommP2P* ops, int nops
 
 /* ---------------------------------------------------------------- collectives on host buffers */
 
+/* the pinned host staging buffer, grown to at least `bytes` (its old contents are not kept) */
+static inline void* comm_nccl_host_stage(CommNccl* n, size_t bytes) {
+    if (bytes > n->hstage_bytes) {
+        host_free_pinned(n->hstage);
+        n->hstage = host_malloc_pinned(bytes, "comm host-collective staging buffer");
+        n->hstage_bytes = bytes;
+    }
+    return n->hstage;
+}
+
 /* host(count elements of t) through the device buffer dev (at least as large) on the communication stream:
  * root < 0: sum over ranks (ncclAllReduce); else root's values to every rank (ncclBroadcast). Synchronous:
- * returns when host holds the result (the wait is watched by the watchdog). */
+ * returns when host holds the result. host may be any host memory (e.g. the caller's stack): it is staged through
+ * the group's pinned buffer, because a device-to-host cudaMemcpyAsync into pageable memory returns only when the
+ * copy is done (CUDA Runtime API, "API synchronization behavior"), i.e. it would block inside the driver until the
+ * collective before it finished, where no watchdog runs and a dead peer hangs the job. Into pinned memory both
+ * copies are asynchronous, and the only host wait is comm_nccl_join's polling of ev_comm, which calls the watchdog
+ * (so a collective whose peer died ends the job within timeout_s). */
 static inline void comm_nccl_host_collective(CommNccl* n, void* host, void* dev, size_t count, CommDtype t, int root) {
     size_t bytes = count * comm_dtype_size(t);
+    void* pinned = comm_nccl_host_stage(n, bytes);
+    memcpy(pinned, host, bytes);
     comm_nccl_begin(n); /* also orders after main-stream work on dev (e.g. dev_malloc's zeroing) */
-    dev_memcpy_h2d_on(dev, host, bytes, n->stream);
+    dev_memcpy_h2d_on(dev, pinned, bytes, n->stream);
     if (root < 0) {
         COMM_NCCL_CHECK(ncclAllReduce(dev, dev, count, comm_nccl_type(t), ncclSum, n->comm, n->stream));
     } else {
         COMM_NCCL_CHECK(ncclBroadcast(dev, dev, count, comm_nccl_type(t), root, n->comm, n->stream));
     }
-    dev_memcpy_d2h_on(host, dev, bytes, n->stream);
-    comm_nccl_end(n);
-    comm_nccl_join(n);
-    dev_stream_synchronize(n->stream);
+    dev_memcpy_d2h_on(pinned, dev, bytes, n->stream);
+    comm_nccl_end(n);   /* ev_comm follows the copy back */
+    comm_nccl_join(n);  /* polls ev_comm with the watchdog; once it passed, pinned holds the result */
+    memcpy(host, pinned, bytes);
 }
 
 /* root's host buf(bytes) to every rank, staged through a temporary device buffer */
@@ -259,6 +280,8 @@ static inline void comm_nccl_create_resources(CommNccl* n, int world, double tim
     }
     n->dscratch_n = world + 2 > COMM_NCCL_HOST_SCRATCH_MIN ? world + 2 : COMM_NCCL_HOST_SCRATCH_MIN;
     n->dscratch = (double*)dev_malloc((size_t)n->dscratch_n * sizeof(double), "comm host-reduction scratch");
+    n->hstage_bytes = (size_t)n->dscratch_n * sizeof(double);
+    n->hstage = host_malloc_pinned(n->hstage_bytes, "comm host-collective staging buffer");
 }
 
 /* joins the communicator of `world` ranks named by id (collective: every rank calls it with rank 0's id), after
@@ -277,8 +300,8 @@ static inline void comm_nccl_split(CommNccl* parent, int color, int key, CommNcc
     comm_nccl_create_resources(out, *world, parent->timeout_s);
 }
 
-/* waits for the communication stream, destroys the communicator, stream, events and scratch (no-op when NCCL
- * never started); removes the watchdog if it is this group's */
+/* waits for the communication stream, destroys the communicator, stream, events, scratch and pinned staging
+ * (no-op when NCCL never started); removes the watchdog if it is this group's */
 static inline void comm_nccl_finalize(CommNccl* n) {
     if (!n->comm) { return; }
     void* ctx = NULL;
@@ -292,6 +315,9 @@ static inline void comm_nccl_finalize(CommNccl* n) {
     for (int k = 0; k < COMM_FENCES; k++) { dev_event_destroy(n->ev_fence[k]); }
     dev_free(n->dscratch);
     n->dscratch = NULL;
+    host_free_pinned(n->hstage);
+    n->hstage = NULL;
+    n->hstage_bytes = 0;
 }
 
 #endif /* LLMC_COMM_NCCL_H */

@@ -4,14 +4,20 @@
  * tokens (context crop), the next token drawn from the last row's logits with temperature and top-k
  * (llmc/sampler.h), printed as it comes (UTF-8 safe through the tokenizer's TokenPrinter; control characters
  * escaped on the terminal by fwrite_terminal_safe, llmc/utils.h, while the returned text keeps the exact bytes).
- * The start token (and the padding) is g->eot, the tokenizer's end-of-text id; the caller makes sure the
+ * The start token is g->eot, the tokenizer's end-of-text id; the caller makes sure the
  * tokenizer and the model have the same vocabulary, and every id fed to the model is checked to be < V.
+ * Fixed shape: every forward of one generate_text call runs at the same length L = min(T, prompt + gen_tokens - 1)
+ * (generate_forward_len), the tokens padded at the end (copies of the last token) and the row of the last real
+ * token read.
+ * Attention is causal, so row i depends only on tokens 0..i and the padding does not change it (up to the
+ * summation order a library may choose for a different matrix shape). One shape per call means one cuDNN graph
+ * and one cuBLASLt heuristic per shape instead of one per length (64 for a 64-token sample); the price is up to
+ * twice the sampling FLOPs of growing lengths (the mean length is about L / 2).
  *
  * Shapes and dtypes: tokens int32, at most the model's T per forward; logits fp32 (Vp) on the host, of which
  * the first V are sampled. Under tensor parallelism every rank of the tensor-parallel group runs the same
  * forwards (collective); the printing rank draws each token and broadcasts it over that group. Under sequence
- * parallelism the forward runs at the full length T, the tokens padded at the end with <|endoftext|> (attention
- * is causal, so the padding does not change the row read).
+ * parallelism the forward runs at the full length T, padded the same way.
  *
  * Errors: allocation failures exit through malloc_check; a prompt with no tokenizer is ignored (said once).
  * Method: GPT-2's sampling (Radford et al. 2019), as llm.c's train_gpt2.cu samples during training.
@@ -75,25 +81,31 @@ static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** 
     return n;
 }
 
-/* the logits (Vp, fp32) of the last of the n tokens into host_logits: a forward at batch 1 over the last T of
- * them (at the full length T under sequence parallelism, padded at the end). Collective over the tp group. */
-static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* tokens, int n, float* host_logits) {
-    int maxlen = m->T, len = n < maxlen ? n : maxlen;
-    int fwd = m->tp.size > 1 && m->tp.sequence_parallel ? maxlen : len;
+/* the forward length of every forward of a generate_text call that starts from n_prompt tokens: the longest window
+ * it reads, min(T, n_prompt + gen_tokens - 1) (at least 1); T under sequence parallelism (its shards split T) */
+static inline int generate_forward_len(const GPT2* m, const GenerateConfig* g, int n_prompt) {
+    if (m->tp.size > 1 && m->tp.sequence_parallel) { return m->T; }
+    long need = (long)n_prompt + (g->gen_tokens > 0 ? g->gen_tokens : 1) - 1;
+    if (need < 1) { need = 1; }
+    return need < m->T ? (int)need : m->T;
+}
+
+/* the logits (Vp, fp32) of the last of the n tokens into host_logits: a forward at batch 1 and length fwd
+ * (1 <= fwd <= T) over the last min(n, fwd) tokens, padded at the end to fwd with copies of the last token (a
+ * valid id of any vocabulary); the row of the last real token is read. Collective over the tp group. */
+static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* tokens, int n, int fwd,
+                                   float* host_logits) {
+    if (fwd < 1 || fwd > m->T) { FATAL("generate_logits: forward length %d outside [1, T=%d]", fwd, m->T); }
+    int len = n < fwd ? n : fwd;
+    int* host = (int*)malloc_check((size_t)fwd * sizeof(int), "sample window");
+    for (int i = 0; i < fwd; i++) { host[i] = tokens[n - len + (i < len ? i : len - 1)]; }
     if (g->forward_logits) {
-        int* host = (int*)malloc_check((size_t)fwd * sizeof(int), "sample window");
-        for (int i = 0; i < fwd; i++) { host[i] = i < len ? tokens[n - len + i] : g->eot; }
         g->forward_logits(g->forward_ctx, host, fwd, len - 1, host_logits);
         free(host);
         return;
     }
-    dev_memcpy_h2d(m->inputs, tokens + (n - len), (size_t)len * sizeof(int));
-    if (fwd > len) {
-        int* pad = (int*)malloc_check((size_t)(fwd - len) * sizeof(int), "sample padding");
-        for (int i = 0; i < fwd - len; i++) { pad[i] = g->eot; }
-        dev_memcpy_h2d(m->inputs + len, pad, (size_t)(fwd - len) * sizeof(int));
-        free(pad);
-    }
+    dev_memcpy_h2d(m->inputs, host, (size_t)fwd * sizeof(int));
+    free(host);
     gpt2_forward(m, m->inputs, NULL, 1, fwd, g->gelu_fusion, 0.0f, 0);
     gpt2_logits_row(m, len - 1, host_logits);
 }
@@ -119,8 +131,9 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
         printf("sample (%s): ", g->prompt[0] ? "continuing the prompt" : "from <|endoftext|>");
         if (g->tokenizer && g->prompt[0]) { fwrite_terminal_safe(stdout, g->prompt, strlen(g->prompt)); }
     }
+    const int fwd = generate_forward_len(m, g, n);
     for (int generated = 0; generated < g->gen_tokens; generated++) {
-        generate_logits(m, g, tokens, n, logits);
+        generate_logits(m, g, tokens, n, fwd, logits);
         int next = 0;
         if (g->printing) {
             next = sample_token(logits, m->config.vocab_size, g->temperature, g->top_k, random_f32(g->rng));

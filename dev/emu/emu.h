@@ -38,8 +38,9 @@
  *    with different masks or different intrinsics; width not a power of two.
  *  - atomics (atomicAdd/Sub/Exch/Min/Max/Inc/Dec/CAS/And/Or/Xor, incl. float, double, bf16,
  *    bf16x2, half, half2 atomicAdd), __ldg/__ldcs/__ldcg/__ldca/__ldlu/__ldcv, __stcs/__stcg/
- *    __stwb/__stwt, math intrinsics (__expf, __logf, __fdividef, rsqrtf, __frcp_rn, __fmaf_rn,
- *    __saturatef, __float_as_uint, ...; computed with the accurate libm function), min/max.
+ *    __stwb/__stwt, math intrinsics (__expf, __logf, __fdividef, rsqrtf, __tanhf: with their documented
+ *    maximum error, see "math intrinsics"; __frcp_rn, __fmaf_rn, __saturatef, __float_as_uint, ...: the
+ *    accurate libm function), min/max; EMU_FAST_MATH: plain tanhf/expf/logf in kernels as --use_fast_math.
  *  - a subset of the runtime API (cudaMalloc, cudaMemcpy*, cudaMemset*, streams, events,
  *    device properties of a fake "CPU emulator" device, cudaFuncSetAttribute, errors).
  *    cudaMalloc places each allocation so that its (16-byte rounded) end abuts a PROT_NONE guard
@@ -1297,11 +1298,79 @@ template <class T> inline void __stwb(T* p, typename ::emu::ident<T>::type v) { 
 template <class T> inline void __stwt(T* p, typename ::emu::ident<T>::type v) { *p = v; }
 
 /* ---------------------------------------------------------------- math intrinsics */
-/* The GPU's fast approximations (__expf etc., --use_fast_math) are computed here with the accurate
- * libm functions; tolerances in the tests must cover the GPU's documented ulp errors. */
-inline float __expf(float x) { return expf(x); }
+/* The GPU's fast approximations. Five of them, the ones llmc/cuda uses, are modelled with their documented error
+ * (CUDA C++ Programming Guide, "Mathematical Functions": the single-precision intrinsic table, and rsqrtf in the
+ * standard-function table; __tanhf: PTX ISA, tanh.approx.f32):
+ *   __expf(x)        2 + floor(|1.173 x|) ulp
+ *   __logf(x)        x in [0.5, 2]: 2^-21.41 absolute; else 3 ulp
+ *   __fdividef(a, b) 2 ulp for 2^-126 <= |b| <= 2^126; 0 for 2^126 < |b| < 2^128 (the documented underflow)
+ *   rsqrtf(x)        2 ulp
+ *   __tanhf(x)       2^-11 relative (tanh.approx.f32's maximum relative error is about 2^-10.99)
+ * Model: the libm result moved by the full bound, with a sign hashed from the argument's bits (and the function),
+ * so every call errs by the documented maximum, deterministically (runs stay bit-identical). That is pessimistic:
+ * the hardware's error is usually smaller; a tolerance that holds under this model holds on the GPU. In host code
+ * (no kernel running) they are exact. The other intrinsics are the accurate libm functions.
+ * --use_fast_math (nvcc turns plain tanhf, expf, logf into __tanhf, __expf, __logf in device code; the Makefile
+ * passes it to BF16/FP16 builds only): the emulator's BF16 builds define EMU_FAST_MATH (dev/emu/emu.mk), and then
+ * plain tanhf/expf/logf called from a kernel get the intrinsic's error too (macros at the end of this file). Not
+ * modelled: fast math's x/y -> __fdividef (an operator), exp2f (2 ulp in both modes), flush-to-zero of denormals.
+ * EMU_EXACT_MATH=1 in the environment turns the model off (every intrinsic exact, as before). */
+namespace emu {
+inline bool math_model_on() {
+    static const int off = env_int("EMU_EXACT_MATH", 0);
+    return g.cur != nullptr && !off;
+}
+/* +1 or -1 from the argument bits and a per-function salt (splitmix64's finaliser) */
+inline float math_err_sign(float x, float y, uint64_t salt) {
+    uint32_t a, b;
+    memcpy(&a, &x, 4);
+    memcpy(&b, &y, 4);
+    uint64_t h = ((uint64_t)a << 32 | b) ^ (salt * 0x9E3779B97F4A7C15ull);
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return (h & 1) ? 1.0f : -1.0f;
+}
+/* exact moved by `ulps` units in the last place of exact (ulp of a float: 2^(e-23), at least the smallest
+ * denormal), toward the hashed sign; non-finite and zero results are left alone */
+inline float math_err_ulp(float exact, double ulps, float x, float y, uint64_t salt) {
+    if (!std::isfinite(exact) || exact == 0.0f) { return exact; }
+    int e;
+    frexp((double)exact, &e);
+    double ulp = ldexp(1.0, (e - 1) - 23 < -149 ? -149 : (e - 1) - 23);
+    return (float)((double)exact + math_err_sign(x, y, salt) * ulps * ulp);
+}
+inline float model_expf(float x) {
+    float r = expf(x);
+    if (!math_model_on()) { return r; }
+    return math_err_ulp(r, 2.0 + floor(fabs(1.173 * (double)x)), x, 0.0f, 1);
+}
+inline float model_logf(float x) {
+    float r = logf(x);
+    if (!math_model_on() || !std::isfinite(r)) { return r; }
+    if (x >= 0.5f && x <= 2.0f) { return (float)((double)r + math_err_sign(x, 0.0f, 2) * exp2(-21.41)); }
+    return math_err_ulp(r, 3.0, x, 0.0f, 2);
+}
+inline float model_tanhf(float x) {
+    float r = tanhf(x);
+    if (!math_model_on() || !std::isfinite(r)) { return r; }
+    return (float)((double)r * (1.0 + math_err_sign(x, 0.0f, 3) * exp2(-11.0)));
+}
+inline float model_fdividef(float a, float b) {
+    if (!math_model_on()) { return a / b; }
+    float ab = fabsf(b);
+    if (ab > 0x1p126f && std::isfinite(b)) { return 0.0f * a; } /* documented: 0 for 2^126 < |b| < 2^128 */
+    return math_err_ulp(a / b, 2.0, a, b, 4);
+}
+inline float model_rsqrtf(float x) {
+    float r = 1.0f / sqrtf(x);
+    if (!math_model_on()) { return r; }
+    return math_err_ulp(r, 2.0, x, 0.0f, 5);
+}
+} // namespace emu
+inline float __expf(float x) { return ::emu::model_expf(x); }
 inline float __exp10f(float x) { return powf(10.0f, x); }
-inline float __logf(float x) { return logf(x); }
+inline float __logf(float x) { return ::emu::model_logf(x); }
 inline float __log2f(float x) { return log2f(x); }
 inline float __log10f(float x) { return log10f(x); }
 inline float __sinf(float x) { return sinf(x); }
@@ -1309,14 +1378,14 @@ inline float __cosf(float x) { return cosf(x); }
 inline float __tanf(float x) { return tanf(x); }
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
-inline float __tanhf(float x) { return tanhf(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float fdividef(float a, float b) { return a / b; }
+inline float __tanhf(float x) { return ::emu::model_tanhf(x); }
+inline float __fdividef(float a, float b) { return ::emu::model_fdividef(a, b); }
+inline float fdividef(float a, float b) { return ::emu::model_fdividef(a, b); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float rsqrtf(float x) { return ::emu::model_rsqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
@@ -1764,5 +1833,13 @@ inline cudaError_t emu_cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, 
 #define cudaGraphExecDestroy emu_cudaGraphExecDestroy
 #define cudaGraphDestroy emu_cudaGraphDestroy
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor emu_cudaOccupancyMaxActiveBlocksPerMultiprocessor
+
+/* --use_fast_math in device code (EMU_FAST_MATH, set by the BF16 builds in dev/emu/emu.mk; see "math intrinsics"):
+ * plain tanhf/expf/logf become the modelled intrinsics while a kernel runs, and stay exact in host code */
+#ifdef EMU_FAST_MATH
+#define tanhf(x) ::emu::model_tanhf(x)
+#define expf(x) ::emu::model_expf(x)
+#define logf(x) ::emu::model_logf(x)
+#endif
 
 #endif /* LLMC_DEV_EMU_H */

@@ -10,7 +10,9 @@
 #   train_gpt_emu_mpi_bf16            the same in BF16
 #   build/mpi_comm_nccl_emu           dev/test/mpi_comm.c (llmc/comm.h's collective tests) on the NCCL transport
 #
-# All are built with g++ -std=c++17 -O2 -DLLMC_BACKEND_CUDA (llmc/backend.h then compiles the CUDA backend);
+# All are built with g++ -std=c++17 -O2 -DLLMC_BACKEND_CUDA (llmc/backend.h then compiles the CUDA backend); the
+# BF16 ones with -DEMU_FAST_MATH, as nvcc builds BF16 with --use_fast_math (plain tanhf/expf/logf in kernels get
+# the intrinsics' error; dev/emu/emu.h, "math intrinsics");
 # no GPU, no CUDA libraries, only the toolkit's headers for cuda_bf16.h / cuda_fp16.h / library_types.h. The
 # library never names the emulator: the include path does. -Idev/emu/include comes before the toolkit's include
 # directory, so <cuda_runtime.h> and <cublasLt.h> are the stand-ins in dev/emu/include (the execution layer and a
@@ -50,7 +52,7 @@ $(BUILD)/emu_test_kernels_fp32: dev/emu/test_kernels_ops.cpp $(BUILD)/emu_cpu_re
 
 $(BUILD)/emu_test_kernels_bf16: dev/emu/test_kernels_ops.cpp $(BUILD)/emu_cpu_reference.o $(EMU_DEPS) dev/emu/cpu_reference.h
 	@mkdir -p $(BUILD)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -DEMU_FAST_MATH $< $(BUILD)/emu_cpu_reference.o $(EMU_REF_LIBS) $(EMU_LIBS) -o $@
 
 # the whole model step on the emulator (test_gpt.cu is the lead's; tolerated while it does not exist)
 test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
@@ -60,7 +62,7 @@ test_gpt_emu: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
 # the same in BF16: exercises the tensor-core attention path and stochastic rounding against the fixture
 # with test_gpt.cu's BF16 tolerances
 test_gpt_emu_bf16: $(wildcard test_gpt.cu train_gpt.cu) $(EMU_DEPS)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
+	$(EMU_CXX) $(EMU_CXXFLAGS) -DENABLE_BF16 -DEMU_FAST_MATH -D_GNU_SOURCE -x c++ test_gpt.cu -x none $(EMU_LIBS) -o $@
 
 # the GPU build's data-parallel code path (llmc/comm_nccl.h, bucket hooks, ZeRO-2 fences) under mpirun,
 # run by dev/test/cli_dp_nccl_emu.sh; only where MPI exists
@@ -70,7 +72,7 @@ train_gpt_emu_mpi: train_gpt.cu $(EMU_DEPS)
 
 # the same in BF16 (bf16 gradients through the emulated NCCL, master weights, stochastic rounding per shard)
 train_gpt_emu_mpi_bf16: train_gpt.cu $(EMU_DEPS)
-	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_BF16 -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
+	$(EMU_CXX) $(EMU_NCCL_CXXFLAGS) -DENABLE_BF16 -DEMU_FAST_MATH -D_GNU_SOURCE $(MPI_CFLAGS) -x c++ train_gpt.cu -x none \
 	    $(EMU_LIBS) $(MPI_LIBS) -o $@
 
 # llmc/comm.h's collective tests (dev/test/mpi_comm.c) on the NCCL transport: the same file as build/mpi_comm,

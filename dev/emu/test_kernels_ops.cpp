@@ -344,6 +344,26 @@ static void test_layernorm(int N, int C) {
     layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
     TEST_CHECK(downX(d_dinp, dinp.size()) == g1 && downX(d_dw, C) == g2 && downX(d_db, C) == g3,
                "layernorm_backward bit-identical on a second run (%s)", s.c_str());
+    if (C <= LAYERNORM_BWD_REG_C) {
+        /* the register path (dw/db partial sums of a lane in registers, written to shared memory once) against the
+         * shared-memory path on the same inputs: the same sums in the same order, so the per-chunk partials and
+         * dinp must agree bit for bit */
+        const int nchunks = layernorm_backward_chunks(N), rows_per_chunk = CEIL_DIV(N, nchunks);
+        const size_t smem = (size_t)LAYERNORM_BWD_WARPS * 2 * (size_t)C * sizeof(float);
+        const int vec = layernorm_vec_ok(C, d_dinp, d_inp, d_w, d_dout, NULL);
+        std::vector<float> part[2], dx[2];
+        for (int reg = 0; reg < 2; reg++) {
+            dev_upload_floats(d_dinp, dinp0.data(), dinp0.size());
+            poisonF(d_scratch, ns);
+            layernorm_backward_launch(vec, reg, nchunks, smem, d_dinp, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
+                                      rows_per_chunk);
+            part[reg] = downF(d_scratch, ns);
+            dx[reg] = downX(d_dinp, dinp.size());
+        }
+        TEST_CHECK(memcmp(part[0].data(), part[1].data(), ns * sizeof(float)) == 0 && dx[0] == dx[1],
+                   "layernorm_backward %s: dw/db partial sums in registers == in shared memory, bit for bit (%zu "
+                   "partials)", s.c_str(), ns);
+    }
     dev_free(d_inp); dev_free(d_inp2); dev_free(d_w); dev_free(d_b); dev_free(d_out); dev_free(d_res);
     dev_free(d_mean); dev_free(d_rstd); dev_free(d_dout); dev_free(d_dinp); dev_free(d_dw); dev_free(d_db);
     dev_free(d_scratch);
@@ -899,6 +919,7 @@ int main(void) {
     test_layernorm(21, 36);
     test_layernorm(1, 30);
     test_layernorm(300, 768); /* many rows, several backward chunks, C > block */
+    test_layernorm(20, 1056); /* C > LAYERNORM_BWD_REG_C: the backward's shared-memory path */
 
     test_matmul(128, 64, 192, 1, 0);
     test_matmul(128, 64, 256, 1, 1);

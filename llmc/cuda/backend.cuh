@@ -127,9 +127,14 @@ static inline void dev_memcpy_h2d(void* dst, const void* host_src, size_t bytes)
     if (bytes == 0) { return; }
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, main_stream()));
 }
-/* device -> host; waits for all queued work and the copy */
+/* device -> host; waits for all queued work and the copy. host_dst is usually pageable, and a device-to-host
+ * cudaMemcpyAsync into pageable memory returns only when the copy is done (CUDA Runtime API, "API synchronization
+ * behavior"): queued behind main-stream work that waits on a collective, it would block inside the driver, where
+ * no watchdog runs. So the host first waits for the queued work through the watched wait (cuda_host_wait_stream:
+ * a dead peer ends the job within --comm-timeout), and the copy then waits for nothing but itself. */
 static inline void dev_memcpy_d2h(void* host_dst, const void* src, size_t bytes) {
     if (bytes == 0) { return; }
+    if (cuda_state()->watchdog) { cuda_host_wait_stream(main_stream()); }
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, main_stream()));
     cuda_host_wait_stream(main_stream());
 }

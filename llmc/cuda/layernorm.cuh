@@ -15,8 +15,12 @@
  * Backward: one warp per row; dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
  * dnorm = w * dout (standard derivation, as llm.c layernorm_backward). dw/db are reduced
  * deterministically: the rows are split into a fixed number of chunks (a function of N only), each
- * block sums its chunk into per-warp shared-memory rows in row order, then the warps in order, into
+ * warp of a block sums its rows of the chunk in row order, then the warps are summed in order into
  * scratch[chunk][2C]; a second kernel sums the chunks in order and adds to dw/db. No atomics.
+ * The per-warp sums: for C <= LAYERNORM_BWD_REG_C (1024) each lane keeps its columns' dw/db partial sums in
+ * registers across the rows (2 * C / 32 floats: 48 at C = 768) and writes them to shared memory once; above it
+ * they are accumulated in shared memory (my_dw[c + k] +=: with 128-bit packets the lanes' addresses are W floats
+ * apart, a W-way bank conflict on every row). Both sum in the same order, so their results are bit-identical.
  * Error behaviour: C too large for shared memory (> ~7000 on H100/H200) exits with a message;
  * launch errors exit via CUDA_CHECK_LAUNCH. Queued on main_stream(); no host sync.
  */
@@ -30,6 +34,8 @@
 #define LAYERNORM_BWD_WARPS 4     /* warps per backward block (each keeps 2*C fp32 partials in smem) */
 #define LAYERNORM_BWD_MAX_CHUNKS 1024
 #define LAYERNORM_BWD_MIN_ROWS 16
+#define LAYERNORM_BWD_REG_FLOATS 32   /* dw (and as many db) partial sums per lane kept in registers */
+#define LAYERNORM_BWD_REG_C (WARP_SIZE * LAYERNORM_BWD_REG_FLOATS) /* largest C of the register path */
 
 /* number of row chunks of the backward reduction: depends on N only (determinism across devices) */
 static inline int layernorm_backward_chunks(int N) {
@@ -99,19 +105,27 @@ static __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, f
     }
 }
 
-/* block = LAYERNORM_BWD_WARPS warps, one block per row chunk; smem: warps * 2C floats */
-template <int W>
+/* block = LAYERNORM_BWD_WARPS warps, one block per row chunk; smem: warps * 2C floats.
+ * REG: the lane's partial sums of dw/db in registers (C <= LAYERNORM_BWD_REG_C: column c = lane * W + j * 32 * W
+ * + k lives in rdw[j * W + k]), written to shared memory once after the rows; else accumulated in shared memory. */
+template <int W, bool REG>
 static __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                                  const floatX* w, const float* mean, const float* rstd, int N, int C,
                                                  int rows_per_chunk) {
     DYNAMIC_SHARED(float, acc);
+    constexpr int NR = REG ? LAYERNORM_BWD_REG_FLOATS : 1; /* register partial sums per lane (W per column stride) */
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const int nwarps = blockDim.x / WARP_SIZE;
-    for (int i = threadIdx.x; i < nwarps * 2 * C; i += blockDim.x) { acc[i] = 0.0f; }
-    __syncthreads();
+    if constexpr (!REG) {
+        for (int i = threadIdx.x; i < nwarps * 2 * C; i += blockDim.x) { acc[i] = 0.0f; }
+        __syncthreads();
+    }
     float* my_dw = acc + (size_t)warp * 2 * C;
     float* my_db = my_dw + C;
+    float rdw[NR], rdb[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) { rdw[i] = 0.0f; rdb[i] = 0.0f; }
     const int row0 = blockIdx.x * rows_per_chunk;
     const int row_end = min(N, row0 + rows_per_chunk);
     for (int row = row0 + warp; row < row_end; row += nwarps) {
@@ -135,21 +149,44 @@ static __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, 
         s1 = warp_reduce_sum(s1) / (float)C;
         s2 = warp_reduce_sum(s2) / (float)C;
         floatX* dx = dinp + (size_t)row * C;
-        for (int c = lane * W; c < C; c += WARP_SIZE * W) {
-            PackedN<floatX, W> xv = load_packed<floatX, W>(x + c);
-            PackedN<floatX, W> gv = load_packed<floatX, W>(dy + c);
-            PackedN<floatX, W> wv = load_packed<floatX, W>(w + c);
-            PackedN<floatX, W> dv = load_packed<floatX, W>(dx + c);
+        /* REG: a loop of NR / W column strides with a compile-time index, so rdw/rdb stay in registers */
 #pragma unroll
-            for (int k = 0; k < W; k++) {
-                float xhat = (to_float(xv[k]) - m) * s;
-                float g = to_float(gv[k]);
-                float dn = to_float(wv[k]) * g;
-                dv[k] = from_float<floatX>(to_float(dv[k]) + (dn - s1 - xhat * s2) * s);
-                my_dw[c + k] += g * xhat;
-                my_db[c + k] += g;
+        for (int j = 0; j < (REG ? NR / W : 1); j++) {
+            for (int c = lane * W + j * WARP_SIZE * W; c < C; c += WARP_SIZE * W) {
+                PackedN<floatX, W> xv = load_packed<floatX, W>(x + c);
+                PackedN<floatX, W> gv = load_packed<floatX, W>(dy + c);
+                PackedN<floatX, W> wv = load_packed<floatX, W>(w + c);
+                PackedN<floatX, W> dv = load_packed<floatX, W>(dx + c);
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    float xhat = (to_float(xv[k]) - m) * s;
+                    float g = to_float(gv[k]);
+                    float dn = to_float(wv[k]) * g;
+                    dv[k] = from_float<floatX>(to_float(dv[k]) + (dn - s1 - xhat * s2) * s);
+                    if constexpr (REG) {
+                        rdw[j * W + k] += g * xhat;
+                        rdb[j * W + k] += g;
+                    } else {
+                        my_dw[c + k] += g * xhat;
+                        my_db[c + k] += g;
+                    }
+                }
+                store_packed<floatX, W>(dx + c, dv);
+                if constexpr (REG) { break; } /* one stride per j */
             }
-            store_packed<floatX, W>(dx + c, dv);
+        }
+    }
+    if constexpr (REG) { /* each column of this warp is written once, by its lane (also when the warp had no rows) */
+#pragma unroll
+        for (int j = 0; j < NR / W; j++) {
+            const int c = lane * W + j * WARP_SIZE * W;
+            if (c < C) {
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    my_dw[c + k] = rdw[j * W + k];
+                    my_db[c + k] = rdb[j * W + k];
+                }
+            }
         }
     }
     __syncthreads();
@@ -157,6 +194,31 @@ static __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, 
         float t = 0.0f;
         for (int q = 0; q < nwarps; q++) { t += acc[(size_t)q * 2 * C + i]; }
         partials[(size_t)blockIdx.x * 2 * C + i] = t;
+    }
+}
+
+/* the backward kernel: 128-bit packets (vec) or scalar accesses; partial sums in registers (reg, needs
+ * C <= LAYERNORM_BWD_REG_C) or in shared memory */
+typedef void (*LayernormBackwardKernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*,
+                                        const float*, int, int, int);
+static inline LayernormBackwardKernel layernorm_backward_kernel_for(int vec, int reg) {
+    if (vec) { return reg ? layernorm_backward_kernel<X128_SIZE, true> : layernorm_backward_kernel<X128_SIZE, false>; }
+    return reg ? layernorm_backward_kernel<1, true> : layernorm_backward_kernel<1, false>;
+}
+/* launches that kernel on nchunks blocks of LAYERNORM_BWD_WARPS warps with smem bytes of dynamic shared memory
+ * (the attribute for more than 48 KiB is the caller's); the arguments are layernorm_backward_kernel's */
+static inline void layernorm_backward_launch(int vec, int reg, int nchunks, size_t smem, floatX* dinp, float* partials,
+                                             const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                                             const float* rstd, int N, int C, int rows_per_chunk) {
+    const int block = LAYERNORM_BWD_WARPS * WARP_SIZE;
+    if (vec && reg) {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<X128_SIZE, true>)(dinp, partials, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
+    } else if (vec) {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<X128_SIZE, false>)(dinp, partials, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
+    } else if (reg) {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<1, true>)(dinp, partials, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
+    } else {
+        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<1, false>)(dinp, partials, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
     }
 }
 
@@ -216,25 +278,18 @@ static inline void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, floa
     if (N == 0 || C == 0) { return; }
     const int nchunks = layernorm_backward_chunks(N);
     const int rows_per_chunk = CEIL_DIV(N, nchunks);
-    const int block = LAYERNORM_BWD_WARPS * WARP_SIZE;
     const size_t smem = (size_t)LAYERNORM_BWD_WARPS * 2 * (size_t)C * sizeof(float);
     const int vec = layernorm_vec_ok(C, dinp, inp, w, dout, NULL);
+    const int reg = C <= LAYERNORM_BWD_REG_C;
     if (smem > 48 * 1024) {
         if (smem > cuda_state()->smem_optin) {
             FATAL("layernorm_backward: C=%d needs %zu bytes of shared memory, device allows %zu", C, smem,
                   cuda_state()->smem_optin);
         }
-        if (vec) {
-            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<X128_SIZE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        } else {
-            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        }
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel_for(vec, reg), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
     }
-    if (vec) {
-        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<X128_SIZE>)(dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
-    } else {
-        LAUNCH(nchunks, block, smem, main_stream(), layernorm_backward_kernel<1>)(dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
-    }
+    layernorm_backward_launch(vec, reg, nchunks, smem, dinp, scratch, dout, inp, w, mean, rstd, N, C, rows_per_chunk);
     CUDA_CHECK_LAUNCH();
     dim3 rblock(32, 32);
     LAUNCH((unsigned int)CEIL_DIV(2 * C, 32), rblock, 0, main_stream(), layernorm_backward_reduce_kernel)(dw, db, scratch, nchunks, C);
