@@ -30,6 +30,11 @@ if ! python3 -c "import numpy, safetensors, tiktoken, pyarrow, tqdm" > /dev/null
         python3 -m pip install -q --break-system-packages "${py[@]}" ||
         echo "warning: could not install ${py[*]}; dev/test/cli_hf.sh and cli_fineweb.sh will be skipped"
 fi
+# matplotlib for the python3 on PATH too (scripts/plot_log.py, dev/bench plots), when it is not Debian's python3
+if ! python3 -c "import matplotlib" > /dev/null 2>&1; then
+    python3 -m pip install -q matplotlib 2> /dev/null || python3 -m pip install -q --break-system-packages matplotlib ||
+        echo "warning: could not install matplotlib for $(command -v python3); plots need it"
+fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     if ! python3 -c "import cudnn" > /dev/null 2>&1; then

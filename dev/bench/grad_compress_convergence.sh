@@ -6,8 +6,9 @@
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, the trainer's defaults (d4 on Tiny Shakespeare, 600 steps), -v 50, no samples.
+#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer.
-# Takes about 4 x 10 minutes on 2 CPU cores. Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+# Took 4 x 20-25 minutes on 2 CPU cores shared with other work. Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
