@@ -112,7 +112,9 @@ NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # rounding dwarfs those errors; FP32 builds use precise math (__tanhf's ~2^-11 relative error alone would exceed
 # test_gpt_fp32's 1e-5 tolerances). Explicit intrinsic calls in the kernels are approximate in every build.
 FAST_MATH  = $(if $(filter FP32,$(PRECISION)),,--use_fast_math)
-NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVCC_GENCODE) -DENABLE_$(PRECISION) \
+# --threads: nvcc compiles the GPU_ARCH targets in parallel (0 = one thread per core; ignored for one architecture)
+NVCC_THREADS ?= 0
+NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVCC_GENCODE) --threads $(NVCC_THREADS) -DENABLE_$(PRECISION) \
               $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk

@@ -9,7 +9,7 @@ if [ ! -x "$NVCC" ]; then
     exit 1
 fi
 LOG=$(mktemp)
-trap 'rm -f "$LOG"' EXIT
+trap 'rm -f "$LOG" "${DEFAULT_BIN:-}"' EXIT
 build() {
     local desc="$1"; shift
     if "$@" > "$LOG" 2>&1; then
@@ -19,6 +19,10 @@ build() {
     fi
 }
 build "nvcc builds train_gpt (BF16, sm_80 + sm_90) warning-free" make -s train_gpt
+# the variants below overwrite ./train_gpt; the default build is kept aside and put back at the end (instead of
+# compiling it a second time), newer than its sources so that make sees it up to date
+DEFAULT_BIN=$(mktemp)
+cp -p train_gpt "$DEFAULT_BIN" 2> /dev/null
 build "nvcc builds test_gpt (BF16, sm_80 + sm_90) warning-free" make -s test_gpt
 build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B train_gpt PRECISION=FP32 GPU_ARCH=90
 build "nvcc builds train_gpt in FP16 (sm_90)" make -s -B train_gpt PRECISION=FP16 GPU_ARCH=90
@@ -63,7 +67,8 @@ if [ $rc -ne 0 ] && grep -q 'libnccl.so not found under /nonexistent.*set NCCL_H
 else
     echo "not ok - a missing NCCL: exit $rc, $(tail -n 2 "$LOG")"
 fi
-build "nvcc builds train_gpt again (BF16 default)" make -s -B train_gpt
+if [ -s "$DEFAULT_BIN" ]; then mv -f "$DEFAULT_BIN" train_gpt && chmod +x train_gpt && touch train_gpt; fi
+build "train_gpt is the default BF16 build again (up to date for make)" make -s -q train_gpt
 build "make -C dev/cuda builds every kernel benchmark/check program" make -s -C dev/cuda
 n_src=$(ls dev/cuda/*.cu | wc -l)
 n_bin=$(ls dev/cuda/bin 2>/dev/null | wc -l)
