@@ -217,6 +217,45 @@ static void test_sample_fixed_length(GPT2* m, const Fixture* fx, const Tolerance
     free(b);
 }
 
+/* sampling with the KV cache (llmc/kv_cache.h): from the fixture's first token, T greedy steps, each position run
+ * once against the cached keys and values; its logits equal those of a full forward over the tokens so far (row i
+ * of a length-(i+1) forward) within the logits tolerance (one-row matmuls and attention_decode's dot products sum
+ * in another order than the batched forward), and the greedy token is the same at every step */
+static void test_kv_cache_sampling(GPT2* m, const Fixture* fx, const Tolerances* tol) {
+    const int T = fx->T, Vp = m->config.padded_vocab_size, V = m->config.vocab_size;
+    TEST_CHECK(kv_cache_supported(m), "the fixture model is whole on this process: KV-cache sampling applies");
+    GenerateConfig g;
+    memset(&g, 0, sizeof(g));
+    g.prompt = "";
+    g.gelu_fusion = FIXTURE_GELU_FUSION;
+    KVCache kv;
+    kv_cache_create(&kv, m, FIXTURE_GELU_FUSION);
+    float* a = (float*)malloc_check((size_t)Vp * sizeof(float), "test logits");
+    float* b = (float*)malloc_check((size_t)Vp * sizeof(float), "test logits");
+    int* tokens = (int*)malloc_check((size_t)T * sizeof(int), "test tokens");
+    tokens[0] = fx->inputs[0];
+    double worst = 0.0;
+    int same = 1, bitwise = 1, first_diff = -1;
+    for (int i = 0; i < T; i++) {
+        kv_cache_step(m, &kv, tokens[i], a);
+        generate_logits(m, &g, tokens, i + 1, i + 1, b);
+        double err, ref;
+        compare_arrays(a, b, (size_t)V, &err, &ref);
+        if (relative_to_max(err, ref) > worst) { worst = relative_to_max(err, ref); }
+        if (err != 0.0) { bitwise = 0; }
+        int ta = sample_token(a, V, 0.0f, 0, 0.5f), tb = sample_token(b, V, 0.0f, 0, 0.5f);
+        if (ta != tb && first_diff < 0) { first_diff = i; same = 0; }
+        if (i + 1 < T) { tokens[i + 1] = ta; }
+    }
+    TEST_CHECK(kv.len == T, "the cache holds the %d positions fed (%d)", T, kv.len);
+    TEST_CHECK(worst <= tol->logits, "KV-cache logits vs full forward over %d greedy positions: worst rel diff %.2e "
+               "(tol %.0e, %s)", T, worst, tol->logits, bitwise ? "bit-identical" : "not bit-identical");
+    TEST_CHECK(same, "KV-cache greedy tokens equal the recomputed ones at all %d steps (first difference: %d)", T,
+               first_diff);
+    kv_cache_free(&kv);
+    free(a); free(b); free(tokens);
+}
+
 /* squared L2 norm of the full gradient (fp32, deterministic) */
 static float fixture_grad_norm_squared(FixtureModel* fm) {
     float host = 0.0f;
@@ -716,6 +755,7 @@ int main(int argc, char** argv) {
     test_forward_backward(&fm, &fx, &tol);
     test_loss_accumulator(&fm.m, &fx);
     test_sample_fixed_length(&fm.m, &fx, &tol);
+    test_kv_cache_sampling(&fm.m, &fx, &tol);
     free_fixture_model(&fm);
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
