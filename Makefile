@@ -137,6 +137,21 @@ endif
 train_gpt: train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
 
+# the trainer with cuDNN's attention as a binary of its own, so that scripts/gpu_check.sh builds and times both
+# attention paths side by side (make train_gpt USE_CUDNN=1 builds the same program as ./train_gpt)
+train_gpt_cudnn: USE_CUDNN = 1
+train_gpt_cudnn: train_gpt.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
+
+# copies the header-only cudnn-frontend (pip's nvidia-cudnn-frontend) into build/cudnn-frontend/include, where
+# llmc/cuda/libs.mk looks when Python cannot import it: a folder to take along to a machine without the package
+cudnn-frontend-headers:
+	@test -n "$(CUDNN_FRONTEND_PATH)" || { echo "error: cudnn-frontend headers not found: pip install nvidia-cudnn-frontend"; exit 1; }
+	@mkdir -p $(BUILD)/cudnn-frontend
+	@cp -r "$(CUDNN_FRONTEND_PATH)/." $(BUILD)/cudnn-frontend/include.tmp && rm -rf $(BUILD)/cudnn-frontend/include && \
+	    mv $(BUILD)/cudnn-frontend/include.tmp $(BUILD)/cudnn-frontend/include
+	@echo "cudnn-frontend headers in $(BUILD)/cudnn-frontend/include (from $(CUDNN_FRONTEND_PATH))"
+
 test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
 
@@ -214,6 +229,6 @@ fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
+	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench
+.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers

@@ -68,7 +68,7 @@ typedef struct {
     int max_steps;
     int val_every, val_max_steps;
     int val_tokens;            /* > 0: a validation budget of this many target tokens (replaces -m) */
-    int sample_every, gen_tokens, top_k;
+    int sample_every, gen_tokens, top_k, kv_cache;
     float temperature;
     int checkpoint_every, checkpoints_keep, resume;
     int zero_stage, recompute, gelu_fusion, master_weights;
@@ -128,6 +128,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->sample_every = 100;
     c->gen_tokens = 64;
     c->top_k = 0;
+    c->kv_cache = 1;
     c->temperature = 1.0f;
     c->checkpoint_every = 0;
     c->checkpoints_keep = 2;
@@ -205,6 +206,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
     SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
     SPEC(NULL, "top-k", ARG_INT, top_k, 0, NO_MAX, "sample from the k most likely tokens (0 = all)");
+    SPEC(NULL, "kv-cache", ARG_INT, kv_cache, 0, 1, "1 = sampling keeps keys/values (one position per token), 0 = recomputes the window");
     SPEC(NULL, "prompt", ARG_STRING, prompt, NO_MIN, NO_MAX, "text the samples continue ('' = start from end-of-text)");
     SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
@@ -637,6 +639,7 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"val-every", "validation only"}, {"val-max-steps", "validation only"}, {"val-tokens", "validation only"},
     {"sample-every", "samples only (their RNG is separate from training)"}, {"gen-tokens", "samples only"},
     {"temperature", "samples only"}, {"top-k", "samples only"}, {"prompt", "samples only"},
+    {"kv-cache", "samples only: the same tokens, faster"},
     {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
     {"resume", "this very choice"},
     {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
@@ -812,7 +815,7 @@ static float validate(TrainSession* s) {
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
                         s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
-                        s->has_tokenizer ? s->tokenizer.eot_token : GPT2_EOT};
+                        s->has_tokenizer ? s->tokenizer.eot_token : GPT2_EOT, s->cfg.kv_cache};
     if (s->pp->world > 1) { g.pp = s->pp; g.forward_logits = pipeline_sample_logits; g.forward_ctx = &s->pipe; }
     char* text = generate_text(&s->model, &g);
     if (is_rank0(s)) { logger_log_text(&s->logger, "sample", s->step, "text", text); }

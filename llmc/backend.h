@@ -142,6 +142,9 @@
  *                     qkv rows are [q(C) | k(C) | v(C)], head h uses channels h*hs..(h+1)*hs of each.
  *   attention_backward(floatX* dqkv(B,T,3C) (overwritten), float* scratch, const floatX* dout(B,T,C),
  *                      const floatX* qkv(B,T,3C), const floatX* out(B,T,C), const float* state, B, T, C, NH)
+ *   attention_decode(floatX* out(C), const floatX* q(C), const floatX* k(t,C), const floatX* v(t,C),
+ *                    float* scores(NH*t) scratch (CPU; unused on the GPU), int t, C, NH)
+ *                    one new query row against t cached keys/values (KV-cache sampling, llmc/kv_cache.h), no mask
  * fused classifier (softmax + cross-entropy + dlogits in one pass):
  *   fused_classifier(floatX* logits(N,Vp) in: logits, out: dlogits if write_dlogits, float* losses(N) out,
  *                    float dloss, const int* targets(N), N, V, Vp, int write_dlogits)

@@ -6,6 +6,9 @@
  * escaped on the terminal by fwrite_terminal_safe, llmc/utils.h, while the returned text keeps the exact bytes).
  * The start token is g->eot, the tokenizer's end-of-text id; the caller makes sure the
  * tokenizer and the model have the same vocabulary, and every id fed to the model is checked to be < V.
+ * With g->kv_cache (the trainer's --kv-cache, default 1) and the whole model on this process, each token is one
+ * position against cached keys and values (llmc/kv_cache.h); otherwise (tensor or pipeline parallel, a sample
+ * longer than T, --kv-cache 0) the window is recomputed per token as follows.
  * Fixed shape: every forward of one generate_text call runs at the same length L = min(T, prompt + gen_tokens - 1)
  * (generate_forward_len), the tokens padded at the end (copies of the last token) and the row of the last real
  * token read.
@@ -29,6 +32,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/gpt2.h"
+#include "llmc/kv_cache.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
 
@@ -51,7 +55,16 @@ typedef struct {
     void (*forward_logits)(void* ctx, const int* host_tokens, int T, int row, float* host_logits);
     void* forward_ctx;
     int eot;                     /* the end-of-text id (the tokenizer's; GPT2_EOT for the GPT-2 vocabulary) */
+    int kv_cache;                /* 1: one position per token against cached keys/values (llmc/kv_cache.h) where the
+                                  * model is whole on this process and prompt + tokens fit in T; 0: recompute */
 } GenerateConfig;
+
+/* 1 when generate_text runs on the KV cache: asked for, the whole model here, and every position it feeds (the
+ * n_prompt tokens and all generated tokens but the last) within T */
+static inline int generate_uses_kv_cache(const GPT2* m, const GenerateConfig* g, int n_prompt) {
+    long positions = (long)n_prompt + (g->gen_tokens > 0 ? g->gen_tokens : 1) - 1;
+    return g->kv_cache && g->forward_logits == NULL && kv_cache_supported(m) && positions <= m->T;
+}
 
 /* prompt tokens: the encoded prompt, or <|endoftext|>; returns the count, *tokens has room for gen_tokens more */
 static inline int generate_prompt(const GPT2* m, const GenerateConfig* g, int** tokens) {
@@ -132,8 +145,18 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
         if (g->tokenizer && g->prompt[0]) { fwrite_terminal_safe(stdout, g->prompt, strlen(g->prompt)); }
     }
     const int fwd = generate_forward_len(m, g, n);
+    const int use_kv = generate_uses_kv_cache(m, g, n);
+    KVCache kv;
+    if (use_kv) { kv_cache_create(&kv, m, g->gelu_fusion); }
+    const double t0 = wall_seconds();
     for (int generated = 0; generated < g->gen_tokens; generated++) {
-        generate_logits(m, g, tokens, n, fwd, logits);
+        if (!use_kv) {
+            generate_logits(m, g, tokens, n, fwd, logits);
+        } else if (generated == 0) { /* the prompt, one position at a time; the logits of its last token */
+            for (int i = 0; i < n; i++) { kv_cache_step(m, &kv, tokens[i], i == n - 1 ? logits : NULL); }
+        } else {
+            kv_cache_step(m, &kv, tokens[n - 1], logits);
+        }
         int next = 0;
         if (g->printing) {
             next = sample_token(logits, m->config.vocab_size, g->temperature, g->top_k, random_f32(g->rng));
@@ -156,7 +179,12 @@ static inline char* generate_text(GPT2* m, const GenerateConfig* g) {
         fwrite_terminal_safe(stdout, chunk, k);
         generate_text_append(text, &text_len, chunk, k);
     }
-    if (g->printing) { printf("\n"); }
+    if (g->printing) {
+        double dt = wall_seconds() - t0;
+        printf("\n(sampled %d tokens in %.2f s: %.1f tokens/s, %s)\n", g->gen_tokens, dt,
+               dt > 0 ? g->gen_tokens / dt : 0.0, use_kv ? "KV cache" : "window recomputed per token");
+    }
+    if (use_kv) { kv_cache_free(&kv); }
     text[text_len] = '\0';
     free(tokens);
     free(logits);

@@ -14,11 +14,20 @@
 #   6. 1-process ZeRO-0/1/2 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
 #      with 2 accumulation micro-steps: layer slots, fences, shard accumulator), last step lines side by side;
 #   7. if time is left: the benchmark again with --cuda-graphs 1.
+# Beside stage 1, from the start, train_gpt_cudnn (attention through cuDNN's SDPA, a 3-minute single-file compile)
+# is built in the background when cuDNN and the cudnn-frontend headers are found (pip's package, or the copy
+# `make cudnn-frontend-headers` leaves in build/cudnn-frontend, to take along to a machine without it); after stage 3
+# it runs the same benchmark, and a row says which attention is faster on this machine (measured, not assumed).
+# Predicted seconds per stage on an H200 with 16 cores (the budget cuts the later ones first): preflight 5,
+# build 150-200 (cuDNN build in parallel, ~180), fixture tests 2 x 15, benchmark 60-90, cuDNN benchmark 60-90,
+# PyTorch 120-240 (compile), kernel checks 60, ZeRO runs 3 x 20, graphs 60.
+# Without a GPU (nvidia-smi finds none, or GPU_CHECK_DRY=1) it is a dry run: the preflight rows, then one
+# "no GPU" row per stage, in a few seconds, exit 0 (CI runs it so: dev/test/cli_gpu_check_dry.sh).
 # Every stage's timeout is cut to what is left of the budget (GPU_CHECK_BUDGET, default 480 s, so the whole
 # script stays under 8 minutes); a stage that would not fit is reported as skipped. Each result row is written
 # to summary.txt as soon as it is known, so a killed run still leaves its rows; the closing table is printed
-# last (also on SIGTERM). Logs: $OUT (the device tool's folder) or ./gpu_check_logs, at most 4 files:
-# summary.txt, all.log (every stage's output, in order), bench_ours.jsonl, bench_graphs.jsonl.
+# last (also on SIGTERM). Logs: $OUT (the device tool's folder) or ./gpu_check_logs, at most 5 files:
+# summary.txt, all.log (every stage's output, in order), bench_ours.jsonl, bench_cudnn.jsonl, bench_graphs.jsonl.
 # Usage: bash scripts/gpu_check.sh     (env: BENCH_B=64 BENCH_STEPS=40 SKIP_TORCH=0 GPU_CHECK_BUDGET=480)
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -71,12 +80,42 @@ if ! command -v nvcc > /dev/null 2>&1; then
     done
 fi
 run device 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
-row "device" "$(head -n 1 "$WORK/device.txt")"
+GPU_RC=$?
+DRY=${GPU_CHECK_DRY:-0}
+if [ $GPU_RC -ne 0 ] || ! grep -q '[A-Za-z]' "$WORK/device.txt"; then DRY=1; fi
+if [ "$DRY" = 1 ]; then
+    if command -v nvidia-smi > /dev/null 2>&1; then why="nvidia-smi: $(head -n 1 "$WORK/device.txt" | cut -c1-60)"; else why="no nvidia-smi"; fi
+    [ "${GPU_CHECK_DRY:-0}" = 1 ] && why="GPU_CHECK_DRY=1"
+    row "device" "no GPU ($why): dry run"
+else
+    row "device" "$(head -n 1 "$WORK/device.txt")"
+fi
 run nvcc 20 nvcc --version
 row "nvcc" "$(grep -o 'release [0-9.]*' "$WORK/nvcc.txt" | head -n 1)"
 run libs 30 make -s print-cuda-libs
 LIBS_ROW=$(grep -E '^(cuBLAS|NCCL) home' "$WORK/libs.txt" | tr -s ' ' | tr '\n' ';')
 row "libraries" "${LIBS_ROW:-$(gist libs)}"
+if make -s print-cuda-libs USE_CUDNN=1 > "$WORK/libs_cudnn.txt" 2>&1; then
+    CUDNN_OK=1
+    row "cuDNN + cudnn-frontend" "found: $(grep -o -- '-isystem [^ ]*cudnn[^ ]*\|-isystem [^ ]*include' "$WORK/libs_cudnn.txt" | tail -n 1 | cut -c10-90)"
+else
+    CUDNN_OK=0
+    row "cuDNN + cudnn-frontend" "not found: $(gist libs_cudnn) (make cudnn-frontend-headers where pip has it, take build/cudnn-frontend along)"
+fi
+
+# a machine without a GPU: every stage says so (the builds themselves are CI's dev/test/check_cuda_build.sh)
+if [ "$DRY" = 1 ]; then
+    for stage in "build (sm_90) + train_gpt_cudnn:predicted 150-200 s" "test_gpt (fixture):predicted 15 s" \
+                 "test_gpt_fp32 (fixture):predicted 15 s" "ours d12 BF16 tokens/s:predicted 60-90 s" \
+                 "cuDNN attention d12 BF16 tokens/s:predicted 60-90 s" "PyTorch torch.compile d12 BF16 tokens/s:predicted 120-240 s" \
+                 "dev/cuda kernel checks:predicted 60 s" "ZeRO-0/1/2, 1 process:predicted 3 x 20 s" \
+                 "ours d12 --cuda-graphs 1 tokens/s:predicted 60 s"; do
+        row "${stage%%:*}" "no GPU: not run (${stage#*:})"
+    done
+    summary
+    rm -rf "$WORK"
+    exit 0
+fi
 
 # 1. build (the trainer's three targets and dev/cuda at the same time)
 USE_NCCL=1
@@ -92,6 +131,13 @@ build_all() { # $1: extra make flags (-B for the rebuild without NCCL)
 }
 export -f build_all
 export JOBS USE_NCCL WERROR
+# the cuDNN trainer compiles beside the others (one architecture, its own binary)
+CUDNN_PID=
+if [ "$CUDNN_OK" = 1 ]; then
+    rm -f train_gpt_cudnn
+    run build_cudnn 240 make train_gpt_cudnn GPU_ARCH=90 WERROR=0 &
+    CUDNN_PID=$!
+fi
 run build 200 bash -c build_all
 rc=$?
 # only NCCL's own failures (not found, not linkable) lead to the one-GPU build without it; make echoes -lnccl
@@ -143,7 +189,7 @@ print('%.0f %.4f' % (statistics.median(x['tokens_per_s'] for x in v), statistics
 bench() { # bench NAME EXTRA_FLAGS...: d12 BF16 T=1024 B=$BENCH_B; leaves $LOGS/NAME.jsonl
     local name=$1; shift
     rm -rf "$WORK/$name"
-    run "$name" "${BENCH_WANT:-150}" ./train_gpt -e d12 -b "$BENCH_B" -t 1024 -x "$BENCH_STEPS" -i "$DATA" -j '' -g 0 -v 0 \
+    run "$name" "${BENCH_WANT:-150}" "${TRAIN_BIN:-./train_gpt}" -e d12 -b "$BENCH_B" -t 1024 -x "$BENCH_STEPS" -i "$DATA" -j '' -g 0 -v 0 \
         -l 6e-4 -u 10 -o "$WORK/$name" -nk 1 "$@"
     local rc=$?
     cp "$WORK/$name/log.jsonl" "$LOGS/$name.jsonl" 2>/dev/null
@@ -156,6 +202,22 @@ if [ -x ./train_gpt ]; then
     read -r OURS OURS_MFU <<< "$(median_tok_s "$LOGS/bench_ours.jsonl")"
     row "ours d12 BF16 B=$BENCH_B T=1024 tokens/s" "$OURS (MFU $OURS_MFU; $(status_word $rc))$([ $rc -ne 0 ] && echo ": $(gist bench_ours)")"
     row "ledger: largest micro-batch that fits" "$(grep -o 'largest micro-batch that fits is about B=[0-9]*' "$WORK/bench_ours.txt" | head -n 1 | sed 's/.*B=/B=/')"
+fi
+
+# 3b. the same benchmark with cuDNN's attention, and which attention is faster here
+if [ -n "$CUDNN_PID" ]; then
+    wait "$CUDNN_PID"
+    rc=$?
+    row "build train_gpt_cudnn (sm_90, WERROR=0)" "$(status_word $rc)$([ $rc -ne 0 ] && echo ": $(gist build_cudnn)")"
+    if [ -x ./train_gpt_cudnn ] && [ -x ./train_gpt ]; then
+        TRAIN_BIN=./train_gpt_cudnn bench bench_cudnn
+        rc=$?
+        read -r CUD CUD_MFU <<< "$(median_tok_s "$LOGS/bench_cudnn.jsonl")"
+        row "cuDNN attention d12 BF16 B=$BENCH_B tokens/s" "$CUD (MFU $CUD_MFU; $(status_word $rc))$([ $rc -ne 0 ] && echo ": $(gist bench_cudnn)")"
+        if [[ "$OURS" =~ ^[0-9]+$ ]] && [[ "$CUD" =~ ^[0-9]+$ ]]; then
+            row "faster attention on this machine" "$([ "$CUD" -gt "$OURS" ] && echo "cuDNN" || echo "ours (flash kernel)") (ours $OURS vs cuDNN $CUD tokens/s)"
+        fi
+    fi
 fi
 
 # 4. PyTorch reference with torch.compile, same config

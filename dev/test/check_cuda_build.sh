@@ -26,7 +26,8 @@ cp -p train_gpt "$DEFAULT_BIN" 2> /dev/null
 build "nvcc builds test_gpt (BF16, sm_80 + sm_90) warning-free" make -s test_gpt
 build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B train_gpt PRECISION=FP32 GPU_ARCH=90
 build "nvcc builds train_gpt in FP16 (sm_90)" make -s -B train_gpt PRECISION=FP16 GPU_ARCH=90
-build "nvcc builds train_gpt with cuDNN attention (sm_90)" make -s -B train_gpt USE_CUDNN=1 GPU_ARCH=90
+build "nvcc builds train_gpt_cudnn (cuDNN attention, sm_90)" make -s -B train_gpt_cudnn GPU_ARCH=90
+rm -f train_gpt_cudnn
 build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
     make -s -B -C dev/cuda bin/attention USE_CUDNN=1 GPU_ARCH=90
 rm -f dev/cuda/bin/attention # the default build below makes the flash-only one again

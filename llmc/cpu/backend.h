@@ -268,6 +268,7 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "gelu.h"
 #include "matmul.h"
 #include "attention.h"
+#include "attention_decode.h"
 #include "classifier.h"
 #include "adamw.h"
 #include "compress.h"

@@ -35,6 +35,7 @@
 #include "classifier.cuh"
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "attention_decode.cuh"
 #include "compress.cuh"
 #ifdef USE_CUDNN
 #include "attention_cudnn.cuh"

@@ -31,8 +31,9 @@ cuda_inc = $(if $(filter $(CUDA_HOME) /usr /usr/local,$(1)),,-isystem $(1)/inclu
 cuda_need = $(if $(1),$(1),$(error $(2) not found (looked in $(CUDA_HOME), /usr, /usr/local and Python's nvidia.* packages): install $(3), or set $(4)))
 
 # attention through cuDNN's SDPA graph (USE_CUDNN=1, llmc/cuda/attention_cudnn.cuh) also needs the header-only
-# cudnn-frontend, from the PyPI package nvidia-cudnn-frontend (its headers in <site-packages>/include)
-CUDNN_FRONTEND_PATH ?= $(shell $(PYTHON) -c "import cudnn,os;print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)),'include'))" 2>/dev/null)
+# cudnn-frontend, from the PyPI package nvidia-cudnn-frontend (its headers in <site-packages>/include); where Python
+# cannot import it, the copy that `make cudnn-frontend-headers` leaves in build/cudnn-frontend/include
+CUDNN_FRONTEND_PATH ?= $(or $(shell $(PYTHON) -c "import cudnn,os;print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)),'include'))" 2>/dev/null),$(wildcard $(CURDIR)/build/cudnn-frontend/include))
 
 CUBLAS_HOME ?= $(call cuda_lib_home,cublasLt.h,cu13 cublas)
 CUDNN_HOME  ?= $(call cuda_lib_home,cudnn.h,cudnn)
