@@ -90,7 +90,7 @@ static inline void offload_file_path(char* out, size_t cap, const char* dir, int
     snprintf(out, cap, "%s/offload_optimizer_rank%05d.bin", dir, rank);
 }
 
-/* Checks that nvme directory `dir` exists, is writable and has at least `bytes` free (statvfs f_bavail x f_frsize,
+/* Checks that nvme directory `dir` exists, is writable (a probe file is created and removed) and has at least `bytes` free (statvfs f_bavail x f_frsize,
  * or LLMC_OFFLOAD_FREE_BYTES when set: a test hook). Returns 0, or 1 with one sentence in err. */
 static inline int offload_check_dir(const char* dir, size_t bytes, char* err, size_t cap) {
     struct stat st;
@@ -99,10 +99,15 @@ static inline int offload_check_dir(const char* dir, size_t bytes, char* err, si
                  strerror(errno ? errno : ENOTDIR));
         return 1;
     }
-    if (access(dir, W_OK | X_OK) != 0) {
+    char probe[1024];
+    snprintf(probe, sizeof(probe), "%s/.offload_probe_XXXXXX", dir);
+    int fd = access(dir, W_OK | X_OK) == 0 ? mkstemp(probe) : -1; /* root passes access(): a file must be created */
+    if (fd < 0) {
         snprintf(err, cap, "--offload-optimizer nvme:%s: the directory is not writable (%s)", dir, strerror(errno));
         return 1;
     }
+    close(fd);
+    unlink(probe);
     unsigned long long avail;
     const char* env = getenv("LLMC_OFFLOAD_FREE_BYTES");
     if (env && env[0]) {
