@@ -379,6 +379,7 @@ typedef struct {
     /* --offload-optimizer: this rank's PCIe bytes of the step (counted; theory: ledger_offload_step_bytes) and, for
      * nvme, the bytes read and written and the seconds the I/O thread spent on them */
     double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
+    double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
 } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
@@ -495,6 +496,7 @@ static StepResult train_step(TrainSession* s) {
             r.off_d2h = (double)o->step_d2h; r.off_h2d = (double)o->step_h2d;
             r.off_d2h_theory = (double)d2h; r.off_h2d_theory = (double)h2d;
             r.nvme_read = (double)o->step_read; r.nvme_write = (double)o->step_write; r.nvme_seconds = o->io_seconds;
+            r.off_seconds = o->step_seconds;
         }
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
     }
@@ -1305,8 +1307,8 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                    r->grad_fp32 / 1e6);
         }
         if (r->off_d2h_theory > 0) {
-            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f)", r->off_d2h / 1e6, r->off_h2d / 1e6,
-                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6);
+            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f) update %.1f ms", r->off_d2h / 1e6, r->off_h2d / 1e6,
+                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6, r->off_seconds * 1e3);
         }
         if (r->nvme_read + r->nvme_write > 0) {
             printf(" | nvme %.1f MB %.2f GB/s", (r->nvme_read + r->nvme_write) / 1e6,
@@ -1344,8 +1346,8 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     }
     if (r->off_d2h_theory > 0) {
         snprintf(fields + len, sizeof(fields) - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
-                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f", r->off_d2h, r->off_h2d, r->off_d2h_theory,
-                 r->off_h2d_theory);
+                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f", r->off_d2h, r->off_h2d,
+                 r->off_d2h_theory, r->off_h2d_theory, r->off_seconds * 1e3);
         len = strlen(fields);
     }
     if (r->nvme_read + r->nvme_write > 0) {
