@@ -1116,7 +1116,8 @@ static void setup_data(TrainSession* s) {
 }
 
 /* --offload-optimizer nvme:DIR: every process checks DIR (exists, writable, free space for its state file as the
- * ledger counts it, llmc/offload.h); the first that fails prints the one error line, the others exit quietly */
+ * ledger counts it, llmc/offload.h); the first that fails prints the one error line, the others wait for the
+ * launcher to end the job */
 static void check_offload_dir(TrainSession* s) {
     if (s->offload.kind != LEDGER_OFFLOAD_NVME) { return; }
     size_t P = s->model.num_parameters;
@@ -1131,7 +1132,7 @@ static void check_offload_dir(TrainSession* s) {
     for (int q = 0; q < s->world.world && first < 0; q++) { if (flags[q] > 0) { first = q; } }
     free(flags);
     if (first == s->world.rank) { FATAL("%s", err); }
-    if (first >= 0) { exit(EXIT_FAILURE); }
+    if (first >= 0) { comm_barrier(&s->world); exit(EXIT_FAILURE); } /* wait for the launcher, as CONFIG_FATAL does */
 }
 
 static void session_init(TrainSession* s) {

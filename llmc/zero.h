@@ -33,6 +33,9 @@
  * partial is summed over the tp ranks too (replicated tensors counted on tp rank 0 only). FP16 overflow check: over
  * the owned range, all-reduced, so every rank's loss scaler takes the same decision.
  *
+ * Optimizer offload (--offload-optimizer, llmc/offload.h): zero_init_offload puts the owned range's fp32 state in
+ * host memory or an NVMe file instead of the device, and zero_update runs its AdamW on the CPU (offload_update);
+ * gradients, reductions, the norm and the all-gather are unchanged.
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
  * with one line (dev_malloc); collectives check every return code (llmc/comm.h).
@@ -259,13 +262,14 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 /* ---------------------------------------------------------------- lifetime */
 
+static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
+                                     int keep_master, const OffloadSpec* offload);
+
 /* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
  * (tp: the tensor-parallel group, NULL for none; the gradient norm sums over it): pads the parameter buffer to Ppad,
  * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
  * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
  * the norm partials. Exits with one line for an unknown stage. */
-static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
-                                     int keep_master, const OffloadSpec* offload);
 static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, int keep_master) {
     zero_init_offload(z, stage, model, dp, tp, pp, keep_master, NULL);
 }
