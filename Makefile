@@ -114,11 +114,12 @@ NVCC_GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 FAST_MATH  = $(if $(filter FP32,$(PRECISION)),,--use_fast_math)
 # --threads: nvcc compiles the GPU_ARCH targets in parallel (0 = one thread per core; ignored for one architecture)
 NVCC_THREADS ?= 0
+# -Xcompiler -fopenmp (+ -lgomp): the host code's OpenMP loops (--offload-optimizer's AdamW on the CPU, llmc/offload.h)
 NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVCC_GENCODE) --threads $(NVCC_THREADS) -DENABLE_$(PRECISION) \
-              $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
+              $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas,-fopenmp
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
-NVCC_LIBS   = $(CUDA_LIB_LIBS)
+NVCC_LIBS   = $(CUDA_LIB_LIBS) -lgomp
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
 # the nvcc flags of train_gpt (with the libraries' include flags), for tools that compile it another way

@@ -5,6 +5,7 @@
  *   llmc/gpt2.h            the model: parameter/activation tables, forward, backward, AdamW over a range
  *   llmc/model_file.h      model files (llm.c format)
  *   llmc/zero.h            data parallelism, ZeRO-0/1/2: gradient store, bucket reductions, optimizer shard
+ *   llmc/offload.h         --offload-optimizer: the optimizer shard in host memory or NVMe, AdamW on the CPU
  *   llmc/train_state.h     per-rank training-state files, re-sharded resume
  *   llmc/checkpoint.h      checkpoint directory: naming, lock, pruning
  *   llmc/batch_pipeline.h  double-buffered batch uploads
@@ -93,6 +94,8 @@ typedef struct {
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
+    const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
+    const char* offload_params;    /* none; cpu needs ZeRO-3, not in this build (refused) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -162,6 +165,8 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress = "none";
     c->grad_compress_round = "nearest";
     c->grad_compress_ef = 1;
+    c->offload_optimizer = "none";
+    c->offload_params = "none";
     c->pp_trace_steps = 2;
 }
 
@@ -238,6 +243,12 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
+    SPEC(NULL, "offload-optimizer", ARG_STRING, offload_optimizer, NO_MIN, NO_MAX,
+         "optimizer state offload: none, cpu (fp32 weights and AdamW moments in pinned host memory, AdamW on the CPU; "
+         "ZeRO-Offload) or nvme:DIR (the same state in one file per process under DIR, streamed in chunks; "
+         "ZeRO-Infinity); with -z 0, 1 or 2");
+    SPEC(NULL, "offload-params", ARG_STRING, offload_params, NO_MIN, NO_MAX,
+         "parameter offload: none (cpu needs ZeRO-3, -z 3, which this build does not have)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
          "activation recompute) only with --plan: not implemented by the trainer");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
@@ -249,8 +260,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
     SPEC(NULL, "plan-precision", ARG_STRING, plan_precision, NO_MIN, NO_MAX, "--plan: bf16 (2-byte parameters and "
          "gradients, fp32 master weights, the bf16 tensor-core peak) or fp32 (4-byte, no master copy, the TF32 peak)");
-    SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (theory: not implemented "
-         "by the trainer)");
+    SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (as --offload-optimizer "
+         "cpu, which --plan also reads)");
     SPEC(NULL, "gemm-eff", ARG_FLOAT, gemm_eff, 0.01, 1, "--plan: achieved share of the tensor-core peak in the matmuls");
     SPEC(NULL, "plan-mem-gb", ARG_FLOAT, plan_mem_gb, 0, NO_MAX, "--plan: device memory in GB (0 = the device table's)");
     SPEC(NULL, "plan-nvlink-gbs", ARG_FLOAT, plan_nvlink_gbs, 0, NO_MAX,
@@ -296,6 +307,7 @@ typedef struct {
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
     GradCompressSpec compress; /* --grad-compress* (llmc/grad_compress.h) */
+    OffloadSpec offload;       /* --offload-optimizer (llmc/offload.h) */
     DataLoader train_loader;
     DataLoader val_loader;
     int has_val;
@@ -364,7 +376,13 @@ static void pipeline_step_batches(TrainSession* s) {
 /* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
  * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
  * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
-typedef struct { float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32; } StepResult;
+typedef struct {
+    float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32;
+    /* --offload-optimizer: this rank's PCIe bytes of the step (counted; theory: ledger_offload_step_bytes) and, for
+     * nvme, the bytes read and written and the seconds the I/O thread spent on them */
+    double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
+    double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
+} StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
@@ -472,6 +490,16 @@ static StepResult train_step(TrainSession* s) {
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
+        if (s->zero.offload) {
+            const Offload* o = s->zero.offload;
+            size_t d2h, h2d, lo, hi;
+            zero_owned_range(&s->zero, &lo, &hi);
+            ledger_offload_step_bytes(hi - lo, sizeof(floatX), &d2h, &h2d);
+            r.off_d2h = (double)o->step_d2h; r.off_h2d = (double)o->step_h2d;
+            r.off_d2h_theory = (double)d2h; r.off_h2d_theory = (double)h2d;
+            r.nvme_read = (double)o->step_read; r.nvme_write = (double)o->step_write; r.nvme_seconds = o->io_seconds;
+            r.off_seconds = o->step_seconds;
+        }
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
     }
     s->step++;
@@ -516,7 +544,7 @@ static TrainState session_train_state(const TrainSession* s) {
     st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->grad_accum_steps;
     st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
     st.vocab_size = c->vocab_size; st.padded_vocab_size = c->padded_vocab_size; st.max_seq_len = c->max_seq_len;
-    st.has_master = s->zero.opt.master != NULL;
+    st.has_master = zero_has_master(&s->zero);
     st.num_parameters = s->model.num_parameters;
     st.shard_start = s->zero.opt.first;
     st.shard_size = s->zero.opt.n;
@@ -657,6 +685,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
                       "dropped, said in one line (another process count with residuals is refused)"},
     {"grad-compress-round", "the INT8 rounding of the gradient exchange"},
     {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
+    {"offload-optimizer", "where the optimizer state lives while training: checkpoints hold it in the same state files "
+                          "either way (the NVMe files are scratch), and the update is the same AdamW"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -726,6 +756,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
     gpt2_load_weights(&s->model, path);
+    zero_params_changed(&s->zero); /* --offload-optimizer: its fp32 copy of the weights follows them */
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
     /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
@@ -908,6 +939,20 @@ static void check_config(TrainSession* s) {
             CONFIG_FATAL(s, "flag --grad-compress %s does not combine with --cuda-graphs 1", c->grad_compress);
         }
     }
+    if (strcmp(c->offload_params, "none") != 0) {
+        CONFIG_FATAL(s, "flag --offload-params %s needs ZeRO-3 (-z 3: parameters sharded), which this build does not "
+                     "have; use --offload-params none (--offload-optimizer moves the optimizer state)", c->offload_params);
+    }
+    if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    s->offload.rank = s->world.rank;
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
+                     "is not supported: use --offload-optimizer none", c->offload_optimizer);
+    }
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && !FLOATX_IS_FLOAT && !c->master_weights) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s keeps fp32 master weights on the host; it does not combine with "
+                     "-w 0 (--master-weights) in this %s build: use -w 1", c->offload_optimizer, PRECISION_NAME);
+    }
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
@@ -1073,6 +1118,26 @@ static void setup_data(TrainSession* s) {
                       cfg->final_lr_frac, cfg->wsd_decay_frac);
 }
 
+/* --offload-optimizer nvme:DIR: every process checks DIR (exists, writable, free space for its state file as the
+ * ledger counts it, llmc/offload.h); the first that fails prints the one error line, the others wait for the
+ * launcher to end the job */
+static void check_offload_dir(TrainSession* s) {
+    if (s->offload.kind != LEDGER_OFFLOAD_NVME) { return; }
+    size_t P = s->model.num_parameters;
+    size_t range = zero_stage_info(s->cfg.zero_stage)->shards_optimizer ? comm_shard_size(s->dp, P) : P;
+    LedgerOffload lo = ledger_offload(LEDGER_OFFLOAD_NVME, range, sizeof(floatX));
+    char err[1400];
+    int bad = offload_check_dir(s->offload.dir, lo.nvme, err, sizeof(err));
+    double* flags = (double*)calloc_check((size_t)s->world.world, sizeof(double), "offload check");
+    flags[s->world.rank] = bad;
+    comm_all_reduce_host_f64(&s->world, flags, s->world.world);
+    int first = -1;
+    for (int q = 0; q < s->world.world && first < 0; q++) { if (flags[q] > 0) { first = q; } }
+    free(flags);
+    if (first == s->world.rank) { FATAL("%s", err); }
+    if (first >= 0) { comm_barrier(&s->world); exit(EXIT_FAILURE); } /* wait for the launcher, as CONFIG_FATAL does */
+}
+
 static void session_init(TrainSession* s) {
     TrainConfig* cfg = &s->cfg;
     setup_processes(s);
@@ -1088,7 +1153,9 @@ static void session_init(TrainSession* s) {
     comm_require_same(&s->world, (uint64_t)(int64_t)resume_step, "checkpoint to resume from",
                       "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
-    zero_init(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights); /* gradients, shard */
+    check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
+    zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
+                      &s->offload);                           /* gradients, optimizer shard (device or offloaded) */
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;
@@ -1128,7 +1195,7 @@ static LedgerLayout session_ledger_layout(const TrainSession* s) {
     pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
     l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
     l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
-    l.pb = (int)sizeof(floatX); l.master = s->zero.opt.master != NULL;
+    l.pb = (int)sizeof(floatX); l.master = zero_has_master(&s->zero); l.offload = s->offload.kind;
     return l;
 }
 
@@ -1139,12 +1206,23 @@ static void print_ledger_check(const TrainSession* s) {
     LedgerRank r = ledger_rank(&l, s->pp->rank);
     size_t range = s->zero.own_end - s->zero.own_start;
     size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
-                     2 * range * 4, s->model.acts_bytes_held};
+                     s->zero.opt.m ? 2 * range * 4 : 0, s->model.acts_bytes_held};
     size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
     int same = memcmp(got, want, sizeof(got)) == 0;
     printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
            "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
            want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
+    if (s->zero.offload) { /* --offload-optimizer: host memory, host buffers and the NVMe file, ledger vs allocated */
+        const Offload* o = s->zero.offload;
+        size_t og[3] = {o->host_bytes, o->buffer_bytes, o->file_bytes}, ow[3] = {r.host, r.host_buffers, r.nvme};
+        size_t d2h, h2d, lo, hi;
+        zero_owned_range(&s->zero, &lo, &hi);
+        ledger_offload_step_bytes(hi - lo, sizeof(floatX), &d2h, &h2d);
+        printf("offload ledger (llmc/ledger.h, bytes, pipeline stage %d): host state %zu | host buffers %zu | nvme %zu; "
+               "allocated: %zu | %zu | %zu -> %s; PCIe per step (theory): %zu down (gradients) + %zu up (parameters)\n",
+               s->pp->rank, ow[0], ow[1], ow[2], og[0], og[1], og[2], memcmp(og, ow, sizeof(og)) == 0 ? "equal" :
+               "DIFFERENT", d2h, h2d);
+    }
     fflush(stdout);
 }
 
@@ -1232,6 +1310,14 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
                    r->grad_fp32 / 1e6);
         }
+        if (r->off_d2h_theory > 0) {
+            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f) update %.1f ms", r->off_d2h / 1e6, r->off_h2d / 1e6,
+                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6, r->off_seconds * 1e3);
+        }
+        if (r->nvme_read + r->nvme_write > 0) {
+            printf(" | nvme %.1f MB %.2f GB/s", (r->nvme_read + r->nvme_write) / 1e6,
+                   r->nvme_seconds > 0 ? (r->nvme_read + r->nvme_write) / r->nvme_seconds / 1e9 : 0.0);
+        }
         if (r->skipped) { printf(" | skipped (not finite)"); }
         printf(" | %s elapsed | eta %s", elapsed, eta);
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
@@ -1243,7 +1329,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         fflush(stdout);
     }
     /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
-    char fields[512], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    char fields[1024], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
     snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
              logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
              logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
@@ -1260,6 +1346,19 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     if (r->grad_fp32 > 0) {
         snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
+        len = strlen(fields);
+    }
+    if (r->off_d2h_theory > 0) {
+        snprintf(fields + len, sizeof(fields) - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
+                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f", r->off_d2h, r->off_h2d,
+                 r->off_d2h_theory, r->off_h2d_theory, r->off_seconds * 1e3);
+        len = strlen(fields);
+    }
+    if (r->nvme_read + r->nvme_write > 0) {
+        char gbs[32];
+        snprintf(fields + len, sizeof(fields) - len, ",\"nvme_read_bytes\":%.0f,\"nvme_write_bytes\":%.0f,\"nvme_gbs\":%s",
+                 r->nvme_read, r->nvme_write, logger_json_number(gbs, sizeof(gbs), r->nvme_seconds > 0 ?
+                 (r->nvme_read + r->nvme_write) / r->nvme_seconds / 1e9 : 0.0));
         len = strlen(fields);
     }
     if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
@@ -1366,7 +1465,11 @@ static int plan_main(const TrainConfig* cfg) {
     LedgerLayout l;
     memset(&l, 0, sizeof(l));
     l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
-    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.offload = cfg->offload;
+    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute;
+    OffloadSpec off;
+    char off_err[1024];
+    if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
+    l.offload = off.kind != LEDGER_OFFLOAD_NONE ? off.kind : (cfg->offload ? LEDGER_OFFLOAD_CPU : LEDGER_OFFLOAD_NONE);
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
     PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
     int layers[64] = {0};
@@ -1409,7 +1512,8 @@ int main(int argc, char** argv) {
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
     if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
         FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
-              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
+              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" :
+              "--offload 1 (the trainer's flag is --offload-optimizer cpu or nvme:DIR)");
     }
     session_init(s);
     print_header(s, specs, n_specs);

@@ -1170,12 +1170,16 @@ typedef struct {
 } AdamWStep;
 
 /* The fp32 optimizer state of the flat parameter range [first, first + n): AdamW moments m, v and (mixed
- * precision with master weights) the fp32 master copy, NULL otherwise. Device buffers of n floats. */
+ * precision with master weights) the fp32 master copy, NULL otherwise. Device buffers of n floats. With optimizer
+ * offload (llmc/offload.h) m, v and master are NULL and the state is reached through io instead: io(io_ctx, section
+ * (0 m, 1 v, 2 master), host (n floats), to_state: 1 copies host into the state, 0 the state into host). */
 typedef struct {
     float* m;
     float* v;
     float* master;
     size_t first, n;
+    void (*io)(void* io_ctx, int section, float* host, int to_state);
+    void* io_ctx;
 } AdamWState;
 
 /* AdamW (Loshchilov & Hutter 2019) over the flat parameter range [start, end) (a ZeRO shard or everything),

@@ -19,9 +19,14 @@
  *               alive (at least 1), summed over the chunks
  *   buffers     token buffers (2 B T int32 per slot), the pipeline's m micro-batches of tokens, the other end's wte
  *               gradient on the first/last stage (pp > 1)
+ * Optimizer offload (--offload-optimizer, llmc/offload.h; ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari
+ * et al. 2021): master and moments leave the device (0 there); ledger_offload gives the host and NVMe bytes, and the
+ * offload module sizes its allocations with the same function: fp32 weights + m + v of the range (12 bytes each, in
+ * host memory for cpu, in one file per rank for nvme, chunk-padded), the host staging buffers (two chunks of
+ * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
+ * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
  * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 (parameters and gradients sharded too:
- * S each, plus two layers' gathered parameters as a working set), optimizer offload (master and moments in host
- * memory: 0 on the device, counted in host_bytes; ZeRO-Offload, Ren et al. 2021), recompute 3 (full activation
+ * S each, plus two layers' gathered parameters as a working set), recompute 3 (full activation
  * recompute as in Megatron-LM: each layer keeps only its input (B T/sp C floatX); one layer's full table is the
  * working set).
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
@@ -48,7 +53,7 @@ typedef struct {
     int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 full (theory) */
     int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
     int master;               /* 1 = fp32 master weights (mixed precision) */
-    int offload;              /* 1 = optimizer state in host memory (theory) */
+    int offload;              /* optimizer offload: 0 none, 1 host memory (cpu), 2 NVMe files (LEDGER_OFFLOAD_*) */
     int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
                                * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
 } LedgerLayout;
@@ -59,8 +64,45 @@ typedef struct {
     size_t P, S;              /* this rank's parameters, shard ceil(P/dp) */
     size_t params, grads, master, moments, acts, acts_slot, buffers;
     int slots;                /* activation tables held (all chunks) */
-    size_t host;              /* host bytes of the offloaded optimizer state */
+    size_t host;              /* host bytes of the offloaded optimizer state (fp32 weights, m, v) */
+    size_t host_buffers;      /* host staging and I/O buffers of the offload */
+    size_t nvme;              /* bytes of this rank's NVMe state file */
 } LedgerRank;
+
+enum { LEDGER_OFFLOAD_NONE = 0, LEDGER_OFFLOAD_CPU = 1, LEDGER_OFFLOAD_NVME = 2 };
+
+/* the offload's unit of transfer: chunks of at most 2^20 elements (4 MiB per fp32 array), a multiple of 1024 elements
+ * (4 KiB per fp32 section: O_DIRECT-aligned file offsets) */
+#define LEDGER_OFFLOAD_CHUNK_MAX ((size_t)1 << 20)
+
+/* the bytes of an optimizer offload of `range` state elements (kind LEDGER_OFFLOAD_*, pb bytes per floatX) */
+typedef struct {
+    size_t chunk, nchunks;    /* elements per chunk, chunks covering the range */
+    size_t host_state;        /* cpu: fp32 weights + m + v in host memory (12 bytes per element); nvme: 0 */
+    size_t host_buffers;      /* staging: 2 gradient + 2 parameter chunks (floatX), a fp32 gradient chunk (pb != 4);
+                                 nvme: + 2 I/O chunks of weights + m + v (fp32) */
+    size_t nvme;              /* nvme: the state file, nchunks x chunk x 12 bytes; cpu: 0 */
+} LedgerOffload;
+
+static inline LedgerOffload ledger_offload(int kind, size_t range, size_t pb) {
+    LedgerOffload o;
+    memset(&o, 0, sizeof(o));
+    if (kind == LEDGER_OFFLOAD_NONE) { return o; }
+    size_t r = (range + 1023) / 1024 * 1024;
+    o.chunk = r < LEDGER_OFFLOAD_CHUNK_MAX ? (r > 0 ? r : 1024) : LEDGER_OFFLOAD_CHUNK_MAX;
+    o.nchunks = (range + o.chunk - 1) / o.chunk;
+    o.host_buffers = 4 * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
+    if (kind == LEDGER_OFFLOAD_CPU) { o.host_state = 12 * range; }
+    else { o.nvme = o.nchunks * o.chunk * 12; o.host_buffers += 2 * o.chunk * 12; }
+    return o;
+}
+
+/* the PCIe bytes one optimizer step of the offload moves for `real` updated elements (the owned range without the
+ * ZeRO padding): the reduced gradients down (device to host) and the updated parameters up, floatX each */
+static inline void ledger_offload_step_bytes(size_t real, size_t pb, size_t* d2h, size_t* h2d) {
+    *d2h = real * pb;
+    *h2d = real * pb;
+}
 
 static inline size_t ledger_total(const LedgerRank* r) {
     return r->params + r->grads + r->master + r->moments + r->acts + r->buffers;
@@ -137,7 +179,13 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     else { r.params = (r.S + 2 * slot) * pb; r.grads = r.S * pb; } /* ZeRO-3 (theory): shards + 2 gathered layers */
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
-    if (l->offload) { r.host = r.master + r.moments; r.master = r.moments = 0; }
+    if (l->offload) {
+        LedgerOffload o = ledger_offload(l->offload, range, pb);
+        r.host = o.host_state;
+        r.host_buffers = o.host_buffers;
+        r.nvme = o.nvme;
+        r.master = r.moments = 0;
+    }
     TensorParallel tp = tensor_parallel_none();
     tp.size = l->tp;
     tp.sequence_parallel = l->sp;

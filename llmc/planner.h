@@ -212,7 +212,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if (l->zero == 3 || l->offload || l->recompute == 3) { return " [theory: not implemented by the trainer]"; }
+    if (l->zero == 3 || l->recompute == 3) { return " [theory: not implemented by the trainer]"; }
     return "";
 }
 
@@ -250,7 +250,14 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
         }
         printf(" (* full recompute: theory)\n");
     }
-    if (m->host) { printf("plan memory: offloaded optimizer state %.3f GB in host memory per GPU\n", m->host / GB); }
+    if (l->offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
+        size_t d2h, h2d, range = l->zero >= 1 ? m->S : m->P;
+        ledger_offload_step_bytes(range, (size_t)l->pb, &d2h, &h2d);
+        printf("plan offload (%s): optimizer state %.3f GB off the device per GPU (host memory %.3f GB, NVMe %.3f GB, "
+               "host buffers %.3f GB); PCIe per step %.3f GB down (gradients) + %.3f GB up (parameters)\n",
+               l->offload == LEDGER_OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
+               m->host_buffers / GB, d2h / GB, h2d / GB);
+    }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
            ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "

@@ -158,6 +158,17 @@ static inline FILE* train_state_open(const char* path, TrainState* s) {
 }
 static inline void train_state_read_header(const char* path, TrainState* s) { fclose(train_state_open(path, s)); }
 
+/* section k (0 m, 1 v, 2 master) of opt, n floats, into host / from host: device buffers, or the offloaded state
+ * through opt->io (llmc/offload.h) */
+static inline void adamw_state_get(const AdamWState* opt, int k, float* host, size_t n) {
+    const float* sections[3] = {opt->m, opt->v, opt->master};
+    if (opt->io) { opt->io(opt->io_ctx, k, host, 0); } else { dev_memcpy_d2h(host, sections[k], n * sizeof(float)); }
+}
+static inline void adamw_state_put(const AdamWState* opt, int k, float* host, size_t n) {
+    float* sections[3] = {opt->m, opt->v, opt->master};
+    if (opt->io) { opt->io(opt->io_ctx, k, host, 1); } else { dev_memcpy_h2d(sections[k], host, n * sizeof(float)); }
+}
+
 /* writes the state file `path`: the header of s, then m, v (and master when s->has_master) of the optimizer
  * state opt (device, s->shard_size values each). Atomic. */
 static inline void train_state_write(const char* path, const TrainState* s, const AdamWState* opt) {
@@ -168,9 +179,8 @@ static inline void train_state_write(const char* path, const TrainState* s, cons
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, h, sizeof(int), FILE_HEADER_INTS);
-    const float* sections[3] = {opt->m, opt->v, opt->master};
     for (int k = 0; k < (s->has_master ? 3 : 2); k++) {
-        dev_memcpy_d2h(host, sections[k], n * sizeof(float));
+        adamw_state_get(opt, k, host, n);
         atomic_file_write(&af, host, sizeof(float), n);
     }
     atomic_file_commit(&af);
@@ -252,7 +262,7 @@ static inline void train_state_check_finite(const char* what, int section, const
 
 /* Reads this rank's own state file `path` of checkpoint `step` written with the same layout (process count,
  * rank, ZeRO stage, accumulation, shard) as `ours`: checks all of that, the step in the file and
- * train_state_check_run, then loads m, v (and master) into opt (device) and returns the file's header in *found
+ * train_state_check_run, then loads m, v (and master) into opt (device, or offloaded: adamw_state_put) and returns the file's header in *found
  * (step, data position, RNG, loss scale). */
 static inline void train_state_read(const char* path, int step, const TrainState* ours, const TrainStateContext* ctx,
                                     const AdamWState* opt, TrainState* found) {
@@ -273,13 +283,12 @@ static inline void train_state_read(const char* path, int step, const TrainState
     train_state_check_size(path, found, ctx);
     size_t n = (size_t)found->shard_size;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
-    float* sections[3] = {opt->m, opt->v, opt->master};
     for (int k = 0; k < (found->has_master ? 3 : 2); k++) {
         fread_check(host, sizeof(float), n, f, path);
         char what[1100];
         snprintf(what, sizeof(what), "training state '%s'", path);
         train_state_check_finite(what, k, host, n, found->shard_start);
-        dev_memcpy_h2d(sections[k], host, n * sizeof(float));
+        adamw_state_put(opt, k, host, n);
     }
     free(host);
     fclose(f);
@@ -477,12 +486,11 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     rs.lo = start < P ? start : P;
     rs.hi = start + n < P ? start + n : P;
     gpt2_part_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, &ours->stage, train_state_reshard_piece, &rs);
-    float* dst[3] = {opt->m, opt->v, opt->master};
     char what[1100];
     snprintf(what, sizeof(what), "the training state of checkpoint step %d in '%s' (re-sharded)", step, ctx->output_dir);
     for (int k = 0; k < sections; k++) {
         train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start);
-        dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float));
+        adamw_state_put(opt, k, rs.host + (size_t)k * n, n);
     }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
     *found = rs.old[0];

@@ -33,6 +33,9 @@
  * partial is summed over the tp ranks too (replicated tensors counted on tp rank 0 only). FP16 overflow check: over
  * the owned range, all-reduced, so every rank's loss scaler takes the same decision.
  *
+ * Optimizer offload (--offload-optimizer, llmc/offload.h): zero_init_offload puts the owned range's fp32 state in
+ * host memory or an NVMe file instead of the device, and zero_update runs its AdamW on the CPU (offload_update);
+ * gradients, reductions, the norm and the all-gather are unchanged.
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
  * with one line (dev_malloc); collectives check every return code (llmc/comm.h).
@@ -49,6 +52,7 @@
 #include "llmc/comm.h"
 #include "llmc/gpt2.h"
 #include "llmc/grad_compress.h"
+#include "llmc/offload.h"
 
 typedef struct ZeroOptimizer ZeroOptimizer;
 
@@ -89,6 +93,7 @@ struct ZeroOptimizer {
     AdamWState opt;                /* fp32 m, v (and master) of [own_start, own_end) */
     float* norm_partials;          /* (N) device fp32: squared norms of the shards' real ranges */
     GradCompressor* compress;      /* ZeRO-0/1 gradient compression (llmc/grad_compress.h); NULL: floatX collectives */
+    Offload* offload;              /* --offload-optimizer (llmc/offload.h): opt lives in host memory or NVMe; NULL: device */
 };
 
 /* ---------------------------------------------------------------- helpers shared by the stages */
@@ -257,12 +262,23 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 /* ---------------------------------------------------------------- lifetime */
 
+static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
+                                     int keep_master, const OffloadSpec* offload);
+
 /* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
  * (tp: the tensor-parallel group, NULL for none; the gradient norm sums over it): pads the parameter buffer to Ppad,
  * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
  * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
  * the norm partials. Exits with one line for an unknown stage. */
 static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, int keep_master) {
+    zero_init_offload(z, stage, model, dp, tp, pp, keep_master, NULL);
+}
+
+/* zero_init with the optimizer state offloaded (llmc/offload.h) when offload is non-NULL and not none: m, v and the
+ * fp32 weights of the owned range go to host memory or an NVMe file of world rank offload->rank instead of the
+ * device (opt.m, v, master stay NULL; opt.io reaches them). */
+static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
+                                     int keep_master, const OffloadSpec* offload) {
     memset(z, 0, sizeof(*z));
     z->tp = tp;
     z->pp = pp;
@@ -281,9 +297,17 @@ static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp,
     size_t n = z->own_end - z->own_start;
     z->opt.first = z->own_start;
     z->opt.n = n;
+    z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
+    if (offload && offload->kind != LEDGER_OFFLOAD_NONE) {
+        z->offload = (Offload*)calloc_check(1, sizeof(Offload), "optimizer offload");
+        offload_init(z->offload, offload, z->own_start, n, !FLOATX_IS_FLOAT && keep_master, offload->rank,
+                     model->params_memory);
+        z->opt.io = offload_state_io;
+        z->opt.io_ctx = z->offload;
+        return;
+    }
     z->opt.m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
     z->opt.v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
-    z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
     if (!FLOATX_IS_FLOAT && keep_master) {
         z->opt.master = (float*)dev_malloc(n * sizeof(float), "fp32 master weights");
         float* host = (float*)malloc_check(n * sizeof(float), "host master init");
@@ -309,7 +333,19 @@ static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressS
     grad_compress_allocate(z->compress);
 }
 
+/* whether the optimizer state holds fp32 master weights (device or offloaded) */
+static inline int zero_has_master(const ZeroOptimizer* z) {
+    return z->opt.master != NULL || (z->offload && z->offload->has_master);
+}
+
+/* the parameters were replaced outside the optimizer (a resume loaded them): the offload's fp32 weights are
+ * re-read from them (then a checkpoint's master weights, where it has them, overwrite them); no-op without offload */
+static inline void zero_params_changed(ZeroOptimizer* z) {
+    if (z->offload) { offload_load_weights(z->offload, z->model->params_memory, 0); }
+}
+
 static inline void zero_free(ZeroOptimizer* z) {
+    if (z->offload) { offload_free(z->offload); free(z->offload); }
     if (z->compress) { grad_compress_free(z->compress); free(z->compress); }
     if (z->grads) { dev_free(z->grads); }
     if (z->grad_slots[0]) { dev_free(z->grad_slots[0]); } /* the one ZeRO-2 gradient allocation */
@@ -425,12 +461,16 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
     return st;
 }
 
-/* AdamW on the owned range (llmc/gpt2.h), then (ZeRO-1/2) every rank gets the updated shards: the parameters
+/* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets the updated shards: the parameters
  * are all-gathered, queued after the update on the GPU streams */
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (hi > lo) { gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s); }
+    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h) */
+        if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }
+    } else if (hi > lo) {
+        gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s);
+    }
     if (z->stage->shards_optimizer) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
         comm_join(z->dp);
@@ -452,10 +492,11 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
            "activations %.1f\n",
            np * sizeof(floatX) / MiB, z->grads_bytes / MiB,
-           z->opt.master ? shard * 4.0 / MiB : 0.0, 2.0 * shard * 4.0 / MiB, m->acts_bytes_held / MiB);
+           z->opt.master ? shard * 4.0 / MiB : 0.0, z->opt.m ? 2.0 * shard * 4.0 / MiB : 0.0, m->acts_bytes_held / MiB);
     printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
-           "(m+v%s)\n", shard, n, st, N, np - n, shard * 4 * (z->opt.master ? 3 : 2),
-           z->opt.master ? "+master" : "");
+           "(m+v%s)%s\n", shard, n, st, N, np - n, shard * 4 * (zero_has_master(z) ? 3 : 2),
+           zero_has_master(z) ? "+master" : "", z->offload ? ", offloaded" : "");
+    if (z->offload) { offload_print(z->offload); }
     double P = (double)n, GiB = 1024.0 * 1024.0 * 1024.0;
     printf("ZeRO ledger (mixed-precision Adam, GiB per process, N=%d): baseline 16P %.3f%s | ZeRO-1 (4+12/N)P %.3f%s | "
            "ZeRO-2 (2+14/N)P %.3f%s\n", N, 16.0 * P / GiB, st == 0 ? " <-" : "", (4.0 + 12.0 / N) * P / GiB,

@@ -262,6 +262,17 @@ if [ -x ./train_gpt ]; then
     done
 fi
 
+# 6b. optimizer offload (llmc/offload.h): ZeRO-1 on one GPU with the state in pinned host memory; the step line gives
+# the PCIe bytes (counted vs theory) and the offloaded update's wall time, from which the effective GB/s
+if [ -x ./train_gpt ] && [ "$(budget_for 60)" -ge 40 ]; then
+    run offload_cpu 60 ./train_gpt -e d12 -b 8 -t 1024 -x 4 -z 1 --offload-optimizer cpu -i "$DATA" -j '' -g 0
+    rc=$?
+    OFF=$(grep '^step' "$WORK/offload_cpu.txt" | tail -n 1 | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms')
+    GBS=$(echo "$OFF" | sed -E 's/offload PCIe ([0-9.]+)\+([0-9.]+) MB.*update ([0-9.]+) ms/\1 \2 \3/' | \
+          awk 'NF == 3 && $3 > 0 { printf "%.1f GB/s effective (both directions, with the CPU AdamW)", ($1 + $2) / $3 }')
+    row "d12 --offload-optimizer cpu, last step" "$(status_word $rc); ${OFF:-no step line}; ${GBS:-n/a}$([ $rc -ne 0 ] && echo ": $(gist offload_cpu)")"
+fi
+
 # 7. extras while time is left: CUDA-graph replay of the micro-step
 if [ -x ./train_gpt ] && [ "$(budget_for 90)" -ge 60 ]; then
     BENCH_WANT=90 bench bench_graphs --cuda-graphs 1

@@ -161,8 +161,15 @@ static void check_ledger_rules(void) {
                "ZeRO-3 (theory): gradient shard %zu values, parameters shard + 2 gathered layers of %zu", S, layer);
     l.zero = 0; l.offload = 1;
     LedgerRank off = ledger_rank(&l, 0);
-    TEST_CHECK(off.master == 0 && off.moments == 0 && off.host == z0.master + z0.moments,
-               "offload (theory): master and moments (%zu bytes) move to host memory", off.host);
+    TEST_CHECK(off.master == 0 && off.moments == 0 && off.host == z0.master + z0.moments && off.nvme == 0,
+               "offload cpu: master and moments (%zu bytes) move to host memory", off.host);
+    l.offload = 2;
+    LedgerRank nv = ledger_rank(&l, 0);
+    size_t ch = (size_t)1 << 20, nch = (P + ch - 1) / ch;
+    TEST_CHECK(nv.master == 0 && nv.moments == 0 && nv.host == 0 && nv.nvme == nch * ch * 12 &&
+               nv.host_buffers == 4 * ch * 2 + ch * 4 + 2 * ch * 12,
+               "offload nvme: the state in a file of %zu whole chunks of 2^20 x 12 bytes (%zu), host buffers %zu", nch,
+               nv.nvme, nv.host_buffers);
     l.offload = 0; l.dp = 1; l.pp = 2; l.m = 8;
     LedgerRank s0 = ledger_rank(&l, 0), s1 = ledger_rank(&l, 1);
     TEST_CHECK(s0.slots == 2 && s1.slots == 2 && s0.acts == 2 * s0.acts_slot,

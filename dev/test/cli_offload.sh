@@ -1,0 +1,120 @@
+# dev/test/cli_offload.sh -- optimizer offload (--offload-optimizer cpu | nvme:DIR, llmc/offload.h) through the real CLI.
+# CPU build (train_gpt_cpu): the offloaded update runs the CPU backend's own AdamW element function on the same fp32
+# values, chunk by chunk (elementwise: the chunking cannot change a bit), so it must train bit-identically:
+# Model L1:C32:NH2 (GPT-2's vocabulary, 1.66M parameters, 2 chunks of the offload), B=2, T=16:
+#   - 1 process, ZeRO-0: none vs cpu vs nvme: the same step lines (loss, norm, lr), model and state files;
+#   - 2 processes: ZeRO-1 none vs ZeRO-1 cpu and ZeRO-2 nvme: the same step lines and model (ZeRO-0/1/2
+#     without accumulation train bit-identically, llmc/README.md "ZeRO and the gradient store"), and ZeRO-1 cpu's
+#     state files equal ZeRO-1 none's;
+#   - the memory ledger and the offload ledger say "equal" (host state, host buffers, NVMe file size as allocated),
+#     and the PCIe bytes counted per step equal the theory (gradients down, parameters up: floatX x real range);
+#   - an nvme run killed (SIGKILL, LLMC_OFFLOAD_KILL_AT_STEP) in the middle of step 3's update, after its first chunk
+#     was written back, then resumed with -y 1 from its checkpoint of step 2 ends with the same step line 3,
+#     model and state as the uninterrupted run (the scratch file is never read by a resume);
+#   - bad input is one error line: an unwritable and a missing DIR, too little free space (LLMC_OFFLOAD_FREE_BYTES,
+#     the documented test hook for statvfs's figure), a bad value, --offload-params cpu (needs ZeRO-3).
+# Emulated GPU build (train_gpt_emu_mpi_bf16, the CUDA kernels on dev/emu; only if built): bf16 gradients down,
+# AdamW on the host over the fp32 master weights, stochastic rounding keyed as the CUDA kernel's: losses within
+# 5e-3 relative of the same build without offload (test_gpt.cu's BF16 step-loss tolerance), and the final weights
+# within one bf16 rounding step (2^-8 relative RMS): the host and the kernel may round fp32 AdamW differently in the
+# last bit (pow in double vs powf), which the stochastic bf16 rounding can turn into one bf16 step.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+M=(-e L1:C32:NH2)    # the smallest model of GPT-2's vocabulary: P = 1655264 parameters (1.6M of them wte)
+F=("${M[@]}" -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 3 -n 2 -nk 0)
+NV="$TMP/nvme"; mkdir -p "$NV"
+steps() { grep -E '^step ' "$1" | cut -d'|' -f1-4; }
+# every step line's counted PCIe bytes equal the theory printed beside them (and there are $2 such lines)
+pcie_ok() { test "$(grep -cE 'offload PCIe ([0-9.]+)\+([0-9.]+) MB \(theory \1\+\2\)' "$1")" -eq "$2"; }
+
+for off in none cpu "nvme:$NV"; do
+    tag=${off%%:*}
+    OMP_NUM_THREADS=2 $TRAIN "${F[@]}" -o "$TMP/one_$tag" --offload-optimizer "$off" > "$TMP/one_$tag.log" 2>&1
+    check $? "1 process, --offload-optimizer $tag: 3 steps"
+done
+for tag in cpu nvme; do
+    test "$(steps "$TMP/one_none.log")" = "$(steps "$TMP/one_$tag.log")" && \
+        cmp -s "$TMP/one_none/model_00000003.bin" "$TMP/one_$tag/model_00000003.bin" && \
+        cmp -s "$TMP/one_none/state_00000003_00000.bin" "$TMP/one_$tag/state_00000003_00000.bin"
+    check $? "1 process: offload $tag trains bit-identically to no offload (step lines, model, state file)"
+    grep -q 'memory ledger.*-> equal' "$TMP/one_$tag.log" && grep -q 'offload ledger.*-> equal' "$TMP/one_$tag.log"
+    check $? "1 process, offload $tag: the ledger equals the allocations ($(grep -o 'host state.*-> [a-zA-Z]*' "$TMP/one_$tag.log"))"
+    pcie_ok "$TMP/one_$tag.log" 3
+    check $? "1 process, offload $tag: PCIe bytes counted = theory on every step ($(grep -o 'offload PCIe[^|]*' "$TMP/one_$tag.log" | head -1))"
+done
+grep -q 'nvme [0-9.]* MB [0-9.]* GB/s' "$TMP/one_nvme.log" && grep -q '"nvme_gbs":' "$TMP/one_nvme/log.jsonl" && \
+    grep -Eq 'optimizer offload: nvme: .*(O_DIRECT|buffered pread/pwrite)' "$TMP/one_nvme.log"
+check $? "nvme: the step line and log.jsonl give the throughput; the header says which I/O mode ($(grep -o 'O_DIRECT\|buffered pread/pwrite' "$TMP/one_nvme.log" | head -1))"
+test -z "$(ls -A "$NV")"
+check $? "nvme: the scratch file is removed when the run ends"
+
+F2=("${M[@]}" -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 2)
+MPIRUN 2 $TRAIN "${F2[@]}" -z 1 -o "$TMP/two_ref" > "$TMP/two_ref.log" 2>&1
+check $? "2 processes, ZeRO-1 without offload"
+for run in "1 cpu" "2 nvme:$NV"; do
+    set -- $run
+    tag="z$1_${2%%:*}"
+    MPIRUN 2 $TRAIN "${F2[@]}" -z $1 --offload-optimizer "$2" -o "$TMP/two_$tag" > "$TMP/two_$tag.log" 2>&1
+    rc=$?
+    test $rc -eq 0 && test "$(steps "$TMP/two_ref.log")" = "$(steps "$TMP/two_$tag.log")" && \
+        cmp -s "$TMP/two_ref/model_00000002.bin" "$TMP/two_$tag/model_00000002.bin" && \
+        grep -q 'offload ledger.*-> equal' "$TMP/two_$tag.log" && pcie_ok "$TMP/two_$tag.log" 2
+    check $? "2 processes, ZeRO-$1 --offload-optimizer ${2%%:*}: bit-identical step lines and model, ledger equal, PCIe = theory (exit $rc)"
+done
+cmp -s "$TMP/two_ref/state_00000002_00000.bin" "$TMP/two_z1_cpu/state_00000002_00000.bin" && \
+    cmp -s "$TMP/two_ref/state_00000002_00001.bin" "$TMP/two_z1_cpu/state_00000002_00001.bin"
+check $? "2 processes, ZeRO-1: the offloaded state files equal the device ones"
+
+K="$TMP/killed"
+# (in a subshell whose stderr takes the shell's own "Killed" notice)
+(LLMC_OFFLOAD_KILL_AT_STEP=3 OMP_NUM_THREADS=2 $TRAIN "${F[@]}" -o "$K" --offload-optimizer "nvme:$NV" > "$TMP/k1.log" 2>&1
+ exit $?) 2> /dev/null
+rc=$?
+test $rc -eq 137 && test -f "$K/DONE_00000002" && ! test -e "$K/DONE_00000003" && test -f "$NV/offload_optimizer_rank00000.bin"
+check $? "nvme run killed (SIGKILL) inside step 3's update: exit $rc, checkpoint 2 complete, the scratch file left half-updated"
+OMP_NUM_THREADS=2 $TRAIN "${F[@]}" -o "$K" --offload-optimizer "nvme:$NV" -y 1 > "$TMP/k2.log" 2>&1
+check $? "the killed run resumes with -y 1"
+grep -q 'resume: continuing from step 2' "$TMP/k2.log" && \
+    test "$(steps "$TMP/one_none.log" | tail -1)" = "$(steps "$TMP/k2.log")" && \
+    cmp -s "$TMP/one_none/model_00000003.bin" "$K/model_00000003.bin" && \
+    cmp -s "$TMP/one_none/state_00000003_00000.bin" "$K/state_00000003_00000.bin"
+check $? "killed + resumed = uninterrupted: step line 3, model and state file bit-identical"
+
+E=("${M[@]}" -b 2 -t 16 -j '' -g 0 -x 1)
+if [ "$(id -u)" -eq 0 ]; then RO=/sys; else RO="$TMP/ro"; mkdir -p "$RO"; chmod 500 "$RO"; fi
+expect_error "is not writable" "--offload-optimizer nvme: an unwritable directory" -- $TRAIN "${E[@]}" --offload-optimizer "nvme:$RO"
+expect_error "does not exist" "--offload-optimizer nvme: a missing directory" -- $TRAIN "${E[@]}" --offload-optimizer "nvme:$TMP/none/x"
+expect_error "needs 25165824 bytes" "--offload-optimizer nvme: too little free space for the ledger's bytes" -- \
+    env LLMC_OFFLOAD_FREE_BYTES=1000000 $TRAIN "${E[@]}" --offload-optimizer "nvme:$NV"
+expect_error "expected none, cpu or nvme:DIR" "--offload-optimizer with a bad value" -- $TRAIN "${E[@]}" --offload-optimizer disk
+expect_error "needs ZeRO-3" "--offload-params cpu" -- $TRAIN "${E[@]}" --offload-params cpu
+
+out=$($TRAIN -e d12 --plan 1 --gpus 8 -z 1 --offload-optimizer cpu 2>&1)
+echo "$out" | grep -q 'plan offload (cpu): optimizer state' && ! echo "$out" | grep -q 'theory: not implemented'
+check $? "--plan with --offload-optimizer cpu: the offload row, not marked as theory ($(echo "$out" | grep -o 'plan offload.*' | cut -c1-120))"
+
+EMU16=./train_gpt_emu_mpi_bf16
+if [ -x "$EMU16" ]; then
+    FE=("${M[@]}" -b 1 -t 8 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 1)
+    MPIRUN 1 $EMU16 "${FE[@]}" -o "$TMP/emu_ref" > "$TMP/emu_ref.log" 2>&1
+    check $? "emulated GPU build (bf16), ZeRO-1 without offload"
+    MPIRUN 1 $EMU16 "${FE[@]}" --offload-optimizer cpu -o "$TMP/emu_off" > "$TMP/emu_off.log" 2>&1
+    rc=$?
+    test $rc -eq 0 && grep -q 'offload ledger.*-> equal' "$TMP/emu_off.log" && \
+        pcie_ok "$TMP/emu_off.log" 2
+    check $? "emulated GPU build (bf16), --offload-optimizer cpu: runs (exit $rc), ledger equal, PCIe bytes = theory ($(grep -o 'offload PCIe[^|]*' "$TMP/emu_off.log" | head -1))"
+    out=$(dp_compare_logs "$TMP/emu_ref/log.jsonl" "$TMP/emu_off/log.jsonl" train loss 5e-3 2)
+    check $? "emulated GPU build (bf16): offload losses vs the device update: $out"
+    out=$(python3 - "$TMP/emu_ref/model_00000002.bin" "$TMP/emu_off/model_00000002.bin" <<'PY'
+import sys, numpy as np
+a, b = (np.fromfile(p, dtype=np.uint16)[512:].astype(np.uint32) << 16 for p in sys.argv[1:3])
+a, b = a.view(np.float32), b.view(np.float32)
+rel = np.sqrt(np.mean((a - b) ** 2)) / np.sqrt(np.mean(a ** 2))
+print("RMS(dw)/RMS(w) = %.3g (bound 2^-8 = %.3g), %.4f%% of the weights differ" % (rel, 2.0 ** -8, 100 * np.mean(a != b)))
+sys.exit(0 if rel <= 2.0 ** -8 else 1)
+PY
+)
+    check $? "emulated GPU build (bf16): offload weights vs the device update: $out"
+else
+    echo "# $EMU16 not built (make train_gpt_emu_mpi_bf16): the emulated GPU check is left out"
+fi
