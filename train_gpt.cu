@@ -209,8 +209,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
     SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
-    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients; "
-         "3 (parameters too) only with --plan: not implemented by the trainer");
+    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients, "
+         "3 also parameters (gathered per layer)");
     SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
          "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
     SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
@@ -535,7 +535,10 @@ static TrainState session_train_state(const TrainSession* s) {
 static void write_checkpoint(TrainSession* s) {
     const char* dir = s->cfg.output_dir;
     char path[1024];
-    if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
+    if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
+        checkpoint_model_path(path, sizeof(path), dir, s->step);
+        zero_write_model(&s->zero, path, is_rank0(s));
+    } else if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         if (s->pp->world > 1) { pipeline_write_model(&s->pipe, path, is_rank0(s)); } /* every stage sends its part */
         else { gpt2_write_model(&s->model, path, is_rank0(s)); }
@@ -722,7 +725,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               mc->vocab_size, mc->max_seq_len);
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
-    gpt2_load_weights(&s->model, path);
+    zero_load_weights(&s->zero, path); /* ZeRO-3: this rank's shard */
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
     /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
@@ -784,10 +787,12 @@ static float validate(TrainSession* s) {
     if (s->cfg.val_tokens > 0) {
         size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
         size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
-        for (size_t k0 = 0; k0 < mine; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
-            int rows = mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+        /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones count 0 rows */
+        size_t limit = zero_params_sharded(&s->zero) ? (nseq + (size_t)world - 1) / (size_t)world : mine;
+        for (size_t k0 = 0; k0 < limit; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
+            int rows = k0 >= mine ? 0 : mine - k0 < (size_t)B ? (int)(mine - k0) : B;
             for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
-                dataloader_load_sequence(vl, (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+                dataloader_load_sequence(vl, rows == 0 ? 0 : (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
             }
             sum += val_batch_loss_sum(s, rows);
             count += (size_t)rows * T;
@@ -795,10 +800,12 @@ static float validate(TrainSession* s) {
     } else {
         size_t windows = dataloader_windows_per_epoch(vl);
         if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
-        for (size_t k = (size_t)rank; k < windows; k += (size_t)world) {
-            dataloader_load_window(vl, k);
-            sum += val_batch_loss_sum(s, B);
-            count += (size_t)B * T;
+        /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones uncounted */
+        size_t rounds = zero_params_sharded(&s->zero) ? (windows + (size_t)world - 1) / (size_t)world : 0;
+        for (size_t k = (size_t)rank, i = 0; k < windows || i < rounds; k += (size_t)world, i++) {
+            dataloader_load_window(vl, k < windows ? k : 0);
+            double part = val_batch_loss_sum(s, B);
+            if (k < windows) { sum += part; count += (size_t)B * T; }
         }
     }
     double red[2] = {sum, (double)count};
@@ -866,6 +873,11 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands its "
               "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
               c->zero_stage, c->zero_stage);
+    }
+    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1)) {
+        CONFIG_FATAL(s, "flag -z 3 (ZeRO-3) shards the whole model's parameters over data-parallel processes; it does not "
+              "combine with --tp %d --pp %d (their parts are not gathered per layer): use -z 2, or --tp 1 --pp 1",
+              c->tp, c->pp);
     }
     if (c->sequence_parallel && c->tp == 1) {
         CONFIG_FATAL(s, "flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
@@ -1135,7 +1147,7 @@ static void print_ledger_check(const TrainSession* s) {
     LedgerLayout l = session_ledger_layout(s);
     LedgerRank r = ledger_rank(&l, s->pp->rank);
     size_t range = s->zero.own_end - s->zero.own_start;
-    size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
+    size_t got[5] = {zero_param_bytes(&s->zero), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
                      2 * range * 4, s->model.acts_bytes_held};
     size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
     int same = memcmp(got, want, sizeof(got)) == 0;
@@ -1275,7 +1287,7 @@ static float evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (s->sampling && in_first_tp_group(s) &&
+    if (s->sampling && (in_first_tp_group(s) || zero_params_sharded(&s->zero)) && /* ZeRO-3: all gather */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
@@ -1404,9 +1416,9 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
-    if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
+    if (s->cfg.recompute == 3 || s->cfg.offload) {
         FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
-              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
+              s->cfg.recompute == 3 ? "-r 3 (full recompute)" : "--offload 1");
     }
     session_init(s);
     print_header(s, specs, n_specs);
