@@ -901,8 +901,8 @@ static void check_config(TrainSession* s) {
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
-                  "step; ZeRO-2 reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
-                  c->grad_compress);
+                  "step; ZeRO-%d reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
+                  c->grad_compress, c->zero_stage);
         }
         if (c->tp > 1 || c->pp > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s compresses data-parallel gradient reductions only; tensor- and "
