@@ -11,7 +11,9 @@
  * (floatX, one flat buffer in the model-file order), the activations of one micro-batch, and the device loss
  * accumulators. Where backward writes the gradients, and who is told when a layer's gradients are complete,
  * is the caller's GPT2GradTarget (the gradient store of llmc/zero.h, or gpt2_grad_target_full for one flat
- * buffer). The optimizer state is the caller's too (gpt2_update_range takes it).
+ * buffer). Where forward and backward read the parameters can be the caller's too: m->param_source
+ * (GPT2ParamSource; zeroed = the flat buffer) with a hook called before each layer is read (ZeRO-3 gathers the layer
+ * there, llmc/zero_params.h). The optimizer state is the caller's too (gpt2_update_range takes it).
  *
  * Tensor parallelism (llmc/tensor_parallel.h; Shoeybi et al. 2019): with tp = m->tp.size > 1 this instance is one
  * rank's part of the model. qkv and fc are column-parallel (this rank's 3C/tp resp. 4C/tp output features, i.e. its

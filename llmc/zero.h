@@ -490,8 +490,9 @@ static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
 /* Prints the memory ledger of one process (every rank holds the same sizes: shards are padded to equal
  * length). Line 1: what this process allocated (MiB). Line 2: the exact optimizer-state element count per
  * rank. Line 3: the standard mixed-precision Adam formulas of Rajbhandari et al. 2019 (bytes per parameter:
- * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N) for this model and N, with the
- * stage in use marked. Then the device memory left and, for ZeRO-2, what its gradient storage holds. */
+ * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N; ZeRO-3 16/N) for this model and N,
+ * with the stage in use marked. Then the device memory left, for ZeRO-2/3 what the gradient storage holds and, for
+ * ZeRO-3, what the parameter storage holds (own shard + working set). */
 static inline void zero_print_ledger(const ZeroOptimizer* z) {
     const GPT2* m = z->model;
     double MiB = 1024.0 * 1024.0;
