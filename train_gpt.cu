@@ -241,7 +241,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
-    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 and full recompute (theory)");
+    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 with --tp/--pp and full recompute (theory)");
     SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
     SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
     SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
@@ -815,7 +815,8 @@ static float validate(TrainSession* s) {
 }
 
 /* generates cfg.gen_tokens tokens after --prompt (llmc/generate.h), printed and logged by process 0; the other
- * ranks of its tensor-parallel group run the same forwards */
+ * ranks of its tensor-parallel group run the same forwards. ZeRO-3: every data-parallel rank runs as many forwards
+ * (a fixed count, gen_tokens, each gathering layers from all ranks); only process 0's draws are used */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
                         s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
