@@ -269,7 +269,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
          "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
-    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step (and the time in tp collectives)");
+    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step, the ring theory of its ZeRO stage (and the "
+         "time in tp collectives)");
     SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
          "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
          "(CUDA build, one process, not with -z 2; micro-steps that issue gradient buckets run eagerly; same results)");
@@ -479,6 +480,7 @@ static StepResult train_step(TrainSession* s) {
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
+        if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
         if (s->tp->world > 1) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,

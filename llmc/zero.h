@@ -485,6 +485,18 @@ static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
     gpt2_free(&loaded);
 }
 
+/* The ring model's bytes one rank sends per optimizer step in this stage's data-parallel collectives (llmc/README.md,
+ * "ZeRO and the gradient store"): (N-1)/N of the P parameter elements (floatX) times 2 where the gradients are
+ * reduced once per step (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather), accum + 1 where every micro-step
+ * reduce-scatters (ZeRO-2, one all-gather after the update), 3 accum where the parameters are sharded too (ZeRO-3:
+ * per micro-step an all-gather for the forward, one for the backward and a reduce-scatter). Leaves out the step
+ * statistics (N + 2 fp64 values) and the padding (fewer than N elements per collective); 0 for one process. */
+static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
+    double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
+                                                            : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
+    return times * r * (double)z->P * (double)sizeof(floatX);
+}
+
 /* ---------------------------------------------------------------- memory ledger */
 
 /* Prints the memory ledger of one process (every rank holds the same sizes: shards are padded to equal
