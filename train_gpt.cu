@@ -273,7 +273,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "time in tp collectives)");
     SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
          "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
-         "(CUDA build, one process, not with -z 2; micro-steps that issue gradient buckets run eagerly; same results)");
+         "(CUDA build, one process, not with -z 2 or 3; micro-steps that issue gradient buckets run eagerly; same results)");
 #undef SPEC
     return n;
 }
