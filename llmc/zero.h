@@ -552,6 +552,10 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
         printf("ZeRO-3 parameters: own shard %zu + working set (2 layers of %zu + wte/wpe/lnf %zu, gathered per layer) "
                "= %zu values, against %zu for the full buffer of ZeRO-0/1/2\n", ps->S, slot,
                ps->work_elems - 2 * slot, ps->S + ps->work_elems, np);
+        if (ps->S + ps->work_elems >= np) {
+            printf("ZeRO-3 note: for this model and %d processes that is no saving in parameters (the embedding unit "
+                   "dominates); the optimizer state is still split %d ways\n", N, N);
+        }
     }
 }
 
