@@ -10,7 +10,8 @@
 #     step-1 gradient norm equals the single-process one within T(0);
 #   - validation (-m windows and --val-tokens, uneven over the ranks: every rank runs rank 0's number of forwards)
 #     and samples (every rank generates; rank 0 prints) give the same numbers and text as ZeRO-0;
-#   - checkpoints: a ZeRO-3 checkpoint resumed at ZeRO-1 continues bit-identically to the straight ZeRO-3 run; a
+#   - checkpoints: a ZeRO-3 checkpoint resumed at ZeRO-3 (same processes) or at ZeRO-1 continues bit-identically to
+#     the straight ZeRO-3 run (the ZeRO-3 resume also gives the same optimizer shard file); a
 #     ZeRO-1 checkpoint of 3 processes resumed at ZeRO-3 on 2 continues within T(4) of the straight run (the model
 #     file is the full model either way);
 #   - -z 3 with --tp, --pp or --grad-compress is refused with one line;
@@ -98,6 +99,11 @@ MPIRUN 3 $TRAIN "${R[@]}" -z 3 -d 192 -o "$TMP/r3" --exit-after-steps 2 > "$TMP/
 check $? "3 processes: a ZeRO-3 checkpoint of step 2 resumed at ZeRO-1 (announced)"
 out=$(dp_same_training "$TMP/c3z3" "$TMP/r3" 4)
 check $? "ZeRO-3 checkpoint resumed at ZeRO-1 vs 4 straight ZeRO-3 steps: $out"
+MPIRUN 2 $TRAIN "${R[@]}" -z 3 -d 128 -o "$TMP/r2" --exit-after-steps 2 > "$TMP/r2a.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${R[@]}" -z 3 -d 128 -o "$TMP/r2" -y 1 > "$TMP/r2b.log" 2>&1
+check $? "2 processes: a ZeRO-3 checkpoint of step 2 resumed at ZeRO-3"
+out=$(dp_same_training "$TMP/c2z3" "$TMP/r2" 4) && cmp -s "$TMP/c2z3/state_00000004_00001.bin" "$TMP/r2/state_00000004_00001.bin"
+check $? "ZeRO-3 resumed at ZeRO-3 vs 4 straight steps: $out; rank 1's optimizer shard identical"
 MPIRUN 3 $TRAIN "${R[@]}" -z 1 -d 384 -o "$TMP/s1" > "$TMP/s1.log" 2>&1 && \
     MPIRUN 3 $TRAIN "${R[@]}" -z 1 -d 384 -o "$TMP/r1" --exit-after-steps 2 > "$TMP/r1a.log" 2>&1 && \
     MPIRUN 2 $TRAIN "${R[@]}" -z 3 -d 384 -o "$TMP/r1" -y 1 > "$TMP/r1b.log" 2>&1 && \
