@@ -216,8 +216,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
     SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
     SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
-    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients; "
-         "3 (parameters too) only with --plan: not implemented by the trainer");
+    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients, "
+         "3 also parameters (gathered per layer)");
     SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
          "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
     SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
@@ -254,7 +254,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
-    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 and full recompute (theory)");
+    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 with --tp/--pp and full recompute (theory)");
     SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
     SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
     SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
@@ -282,10 +282,11 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
          "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
-    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step (and the time in tp collectives)");
+    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step, the ring theory of its ZeRO stage (and the "
+         "time in tp collectives)");
     SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
          "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
-         "(CUDA build, one process, not with -z 2; micro-steps that issue gradient buckets run eagerly; same results)");
+         "(CUDA build, one process, not with -z 2 or 3; micro-steps that issue gradient buckets run eagerly; same results)");
 #undef SPEC
     return n;
 }
@@ -509,6 +510,7 @@ static StepResult train_step(TrainSession* s) {
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
+        if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
         if (s->tp->world > 1) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
@@ -565,7 +567,10 @@ static TrainState session_train_state(const TrainSession* s) {
 static void write_checkpoint(TrainSession* s) {
     const char* dir = s->cfg.output_dir;
     char path[1024];
-    if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
+    if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
+        checkpoint_model_path(path, sizeof(path), dir, s->step);
+        zero_write_model(&s->zero, path, is_rank0(s));
+    } else if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         if (s->pp->world > 1) { pipeline_write_model(&s->pipe, path, is_rank0(s)); } /* every stage sends its part */
         else { gpt2_write_model(&s->model, path, is_rank0(s)); }
@@ -755,8 +760,8 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               mc->vocab_size, mc->max_seq_len);
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
-    gpt2_load_weights(&s->model, path);
-    zero_params_changed(&s->zero); /* --offload-optimizer: its fp32 copy of the weights follows them */
+    zero_load_weights(&s->zero, path); /* ZeRO-3: this rank's shard */
+    zero_params_changed(&s->zero);     /* --offload-optimizer: its fp32 copy of the weights follows them */
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
     /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
@@ -818,10 +823,12 @@ static float validate(TrainSession* s) {
     if (s->cfg.val_tokens > 0) {
         size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
         size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
-        for (size_t k0 = 0; k0 < mine; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
-            int rows = mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+        /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones count 0 rows */
+        size_t limit = zero_params_sharded(&s->zero) ? (nseq + (size_t)world - 1) / (size_t)world : mine;
+        for (size_t k0 = 0; k0 < limit; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
+            int rows = k0 >= mine ? 0 : mine - k0 < (size_t)B ? (int)(mine - k0) : B;
             for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
-                dataloader_load_sequence(vl, (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+                dataloader_load_sequence(vl, rows == 0 ? 0 : (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
             }
             sum += val_batch_loss_sum(s, rows);
             count += (size_t)rows * T;
@@ -829,10 +836,12 @@ static float validate(TrainSession* s) {
     } else {
         size_t windows = dataloader_windows_per_epoch(vl);
         if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
-        for (size_t k = (size_t)rank; k < windows; k += (size_t)world) {
-            dataloader_load_window(vl, k);
-            sum += val_batch_loss_sum(s, B);
-            count += (size_t)B * T;
+        /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones uncounted */
+        size_t rounds = zero_params_sharded(&s->zero) ? (windows + (size_t)world - 1) / (size_t)world : 0;
+        for (size_t k = (size_t)rank, i = 0; k < windows || i < rounds; k += (size_t)world, i++) {
+            dataloader_load_window(vl, k < windows ? k : 0);
+            double part = val_batch_loss_sum(s, B);
+            if (k < windows) { sum += part; count += (size_t)B * T; }
         }
     }
     double red[2] = {sum, (double)count};
@@ -842,7 +851,8 @@ static float validate(TrainSession* s) {
 }
 
 /* generates cfg.gen_tokens tokens after --prompt (llmc/generate.h), printed and logged by process 0; the other
- * ranks of its tensor-parallel group run the same forwards */
+ * ranks of its tensor-parallel group run the same forwards. ZeRO-3: every data-parallel rank runs as many forwards
+ * (a fixed count, gen_tokens, each gathering layers from all ranks); only process 0's draws are used */
 static void sample(TrainSession* s) {
     GenerateConfig g = {s->cfg.prompt, s->cfg.gen_tokens, s->cfg.temperature, s->cfg.top_k, s->cfg.gelu_fusion,
                         s->has_tokenizer ? &s->tokenizer : NULL, s->tp, is_rank0(s), &s->sample_rng, NULL, NULL, NULL,
@@ -901,6 +911,11 @@ static void check_config(TrainSession* s) {
               "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
               c->zero_stage, c->zero_stage);
     }
+    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1)) {
+        CONFIG_FATAL(s, "flag -z 3 (ZeRO-3) shards the whole model's parameters over data-parallel processes; it does not "
+              "combine with --tp %d --pp %d (their parts are not gathered per layer): use -z 2, or --tp 1 --pp 1",
+              c->tp, c->pp);
+    }
     if (c->sequence_parallel && c->tp == 1) {
         CONFIG_FATAL(s, "flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
               "--tp 1)");
@@ -923,8 +938,8 @@ static void check_config(TrainSession* s) {
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
-                  "step; ZeRO-2 reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
-                  c->grad_compress);
+                  "step; ZeRO-%d reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
+                  c->grad_compress, c->zero_stage);
         }
         if (c->tp > 1 || c->pp > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s compresses data-parallel gradient reductions only; tensor- and "
@@ -940,11 +955,15 @@ static void check_config(TrainSession* s) {
         }
     }
     if (strcmp(c->offload_params, "none") != 0) {
-        CONFIG_FATAL(s, "flag --offload-params %s needs ZeRO-3 (-z 3: parameters sharded), which this build does not "
-                     "have; use --offload-params none (--offload-optimizer moves the optimizer state)", c->offload_params);
+        CONFIG_FATAL(s, "flag --offload-params %s (ZeRO-3's parameter shards in host memory) is not implemented; use "
+                     "--offload-params none (--offload-optimizer moves the optimizer state)", c->offload_params);
     }
     if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
     s->offload.rank = s->world.rank;
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->zero_stage == 3) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s works with ZeRO stages 0-2; with -z 3 (sharded parameters) it is not "
+                     "implemented: use -z 2 or --offload-optimizer none", c->offload_optimizer);
+    }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
                      "is not supported: use --offload-optimizer none", c->offload_optimizer);
@@ -1205,7 +1224,7 @@ static void print_ledger_check(const TrainSession* s) {
     LedgerLayout l = session_ledger_layout(s);
     LedgerRank r = ledger_rank(&l, s->pp->rank);
     size_t range = s->zero.own_end - s->zero.own_start;
-    size_t got[5] = {s->model.params_capacity * sizeof(floatX), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
+    size_t got[5] = {zero_param_bytes(&s->zero), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
                      s->zero.opt.m ? 2 * range * 4 : 0, s->model.acts_bytes_held};
     size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
     int same = memcmp(got, want, sizeof(got)) == 0;
@@ -1377,7 +1396,7 @@ static float evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (s->sampling && in_first_tp_group(s) &&
+    if (s->sampling && (in_first_tp_group(s) || zero_params_sharded(&s->zero)) && /* ZeRO-3: all gather */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }
@@ -1510,9 +1529,9 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
-    if (s->cfg.zero_stage == 3 || s->cfg.recompute == 3 || s->cfg.offload) {
+    if (s->cfg.recompute == 3 || s->cfg.offload) {
         FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
-              s->cfg.zero_stage == 3 ? "-z 3 (ZeRO-3)" : s->cfg.recompute == 3 ? "-r 3 (full recompute)" :
+              s->cfg.recompute == 3 ? "-r 3 (full recompute)" :
               "--offload 1 (the trainer's flag is --offload-optimizer cpu or nvme:DIR)");
     }
     session_init(s);

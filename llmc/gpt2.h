@@ -11,7 +11,9 @@
  * (floatX, one flat buffer in the model-file order), the activations of one micro-batch, and the device loss
  * accumulators. Where backward writes the gradients, and who is told when a layer's gradients are complete,
  * is the caller's GPT2GradTarget (the gradient store of llmc/zero.h, or gpt2_grad_target_full for one flat
- * buffer). The optimizer state is the caller's too (gpt2_update_range takes it).
+ * buffer). Where forward and backward read the parameters can be the caller's too: m->param_source
+ * (GPT2ParamSource; zeroed = the flat buffer) with a hook called before each layer is read (ZeRO-3 gathers the layer
+ * there, llmc/zero_params.h). The optimizer state is the caller's too (gpt2_update_range takes it).
  *
  * Tensor parallelism (llmc/tensor_parallel.h; Shoeybi et al. 2019): with tp = m->tp.size > 1 this instance is one
  * rank's part of the model. qkv and fc are column-parallel (this rank's 3C/tp resp. 4C/tp output features, i.e. its
@@ -434,6 +436,25 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
 
 /* ============================================================ the model */
 
+/* Where the model reads its parameters (llmc/README.md, "ZeRO and the gradient store", ZeRO-3), the read-side twin of
+ * GPT2GradTarget. layer_slots = 0 (the default, a zeroed struct): every layer of the per-layer tensors is in place in
+ * params (the flat buffer). layer_slots = k > 0: params points into a working buffer whose per-layer tensor i holds k
+ * layers' slices back to back, layer l in slot l % k (the ZeRO-3 store gathers layers into 2 slots). Hook (NULL for
+ * none), called on the host in stream order with `ctx`:
+ *   layer_needed(ctx, l, backward)  before the first read of layer l's parameters in a forward (backward = 0: l = 0
+ *                                   .. L-1, layer l's first read is its LayerNorm, which the forward fuses into layer
+ *                                   l-1's last op, so layer l-1's are still read after it) or a backward (backward =
+ *                                   1: l = L-1 .. 0, only layer l's are read until the next call); l = -1 at the start
+ *                                   of every forward and backward: wte, wpe, lnfw, lnfb, read throughout the pass
+ *                                   (the embedding and the tied LM head both read wte).
+ * The hook may queue device work (collectives into the working buffer); it must not move params. */
+typedef struct {
+    int layer_slots;
+    void (*layer_needed)(void* ctx, int l, int backward);
+    void* ctx;
+} GPT2ParamSource;
+
+
 typedef struct {
     GPT2Config config;          /* the full model's configuration */
     TensorParallel tp;          /* this instance's tensor-parallel rank (size 1: the whole model) */
@@ -445,6 +466,7 @@ typedef struct {
     size_t params_capacity;     /* elements allocated for params_memory (>= P; the tail is zero, see gpt2_pad_parameters) */
     ParameterTensors params;    /* floatX, device, views into params_memory */
     floatX* params_memory;
+    GPT2ParamSource param_source; /* where forward/backward read layers (zeroed: params is the whole flat buffer) */
     /* activations for the largest (B,T): n_slots independent sets (pipeline parallelism keeps several micro-batches
      * alive), `acts`, `inputs`, `targets` are those of the slot in use (gpt2_use_slot) */
     int B, T, recompute;
@@ -738,7 +760,14 @@ static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
 }
 /* layer l's slice of per-layer tensor i of a full parameter-layout buffer */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
-    return p->t[i] + (size_t)l * (m->param_sizes[i] / (size_t)m->n_layers);
+    int k = m->param_source.layer_slots;
+    return p->t[i] + (size_t)(k > 0 ? l % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
+}
+
+/* tells the parameter source that layer l (-1: the global tensors) is needed next (GPT2ParamSource); no-op without
+ * a hook */
+static inline void gpt2_params_needed(GPT2* m, int l, int backward) {
+    if (m->param_source.layer_needed) { m->param_source.layer_needed(m->param_source.ctx, l, backward); }
 }
 
 /* ============================================================ where backward writes gradients */
@@ -954,6 +983,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
+    gpt2_params_needed(m, -1, 0);
     if (!m->stage.has_embedding) {
         /* the previous pipeline stage's output is already in A_ENCODED */
     } else if (tp->size == 1) {
@@ -965,6 +995,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
         if (mine != encoded) { dev_memcpy_d2d(encoded, mine, (size_t)Nl * C * sizeof(floatX)); }
     }
     LayerActivations a0 = gpt2_layer_acts(m, 0);
+    gpt2_params_needed(m, 0, 0);
     layernorm_forward(a0.ln1, a0.ln1_mean, a0.ln1_rstd, a0.residual_in,
                       layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), Nl, C);
     for (int l = 0; l < L; l++) {
@@ -984,6 +1015,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
         y = tp_reduce(tp, scratch, N, C);                                               /* g */
         if (l + 1 < L) {
             LayerActivations an = gpt2_layer_acts(m, l + 1);
+            gpt2_params_needed(m, l + 1, 0);
             fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
                                              layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
         } else if (m->stage.has_head) {
@@ -1133,6 +1165,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
     if (g->backward_begin) { g->backward_begin(g->ctx); }
+    gpt2_params_needed(m, -1, 1);
     if (m->stage.has_head) {
         /* LM head (tied): dlnf = f_backward(dlogits @ wte), dwte += dlogits^T @ f(lnf) */
         const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
@@ -1144,6 +1177,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
                                 (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
     } /* else the next pipeline stage's gradient is already in A_DRESIDUAL */
     for (int l = L - 1; l >= 0; l--) {
+        gpt2_params_needed(m, l, 1);
         if (g->layer_begin) { g->layer_begin(g->ctx, l); }
         gpt2_block_backward(m, g, l, B, T);
         if (g->layer_ready) { g->layer_ready(g->ctx, l); }
@@ -1180,6 +1214,7 @@ typedef struct {
     size_t first, n;
     void (*io)(void* io_ctx, int section, float* host, int to_state);
     void* io_ctx;
+    floatX* params;     /* the parameters of the range (n floatX, device; ZeRO-3's shard), NULL: the model's flat buffer */
 } AdamWState;
 
 /* AdamW (Loshchilov & Hutter 2019) over the flat parameter range [start, end) (a ZeRO shard or everything),
@@ -1195,7 +1230,8 @@ static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const fl
         if (lo < hi) {
             float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
             size_t k = lo - opt->first;
-            adamw_update(m->params_memory + lo, opt->master ? opt->master + k : NULL, grad + (lo - start), opt->m + k,
+            floatX* dst = opt->params ? opt->params + (lo - opt->first) : m->params_memory + lo;
+            adamw_update(dst, opt->master ? opt->master + k : NULL, grad + (lo - start), opt->m + k,
                          opt->v + k, hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps, wd, s->grad_scale, s->t,
                          s->seed);
         }

@@ -8,11 +8,12 @@
  * pipeline pp with schedule and v chunks per stage (+ --pp-layers), data parallel dp with ZeRO stage 0..3,
  * recompute 0..3, bytes per parameter element (sizeof(floatX)), fp32 master weights, optimizer offload.
  *
- * What the trainer allocates (stages 0-2, recompute 0-2, no offload): every count below is the one the trainer's
+ * What the trainer allocates (stages 0-3, recompute 0-2, no offload): every count below is the one the trainer's
  * allocation code computes, from the same functions (gpt2_parameter_sizes_part, gpt2_activation_sizes,
  * gpt2_activation_layout, pipe_slots_needed), so the two cannot drift:
- *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S
- *   gradients   ZeRO-0/1: Ppad * pb; ZeRO-2: (2 layer slots + wte/wpe/lnf + S) * pb, slots 128-element aligned
+ *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S;
+ *               ZeRO-3: (S + 2 layers + wte/wpe/lnf) * pb, the shard and the working set (llmc/zero_params.h)
+ *   gradients   ZeRO-0/1: Ppad * pb; ZeRO-2/3: (2 layer slots + wte/wpe/lnf + S) * pb, slots 128-element aligned
  *   master      fp32, the optimizer range (P for ZeRO-0, S otherwise) * 4 when master weights are kept
  *   moments     AdamW m and v: 2 * range * 4
  *   activations per pipeline chunk: one activation table (256-byte aligned tensors) x the slots its schedule keeps
@@ -25,8 +26,8 @@
  * host memory for cpu, in one file per rank for nvme, chunk-padded), the host staging buffers (two chunks of
  * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
  * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
- * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 (parameters and gradients sharded too:
- * S each, plus two layers' gathered parameters as a working set), recompute 3 (full activation
+ * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, ZeRO-3 with optimizer
+ * offload, recompute 3 (full activation
  * recompute as in Megatron-LM: each layer keeps only its input (B T/sp C floatX); one layer's full table is the
  * working set).
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
@@ -49,7 +50,7 @@ typedef struct {
     int pp, v;                /* pipeline stages, model chunks per stage (interleaved) */
     PipeScheduleKind sched;
     const int* pp_layers;     /* layers per stage (pp ints) or NULL for the even split */
-    int dp, zero;             /* data-parallel size, ZeRO stage 0..3 (3: theory) */
+    int dp, zero;             /* data-parallel size, ZeRO stage 0..3 */
     int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 full (theory) */
     int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
     int master;               /* 1 = fp32 master weights (mixed precision) */
@@ -176,7 +177,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
     if (l->zero <= 1) { r.params = Ppad * pb; r.grads = Ppad * pb; }
     else if (l->zero == 2) { r.params = Ppad * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
-    else { r.params = (r.S + 2 * slot) * pb; r.grads = r.S * pb; } /* ZeRO-3 (theory): shards + 2 gathered layers */
+    else { r.params = (r.S + 2 * slot + globals) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
     if (l->offload) {

@@ -21,9 +21,11 @@
  *               over the stages (the first and last send one way only); exposed:
  *               the 2 (pp-1) v transfers of the fill and drain, the steady state overlaps with compute.
  *     dp        ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather, ZeRO-2 reduce-scatter every micro-step +
- *               all-gather, ZeRO-3 (theory) also all-gathers the parameters in every forward and backward, of the
- *               stage's P pb bytes; reductions overlap with one micro-batch's backward (2/3 of its compute): exposed
- *               max(0, t - t_backward); all-gathers after the update are exposed in full.
+ *               all-gather, ZeRO-3 reduce-scatter every micro-step and all-gathers the parameters in every forward
+ *               and backward (none after the update), of the stage's P pb bytes; reductions overlap with one
+ *               micro-batch's backward (2/3 of its compute): exposed max(0, t - t_backward); ZeRO-3's gathers
+ *               overlap with the forward and backward they feed (prefetch); all-gathers after the update are
+ *               exposed in full.
  *   bubble      pipe_bubble_theory (llmc/pipeline.h: (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1)); the pipeline part of
  *               the step is (m micro-batches of compute + tp) / (1 - bubble).
  *   step        pipeline part + exposed pp + exposed dp + optimizer; tokens/s = tokens per step / step; MFU = model
@@ -189,12 +191,14 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double t_reduce = l->zero == 0 ? plan_allreduce(P, l->dp, dbw, dlat) : plan_ring_half(P, l->dp, dbw, dlat);
     double t_gather = l->zero >= 1 ? plan_ring_half(P, l->dp, dbw, dlat) : 0.0;
     double reduces = l->zero >= 2 ? l->m : 1;
-    r.t_dp = reduces * fmax(0.0, t_reduce - t_bwd) + t_gather;
+    r.t_dp = reduces * fmax(0.0, t_reduce - t_bwd) + (l->zero == 3 ? 0.0 : t_gather);
     if (l->zero == 3) { r.t_dp += l->m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
-    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded dp x S */
+    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded dp x S; ZeRO-3
+     * gathers the real [0, P) layer by layer in every forward and backward, and nothing after the update */
     double ring = (l->dp - 1.0) / l->dp, P_real = (double)r.mem.P * pb;
     double grad_bytes = l->zero == 0 ? 2.0 * ring * P_real
-                                     : reduces * ring * P_real + (1.0 + (l->zero == 3 ? 2.0 * l->m : 0.0)) * ring * P;
+                        : l->zero == 3 ? (reduces + 2.0 * l->m) * ring * P_real
+                                       : reduces * ring * P_real + ring * P;
     r.b_dp = l->dp > 1 ? grad_bytes + 2.0 * ring * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
     /* optimizer: the owned range at HBM bandwidth */
     double range = l->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
@@ -212,7 +216,9 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if (l->zero == 3 || l->recompute == 3) { return " [theory: not implemented by the trainer]"; }
+    if ((l->zero == 3 && (l->tp > 1 || l->pp > 1 || l->offload)) || l->recompute == 3) {
+        return " [theory: not implemented by the trainer]";
+    }
     return "";
 }
 
@@ -283,10 +289,10 @@ static inline int plan_cmp(const void* a, const void* b) {
 }
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
- * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-2 (ZeRO-2
- * only without pipelines, as the trainer), recompute 0 and 2, the 1f1b schedule and interleaved with v 2 (where L
- * and m allow it), sequence parallel with tp > 1;
- * with theory = 1 also ZeRO-3 and full recompute. Returns the count in *n of a malloc'd array sorted best first
+ * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-3 (ZeRO-2
+ * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0 and 2, the 1f1b schedule and
+ * interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
+ * with theory = 1 also ZeRO-3 with tp or pp and full recompute. Returns the count in *n of a malloc'd array sorted best first
  * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
  * recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
@@ -301,8 +307,9 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
             long long per = (long long)base->B * base->T * dp;
             if (tokens % per) { continue; }
             int m = (int)(tokens / per);
-            for (int z = 0; z <= (theory ? 3 : 2); z++) {
+            for (int z = 0; z <= 3; z++) {
                 if (z == 2 && pp > 1) { continue; }
+                if (z == 3 && (tp > 1 || pp > 1) && !theory) { continue; }
                 for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
                     int rc = k % 4, inter = k / 4;
                     if (rc == 1 || (rc == 3 && !theory) || (inter && pp < 2)) { continue; }

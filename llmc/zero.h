@@ -1,5 +1,5 @@
 /*
- * llmc/zero.h -- data parallelism with ZeRO stages 0, 1 and 2 behind one interface (llmc/README.md, "ZeRO and
+ * llmc/zero.h -- data parallelism with ZeRO stages 0, 1, 2 and 3 behind one interface (llmc/README.md, "ZeRO and
  * the gradient store"): the gradient store (where backward writes the gradients), the reducer (the collective
  * each gradient bucket gets as soon as backward completes it), the fp32 optimizer state of this rank's range,
  * the gradient norm and the update. The stage is read in one place, zero_stage_info; everything else goes
@@ -26,6 +26,10 @@
  *           layer deep. The price (as in DeepSpeed's ZeRO-2): with gradient accumulation the reduce-scatter runs
  *           every micro-step (accum x (N-1)/N x gradient bytes per step instead of once), and the accumulation
  *           order differs from ZeRO-0/1 (sum over ranks, then over micro-steps).
+ *   ZeRO-3: ZeRO-2's gradients, and the parameters sharded too (llmc/zero_params.h): each rank keeps the parameters
+ *           of its shard (S floatX) and gathers the layers the model needs, through its GPT2ParamSource hook, into a
+ *           working buffer of two layer slots + wte/wpe/lnf; AdamW updates the shard in place, nothing is gathered
+ *           after the update. Arithmetic identical to ZeRO-2 (the gathered values are the owners' bit for bit).
  * Gradient norm, the same for every stage bit for bit: the squared norm of each shard's real range
  * [q*S, min((q+1)*S, P)) in fp32 (global_norm_squared), the N partials summed in double in shard order. ZeRO-0
  * computes every partial from its full reduced gradient; ZeRO-1/2 compute their own one and exchange them as
@@ -53,6 +57,8 @@
 #include "llmc/gpt2.h"
 #include "llmc/grad_compress.h"
 #include "llmc/offload.h"
+#include "llmc/zero_params.h"
+#include "llmc/model_file.h"
 
 typedef struct ZeroOptimizer ZeroOptimizer;
 
@@ -68,6 +74,7 @@ typedef struct {
     void (*layer_begin)(void* ctx, int layer);
     void (*layer_ready)(void* ctx, int layer);     /* a reducing micro-step: issue bucket `layer`'s collective */
     const floatX* (*grad_at)(const ZeroOptimizer* z, size_t i); /* reduced gradient of flat element i (owned) */
+    int shards_params;             /* parameters kept as the own shard, gathered per layer (llmc/zero_params.h) */
 } ZeroStage;
 
 struct ZeroOptimizer {
@@ -94,6 +101,7 @@ struct ZeroOptimizer {
     float* norm_partials;          /* (N) device fp32: squared norms of the shards' real ranges */
     GradCompressor* compress;      /* ZeRO-0/1 gradient compression (llmc/grad_compress.h); NULL: floatX collectives */
     Offload* offload;              /* --offload-optimizer (llmc/offload.h): opt lives in host memory or NVMe; NULL: device */
+    ZeroParamStore params;         /* ZeRO-3: the parameter shard and the working buffer (shard NULL otherwise) */
 };
 
 /* ---------------------------------------------------------------- helpers shared by the stages */
@@ -241,15 +249,17 @@ static inline void zero2_layer_ready(void* ctx, int layer) {
 
 /* ---------------------------------------------------------------- the stage table */
 
-/* the implementation of ZeRO stage `stage` (0, 1 or 2); NULL for any other value */
+/* the implementation of ZeRO stage `stage` (0 to 3); NULL for any other value */
 static inline const ZeroStage* zero_stage_info(int stage) {
-    static const ZeroStage stages[3] = {
-        {0, 0, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero0_layer_ready, zero_grad_at_full},
-        {1, 1, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero1_layer_ready, zero_grad_at_full},
+    static const ZeroStage stages[4] = {
+        {0, 0, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero0_layer_ready, zero_grad_at_full, 0},
+        {1, 1, 0, zero_allocate_full_grads, zero_begin_step_full, NULL, NULL, zero1_layer_ready, zero_grad_at_full, 0},
         {2, 1, 1, zero2_allocate_grads, zero2_begin_step, zero2_backward_begin, zero2_layer_begin, zero2_layer_ready,
-         zero2_grad_at},
+         zero2_grad_at, 0},
+        {3, 1, 1, zero2_allocate_grads, zero2_begin_step, zero2_backward_begin, zero2_layer_begin, zero2_layer_ready,
+         zero2_grad_at, 1},
     };
-    return stage >= 0 && stage <= 2 ? &stages[stage] : NULL;
+    return stage >= 0 && stage <= 3 ? &stages[stage] : NULL;
 }
 
 /* whether a run of this stage on `world` processes needs collectives started: always with several processes;
@@ -283,7 +293,7 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
     z->tp = tp;
     z->pp = pp;
     z->stage = zero_stage_info(stage);
-    if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1 or 2 (-z)", stage); }
+    if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1, 2 or 3 (-z)", stage); }
     z->model = model;
     z->dp = dp;
     z->dtype = floatx_comm_dtype();
@@ -314,6 +324,10 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
         dev_download_floats(host, model->params_memory + z->own_start, n);
         dev_memcpy_h2d(z->opt.master, host, n * sizeof(float));
         free(host);
+    }
+    if (z->stage->shards_params) { /* ZeRO-3: from here on the model holds gathered layers only */
+        zero_params_init(&z->params, model, dp, z->dtype, z->S, z->own_start);
+        z->opt.params = z->params.shard;
     }
 }
 
@@ -353,6 +367,7 @@ static inline void zero_free(ZeroOptimizer* z) {
     if (z->opt.v) { dev_free(z->opt.v); }
     if (z->opt.master) { dev_free(z->opt.master); }
     if (z->norm_partials) { dev_free(z->norm_partials); }
+    zero_params_free(&z->params);
     memset(z, 0, sizeof(*z));
 }
 
@@ -461,20 +476,65 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
     return st;
 }
 
-/* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets the updated shards: the parameters
- * are all-gathered, queued after the update on the GPU streams */
+/* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
+ * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the
+ * updated shard only (the next forward gathers what it reads). */
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h) */
+    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 (the trainer refuses) */
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }
     } else if (hi > lo) {
         gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s);
     }
-    if (z->stage->shards_optimizer) {
+    if (z->stage->shards_optimizer && !z->stage->shards_params) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
         comm_join(z->dp);
     }
+}
+
+/* ---------------------------------------------------------------- the parameters (ZeRO-3 keeps a shard) */
+
+/* 1 when this stage keeps only the own shard of the parameters (ZeRO-3): every rank of the data-parallel group must
+ * then run the same forwards and backwards (each gathers layers from all of them) */
+static inline int zero_params_sharded(const ZeroOptimizer* z) { return z->stage->shards_params; }
+
+/* device bytes of parameters this process holds: the padded flat buffer, or ZeRO-3's shard + working buffer */
+static inline size_t zero_param_bytes(const ZeroOptimizer* z) {
+    return z->stage->shards_params ? zero_params_bytes(&z->params) : z->model->params_capacity * sizeof(floatX);
+}
+
+/* Writes the full model as a model file at `path` (llmc/model_file.h, always the whole model); `writer` writes.
+ * ZeRO-3: every rank of the data-parallel group calls it (the layers are gathered one unit at a time); otherwise as
+ * gpt2_write_model. */
+static inline void zero_write_model(ZeroOptimizer* z, const char* path, int writer) {
+    if (!z->stage->shards_params) { gpt2_write_model(z->model, path, writer); return; }
+    float* host = writer ? (float*)malloc_check(z->P * sizeof(float), "host copy of weights") : NULL;
+    zero_params_download_full(&z->params, host);
+    if (writer) { gpt2_write_model_file(&z->model->config, z->P, host, NULL, path); }
+    free(host);
+}
+
+/* Replaces the parameters by those of the model file `path` (its configuration checked equal by the caller):
+ * gpt2_load_weights, or (ZeRO-3) this rank's shard of them. */
+static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
+    if (!z->stage->shards_params) { gpt2_load_weights(z->model, path); return; }
+    GPT2 loaded;
+    gpt2_build_from_file_part(&loaded, path, &z->model->tp, &z->model->stage);
+    zero_params_set_from_full(&z->params, loaded.params_memory);
+    gpt2_free(&loaded);
+}
+
+/* The ring model's bytes one rank sends per optimizer step in this stage's data-parallel collectives (llmc/README.md,
+ * "ZeRO and the gradient store"): (N-1)/N of the P parameter elements (floatX) times 2 where the gradients are
+ * reduced once per step (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather), accum + 1 where every micro-step
+ * reduce-scatters (ZeRO-2, one all-gather after the update), 3 accum where the parameters are sharded too (ZeRO-3:
+ * per micro-step an all-gather for the forward, one for the backward and a reduce-scatter). Leaves out the step
+ * statistics (N + 2 fp64 values) and the padding (fewer than N elements per collective); 0 for one process. */
+static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
+    double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
+                                                            : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
+    return times * r * (double)z->P * (double)sizeof(floatX);
 }
 
 /* ---------------------------------------------------------------- memory ledger */
@@ -482,8 +542,9 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
 /* Prints the memory ledger of one process (every rank holds the same sizes: shards are padded to equal
  * length). Line 1: what this process allocated (MiB). Line 2: the exact optimizer-state element count per
  * rank. Line 3: the standard mixed-precision Adam formulas of Rajbhandari et al. 2019 (bytes per parameter:
- * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N) for this model and N, with the
- * stage in use marked. Then the device memory left and, for ZeRO-2, what its gradient storage holds. */
+ * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N; ZeRO-3 16/N) for this model and N,
+ * with the stage in use marked. Then the device memory left, for ZeRO-2/3 what the gradient storage holds and, for
+ * ZeRO-3, what the parameter storage holds (own shard + working set). */
 static inline void zero_print_ledger(const ZeroOptimizer* z) {
     const GPT2* m = z->model;
     double MiB = 1024.0 * 1024.0;
@@ -491,7 +552,7 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     int N = z->dp->world, st = z->stage->stage;
     printf("memory per process (MiB): parameters %.1f | gradients %.1f | master weights %.1f | AdamW m+v %.1f | "
            "activations %.1f\n",
-           np * sizeof(floatX) / MiB, z->grads_bytes / MiB,
+           zero_param_bytes(z) / MiB, z->grads_bytes / MiB,
            z->opt.master ? shard * 4.0 / MiB : 0.0, z->opt.m ? 2.0 * shard * 4.0 / MiB : 0.0, m->acts_bytes_held / MiB);
     printf("optimizer state per process: %zu of %zu parameters (ZeRO-%d, %d processes, padding %zu) = %zu bytes "
            "(m+v%s)%s\n", shard, n, st, N, np - n, shard * 4 * (zero_has_master(z) ? 3 : 2),
@@ -499,8 +560,9 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     if (z->offload) { offload_print(z->offload); }
     double P = (double)n, GiB = 1024.0 * 1024.0 * 1024.0;
     printf("ZeRO ledger (mixed-precision Adam, GiB per process, N=%d): baseline 16P %.3f%s | ZeRO-1 (4+12/N)P %.3f%s | "
-           "ZeRO-2 (2+14/N)P %.3f%s\n", N, 16.0 * P / GiB, st == 0 ? " <-" : "", (4.0 + 12.0 / N) * P / GiB,
-           st == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, st == 2 ? " <-" : "");
+           "ZeRO-2 (2+14/N)P %.3f%s | ZeRO-3 16P/N %.3f%s\n", N, 16.0 * P / GiB, st == 0 ? " <-" : "",
+           (4.0 + 12.0 / N) * P / GiB, st == 1 ? " <-" : "", (2.0 + 14.0 / N) * P / GiB, st == 2 ? " <-" : "",
+           16.0 * P / N / GiB, st == 3 ? " <-" : "");
     size_t free_b = 0, total_b = 0;
     dev_memory_info(&free_b, &total_b);
     size_t per_seq = m->acts_bytes_held / (size_t)(m->B > 0 ? m->B : 1);
@@ -516,12 +578,24 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     }
     if (z->grad_shard) {
         size_t held = 2 * z->grad_slot_elems + z->grad_globals_elems + shard;
-        printf("ZeRO-2 gradients: 2 layer slots of %zu + wte/wpe/lnf %zu (kept whole: complete only at the end of "
-               "backward) + own shard %zu = %zu values, against %zu for the full buffer of ZeRO-0/1\n",
+        printf("ZeRO-%d gradients: 2 layer slots of %zu + wte/wpe/lnf %zu (kept whole: complete only at the end of "
+               "backward) + own shard %zu = %zu values, against %zu for the full buffer of ZeRO-0/1\n", st,
                z->grad_slot_elems, z->grad_globals_elems, shard, held, np);
-        if (held >= np) {
+        if (held >= np && st == 2) {
             printf("ZeRO-2 note: for this model and %d processes that is no saving (the tied embedding's gradient "
                    "dominates); -z 1 holds less gradient memory\n", N);
+        }
+    }
+    if (z->stage->shards_params) {
+        const ZeroParamStore* ps = &z->params;
+        size_t slot = 0, L = (size_t)m->n_layers;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (parameter_is_per_layer(i)) { slot += m->param_sizes[i] / L; } }
+        printf("ZeRO-3 parameters: own shard %zu + working set (2 layers of %zu + wte/wpe/lnf %zu, gathered per layer) "
+               "= %zu values, against %zu for the full buffer of ZeRO-0/1/2\n", ps->S, slot,
+               ps->work_elems - 2 * slot, ps->S + ps->work_elems, np);
+        if (ps->S + ps->work_elems >= np) {
+            printf("ZeRO-3 note: for this model and %d processes that is no saving in parameters (the embedding unit "
+                   "dominates); the optimizer state is still split %d ways\n", N, N);
         }
     }
 }

@@ -11,8 +11,9 @@
 #      and the largest micro-batch the memory ledger says fits;
 #   4. train_gpt.py with torch.compile on the same config (the machine's python3 must have PyTorch), and the ratio;
 #   5. dev/cuda checks (every kernel vs a CPU reference, outputs poisoned, then timed);
-#   6. 1-process ZeRO-0/1/2 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
-#      with 2 accumulation micro-steps: layer slots, fences, shard accumulator), last step lines side by side;
+#   6. 1-process ZeRO-0/1/2/3 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
+#      with 2 accumulation micro-steps: layer slots, fences, shard accumulator; ZeRO-3 also gathers each layer's
+#      parameters on the communication stream, prefetched one layer ahead), last step lines side by side;
 #   7. if time is left: the benchmark again with --cuda-graphs 1.
 # Beside stage 1, from the start, train_gpt_cudnn (attention through cuDNN's SDPA, a 3-minute single-file compile)
 # is built in the background when cuDNN and the cudnn-frontend headers are found (pip's package, or the copy
@@ -252,9 +253,9 @@ grep -E '^FAILED|dev/cuda check' "$WORK/dev_cuda.txt" | head -n 10
 LN_BWD=$(grep -m 1 '^time layernorm_backward ' "$WORK/dev_cuda.txt" | sed -E 's/^time layernorm_backward +//' | tr -s ' ')
 row "layernorm_backward N=8192 C=768 (registers)" "${LN_BWD:-n/a} (predicted: >= ~70% of HBM bandwidth)"
 
-# 6. one-process ZeRO-0/1/2 through the NCCL path (a world of one still runs every collective on NCCL)
+# 6. one-process ZeRO-0/1/2/3 through the NCCL path (a world of one still runs every collective on NCCL)
 if [ -x ./train_gpt ]; then
-    for z in 0 1 2; do
+    for z in 0 1 2 3; do
         run "zero$z" 60 ./train_gpt -e d12 -b 8 -t 1024 -d 16384 -x 3 -z $z -i "$DATA" -j '' -g 0 -o "$WORK/zero$z"
         rc=$?
         row "ZeRO-$z, 1 process, 2 micro-steps$([ $USE_NCCL = 0 ] && echo ' (no NCCL)')" \

@@ -4,13 +4,13 @@
 #   - --plan prints its table for the 175B example of the README without reading data (missing -i/-j files) in
 #     well under a second; --plan-search prints 10 ranked layouts; bad planner flags are refused with one line;
 #   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes and MoE (E, K) are refused;
-#     ZeRO-3, full recompute and offload are refused without --plan (theory only);
+#     full recompute and offload are refused without --plan (theory only);
 #   - against this trainer, for every layout below (the ones the multi-process tests run, on d2/d8 under mpirun
 #     --dry-run 1): each pipeline stage's 'memory ledger' line says the ledger's bytes equal what the session
 #     allocated, and the --plan of the same layout (--plan-precision fp32, the CPU build's dtype) prints the same
 #     parameter, gradient, master and AdamW bytes per stage;
 #   - the planner's data-parallel bytes per step equal the trainer's --comm-stats counters of step 2 (mean over the
-#     ranks) for ZeRO-0/1/2 on 2 and 3 processes, and its pipeline boundary bytes those of the pp layouts (gpipe,
+#     ranks) for ZeRO-0/1/2/3 on 2 and 3 processes, and its pipeline boundary bytes those of the pp layouts (gpipe,
 #     1f1b with tp and sequence parallelism, interleaved, --pp-layers). The tensor-parallel bytes are not compared
 #     (the planner counts the 4 per-layer all-reduces only, not the vocabulary-parallel loss statistics).
 source "$(dirname "$0")/dp_lib.sh"
@@ -38,7 +38,6 @@ check $? "-e L2:C64:NH2 trains as a model descriptor (L=2 C=64 NH=2, maxT 1024, 
 expect_error "C=65 is not divisible by NH=2" "-e with C not divisible by NH" -- $TRAIN -e L2:C65:NH2 -x 1
 expect_error "unknown field at 'X3'" "-e with an unknown field" -- $TRAIN -e L2:C64:NH2:X3 -x 1
 expect_error "mixture-of-experts shapes (E, K) are not implemented" "-e with experts" -- $TRAIN -e L2:C64:NH2:E8:K2 --plan 1
-expect_error "-z 3 (ZeRO-3) is not implemented by the trainer" "-z 3 without --plan" -- $TRAIN "${FAST[@]}" -z 3 -x 1
 expect_error "-r 3 (full recompute) is not implemented" "-r 3 without --plan" -- $TRAIN "${FAST[@]}" -r 3 -x 1
 
 # ledger == allocation == plan, per stage; data-parallel bytes == comm counters. Each layout trains 2 steps of d2/d8
@@ -61,7 +60,7 @@ print("stages %s: allocated %s; plan %s" % (sorted(led), [led[s][1][:4] for s in
 sys.exit(0 if ok else 1)
 PY
 }
-LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
+LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "3|-e d2 -z 3 -d 384" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
          "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512")
 if [ -z "${TESTS_QUICK:-}" ]; then
     LAYOUTS+=("2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"

@@ -1,0 +1,188 @@
+/*
+ * llmc/zero_params.h -- ZeRO-3's parameter store (llmc/README.md, "ZeRO and the gradient store"; Rajbhandari et al.
+ * 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", stage 3 "P_os+g+p"; Zhao et al.
+ * 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel"): every rank of the data-parallel group
+ * keeps only its shard of the flat padded parameter buffer (S = ceil(P/N) floatX, the same shard its optimizer state
+ * covers) and gathers the parameters the model is about to read into a small working buffer, through the model's
+ * GPT2ParamSource hook (llmc/gpt2.h).
+ *
+ * Units. The llm.c layout stacks each per-layer tensor over the layers, so one layer's parameters are 12 pieces of
+ * the flat index space (the pieces of gpt2_grad_bucket(l)); the global tensors wte, wpe, lnfw, lnfb are one more
+ * unit (-1). The working buffer has the parameter layout of a 2-layer model: per-layer tensor i holds two layer
+ * slots back to back (layer l in slot l % 2), the global tensors whole. So the model's working set is at most two
+ * layers plus the embedding unit, 2 * (one layer) + (wte, wpe, lnf) values, beside the shard.
+ *
+ * Gathering a unit: the owned part of each piece is copied from the shard into the working buffer, then one
+ * all-gather over the pieces (comm_all_gather_segments) fills the rest from their owners; (N-1)/N of the unit's
+ * bytes per rank. Every forward gathers every unit once and every backward once more ("released" = its slot is
+ * reused two layers later), so a micro-step moves 2 (N-1)/N of the parameter bytes in all-gathers, plus the
+ * gradients' reduce-scatter of ZeRO-2: 3 (N-1)/N per step per rank without accumulation.
+ * wte's two uses: the global unit is gathered at the start of each forward (the embedding reads it first, the tied
+ * LM head last) and again at the start of each backward (the head's backward reads it first; the encoder's backward
+ * reads only tokens), so both uses read the same gathered values; their gradients meet in one buffer, the store's
+ * wte gradient, and are reduce-scattered together at the end of backward (ZeRO-2's layer_ready(-1)).
+ *
+ * Prefetch (GPU): when layer l is needed, the store waits for l's gather (issued one layer earlier) and issues the
+ * gather of the next layer (l+1 in a forward, l-1 in a backward) into the other slot. Collectives run on the
+ * communication stream after the compute work queued before them (llmc/comm.h), so the slot is overwritten only
+ * after the layer that used it finished; the compute stream waits for a slot's gather through comm fence
+ * ZERO_PARAMS_FENCE + slot (the global unit: ZERO_PARAMS_FENCE + 2), without blocking the host. On the CPU build
+ * collectives are synchronous and the prefetch is simply the next gather done early.
+ *
+ * Errors: allocation failures exit with one line (dev_malloc); collectives check every return code (comm.h).
+ */
+#ifndef LLMC_ZERO_PARAMS_H
+#define LLMC_ZERO_PARAMS_H
+
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/comm.h"
+#include "llmc/gpt2.h"
+
+#define ZERO_PARAMS_FENCE 3 /* comm fences 3, 4 (the layer slots) and 5 (the global unit); ZeRO-2 uses 0-2 */
+
+typedef struct {
+    GPT2* model;
+    Comm* dp;
+    CommDtype dtype;
+    size_t P, S, own_start;       /* parameters, shard size, first flat index of this rank's shard */
+    floatX* shard;                /* (S) device: parameters [own_start, own_start + S) (the tail past P zero) */
+    floatX* work;                 /* device: the working buffer (a 2-layer model's parameter layout) */
+    size_t work_elems;
+    GPT2GradTarget pieces;        /* the working buffer described as a target, for gpt2_grad_bucket's pieces */
+    int pending[2];               /* the layer whose gather into slot k is in flight (-1: none) */
+} ZeroParamStore;
+
+/* unit `l` (a layer, or -1: wte, wpe, lnfw, lnfb) as comm segments of the flat parameter index space pointing into
+ * the working buffer; returns the count */
+static inline int zero_params_segments(ZeroParamStore* ps, int l, CommSegment seg[NUM_PARAMETER_TENSORS]) {
+    GPT2GradPiece pieces[NUM_PARAMETER_TENSORS];
+    int n = gpt2_grad_bucket(ps->model, &ps->pieces, l, pieces);
+    for (int k = 0; k < n; k++) {
+        seg[k].ptr = pieces[k].grad;
+        seg[k].begin = pieces[k].begin;
+        seg[k].end = pieces[k].end;
+    }
+    return n;
+}
+
+/* queues the gather of unit l into its place in the working buffer: the owned parts from the shard (compute
+ * stream), then one all-gather over the unit's pieces (communication stream) */
+static inline void zero_params_gather(ZeroParamStore* ps, int l) {
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_params_segments(ps, l, seg);
+    size_t a = ps->own_start, b = ps->own_start + ps->S;
+    for (int k = 0; k < n; k++) {
+        size_t lo = seg[k].begin > a ? seg[k].begin : a, hi = seg[k].end < b ? seg[k].end : b;
+        if (hi > lo) {
+            dev_memcpy_d2d((floatX*)seg[k].ptr + (lo - seg[k].begin), ps->shard + (lo - a), (hi - lo) * sizeof(floatX));
+        }
+    }
+    comm_all_gather_segments(ps->dp, seg, n, ps->dtype, ps->S);
+}
+
+/* GPT2ParamSource hook (see the header): the global unit is gathered and waited for at the start of each pass (and
+ * the pass's first layer prefetched); layer l is waited for (or gathered now if no prefetch was issued) and the
+ * next layer of the pass is prefetched into the other slot */
+static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
+    ZeroParamStore* ps = (ZeroParamStore*)ctx;
+    int L = ps->model->n_layers;
+    int next = l < 0 ? (backward ? L - 1 : 0) : (backward ? l - 1 : l + 1);
+    if (l < 0) {
+        zero_params_gather(ps, -1);
+        comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + 2);
+        comm_fence_wait(ps->dp, ZERO_PARAMS_FENCE + 2);
+    } else {
+        int k = l & 1;
+        if (ps->pending[k] != l) { /* no prefetch of l in flight (a pass that starts elsewhere): gather it now */
+            zero_params_gather(ps, l);
+            comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + k);
+        }
+        comm_fence_wait(ps->dp, ZERO_PARAMS_FENCE + k);
+        ps->pending[k] = -1;
+    }
+    if (next >= 0 && next < L) {
+        int k = next & 1;
+        zero_params_gather(ps, next);
+        comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + k);
+        ps->pending[k] = next;
+    }
+}
+
+/* Shards the parameters of `model` (its flat buffer padded to N * S, llmc/zero.h): copies this rank's shard
+ * [own_start, own_start + S) out, replaces the model's buffer by the working buffer and points the model's
+ * GPT2ParamSource at the store. The full buffer is freed; from here on the model's params hold gathered layers only.
+ * Exits with one line on allocation failure. */
+static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, CommDtype dtype, size_t S,
+                                    size_t own_start) {
+    memset(ps, 0, sizeof(*ps));
+    ps->model = model;
+    ps->dp = dp;
+    ps->dtype = dtype;
+    ps->P = model->num_parameters;
+    ps->S = S;
+    ps->own_start = own_start;
+    ps->pending[0] = ps->pending[1] = -1;
+    ps->shard = (floatX*)dev_malloc(S * sizeof(floatX), "parameters (ZeRO-3 shard)");
+    dev_memcpy_d2d(ps->shard, model->params_memory + own_start, S * sizeof(floatX));
+    size_t sizes[NUM_PARAMETER_TENSORS], L = (size_t)model->n_layers;
+    ps->work_elems = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        sizes[i] = parameter_is_per_layer(i) ? 2 * (model->param_sizes[i] / L) : model->param_sizes[i];
+        ps->work_elems += sizes[i];
+    }
+    ps->work = (floatX*)dev_malloc(ps->work_elems * sizeof(floatX), "parameters (ZeRO-3 working set: 2 layers + wte/wpe/lnf)");
+    dev_memset(ps->work, 0, ps->work_elems * sizeof(floatX));
+    dev_free(model->params_memory);
+    model->params_memory = ps->work;
+    model->params_capacity = ps->work_elems;
+    parameter_tensors_point(&model->params, ps->work, sizes);
+    memset(&ps->pieces, 0, sizeof(ps->pieces));
+    ps->pieces.base = model->params;
+    ps->pieces.layer_slots = 2;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        ps->pieces.layer_stride[i] = parameter_is_per_layer(i) ? model->param_sizes[i] / L : 0;
+    }
+    model->param_source.layer_slots = 2;
+    model->param_source.layer_needed = zero_params_layer_needed;
+    model->param_source.ctx = ps;
+}
+
+/* device bytes of parameters this rank holds: the shard and the working buffer */
+static inline size_t zero_params_bytes(const ZeroParamStore* ps) { return (ps->S + ps->work_elems) * sizeof(floatX); }
+
+/* The full model's parameters in fp32 into host_full (P floats, flat order; NULL on ranks that do not need them):
+ * every rank of the group calls it (unit by unit through the working buffer, so no full copy is ever held on the
+ * device). Synchronises; leaves no gather in flight. */
+static inline void zero_params_download_full(ZeroParamStore* ps, float* host_full) {
+    for (int l = -1; l < ps->model->n_layers; l++) {
+        zero_params_gather(ps, l);
+        comm_join(ps->dp);
+        CommSegment seg[NUM_PARAMETER_TENSORS];
+        int n = zero_params_segments(ps, l, seg);
+        for (int k = 0; host_full && k < n; k++) {
+            dev_download_floats(host_full + seg[k].begin, (const floatX*)seg[k].ptr, seg[k].end - seg[k].begin);
+        }
+    }
+    ps->pending[0] = ps->pending[1] = -1;
+}
+
+/* replaces this rank's shard by elements [own_start, own_start + S) of the full parameters `full` (device, P
+ * floatX, the flat order); the shard's tail past P stays zero */
+static inline void zero_params_set_from_full(ZeroParamStore* ps, const floatX* full) {
+    size_t lo = ps->own_start < ps->P ? ps->own_start : ps->P, hi = ps->own_start + ps->S;
+    hi = hi < ps->P ? hi : ps->P;
+    dev_memset(ps->shard, 0, ps->S * sizeof(floatX));
+    if (hi > lo) { dev_memcpy_d2d(ps->shard, full + lo, (hi - lo) * sizeof(floatX)); }
+}
+
+/* frees the shard (the working buffer is the model's params_memory: gpt2_free frees it) */
+static inline void zero_params_free(ZeroParamStore* ps) {
+    if (ps->shard) { dev_free(ps->shard); }
+    if (ps->model && ps->model->param_source.ctx == ps) { memset(&ps->model->param_source, 0, sizeof(GPT2ParamSource)); }
+    ps->shard = NULL;
+}
+
+#endif /* LLMC_ZERO_PARAMS_H */
