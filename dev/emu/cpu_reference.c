@@ -52,6 +52,11 @@ void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, c
     free(state);
     free(scratch);
 }
+void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH) {
+    float* scores = (float*)calloc((size_t)NH * t, sizeof(float));
+    attention_decode(out, q, k, v, scores, t, C, NH);
+    free(scores);
+}
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                           int write_dlogits) {
     fused_classifier(logits, losses, dloss, targets, N, V, Vp, write_dlogits);

@@ -33,6 +33,7 @@ void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
                                     int NH);
+void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH);
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                           int write_dlogits);
 void ref_vocab_parallel_row_max(float* row_max, const float* logits, int N, int Vs, int valid);

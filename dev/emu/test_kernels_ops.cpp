@@ -485,6 +485,31 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     dev_free(d_qkv); dev_free(d_dout); dev_free(d_out); dev_free(d_dqkv); dev_free(d_state); dev_free(d_scratch);
 }
 
+/* one new query against t cached keys/values (KV-cache sampling): the kernel against the CPU backend's, and the
+ * CPU decode of position t-1 against row t-1 of the CPU's full causal attention over the same t positions */
+static void test_attention_decode(int t, int C, int NH) {
+    std::string s = shp("t=%d C=%d NH=%d hs=%d", t, C, NH, C / NH);
+    std::vector<float> qkv = roundX(randv((size_t)t * 3 * C, 1.5f)); /* floatX values, so both sides see the same */
+    std::vector<float> q(qkv.end() - 3 * C, qkv.end() - 2 * C), k((size_t)t * C), v((size_t)t * C);
+    for (int j = 0; j < t; j++) {
+        std::copy(qkv.begin() + (size_t)j * 3 * C + C, qkv.begin() + (size_t)j * 3 * C + 2 * C, k.begin() + (size_t)j * C);
+        std::copy(qkv.begin() + (size_t)j * 3 * C + 2 * C, qkv.begin() + (size_t)(j + 1) * 3 * C, v.begin() + (size_t)j * C);
+    }
+    floatX* d_q = upX(q);
+    floatX* d_k = upX(k);
+    floatX* d_v = upX(v);
+    floatX* d_out = dX(C);
+    poisonX(d_out, C);
+    attention_decode(d_out, d_q, d_k, d_v, NULL, t, C, NH);
+    std::vector<float> ref(C), full((size_t)t * C);
+    ref_attention_decode(ref.data(), q.data(), k.data(), v.data(), t, C, NH);
+    check("attention_decode", s, downX(d_out, C), roundX(ref), TOL_ATT);
+    ref_attention_forward_backward(full.data(), NULL, qkv.data(), NULL, 1, t, C, NH);
+    std::vector<float> last(full.end() - C, full.end());
+    check("attention_decode (CPU) vs full attention's last row (CPU)", s, ref, last, 1e-5);
+    dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_out);
+}
+
 /* ---------------------------------------------------------------- fused classifier */
 static void test_classifier(int N, int V, int Vp, int write_dlogits) {
     std::string s = shp("N=%d V=%d Vp=%d%s", N, V, Vp, write_dlogits ? " dlogits" : "");
@@ -943,6 +968,10 @@ int main(void) {
     /* several 64-row query / 64-key tiles: double buffering, diagonal-tile skips, 32-row tiles at hs=128 */
     test_attention(1, 150, 128, 2, 0); /* hs=64, 3 tiles, partial last */
     test_attention(1, 97, 256, 2, 0);  /* hs=128 */
+    test_attention_decode(1, 30, 5);    /* the first position */
+    test_attention_decode(45, 64, 2);   /* hs=32 */
+    test_attention_decode(150, 128, 2); /* hs=64, more positions than threads */
+    test_attention_decode(300, 36, 3);  /* hs=12 */
     test_attention(1, 130, 64, 4, 0);  /* hs=16 */
     test_attention(1, 129, 64, 2, 0);  /* hs=32, one row past two tiles */
 
