@@ -13,7 +13,10 @@
  * dot products (llmc/cpu/attention_decode.h, llmc/cuda/attention_decode.cuh): the logits agree within the
  * model test's logits tolerance, and greedy sampling picks the same tokens (test_gpt.cu checks both).
  *
- * Scope: the whole dense model on one process (no tensor or pipeline split: kv_cache_supported says so);
+ * Parameters are read through layer_param and the model's parameter source (gpt2_params_needed before the global
+ * tensors, before layer 0 and before layer l+1's LayerNorm, as gpt2_forward calls it), so ZeRO-3's per-layer
+ * gathers work here too: every rank of the data-parallel group runs the same steps (collective then).
+ * Scope: the whole dense model (no tensor or pipeline split: kv_cache_supported says so);
  * positions up to the allocated T (the caller falls back to recomputing the window for longer samples, whose
  * context crop shifts every position). Memory: 2·L·T·C floatX + a few rows, allocated per generate_text call and
  * freed after it (sampling is rare; nothing stays on the device between samples).
@@ -88,7 +91,9 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
     float* mean = kv->ln_stats;
     float* rstd = kv->ln_stats + 1;
     dev_memcpy_h2d(kv->token, &token, sizeof(int));
+    gpt2_params_needed(m, -1, 0); /* the parameter source's hooks as in gpt2_forward (ZeRO-3 gathers layers there) */
     encoder_forward(kv->x, kv->token, p->t[P_WTE], p->t[P_WPE] + (size_t)pos * C, 1, 1, C); /* wpe row pos */
+    gpt2_params_needed(m, 0, 0);
     layernorm_forward(kv->ln, mean, rstd, kv->x, layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), 1, C);
     for (int l = 0; l < L; l++) {
         floatX* kl = kv->k + (size_t)l * kv->T * C;
@@ -110,6 +115,7 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
         }
         matmul_forward(kv->y, kv->fch_gelu, layer_param(p, m, P_FCPROJW, l), layer_param(p, m, P_FCPROJB, l), 1,
                        4 * C, C, NULL);
+        if (l + 1 < L) { gpt2_params_needed(m, l + 1, 0); }
         const floatX* w = l + 1 < L ? layer_param(p, m, P_LN1W, l + 1) : p->t[P_LNFW];
         const floatX* b = l + 1 < L ? layer_param(p, m, P_LN1B, l + 1) : p->t[P_LNFB];
         fused_residual_layernorm_forward(kv->x, kv->ln, mean, rstd, kv->residual2, kv->y, w, b, 1, C);
