@@ -47,12 +47,19 @@ WHEEL=$(mktemp -d)
 mkdir -p "$WHEEL/include" "$WHEEL/lib"
 ln -s "$NCCL_H" "$WHEEL/include/nccl.h"
 ln -s "$(readlink -f "$NCCL_SO")" "$WHEEL/lib/libnccl.so.2"
-build "nvcc links train_gpt against a wheel-style NCCL folder (lib/libnccl.so.2 only)" \
-    make -s -B train_gpt GPU_ARCH=90 NCCL_HOME="$WHEEL"
-if readelf -d train_gpt 2>/dev/null | grep -q "RUNPATH.*$WHEEL/lib" && readelf -d train_gpt | grep -q 'NEEDED.*libnccl.so.2'; then
-    echo "ok - that build needs libnccl.so.2 and has $WHEEL/lib on its runpath"
+# (a small program with the flags llmc/cuda/libs.mk gives train_gpt for that folder: the link is what is tested, and
+# compiling the whole trainer once more for it would cost a minute)
+make -s print-cuda-libs NCCL_HOME="$WHEEL" > "$WHEEL/flags.txt" 2>&1
+printf '#include <nccl.h>\n#include <stdio.h>\nint main(void) { int v = 0; ncclGetVersion(&v); printf("%%d\\n", v); return 0; }\n' \
+    > "$WHEEL/probe.cu"
+# shellcheck disable=SC2046
+build "nvcc links a program against a wheel-style NCCL folder (lib/libnccl.so.2 only) with libs.mk's flags" \
+    "$NVCC" $(sed -n 's/^compile: *//p' "$WHEEL/flags.txt") "$WHEEL/probe.cu" $(sed -n 's/^link: *//p' "$WHEEL/flags.txt") \
+    -o "$WHEEL/probe"
+if readelf -d "$WHEEL/probe" 2>/dev/null | grep -q "RUNPATH.*$WHEEL/lib" && readelf -d "$WHEEL/probe" | grep -q 'NEEDED.*libnccl.so.2'; then
+    echo "ok - that program needs libnccl.so.2 and has $WHEEL/lib on its runpath"
 else
-    echo "not ok - wheel-style NCCL build: $(readelf -d train_gpt 2>&1 | grep -E 'NEEDED|RUNPATH' | tr '\n' ' ')"
+    echo "not ok - wheel-style NCCL link: $(readelf -d "$WHEEL/probe" 2>&1 | grep -E 'NEEDED|RUNPATH' | tr '\n' ' ')"
 fi
 rm -rf "$WHEEL"
 build "nvcc builds train_gpt without NCCL (USE_NCCL=0, sm_90)" make -s -B train_gpt GPU_ARCH=90 USE_NCCL=0
