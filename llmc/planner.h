@@ -7,7 +7,9 @@
  *
  * Cost model (per optimizer step, one GPU of the slowest pipeline stage; every assumption is printed):
  *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT) x tokens per step; executed FLOPs add one
- *               forward (x 4/3) for full recompute (-r 3, theory); -r 1/2 recompute elementwise work, not counted.
+ *               forward (x 4/3) for activation checkpointing (-r 3, Megatron-LM's full-recompute convention; the
+ *               trainer skips the last segment's recompute, so this is an upper bound); -r 1/2 recompute elementwise
+ *               work, not counted.
  *   compute     executed FLOPs / GPUs / (peak x gemm_eff): one GEMM efficiency factor for every matmul.
  *   optimizer   AdamW reads and writes about 2 pb + pb + 24 bytes per owned parameter at HBM bandwidth.
  *   collectives ring: all-reduce 2(n-1)/n x bytes / bw + 2(n-1) x lat; reduce-scatter and all-gather half of it;
@@ -212,7 +214,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if (l->zero == 3 || l->offload || l->recompute == 3) { return " [theory: not implemented by the trainer]"; }
+    if (l->zero == 3 || l->offload) { return " [theory: not implemented by the trainer]"; }
     return "";
 }
 
@@ -245,10 +247,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
             for (int rc = 0; rc <= 3; rc++) {
                 LedgerLayout v = *l;
                 v.recompute = rc; v.sp = sp;
-                printf(" r%d%s %.3f%s", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB, rc == 3 ? "*" : "");
+                printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
             }
         }
-        printf(" (* full recompute: theory)\n");
+        printf(" (r3: checkpoints every %d layer%s)\n", l->recompute_every > 1 ? l->recompute_every : 1,
+               l->recompute_every > 1 ? "s" : "");
     }
     if (m->host) { printf("plan memory: offloaded optimizer state %.3f GB in host memory per GPU\n", m->host / GB); }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
@@ -277,9 +280,9 @@ static inline int plan_cmp(const void* a, const void* b) {
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-2 (ZeRO-2
- * only without pipelines, as the trainer), recompute 0 and 2, the 1f1b schedule and interleaved with v 2 (where L
- * and m allow it), sequence parallel with tp > 1;
- * with theory = 1 also ZeRO-3 and full recompute. Returns the count in *n of a malloc'd array sorted best first
+ * only without pipelines, as the trainer), recompute 0, 2 and 3 (base's recompute_every), the 1f1b schedule and
+ * interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
+ * with theory = 1 also ZeRO-3. Returns the count in *n of a malloc'd array sorted best first
  * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
  * recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
@@ -298,7 +301,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
                 if (z == 2 && pp > 1) { continue; }
                 for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
                     int rc = k % 4, inter = k / 4;
-                    if (rc == 1 || (rc == 3 && !theory) || (inter && pp < 2)) { continue; }
+                    if (rc == 1 || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
                     l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
                     l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;
