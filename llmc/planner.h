@@ -229,9 +229,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan: model L=%d C=%d NH=%d V=%d: %zu parameters; B=%d T=%d m=%d micro-batches, %.0f tokens per step\n",
            l->cfg.num_layers, l->cfg.channels, l->cfg.num_heads, l->cfg.vocab_size, ledger_model_parameters(&l->cfg),
            l->B, l->T, l->m, r->tokens);
-    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s\n", l->tp, l->sp ? " (sp)" : "",
-           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, l->offload ? ", optimizer offload" : "",
-           plan_theory_note(l));
+    char every[48] = "";
+    if (l->recompute == 3) { snprintf(every, sizeof(every), " (checkpoints every %d layers)", l->recompute_every > 1 ? l->recompute_every : 1); }
+    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->tp, l->sp ? " (sp)" : "",
+           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, every,
+           l->offload ? ", optimizer offload" : "", plan_theory_note(l));
     printf("plan memory (GB per GPU, pipeline stage %d): parameters %.3f | gradients %.3f | master %.3f | AdamW m+v %.3f "
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
