@@ -241,7 +241,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm, 3 "
          "activation checkpointing: keep each --recompute-every'th block's input, recompute the blocks between in backward");
     SPEC(NULL, "recompute-every", ARG_INT, recompute_every, 1, NO_MAX, "-r 3: layers per checkpointed segment (k; 1 = "
-         "every block from its input, Megatron-LM's full recompute; about sqrt(L) by Chen et al.)");
+         "every block from its input, Megatron-LM's full recompute, the least memory; larger k recomputes fewer blocks)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
