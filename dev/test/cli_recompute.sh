@@ -7,10 +7,10 @@
 #     same kernels on the same inputs); every run's memory ledger line says the ledger equals the allocation; the
 #     activation bytes are ordered k=1 < k=3 < k=4 = -r 0 (the table really shrinks);
 #   - --recompute-every without -r 3 is refused with one line;
-#   - under mpirun (2 processes): tensor parallel with sequence parallelism (k = 1) and a 2-stage 1F1B pipeline with
-#     4 micro-batches (k = 1 within each stage's 2 layers) are bit-identical to -r 0 with the same layout, ledger
-#     equal on every stage.
-# The emulated GPU build's check is dev/test/cli_recompute_emu.sh. About 15 s on 2 cores.
+#   - under mpirun (2 processes): tensor parallel with sequence parallelism, a 2-stage 1F1B pipeline with 4
+#     micro-batches (k = 1 within each stage's 2 layers) and data parallel ZeRO-2 with 2 micro-steps, all k = 1, are
+#     bit-identical to -r 0 with the same layout, ledger equal on every stage.
+# The emulated GPU build's check is dev/test/cli_recompute_emu.sh. About 15 s on an idle 2-core machine.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 
@@ -47,8 +47,9 @@ test -n "${ACTS[r0]}" && test -n "${ACTS[k1]}" && test -n "${ACTS[k3]}" && \
 check $? "activation bytes allocated: k=1 ${ACTS[k1]} < k=3 ${ACTS[k3]} < k=4 ${ACTS[k4]} = -r 0 ${ACTS[r0]}"
 expect_error "flag --recompute-every is 2 with -r 2" "--recompute-every without -r 3" -- $TRAIN "${R[@]}" -r 2 --recompute-every 2
 
-# tensor parallel (sequence parallel) and a pipeline: the same layout with and without checkpointing
-for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256"; do
+# tensor parallel (sequence parallel), a pipeline and ZeRO-2 (its per-layer gradient hooks run between the
+# recomputes) on 2 processes: the same layout with and without checkpointing
+for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256"; do
     name=$(echo "$layout" | tr -d ' -')
     for r in 0 3; do
         # shellcheck disable=SC2086
