@@ -1,71 +1,59 @@
 #!/usr/bin/env bash
 # dev/bench/recompute.sh -- activation checkpointing every k layers (-r 3 --recompute-every k) on the CPU build (a
-# benchmark, not a test): for d12 (GPT-2 124M, L = 12) at small B, T, one table row per k in {1, 2, 3, 4, 6, 12}
-# and one for no recompute (-r 0), each a separate run of ./train_gpt_cpu:
-#   alloc     activation bytes the trainer allocated (its 'memory ledger' line; the ledger's own count beside it,
-#             and the line must say "equal")
-#   blocks    the part of them that depends on k: alloc - F, F = what no k changes (embedding output, LM head,
-#             logits, backward buffers), derived from the -r 0 and k = 1 rows: with A' = (alloc(r0) - alloc(k1)) /
-#             (L - 1) (one block's activations besides its output row) and c = B T C 4 bytes (one residual row),
-#             A = A' + c is one block's activations and F = alloc(r0) - L A
-#   textbook  (ceil(L/k) + k) A: Chen et al.'s count, where a stored segment input costs a whole block's A
-#   RSS       the process's peak resident memory (GNU time), which also holds weights, gradients, AdamW state
+# benchmark, not a test): runs build/recompute_bench (dev/bench/recompute_bench.c: one forward + backward of d12,
+# GPT-2 124M with L = 12, for -r 0 and k in {1, 2, 3, 4, 6, 12}, interleaved, median of REPS, one thread) and prints
+# a markdown table, one row per configuration:
+#   alloc     activation bytes allocated for the table (gpt2_allocate_activations' acts_bytes)
+#   ledger    the memory ledger's count of them (ledger_rank: must be equal)
+#   blocks    the part that depends on k: alloc - F, F = what no k changes (embedding output, LM head, logits,
+#             backward buffers), derived from the -r 0 and k = 1 rows: A' = (alloc(r0) - alloc(k1)) / (L - 1) (one
+#             block's activations besides its output row), c = B T C 4 bytes (one residual row), A = A' + c one
+#             block's activations, F = alloc(r0) - L A
+#   textbook  (ceil(L/k) + k) A: Chen et al.'s count, in which a stored segment input costs a whole block's A
 #   recomp    blocks whose forward runs twice per step: (ceil(L/k) - 1) k (the last segment's activations are still
 #             in place after the forward)
-#   ms/step   median over the steps after the first two, and its overhead against -r 0
-#   expected  the recomputed FLOPs over those of forward + backward (3 forwards): recomp x (24 C^2 + 2 T C) per token
-#             over 3 (L (24 C^2 + 2 T C) + 2 C Vp) (block matmuls and causal attention; the LM head, never recomputed);
-#             the AdamW update and elementwise work are not counted, so the measured share can only be lower
-# Usage: bash dev/bench/recompute.sh [steps] [B] [T]     (defaults 8 1 256; env OMP_NUM_THREADS to pin threads)
-# Timings on a shared machine are noisy: run it when the machine is otherwise idle, and with enough steps.
+#   CPU s     forward + backward CPU time (one thread: the work done, little inflated by other processes on a
+#             shared machine), median of REPS; overhead against -r 0
+#   expected  recomputed FLOPs over those of forward + backward (3 forwards): recomp (24 C^2 + 2 T C) per token over
+#             3 (L (24 C^2 + 2 T C) + 2 C Vp) (block matmuls and causal attention; the LM head is never recomputed)
+#   wall s    wall time of the same, median (noisy on a shared machine)
+#   grads     every k's gradients equal -r 0's bit for bit
+# Usage: bash dev/bench/recompute.sh [B] [T] [REPS]     (defaults 1 256 5; a few minutes on 2 cores)
 set -eu
 cd "$(dirname "$0")/../.."
-STEPS=${1:-8}
-B=${2:-1}
-T=${3:-256}
-make -s train_gpt_cpu
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-run() { # name, flags...
-    local name=$1; shift
-    /usr/bin/time -f '%M' -o "$TMP/$name.rss" ./train_gpt_cpu -e d12 -b "$B" -t "$T" -x "$STEPS" -j '' -g 0 -u 1 \
-        -o "$TMP/$name" "$@" > "$TMP/$name.txt" 2>&1 || { echo "run $name failed:"; tail -n 3 "$TMP/$name.txt"; exit 1; }
-}
-run r0 -r 0
-for k in 1 2 3 4 6 12; do run "k$k" -r 3 --recompute-every "$k"; done
-python3 - "$TMP" "$B" "$T" "$STEPS" "${OMP_NUM_THREADS:-$(nproc)}" <<'PY'
-import json, math, re, statistics, sys
-tmp, B, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-L, C = 12, 768
-rows = {}
-for name in ["r0"] + ["k%d" % k for k in (1, 2, 3, 4, 6, 12)]:
-    txt = open("%s/%s.txt" % (tmp, name)).read()
-    m = re.search(r"^memory ledger .*activations (\d+); allocated: .* \| (\d+) -> (\w+)$", txt, re.M)
-    ms = [json.loads(l)["ms"] for l in open("%s/%s/log.jsonl" % (tmp, name)) if '"kind":"train"' in l][2:]
-    rss = int(open("%s/%s.rss" % (tmp, name)).read().split()[-1]) * 1024
-    rows[name] = dict(ledger=int(m.group(1)), alloc=int(m.group(2)), equal=m.group(3), ms=statistics.median(ms),
-                      rss=rss)
+B=${1:-1}
+T=${2:-256}
+REPS=${3:-5}
+make -s build/recompute_bench
+OUT=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./build/recompute_bench d12 "$B" "$T" "$REPS" 1,2,3,4,6,12)
+python3 - "$B" "$T" "$REPS" <<PY
+import math, re, sys
+B, T, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+L, C, Vp = 12, 768, 50304
+rows = [dict(re.findall(r"(\w+)=(\S+)", line)) for line in """$OUT""".strip().splitlines()]
+for r in rows:
+    r["k"] = int(r["run"][2:]) if r["run"].startswith("k=") else None
+    for f in ("acts", "ledger"): r[f] = int(r[f])
+    for f in ("cpu_s", "wall_s"): r[f] = float(r[f])
+r0 = next(r for r in rows if r["k"] is None)
+k1 = next(r for r in rows if r["k"] == 1)
 c = B * T * C * 4
-Ap = (rows["r0"]["alloc"] - rows["k1"]["alloc"]) / (L - 1)
-A = Ap + c
-F = rows["r0"]["alloc"] - L * A
+A = (r0["acts"] - k1["acts"]) / (L - 1) + c
+F = r0["acts"] - L * A
 MiB = 1024.0 * 1024.0
-base = rows["r0"]["ms"]
-print("d12 (L=%d, C=%d), B=%d T=%d, %d steps (median of the last %d), %s threads; A = %.2f MiB per block, "
-      "F = %.2f MiB" % (L, C, B, T, steps, steps - 2, threads, A / MiB, F / MiB))
-print("| run | alloc MiB | ledger MiB | ledger | blocks MiB | textbook (L/k+k)A MiB | RSS MiB | recomp | ms/step | overhead "
-      "| expected |")
+f_block, f_head = 24.0 * C * C + 2.0 * T * C, 2.0 * C * Vp
+print("d12 (L=%d, C=%d), B=%d T=%d, one forward + backward, median of %d, 1 thread; A = %.2f MiB per block (c = %.2f "
+      "MiB per residual row), F = %.2f MiB" % (L, C, B, T, reps, A / MiB, c / MiB, F / MiB))
+print("| run | alloc MiB | ledger MiB | blocks MiB | textbook (L/k+k)A MiB | recomp | CPU s | overhead | expected | wall s | grads |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
-f_block, f_head = 24.0 * C * C + 2.0 * T * C, 2.0 * C * 50304
-for name, r in rows.items():
-    k = int(name[1:]) if name != "r0" else None
+for r in rows:
+    k = r["k"]
     nseg = math.ceil(L / k) if k else None
-    text = "%.1f" % ((nseg + k) * A / MiB) if k else "-"
     recomp = (nseg - 1) * k if k else 0
-    over = 100.0 * (r["ms"] / base - 1.0)
-    expect = 100.0 * recomp * f_block / (3.0 * (L * f_block + f_head))
-    print("| %s | %.1f | %.1f | %s | %.1f | %s | %.0f | %d | %.0f | %s | %s |" % (
-        "-r 0" if not k else "-r 3 k=%d" % k, r["alloc"] / MiB, r["ledger"] / MiB, r["equal"],
-        (r["alloc"] - F) / MiB, text, r["rss"] / MiB, recomp, r["ms"], "-" if not k else "%+.1f%%" % over,
-        "-" if not k else "%.1f%%" % expect))
+    print("| %s | %.1f | %.1f%s | %.1f | %s | %d | %.3f | %s | %s | %.3f | %s |" % (
+        "-r 0" if not k else "-r 3 k=%d" % k, r["acts"] / MiB, r["ledger"] / MiB,
+        "" if r["ledger"] == r["acts"] else " (DIFFERENT)", (r["acts"] - F) / MiB,
+        "%.1f" % ((nseg + k) * A / MiB) if k else "-", recomp, r["cpu_s"],
+        "%+.1f%%" % (100.0 * (r["cpu_s"] / r0["cpu_s"] - 1.0)) if k else "-",
+        "%.1f%%" % (100.0 * recomp * f_block / (3.0 * (L * f_block + f_head))) if k else "-", r["wall_s"], r["grads"]))
 PY
