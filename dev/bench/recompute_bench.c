@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     GPT2Config cfg;
     char err[256];
     if (!gpt2_config_from_descriptor(&cfg, argv[1]) && !gpt2_config_from_shape(&cfg, argv[1], err, sizeof(err))) {
-        fprintf(stderr, "error: model '%s' is neither a descriptor (d2, d12, ...) nor a shape L<n>:C<n>:NH<n>\n", argv[1]);
+        fprintf(stderr, "error: model '%s' is neither a descriptor (d2, d12, ...) nor a shape L<n>:C<n>:NH<n>\n",
+                argv[1]);
         return 1;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), reps = atoi(argv[4]);
