@@ -98,6 +98,11 @@ $(BUILD)/cpu_ops_bench_naive: dev/bench/cpu_ops_bench.c $(CPU_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) -DLLMC_CPU_NAIVE $< $(CPU_LIBS) -o $@
 
+# activation checkpointing's cost by k (forward + backward CPU time, bytes): dev/bench/recompute.sh runs it
+$(BUILD)/recompute_bench: dev/bench/recompute_bench.c $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $< $(CPU_LIBS) -o $@
+
 test_gpt_cpu: test_gpt.cu train_gpt.cu $(CPU_DEPS)
 	$(CC) $(CPU_CFLAGS) -Wno-unused-function -x c test_gpt.cu -x none $(CPU_LIBS) -o $@
 

@@ -153,7 +153,7 @@ static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int
         free(host);
     }
     fm->norm = (float*)dev_malloc(sizeof(float), "fixture norm");
-    gpt2_allocate_activations(m, B, T, 0);
+    gpt2_allocate_activations(m, B, T, 0, 1);
 }
 static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
     build_fixture_model_tp(fm, model_path, B, T, NULL);
@@ -440,7 +440,7 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->tp = s->grid.tp;
     s->pp = s->grid.pp;
     zero_init(&s->zero, 0, &s->model, s->dp, s->tp, s->pp, 1);
-    gpt2_allocate_activations(&s->model, fx->B, fx->T, 0);
+    gpt2_allocate_activations(&s->model, fx->B, fx->T, 0, 1);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
     batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);
     lr_scheduler_init(&s->scheduler, "cosine", 1e-3f, 1, max_steps, 0.1f, 0.2f);

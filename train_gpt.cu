@@ -73,6 +73,7 @@ typedef struct {
     float temperature;
     int checkpoint_every, checkpoints_keep, resume;
     int zero_stage, recompute, gelu_fusion, master_weights;
+    int recompute_every;       /* -r 3: layers per checkpointed segment (k) */
     int seed;
     int log_every;
     int exit_after_steps;
@@ -138,6 +139,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->resume = 0;
     c->zero_stage = 0;
     c->recompute = 0;
+    c->recompute_every = 1;
     c->gelu_fusion = 1;
     c->master_weights = 1;
     c->seed = 1337;
@@ -248,13 +250,15 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "ZeRO-Offload) or nvme:DIR (the same state in one file per process under DIR, streamed in chunks; "
          "ZeRO-Infinity); with -z 0, 1 or 2");
     SPEC(NULL, "offload-params", ARG_STRING, offload_params, NO_MIN, NO_MAX,
-         "parameter offload: none (cpu needs ZeRO-3, -z 3, which this build does not have)");
-    SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
-         "activation recompute) only with --plan: not implemented by the trainer");
+         "parameter offload: none (ZeRO-3's shards in host memory are not implemented)");
+    SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm, 3 "
+         "activation checkpointing: keep each --recompute-every'th block's input, recompute the blocks between in backward");
+    SPEC(NULL, "recompute-every", ARG_INT, recompute_every, 1, NO_MAX, "-r 3: layers per checkpointed segment (k; 1 = "
+         "every block from its input, Megatron-LM's full recompute, the least memory; larger k recomputes fewer blocks)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
-    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 with --tp/--pp and full recompute (theory)");
+    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 with --tp/--pp (theory)");
     SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
     SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
     SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
@@ -681,6 +685,7 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
     {"dry-run", "exits before training"},
     {"recompute", "memory only: recomputed activations are the same"},
+    {"recompute-every", "memory only: recomputed activations are the same"},
     {"gelu-fusion", "a kernel choice: the same function"},
     {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
     {"exit-after-steps", "when this run stops"},
@@ -1180,11 +1185,11 @@ static void session_init(TrainSession* s) {
         PipeScheduleKind kind;
         pipe_schedule_from_name(cfg->pp_schedule, &kind);
         pipeline_init(&s->pipe, &s->model, s->pp, kind, s->grad_accum_steps, cfg->pp_virtual,
-                      s->pp_layers[0] ? s->pp_layers : NULL, cfg->B, cfg->T, cfg->recompute);
+                      s->pp_layers[0] ? s->pp_layers : NULL, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);
         s->pipe.gelu_fusion = cfg->gelu_fusion;
         pipeline_trace_init(&s->trace, &s->pipe, cfg->output_dir[0] ? cfg->pp_trace_steps : 0);
     } else {
-        gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute);
+        gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);
     }
     s->sample_rng = (uint64_t)cfg->seed * 0x9E3779B97F4A7C15ULL + 1;
     s->loss_scaling = strcmp(PRECISION_NAME, "fp16") == 0;
@@ -1214,6 +1219,7 @@ static LedgerLayout session_ledger_layout(const TrainSession* s) {
     pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
     l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
     l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
+    l.recompute_every = s->cfg.recompute_every;
     l.pb = (int)sizeof(floatX); l.master = zero_has_master(&s->zero); l.offload = s->offload.kind;
     return l;
 }
@@ -1241,6 +1247,17 @@ static void print_ledger_check(const TrainSession* s) {
                "allocated: %zu | %zu | %zu -> %s; PCIe per step (theory): %zu down (gradients) + %zu up (parameters)\n",
                s->pp->rank, ow[0], ow[1], ow[2], og[0], og[1], og[2], memcmp(og, ow, sizeof(og)) == 0 ? "equal" :
                "DIFFERENT", d2h, h2d);
+    }
+    if (s->cfg.recompute == 3) { /* what checkpointing saves: the same layout without any recompute */
+        LedgerLayout none = l;
+        none.recompute = 0;
+        size_t full = ledger_rank(&none, s->pp->rank).acts;
+        int L = gpt2_stage_layers(&s->model.stage) / (s->pp->world > 1 ? s->cfg.pp_virtual : 1);
+        int kk = gpt2_recompute_window(3, s->cfg.recompute_every, L);
+        printf("activation checkpointing (-r 3, pipeline stage %d): segments of k=%d of the %d layers per model "
+               "chunk: kept %d segment input(s) + %d layer(s) of activations; activations %zu bytes, %zu without "
+               "recompute (%.1f%%)\n", s->pp->rank, kk, L, gpt2_recompute_segments(3, kk, L), kk, r.acts, full,
+               100.0 * (double)r.acts / (double)full);
     }
     fflush(stdout);
 }
@@ -1489,6 +1506,7 @@ static int plan_main(const TrainConfig* cfg) {
     char off_err[1024];
     if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
     l.offload = off.kind != LEDGER_OFFLOAD_NONE ? off.kind : (cfg->offload ? LEDGER_OFFLOAD_CPU : LEDGER_OFFLOAD_NONE);
+    l.recompute_every = cfg->recompute_every;
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
     PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
     int layers[64] = {0};
@@ -1529,10 +1547,12 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
-    if (s->cfg.recompute == 3 || s->cfg.offload) {
-        FATAL_ALL("%s is not implemented by the trainer (only the planner models it: add --plan 1)",
-              s->cfg.recompute == 3 ? "-r 3 (full recompute)" :
-              "--offload 1 (the trainer's flag is --offload-optimizer cpu or nvme:DIR)");
+    if (s->cfg.recompute_every != 1 && s->cfg.recompute != 3) {
+        FATAL_ALL("flag --recompute-every is %d with -r %d; it sets the segment length of -r 3 (add -r 3 or drop it)",
+                  s->cfg.recompute_every, s->cfg.recompute);
+    }
+    if (s->cfg.offload) {
+        FATAL_ALL("--offload 1 is a planner flag (add --plan 1); the trainer's flag is --offload-optimizer cpu or nvme:DIR");
     }
     session_init(s);
     print_header(s, specs, n_specs);

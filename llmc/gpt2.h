@@ -381,18 +381,44 @@ typedef struct {
 
 static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Activation checkpointing every k layers (-r 3 --recompute-every k; Chen et al. 2016, "Training deep nets with
+ * sublinear memory cost"; k = 1 is Megatron-LM's full recompute). The L layers an instance runs form segments of
+ * kk = min(k, L) layers (the last one L - (nseg-1) kk layers), nseg = ceil(L / kk). Forward keeps the residual
+ * stream at each segment boundary (A_RESIDUAL3 entries 0..nseg-1: the output of the segment's last layer, the
+ * input of the next segment; entry nseg-1 is the stage's output) and writes layer l's other activations into
+ * working entry l % kk, which the next segment overwrites; A_RESIDUAL3 entries nseg..nseg+kk-2 hold the residual
+ * stream inside a segment. Backward, before the top layer of each segment but the last (whose activations forward
+ * left in place), recomputes that segment's forward from its input (gpt2_recompute_segment_forward: the same
+ * kernels on the same inputs, so bit-identical), then runs its layers' backward. Memory per table: nseg boundary
+ * rows + kk layers' activations instead of L layers'; compute: the forward of the first nseg-1 segments again. */
+
+/* kk: the per-layer entries a table keeps of each tensor stacked over the L layers of an instance (-r 3: min(k, L);
+ * otherwise L) */
+static inline int gpt2_recompute_window(int recompute, int every, int L) {
+    return recompute == 3 && every < L ? (every < 1 ? 1 : every) : L;
+}
+
+/* nseg: the checkpointed segments of L layers (-r 3), 1 otherwise */
+static inline int gpt2_recompute_segments(int recompute, int every, int L) {
+    int kk = gpt2_recompute_window(recompute, every, L);
+    return (L + kk - 1) / kk;
+}
+
 /* element counts for micro-batch (B,T) on one tensor-parallel rank of `tp` holding stage st (NULL: the whole
  * model; its layers, and the LayerNorm/logits/loss tensors only with the head); recompute: 0 none, 1 GELU output,
- * 2 also LayerNorm outputs */
+ * 2 also LayerNorm outputs, 3 every layer of a segment of `every` layers from the segment's input (see above;
+ * `every` is read only with 3) */
 static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T,
-                                         int recompute, const TensorParallel* tp, const GPT2Stage* st) {
+                                         int recompute, int every, const TensorParallel* tp, const GPT2Stage* st) {
     size_t p = (size_t)tp->size;
-    size_t L = st ? (size_t)gpt2_stage_layers(st) : (size_t)c->num_layers;
+    int L_all = st ? gpt2_stage_layers(st) : c->num_layers;
+    size_t L = (size_t)gpt2_recompute_window(recompute, every, L_all); /* entries of the stacked tensors */
+    size_t nseg = (size_t)gpt2_recompute_segments(recompute, every, L_all);
     size_t C = (size_t)c->channels, NH = (size_t)c->num_heads;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
-    size_t L_ln = recompute >= 2 ? 1 : L;
-    size_t L_gelu = recompute >= 1 ? 1 : L;
+    size_t L_ln = recompute == 2 ? 1 : L;
+    size_t L_gelu = recompute == 1 || recompute == 2 ? 1 : L;
     n[A_ENCODED] = BTl * C;
     n[A_LN1] = L_ln * BTl * C;
     n[A_LN1_MEAN] = L * BTl;
@@ -406,7 +432,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_LN2_RSTD] = L * BTl;
     n[A_FCH] = L * BT * 4 * Cl;
     n[A_FCH_GELU] = L_gelu * BT * 4 * Cl;
-    n[A_RESIDUAL3] = L * BTl * C;
+    n[A_RESIDUAL3] = (recompute == 3 ? nseg + L - 1 : L) * BTl * C;
     n[A_LNF] = BTl * C;
     n[A_LNF_MEAN] = BTl;
     n[A_LNF_RSTD] = BTl;
@@ -470,6 +496,8 @@ typedef struct {
     /* activations for the largest (B,T): n_slots independent sets (pipeline parallelism keeps several micro-batches
      * alive), `acts`, `inputs`, `targets` are those of the slot in use (gpt2_use_slot) */
     int B, T, recompute;
+    int recompute_every;        /* -r 3: k, the layers of a checkpointed segment (gpt2_recompute_window) */
+    int gelu_fusion;            /* of the last gpt2_forward (a -r 3 backward recomputes with the same kernels) */
     ActivationTensors acts;
     void* acts_memory;
     size_t acts_bytes;          /* of one slot */
@@ -699,17 +727,19 @@ static inline void gpt2_use_slot(GPT2* model, int k) {
 
 /* allocates n_slots activation tables for micro-batch (B,T), each one buffer of 256-byte aligned tensors with its
  * own token buffers (pipeline parallelism keeps n_slots micro-batches alive; otherwise 1), and the loss
- * accumulators; slot 0 in use */
-static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int recompute, int n_slots) {
+ * accumulators; slot 0 in use. recompute 0..3, every: k of -r 3 (>= 1; ignored otherwise) */
+static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int recompute, int every, int n_slots) {
     model->B = B;
     model->T = T;
     model->recompute = recompute;
+    model->recompute_every = every < 1 ? 1 : every;
     if (model->tp.size > 1 && model->tp.sequence_parallel && (B * T) % model->tp.size != 0) {
         FATAL("internal: sequence parallelism needs B*T = %d divisible by %d tensor-parallel ranks", B * T,
               model->tp.size);
     }
     ActivationTensors sizes;
-    gpt2_activation_sizes(sizes.count, &model->config, B, T, recompute, &model->tp, &model->stage);
+    gpt2_activation_sizes(sizes.count, &model->config, B, T, recompute, model->recompute_every, &model->tp,
+                          &model->stage);
     size_t offsets[NUM_ACTIVATION_TENSORS];
     size_t total = gpt2_activation_layout(sizes.count, offsets);
     model->acts_bytes = total;
@@ -732,9 +762,10 @@ static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int
     gpt2_use_slot(model, 0);
 }
 
-/* one activation table for micro-batch (B,T), the token buffers and the loss accumulators */
-static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
-    gpt2_allocate_activation_slots(model, B, T, recompute, 1);
+/* one activation table for micro-batch (B,T), the token buffers and the loss accumulators (recompute, every: as
+ * gpt2_allocate_activation_slots) */
+static inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, int every) {
+    gpt2_allocate_activation_slots(model, B, T, recompute, every, 1);
 }
 
 static inline void gpt2_free(GPT2* model) {
@@ -848,10 +879,7 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
  * the embedding). Nl = B*T rows, or B*T/tp under sequence parallelism. */
 static inline floatX* gpt2_stage_input(const GPT2* m) { return (floatX*)m->acts.t[A_ENCODED]; }
 static inline floatX* gpt2_stage_dinput(const GPT2* m) { return (floatX*)m->acts.t[A_DRESIDUAL]; }
-static inline floatX* gpt2_stage_output(const GPT2* m) {
-    size_t rows = (size_t)tp_rows(&m->tp, m->B * m->T), C = (size_t)m->config.channels;
-    return (floatX*)m->acts.t[A_RESIDUAL3] + (size_t)(m->n_layers - 1) * rows * C;
-}
+static inline floatX* gpt2_stage_output(const GPT2* m);
 
 /* 1 if tensor i of this instance counts in the full model's gradient norm here: split tensors on every tensor-parallel
  * rank, replicated ones on tp rank 0 only; the tied wte only on the stage with the embedding (the last stage's
@@ -894,29 +922,42 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *att_state, *ln2_mean, *ln2_rstd;
 } LayerActivations;
 
+/* the A_RESIDUAL3 entry of layer l's output: l, or with -r 3 its segment's boundary entry (l the segment's last
+ * layer) or a working entry (see gpt2_recompute_window) */
+static inline int gpt2_residual3_entry(const GPT2* m, int l) {
+    if (m->recompute != 3) { return l; }
+    int L = m->n_layers, kk = gpt2_recompute_window(3, m->recompute_every, L);
+    int nseg = gpt2_recompute_segments(3, m->recompute_every, L);
+    return (l + 1) % kk == 0 || l == L - 1 ? l / kk : nseg + l % kk;
+}
+
 static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     const GPT2Config* c = &m->config;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->channels;
     size_t BTl = (size_t)tp_rows(&m->tp, (int)BT), Cl = C / (size_t)m->tp.size; /* this rank's rows and channels */
     LayerActivations a;
-    int l_ln = m->recompute >= 2 ? 0 : l;
-    int l_gelu = m->recompute >= 1 ? 0 : l;
-    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, l - 1, BTl * C);
+    int w = l % gpt2_recompute_window(m->recompute, m->recompute_every, m->n_layers); /* the entry of layer l */
+    int l_ln = m->recompute == 2 ? 0 : w;
+    int l_gelu = m->recompute == 1 || m->recompute == 2 ? 0 : w;
+    a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l - 1), BTl * C);
     a.ln1 = actX(m, A_LN1, l_ln, BTl * C);
-    a.qkv = actX(m, A_QKV, l, BT * 3 * Cl);
-    a.atty = actX(m, A_ATTY, l, BT * Cl);
-    a.residual2 = actX(m, A_RESIDUAL2, l, BTl * C);
+    a.qkv = actX(m, A_QKV, w, BT * 3 * Cl);
+    a.atty = actX(m, A_ATTY, w, BT * Cl);
+    a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
-    a.fch = actX(m, A_FCH, l, BT * 4 * Cl);
+    a.fch = actX(m, A_FCH, w, BT * 4 * Cl);
     a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * Cl);
-    a.residual3 = actX(m, A_RESIDUAL3, l, BTl * C);
-    a.ln1_mean = actF(m, A_LN1_MEAN, l, BTl);
-    a.ln1_rstd = actF(m, A_LN1_RSTD, l, BTl);
-    a.att_state = actF(m, A_ATT_STATE, l, attention_state_floats(m->B, m->T, c->num_heads / m->tp.size));
-    a.ln2_mean = actF(m, A_LN2_MEAN, l, BTl);
-    a.ln2_rstd = actF(m, A_LN2_RSTD, l, BTl);
+    a.residual3 = actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l), BTl * C);
+    a.ln1_mean = actF(m, A_LN1_MEAN, w, BTl);
+    a.ln1_rstd = actF(m, A_LN1_RSTD, w, BTl);
+    a.att_state = actF(m, A_ATT_STATE, w, attention_state_floats(m->B, m->T, c->num_heads / m->tp.size));
+    a.ln2_mean = actF(m, A_LN2_MEAN, w, BTl);
+    a.ln2_rstd = actF(m, A_LN2_RSTD, w, BTl);
     return a;
 }
+
+/* the stage's output (Nl,C): the residual stream after its last layer (see gpt2_stage_input) */
+static inline floatX* gpt2_stage_output(const GPT2* m) { return gpt2_layer_acts(m, m->n_layers - 1).residual3; }
 
 /* a row-parallel layer's bias: added by tensor-parallel rank 0 only, so the sum over the ranks holds it once */
 static inline const floatX* gpt2_bias_once(const GPT2* m, const floatX* bias) { return m->tp.rank == 0 ? bias : NULL; }
@@ -962,6 +1003,57 @@ static inline void gpt2_vocab_parallel_loss(GPT2* m, floatX* logits, const int* 
                           write_dlogits);
 }
 
+/* forward of transformer block l over (B,T): its input (residual_in) and LayerNorm 1 output (ln1, ln1_mean, ln1_rstd)
+ * must be in place; writes the rest of its activations (gpt2_layer_acts). With `finish`, also the block's output
+ * (residual3) fused with the next LayerNorm: the next layer's ln1, the final LayerNorm (A_LNF) after the last layer
+ * with the head, or the plain sum without it; without `finish` it stops after the MLP up-projection (what a -r 3
+ * recompute of a segment's last layer needs). Tensor parallel: collective over the group (every rank calls). */
+static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fusion, int finish) {
+    const GPT2Config* c = &m->config;
+    const TensorParallel* tp = &m->tp;
+    int L = m->n_layers, C = c->channels;
+    int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
+    const ParameterTensors* p = &m->params;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    LayerActivations a = gpt2_layer_acts(m, l);
+    const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                              /* f */
+    matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
+    attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
+    matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l),
+                   gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
+    const floatX* y = tp_reduce(tp, scratch, N, C);                                     /* g */
+    fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
+                                     layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
+    x = tp_gather(tp, a.ln2, scratch, N, C);                                            /* f */
+    gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
+    if (!finish) { return; }
+    matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
+                   gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
+    y = tp_reduce(tp, scratch, N, C);                                                   /* g */
+    if (l + 1 < L) {
+        LayerActivations an = gpt2_layer_acts(m, l + 1);
+        gpt2_params_needed(m, l + 1, 0);
+        fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
+                                         layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
+    } else if (m->stage.has_head) {
+        fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
+                                         (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
+                                         p->t[P_LNFW], p->t[P_LNFB], Nl, C);
+    } else { /* the next pipeline stage normalises it (layernorm_forward of its first layer) */
+        residual_forward(a.residual3, a.residual2, y, (size_t)Nl * C);
+    }
+}
+
+/* LayerNorm 1 of layer l from its input (residual_in): the first layer's, and a -r 3 segment's first on recompute
+ * (the same values as the previous block's fused residual + LayerNorm: both normalise the rounded sum) */
+static inline void gpt2_ln1_forward(GPT2* m, int l, int Nl) {
+    gpt2_params_needed(m, l, 0);
+    LayerActivations a = gpt2_layer_acts(m, l);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual_in, layer_param(&m->params, m, P_LN1W, l),
+                      layer_param(&m->params, m, P_LN1B, l), Nl, m->config.channels);
+}
+
 /* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
  * (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device without a host sync
  * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
@@ -977,10 +1069,9 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
     const TensorParallel* tp = &m->tp;
     int L = m->n_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size, Vs = Vp / tp->size;
+    int N = B * T, Nl = tp_rows(tp, N), Vs = Vp / tp->size;
     const ParameterTensors* p = &m->params;
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
-    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
     gpt2_params_needed(m, -1, 0);
@@ -994,38 +1085,9 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
         floatX* mine = tp_reduce(tp, emb, N, C);
         if (mine != encoded) { dev_memcpy_d2d(encoded, mine, (size_t)Nl * C * sizeof(floatX)); }
     }
-    LayerActivations a0 = gpt2_layer_acts(m, 0);
-    gpt2_params_needed(m, 0, 0);
-    layernorm_forward(a0.ln1, a0.ln1_mean, a0.ln1_rstd, a0.residual_in,
-                      layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), Nl, C);
-    for (int l = 0; l < L; l++) {
-        LayerActivations a = gpt2_layer_acts(m, l);
-        const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                          /* f */
-        matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
-        attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
-        matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l),
-                       gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
-        const floatX* y = tp_reduce(tp, scratch, N, C);                                 /* g */
-        fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
-                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
-        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
-        gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
-        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
-                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
-        y = tp_reduce(tp, scratch, N, C);                                               /* g */
-        if (l + 1 < L) {
-            LayerActivations an = gpt2_layer_acts(m, l + 1);
-            gpt2_params_needed(m, l + 1, 0);
-            fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
-                                             layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
-        } else if (m->stage.has_head) {
-            fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
-                                             (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
-                                             p->t[P_LNFW], p->t[P_LNFB], Nl, C);
-        } else { /* the next pipeline stage normalises it (layernorm_forward of its first layer) */
-            residual_forward(a.residual3, a.residual2, y, (size_t)Nl * C);
-        }
-    }
+    m->gelu_fusion = gelu_fusion;
+    gpt2_ln1_forward(m, 0, Nl);
+    for (int l = 0; l < L; l++) { gpt2_block_forward(m, l, B, T, gelu_fusion, 1); }
     if (!m->stage.has_head) { return; }
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
     const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
@@ -1072,18 +1134,26 @@ static inline double gpt2_loss_sum_read(GPT2* m) {
 
 /* ============================================================ backward */
 
-/* recomputes what -r dropped for layer l: LayerNorm outputs (r>=2) and the GELU output (r>=1); Nl LayerNorm rows,
- * N rows of the MLP */
+/* -r 3: recomputes the forward of the segment of layers [l0, l1) from its stored input (gpt2_recompute_window), up
+ * to the last layer's MLP up-projection: every activation its backward reads, with the kernels of the forward
+ * (m->gelu_fusion), so bit-identical to it */
+static inline void gpt2_recompute_segment_forward(GPT2* m, int l0, int l1, int B, int T) {
+    gpt2_ln1_forward(m, l0, tp_rows(&m->tp, B * T));
+    for (int l = l0; l < l1; l++) { gpt2_block_forward(m, l, B, T, m->gelu_fusion, l + 1 < l1); }
+}
+
+/* recomputes what -r 1/2 dropped for layer l: LayerNorm outputs (r=2) and the GELU output (r=1, 2); Nl LayerNorm
+ * rows, N rows of the MLP (-r 3 recomputes whole segments: gpt2_recompute_segment_forward) */
 static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N, int Nl) {
     int C = m->config.channels;
     const ParameterTensors* p = &m->params;
-    if (m->recompute >= 2) {
+    if (m->recompute == 2) {
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
                           layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), Nl, C);
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
-    if (m->recompute >= 1) {
+    if (m->recompute == 1 || m->recompute == 2) {
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C / m->tp.size); /* fch holds the pre-GELU values either way */
     }
 }
@@ -1176,7 +1246,12 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
         gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
                                 (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
     } /* else the next pipeline stage's gradient is already in A_DRESIDUAL */
+    int kk = gpt2_recompute_window(m->recompute, m->recompute_every, L);
+    int last_segment = (L - 1) / kk * kk; /* its activations are still in place after the forward */
     for (int l = L - 1; l >= 0; l--) {
+        if (m->recompute == 3 && l < last_segment && (l + 1) % kk == 0) {
+            gpt2_recompute_segment_forward(m, l + 1 - kk, l + 1, B, T);
+        }
         gpt2_params_needed(m, l, 1);
         if (g->layer_begin) { g->layer_begin(g->ctx, l); }
         gpt2_block_backward(m, g, l, B, T);

@@ -6,9 +6,10 @@
  * Layout (LedgerLayout): the model shape (GPT2Config), micro-batch B, sequence length T, m micro-batches per
  * optimizer step (gradient accumulation; the pipeline's micro-batches), tensor parallel tp (+ sequence parallel),
  * pipeline pp with schedule and v chunks per stage (+ --pp-layers), data parallel dp with ZeRO stage 0..3,
- * recompute 0..3, bytes per parameter element (sizeof(floatX)), fp32 master weights, optimizer offload.
+ * recompute 0..3 (3: checkpoints every k layers), bytes per parameter element (sizeof(floatX)), fp32 master weights,
+ * optimizer offload.
  *
- * What the trainer allocates (stages 0-3, recompute 0-2, no offload): every count below is the one the trainer's
+ * What the trainer allocates (stages 0-3, recompute 0-3; offload's host and NVMe bytes below): every count below is the one the trainer's
  * allocation code computes, from the same functions (gpt2_parameter_sizes_part, gpt2_activation_sizes,
  * gpt2_activation_layout, pipe_slots_needed), so the two cannot drift:
  *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S;
@@ -17,7 +18,9 @@
  *   master      fp32, the optimizer range (P for ZeRO-0, S otherwise) * 4 when master weights are kept
  *   moments     AdamW m and v: 2 * range * 4
  *   activations per pipeline chunk: one activation table (256-byte aligned tensors) x the slots its schedule keeps
- *               alive (at least 1), summed over the chunks
+ *               alive (at least 1), summed over the chunks; with -r 3 and k = recompute_every a table holds
+ *               ceil(L/k) segment inputs (B T/sp C floatX each) and min(k, L) layers' activations (+ k-1 residual
+ *               rows inside a segment) instead of L layers' (llmc/gpt2.h, gpt2_recompute_window)
  *   buffers     token buffers (2 B T int32 per slot), the pipeline's m micro-batches of tokens, the other end's wte
  *               gradient on the first/last stage (pp > 1)
  * Optimizer offload (--offload-optimizer, llmc/offload.h; ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari
@@ -27,9 +30,7 @@
  * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
  * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
  * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, ZeRO-3 with optimizer
- * offload, recompute 3 (full activation
- * recompute as in Megatron-LM: each layer keeps only its input (B T/sp C floatX); one layer's full table is the
- * working set).
+ * offload.
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
  * et al. 2019 for N parameters split over tp * pp: ZeRO-0 16N, ZeRO-1 (4 + 12/dp)N, ZeRO-2 (2 + 14/dp)N, ZeRO-3 16N/dp.
  * Units: bytes (size_t). Errors: none (the caller validates the layout; ledger_check_layout says what is wrong).
@@ -51,7 +52,8 @@ typedef struct {
     PipeScheduleKind sched;
     const int* pp_layers;     /* layers per stage (pp ints) or NULL for the even split */
     int dp, zero;             /* data-parallel size, ZeRO stage 0..3 */
-    int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 full (theory) */
+    int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 checkpoints every recompute_every layers */
+    int recompute_every;      /* k of -r 3 (0 is read as 1: every layer, Megatron-LM's full recompute) */
     int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
     int master;               /* 1 = fp32 master weights (mixed precision) */
     int offload;              /* optimizer offload: 0 none, 1 host memory (cpu), 2 NVMe files (LEDGER_OFFLOAD_*) */
@@ -196,17 +198,13 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     for (int k = 0; k < st.n_chunks; k++) {
         GPT2Stage cs = gpt2_chunk_stage(&st, k);
         size_t counts[NUM_ACTIVATION_TENSORS];
-        gpt2_activation_sizes(counts, c, l->B, l->T, l->recompute > 2 ? 2 : l->recompute, &tp, &cs);
-        if (l->flash) { counts[A_ATT_STATE] = (size_t)cs.chunk_layers[0] * BT / (size_t)l->T * (size_t)(c->num_heads / l->tp) * (size_t)l->T; }
-        size_t table = gpt2_activation_layout(counts, NULL);
-        if (l->recompute == 3) { /* theory: each layer keeps its input; one layer's full table is the working set */
-            GPT2Stage one = cs;
-            one.chunk_layers[0] = 1;
-            gpt2_activation_sizes(counts, c, l->B, l->T, 0, &tp, &one);
-            if (l->flash) { counts[A_ATT_STATE] = BT * (size_t)(c->num_heads / l->tp); }
-            size_t rows = l->sp && l->tp > 1 ? BT / (size_t)l->tp : BT;
-            table = (size_t)cs.chunk_layers[0] * rows * (size_t)c->channels * pb + gpt2_activation_layout(counts, NULL);
+        int every = l->recompute_every > 0 ? l->recompute_every : 1;
+        gpt2_activation_sizes(counts, c, l->B, l->T, l->recompute, every, &tp, &cs);
+        if (l->flash) { /* per layer entry: B NH/tp T floats */
+            size_t entries = (size_t)gpt2_recompute_window(l->recompute, every, gpt2_stage_layers(&cs));
+            counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->tp);
         }
+        size_t table = gpt2_activation_layout(counts, NULL);
         r.acts += table * (size_t)need[k];
         r.acts_slot += table;
         r.slots += need[k];

@@ -41,7 +41,7 @@ typedef struct {
 } PipelineHookCtx;
 
 struct Pipeline {
-    int p, rank, v, m, B, T, recompute;
+    int p, rank, v, m, B, T, recompute, recompute_every;
     int layers[64];                 /* v = 1: each stage's layer count (--pp-layers), or all 0: the even split */
     Comm* pp;                       /* the process grid's pipeline group (rank = pipeline rank) */
     PipeSchedule sched;
@@ -155,11 +155,13 @@ static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n)
 /* Sets up rank pl->pp->rank's part of the pipeline over `model` (allocated with this rank's stage, its ZeRO store
  * initialised, so that the parameter buffer no longer moves): the schedule `kind` for m micro-batches and v chunks,
  * the chunk views, each chunk's activation slots for micro-batches (B,T), the token store. layers: as for
- * pipeline_stage_of (the stage layout the model was allocated with). */
+ * pipeline_stage_of (the stage layout the model was allocated with). recompute, every: -r and, for -r 3, the
+ * layers per checkpointed segment (within each chunk; gpt2_recompute_window). */
 static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeScheduleKind kind, int m, int v,
-                                 const int* layers, int B, int T, int recompute) {
+                                 const int* layers, int B, int T, int recompute, int every) {
     memset(pl, 0, sizeof(*pl));
     pl->p = pp->world; pl->rank = pp->rank; pl->v = v; pl->m = m; pl->B = B; pl->T = T; pl->recompute = recompute;
+    pl->recompute_every = every;
     if (pl->p > 64) { FATAL("--pp %d: at most 64 pipeline stages", pl->p); }
     for (int s = 0; layers && s < pl->p; s++) { pl->layers[s] = layers[s]; }
     pl->pp = pp;
@@ -171,7 +173,7 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeSchedu
         pl->chunk[k] = model;
         if (v > 1) { pl->views[k] = gpt2_chunk_view(model, k); pl->chunk[k] = &pl->views[k]; }
         if (pl->need[k] < 1) { pl->need[k] = 1; } /* validation and sampling use slot 0 */
-        gpt2_allocate_activation_slots(pl->chunk[k], B, T, recompute, pl->need[k]);
+        gpt2_allocate_activation_slots(pl->chunk[k], B, T, recompute, every, pl->need[k]);
         if (pl->need[k] > most) { most = pl->need[k]; }
     }
     pl->slots = pipe_slots_alloc(m, v, most);
@@ -491,7 +493,7 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
             }
             GPT2Stage cs = gpt2_chunk_stage(&st, k);
             size_t counts[NUM_ACTIVATION_TENSORS];
-            gpt2_activation_sizes(counts, c, pl->B, pl->T, pl->recompute, &pl->model->tp, &cs);
+            gpt2_activation_sizes(counts, c, pl->B, pl->T, pl->recompute, pl->recompute_every, &pl->model->tp, &cs);
             acts += gpt2_activation_layout(counts, NULL) * (size_t)ns;
             slots += ns;
         }

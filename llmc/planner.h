@@ -7,7 +7,9 @@
  *
  * Cost model (per optimizer step, one GPU of the slowest pipeline stage; every assumption is printed):
  *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT) x tokens per step; executed FLOPs add one
- *               forward (x 4/3) for full recompute (-r 3, theory); -r 1/2 recompute elementwise work, not counted.
+ *               forward (x 4/3) for activation checkpointing (-r 3, Megatron-LM's full-recompute convention; the
+ *               trainer skips the last segment's recompute, so this is an upper bound); -r 1/2 recompute elementwise
+ *               work, not counted.
  *   compute     executed FLOPs / GPUs / (peak x gemm_eff): one GEMM efficiency factor for every matmul.
  *   optimizer   AdamW reads and writes about 2 pb + pb + 24 bytes per owned parameter at HBM bandwidth.
  *   collectives ring: all-reduce 2(n-1)/n x bytes / bw + 2(n-1) x lat; reduce-scatter and all-gather half of it;
@@ -216,9 +218,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if ((l->zero == 3 && (l->tp > 1 || l->pp > 1 || l->offload)) || l->recompute == 3) {
-        return " [theory: not implemented by the trainer]";
-    }
+    if (l->zero == 3 && (l->tp > 1 || l->pp > 1 || l->offload)) { return " [theory: not implemented by the trainer]"; }
     return "";
 }
 
@@ -233,9 +233,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan: model L=%d C=%d NH=%d V=%d: %zu parameters; B=%d T=%d m=%d micro-batches, %.0f tokens per step\n",
            l->cfg.num_layers, l->cfg.channels, l->cfg.num_heads, l->cfg.vocab_size, ledger_model_parameters(&l->cfg),
            l->B, l->T, l->m, r->tokens);
-    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s\n", l->tp, l->sp ? " (sp)" : "",
-           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, l->offload ? ", optimizer offload" : "",
-           plan_theory_note(l));
+    char every[48] = "";
+    if (l->recompute == 3) { snprintf(every, sizeof(every), " (checkpoints every %d layers)", l->recompute_every > 1 ? l->recompute_every : 1); }
+    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->tp, l->sp ? " (sp)" : "",
+           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, every,
+           l->offload ? ", optimizer offload" : "", plan_theory_note(l));
     printf("plan memory (GB per GPU, pipeline stage %d): parameters %.3f | gradients %.3f | master %.3f | AdamW m+v %.3f "
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
@@ -251,10 +253,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
             for (int rc = 0; rc <= 3; rc++) {
                 LedgerLayout v = *l;
                 v.recompute = rc; v.sp = sp;
-                printf(" r%d%s %.3f%s", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB, rc == 3 ? "*" : "");
+                printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
             }
         }
-        printf(" (* full recompute: theory)\n");
+        printf(" (r3: checkpoints every %d layer%s)\n", l->recompute_every > 1 ? l->recompute_every : 1,
+               l->recompute_every > 1 ? "s" : "");
     }
     if (l->offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
         size_t d2h, h2d, range = l->zero >= 1 ? m->S : m->P;
@@ -290,9 +293,9 @@ static inline int plan_cmp(const void* a, const void* b) {
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-3 (ZeRO-2
- * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0 and 2, the 1f1b schedule and
- * interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
- * with theory = 1 also ZeRO-3 with tp or pp and full recompute. Returns the count in *n of a malloc'd array sorted best first
+ * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0, 2 and 3 (base's
+ * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
+ * with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd array sorted best first
  * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
  * recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
@@ -312,7 +315,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
                 if (z == 3 && (tp > 1 || pp > 1) && !theory) { continue; }
                 for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
                     int rc = k % 4, inter = k / 4;
-                    if (rc == 1 || (rc == 3 && !theory) || (inter && pp < 2)) { continue; }
+                    if (rc == 1 || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
                     l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
                     l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;

@@ -4,7 +4,7 @@
 #   - --plan prints its table for the 175B example of the README without reading data (missing -i/-j files) in
 #     well under a second; --plan-search prints 10 ranked layouts; bad planner flags are refused with one line;
 #   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes and MoE (E, K) are refused;
-#     full recompute and offload are refused without --plan (theory only);
+#     --offload 1 (the planner's flag) is refused without --plan; -r 3 (activation checkpointing) is no theory row;
 #   - against this trainer, for every layout below (the ones the multi-process tests run, on d2/d8 under mpirun
 #     --dry-run 1): each pipeline stage's 'memory ledger' line says the ledger's bytes equal what the session
 #     allocated, and the --plan of the same layout (--plan-precision fp32, the CPU build's dtype) prints the same
@@ -38,7 +38,10 @@ check $? "-e L2:C64:NH2 trains as a model descriptor (L=2 C=64 NH=2, maxT 1024, 
 expect_error "C=65 is not divisible by NH=2" "-e with C not divisible by NH" -- $TRAIN -e L2:C65:NH2 -x 1
 expect_error "unknown field at 'X3'" "-e with an unknown field" -- $TRAIN -e L2:C64:NH2:X3 -x 1
 expect_error "mixture-of-experts shapes (E, K) are not implemented" "-e with experts" -- $TRAIN -e L2:C64:NH2:E8:K2 --plan 1
-expect_error "-r 3 (full recompute) is not implemented" "-r 3 without --plan" -- $TRAIN "${FAST[@]}" -r 3 -x 1
+expect_error "--offload 1 is a planner flag" "--offload 1 without --plan" -- $TRAIN "${FAST[@]}" --offload 1 -x 1
+$TRAIN --plan 1 --plan-precision fp32 --gpus 1 -b 2 -t 32 -e d8 -r 3 --recompute-every 3 > "$TMP/plan_r3.txt" 2>&1
+grep -q '^plan: layout .* recompute 3 (checkpoints every 3 layers)$' "$TMP/plan_r3.txt" && grep -q ' r3 [0-9.]* (r3: checkpoints every 3 layers)$' "$TMP/plan_r3.txt"
+check $? "--plan -r 3 --recompute-every 3 is a layout the trainer runs (no theory mark), activations per recompute level printed"
 
 # ledger == allocation == plan, per stage; data-parallel bytes == comm counters. Each layout trains 2 steps of d2/d8
 # under mpirun with --comm-stats (the header prints the ledger lines), then --plan runs on the same flags.

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# dev/test/cli_recompute.sh -- activation checkpointing every k layers (-r 3 --recompute-every k; llmc/gpt2.h,
+# gpt2_recompute_window) on the CPU build:
+#   - one process, a 4-layer model (L4:C64:NH4:V512 on a shard of random ids < 512 written here, so the vocabulary
+#     does not dominate): k = 1 (every block from its input), 3 (segments of 3 and 1 layers) and 4 (= L: one segment,
+#     nothing recomputed) train 3 steps with losses and gradient norms bit-identical to -r 0 (the recompute runs the
+#     same kernels on the same inputs); every run's memory ledger line says the ledger equals the allocation; the
+#     activation bytes are ordered k=1 < k=3 < k=4 = -r 0 (the table really shrinks);
+#   - --recompute-every without -r 3 is refused with one line;
+#   - under mpirun (2 processes): tensor parallel with sequence parallelism, a 2-stage 1F1B pipeline with 4
+#     micro-batches (k = 1 within each stage's 2 layers) and data parallel ZeRO-2 with 2 micro-steps, all k = 1, are
+#     bit-identical to -r 0 with the same layout, ledger equal on every stage.
+# The emulated GPU build's check is dev/test/cli_recompute_emu.sh. About 15 s on an idle 2-core machine.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+
+python3 - "$TMP/v512.bin" <<'EOF'
+import random, struct, sys
+from array import array
+random.seed(3)
+toks = array("H", [random.randrange(512) for _ in range(4096)])
+h = [0] * 256; h[:3] = [20240520, 1, len(toks)]
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + toks.tobytes())
+EOF
+R=(-e L4:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 3)
+
+# the step lines without timings, and the allocated activation bytes of the ledger line (empty unless "-> equal")
+steps() { grep -E '^step' "$1" | sed -E 's/[|] [0-9.]+ ms.*//'; }
+acts_equal() { grep -E '^memory ledger .* -> equal$' "$1" | sed -E 's/.* \| ([0-9]+) -> equal$/\1/'; }
+
+$TRAIN "${R[@]}" -r 0 > "$TMP/r0.txt" 2>&1
+steps "$TMP/r0.txt" > "$TMP/r0.steps"
+test "$(grep -c '' "$TMP/r0.steps")" -eq 3
+check $? "-r 0 reference: 3 steps of L4:C64:NH4:V512"
+declare -A ACTS
+ACTS[r0]=$(acts_equal "$TMP/r0.txt")
+for k in 1 3 4; do
+    $TRAIN "${R[@]}" -r 3 --recompute-every $k > "$TMP/k$k.txt" 2>&1
+    steps "$TMP/k$k.txt" | cmp -s - "$TMP/r0.steps"
+    check $? "-r 3 --recompute-every $k: losses and gradient norms of 3 steps bit-identical to -r 0 ($(steps "$TMP/k$k.txt" | tail -n 1 | tr -s ' '))"
+    ACTS[k$k]=$(acts_equal "$TMP/k$k.txt")
+    test -n "${ACTS[k$k]}"
+    check $? "-r 3 --recompute-every $k: the memory ledger equals the allocation ($(grep -o 'activations [0-9]*;' "$TMP/k$k.txt"))"
+done
+test -n "${ACTS[r0]}" && test -n "${ACTS[k1]}" && test -n "${ACTS[k3]}" && \
+    test "${ACTS[k1]}" -lt "${ACTS[k3]}" && test "${ACTS[k3]}" -lt "${ACTS[k4]}" && test "${ACTS[k4]}" -eq "${ACTS[r0]}"
+check $? "activation bytes allocated: k=1 ${ACTS[k1]} < k=3 ${ACTS[k3]} < k=4 ${ACTS[k4]} = -r 0 ${ACTS[r0]}"
+expect_error "flag --recompute-every is 2 with -r 2" "--recompute-every without -r 3" -- $TRAIN "${R[@]}" -r 2 --recompute-every 2
+
+# tensor parallel (sequence parallel), a pipeline and ZeRO-2 (its per-layer gradient hooks run between the
+# recomputes) on 2 processes: the same layout with and without checkpointing
+for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256"; do
+    name=$(echo "$layout" | tr -d ' -')
+    for r in 0 3; do
+        # shellcheck disable=SC2086
+        MPIRUN 2 timeout 120 $TRAIN "${R[@]}" $layout -r $r --recompute-every 1 > "$TMP/${name}_$r.txt" 2>&1
+        echo "rc=$?" >> "$TMP/${name}_$r.txt"
+    done
+    test "$(steps "$TMP/${name}_0.txt" | grep -c '')" -eq 3 && steps "$TMP/${name}_3.txt" | cmp -s - <(steps "$TMP/${name}_0.txt")
+    check $? "2 processes $layout: -r 3 --recompute-every 1 bit-identical to -r 0 ($(steps "$TMP/${name}_3.txt" | tail -n 1 | tr -s ' '); $(grep '^rc=' "$TMP/${name}_3.txt"))"
+    n_eq=$(grep -cE '^memory ledger .* -> equal$' "$TMP/${name}_3.txt")
+    n_st=$([[ "$layout" == *--pp* ]] && echo 2 || echo 1)
+    test "$n_eq" -eq "$n_st"
+    check $? "2 processes $layout -r 3: the memory ledger equals the allocation on each of $n_st stage(s) ($n_eq equal lines)"
+done

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# dev/test/cli_recompute_emu.sh -- activation checkpointing (-r 3 --recompute-every k) on the GPU build's code path
+# without a GPU: train_gpt_emu_mpi (the CUDA kernels on the CPU execution layer, FP32) and train_gpt_emu_mpi_bf16
+# (BF16), one process, the 4-layer model of dev/test/cli_recompute.sh (L4:C64:NH4:V512, a shard of random ids < 512):
+#   - FP32, k = 1 and BF16, k = 3 (segments of 3 and 1 layers): 2 steps whose losses and gradient norms are
+#     bit-identical to -r 0 of the same binary (the recompute launches the same kernels on the same inputs), and the
+#     memory ledger equals the allocation.
+# About 20 s on 2 cores (the emulator runs each kernel launch on host threads).
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
+
+python3 - "$TMP/v512.bin" <<'EOF'
+import random, struct, sys
+from array import array
+random.seed(3)
+toks = array("H", [random.randrange(512) for _ in range(4096)])
+h = [0] * 256; h[:3] = [20240520, 1, len(toks)]
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + toks.tobytes())
+EOF
+R=(-e L4:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 2)
+steps() { grep -E '^step' "$1" | sed -E 's/[|] [0-9.]+ ms.*//'; }
+
+for run in "./train_gpt_emu_mpi 1" "./train_gpt_emu_mpi_bf16 3"; do
+    set -- $run
+    bin=$1; k=$2; name=$(basename "$bin")
+    "$bin" "${R[@]}" -r 0 > "$TMP/${name}_r0.txt" 2>&1
+    "$bin" "${R[@]}" -r 3 --recompute-every "$k" > "$TMP/${name}_k.txt" 2>&1
+    rc=$?
+    test $rc -eq 0 && test "$(steps "$TMP/${name}_r0.txt" | grep -c '')" -eq 2 && \
+        steps "$TMP/${name}_k.txt" | cmp -s - <(steps "$TMP/${name}_r0.txt")
+    check $? "$name (emulated GPU build): -r 3 --recompute-every $k bit-identical to -r 0 over 2 steps (exit $rc; $(steps "$TMP/${name}_k.txt" | tail -n 1 | tr -s ' '))"
+    grep -qE '^memory ledger .* -> equal$' "$TMP/${name}_k.txt"
+    check $? "$name -r 3 --recompute-every $k: the memory ledger equals the allocation ($(grep -o 'activations [0-9]*;' "$TMP/${name}_k.txt"))"
+done
