@@ -47,9 +47,10 @@ test -n "${ACTS[r0]}" && test -n "${ACTS[k1]}" && test -n "${ACTS[k3]}" && \
 check $? "activation bytes allocated: k=1 ${ACTS[k1]} < k=3 ${ACTS[k3]} < k=4 ${ACTS[k4]} = -r 0 ${ACTS[r0]}"
 expect_error "flag --recompute-every is 2 with -r 2" "--recompute-every without -r 3" -- $TRAIN "${R[@]}" -r 2 --recompute-every 2
 
-# tensor parallel (sequence parallel), a pipeline and ZeRO-2 (its per-layer gradient hooks run between the
-# recomputes) on 2 processes: the same layout with and without checkpointing
-for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256"; do
+# tensor parallel (sequence parallel), a pipeline, ZeRO-2 (its per-layer gradient hooks run between the recomputes)
+# and ZeRO-3 (its per-layer parameter gathers run again for the recomputed segments) on 2 processes: the same layout
+# with and without checkpointing
+for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256" "-z 3 -d 256"; do
     name=$(echo "$layout" | tr -d ' -')
     for r in 0 3; do
         # shellcheck disable=SC2086
