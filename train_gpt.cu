@@ -91,6 +91,9 @@ typedef struct {
     const char* pp_layers;     /* layers per stage "a,b,..." ('' = even split) */
     int pp_trace_steps;        /* steps recorded in DIR/trace.json */
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
+    /* mixture of experts (llmc/moe.h) */
+    int moe_experts, moe_top_k, moe_every, moe_hidden, ep;
+    float moe_capacity_factor, moe_aux_coef, moe_z_coef;
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
@@ -137,6 +140,11 @@ static void train_config_defaults(TrainConfig* c) {
     c->gelu_fusion = 1;
     c->master_weights = 1;
     c->seed = 1337;
+    c->moe_top_k = 2;
+    c->moe_every = 1;
+    c->moe_capacity_factor = 1.25f;
+    c->moe_aux_coef = 0.01f;
+    c->ep = 1;
     c->log_every = 1;
     c->exit_after_steps = 0;
     c->shuffle = 1;
@@ -236,6 +244,19 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
+    SPEC(NULL, "moe-experts", ARG_INT, moe_experts, 0, MOE_MAX_EXPERTS,
+         "mixture of experts: E experts replace the MLP of every --moe-every-th block (0 = a dense model; CPU build)");
+    SPEC(NULL, "moe-top-k", ARG_INT, moe_top_k, 1, MOE_MAX_EXPERTS,
+         "experts per token (1 = Switch, gate = router probability; 2 = GShard/Mixtral, gates renormalised)");
+    SPEC(NULL, "moe-every", ARG_INT, moe_every, 1, NO_MAX, "blocks n-1, 2n-1, ... (every n-th block) get experts");
+    SPEC(NULL, "moe-hidden", ARG_INT, moe_hidden, 0, NO_MAX, "hidden width of each expert's MLP (0 = 4C)");
+    SPEC(NULL, "moe-capacity-factor", ARG_FLOAT, moe_capacity_factor, 0, NO_MAX,
+         "tokens per expert at most ceil(c*k*tokens/E) per micro-batch; the rest skip it (0 = no dropping)");
+    SPEC(NULL, "moe-aux-coef", ARG_FLOAT, moe_aux_coef, 0, NO_MAX,
+         "load-balancing loss coefficient alpha (alpha*E*sum f_i*P_i, Switch Transformer)");
+    SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
+    SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
+         "expert-parallel size (only 1: expert parallelism is not implemented; experts are replicated)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
          "activation recompute) only with --plan: not implemented by the trainer");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
@@ -730,6 +751,11 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     int files = reshard_from > 0 ? reshard_from : s->world.world;
     if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
     comm_barrier(&s->world);
+    if (reshard_from > 0 && mc->moe.experts > 0) {
+        FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s' on %d processes: it was written by %d; "
+                  "re-sharding MoE optimizer state is not implemented, resume on %d processes", cfg->output_dir,
+                  s->world.world, reshard_from, reshard_from);
+    }
     if (reshard_from > 0) {
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
@@ -936,6 +962,32 @@ static void setup_processes(TrainSession* s) {
     if (zero_needs_collectives(cfg->zero_stage, s->world.world)) { comm_init_device(&s->world, cfg->nccl_init); }
 }
 
+/* the --moe-* and --ep flags against the model and the layout (one line for what is not possible) */
+static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
+    if (cfg->ep > 1) {
+        FATAL_ALL("flag --ep %d: expert parallelism is not implemented (experts are replicated on every data-parallel "
+                  "process); use --ep 1", cfg->ep);
+    }
+    if (mc->moe.experts == 0) { return; }
+    if (!BACKEND_HAS_MOE) {
+        FATAL_ALL("flag --moe-experts %d: this build's backend (%s) has no mixture-of-experts kernels; use the CPU "
+                  "build ./train_gpt_cpu", mc->moe.experts, PRECISION_NAME);
+    }
+    if (mc->moe.top_k > mc->moe.experts) {
+        FATAL_ALL("flag --moe-top-k %d is above --moe-experts %d: a token cannot choose more experts than there are",
+                  mc->moe.top_k, mc->moe.experts);
+    }
+    if (mc->moe.every > mc->num_layers) {
+        FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc->moe.every,
+                  mc->num_layers);
+    }
+    if (cfg->tp > 1 || cfg->pp > 1 || cfg->cuda_graphs) {
+        FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
+                  "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
+                  cfg->tp > 1 ? "--tp > 1" : cfg->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
+    }
+}
+
 /* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
 static GPT2Config model_config(const TrainConfig* cfg) {
     GPT2Config mc;
@@ -947,7 +999,22 @@ static GPT2Config model_config(const TrainConfig* cfg) {
                   "model file", cfg->model);
         }
         gpt2_read_model_header(cfg->model, &mc);
+        if (mc.moe.experts != cfg->moe_experts || (mc.moe.experts > 0 &&
+            (mc.moe.top_k != cfg->moe_top_k || mc.moe.every != cfg->moe_every ||
+             mc.moe.hidden != (cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels)))) {
+            FATAL_ALL("model file '%s' is %s model (E=%d k=%d every=%d H=%d) but the --moe-* flags describe %s "
+                      "(--moe-experts %d --moe-top-k %d --moe-every %d --moe-hidden %d); give the file's values", cfg->model,
+                      mc.moe.experts ? "a mixture-of-experts" : "a dense", mc.moe.experts, mc.moe.top_k, mc.moe.every,
+                      mc.moe.hidden, cfg->moe_experts ? "a mixture-of-experts model" : "a dense model", cfg->moe_experts,
+                      cfg->moe_top_k, cfg->moe_every, cfg->moe_hidden);
+        }
+    } else if (cfg->moe_experts > 0) {
+        mc.moe.experts = cfg->moe_experts;
+        mc.moe.top_k = cfg->moe_top_k;
+        mc.moe.every = cfg->moe_every;
+        mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
     }
+    moe_check_flags(cfg, &mc);
     return mc;
 }
 
@@ -980,6 +1047,9 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     } else {
         gpt2_build_from_file_part(&s->model, s->cfg.model, &tp, &stage);
     }
+    s->model.moe_opt.capacity_factor = s->cfg.moe_capacity_factor;
+    s->model.moe_opt.aux_coef = s->cfg.moe_aux_coef;
+    s->model.moe_opt.z_coef = s->cfg.moe_z_coef;
 }
 
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and

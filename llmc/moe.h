@@ -1,0 +1,153 @@
+/*
+ * llmc/moe.h -- the mixture-of-experts MLP (llmc/README.md, "Mixture of experts"): which blocks have experts, the
+ * capacity, and the forward and backward of one MoE layer over the kernels of llmc/backend.h.
+ *
+ * Model: every n-th block (blocks n-1, 2n-1, ... counting from 0; --moe-every n) replaces its MLP by E experts,
+ * each a GPT-2 MLP (fc C->H, tanh-GELU, fcproj H->C; H = --moe-hidden, default 4C), and a router: a bias-free
+ * linear C->E with fp32 logits, softmax, the top-k experts per token, gates renormalised over the k chosen
+ * (GShard, Lepikhin et al. 2020; Mixtral) or, for k = 1, the router probability itself (Switch Transformer,
+ * Fedus et al. 2021). Capacity ceil(c*k*N/E) tokens per expert and micro-batch of N tokens (c =
+ * --moe-capacity-factor; 0 = no limit); a choice over capacity is dropped (the token's residual stream carries it
+ * past the experts), served in a fixed order: every first choice before any second choice, then token order.
+ * Losses added to the language loss: the load-balancing loss aux_coef * E * sum_i f_i P_i (Switch; f_i the
+ * fraction of the N*k choices routed to expert i before capacity, P_i the mean router probability) and the router
+ * z-loss z_coef * mean(logsumexp(logits)^2) (ST-MoE, Zoph et al. 2022).
+ *
+ * Layout: the expert tensors are stacked over the Lm = L/n MoE layers, experts inside (llmc/gpt2.h parameter
+ * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
+ * dense MLP tensors fcw .. fcprojb hold only the L - Lm dense blocks. Grouped buffers: expert e's tokens are rows
+ * [offset_e, offset_e + kept_e) of R = min(N*k, E*cap) rows; the expert GEMMs run one matmul per expert on its
+ * rows, with the counts read back to the host once per layer and micro-batch (a synchronisation, free on the CPU;
+ * a GPU version would use fixed-capacity buffers or grouped GEMMs instead).
+ * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
+ */
+#ifndef LLMC_MOE_H
+#define LLMC_MOE_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+
+#ifndef MOE_MAX_EXPERTS
+#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (the kernels keep per-expert counts on the stack) */
+#endif
+#ifndef BACKEND_HAS_MOE
+#define BACKEND_HAS_MOE 0   /* this backend has no mixture-of-experts kernels: the trainer refuses --moe-experts */
+#endif
+
+/* the model-file fields of a mixture-of-experts model (experts = 0: a dense model, the rest 0 too) */
+typedef struct {
+    int experts; /* E */
+    int top_k;   /* k, 1 <= k <= E */
+    int every;   /* n: blocks n-1, 2n-1, ... have experts */
+    int hidden;  /* H: each expert's hidden width */
+} MoEConfig;
+
+/* training-time settings that are not part of the model (flags): capacity factor c (0 = no dropping),
+ * load-balancing and z-loss coefficients */
+typedef struct {
+    float capacity_factor, aux_coef, z_coef;
+} MoEOptions;
+
+/* 1 if block l has experts */
+static inline int moe_is_layer(const MoEConfig* c, int l) { return c->experts > 0 && (l + 1) % c->every == 0; }
+/* Lm: blocks with experts among L */
+static inline int moe_num_layers(const MoEConfig* c, int L) { return c->experts > 0 ? L / c->every : 0; }
+/* the index of MoE block l among the MoE blocks (l must be one) */
+static inline int moe_index(const MoEConfig* c, int l) { return (l + 1) / c->every - 1; }
+/* the index of dense block l among the dense blocks (l itself in a dense model) */
+static inline int moe_dense_index(const MoEConfig* c, int l) { return c->experts > 0 ? l - l / c->every : l; }
+/* capacity per expert for N tokens: ceil(c*k*N/E), at most N (a token chooses an expert once); N when c = 0 */
+static inline int moe_capacity(const MoEConfig* c, const MoEOptions* o, int N) {
+    if (o->capacity_factor <= 0.0f) { return N; }
+    double cap = ceil((double)o->capacity_factor * c->top_k * (double)N / c->experts);
+    return cap > N ? N : (int)cap;
+}
+/* R: rows of the grouped buffers */
+static inline size_t moe_rows(const MoEConfig* c, const MoEOptions* o, int N) {
+    size_t all = (size_t)N * (size_t)c->top_k, capped = (size_t)c->experts * (size_t)moe_capacity(c, o, N);
+    return all < capped ? all : capped;
+}
+/* the size of the statistics block of one MoE layer (moe_route_stats) */
+static inline int moe_stats_floats(const MoEConfig* c) { return 2 * c->experts + 3; }
+/* parameters of one expert (fc and fcproj weights and biases) */
+static inline size_t moe_expert_params(const MoEConfig* c, int C) {
+    size_t H = (size_t)c->hidden, Cs = (size_t)C;
+    return 2 * H * Cs + H + Cs;
+}
+
+/* One MoE layer's tensors for one micro-batch: parameters (floatX), their gradients (floatX, accumulated), the
+ * saved activations and the scratch (see llmc/README.md for the shapes; R = moe_rows) */
+typedef struct {
+    const floatX *routerw, *efcw, *efcb, *efcprojw, *efcprojb;
+    floatX *drouterw, *defcw, *defcb, *defcprojw, *defcprojb;      /* backward only */
+    float *probs, *lse, *gate, *stats;                               /* (N,E), (N), (N,k), (2E+3) */
+    int *choice, *row, *plan;                                        /* (N,k), (N,k), (3,E) */
+    floatX *xe, *fch, *fch_gelu, *out;                               /* (R,C), (R,H), (R,H), (R,C) */
+    floatX *dout, *dh, *dxe;                                         /* backward scratch: (R,C), (R,H), (R,C) */
+    float *dgate, *dlogits;                                          /* backward scratch: (N,k), (N,E) */
+} MoELayer;
+
+/* Forward of one MoE MLP: y(N,C) (overwritten) = sum over the kept choices of gate * expert(x(N,C)); fills the
+ * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. */
+static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
+                                     const floatX* x, int N, int C) {
+#if BACKEND_HAS_MOE
+    int E = c->experts, k = c->top_k, H = c->hidden;
+    moe_router_forward(a->probs, a->lse, a->choice, a->gate, x, a->routerw, N, C, E, k);
+    moe_dispatch_plan(a->row, a->plan, a->choice, N, E, k, moe_capacity(c, o, N));
+    moe_route_stats(a->stats, a->probs, a->lse, a->plan, N, E, k, o->aux_coef, o->z_coef);
+    moe_permute(a->xe, x, a->row, N, C, k);
+    int plan[3 * MOE_MAX_EXPERTS];
+    dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
+    for (int e = 0; e < E; e++) {
+        int rows = plan[E + e];
+        size_t r0 = (size_t)plan[2 * E + e];
+        if (rows == 0) { continue; }
+        matmul_forward(a->fch_gelu + r0 * H, a->xe + r0 * C, a->efcw + (size_t)e * H * C, a->efcb + (size_t)e * H,
+                       rows, C, H, a->fch + r0 * H);
+        matmul_forward(a->out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + (size_t)e * C * H,
+                       a->efcprojb + (size_t)e * C, rows, H, C, NULL);
+    }
+    moe_combine(y, a->out, a->row, a->gate, N, C, k);
+#else
+    (void)a; (void)c; (void)o; (void)y; (void)x; (void)N; (void)C;
+    FATAL("internal: this backend has no mixture-of-experts kernels (the trainer refuses --moe-experts)");
+#endif
+}
+
+/* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
+ * experts and the router, and accumulates the layer's parameter gradients; the load-balancing and z-losses enter
+ * with weight dloss*N (dloss as in gpt2_forward). x is the layer input of the forward (the grouped input is
+ * rebuilt from it). scratch_f32: matmul_scratch_floats(R, C, H) and (R, H, C) floats. */
+static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* dx,
+                                      const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
+                                      float dloss) {
+#if BACKEND_HAS_MOE
+    int E = c->experts, k = c->top_k, H = c->hidden;
+    moe_permute(a->xe, x, a->row, N, C, k);
+    moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
+    int plan[3 * MOE_MAX_EXPERTS];
+    dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
+    for (int e = 0; e < E; e++) {
+        int rows = plan[E + e];
+        size_t r0 = (size_t)plan[2 * E + e];
+        if (rows == 0) { continue; } /* an expert without tokens: no gradient */
+        matmul_backward(a->dh + r0 * H, a->defcprojw + (size_t)e * C * H, a->defcprojb + (size_t)e * C,
+                        a->dout + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + (size_t)e * C * H, scratch_f32, rows, H,
+                        C, NULL);
+        matmul_backward(a->dxe + r0 * C, a->defcw + (size_t)e * H * C, a->defcb + (size_t)e * H, a->dh + r0 * H,
+                        a->xe + r0 * C, a->efcw + (size_t)e * H * C, scratch_f32, rows, C, H, a->fch + r0 * H);
+    }
+    moe_permute_backward(dx, a->dxe, a->row, N, C, k);
+    moe_router_backward(dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,
+                        a->routerw, N, C, E, k, dloss, o->aux_coef, o->z_coef);
+#else
+    (void)a; (void)c; (void)o; (void)dx; (void)dy; (void)x; (void)scratch_f32; (void)N; (void)C; (void)dloss;
+    FATAL("internal: this backend has no mixture-of-experts kernels (the trainer refuses --moe-experts)");
+#endif
+}
+
+#endif /* LLMC_MOE_H */
