@@ -1286,6 +1286,19 @@ static void session_free(TrainSession* s) {
 /* prints (rank 0, every --log-every steps and the last) and logs the step's line; after the timings: the run's
  * elapsed wall time and the time left (llmc/progress.h), and on CUDA builds the device memory in use / total */
 static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu, const Progress* pg) {
+    /* mixture of experts: the routing of this step's last micro-batch on this process (llmc/moe.h) */
+    const MoEConfig* moe = &s->model.config.moe;
+    int Lm = moe_num_layers(moe, s->model.config.num_layers);
+    float moe_aux = 0.0f, moe_drop = 0.0f, moe_max = 0.0f;
+    char* moe_json = NULL;
+    if (Lm > 0) {
+        float* stats = (float*)malloc_check((size_t)Lm * moe_stats_floats(moe) * sizeof(float), "MoE statistics");
+        int blocks[1024];
+        for (int l = 0, b = 0; l < s->model.config.num_layers && b < 1024; l++) { if (moe_is_layer(moe, l)) { blocks[b++] = l; } }
+        gpt2_moe_stats(&s->model, stats);
+        moe_stats_summary(moe, stats, Lm < 1024 ? Lm : 1024, blocks, &moe_aux, &moe_drop, &moe_max, &moe_json);
+        free(stats);
+    }
     if (is_rank0(s) && (s->step % s->cfg.log_every == 0 || s->step == s->max_steps)) {
         double now = wall_seconds();
         char elapsed[32], eta[32];
@@ -1294,6 +1307,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+        if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
         if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
         if (r->grad_fp32 > 0) {
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
@@ -1310,27 +1324,38 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         fflush(stdout);
     }
     /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
-    char fields[512], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
-    snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
+    size_t fields_cap = 512 + (moe_json ? strlen(moe_json) + 64 : 0);
+    char* fields = (char*)malloc_check(fields_cap, "log line");
+    char loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    snprintf(fields, fields_cap, "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
              logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
              logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
              logger_json_number(tok, sizeof(tok), tok_s));
     size_t len = strlen(fields);
     if (mfu >= 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
+        snprintf(fields + len, fields_cap - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
         len = strlen(fields);
     }
     if (r->bubble >= 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
+        snprintf(fields + len, fields_cap - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
         len = strlen(fields);
     }
     if (r->grad_fp32 > 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
+        snprintf(fields + len, fields_cap - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
         len = strlen(fields);
     }
-    if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
+    if (moe_json) {
+        char a[32], d[32], mx[32];
+        snprintf(fields + len, fields_cap - len, ",\"moe_aux\":%s,\"moe_drop\":%s,\"moe_max_load\":%s,\"moe\":%s",
+                 logger_json_number(a, sizeof(a), moe_aux), logger_json_number(d, sizeof(d), moe_drop),
+                 logger_json_number(mx, sizeof(mx), moe_max), moe_json);
+        len = strlen(fields);
+        free(moe_json);
+    }
+    if (r->skipped) { snprintf(fields + len, fields_cap - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);
+    free(fields);
 }
 
 /* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
@@ -1359,7 +1384,16 @@ static float evaluate_if_due(TrainSession* s, int last) {
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
-    double flops_per_token = gpt_flops_per_token(s->model.num_parameters_full, c->num_layers, c->channels, cfg->T);
+    /* mixture of experts: MFU counts the FLOPs of the active parameters (the k experts a token visits) */
+    size_t active = gpt2_active_parameters(c, s->model.num_parameters_full);
+    double flops_per_token = gpt_flops_per_token(active, c->num_layers, c->channels, cfg->T);
+    if (is_rank0(s) && c->moe.experts > 0) {
+        printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
+               "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
+               c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
+               c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
+               s->model.num_parameters_full, active);
+    }
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
     double train_seconds = 0.0;

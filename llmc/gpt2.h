@@ -156,6 +156,14 @@ static inline int is_model_descriptor(const char* s) {
     return gpt2_config_from_descriptor(&tmp, s);
 }
 
+/* parameters one token uses of the full model c: all of them for a dense model; for mixture of experts the total
+ * minus the (E - k) experts per MoE block a token does not visit (the router counts as active) */
+static inline size_t gpt2_active_parameters(const GPT2Config* c, size_t total) {
+    size_t Lm = (size_t)moe_num_layers(&c->moe, c->num_layers);
+    if (!Lm) { return total; }
+    return total - Lm * (size_t)(c->moe.experts - c->moe.top_k) * moe_expert_params(&c->moe, c->channels);
+}
+
 /* ============================================================ pipeline stages */
 
 /* The layers an instance holds (pipeline parallelism, llmc/pipeline.h): n_chunks model chunks of contiguous layers

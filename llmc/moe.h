@@ -150,4 +150,30 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
 #endif
 }
 
+/* Summary of the routing statistics `stats` (Lm blocks of moe_stats_floats, as moe_route_stats writes them) of a
+ * model whose MoE blocks are blocks[0..Lm): *aux the sum of the load-balancing and z-losses, *drop the mean dropped
+ * fraction, *max_load the largest f_i * E over blocks and experts (1 = perfectly balanced, E = one expert gets
+ * everything). If json != NULL, writes a malloc'd JSON array (caller frees) with one object per MoE block:
+ * {"block":l,"f":[fraction of choices per expert],"drop":fraction,"aux":load-balancing loss,"z":z-loss}. */
+static inline void moe_stats_summary(const MoEConfig* c, const float* stats, int Lm, const int* blocks, float* aux,
+                                     float* drop, float* max_load, char** json) {
+    int E = c->experts, S = moe_stats_floats(c);
+    *aux = 0.0f; *drop = 0.0f; *max_load = 0.0f;
+    size_t cap = (size_t)Lm * ((size_t)E * 16 + 128) + 8, len = 0;
+    char* j = json ? (char*)malloc_check(cap, "MoE statistics JSON") : NULL;
+    if (j) { len += (size_t)snprintf(j + len, cap - len, "["); }
+    for (int b = 0; b < Lm; b++) {
+        const float* st = stats + (size_t)b * S;
+        *aux += st[2 * E] + st[2 * E + 1];
+        *drop += st[2 * E + 2] / (float)Lm;
+        for (int e = 0; e < E; e++) { if (st[e] * E > *max_load) { *max_load = st[e] * E; } }
+        if (!j) { continue; }
+        len += (size_t)snprintf(j + len, cap - len, "%s{\"block\":%d,\"f\":[", b ? "," : "", blocks[b]);
+        for (int e = 0; e < E; e++) { len += (size_t)snprintf(j + len, cap - len, "%s%.5f", e ? "," : "", (double)st[e]); }
+        len += (size_t)snprintf(j + len, cap - len, "],\"drop\":%.5f,\"aux\":%.7g,\"z\":%.7g}", (double)st[2 * E + 2],
+                                (double)st[2 * E], (double)st[2 * E + 1]);
+    }
+    if (j) { snprintf(j + len, cap - len, "]"); *json = j; }
+}
+
 #endif /* LLMC_MOE_H */

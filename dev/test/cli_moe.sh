@@ -1,0 +1,56 @@
+# dev/test/cli_moe.sh -- the mixture-of-experts model through the real CLI (llmc/moe.h), d2 with 4 experts top-2 on
+# tiny batches: two identical runs are bit-identical; 6 steps straight == 3 steps, checkpoint, resume, 3 more
+# (losses, MoE statistics, weights and optimizer state); the step line and log.jsonl carry the routing statistics; the
+# model file is version 7 with the MoE header; refusals are one line (--ep > 1, k > E, a dense/MoE mismatch between
+# a model file and the --moe-* flags, --tp with experts).
+source "$(dirname "$0")/lib_cli.sh"
+MOE=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -v 0 --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 1.0
+     --moe-z-coef 0.001)
+A="$TMP/a"; A2="$TMP/a2"; B="$TMP/b"
+$TRAIN "${MOE[@]}" -x 6 -o "$A" > "$TMP/a.log" 2>&1
+check $? "MoE d2 (4 experts, top-2): 6 steps"
+$TRAIN "${MOE[@]}" -x 6 -o "$A2" > "$TMP/a2.log" 2>&1
+check $? "the same run again"
+cmp -s "$A/model_00000006.bin" "$A2/model_00000006.bin" && cmp -s "$A/state_00000006_00000.bin" "$A2/state_00000006_00000.bin"
+check $? "two identical runs: bit-identical weights and optimizer state"
+grep -E '^step ' "$TMP/a.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a.steps"
+grep -E '^step ' "$TMP/a2.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a2.steps"
+test "$(wc -l < "$TMP/a.steps")" -eq 6 && cmp -s "$TMP/a.steps" "$TMP/a2.steps"
+check $? "two identical runs: identical step lines (loss, norm, lr, MoE statistics)"
+grep -qE '^step +1/6 .*[|] moe aux [0-9.]+ drop [0-9.]+% max load [0-9.]+' "$TMP/a.log"
+check $? "the step line shows the MoE loss, dropped fraction and max load"
+grep -q "parameters [0-9]* total, [0-9]* active per token (MFU uses the active FLOPs)" "$TMP/a.log"
+check $? "the header gives total and active parameters"
+grep -q -- "-> equal" "$TMP/a.log"
+check $? "the memory ledger equals what the MoE model allocates"
+python3 - "$A/log.jsonl" "$A/model_00000006.bin" <<'PY'
+import json, sys
+import numpy as np
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if r["kind"] == "train"]
+assert len(train) == 6
+for r in train:
+    assert len(r["moe"]) == 2 and [b["block"] for b in r["moe"]] == [0, 1], r["moe"]
+    for b in r["moe"]:
+        assert len(b["f"]) == 4 and abs(sum(b["f"]) - 1) < 1e-3 and 0 <= b["drop"] < 1 and b["aux"] > 0 and b["z"] > 0
+    assert abs(r["moe_aux"] - sum(b["aux"] + b["z"] for b in r["moe"])) < 1e-5
+h = np.fromfile(sys.argv[2], dtype="<i4", count=12)
+assert list(h[[0, 1, 4, 6, 8, 9, 10, 11]]) == [20240326, 7, 2, 128, 4, 2, 1, 512], h
+PY
+check $? "log.jsonl: per MoE block the fraction per expert (sums to 1), dropped fraction, aux and z-loss; model file v7 with E=4 k=2 n=1 H=512"
+$TRAIN "${MOE[@]}" -x 6 -o "$B" --exit-after-steps 3 > "$TMP/b1.log" 2>&1
+$TRAIN "${MOE[@]}" -x 6 -o "$B" -y 1 > "$TMP/b2.log" 2>&1
+check $? "3 steps, checkpoint, resume with -y 1"
+grep -E '^step +[4-6]/6' "$TMP/a.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a.tail"
+grep -E '^step +[4-6]/6' "$TMP/b2.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/b.tail"
+test "$(wc -l < "$TMP/b.tail")" -eq 3 && cmp -s "$TMP/a.tail" "$TMP/b.tail" && cmp -s "$A/model_00000006.bin" "$B/model_00000006.bin" &&
+    cmp -s "$A/state_00000006_00000.bin" "$B/state_00000006_00000.bin"
+check $? "resume is bit-identical: steps 4..6 (losses and MoE statistics), final weights and optimizer state"
+expect_error "expert parallelism is not implemented" "--ep 2 is refused" -- $TRAIN "${MOE[@]}" -x 1 --ep 2
+expect_error "--moe-top-k 5 is above --moe-experts 4" "top-k above E is refused" -- $TRAIN "${MOE[@]}" -x 1 --moe-top-k 5
+expect_error "is a mixture-of-experts model" "a MoE model file with dense flags is refused" -- \
+    $TRAIN -e "$A/model_00000006.bin" -b 2 -t 32 -j '' -g 0 -x 1
+expect_error "is a dense model" "a dense model file with --moe-experts is refused" -- \
+    $TRAIN -e dev/test/fixtures/gpt2_fixture_model.bin -b 2 -t 32 -j '' -g 0 -x 1 --moe-experts 4
+expect_error "without tensor or pipeline parallelism" "experts with --tp 2 are refused" -- \
+    $TRAIN "${MOE[@]}" -x 1 --tp 2
