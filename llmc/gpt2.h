@@ -77,8 +77,8 @@ static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
  * rows of wpe) 1024. Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not starting with
  * 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a malformed one:
  * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, or E/K given
- * (mixture-of-experts layers, their router, all-to-all and expert parallelism are not implemented; the shape
- * names them so that a plan can say so). */
+ * (the planner has no expert layers, all-to-all or expert parallelism; the shape names them so that a plan can say
+ * so; the trainer's experts come from --moe-experts, llmc/moe.h). */
 static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
     if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
     static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K"}; /* NH before single letters */
@@ -116,9 +116,9 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         return -1;
     }
     if (seen[5] || seen[6]) {
-        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the trainer "
-                 "and the planner have no expert layers, router, all-to-all or expert parallelism; drop :E and :K",
-                 name);
+        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the planner "
+                 "has no expert layers, all-to-all or expert parallelism; drop :E and :K (the trainer takes experts "
+                 "from --moe-experts and --moe-top-k)", name);
         return -1;
     }
     cfg->num_layers = (int)val[1];
