@@ -54,3 +54,23 @@ expect_error "is a dense model" "a dense model file with --moe-experts is refuse
     $TRAIN -e dev/test/fixtures/gpt2_fixture_model.bin -b 2 -t 32 -j '' -g 0 -x 1 --moe-experts 4
 expect_error "without tensor or pipeline parallelism" "experts with --tp 2 are refused" -- \
     $TRAIN "${MOE[@]}" -x 1 --tp 2
+# data parallelism: experts replicated, their gradients in the global bucket. 2 processes with ZeRO-2 against one
+# process accumulating the same two micro-batches (-d 128): the routing and capacity are per micro-batch, so the
+# same; only the order of the gradient sum differs (rounding: 1e-5 relative, as argued in dev/test/dp_lib.sh)
+if command -v mpirun > /dev/null 2>&1 && ldd "$TRAIN" 2> /dev/null | grep -q libmpi; then
+    DP=(-e d2 -b 2 -t 32 -d 128 -j '' -g 0 -u 2 -v 0 -x 3 --moe-experts 4 --moe-top-k 2)
+    $TRAIN "${DP[@]}" > "$TMP/dp1.log" 2>&1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS $TRAIN "${DP[@]}" -z 2 > "$TMP/dp2.log" 2>&1
+    python3 - "$TMP/dp1.log" "$TMP/dp2.log" <<'PY'
+import re, sys
+def losses(p):
+    return [(float(a), float(b)) for a, b in re.findall(r"^step +\d+/3 \| loss ([0-9.]+) \| norm ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("# 1 process:", a, "\n# 2 processes, ZeRO-2:", b)
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for p, q in zip(a, b) for x, y in zip(p, q)) else 1)
+PY
+    check $? "MoE under data parallelism: 2 processes with ZeRO-2 equal one process accumulating the same micro-batches (loss and norm, 3 steps, 1e-5)"
+else
+    echo "# SKIP MoE data-parallel check: no mpirun or no MPI build"
+fi
