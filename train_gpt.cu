@@ -981,6 +981,10 @@ static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
         FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc->moe.every,
                   mc->num_layers);
     }
+    if (cfg->plan || cfg->plan_search) {
+        FATAL_ALL("flag --moe-experts %d with --plan: the layout planner has no expert layers, all-to-all or expert "
+                  "parallelism; use --dry-run 1 for the memory ledger of a MoE model", mc->moe.experts);
+    }
     if (cfg->tp > 1 || cfg->pp > 1 || cfg->cuda_graphs) {
         FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
                   "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
