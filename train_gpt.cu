@@ -969,10 +969,6 @@ static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
                   "process); use --ep 1", cfg->ep);
     }
     if (mc->moe.experts == 0) { return; }
-    if (!BACKEND_HAS_MOE) {
-        FATAL_ALL("flag --moe-experts %d: this build's backend (%s) has no mixture-of-experts kernels; use the CPU "
-                  "build ./train_gpt_cpu", mc->moe.experts, PRECISION_NAME);
-    }
     if (mc->moe.top_k > mc->moe.experts) {
         FATAL_ALL("flag --moe-top-k %d is above --moe-experts %d: a token cannot choose more experts than there are",
                   mc->moe.top_k, mc->moe.experts);

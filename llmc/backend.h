@@ -190,8 +190,8 @@
  *   compress_zero_at(float* x(n), const uint32_t* idx(k), size_t k)                    x[idx] = 0
  *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
  *                (distinct indices)
- * mixture of experts (llmc/moe.h; CPU: llmc/cpu/moe.h; a backend that implements them defines BACKEND_HAS_MOE 1,
- * the CUDA backend does not yet, and the trainer refuses --moe-experts there). E experts, k chosen per token,
+ * mixture of experts (llmc/moe.h; CPU: llmc/cpu/moe.h, CUDA: llmc/cuda/moe.cuh, deterministic, agreeing op for op).
+ * E experts, k chosen per token,
  * R grouped rows (<= N*k); row(N,k) int: choice j of token n -> its row in the grouped buffers, -1 = dropped;
  * plan(3,E) int: routed counts, kept counts, group offsets; every probability, gate and statistic fp32:
  *   moe_router_forward(float* probs(N,E), float* lse(N), int* choice(N,k), float* gate(N,k), const floatX* x(N,C),

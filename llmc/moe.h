@@ -17,8 +17,9 @@
  * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
  * dense MLP tensors fcw .. fcprojb hold only the L - Lm dense blocks. Grouped buffers: expert e's tokens are rows
  * [offset_e, offset_e + kept_e) of R = min(N*k, E*cap) rows; the expert GEMMs run one matmul per expert on its
- * rows, with the counts read back to the host once per layer and micro-batch (a synchronisation, free on the CPU;
- * a GPU version would use fixed-capacity buffers or grouped GEMMs instead).
+ * rows, with the counts read back to the host once per layer and micro-batch (a synchronisation: free on the CPU,
+ * a stall on a GPU that fixed-capacity buffers or grouped GEMMs would avoid). Kernels: llmc/cpu/moe.h,
+ * llmc/cuda/moe.cuh.
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
@@ -32,9 +33,6 @@
 
 #ifndef MOE_MAX_EXPERTS
 #define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (the kernels keep per-expert counts on the stack) */
-#endif
-#ifndef BACKEND_HAS_MOE
-#define BACKEND_HAS_MOE 0   /* this backend has no mixture-of-experts kernels: the trainer refuses --moe-experts */
 #endif
 
 /* the model-file fields of a mixture-of-experts model (experts = 0: a dense model, the rest 0 too) */
@@ -94,7 +92,6 @@ typedef struct {
  * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. */
 static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
                                      const floatX* x, int N, int C) {
-#if BACKEND_HAS_MOE
     int E = c->experts, k = c->top_k, H = c->hidden;
     moe_router_forward(a->probs, a->lse, a->choice, a->gate, x, a->routerw, N, C, E, k);
     moe_dispatch_plan(a->row, a->plan, a->choice, N, E, k, moe_capacity(c, o, N));
@@ -112,10 +109,6 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
                        a->efcprojb + (size_t)e * C, rows, H, C, NULL);
     }
     moe_combine(y, a->out, a->row, a->gate, N, C, k);
-#else
-    (void)a; (void)c; (void)o; (void)y; (void)x; (void)N; (void)C;
-    FATAL("internal: this backend has no mixture-of-experts kernels (the trainer refuses --moe-experts)");
-#endif
 }
 
 /* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
@@ -125,7 +118,6 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
 static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* dx,
                                       const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
                                       float dloss) {
-#if BACKEND_HAS_MOE
     int E = c->experts, k = c->top_k, H = c->hidden;
     moe_permute(a->xe, x, a->row, N, C, k);
     moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
@@ -144,10 +136,6 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
     moe_permute_backward(dx, a->dxe, a->row, N, C, k);
     moe_router_backward(dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,
                         a->routerw, N, C, E, k, dloss, o->aux_coef, o->z_coef);
-#else
-    (void)a; (void)c; (void)o; (void)dx; (void)dy; (void)x; (void)scratch_f32; (void)N; (void)C; (void)dloss;
-    FATAL("internal: this backend has no mixture-of-experts kernels (the trainer refuses --moe-experts)");
-#endif
 }
 
 /* Summary of the routing statistics `stats` (Lm blocks of moe_stats_floats, as moe_route_stats writes them) of a

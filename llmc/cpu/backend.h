@@ -273,7 +273,4 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "compress.h"
 #include "moe.h"
 
-/* this backend implements the mixture-of-experts kernels of llmc/backend.h */
-#define BACKEND_HAS_MOE 1
-
 #endif /* LLMC_CPU_BACKEND_H */

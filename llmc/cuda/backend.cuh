@@ -37,8 +37,6 @@
 #include "attention.cuh"
 #include "compress.cuh"
 #include "moe.cuh"
-/* this backend implements the mixture-of-experts kernels of llmc/backend.h */
-#define BACKEND_HAS_MOE 1
 #ifdef USE_CUDNN
 #include "attention_cudnn.cuh"
 #endif
