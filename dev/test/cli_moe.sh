@@ -52,6 +52,12 @@ expect_error "is a mixture-of-experts model" "a MoE model file with dense flags 
     $TRAIN -e "$A/model_00000006.bin" -b 2 -t 32 -j '' -g 0 -x 1
 expect_error "is a dense model" "a dense model file with --moe-experts is refused" -- \
     $TRAIN -e dev/test/fixtures/gpt2_fixture_model.bin -b 2 -t 32 -j '' -g 0 -x 1 --moe-experts 4
+if python3 -c "import numpy" 2> /dev/null; then
+    expect_error "a mixture-of-experts model file (version 7" "scripts/export_hf.py refuses a MoE model file" -- \
+        python3 scripts/export_hf.py "$A/model_00000006.bin" "$TMP/hf"
+else
+    echo "# SKIP export_hf.py refusal of a MoE model file: no numpy for python3"
+fi
 expect_error "without tensor or pipeline parallelism" "experts with --tp 2 are refused" -- \
     $TRAIN "${MOE[@]}" -x 1 --tp 2
 # data parallelism: experts replicated, their gradients in the global bucket. 2 processes with ZeRO-2 against one
