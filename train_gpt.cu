@@ -245,7 +245,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
     SPEC(NULL, "moe-experts", ARG_INT, moe_experts, 0, MOE_MAX_EXPERTS,
-         "mixture of experts: E experts replace the MLP of every --moe-every-th block (0 = a dense model; CPU build)");
+         "mixture of experts: E experts replace the MLP of every --moe-every-th block (0 = a dense model)");
     SPEC(NULL, "moe-top-k", ARG_INT, moe_top_k, 1, MOE_MAX_EXPERTS,
          "experts per token (1 = Switch, gate = router probability; 2 = GShard/Mixtral, gates renormalised)");
     SPEC(NULL, "moe-every", ARG_INT, moe_every, 1, NO_MAX, "blocks n-1, 2n-1, ... (every n-th block) get experts");

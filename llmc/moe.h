@@ -16,7 +16,7 @@
  * Layout: the expert tensors are stacked over the Lm = L/n MoE layers, experts inside (llmc/gpt2.h parameter
  * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
  * dense MLP tensors fcw .. fcprojb hold only the L - Lm dense blocks. Grouped buffers: expert e's tokens are rows
- * [offset_e, offset_e + kept_e) of R = min(N*k, E*cap) rows; the expert GEMMs run one matmul per expert on its
+ * [offset_e, offset_e + kept_e) of the R = N*k rows allocated (at most min(N*k, E*cap) are used); the expert GEMMs run one matmul per expert on its
  * rows, with the counts read back to the host once per layer and micro-batch (a synchronisation: free on the CPU,
  * a stall on a GPU that fixed-capacity buffers or grouped GEMMs would avoid). Kernels: llmc/cpu/moe.h,
  * llmc/cuda/moe.cuh.
@@ -63,11 +63,6 @@ static inline int moe_capacity(const MoEConfig* c, const MoEOptions* o, int N) {
     double cap = ceil((double)o->capacity_factor * c->top_k * (double)N / c->experts);
     return cap > N ? N : (int)cap;
 }
-/* R: rows of the grouped buffers */
-static inline size_t moe_rows(const MoEConfig* c, const MoEOptions* o, int N) {
-    size_t all = (size_t)N * (size_t)c->top_k, capped = (size_t)c->experts * (size_t)moe_capacity(c, o, N);
-    return all < capped ? all : capped;
-}
 /* the size of the statistics block of one MoE layer (moe_route_stats) */
 static inline int moe_stats_floats(const MoEConfig* c) { return 2 * c->experts + 3; }
 /* parameters of one expert (fc and fcproj weights and biases) */
@@ -77,7 +72,7 @@ static inline size_t moe_expert_params(const MoEConfig* c, int C) {
 }
 
 /* One MoE layer's tensors for one micro-batch: parameters (floatX), their gradients (floatX, accumulated), the
- * saved activations and the scratch (see llmc/README.md for the shapes; R = moe_rows) */
+ * saved activations and the scratch (see llmc/README.md for the shapes; R = N*k rows) */
 typedef struct {
     const floatX *routerw, *efcw, *efcb, *efcprojw, *efcprojb;
     floatX *drouterw, *defcw, *defcb, *defcprojw, *defcprojb;      /* backward only */
