@@ -16,10 +16,10 @@
  * Layout: the expert tensors are stacked over the Lm = L/n MoE layers, experts inside (llmc/gpt2.h parameter
  * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
  * dense MLP tensors fcw .. fcprojb hold only the L - Lm dense blocks. Grouped buffers: expert e's tokens are rows
- * [offset_e, offset_e + kept_e) of the R = N*k rows allocated (at most min(N*k, E*cap) are used); the expert GEMMs run one matmul per expert on its
- * rows, with the counts read back to the host once per layer and micro-batch (a synchronisation: free on the CPU,
- * a stall on a GPU that fixed-capacity buffers or grouped GEMMs would avoid). Kernels: llmc/cpu/moe.h,
- * llmc/cuda/moe.cuh.
+ * [offset_e, offset_e + kept_e) of the R = N*k rows allocated (at most min(N*k, E*cap) are used); the expert
+ * GEMMs run one matmul per expert on its rows, with the counts read back to the host once per layer and
+ * micro-batch (a synchronisation: free on the CPU, a stall on a GPU that fixed-capacity buffers or grouped GEMMs
+ * would avoid). Kernels: llmc/cpu/moe.h, llmc/cuda/moe.cuh.
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
