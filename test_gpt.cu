@@ -135,9 +135,14 @@ typedef struct {
     float* norm;             /* (1) device */
 } FixtureModel;
 
+/* the mixture-of-experts settings the fixture models get (zero for the dense fixture; test_moe_fixture sets the MoE
+ * fixture's from its state header) */
+static MoEOptions fixture_moe_opt;
+
 static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int B, int T, const TensorParallel* tp) {
     GPT2* m = &fm->m;
     gpt2_build_from_file(m, model_path, tp);
+    m->moe_opt = fixture_moe_opt;
     size_t P = m->num_parameters;
     fm->grads = (floatX*)dev_malloc(P * sizeof(floatX), "fixture gradients");
     fm->target = gpt2_grad_target_full(m, fm->grads);
@@ -327,6 +332,7 @@ static void test_forward_backward(FixtureModel* fm, const Fixture* fx, const Tol
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = m->param_sizes[i];
+        if (n == 0) { continue; } /* the expert tensors of a dense model, the MLP tensors of an all-MoE one */
         compare_arrays(grads + off, fx->grads + off, n, &err, &ref);
         TEST_CHECK(relative_to_max(err, ref) <= tol->grads, "grad %-8s (%8zu values): max abs err %.3e, max |ref| %.3e, rel %.3e (tol %.0e)",
                    parameter_name(i), n, err, ref, relative_to_max(err, ref), tol->grads);
@@ -729,6 +735,58 @@ static void test_weight_decay_groups_d12(void) {
     TEST_CHECK(vd + vo == 124475904, "d12 parameter count %zu (expected 124475904)", vd + vo);
 }
 
+/* The mixture-of-experts fixture (python3 train_gpt.py --write-moe-fixture; llmc/moe.h): L=4 with experts in blocks
+ * 1 and 3, E=3 top-2, H=48, capacity factor 0.75 (a quarter of the choices dropped), load-balancing and z-loss on.
+ * Checks init from the seed, logits, the language loss, the MoE loss (load-balancing + z) and every gradient (the
+ * router's and each expert tensor's, dense blocks' too) against PyTorch, then 3 AdamW steps and their determinism.
+ * Tolerances: those of the dense model (see the top of this file). The MoE layer adds, per token, a C-term router
+ * dot product (fp32 accumulation in both), a softmax and at most k gate products; the expert MLPs are the dense
+ * MLP's matmuls on fewer rows. None of this lengthens the chains of roundings the dense argument counts by more
+ * than a few operations, and the top-k choice and the capacity are discrete functions of the probabilities: the
+ * test is only meaningful if no token's choice is within rounding of a tie, which a random init makes vanishingly
+ * unlikely in fp32 (and the bit-identical init makes the check reproducible). In BF16 a rounded activation can move
+ * a logit by ~1e-3 relative, so a near-tie could flip a choice; on this fixture none does measurably. The MoE loss
+ * has the loss tolerance. Measured: CPU fp32 logits 1.9e-7, gradients <= 4.3e-7; emulator FP32 gradients
+ * <= 1.6e-6; emulator BF16 logits 5.0e-3, loss 2.2e-5, MoE loss 1.3e-5, gradients <= 8.7e-3, step losses <= 3.7e-5. */
+static void test_moe_fixture(const char* model_path, const char* state_path, const Tolerances* tol) {
+    int h[FILE_HEADER_INTS];
+    FILE* f = checkpoint_open_checked(state_path, h, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION,
+                                      "debug state fixture", "regenerate with `make fixture`");
+    fclose(f);
+    float ref_moe_loss = float_from_bits(h[11]);
+    fixture_moe_opt.capacity_factor = float_from_bits(h[12]);
+    fixture_moe_opt.aux_coef = float_from_bits(h[13]);
+    fixture_moe_opt.z_coef = float_from_bits(h[14]);
+    GPT2 header_model;
+    gpt2_build_from_file(&header_model, model_path, NULL);
+    Fixture fx;
+    fixture_load(&fx, state_path, &header_model);
+    const MoEConfig* mc = &header_model.config.moe;
+    printf("# MoE fixture: L=%d E=%d k=%d every=%d H=%d capacity factor %.2f aux %.3f z %.3f\n",
+           header_model.config.num_layers, mc->experts, mc->top_k, mc->every, mc->hidden,
+           (double)fixture_moe_opt.capacity_factor, (double)fixture_moe_opt.aux_coef, (double)fixture_moe_opt.z_coef);
+    gpt2_free(&header_model);
+    FixtureModel fm;
+    build_fixture_model(&fm, model_path, fx.B, fx.T);
+    test_init_matches_reference(&fm.m);
+    test_forward_backward(&fm, &fx, tol);
+    float moe_loss = gpt2_moe_aux_loss(&fm.m);
+    double err = fabs((double)moe_loss - ref_moe_loss) / fabs((double)ref_moe_loss);
+    TEST_CHECK(err <= tol->loss, "MoE loss (load-balancing + z, both MoE blocks) %.7f vs reference %.7f (rel err "
+               "%.2e, tol %.0e)", moe_loss, ref_moe_loss, err, tol->loss);
+    mc = &fm.m.config.moe; /* header_model's is gone */
+    float stats[2 * (2 * 3 + 3)];
+    int Lm = gpt2_moe_stats(&fm.m, stats), S = moe_stats_floats(mc);
+    for (int j = 0; j < Lm && S * Lm <= (int)(sizeof(stats) / sizeof(stats[0])); j++) {
+        TEST_CHECK(stats[j * S + 2 * mc->experts + 2] > 0.0f, "MoE block %d drops some choices (%.1f%%), so the "
+                   "capacity path is exercised", j, 100.0 * stats[j * S + 2 * mc->experts + 2]);
+    }
+    free_fixture_model(&fm);
+    test_adamw_steps(model_path, &fx, tol);
+    fixture_free(&fx);
+    memset(&fixture_moe_opt, 0, sizeof(fixture_moe_opt));
+}
+
 int main(int argc, char** argv) {
     const char* model_path = argc > 1 ? argv[1] : "dev/test/fixtures/gpt2_fixture_model.bin";
     const char* state_path = argc > 2 ? argv[2] : "dev/test/fixtures/gpt2_fixture_state.bin";
@@ -763,6 +821,10 @@ int main(int argc, char** argv) {
     if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
     test_weight_decay_groups_d12();
     fixture_free(&fx);
+    if (argc <= 1) {
+        test_moe_fixture("dev/test/fixtures/gpt2_moe_fixture_model.bin", "dev/test/fixtures/gpt2_moe_fixture_state.bin",
+                         &tol);
+    }
     comm_finalize(&world);
     backend_shutdown();
     return testing_finish();

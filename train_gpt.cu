@@ -93,6 +93,9 @@ typedef struct {
     const char* pp_layers;     /* layers per stage "a,b,..." ('' = even split) */
     int pp_trace_steps;        /* steps recorded in DIR/trace.json */
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
+    /* mixture of experts (llmc/moe.h) */
+    int moe_experts, moe_top_k, moe_every, moe_hidden, ep;
+    float moe_capacity_factor, moe_aux_coef, moe_z_coef;
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
     const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
@@ -143,6 +146,11 @@ static void train_config_defaults(TrainConfig* c) {
     c->gelu_fusion = 1;
     c->master_weights = 1;
     c->seed = 1337;
+    c->moe_top_k = 2;
+    c->moe_every = 1;
+    c->moe_capacity_factor = 1.25f;
+    c->moe_aux_coef = 0.01f;
+    c->ep = 1;
     c->log_every = 1;
     c->exit_after_steps = 0;
     c->shuffle = 1;
@@ -255,6 +263,19 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "activation checkpointing: keep each --recompute-every'th block's input, recompute the blocks between in backward");
     SPEC(NULL, "recompute-every", ARG_INT, recompute_every, 1, NO_MAX, "-r 3: layers per checkpointed segment (k; 1 = "
          "every block from its input, Megatron-LM's full recompute, the least memory; larger k recomputes fewer blocks)");
+    SPEC(NULL, "moe-experts", ARG_INT, moe_experts, 0, MOE_MAX_EXPERTS,
+         "mixture of experts: E experts replace the MLP of every --moe-every-th block (0 = a dense model)");
+    SPEC(NULL, "moe-top-k", ARG_INT, moe_top_k, 1, MOE_MAX_EXPERTS,
+         "experts per token (1 = Switch, gate = router probability; 2 = GShard/Mixtral, gates renormalised)");
+    SPEC(NULL, "moe-every", ARG_INT, moe_every, 1, NO_MAX, "blocks n-1, 2n-1, ... (every n-th block) get experts");
+    SPEC(NULL, "moe-hidden", ARG_INT, moe_hidden, 0, NO_MAX, "hidden width of each expert's MLP (0 = 4C)");
+    SPEC(NULL, "moe-capacity-factor", ARG_FLOAT, moe_capacity_factor, 0, NO_MAX,
+         "tokens per expert at most ceil(c*k*tokens/E) per micro-batch; the rest skip it (0 = no dropping)");
+    SPEC(NULL, "moe-aux-coef", ARG_FLOAT, moe_aux_coef, 0, NO_MAX,
+         "load-balancing loss coefficient alpha (alpha*E*sum f_i*P_i, Switch Transformer)");
+    SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
+    SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
+         "expert-parallel size (only 1: expert parallelism is not implemented; experts are replicated)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -774,6 +795,11 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     int files = reshard_from > 0 ? reshard_from : s->world.world;
     if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
     comm_barrier(&s->world);
+    if (reshard_from > 0 && mc->moe.experts > 0) {
+        FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s' on %d processes: it was written by %d; "
+                  "re-sharding MoE optimizer state is not implemented, resume on %d processes", cfg->output_dir,
+                  s->world.world, reshard_from, reshard_from);
+    }
     if (reshard_from > 0) {
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
@@ -1008,6 +1034,37 @@ static void setup_processes(TrainSession* s) {
     if (zero_needs_collectives(cfg->zero_stage, s->world.world)) { comm_init_device(&s->world, cfg->nccl_init); }
 }
 
+/* the --moe-* and --ep flags against the model and the layout (one line for what is not possible) */
+static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
+    if (cfg->ep > 1) {
+        FATAL_ALL("flag --ep %d: expert parallelism is not implemented (experts are replicated on every data-parallel "
+                  "process); use --ep 1", cfg->ep);
+    }
+    if (mc->moe.experts == 0) { return; }
+    if (mc->moe.top_k > mc->moe.experts) {
+        FATAL_ALL("flag --moe-top-k %d is above --moe-experts %d: a token cannot choose more experts than there are",
+                  mc->moe.top_k, mc->moe.experts);
+    }
+    if (mc->moe.every > mc->num_layers) {
+        FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc->moe.every,
+                  mc->num_layers);
+    }
+    if (cfg->plan || cfg->plan_search) {
+        FATAL_ALL("flag --moe-experts %d with --plan: the layout planner has no expert layers, all-to-all or expert "
+                  "parallelism; use --dry-run 1 for the memory ledger of a MoE model", mc->moe.experts);
+    }
+    if (cfg->tp > 1 || cfg->pp > 1 || cfg->cuda_graphs) {
+        FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
+                  "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
+                  cfg->tp > 1 ? "--tp > 1" : cfg->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
+    }
+    if (cfg->zero_stage == 3 || cfg->recompute == 3) { /* the expert tensors are not per-layer units (llmc/README.md) */
+        FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run with -z 0/1/2 and -r 0/1/2 (the expert "
+                  "tensors are not per-layer units for ZeRO-3's gathers or -r 3's segments)", mc->moe.experts,
+                  cfg->zero_stage == 3 ? "-z 3" : "-r 3");
+    }
+}
+
 /* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
 static GPT2Config model_config(const TrainConfig* cfg) {
     GPT2Config mc;
@@ -1019,7 +1076,22 @@ static GPT2Config model_config(const TrainConfig* cfg) {
                   "model file", cfg->model);
         }
         gpt2_read_model_header(cfg->model, &mc);
+        if (mc.moe.experts != cfg->moe_experts || (mc.moe.experts > 0 &&
+            (mc.moe.top_k != cfg->moe_top_k || mc.moe.every != cfg->moe_every ||
+             mc.moe.hidden != (cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels)))) {
+            FATAL_ALL("model file '%s' is %s model (E=%d k=%d every=%d H=%d) but the --moe-* flags describe %s "
+                      "(--moe-experts %d --moe-top-k %d --moe-every %d --moe-hidden %d); give the file's values", cfg->model,
+                      mc.moe.experts ? "a mixture-of-experts" : "a dense", mc.moe.experts, mc.moe.top_k, mc.moe.every,
+                      mc.moe.hidden, cfg->moe_experts ? "a mixture-of-experts model" : "a dense model", cfg->moe_experts,
+                      cfg->moe_top_k, cfg->moe_every, cfg->moe_hidden);
+        }
+    } else if (cfg->moe_experts > 0) {
+        mc.moe.experts = cfg->moe_experts;
+        mc.moe.top_k = cfg->moe_top_k;
+        mc.moe.every = cfg->moe_every;
+        mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
     }
+    moe_check_flags(cfg, &mc);
     return mc;
 }
 
@@ -1052,6 +1124,9 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     } else {
         gpt2_build_from_file_part(&s->model, s->cfg.model, &tp, &stage);
     }
+    s->model.moe_opt.capacity_factor = s->cfg.moe_capacity_factor;
+    s->model.moe_opt.aux_coef = s->cfg.moe_aux_coef;
+    s->model.moe_opt.z_coef = s->cfg.moe_z_coef;
 }
 
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
@@ -1333,6 +1408,19 @@ static void session_free(TrainSession* s) {
 /* prints (rank 0, every --log-every steps and the last) and logs the step's line; after the timings: the run's
  * elapsed wall time and the time left (llmc/progress.h), and on CUDA builds the device memory in use / total */
 static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu, const Progress* pg) {
+    /* mixture of experts: the routing of this step's last micro-batch on this process (llmc/moe.h) */
+    const MoEConfig* moe = &s->model.config.moe;
+    int Lm = moe_num_layers(moe, s->model.config.num_layers);
+    float moe_aux = 0.0f, moe_drop = 0.0f, moe_max = 0.0f;
+    char* moe_json = NULL;
+    if (Lm > 0) {
+        float* stats = (float*)malloc_check((size_t)Lm * moe_stats_floats(moe) * sizeof(float), "MoE statistics");
+        int blocks[1024];
+        for (int l = 0, b = 0; l < s->model.config.num_layers && b < 1024; l++) { if (moe_is_layer(moe, l)) { blocks[b++] = l; } }
+        gpt2_moe_stats(&s->model, stats);
+        moe_stats_summary(moe, stats, Lm < 1024 ? Lm : 1024, blocks, &moe_aux, &moe_drop, &moe_max, &moe_json);
+        free(stats);
+    }
     if (is_rank0(s) && (s->step % s->cfg.log_every == 0 || s->step == s->max_steps)) {
         double now = wall_seconds();
         char elapsed[32], eta[32];
@@ -1341,6 +1429,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+        if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
         if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
         if (r->grad_fp32 > 0) {
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
@@ -1365,40 +1454,51 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         fflush(stdout);
     }
     /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
-    char fields[1024], loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
-    snprintf(fields, sizeof(fields), "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
+    size_t fields_cap = 1024 + (moe_json ? strlen(moe_json) + 64 : 0);
+    char* fields = (char*)malloc_check(fields_cap, "log line");
+    char loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
+    snprintf(fields, fields_cap, "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
              logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
              logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
              logger_json_number(tok, sizeof(tok), tok_s));
     size_t len = strlen(fields);
     if (mfu >= 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
+        snprintf(fields + len, fields_cap - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
         len = strlen(fields);
     }
     if (r->bubble >= 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
+        snprintf(fields + len, fields_cap - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
         len = strlen(fields);
     }
     if (r->grad_fp32 > 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
+        snprintf(fields + len, fields_cap - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
         len = strlen(fields);
     }
     if (r->off_d2h_theory > 0) {
-        snprintf(fields + len, sizeof(fields) - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
+        snprintf(fields + len, fields_cap - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
                  "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f", r->off_d2h, r->off_h2d,
                  r->off_d2h_theory, r->off_h2d_theory, r->off_seconds * 1e3);
         len = strlen(fields);
     }
     if (r->nvme_read + r->nvme_write > 0) {
         char gbs[32];
-        snprintf(fields + len, sizeof(fields) - len, ",\"nvme_read_bytes\":%.0f,\"nvme_write_bytes\":%.0f,\"nvme_gbs\":%s",
+        snprintf(fields + len, fields_cap - len, ",\"nvme_read_bytes\":%.0f,\"nvme_write_bytes\":%.0f,\"nvme_gbs\":%s",
                  r->nvme_read, r->nvme_write, logger_json_number(gbs, sizeof(gbs), r->nvme_seconds > 0 ?
                  (r->nvme_read + r->nvme_write) / r->nvme_seconds / 1e9 : 0.0));
         len = strlen(fields);
     }
-    if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }
+    if (moe_json) {
+        char a[32], d[32], mx[32];
+        snprintf(fields + len, fields_cap - len, ",\"moe_aux\":%s,\"moe_drop\":%s,\"moe_max_load\":%s,\"moe\":%s",
+                 logger_json_number(a, sizeof(a), moe_aux), logger_json_number(d, sizeof(d), moe_drop),
+                 logger_json_number(mx, sizeof(mx), moe_max), moe_json);
+        len = strlen(fields);
+        free(moe_json);
+    }
+    if (r->skipped) { snprintf(fields + len, fields_cap - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);
+    free(fields);
 }
 
 /* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
@@ -1427,7 +1527,16 @@ static float evaluate_if_due(TrainSession* s, int last) {
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
-    double flops_per_token = gpt_flops_per_token(s->model.num_parameters_full, c->num_layers, c->channels, cfg->T);
+    /* mixture of experts: MFU counts the FLOPs of the active parameters (the k experts a token visits) */
+    size_t active = gpt2_active_parameters(c, s->model.num_parameters_full);
+    double flops_per_token = gpt_flops_per_token(active, c->num_layers, c->channels, cfg->T);
+    if (is_rank0(s) && c->moe.experts > 0) {
+        printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
+               "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
+               c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
+               c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
+               s->model.num_parameters_full, active);
+    }
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
     double train_seconds = 0.0;

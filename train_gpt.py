@@ -62,7 +62,10 @@ HEADER_INTS = 256
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
-DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+MOE_NAMES = ["routerw", "efcw", "efcb", "efcprojw", "efcprojb"]  # after the dense ones (llmc/model_file.h)
+MLP_NAMES = {"fcw", "fcb", "fcprojw", "fcprojb"}
+DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "routerw", "efcw", "efcprojw"}
+MODEL_VERSION_MOE_FP32 = 7
 
 MODEL_CONFIGS = {  # name: (L, C, NH, maxT)
     "d2": (2, 128, 4, 256), "d4": (4, 256, 4, 256), "d6": (6, 384, 6, 256),
@@ -82,44 +85,65 @@ def padded_vocab(V):
 
 # ----------------------------------------------------------------------------- model
 
-def param_shapes(L, C, V, maxT):
-    """Shapes of the 16 parameter tensors in file order (layer tensors stacked on dim 0)."""
+def moe_layers(L, moe):
+    """The MoE blocks (every n-th: n-1, 2n-1, ...) of a model with L blocks; [] for a dense model."""
+    return [l for l in range(L) if moe and (l + 1) % moe["every"] == 0]
+
+
+def param_shapes(L, C, V, maxT, moe=None):
+    """Shapes of the parameter tensors in file order (layer tensors stacked on dim 0). A mixture-of-experts model
+    (moe: dict E, k, every, H) stacks the dense MLP tensors over its Ld blocks without experts and appends the
+    expert tensors stacked over its Lm MoE blocks."""
     Vp = padded_vocab(V)
-    return {
+    Lm = len(moe_layers(L, moe))
+    Ld = L - Lm
+    shapes = {
         "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
         "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
-        "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
-        "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,),
+        "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, 4 * C, C), "fcb": (Ld, 4 * C),
+        "fcprojw": (Ld, C, 4 * C), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
     }
+    if moe:
+        E, H = moe["E"], moe["H"]
+        shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
+                       "efcprojw": (Lm, E, C, H), "efcprojb": (Lm, E, C)})
+    return shapes
 
 
 class GPT(nn.Module):
     """GPT-2 with the parameters stored as the 16 stacked tensors of the file format."""
 
-    def __init__(self, L, C, NH, V, maxT):
+    def __init__(self, L, C, NH, V, maxT, moe=None):
+        """moe: None (dense) or dict E, k, every, H (the model file's fields) and cap (capacity factor, 0 = none),
+        aux (load-balancing coefficient), z (z-loss coefficient) -- the mixture of experts of llmc/moe.h."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
         self.L, self.C, self.NH, self.V, self.maxT = L, C, NH, V, maxT
         self.Vp = padded_vocab(V)
-        self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s)) for n, s in param_shapes(L, C, V, maxT).items()})
+        self.moe = moe
+        self.names = PARAM_NAMES + (MOE_NAMES if moe else [])
+        self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s))
+                                   for n, s in param_shapes(L, C, V, maxT, moe).items()})
+        self.moe_blocks = moe_layers(L, moe)
+        self.aux_loss = torch.zeros(())  # load-balancing + z-loss of the last forward (MoE)
 
     def init_weights(self, seed):
         """The shared C/PyTorch init (see module docstring); reproduced by llmc/rand.h."""
         torch.manual_seed(seed)
         std_proj = 0.02 / math.sqrt(2 * self.L)
         with torch.no_grad():
-            for name in PARAM_NAMES:
+            for name in self.names:
                 t = self.p[name]
-                slices = [t] if name in ("wte", "wpe", "lnfw", "lnfb") else [t[l] for l in range(self.L)]
+                slices = [t] if name in ("wte", "wpe", "lnfw", "lnfb") else [t[l] for l in range(t.shape[0])]
                 for s in slices:
                     buf = torch.empty(s.shape, dtype=torch.float32)  # contiguous CPU fp32: same RNG path as C
                     if name == "wte":
                         buf.zero_()
                         buf[: self.V].normal_(0.0, 0.02)
-                    elif name in ("wpe", "qkvw", "fcw"):
+                    elif name in ("wpe", "qkvw", "fcw", "routerw", "efcw"):
                         buf.normal_(0.0, 0.02)
-                    elif name in ("attprojw", "fcprojw"):
+                    elif name in ("attprojw", "fcprojw", "efcprojw"):
                         buf.normal_(0.0, std_proj)
                     elif name in ("ln1w", "ln2w", "lnfw"):
                         buf.fill_(1.0)
@@ -134,7 +158,9 @@ class GPT(nn.Module):
             die(f"sequence length {T} > model max {self.maxT}")
         p, C, NH = self.p, self.C, self.NH
         hs = C // NH
+        self.moe_counts = []  # per MoE block: (routed count per expert, kept choices)
         x = p["wte"][idx] + p["wpe"][:T]
+        aux_total = torch.zeros((), device=x.device)
         for l in range(self.L):
             h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
             qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])
@@ -152,18 +178,59 @@ class GPT(nn.Module):
             y = y.transpose(1, 2).contiguous().view(B, T, C)
             x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
             h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
-            h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
-            x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
+            if l in self.moe_blocks:
+                y, aux = self.moe_mlp(h.reshape(B * T, C), self.moe_blocks.index(l))
+                x = x + y.view(B, T, C)
+                aux_total = aux_total + aux
+                continue
+            d = l - sum(1 for m in self.moe_blocks if m < l)  # its slice among the dense blocks
+            h = F.gelu(F.linear(h, p["fcw"][d], p["fcb"][d]), approximate="tanh")
+            x = x + F.linear(h, p["fcprojw"][d], p["fcprojb"][d])
         x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
         logits = F.linear(x, p["wte"])[:, :, : self.V]  # tied head; padded columns excluded
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
+        self.aux_loss = aux_total
         return logits, loss
 
+    def moe_mlp(self, x, j):
+        """MoE block j (of the MoE blocks) on x (N,C) -> (y (N,C), load-balancing + z-loss). Written independently
+        of the C kernels from the definitions (llmc/moe.h): fp32 router logits, softmax, top-k (ties: lower index),
+        gates renormalised over the k chosen (k = 1: the probability), capacity ceil(cap*k*N/E) served first
+        choices first, then in token order; f_i over the choices before capacity."""
+        p, moe = self.p, self.moe
+        N, E, k = x.shape[0], moe["E"], moe["k"]
+        logits = x.float() @ p["routerw"][j].float().t()
+        probs = logits.softmax(dim=-1)
+        lse = torch.logsumexp(logits, dim=-1)
+        order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :k]  # (N,k)
+        chosen = probs.gather(1, order)
+        gates = chosen if k == 1 else chosen / chosen.sum(dim=-1, keepdim=True)
+        cap = N if moe["cap"] <= 0 else min(N, math.ceil(moe["cap"] * k * N / E))
+        keep = torch.zeros(N, k, dtype=torch.bool)
+        count = [0] * E
+        for r in range(k):
+            for n in range(N):
+                e = int(order[n, r])
+                keep[n, r] = count[e] < cap
+                count[e] += 1
+        f = torch.tensor(count, dtype=torch.float32) / (N * k)
+        aux = moe["aux"] * E * (f * probs.mean(dim=0)).sum() + moe["z"] * (lse ** 2).mean()
+        y = torch.zeros_like(x)
+        for e in range(E):
+            n_idx, r_idx = torch.nonzero((order == e) & keep, as_tuple=True)
+            if n_idx.numel() == 0:
+                continue
+            h = F.gelu(F.linear(x[n_idx], p["efcw"][j, e], p["efcb"][j, e]), approximate="tanh")
+            out = F.linear(h, p["efcprojw"][j, e], p["efcprojb"][j, e])
+            y = y.index_add(0, n_idx, out * gates[n_idx, r_idx].unsqueeze(1))
+        self.moe_counts.append((count, int(keep.sum())))
+        return y, aux
+
     def optimizer(self, lr, weight_decay, betas=(0.9, 0.95), eps=1e-8, fused=False):
-        decay = [self.p[n] for n in PARAM_NAMES if n in DECAY_NAMES]
-        no_decay = [self.p[n] for n in PARAM_NAMES if n not in DECAY_NAMES]
+        decay = [self.p[n] for n in self.names if n in DECAY_NAMES]
+        no_decay = [self.p[n] for n in self.names if n not in DECAY_NAMES]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         extra = {"fused": True} if fused else {}
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
@@ -197,12 +264,17 @@ def f32_bits(x):
 
 
 def flat_params(model, grads=False):
-    ts = [(model.p[n].grad if grads else model.p[n]).detach().cpu().float().reshape(-1) for n in PARAM_NAMES]
+    ts = [(model.p[n].grad if grads else model.p[n]).detach().cpu().float().reshape(-1) for n in model.names]
     return torch.cat(ts).numpy().astype("<f4")
 
 
 def write_model(model, path):
-    hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_FP32, model.maxT, model.V, model.L, model.NH, model.C, model.Vp])
+    fields = [model.maxT, model.V, model.L, model.NH, model.C, model.Vp]
+    if model.moe:
+        m = model.moe
+        hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_MOE_FP32] + fields + [m["E"], m["k"], m["every"], m["H"]])
+    else:
+        hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_FP32] + fields)
     write_atomic(path, [hdr, flat_params(model).tobytes()])
 
 
@@ -317,6 +389,64 @@ def verify_fixture(model_path, state_path, model, logits, loss, grads, step_loss
     assert total < 2 * 1024 * 1024, f"fixture too large: {total} bytes"
     print(f"re-read and verified {model_path} ({os.path.getsize(model_path):,} bytes) and "
           f"{state_path} ({os.path.getsize(state_path):,} bytes); total {total:,} bytes")
+
+
+MOE_FIXTURE = dict(L=4, C=32, NH=4, maxT=32, V=100, B=4, T=32, seed=1337, data_seed=42, n_steps=3,
+                   lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0,
+                   E=3, k=2, every=2, H=48, cap=0.75, aux=0.05, z=0.01)
+
+
+def write_moe_fixture(outdir):
+    """The mixture-of-experts fixture (test_gpt.cu, test_moe_fixture): L=4 blocks, experts in blocks 1 and 3 (every
+    2nd), E=3 (not a power of two) top-2 with H=48 (not 4C), capacity factor 0.75 (64 rows per expert for 256 choices: at
+    least a quarter of the choices are dropped), load-balancing 0.05 and z-loss 0.01 so that their gradients are
+    visible. Files: gpt2_moe_fixture_model.bin (model v7) and gpt2_moe_fixture_state.bin (state v2 as the dense
+    fixture; header[11] = fp32 bits of the MoE loss (load-balancing + z) at the initial weights, header[12..14] = fp32
+    bits of the capacity factor, aux and z coefficients; the loss field and step losses are the language loss only,
+    the gradients those of language + MoE loss)."""
+    cfg = MOE_FIXTURE
+    moe = {k: cfg[k] for k in ("E", "k", "every", "H", "cap", "aux", "z")}
+    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], moe)
+    model.init_weights(cfg["seed"])
+    model_path = os.path.join(outdir, "gpt2_moe_fixture_model.bin")
+    state_path = os.path.join(outdir, "gpt2_moe_fixture_state.bin")
+    write_model(model, model_path)
+    B, T, V = cfg["B"], cfg["T"], cfg["V"]
+    g = torch.Generator().manual_seed(cfg["data_seed"])
+    tokens = torch.randint(0, V, (B, T + 1), generator=g)
+    x, y = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+    logits, loss = model(x, y)
+    (loss + model.aux_loss).backward()
+    grads = flat_params(model, grads=True)
+    logits0 = logits.detach().numpy().astype("<f4")
+    loss0, aux0 = float(loss.item()), float(model.aux_loss.item())
+    counts = model.moe_counts
+    opt = model.optimizer(cfg["lr"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]), cfg["eps"])
+    model.zero_grad(set_to_none=True)
+    step_losses = []
+    for _ in range(cfg["n_steps"]):
+        _, l = model(x, y)
+        (l + model.aux_loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step_losses.append(float(l.item()))
+    hdr = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, cfg["n_steps"]] +
+                       [f32_bits(cfg[k]) for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")] +
+                       [f32_bits(aux0)] + [f32_bits(cfg[k]) for k in ("cap", "aux", "z")])
+    write_atomic(state_path, [hdr, x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
+                              logits0.tobytes(), np.array([loss0], dtype="<f4").tobytes(), grads.tobytes(),
+                              np.array(step_losses, dtype="<f4").tobytes()])
+    N = B * T
+    for j, (count, kept) in enumerate(counts):
+        print(f"MoE block {model.moe_blocks[j]}: routed per expert {count}, kept {kept} of {N * cfg['k']} choices "
+              f"({100 * (1 - kept / (N * cfg['k'])):.1f}% dropped)")
+        assert kept < N * cfg["k"], "the fixture must drop some choices"
+    print(f"MoE fixture: params {model.num_params():,}; language loss {loss0:.6f}, MoE loss {aux0:.6f}; "
+          f"step losses {', '.join(f'{v:.6f}' for v in step_losses)}")
+    total = os.path.getsize(model_path) + os.path.getsize(state_path)
+    assert total < 2 * 1024 * 1024, f"fixture too large: {total} bytes"
+    print(f"wrote {model_path} and {state_path}; total {total:,} bytes")
 
 
 # ----------------------------------------------------------------------------- training
@@ -444,6 +574,8 @@ class _null:
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch reference GPT-2: writes test fixtures and trains on token shards.")
     ap.add_argument("--write-fixture", action="store_true", help="write dev/test/fixtures/gpt2_fixture_{model,state}.bin and exit")
+    ap.add_argument("--write-moe-fixture", action="store_true",
+                    help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")
@@ -467,7 +599,9 @@ def main(argv=None):
     for name in ("batch_size", "sequence_length", "num_iterations"):
         if getattr(args, name) <= 0:
             die(f"--{name.replace('_', '-')} must be positive")
-    if args.write_fixture:
+    if args.write_moe_fixture:
+        write_moe_fixture(args.fixture_dir)
+    elif args.write_fixture:
         write_fixture(args.fixture_dir)
     else:
         train(args)

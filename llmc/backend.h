@@ -193,6 +193,26 @@
  *   compress_zero_at(float* x(n), const uint32_t* idx(k), size_t k)                    x[idx] = 0
  *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
  *                (distinct indices)
+ * mixture of experts (llmc/moe.h; CPU: llmc/cpu/moe.h, CUDA: llmc/cuda/moe.cuh, deterministic, agreeing op for op).
+ * E experts, k chosen per token,
+ * R grouped rows (<= N*k); row(N,k) int: choice j of token n -> its row in the grouped buffers, -1 = dropped;
+ * plan(3,E) int: routed counts, kept counts, group offsets; every probability, gate and statistic fp32:
+ *   moe_router_forward(float* probs(N,E), float* lse(N), int* choice(N,k), float* gate(N,k), const floatX* x(N,C),
+ *                    const floatX* w(E,C), N, C, E, k)      fp32 logits, softmax, top-k (ties: lower index),
+ *                    gates renormalised over the k chosen (k = 1: the probability itself)
+ *   moe_dispatch_plan(int* row(N,k), int* plan(3,E), const int* choice(N,k), N, E, k, int cap)
+ *                    capacity cap per expert; served by rank (all first choices first), then token order
+ *   moe_route_stats(float* stats(2E+3), probs, lse, plan, N, E, k, float aux_coef, float z_coef)
+ *                    f(E), P(E), aux loss, z-loss, dropped fraction
+ *   moe_permute(floatX* xe(R,C), const floatX* x(N,C), row, N, C, k)          xe[row] = x[n]
+ *   moe_combine(floatX* y(N,C), const floatX* out(R,C), row, const float* gate(N,k), N, C, k)
+ *                    y[n] = sum_j gate * out[row] (0 if every choice dropped)
+ *   moe_combine_backward(floatX* dout(R,C), float* dgate(N,k), const floatX* dy(N,C), out, row, gate, N, C, k)
+ *   moe_permute_backward(floatX* dx(N,C) (overwritten), const floatX* dxe(R,C), row, N, C, k)
+ *   moe_router_backward(floatX* dx(N,C) accumulates, floatX* dw(E,C) accumulates, float* dlogits(N,E) scratch,
+ *                    dgate, probs, lse, choice, gate, stats, x, w, N, C, E, k, float dloss, aux_coef, z_coef)
+ *                    through the gates, the load-balancing loss and the z-loss (each weighted dloss*N)
+ *   The expert GEMMs are the matmul_forward / matmul_backward above, one call per expert on its group of rows.
  */
 #ifndef LLMC_BACKEND_H
 #define LLMC_BACKEND_H

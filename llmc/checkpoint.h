@@ -35,6 +35,8 @@
 #define MODEL_FILE_MAGIC 20240326
 #define MODEL_FILE_VERSION_FP32 3
 #define MODEL_FILE_VERSION_BF16 5
+#define MODEL_FILE_VERSION_MOE_FP32 7 /* mixture of experts (llmc/model_file.h): header[8..11] = E, k, n, H */
+#define MODEL_FILE_VERSION_MOE_BF16 8
 #define STATE_FILE_MAGIC 20241129
 #define STATE_FILE_VERSION 1
 #define DEBUG_STATE_MAGIC 20240327

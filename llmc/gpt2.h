@@ -41,6 +41,7 @@
 #include "llmc/backend.h"
 #include "llmc/rand.h"
 #include "llmc/tensor_parallel.h"
+#include "llmc/moe.h"
 
 /* ============================================================ configuration */
 
@@ -52,6 +53,7 @@ typedef struct {
     int num_layers;        /* L */
     int num_heads;         /* NH */
     int channels;          /* C */
+    MoEConfig moe;         /* mixture of experts (llmc/moe.h); moe.experts = 0: a dense model */
 } GPT2Config;
 
 /* the model sizes selectable with -e dN */
@@ -77,8 +79,8 @@ static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
  * rows of wpe) 1024. Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not starting with
  * 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a malformed one:
  * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, or E/K given
- * (mixture-of-experts layers, their router, all-to-all and expert parallelism are not implemented; the shape
- * names them so that a plan can say so). */
+ * (the planner has no expert layers, all-to-all or expert parallelism; the shape names them so that a plan can say
+ * so; the trainer's experts come from --moe-experts, llmc/moe.h). */
 static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
     if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
     static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K"}; /* NH before single letters */
@@ -116,9 +118,9 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         return -1;
     }
     if (seen[5] || seen[6]) {
-        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the trainer "
-                 "and the planner have no expert layers, router, all-to-all or expert parallelism; drop :E and :K",
-                 name);
+        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the planner "
+                 "has no expert layers, all-to-all or expert parallelism; drop :E and :K (the trainer takes experts "
+                 "from --moe-experts and --moe-top-k)", name);
         return -1;
     }
     cfg->num_layers = (int)val[1];
@@ -127,6 +129,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
     cfg->vocab_size = (int)val[3];
     cfg->padded_vocab_size = round_up_int((int)val[3], 128);
     cfg->max_seq_len = (int)val[4];
+    memset(&cfg->moe, 0, sizeof(cfg->moe));
     return 1;
 }
 
@@ -143,6 +146,7 @@ static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name)
             cfg->max_seq_len = MODEL_DESCRIPTORS[i].maxT;
             cfg->vocab_size = GPT2_VOCAB_SIZE;
             cfg->padded_vocab_size = round_up_int(GPT2_VOCAB_SIZE, 128);
+            memset(&cfg->moe, 0, sizeof(cfg->moe));
             return 1;
         }
     }
@@ -152,6 +156,14 @@ static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name)
 static inline int is_model_descriptor(const char* s) {
     GPT2Config tmp;
     return gpt2_config_from_descriptor(&tmp, s);
+}
+
+/* parameters one token uses of the full model c: all of them for a dense model; for mixture of experts the total
+ * minus the (E - k) experts per MoE block a token does not visit (the router counts as active) */
+static inline size_t gpt2_active_parameters(const GPT2Config* c, size_t total) {
+    size_t Lm = (size_t)moe_num_layers(&c->moe, c->num_layers);
+    if (!Lm) { return total; }
+    return total - Lm * (size_t)(c->moe.experts - c->moe.top_k) * moe_expert_params(&c->moe, c->channels);
 }
 
 /* ============================================================ pipeline stages */
@@ -242,19 +254,26 @@ static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
 enum {
     P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    /* mixture of experts (llmc/moe.h; 0 elements in a dense model): stacked over the MoE blocks, experts inside */
+    P_ROUTERW, P_EFCW, P_EFCB, P_EFCPROJW, P_EFCPROJB,
     NUM_PARAMETER_TENSORS
 };
 static inline const char* parameter_name(int i) {
     static const char* const names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+    "routerw", "efcw", "efcb", "efcprojw", "efcprojb"};
     return names[i];
 }
 
-/* element counts of the 16 tensors: wte (Vp,C), wpe (maxT,C), per-layer tensors stacked over L */
+/* element counts of the tensors: wte (Vp,C), wpe (maxT,C), per-layer tensors stacked over L, the dense MLP tensors
+ * (fcw .. fcprojb) over the Ld = L - Lm blocks without experts, the expert tensors over the Lm MoE blocks:
+ * routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C) */
 static inline void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
     size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
     size_t L = (size_t)c->num_layers, maxT = (size_t)c->max_seq_len;
+    size_t Lm = (size_t)moe_num_layers(&c->moe, c->num_layers), Ld = L - Lm;
+    size_t E = (size_t)c->moe.experts, H = (size_t)c->moe.hidden;
     sizes[P_WTE] = Vp * C;
     sizes[P_WPE] = maxT * C;
     sizes[P_LN1W] = L * C;
@@ -265,23 +284,48 @@ static inline void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], con
     sizes[P_ATTPROJB] = L * C;
     sizes[P_LN2W] = L * C;
     sizes[P_LN2B] = L * C;
-    sizes[P_FCW] = L * 4 * C * C;
-    sizes[P_FCB] = L * 4 * C;
-    sizes[P_FCPROJW] = L * C * 4 * C;
-    sizes[P_FCPROJB] = L * C;
+    sizes[P_FCW] = Ld * 4 * C * C;
+    sizes[P_FCB] = Ld * 4 * C;
+    sizes[P_FCPROJW] = Ld * C * 4 * C;
+    sizes[P_FCPROJB] = Ld * C;
     sizes[P_LNFW] = C;
     sizes[P_LNFB] = C;
+    sizes[P_ROUTERW] = Lm * E * C;
+    sizes[P_EFCW] = Lm * E * H * C;
+    sizes[P_EFCB] = Lm * E * H;
+    sizes[P_EFCPROJW] = Lm * E * C * H;
+    sizes[P_EFCPROJB] = Lm * E * C;
 }
 
-/* 1 for tensors that are stacked per layer (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb */
+/* 1 for tensors that are stacked per layer (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb and the expert tensors */
 static inline int parameter_is_per_layer(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
+
+/* 1 for the dense MLP tensors fcw, fcb, fcprojw, fcprojb */
+static inline int parameter_is_mlp(int i) { return i >= P_FCW && i <= P_FCPROJB; }
+
+/* 1 for tensors of model c stacked over all L layers with one slice per layer (llmc/zero.h's layer buckets): the
+ * per-layer tensors, except in a mixture-of-experts model the dense MLP tensors (only the blocks without experts
+ * have them), which are then held, like the expert tensors, in the global bucket */
+static inline int gpt2_is_per_layer(const GPT2Config* c, int i) {
+    return parameter_is_per_layer(i) && !(c->moe.experts > 0 && parameter_is_mlp(i));
+}
+
+/* the number of slices tensor i of model c is stacked over: L per layer, the dense blocks (MLP tensors of a MoE
+ * model), the MoE blocks (expert tensors), 1 otherwise */
+static inline size_t gpt2_tensor_slices(const GPT2Config* c, int i) {
+    int Lm = moe_num_layers(&c->moe, c->num_layers);
+    if (i >= P_ROUTERW) { return (size_t)Lm; }
+    if (parameter_is_mlp(i)) { return (size_t)(c->num_layers - Lm); }
+    return parameter_is_per_layer(i) ? (size_t)c->num_layers : 1;
+}
 
 /* 1 for tensors that get weight decay: 2-D weight matrices and the embeddings (never biases or LayerNorm) */
 static inline int parameter_is_decayed(int i) {
-    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW;
+    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
+           i == P_ROUTERW || i == P_EFCW || i == P_EFCPROJW;
 }
 
-/* A view of one flat buffer as the 16 tensors (same layout as the model file). */
+/* A view of one flat buffer as the tensors (same layout as the model file). */
 typedef struct {
     floatX* t[NUM_PARAMETER_TENSORS];
 } ParameterTensors;
@@ -312,7 +356,7 @@ static inline TPSlice gpt2_tp_slice(const GPT2Config* c, int i, int p, int r) {
     gpt2_parameter_sizes(full, c);
     TPSlice s;
     s.blocks = 1; s.stride = 0; s.start = 0;
-    s.len = parameter_is_per_layer(i) ? full[i] / (size_t)c->num_layers : full[i];
+    s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
     if (p == 1 || !parameter_is_tp_sharded(i)) { return s; }
     switch (i) {
     case P_WTE: s.len = Vp / P * C; break;
@@ -330,7 +374,7 @@ static inline TPSlice gpt2_tp_slice(const GPT2Config* c, int i, int p, int r) {
 /* 1 if a stage holds global tensor i (wte at either end, wpe on the first stage, lnf on the last); per-layer
  * tensors: always (for its layers) */
 static inline int gpt2_stage_holds(const GPT2Stage* st, int i) {
-    if (parameter_is_per_layer(i)) { return 1; }
+    if (parameter_is_per_layer(i) || i >= P_ROUTERW) { return 1; } /* mixture of experts: whole models only */
     if (i == P_WTE) { return st->has_embedding || st->has_head; }
     if (i == P_WPE) { return st->has_embedding; }
     return st->has_head; /* lnfw, lnfb */
@@ -345,7 +389,7 @@ static inline void gpt2_parameter_sizes_part(size_t sizes[NUM_PARAMETER_TENSORS]
     size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = gpt2_tp_slice(c, i, p, 0);
-        sizes[i] = gpt2_stage_holds(st, i) ? s.blocks * s.len * (parameter_is_per_layer(i) ? layers : 1) : 0;
+        sizes[i] = gpt2_stage_holds(st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
     }
 }
 
@@ -366,12 +410,21 @@ enum {
     /* tensor parallelism only (0 elements otherwise): vocabulary-parallel loss statistics (tp+2)*N fp32, the
      * LayerNorm gradients of one step under sequence parallelism 2*C, one gathered logits row Vp */
     A_TP_STATS, A_LN_GRAD, A_LOGITS_ROW,
+    /* mixture of experts only (0 elements otherwise; llmc/moe.h), per MoE block: router probabilities (N,E) fp32,
+     * log-sum-exp (N) fp32, gates (N,k) fp32, choices (N,k) int32, grouped rows (N,k) int32, plan (3,E) int32,
+     * statistics (2E+3) fp32, expert pre-GELU and GELU activations (R,H) and outputs (R,C) with R = N*k rows; shared
+     * by the blocks: the grouped input (R,C) and the backward scratch (R,C), (R,H), (R,C), (N,k) fp32, (N,E) fp32 */
+    A_MOE_PROBS, A_MOE_LSE, A_MOE_GATE, A_MOE_CHOICE, A_MOE_ROW, A_MOE_PLAN, A_MOE_STATS,
+    A_MOE_FCH, A_MOE_FCH_GELU, A_MOE_OUT, A_MOE_XE, A_MOE_DOUT, A_MOE_DH, A_MOE_DXE, A_MOE_DGATE, A_MOE_DLOGITS,
     NUM_ACTIVATION_TENSORS
 };
 
+/* 1 for 4-byte activation tensors (fp32, and the int32 routing tables of the MoE blocks) */
 static inline int activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
-           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32 || i == A_TP_STATS;
+           i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32 || i == A_TP_STATS ||
+           i == A_MOE_PROBS || i == A_MOE_LSE || i == A_MOE_GATE || i == A_MOE_CHOICE || i == A_MOE_ROW ||
+           i == A_MOE_PLAN || i == A_MOE_STATS || i == A_MOE_DGATE || i == A_MOE_DLOGITS;
 }
 
 typedef struct {
@@ -418,7 +471,9 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
     size_t L_ln = recompute == 2 ? 1 : L;
-    size_t L_gelu = recompute == 1 || recompute == 2 ? 1 : L;
+    size_t Lm = (size_t)moe_num_layers(&c->moe, (int)L), Ld = L - Lm; /* MoE blocks; blocks with a dense MLP (-r 3
+                                                                          * with experts is refused by the trainer) */
+    size_t L_gelu = recompute == 1 || recompute == 2 ? (Ld < 1 ? Ld : 1) : Ld;
     n[A_ENCODED] = BTl * C;
     n[A_LN1] = L_ln * BTl * C;
     n[A_LN1_MEAN] = L * BTl;
@@ -430,7 +485,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_LN2] = L_ln * BTl * C;
     n[A_LN2_MEAN] = L * BTl;
     n[A_LN2_RSTD] = L * BTl;
-    n[A_FCH] = L * BT * 4 * Cl;
+    n[A_FCH] = Ld * BT * 4 * Cl;
     n[A_FCH_GELU] = L_gelu * BT * 4 * Cl;
     n[A_RESIDUAL3] = (recompute == 3 ? nseg + L - 1 : L) * BTl * C;
     n[A_LNF] = BTl * C;
@@ -451,6 +506,22 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
     n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
     n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
+    size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, H = (size_t)c->moe.hidden, R = BT * K;
+    n[A_MOE_PROBS] = Lm * BT * E;
+    n[A_MOE_LSE] = Lm * BT;
+    n[A_MOE_GATE] = n[A_MOE_CHOICE] = n[A_MOE_ROW] = Lm * BT * K;
+    n[A_MOE_PLAN] = Lm * 3 * E;
+    n[A_MOE_STATS] = Lm * (size_t)moe_stats_floats(&c->moe);
+    n[A_MOE_FCH] = n[A_MOE_FCH_GELU] = Lm * R * H;
+    n[A_MOE_OUT] = Lm * R * C;
+    n[A_MOE_XE] = n[A_MOE_DOUT] = n[A_MOE_DXE] = Lm ? R * C : 0;
+    n[A_MOE_DH] = Lm ? R * H : 0;
+    n[A_MOE_DGATE] = Lm ? BT * K : 0;
+    n[A_MOE_DLOGITS] = Lm ? BT * E : 0;
+    if (Lm) {
+        n[A_SCRATCH_F32] = max_size(n[A_SCRATCH_F32], max_size(matmul_scratch_floats((int)R, (int)C, (int)H),
+                                                               matmul_scratch_floats((int)R, (int)H, (int)C)));
+    }
     if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
         n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
         n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p)),
@@ -498,6 +569,8 @@ typedef struct {
     int B, T, recompute;
     int recompute_every;        /* -r 3: k, the layers of a checkpointed segment (gpt2_recompute_window) */
     int gelu_fusion;            /* of the last gpt2_forward (a -r 3 backward recomputes with the same kernels) */
+    MoEOptions moe_opt;         /* mixture of experts: capacity factor, loss coefficients (set by the caller) */
+    float moe_dloss;            /* dloss of the last forward with write_dlogits (the MoE losses' weight in backward) */
     ActivationTensors acts;
     void* acts_memory;
     size_t acts_bytes;          /* of one slot */
@@ -576,7 +649,7 @@ static inline void gpt2_part_for_each_piece(const GPT2Config* c, int p, int r, c
     gpt2_parameter_sizes_part(local, c, p, st);
     size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        int per_layer = parameter_is_per_layer(i);
+        int per_layer = gpt2_is_per_layer(c, i);
         size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
         TPSlice s = gpt2_tp_slice(c, i, p, r);
         for (size_t j = 0; j < layers; j++) {
@@ -666,9 +739,10 @@ static inline void gpt2_gather_full(GPT2* model, float* host_full) {
 }
 
 /* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
- * train_gpt.py produces identical weights: for each tensor in file order and each layer,
- * normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw; normal(0, 0.02/sqrt(2L)) for the
- * residual projections attprojw, fcprojw; LayerNorm weights 1; biases 0. The full model is drawn on the host
+ * train_gpt.py produces identical weights: for each tensor in file order and each of its slices (gpt2_tensor_slices:
+ * the layers; the dense blocks for a MoE model's MLP tensors; the MoE blocks, all experts at once, for the expert
+ * tensors), normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw, routerw, efcw; normal(0, 0.02/sqrt(2L)) for
+ * the residual projections attprojw, fcprojw, efcprojw; LayerNorm weights 1; biases 0. The full model is drawn on the host
  * (the same numbers for every tensor-parallel layout), then this rank's part uploaded. */
 static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     const GPT2Config* c = &model->config;
@@ -677,20 +751,20 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     float* host = (float*)calloc_check(model->num_parameters_full, sizeof(float), "host init weights");
     mt19937_state rng;
     manual_seed(&rng, seed);
-    size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
+    size_t C = (size_t)c->channels;
     float residual_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = sizes[i];
-        size_t layers = parameter_is_per_layer(i) ? L : 1;
-        size_t per = n / layers;
+        size_t layers = gpt2_tensor_slices(c, i);
+        size_t per = layers ? n / layers : 0;
         for (size_t l = 0; l < layers; l++) {
             float* t = host + off + l * per;
             if (i == P_WTE) {
                 normal_(&rng, t, (size_t)c->vocab_size * C, 0.0, 0.02);
-            } else if (i == P_WPE || i == P_QKVW || i == P_FCW) {
+            } else if (i == P_WPE || i == P_QKVW || i == P_FCW || i == P_ROUTERW || i == P_EFCW) {
                 normal_(&rng, t, per, 0.0, 0.02);
-            } else if (i == P_ATTPROJW || i == P_FCPROJW) {
+            } else if (i == P_ATTPROJW || i == P_FCPROJW || i == P_EFCPROJW) {
                 normal_(&rng, t, per, 0.0, residual_std);
             } else if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
                 for (size_t k = 0; k < per; k++) { t[k] = 1.0f; }
@@ -789,8 +863,13 @@ static inline floatX* actX(const GPT2* m, int i, int l, size_t per_layer) {
 static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
     return (float*)m->acts.t[i] + (size_t)l * per_layer;
 }
-/* layer l's slice of per-layer tensor i of a full parameter-layout buffer */
+/* layer l's slice of per-layer tensor i of a full parameter-layout buffer (the dense MLP tensors of a MoE model:
+ * its slice among the dense blocks; l must not be a MoE block then) */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
+    if (!gpt2_is_per_layer(&m->config, i)) {
+        size_t slices = gpt2_tensor_slices(&m->config, i);
+        return p->t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
+    }
     int k = m->param_source.layer_slots;
     return p->t[i] + (size_t)(k > 0 ? l % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
 }
@@ -830,7 +909,7 @@ static inline GPT2GradTarget gpt2_grad_target_full(const GPT2* m, floatX* grads)
     parameter_tensors_point(&g.base, grads, m->param_sizes);
     g.layer_slots = m->n_layers;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        g.layer_stride[i] = parameter_is_per_layer(i) ? m->param_sizes[i] / (size_t)m->n_layers : 0;
+        g.layer_stride[i] = gpt2_is_per_layer(&m->config, i) ? m->param_sizes[i] / (size_t)m->n_layers : 0;
     }
     return g;
 }
@@ -854,13 +933,13 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
     int n = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t size = m->param_sizes[i];
-        if (l >= 0 && parameter_is_per_layer(i)) {
+        if (l >= 0 && gpt2_is_per_layer(&m->config, i)) {
             size_t per = size / L;
             out[n].grad = gpt2_layer_grad(g, i, l);
             out[n].begin = off + (size_t)l * per;
             out[n].end = out[n].begin + per;
             n++;
-        } else if (l < 0 && !parameter_is_per_layer(i) && size > 0) {
+        } else if (l < 0 && !gpt2_is_per_layer(&m->config, i) && size > 0) {
             out[n].grad = g->base.t[i];
             out[n].begin = off;
             out[n].end = off + size;
@@ -903,9 +982,10 @@ static inline GPT2 gpt2_chunk_view(const GPT2* rank_model, int k) {
     v.n_layers = st->chunk_layers[k];
     size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t per = parameter_is_per_layer(i) ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
-        int held = parameter_is_per_layer(i) || gpt2_stage_holds(&v.stage, i);
-        v.param_sizes[i] = !held ? 0 : parameter_is_per_layer(i) ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
+        int per_layer = gpt2_is_per_layer(&rank_model->config, i);
+        size_t per = per_layer ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
+        int held = per_layer || gpt2_stage_holds(&v.stage, i);
+        v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
         v.params.t[i] = rank_model->params.t[i] + j0 * per;
         v.num_parameters += v.param_sizes[i];
     }
@@ -945,8 +1025,10 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     a.atty = actX(m, A_ATTY, w, BT * Cl);
     a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
-    a.fch = actX(m, A_FCH, w, BT * 4 * Cl);
-    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu, BT * 4 * Cl);
+    /* the dense MLP activations exist for the blocks without experts (a MoE model has no -r 3 window) */
+    int l_mlp = moe_num_layers(&c->moe, c->num_layers) ? moe_dense_index(&c->moe, l) : w;
+    a.fch = actX(m, A_FCH, l_mlp, BT * 4 * Cl);
+    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu == 0 ? 0 : l_mlp, BT * 4 * Cl);
     a.residual3 = actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l), BTl * C);
     a.ln1_mean = actF(m, A_LN1_MEAN, w, BTl);
     a.ln1_rstd = actF(m, A_LN1_RSTD, w, BTl);
@@ -958,6 +1040,68 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
 
 /* the stage's output (Nl,C): the residual stream after its last layer (see gpt2_stage_input) */
 static inline floatX* gpt2_stage_output(const GPT2* m) { return gpt2_layer_acts(m, m->n_layers - 1).residual3; }
+
+/* MoE block l's parameters, their gradients (where g says; g NULL: none) and its activations as a MoELayer
+ * (llmc/moe.h): slice moe_index(l) of the expert tensors and of the per-MoE-block activations; shared scratch */
+static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, int l) {
+    const MoEConfig* mc = &m->config.moe;
+    size_t j = (size_t)moe_index(mc, l), Lm = (size_t)moe_num_layers(mc, m->config.num_layers);
+    size_t N = (size_t)m->B * m->T, E = (size_t)mc->experts, K = (size_t)mc->top_k, H = (size_t)mc->hidden;
+    size_t C = (size_t)m->config.channels, R = N * K;
+    MoELayer a;
+    memset(&a, 0, sizeof(a));
+    const ParameterTensors* p = &m->params;
+    a.routerw = p->t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
+    a.efcw = p->t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
+    a.efcb = p->t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm);
+    a.efcprojw = p->t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
+    a.efcprojb = p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm);
+    if (g) {
+        a.drouterw = g->base.t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
+        a.defcw = g->base.t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
+        a.defcb = g->base.t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm);
+        a.defcprojw = g->base.t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
+        a.defcprojb = g->base.t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm);
+    }
+    a.probs = actF(m, A_MOE_PROBS, (int)j, N * E);
+    a.lse = actF(m, A_MOE_LSE, (int)j, N);
+    a.gate = actF(m, A_MOE_GATE, (int)j, N * K);
+    a.choice = (int*)actF(m, A_MOE_CHOICE, (int)j, N * K);
+    a.row = (int*)actF(m, A_MOE_ROW, (int)j, N * K);
+    a.plan = (int*)actF(m, A_MOE_PLAN, (int)j, 3 * E);
+    a.stats = actF(m, A_MOE_STATS, (int)j, (size_t)moe_stats_floats(mc));
+    a.fch = actX(m, A_MOE_FCH, (int)j, R * H);
+    a.fch_gelu = actX(m, A_MOE_FCH_GELU, (int)j, R * H);
+    a.out = actX(m, A_MOE_OUT, (int)j, R * C);
+    a.xe = (floatX*)m->acts.t[A_MOE_XE];
+    a.dout = (floatX*)m->acts.t[A_MOE_DOUT];
+    a.dh = (floatX*)m->acts.t[A_MOE_DH];
+    a.dxe = (floatX*)m->acts.t[A_MOE_DXE];
+    a.dgate = (float*)m->acts.t[A_MOE_DGATE];
+    a.dlogits = (float*)m->acts.t[A_MOE_DLOGITS];
+    return a;
+}
+
+/* the routing statistics of the last forward (synchronises): host (Lm, 2E+3) fp32 as moe_route_stats writes them
+ * (per MoE block: fraction of choices per expert, mean probability per expert, load-balancing loss, z-loss,
+ * dropped fraction); returns Lm (0 for a dense model, host untouched) */
+static inline int gpt2_moe_stats(const GPT2* m, float* host) {
+    int Lm = moe_num_layers(&m->config.moe, m->config.num_layers);
+    if (Lm) { dev_memcpy_d2h(host, m->acts.t[A_MOE_STATS], (size_t)Lm * moe_stats_floats(&m->config.moe) * sizeof(float)); }
+    return Lm;
+}
+
+/* the sum over the MoE blocks of the load-balancing and z-losses of the last forward (synchronises; 0 if dense) */
+static inline float gpt2_moe_aux_loss(const GPT2* m) {
+    int Lm = moe_num_layers(&m->config.moe, m->config.num_layers), S = moe_stats_floats(&m->config.moe);
+    if (!Lm) { return 0.0f; }
+    float* host = (float*)malloc_check((size_t)Lm * S * sizeof(float), "MoE statistics");
+    gpt2_moe_stats(m, host);
+    float sum = 0.0f;
+    for (int j = 0; j < Lm; j++) { sum += host[j * S + 2 * m->config.moe.experts] + host[j * S + 2 * m->config.moe.experts + 1]; }
+    free(host);
+    return sum;
+}
 
 /* a row-parallel layer's bias: added by tensor-parallel rank 0 only, so the sum over the ranks holds it once */
 static inline const floatX* gpt2_bias_once(const GPT2* m, const floatX* bias) { return m->tp.rank == 0 ? bias : NULL; }
@@ -1025,12 +1169,19 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     const floatX* y = tp_reduce(tp, scratch, N, C);                                     /* g */
     fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
-    x = tp_gather(tp, a.ln2, scratch, N, C);                                            /* f */
-    gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
-    if (!finish) { return; }
-    matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
-                   gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
-    y = tp_reduce(tp, scratch, N, C);                                                   /* g */
+    if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h; no tensor parallelism) */
+        MoELayer ml = gpt2_moe_layer(m, NULL, l);
+        moe_layer_forward(&ml, &c->moe, &m->moe_opt, scratch, a.ln2, N, C);
+        if (!finish) { return; }
+        y = scratch;
+    } else {
+        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
+        gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
+        if (!finish) { return; }
+        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
+                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
+        y = tp_reduce(tp, scratch, N, C);                                               /* g */
+    }
     if (l + 1 < L) {
         LayerActivations an = gpt2_layer_acts(m, l + 1);
         gpt2_params_needed(m, l + 1, 0);
@@ -1075,6 +1226,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
     gpt2_params_needed(m, -1, 0);
+    m->moe_dloss = targets != NULL && write_dlogits ? dloss : 0.0f; /* the MoE losses' weight in backward */
     if (!m->stage.has_embedding) {
         /* the previous pipeline stage's output is already in A_ENCODED */
     } else if (tp->size == 1) {
@@ -1142,8 +1294,17 @@ static inline void gpt2_recompute_segment_forward(GPT2* m, int l0, int l1, int B
     for (int l = l0; l < l1; l++) { gpt2_block_forward(m, l, B, T, m->gelu_fusion, l + 1 < l1); }
 }
 
-/* recomputes what -r 1/2 dropped for layer l: LayerNorm outputs (r=2) and the GELU output (r=1, 2); Nl LayerNorm
- * rows, N rows of the MLP (-r 3 recomputes whole segments: gpt2_recompute_segment_forward) */
+/* where backward writes the gradient of block l's slice of dense MLP tensor i (fcw .. fcprojb): its layer slot, or
+ * in a MoE model (where they are global tensors over the dense blocks) its dense block's slice */
+static inline floatX* gpt2_mlp_grad(const GPT2* m, const GPT2GradTarget* g, int i, int l) {
+    if (gpt2_is_per_layer(&m->config, i)) { return gpt2_layer_grad(g, i, l); }
+    size_t slices = gpt2_tensor_slices(&m->config, i);
+    return g->base.t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
+}
+
+/* recomputes what -r 1/2 dropped for layer l: LayerNorm outputs (r=2) and the GELU output (r=1, 2; not for an
+ * expert block, whose GELU outputs are always kept); Nl LayerNorm rows, N rows of the MLP (-r 3 recomputes whole
+ * segments: gpt2_recompute_segment_forward) */
 static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int l, int N, int Nl) {
     int C = m->config.channels;
     const ParameterTensors* p = &m->params;
@@ -1153,7 +1314,7 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
-    if (m->recompute == 1 || m->recompute == 2) {
+    if ((m->recompute == 1 || m->recompute == 2) && !moe_is_layer(&m->config.moe, l)) { /* expert GELU outputs are kept */
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C / m->tp.size); /* fch holds the pre-GELU values either way */
     }
 }
@@ -1192,15 +1353,22 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     LayerActivations a = gpt2_layer_acts(m, l);
     gpt2_recompute_layer(m, &a, l, N, Nl);
-    /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) */
-    const floatX* dy = tp_gather(tp, dresidual, scratch, N, C);                         /* g backward */
-    matmul_backward(dbt4c, gpt2_layer_grad(g, P_FCPROJW, l), gpt2_layer_grad(g, P_FCPROJB, l), (floatX*)dy, a.fch_gelu,
-                    layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
-    /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
-    const floatX* x = tp_gather(tp, a.ln2, scratch, N, C);
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_FCW, l), gpt2_layer_grad(g, P_FCB, l), dbt4c, x,
-                    layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, a.fch);
-    const floatX* dx = tp_reduce(tp, dbtc, N, C);                                       /* f backward */
+    const floatX *dy, *x, *dx;
+    if (moe_is_layer(&c->moe, l)) { /* residual3 = residual2 + experts(ln2) (llmc/moe.h) */
+        MoELayer ml = gpt2_moe_layer(m, g, l);
+        moe_layer_backward(&ml, &c->moe, &m->moe_opt, dbtc, dresidual, a.ln2, scratch_f32, N, C, m->moe_dloss);
+        dx = dbtc;
+    } else {
+        /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) */
+        dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
+        matmul_backward(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l), (floatX*)dy,
+                        a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
+        /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
+        x = tp_gather(tp, a.ln2, scratch, N, C);
+        matmul_backward(dbtc, gpt2_mlp_grad(m, g, P_FCW, l), gpt2_mlp_grad(m, g, P_FCB, l), dbt4c, x,
+                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, a.fch);
+        dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
+    }
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,
                             a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, Nl);
     /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
@@ -1318,10 +1486,9 @@ static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const fl
 static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors, size_t* n_decay_values,
                                             int* n_other_tensors, size_t* n_other_values) {
     *n_decay_tensors = 0; *n_other_tensors = 0; *n_decay_values = 0; *n_other_values = 0;
-    int L = m->n_layers;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (m->param_sizes[i] == 0) { continue; }
-        int tensors = parameter_is_per_layer(i) ? L : 1;
+        int tensors = (int)gpt2_tensor_slices(&m->config, i);
         if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
         else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }
     }

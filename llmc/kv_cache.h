@@ -48,9 +48,10 @@ typedef struct {
     int* token;                /* (1) device */
 } KVCache;
 
-/* 1 when m is the whole dense model on this process (no tensor-parallel or pipeline split) */
+/* 1 when m is the whole dense model on this process (no tensor-parallel or pipeline split; no experts: a MoE
+ * model samples by recomputing the window) */
 static inline int kv_cache_supported(const GPT2* m) {
-    return m->tp.size == 1 && m->stage.has_embedding && m->stage.has_head && m->n_layers == m->config.num_layers;
+    return m->config.moe.experts == 0 && m->tp.size == 1 && m->stage.has_embedding && m->stage.has_head && m->n_layers == m->config.num_layers;
 }
 
 static inline void kv_cache_create(KVCache* kv, const GPT2* m, int gelu_fusion) {

@@ -171,7 +171,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     gpt2_parameter_sizes_part(sizes, c, l->tp, &st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
-        if (parameter_is_per_layer(i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
+        if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
     }
     size_t pb = (size_t)l->pb, dp = (size_t)l->dp;
     r.S = (r.P + dp - 1) / dp;

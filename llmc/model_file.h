@@ -6,6 +6,11 @@
  * 5 (raw bf16 parameters), header[2..7] = maxT, V, L, NH, C, Vp; then the P parameters in the order of the
  * parameter table (llmc/gpt2.h: wte, wpe, ln1w, ..., lnfb). A BF16 build writes version 5, every other
  * build version 3; both versions are read by every build (converted to its floatX, round to nearest).
+ * Mixture-of-experts models (llmc/moe.h) are versions 7 (fp32) and 8 (bf16) with header[8..11] = E experts, top-k,
+ * every n-th block, expert hidden size H; the dense MLP tensors fcw .. fcprojb then hold the L - L/n blocks without
+ * experts, and after lnfb follow routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb
+ * (Lm,E,C), Lm = L/n. A dense file (3/5) never has those fields; the trainer refuses a file whose kind (dense or
+ * MoE, and E, k, n, H) differs from its --moe-* flags with one line (train_gpt.cu, model_config).
  * Writes are atomic (path.tmp, then rename). Errors: every reader checks magic, version, header fields and
  * file size and exits with one line naming the file, what it found and how to regenerate it; a parameter that
  * is NaN or infinite is refused the same way, naming its tensor, its index in that tensor and its layer
@@ -33,13 +38,21 @@ static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_paramet
     memset(header, 0, sizeof(header));
     int bf16 = precision_is_bf16();
     header[0] = MODEL_FILE_MAGIC;
-    header[1] = bf16 ? MODEL_FILE_VERSION_BF16 : MODEL_FILE_VERSION_FP32;
+    int moe = c->moe.experts > 0;
+    header[1] = moe ? (bf16 ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_MOE_FP32)
+                    : (bf16 ? MODEL_FILE_VERSION_BF16 : MODEL_FILE_VERSION_FP32);
     header[2] = c->max_seq_len;
     header[3] = c->vocab_size;
     header[4] = c->num_layers;
     header[5] = c->num_heads;
     header[6] = c->channels;
     header[7] = c->padded_vocab_size;
+    if (moe) {
+        header[8] = c->moe.experts;
+        header[9] = c->moe.top_k;
+        header[10] = c->moe.every;
+        header[11] = c->moe.hidden;
+    }
     AtomicFile af;
     atomic_file_open(&af, path);
     atomic_file_write(&af, header, sizeof(int), FILE_HEADER_INTS);
@@ -78,13 +91,40 @@ static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
     free(host);
 }
 
-/* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5) */
+/* 1 for a model-file version holding raw bf16 parameters (5 dense, 8 mixture of experts) */
+static inline int model_file_version_is_bf16(int version) {
+    return version == MODEL_FILE_VERSION_BF16 || version == MODEL_FILE_VERSION_MOE_BF16;
+}
+
+/* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5 dense, 7 or 8
+ * mixture of experts) */
 static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     int header[FILE_HEADER_INTS];
     const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
-    FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC, MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16,
-                                      "model file", regen);
+    int peek[2] = {0, 0};
+    FILE* pf = fopen(path, "rb");
+    if (pf) {
+        if (fread(peek, sizeof(int), 2, pf) != 2) { peek[1] = 0; }
+        fclose(pf);
+    }
+    int moe = peek[1] == MODEL_FILE_VERSION_MOE_FP32 || peek[1] == MODEL_FILE_VERSION_MOE_BF16;
+    FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC,
+                                      moe ? MODEL_FILE_VERSION_MOE_FP32 : MODEL_FILE_VERSION_FP32,
+                                      moe ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_BF16, "model file", regen);
     fclose(f);
+    memset(&cfg->moe, 0, sizeof(cfg->moe));
+    if (moe) {
+        cfg->moe.experts = header[8];
+        cfg->moe.top_k = header[9];
+        cfg->moe.every = header[10];
+        cfg->moe.hidden = header[11];
+        if (header[8] < 1 || header[8] > MOE_MAX_EXPERTS || header[9] < 1 || header[9] > header[8] || header[10] < 1 ||
+            header[10] > header[4] || header[11] < 1) {
+            FATAL("model file '%s' has an invalid mixture-of-experts header: E=%d top-k=%d every=%d H=%d (expected "
+                  "1 <= E <= %d, 1 <= k <= E, 1 <= every <= L=%d, H >= 1)", path, header[8], header[9], header[10],
+                  header[11], MOE_MAX_EXPERTS, header[4]);
+        }
+    }
     cfg->max_seq_len = header[2];
     cfg->vocab_size = header[3];
     cfg->num_layers = header[4];
@@ -122,8 +162,9 @@ static inline void model_file_check_finite(const char* path, const GPT2Config* c
     size_t idx = bad - start;
     float v = f32 ? f32[bad] : bf16_bits_to_float(bf16[bad]);
     char layer[48] = "";
-    if (parameter_is_per_layer(t)) {
-        snprintf(layer, sizeof(layer), ", layer %zu", idx / (sizes[t] / (size_t)c->num_layers));
+    if (gpt2_tensor_slices(c, t) > 1) {
+        snprintf(layer, sizeof(layer), ", %s %zu", gpt2_is_per_layer(c, t) ? "layer" : "slice",
+                 idx / (sizes[t] / gpt2_tensor_slices(c, t)));
     }
     FATAL_ALL("model file '%s' holds a non-finite parameter (%s) in tensor %s at index %zu of %zu%s (parameter %zu "
               "of the file); the file is damaged or came from a diverged run: use an earlier checkpoint", path,
@@ -139,7 +180,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
     size_t sizes[NUM_PARAMETER_TENSORS], P = 0;
     gpt2_parameter_sizes(sizes, &cfg);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { P += sizes[i]; }
-    size_t elem = version == MODEL_FILE_VERSION_BF16 ? 2 : 4;
+    size_t elem = model_file_version_is_bf16(version) ? 2 : 4;
     checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + P * elem), "model file",
                           "regenerate it");
     gpt2_allocate_weights_part(m, &cfg, tp, st);
@@ -148,7 +189,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
     }
     FILE* f = fopen_check(path, "rb");
     fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
-    if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->num_parameters == P) {
+    if (model_file_version_is_bf16(version) && precision_is_bf16() && m->num_parameters == P) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
         model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P);
@@ -156,7 +197,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
         free(host);
     } else {
         float* host = (float*)malloc_check(P * sizeof(float), "host weights");
-        if (version == MODEL_FILE_VERSION_BF16) {
+        if (model_file_version_is_bf16(version)) {
             uint16_t* raw = (uint16_t*)malloc_check(P * 2, "host bf16 weights");
             fread_check(raw, 2, P, f, path);
             for (size_t i = 0; i < P; i++) { host[i] = bf16_bits_to_float(raw[i]); }

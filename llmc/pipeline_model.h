@@ -95,7 +95,7 @@ static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     h->j0 = gpt2_stage_chunk_offset(&pl->model->stage, k);
     *g = *z;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (parameter_is_per_layer(i)) { g->base.t[i] = z->base.t[i] + (size_t)h->j0 * z->layer_stride[i]; }
+        if (gpt2_is_per_layer(&pl->model->config, i)) { g->base.t[i] = z->base.t[i] + (size_t)h->j0 * z->layer_stride[i]; }
     }
     g->layer_slots = pl->chunk[k]->n_layers;
     g->ctx = h;

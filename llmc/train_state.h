@@ -468,7 +468,8 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
         checkpoint_state_path(rs.paths[q], 1024, ctx->output_dir, step, q);
         train_state_read_header(rs.paths[q], &rs.old[q]);
     }
-    GPT2Config cfg;
+    GPT2Config cfg; /* a dense model: the trainer refuses re-sharding a mixture-of-experts run */
+    memset(&cfg, 0, sizeof(cfg));
     cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
     int per_stage = old_world / rs.old[0].pp_size;

@@ -163,7 +163,7 @@ static inline void zero2_allocate_grads(ZeroOptimizer* z) {
     size_t L = (size_t)m->n_layers, slot = 0, globals = 0;
     size_t slot_offset[NUM_PARAMETER_TENSORS];
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (parameter_is_per_layer(i)) {
+        if (gpt2_is_per_layer(&m->config, i)) {
             slot_offset[i] = slot;
             slot += m->param_sizes[i] / L;
         } else {
@@ -184,7 +184,7 @@ static inline void zero2_allocate_grads(ZeroOptimizer* z) {
     memset(&z->target, 0, sizeof(z->target));
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (parameter_is_per_layer(i)) {
+        if (gpt2_is_per_layer(&m->config, i)) {
             z->target.base.t[i] = z->grad_slots[0] + slot_offset[i];
             z->target.layer_stride[i] = a_slot; /* slot 1 starts a_slot elements after slot 0 */
         } else {

@@ -90,6 +90,9 @@ def read_model_file(path):
     if size < HEADER_INTS * 4:
         die(f"{path}: {size} bytes, too short for a model file header ({HEADER_INTS * 4} bytes)")
     h = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+    if h[0] == MODEL_MAGIC and h[1] in (7, 8):
+        die(f"{path}: a mixture-of-experts model file (version {h[1]}, E={h[8]} experts): Hugging Face GPT-2 has no "
+            f"experts; only dense models (version 3 or 5) are converted")
     if h[0] != MODEL_MAGIC or h[1] not in (VERSION_FP32, VERSION_BF16):
         die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {MODEL_MAGIC}/{VERSION_FP32} (fp32) or "
             f"{VERSION_BF16} (bf16): not a model file of this project")

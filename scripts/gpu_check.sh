@@ -14,7 +14,8 @@
 #   6. 1-process ZeRO-0/1/2/3 runs through the NCCL path (per-layer buckets on the communication stream; ZeRO-2
 #      with 2 accumulation micro-steps: layer slots, fences, shard accumulator; ZeRO-3 also gathers each layer's
 #      parameters on the communication stream, prefetched one layer ahead), last step lines side by side;
-#   7. if time is left: the benchmark again with --cuda-graphs 1.
+#   7. if time is left: the benchmark again with --cuda-graphs 1;
+#   8. if time is left: a mixture-of-experts run (d12, 8 experts top-2, B=8): tokens/s and the routing.
 # Beside stage 1, from the start, train_gpt_cudnn (attention through cuDNN's SDPA, a 3-minute single-file compile)
 # is built in the background when cuDNN and the cudnn-frontend headers are found (pip's package, or the copy
 # `make cudnn-frontend-headers` leaves in build/cudnn-frontend, to take along to a machine without it); after stage 3
@@ -28,7 +29,8 @@
 # script stays under 8 minutes); a stage that would not fit is reported as skipped. Each result row is written
 # to summary.txt as soon as it is known, so a killed run still leaves its rows; the closing table is printed
 # last (also on SIGTERM). Logs: $OUT (the device tool's folder) or ./gpu_check_logs, at most 5 files:
-# summary.txt, all.log (every stage's output, in order), bench_ours.jsonl, bench_cudnn.jsonl, bench_graphs.jsonl.
+# summary.txt, all.log (every stage's output, in order), bench_ours.jsonl, bench_cudnn.jsonl, bench_graphs.jsonl
+# (bench_moe.jsonl).
 # Usage: bash scripts/gpu_check.sh     (env: BENCH_B=64 BENCH_STEPS=40 SKIP_TORCH=0 GPU_CHECK_BUDGET=480)
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -280,6 +282,18 @@ if [ -x ./train_gpt ] && [ "$(budget_for 90)" -ge 60 ]; then
     rc=$?
     read -r GR GR_MFU <<< "$(median_tok_s "$LOGS/bench_graphs.jsonl")"
     row "ours d12 --cuda-graphs 1 tokens/s" "$GR (MFU $GR_MFU; $(status_word $rc))$([ $rc -ne 0 ] && echo ": $(gist bench_graphs)")"
+fi
+
+# 8. extras while time is left: mixture of experts (llmc/cuda/moe.cuh: simple kernels, one-thread scans, the
+#    expert counts read back per MoE block), d12 with 8 experts top-2 in every block, B=8 T=1024, 12 steps
+if [ -x ./train_gpt ] && [ "$(budget_for 90)" -ge 60 ]; then
+    rm -rf "$WORK/bench_moe"
+    run bench_moe 90 ./train_gpt -e d12 -b 8 -t 1024 -x 12 -i "$DATA" -j '' -g 0 -v 0 -l 6e-4 -u 10 \
+        --moe-experts 8 --moe-top-k 2 -o "$WORK/bench_moe" -nk 1
+    rc=$?
+    cp "$WORK/bench_moe/log.jsonl" "$LOGS/bench_moe.jsonl" 2>/dev/null
+    read -r MOE MOE_MFU <<< "$(median_tok_s "$LOGS/bench_moe.jsonl")"
+    row "MoE d12 E=8 top-2 B=8 T=1024 tokens/s" "$MOE (MFU of active FLOPs $MOE_MFU; $(status_word $rc); last: $(grep '^step' "$WORK/bench_moe.txt" | tail -n 1 | grep -o 'moe aux.*load [0-9.]*'))$([ $rc -ne 0 ] && echo ": $(gist bench_moe)")"
 fi
 
 summary

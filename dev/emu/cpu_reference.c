@@ -99,3 +99,32 @@ void ref_compress_topk_select(unsigned int* idx, float* val, const float* x, siz
 void ref_compress_scatter_add(float* out, const unsigned int* idx, const float* val, size_t k) {
     compress_scatter_add(out, idx, val, k);
 }
+void ref_moe_router_forward(float* probs, float* lse, int* choice, float* gate, const float* x, const float* w, int N,
+                            int C, int E, int k) {
+    moe_router_forward(probs, lse, choice, gate, x, w, N, C, E, k);
+}
+void ref_moe_dispatch_plan(int* row, int* plan, const int* choice, int N, int E, int k, int cap) {
+    moe_dispatch_plan(row, plan, choice, N, E, k, cap);
+}
+void ref_moe_route_stats(float* stats, const float* probs, const float* lse, const int* plan, int N, int E, int k,
+                         float aux_coef, float z_coef) {
+    moe_route_stats(stats, probs, lse, plan, N, E, k, aux_coef, z_coef);
+}
+void ref_moe_permute(float* xe, const float* x, const int* row, int N, int C, int k) { moe_permute(xe, x, row, N, C, k); }
+void ref_moe_combine(float* y, const float* out, const int* row, const float* gate, int N, int C, int k) {
+    moe_combine(y, out, row, gate, N, C, k);
+}
+void ref_moe_combine_backward(float* dout, float* dgate, const float* dy, const float* out, const int* row,
+                              const float* gate, int N, int C, int k) {
+    moe_combine_backward(dout, dgate, dy, out, row, gate, N, C, k);
+}
+void ref_moe_permute_backward(float* dx, const float* dxe, const int* row, int N, int C, int k) {
+    moe_permute_backward(dx, dxe, row, N, C, k);
+}
+void ref_moe_router_backward(float* dx, float* dw, float* dlogits, const float* dgate, const float* probs,
+                             const float* lse, const int* choice, const float* gate, const float* stats,
+                             const float* x, const float* w, int N, int C, int E, int k, float dloss, float aux_coef,
+                             float z_coef) {
+    moe_router_backward(dx, dw, dlogits, dgate, probs, lse, choice, gate, stats, x, w, N, C, E, k, dloss, aux_coef,
+                        z_coef);
+}

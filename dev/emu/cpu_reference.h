@@ -54,6 +54,21 @@ void ref_compress_dequantize_int8(float* out, const signed char* q, const float*
                                   int accumulate);
 void ref_compress_topk_select(unsigned int* idx, float* val, const float* x, size_t n, size_t k);
 void ref_compress_scatter_add(float* out, const unsigned int* idx, const float* val, size_t k);
+/* mixture of experts (llmc/cpu/moe.h) */
+void ref_moe_router_forward(float* probs, float* lse, int* choice, float* gate, const float* x, const float* w, int N,
+                            int C, int E, int k);
+void ref_moe_dispatch_plan(int* row, int* plan, const int* choice, int N, int E, int k, int cap);
+void ref_moe_route_stats(float* stats, const float* probs, const float* lse, const int* plan, int N, int E, int k,
+                         float aux_coef, float z_coef);
+void ref_moe_permute(float* xe, const float* x, const int* row, int N, int C, int k);
+void ref_moe_combine(float* y, const float* out, const int* row, const float* gate, int N, int C, int k);
+void ref_moe_combine_backward(float* dout, float* dgate, const float* dy, const float* out, const int* row,
+                              const float* gate, int N, int C, int k);
+void ref_moe_permute_backward(float* dx, const float* dxe, const int* row, int N, int C, int k);
+void ref_moe_router_backward(float* dx, float* dw, float* dlogits, const float* dgate, const float* probs,
+                             const float* lse, const int* choice, const float* gate, const float* stats,
+                             const float* x, const float* w, int N, int C, int E, int k, float dloss, float aux_coef,
+                             float z_coef);
 #ifdef __cplusplus
 }
 #endif

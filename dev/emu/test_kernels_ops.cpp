@@ -922,6 +922,93 @@ static std::set<std::string> kernels_in_sources(void) {
     return names;
 }
 
+/* ---------------------------------------------------------------- mixture of experts */
+/* The MoE kernels (llmc/cuda/moe.cuh) against the CPU backend's (llmc/cpu/moe.h) on identical inputs. Router: fp32
+ * probabilities and log-sum-exp at the fp32 tolerance (both accumulate the C products in the same order from the
+ * same floatX inputs; only expf/logf differ), the top-k choices exactly (random data has no near-ties at that
+ * precision). Every later step gets the CPU's choices (`choice_in`, or the router's) so that the discrete plan is
+ * compared exactly: rows and counts equal, the grouped input equal bit for bit, the combine and its backward at the
+ * forward tolerance, the router backward at the backward tolerance. Awkward cases: E not a power of two, k = 3, an
+ * expert receiving no token (hand-made choices), capacity 0 (every choice dropped: zero output, zero gradient). */
+static void test_moe(int N, int C, int E, int k, int cap, const std::vector<int>& choice_in) {
+    std::string s = shp("N=%d C=%d E=%d k=%d cap=%d%s", N, C, E, k, cap, choice_in.empty() ? "" : " fixed");
+    size_t NC = (size_t)N * C, NK = (size_t)N * k, NE = (size_t)N * E, R = NK;
+    std::vector<float> x = randv(NC), w = randv((size_t)E * C, 0.5f), out = randv(R * C), dy = randv(NC);
+    std::vector<float> dx0 = randv(NC), dw0 = randv((size_t)E * C);
+    floatX *d_x = upX(x), *d_w = upX(w), *d_out = upX(out), *d_dy = upX(dy), *d_dx = upX(dx0), *d_dw = upX(dw0);
+    float *d_probs = dF(NE), *d_lse = dF(N), *d_gate = dF(NK), *d_stats = dF(2 * E + 3), *d_dgate = dF(NK);
+    float* d_dlogits = dF(NE);
+    int* d_choice = upI(std::vector<int>(NK, 0));
+    std::vector<float> probs(NE), lse(N), gate(NK), stats(2 * E + 3), dgate(NK), dlogits(NE);
+    std::vector<int> choice(NK), row(NK), plan(3 * E);
+    moe_router_forward(d_probs, d_lse, d_choice, d_gate, d_x, d_w, N, C, E, k);
+    ref_moe_router_forward(probs.data(), lse.data(), choice.data(), gate.data(), x.data(), w.data(), N, C, E, k);
+    check("moe_router_forward probs", s, downF(d_probs, NE), probs, TOL_FP32);
+    check("moe_router_forward lse", s, downF(d_lse, N), lse, TOL_FP32);
+    check("moe_router_forward gates", s, downF(d_gate, NK), gate, TOL_FP32);
+    std::vector<int> g_choice(NK);
+    dev_memcpy_d2h(g_choice.data(), d_choice, NK * sizeof(int));
+    TEST_CHECK(g_choice == choice, "moe_router_forward choices %-26s equal the CPU's", s.c_str());
+    if (!choice_in.empty()) { choice = choice_in; }
+    dev_memcpy_h2d(d_choice, choice.data(), NK * sizeof(int));
+    int* d_row = upI(std::vector<int>(NK, 7));
+    int* d_plan = upI(std::vector<int>(3 * E, 7));
+    moe_dispatch_plan(d_row, d_plan, d_choice, N, E, k, cap);
+    ref_moe_dispatch_plan(row.data(), plan.data(), choice.data(), N, E, k, cap);
+    std::vector<int> g_row(NK), g_plan(3 * E);
+    dev_memcpy_d2h(g_row.data(), d_row, NK * sizeof(int));
+    dev_memcpy_d2h(g_plan.data(), d_plan, 3 * E * sizeof(int));
+    int kept = 0, empty = 0;
+    for (int e = 0; e < E; e++) { kept += plan[E + e]; empty += plan[e] == 0; }
+    TEST_CHECK(g_row == row && g_plan == plan, "moe_dispatch_plan %-26s rows and counts equal the CPU's (%d of %zu "
+               "choices kept, %d experts without tokens)", s.c_str(), kept, NK, empty);
+    moe_route_stats(d_stats, d_probs, d_lse, d_plan, N, E, k, 0.01f, 0.001f);
+    ref_moe_route_stats(stats.data(), probs.data(), lse.data(), plan.data(), N, E, k, 0.01f, 0.001f);
+    check("moe_route_stats", s, downF(d_stats, 2 * E + 3), stats, TOL_FP32);
+    floatX* d_xe = dX(R * C);
+    dev_memset(d_xe, 0, R * C * sizeof(floatX));
+    std::vector<float> xe(R * C, 0.0f), y(NC), dout(R * C, 0.0f), dxe(NC);
+    moe_permute(d_xe, d_x, d_row, N, C, k);
+    ref_moe_permute(xe.data(), x.data(), row.data(), N, C, k);
+    check("moe_permute", s, downX(d_xe, R * C), xe, 0.0);
+    floatX* d_y = dX(NC);
+    poisonX(d_y, NC);
+    moe_combine(d_y, d_out, d_row, d_gate, N, C, k);
+    ref_moe_combine(y.data(), out.data(), row.data(), gate.data(), N, C, k);
+    check("moe_combine", s, downX(d_y, NC), roundX(y), TOL_FWD);
+    floatX* d_dout = dX(R * C);
+    dev_memset(d_dout, 0, R * C * sizeof(floatX));
+    moe_combine_backward(d_dout, d_dgate, d_dy, d_out, d_row, d_gate, N, C, k);
+    ref_moe_combine_backward(dout.data(), dgate.data(), dy.data(), out.data(), row.data(), gate.data(), N, C, k);
+    check("moe_combine_backward dout", s, downX(d_dout, R * C), roundX(dout), TOL_FWD);
+    check("moe_combine_backward dgate", s, downF(d_dgate, NK), dgate, TOL_FP32);
+    floatX* d_dxe = dX(NC);
+    poisonX(d_dxe, NC);
+    moe_permute_backward(d_dxe, d_out, d_row, N, C, k);
+    ref_moe_permute_backward(dxe.data(), out.data(), row.data(), N, C, k);
+    check("moe_permute_backward", s, downX(d_dxe, NC), roundX(dxe), TOL_FWD);
+    if (kept == 0) {
+        std::vector<float> gy = downX(d_y, NC), gd = downX(d_dxe, NC), gg = downF(d_dgate, NK);
+        bool zero = true;
+        for (float v : gy) zero &= v == 0.0f;
+        for (float v : gd) zero &= v == 0.0f;
+        for (float v : gg) zero &= v == 0.0f;
+        TEST_CHECK(zero, "every choice dropped %-26s: expert output, input gradient and gate gradients exactly 0", s.c_str());
+    }
+    std::vector<float> rdx = dx0, rdw = dw0;
+    moe_router_backward(d_dx, d_dw, d_dlogits, d_dgate, d_probs, d_lse, d_choice, d_gate, d_stats, d_x, d_w, N, C, E, k,
+                        0.01f, 0.01f, 0.001f);
+    ref_moe_router_backward(rdx.data(), rdw.data(), dlogits.data(), dgate.data(), probs.data(), lse.data(),
+                            choice.data(), gate.data(), stats.data(), x.data(), w.data(), N, C, E, k, 0.01f, 0.01f,
+                            0.001f);
+    check("moe_router_backward dx", s, downX(d_dx, NC), roundX(rdx), TOL_BWD);
+    check("moe_router_backward dw", s, downX(d_dw, (size_t)E * C), roundX(rdw), TOL_BWD);
+    dev_free(d_x); dev_free(d_w); dev_free(d_out); dev_free(d_dy); dev_free(d_dx); dev_free(d_dw);
+    dev_free(d_probs); dev_free(d_lse); dev_free(d_gate); dev_free(d_stats); dev_free(d_dgate); dev_free(d_dlogits);
+    dev_free(d_choice); dev_free(d_row); dev_free(d_plan); dev_free(d_xe); dev_free(d_y); dev_free(d_dout);
+    dev_free(d_dxe);
+}
+
 int main(void) {
     const char* es = getenv("EMU_SEED");
     uint64_t seed = es ? strtoull(es, NULL, 10) : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20));
@@ -993,6 +1080,10 @@ int main(void) {
     test_compress(5000, 50, 0);    /* 3 INT8 blocks (the last partial), 2 top-k tiles */
     test_compress(9001, 900, 1);   /* many equal magnitudes: the tie rule decides */
     test_compress(4096, 4096, 0);  /* k = n */
+    test_moe(7, 13, 5, 2, 2, {});            /* E not a power of two, capacity 2: drops */
+    test_moe(64, 96, 3, 1, 64, {});          /* Switch top-1, no dropping */
+    test_moe(9, 5, 6, 3, 0, {});             /* capacity 0: every choice dropped */
+    test_moe(6, 8, 5, 2, 2, {0, 1, 0, 2, 0, 1, 1, 4, 4, 0, 2, 0}); /* expert 3 gets no token, token 2 all dropped */
     test_vocab_parallel_composition(64, 100, 128, 1);
     test_vocab_parallel_composition(64, 100, 128, 2);
     test_vocab_parallel_composition(21, 100, 160, 4);    /* shards of 40: the last one all padding */

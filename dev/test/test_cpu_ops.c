@@ -818,6 +818,86 @@ static uint64_t run_chain(int B, int T, int C, int NH, int Vp) {
     return h;
 }
 
+/* mixture-of-experts routing (llmc/cpu/moe.h) at awkward shapes, against hand-worked expectations: E = 5 (not a
+ * power of two), k = 2, N = 6 tokens, capacity 2; expert 3 receives no token, token 2 has both choices dropped,
+ * first choices are served before second choices. Then the gate-weighted combine and both backward permutations
+ * against double references (a dropped token gets exactly 0), the statistics, and the router's tie rule (all
+ * logits equal: experts 0 and 1, gates 1/2). The router's gradients are checked against PyTorch in test_gpt. */
+static void test_moe_routing(void) {
+    enum { N = 6, E = 5, K = 2, C = 3, CAP = 2 };
+    const int choice[N * K] = {0, 1, 0, 2, 0, 1, 1, 4, 4, 0, 2, 0};
+    const int want_row[N * K] = {0, 3, 1, 5, -1, -1, 2, 7, 6, -1, 4, -1};
+    const int want_plan[3 * E] = {5, 3, 2, 0, 2, /* kept */ 2, 2, 2, 0, 2, /* offsets */ 0, 2, 4, 6, 6};
+    int row[N * K], plan[3 * E];
+    moe_dispatch_plan(row, plan, choice, N, E, K, CAP);
+    TEST_CHECK(memcmp(row, want_row, sizeof(row)) == 0 && memcmp(plan, want_plan, sizeof(plan)) == 0,
+               "moe_dispatch_plan E=5 k=2 cap=2: rows, routed/kept counts and offsets as worked by hand (expert 3 "
+               "empty, token 2 fully dropped, first choices served first)");
+    int R = 8;
+    float* x = frand((size_t)N * C, 1.0);
+    float* out = frand((size_t)R * C, 1.0);
+    float* gate = frand((size_t)N * K, 1.0);
+    float* dy = frand((size_t)N * C, 1.0);
+    float* xe = (float*)dev_malloc((size_t)R * C * sizeof(float), "test");
+    float* y = (float*)dev_malloc((size_t)N * C * sizeof(float), "test");
+    float* dout = (float*)dev_malloc((size_t)R * C * sizeof(float), "test");
+    float* dgate = (float*)dev_malloc((size_t)N * K * sizeof(float), "test");
+    float* dx = (float*)dev_malloc((size_t)N * C * sizeof(float), "test");
+    moe_permute(xe, x, row, N, C, K);
+    moe_combine(y, out, row, gate, N, C, K);
+    moe_combine_backward(dout, dgate, dy, out, row, gate, N, C, K);
+    moe_permute_backward(dx, out, row, N, C, K);
+    double *rxe = dzeros((size_t)R * C), *ry = dzeros((size_t)N * C), *rdout = dzeros((size_t)R * C);
+    double *rdgate = dzeros((size_t)N * K), *rdx = dzeros((size_t)N * C);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < K; j++) {
+            int r = want_row[n * K + j];
+            if (r < 0) { continue; }
+            for (int c = 0; c < C; c++) {
+                rxe[r * C + c] = x[n * C + c];
+                ry[n * C + c] += (double)gate[n * K + j] * out[r * C + c];
+                rdout[r * C + c] = (double)gate[n * K + j] * dy[n * C + c];
+                rdgate[n * K + j] += (double)dy[n * C + c] * out[r * C + c];
+                rdx[n * C + c] += out[r * C + c];
+            }
+        }
+    }
+    Err e1 = cmp(xe, rxe, (size_t)R * C), e2 = cmp(y, ry, (size_t)N * C), e3 = cmp(dout, rdout, (size_t)R * C);
+    Err e4 = cmp(dgate, rdgate, (size_t)N * K), e5 = cmp(dx, rdx, (size_t)N * C);
+    TEST_CHECK(e1.abs == 0 && e2.rel <= TIGHT_TOL && e3.rel <= TIGHT_TOL && e4.rel <= TIGHT_TOL && e5.rel <= TIGHT_TOL,
+               "moe_permute / moe_combine / their backwards vs double: rel %.1e %.1e %.1e %.1e %.1e", e1.rel, e2.rel,
+               e3.rel, e4.rel, e5.rel);
+    TEST_CHECK(y[2 * C] == 0.0f && y[2 * C + 1] == 0.0f && y[2 * C + 2] == 0.0f && dx[2 * C] == 0.0f &&
+               dgate[2 * K] == 0.0f && dgate[2 * K + 1] == 0.0f,
+               "a token with every choice dropped: expert output 0 (the residual carries it), no gradient");
+    float probs[N * E], lse[N], stats[2 * E + 3];
+    for (int i = 0; i < N * E; i++) { probs[i] = (float)(0.5 + 0.4 * rnd()); }
+    for (int n = 0; n < N; n++) { lse[n] = (float)rnd(); }
+    moe_route_stats(stats, probs, lse, plan, N, E, K, 0.01f, 0.001f);
+    double aux = 0.0, z = 0.0, fsum = 0.0;
+    for (int e = 0; e < E; e++) {
+        double P = 0.0;
+        for (int n = 0; n < N; n++) { P += probs[n * E + e] / (double)N; }
+        aux += 0.01 * E * (want_plan[e] / (double)(N * K)) * P;
+        fsum += stats[e];
+    }
+    for (int n = 0; n < N; n++) { z += 0.001 * lse[n] * lse[n] / N; }
+    TEST_CHECK(fabs(stats[2 * E] - aux) <= 1e-6 * aux && fabs(stats[2 * E + 1] - z) <= 1e-6 * z &&
+               fabs(fsum - 1.0) <= 1e-6 && fabs(stats[2 * E + 2] - 4.0 / 12.0) <= 1e-6,
+               "moe_route_stats: load-balancing loss %.6g (ref %.6g), z-loss %.6g (ref %.6g), f sums to 1, dropped "
+               "%.4f (4 of 12)", stats[2 * E], aux, stats[2 * E + 1], z, stats[2 * E + 2]);
+    float* w0 = (float*)dev_malloc((size_t)E * C * sizeof(float), "test"); /* zero router: all logits equal */
+    int ch[N * K];
+    float pr[N * E], ls[N], gt[N * K];
+    moe_router_forward(pr, ls, ch, gt, x, w0, N, C, E, K);
+    TEST_CHECK(ch[0] == 0 && ch[1] == 1 && fabsf(gt[0] - 0.5f) <= 1e-7f && fabsf(pr[3] - 0.2f) <= 1e-7f &&
+               fabsf(ls[0] - logf(5.0f)) <= 1e-6f,
+               "moe_router_forward with equal logits: experts 0 and 1 (ties to the lower index), gates 1/2, probs 1/5");
+    free(rxe); free(ry); free(rdout); free(rdgate); free(rdx);
+    dev_free(x); dev_free(out); dev_free(gate); dev_free(dy); dev_free(xe); dev_free(y); dev_free(dout);
+    dev_free(dgate); dev_free(dx); dev_free(w0);
+}
+
 int main(void) {
     backend_init(0, 1);
     printf("# test_cpu_ops: %s, precision %s\n", backend_device_name(), PRECISION_NAME);
@@ -868,6 +948,7 @@ int main(void) {
     test_vocab_parallel(1, 1, 1, 0, 1, 0);
     test_vocab_parallel(6, 12576, 12529, 37728, 4, 3); /* GPT-2's last shard at tp = 4 */
     test_vocab_parallel_composition(9, 100, 128, 1);
+    test_moe_routing();
     test_vocab_parallel_composition(9, 100, 160, 2);
     test_vocab_parallel_composition(9, 100, 160, 4);  /* shards of 40: valid 40, 40, 20, 0 */
     test_vocab_parallel_composition(4, 50257, 50304, 4);

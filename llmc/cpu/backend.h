@@ -272,5 +272,6 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "classifier.h"
 #include "adamw.h"
 #include "compress.h"
+#include "moe.h"
 
 #endif /* LLMC_CPU_BACKEND_H */

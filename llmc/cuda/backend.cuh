@@ -37,6 +37,7 @@
 #include "attention.cuh"
 #include "attention_decode.cuh"
 #include "compress.cuh"
+#include "moe.cuh"
 #ifdef USE_CUDNN
 #include "attention_cudnn.cuh"
 #endif

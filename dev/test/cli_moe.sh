@@ -1,0 +1,82 @@
+# dev/test/cli_moe.sh -- the mixture-of-experts model through the real CLI (llmc/moe.h), d2 with 4 experts top-2 on
+# tiny batches: two identical runs are bit-identical; 6 steps straight == 3 steps, checkpoint, resume, 3 more
+# (losses, MoE statistics, weights and optimizer state); the step line and log.jsonl carry the routing statistics; the
+# model file is version 7 with the MoE header; refusals are one line (--ep > 1, k > E, a dense/MoE mismatch between
+# a model file and the --moe-* flags, --tp with experts).
+source "$(dirname "$0")/lib_cli.sh"
+MOE=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -v 0 --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 1.0
+     --moe-z-coef 0.001)
+A="$TMP/a"; A2="$TMP/a2"; B="$TMP/b"
+$TRAIN "${MOE[@]}" -x 6 -o "$A" > "$TMP/a.log" 2>&1
+check $? "MoE d2 (4 experts, top-2): 6 steps"
+$TRAIN "${MOE[@]}" -x 6 -o "$A2" > "$TMP/a2.log" 2>&1
+check $? "the same run again"
+cmp -s "$A/model_00000006.bin" "$A2/model_00000006.bin" && cmp -s "$A/state_00000006_00000.bin" "$A2/state_00000006_00000.bin"
+check $? "two identical runs: bit-identical weights and optimizer state"
+grep -E '^step ' "$TMP/a.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a.steps"
+grep -E '^step ' "$TMP/a2.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a2.steps"
+test "$(wc -l < "$TMP/a.steps")" -eq 6 && cmp -s "$TMP/a.steps" "$TMP/a2.steps"
+check $? "two identical runs: identical step lines (loss, norm, lr, MoE statistics)"
+grep -qE '^step +1/6 .*[|] moe aux [0-9.]+ drop [0-9.]+% max load [0-9.]+' "$TMP/a.log"
+check $? "the step line shows the MoE loss, dropped fraction and max load"
+grep -q "parameters [0-9]* total, [0-9]* active per token (MFU uses the active FLOPs)" "$TMP/a.log"
+check $? "the header gives total and active parameters"
+grep -q -- "-> equal" "$TMP/a.log"
+check $? "the memory ledger equals what the MoE model allocates"
+python3 - "$A/log.jsonl" "$A/model_00000006.bin" <<'PY'
+import json, sys
+import numpy as np
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if r["kind"] == "train"]
+assert len(train) == 6
+for r in train:
+    assert len(r["moe"]) == 2 and [b["block"] for b in r["moe"]] == [0, 1], r["moe"]
+    for b in r["moe"]:
+        assert len(b["f"]) == 4 and abs(sum(b["f"]) - 1) < 1e-3 and 0 <= b["drop"] < 1 and b["aux"] > 0 and b["z"] > 0
+    assert abs(r["moe_aux"] - sum(b["aux"] + b["z"] for b in r["moe"])) < 1e-5
+h = np.fromfile(sys.argv[2], dtype="<i4", count=12)
+assert list(h[[0, 1, 4, 6, 8, 9, 10, 11]]) == [20240326, 7, 2, 128, 4, 2, 1, 512], h
+PY
+check $? "log.jsonl: per MoE block the fraction per expert (sums to 1), dropped fraction, aux and z-loss; model file v7 with E=4 k=2 n=1 H=512"
+$TRAIN "${MOE[@]}" -x 6 -o "$B" --exit-after-steps 3 > "$TMP/b1.log" 2>&1
+$TRAIN "${MOE[@]}" -x 6 -o "$B" -y 1 > "$TMP/b2.log" 2>&1
+check $? "3 steps, checkpoint, resume with -y 1"
+grep -E '^step +[4-6]/6' "$TMP/a.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/a.tail"
+grep -E '^step +[4-6]/6' "$TMP/b2.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe/; s/[|] [0-9.]+s elapsed.*//' > "$TMP/b.tail"
+test "$(wc -l < "$TMP/b.tail")" -eq 3 && cmp -s "$TMP/a.tail" "$TMP/b.tail" && cmp -s "$A/model_00000006.bin" "$B/model_00000006.bin" &&
+    cmp -s "$A/state_00000006_00000.bin" "$B/state_00000006_00000.bin"
+check $? "resume is bit-identical: steps 4..6 (losses and MoE statistics), final weights and optimizer state"
+expect_error "expert parallelism is not implemented" "--ep 2 is refused" -- $TRAIN "${MOE[@]}" -x 1 --ep 2
+expect_error "--moe-top-k 5 is above --moe-experts 4" "top-k above E is refused" -- $TRAIN "${MOE[@]}" -x 1 --moe-top-k 5
+expect_error "is a mixture-of-experts model" "a MoE model file with dense flags is refused" -- \
+    $TRAIN -e "$A/model_00000006.bin" -b 2 -t 32 -j '' -g 0 -x 1
+expect_error "is a dense model" "a dense model file with --moe-experts is refused" -- \
+    $TRAIN -e dev/test/fixtures/gpt2_fixture_model.bin -b 2 -t 32 -j '' -g 0 -x 1 --moe-experts 4
+if python3 -c "import numpy" 2> /dev/null; then
+    expect_error "a mixture-of-experts model file (version 7" "scripts/export_hf.py refuses a MoE model file" -- \
+        python3 scripts/export_hf.py "$A/model_00000006.bin" "$TMP/hf"
+else
+    echo "# SKIP export_hf.py refusal of a MoE model file: no numpy for python3"
+fi
+expect_error "without tensor or pipeline parallelism" "experts with --tp 2 are refused" -- \
+    $TRAIN "${MOE[@]}" -x 1 --tp 2
+# data parallelism: experts replicated, their gradients in the global bucket. 2 processes with ZeRO-2 against one
+# process accumulating the same two micro-batches (-d 128): the routing and capacity are per micro-batch, so the
+# same; only the order of the gradient sum differs (rounding: 1e-5 relative, as argued in dev/test/dp_lib.sh)
+if command -v mpirun > /dev/null 2>&1 && ldd "$TRAIN" 2> /dev/null | grep -q libmpi; then
+    DP=(-e d2 -b 2 -t 32 -d 128 -j '' -g 0 -u 2 -v 0 -x 3 --moe-experts 4 --moe-top-k 2)
+    $TRAIN "${DP[@]}" > "$TMP/dp1.log" 2>&1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS $TRAIN "${DP[@]}" -z 2 > "$TMP/dp2.log" 2>&1
+    python3 - "$TMP/dp1.log" "$TMP/dp2.log" <<'PY'
+import re, sys
+def losses(p):
+    return [(float(a), float(b)) for a, b in re.findall(r"^step +\d+/3 \| loss ([0-9.]+) \| norm ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("# 1 process:", a, "\n# 2 processes, ZeRO-2:", b)
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for p, q in zip(a, b) for x, y in zip(p, q)) else 1)
+PY
+    check $? "MoE under data parallelism: 2 processes with ZeRO-2 equal one process accumulating the same micro-batches (loss and norm, 3 steps, 1e-5)"
+else
+    echo "# SKIP MoE data-parallel check: no mpirun or no MPI build"
+fi
