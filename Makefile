@@ -116,7 +116,7 @@ NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVC
               $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
-NVCC_LIBS   = $(CUDA_LIB_LIBS)
+NVCC_LIBS   = $(CUDA_LIB_LIBS) -lcrypto
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
 # the nvcc flags of train_gpt (with the libraries' include flags), for tools that compile it another way
@@ -170,6 +170,9 @@ TEST_BINS := $(patsubst dev/test/%.c,$(BUILD)/%,$(TEST_SRCS))
 $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $< $(CPU_LIBS) -o $@
+
+# the TCP bootstrap's HMAC (llmc/comm_bootstrap.h) needs OpenSSL's libcrypto
+$(BUILD)/test_comm_bootstrap: CPU_LIBS += -lcrypto
 
 -include dev/emu/emu.mk
 
