@@ -91,10 +91,13 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     cfg->num_heads = header[5];
     cfg->channels = header[6];
     cfg->padded_vocab_size = header[7];
+    /* upper bounds far above any GPT-2 (maxT 1M, Vp 16M, L 4096, C 128K) keep every size product below 2^63 */
     if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
-        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0) {
+        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0 ||
+        cfg->max_seq_len > (1 << 20) || cfg->padded_vocab_size > (1 << 24) || cfg->num_layers > 4096 ||
+        cfg->channels > (1 << 17)) {
         FATAL("model file '%s' has an invalid header: maxT=%d V=%d L=%d NH=%d C=%d Vp=%d (expected positive sizes, "
-              "Vp >= V, C divisible by NH)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
+              "Vp >= V, C divisible by NH, maxT <= 2^20, Vp <= 2^24, L <= 4096, C <= 2^17)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
               cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
     }
     return header[1];
