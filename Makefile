@@ -201,7 +201,7 @@ $(ASAN_DIR)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 	@mkdir -p $(ASAN_DIR)
 	$(CC) $(SAN_CFLAGS) $< $(CPU_LIBS) -lcrypto -o $@
 
-$(ASAN_DIR)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_common.h $(CPU_DEPS)
+$(ASAN_DIR)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_common.h dev/test/fixture.h $(CPU_DEPS)
 	@mkdir -p $(ASAN_DIR)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(CPU_LIBS) -o $@
 
