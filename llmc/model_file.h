@@ -106,9 +106,10 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
 /* Exits with one line (FATAL_ALL: every process reads the same file) naming the tensor, the index inside it and,
  * for per-layer tensors, the layer of the first parameter of the model file `path` that is NaN or infinite.
  * values: the P parameters in file order, either fp32 (`f32`) or raw bf16 bits (`bf16`, the other NULL).
+ * owned (may be NULL): the heap buffer holding the values, freed before the error exit (not on success).
  * Method: the IEEE-754 exponent field all ones (inf or NaN), tested on the bits so no value is converted. */
 static inline void model_file_check_finite(const char* path, const GPT2Config* c, const float* f32,
-                                           const uint16_t* bf16, size_t P) {
+                                           const uint16_t* bf16, size_t P, void* owned) {
     size_t bad = P;
     for (size_t i = 0; i < P && bad == P; i++) {
         if (f32) {
@@ -124,6 +125,7 @@ static inline void model_file_check_finite(const char* path, const GPT2Config* c
     while (t < NUM_PARAMETER_TENSORS - 1 && bad >= start + sizes[t]) { start += sizes[t]; t++; }
     size_t idx = bad - start;
     float v = f32 ? f32[bad] : bf16_bits_to_float(bf16[bad]);
+    free(owned); /* the caller's buffer of the values: an error exit leaves nothing allocated */
     char layer[48] = "";
     if (parameter_is_per_layer(t)) {
         snprintf(layer, sizeof(layer), ", layer %zu", idx / (sizes[t] / (size_t)c->num_layers));
@@ -154,7 +156,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
     if (version == MODEL_FILE_VERSION_BF16 && precision_is_bf16() && m->num_parameters == P) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
-        model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P);
+        model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P, host);
         dev_memcpy_h2d(m->params_memory, host, P * 2);
         free(host);
     } else {
@@ -167,7 +169,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
         } else {
             fread_check(host, sizeof(float), P, f, path);
         }
-        model_file_check_finite(path, &cfg, host, NULL, P);
+        model_file_check_finite(path, &cfg, host, NULL, P, host);
         gpt2_upload_full(m, host);
         free(host);
     }

@@ -254,14 +254,16 @@ static inline void train_state_check_size(const char* path, const TrainState* s,
 /* Exits with one line naming `what` (the state file, or the checkpoint when re-sharded), the section (AdamW m, AdamW v, master weights) and the parameter index
  * when a value of this rank's optimizer state read from a checkpoint is NaN or infinite (such a state would make
  * every update after the resume non-finite). section: 0 m, 1 v, 2 master; host: n values of the shard starting at
- * parameter shard_start. */
+ * parameter shard_start; owned (may be NULL): a heap buffer freed before the error exit. */
 static inline void train_state_check_finite(const char* what, int section, const float* host, size_t n,
-                                            uint64_t shard_start) {
+                                            uint64_t shard_start, void* owned) {
     static const char* const names[3] = {"AdamW m", "AdamW v", "fp32 master weights"};
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(host[i])) {
+            int is_nan = isnan(host[i]);
+            free(owned); /* the caller's buffer holding host: an error exit leaves nothing allocated */
             FATAL_ALL("%s holds a non-finite value (%s) in its %s at parameter %llu; the checkpoint is damaged or came "
-                      "from a diverged run: resume an earlier one", what, isnan(host[i]) ? "NaN" : "inf",
+                      "from a diverged run: resume an earlier one", what, is_nan ? "NaN" : "inf",
                       names[section], (unsigned long long)(shard_start + i));
         }
     }
@@ -295,7 +297,7 @@ static inline void train_state_read(const char* path, int step, const TrainState
         fread_check(host, sizeof(float), n, f, path);
         char what[1100];
         snprintf(what, sizeof(what), "training state '%s'", path);
-        train_state_check_finite(what, k, host, n, found->shard_start);
+        train_state_check_finite(what, k, host, n, found->shard_start, host);
         dev_memcpy_h2d(sections[k], host, n * sizeof(float));
     }
     free(host);
@@ -498,7 +500,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     char what[1100];
     snprintf(what, sizeof(what), "the training state of checkpoint step %d in '%s' (re-sharded)", step, ctx->output_dir);
     for (int k = 0; k < sections; k++) {
-        train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start);
+        train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start, rs.host);
         dev_memcpy_h2d(dst[k], rs.host + (size_t)k * n, n * sizeof(float));
     }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
