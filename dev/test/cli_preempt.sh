@@ -34,11 +34,11 @@ for np in 1 3; do
     for k in 1 2 3 4 5; do
         now=$(log_steps "$CH")
         target=$((now + 1 + RANDOM % 2))
-        [ "$target" -ge $((STEPS - 3)) ] && break
+        [ "$target" -ge $((STEPS - 2)) ] && break
         sig=$([ $((k % 2)) -eq 1 ] && echo TERM || echo USR1)
         "${launch[@]}" "${F[@]}" -o "$CH" "${resume[@]}" > "$TMP/run.log" 2>&1 &
         mp=$!
-        while kill -0 $mp 2> /dev/null && [ "$(log_steps "$CH")" -lt "$target" ]; do sleep 0.02; done
+        while kill -0 $mp 2> /dev/null && [ "$(log_steps "$CH")" -lt "$target" ]; do sleep 0.03; done
         who="mpirun"
         if [ "$np" -eq 1 ]; then
             kill -$sig $mp 2> /dev/null
