@@ -7,7 +7,8 @@
  *     client fails with one line; under attack (an idle client, a flood of 200 connections, a client with a wrong
  *     secret, a second process claiming an already served rank, a connection to another local address than the
  *     one bound) the real ranks still get the id, within the timeout, and the bad clients fail with one clear
- *     line each; rank 0 with a rank that never comes fails with one line naming it.
+ *     line each; rank 0 with a rank that never comes fails with one line naming it; the secret read from a mode-0600
+ *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line.
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
@@ -155,6 +156,16 @@ static int tcp_no_secret(int rank) {
     comm_bootstrap_tcp("127.0.0.1", g_tcp.port, rank, 2, got, sizeof(got), 1.0);
     return 0;
 }
+static char g_secret_file[300];
+/* a client reading its secret from LLMC_BOOTSTRAP_SECRET_FILE (rank 0 has it in the environment) */
+static int tcp_secret_file(int rank) {
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char got[128];
+    memset(got, 0, sizeof(got));
+    comm_bootstrap_tcp("127.0.0.1", g_port + 4, rank, 2, got, sizeof(got), 5.0);
+    return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
 static int tcp_server_missing_rank(int world) {
     comm_bootstrap_tcp_serve(&g_tcp, world, g_blob, sizeof(g_blob));
     return 0;
@@ -274,6 +285,19 @@ int main(void) {
     took = now_s() - t0;
     TEST_CHECK(src == 1 && exit_code(only1) == 0 && took < 3.0 && one_error_line(errf, "rank 2 never authenticated"),
                "tcp: rank 0 missing rank 2 fails after %.1f s (timeout 1 s) with one error line naming it", took);
+    /* the secret from a file: accepted with mode 0600 (and a trailing newline), refused when others can read it */
+    snprintf(g_secret_file, sizeof(g_secret_file), "%s/secret", g_dir);
+    FILE* sf = fopen(g_secret_file, "w");
+    fprintf(sf, "%s\n", GOOD_SECRET);
+    fclose(sf);
+    chmod(g_secret_file, 0600);
+    pid_t fc = spawn(tcp_secret_file, 1, NULL);
+    comm_bootstrap_tcp("127.0.0.1", g_port + 4, 0, 2, g_blob, sizeof(g_blob), 5.0);
+    TEST_CHECK(exit_code(fc) == 0, "tcp: a client with LLMC_BOOTSTRAP_SECRET_FILE (mode 0600) authenticates");
+    chmod(g_secret_file, 0644);
+    TEST_CHECK(exit_code(spawn(tcp_secret_file, 1, errf)) == 1 && one_error_line(errf, "readable by nobody else"),
+               "tcp: a secret file others can read (mode 0644) is refused with one error line");
+    remove(g_secret_file);
     remove(errf); remove(err_wrong); remove(err_dup); remove(errd);
     rmdir(g_dir);
 
