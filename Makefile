@@ -6,6 +6,8 @@
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
 #   make test-quick      host units, the CPU model test and the CLI tests (a few minutes; no nvcc, no emulator)
+#   make test-sanitize   ASan + UBSan build (build/asan/) of the CPU trainer and unit tests over the input-handling
+#                        tests, and a libFuzzer run of every file reader (dev/fuzz/; about 7 minutes; CI runs it first)
 #   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
@@ -124,7 +126,7 @@ NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVC
               $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas,-fopenmp
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
-NVCC_LIBS   = $(CUDA_LIB_LIBS) -lgomp
+NVCC_LIBS   = $(CUDA_LIB_LIBS) -lgomp -lcrypto
 CUDA_DEPS  := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
 
 # the nvcc flags of train_gpt (with the libraries' include flags), for tools that compile it another way
@@ -194,7 +196,42 @@ $(BUILD)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $< $(CPU_LIBS) -o $@
 
+# the TCP bootstrap's HMAC (llmc/comm_bootstrap.h) needs OpenSSL's libcrypto
+$(BUILD)/test_comm_bootstrap: CPU_LIBS += -lcrypto
+
 -include dev/emu/emu.mk
+
+# ---------------------------------------------------------------- sanitizers and fuzzing (make test-sanitize)
+# The CPU trainer and every unit test built with AddressSanitizer + UndefinedBehaviorSanitizer into build/asan/
+# (same flags as the normal build plus -g; every report is fatal: -fno-sanitize-recover=all), and one libFuzzer
+# harness per file reader (dev/fuzz/, clang: -fsanitize=fuzzer,address,undefined). dev/test/run_sanitize.sh runs
+# them (see there for the tests chosen and the time per fuzzer).
+ASAN_DIR   := $(BUILD)/asan
+SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
+SAN_CFLAGS := $(CPU_CFLAGS) $(SAN_FLAGS)
+SAN_TEST_BINS := $(patsubst dev/test/%.c,$(ASAN_DIR)/%,$(TEST_SRCS))
+FUZZ_CC    ?= clang
+FUZZ_SRCS  := $(wildcard dev/fuzz/fuzz_*.c)
+FUZZ_BINS  := $(patsubst dev/fuzz/%.c,$(ASAN_DIR)/%,$(FUZZ_SRCS))
+FUZZ_FLAGS := -I. -std=c11 -O1 -g -D_GNU_SOURCE -fopenmp -Wall -Wextra $(WERROR_C) -Wno-unknown-pragmas \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+# single-process (no MPI): OpenMPI's plugins keep allocations until exit and are unloaded before LeakSanitizer can
+# name them, so an MPI build cannot be leak-checked
+$(ASAN_DIR)/train_gpt_cpu: train_gpt.cu $(CPU_DEPS)
+	@mkdir -p $(ASAN_DIR)
+	$(CC) $(SAN_CFLAGS) -x c train_gpt.cu -x none $(CPU_LIBS) -o $@
+
+$(ASAN_DIR)/test_%: dev/test/test_%.c $(CPU_DEPS) dev/test/testing.h
+	@mkdir -p $(ASAN_DIR)
+	$(CC) $(SAN_CFLAGS) $< $(CPU_LIBS) -lcrypto -o $@
+
+$(ASAN_DIR)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_common.h dev/test/fixture.h $(CPU_DEPS)
+	@mkdir -p $(ASAN_DIR)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(CPU_LIBS) -o $@
+
+test-sanitize: $(ASAN_DIR)/train_gpt_cpu $(SAN_TEST_BINS) $(FUZZ_BINS)
+	bash dev/test/run_sanitize.sh
 
 unit-tests: $(TEST_BINS)
 
@@ -238,4 +275,4 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers
+.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize

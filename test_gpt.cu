@@ -65,51 +65,7 @@ static Tolerances tolerances_for_precision(void) {
     return t;
 }
 
-typedef struct {
-    int B, T, n_steps;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    int* inputs;
-    int* targets;
-    float* logits;       /* (B,T,V) */
-    float loss;
-    float* grads;        /* num_parameters */
-    float* step_losses;  /* n_steps */
-} Fixture;
-
-static float float_from_bits(int bits) {
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-static void fixture_load(Fixture* fx, const char* path, const GPT2* m) {
-    int h[FILE_HEADER_INTS];
-    FILE* f = checkpoint_open_checked(path, h, DEBUG_STATE_MAGIC, DEBUG_STATE_VERSION, DEBUG_STATE_VERSION,
-                                      "debug state fixture", "regenerate with `make fixture`");
-    fx->B = h[2]; fx->T = h[3]; fx->n_steps = h[4];
-    fx->lr = float_from_bits(h[5]); fx->beta1 = float_from_bits(h[6]); fx->beta2 = float_from_bits(h[7]);
-    fx->eps = float_from_bits(h[8]); fx->weight_decay = float_from_bits(h[9]); fx->grad_clip = float_from_bits(h[10]);
-    size_t BT = (size_t)fx->B * fx->T, V = (size_t)m->config.vocab_size;
-    long long expected = (long long)sizeof(int) * FILE_HEADER_INTS + (long long)(2 * BT * sizeof(int)) +
-                         (long long)((BT * V + 1 + m->num_parameters + (size_t)fx->n_steps) * sizeof(float));
-    checkpoint_check_size(path, expected, "debug state fixture", "regenerate with `make fixture`");
-    fx->inputs = (int*)malloc_check(BT * sizeof(int), "fixture inputs");
-    fx->targets = (int*)malloc_check(BT * sizeof(int), "fixture targets");
-    fx->logits = (float*)malloc_check(BT * V * sizeof(float), "fixture logits");
-    fx->grads = (float*)malloc_check(m->num_parameters * sizeof(float), "fixture grads");
-    fx->step_losses = (float*)malloc_check((size_t)fx->n_steps * sizeof(float), "fixture step losses");
-    fread_check(fx->inputs, sizeof(int), BT, f, path);
-    fread_check(fx->targets, sizeof(int), BT, f, path);
-    fread_check(fx->logits, sizeof(float), BT * V, f, path);
-    fread_check(&fx->loss, sizeof(float), 1, f, path);
-    fread_check(fx->grads, sizeof(float), m->num_parameters, f, path);
-    fread_check(fx->step_losses, sizeof(float), (size_t)fx->n_steps, f, path);
-    fclose(f);
-}
-
-static void fixture_free(Fixture* fx) {
-    free(fx->inputs); free(fx->targets); free(fx->logits); free(fx->grads); free(fx->step_losses);
-}
+#include "dev/test/fixture.h"  /* Fixture, fixture_load, fixture_free */
 
 /* max|a-b| and max|b| over n values */
 static void compare_arrays(const float* a, const float* b, size_t n, double* max_abs_err, double* max_ref) {

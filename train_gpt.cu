@@ -39,6 +39,7 @@
 #include "llmc/progress.h"         /* defines: Progress (elapsed, ETA), progress_format_duration */
 #include "llmc/loss_scaler.h"      /* defines: LossScaler (FP16) */
 #include "llmc/comm.h"             /* defines: Comm, collectives */
+#include "llmc/preempt.h"          /* defines: preempt_parse, preempt_install, preempt_agree (--signal-checkpoint) */
 #include "llmc/process_grid.h"     /* defines: ProcessGrid (tp x dp x pp, ep inside dp) */
 #include "llmc/gpt2.h"             /* defines: GPT2, gpt2_forward, gpt2_backward, AdamWStep */
 #include "llmc/model_file.h"       /* defines: gpt2_write_model, gpt2_build_from_file */
@@ -77,6 +78,7 @@ typedef struct {
     int seed;
     int log_every;
     int exit_after_steps;
+    const char* signal_checkpoint; /* term,usr1 (default), term, usr1 or none (llmc/preempt.h) */
     int shuffle;
     int max_bad_steps;         /* consecutive skipped (non-finite) steps before the run stops */
     /* multi-process (llmc/comm.h) */
@@ -153,6 +155,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->ep = 1;
     c->log_every = 1;
     c->exit_after_steps = 0;
+    c->signal_checkpoint = "term,usr1";
     c->shuffle = 1;
     c->max_bad_steps = 10;
     c->nccl_init = "auto";
@@ -303,6 +306,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
     SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
          "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
+    SPEC(NULL, "signal-checkpoint", ARG_STRING, signal_checkpoint, NO_MIN, NO_MAX,
+         "signals (term, usr1, comma-separated, or none) on which a run with -o finishes the current step, writes a "
+         "checkpoint and exits 0 (every process together); a second such signal stops at once");
     SPEC(NULL, "nccl-init", ARG_STRING, nccl_init, NO_MIN, NO_MAX,
          "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
     SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
@@ -350,6 +356,7 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
+    int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
 } TrainSession;
@@ -709,7 +716,7 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"recompute-every", "memory only: recomputed activations are the same"},
     {"gelu-fusion", "a kernel choice: the same function"},
     {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
-    {"exit-after-steps", "when this run stops"},
+    {"exit-after-steps", "when this run stops"}, {"signal-checkpoint", "when this run stops"},
     {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
     {"comm-stats", "printing only"}, {"cuda-graphs", "replays the same kernels"},
     {"grad-compress", "how gradients are exchanged: the error-feedback residuals are restored, start at zero or are "
@@ -1003,6 +1010,9 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s keeps fp32 master weights on the host; it does not combine with "
                      "-w 0 (--master-weights) in this %s build: use -w 1", c->offload_optimizer, PRECISION_NAME);
     }
+    s->preempt_n = preempt_parse(c->signal_checkpoint, s->preempt_signals, 2, err, sizeof(err));
+    if (s->preempt_n < 0) { CONFIG_FATAL(s, "%s", err); }
+    if (c->output_dir[0] == '\0') { s->preempt_n = 0; } /* no checkpoint to write: signals keep their default effect */
     if (strlen(c->output_dir) > 900) {
         CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
               "appended)", strlen(c->output_dir));
@@ -1545,6 +1555,7 @@ static void train(TrainSession* s) {
     int best_val_step = -1;
     Progress pg;
     progress_start(&pg, wall_seconds());
+    preempt_install(s->preempt_signals, s->preempt_n);              /* --signal-checkpoint */
     for (;;) {
         int last = s->step >= s->max_steps;
         float vl = evaluate_if_due(s, last);                         /* validation loss, sample */
@@ -1561,7 +1572,10 @@ static void train(TrainSession* s) {
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);
         }
-        int exiting = cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps;
+        /* a signal on any process (OR over all of them, so every rank stops after this same step) */
+        int preempted = s->preempt_n > 0 && preempt_agree(&s->world) && s->step < s->max_steps;
+        int exiting = (cfg->exit_after_steps > 0 && s->step - start_step >= cfg->exit_after_steps && s->step < s->max_steps) ||
+                      preempted;
         if (cfg->output_dir[0] != '\0' &&
             ((cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0) || s->step == s->max_steps || exiting)) {
             if (s->bad_steps == 0) {
@@ -1572,6 +1586,15 @@ static void train(TrainSession* s) {
             }
         }
         if (exiting && s->bad_steps > 0) { break; } /* no checkpoint was written: the error below says so */
+        if (exiting && preempted) {
+            if (is_rank0(s)) {
+                printf("preempted: %s received; stopped after step %d with a checkpoint in %s; resume with the same "
+                       "command and -y 1\n", preempt_pending() ? preempt_signal_name(preempt_signal())
+                       : "a signal (on another process)", s->step, cfg->output_dir);
+                fflush(stdout);
+            }
+            return;
+        }
         if (exiting) {
             if (is_rank0(s)) { printf("exit: stopping after %d steps of this run (at step %d)\n", cfg->exit_after_steps, s->step); }
             return;

@@ -176,6 +176,7 @@ static inline void checkpoint_remove(const char* dir, int step, int world) {
     char path[1024];
     checkpoint_done_path(path, sizeof(path), dir, step);
     remove(path); /* the marker first: a half-removed checkpoint is never taken as complete */
+    fsync_parent_dir(path); /* ... even after a power loss: the unlink is on disk before the files go */
     checkpoint_model_path(path, sizeof(path), dir, step);
     remove(path);
     for (int r = 0;; r++) {
@@ -223,7 +224,8 @@ static inline void checkpoint_remove_stale_temp_files(const char* dir) {
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
         int ours = strncmp(e->d_name, "model_", 6) == 0 || strncmp(e->d_name, "state_", 6) == 0 ||
-                   strncmp(e->d_name, "DONE_", 5) == 0 || strncmp(e->d_name, "log.jsonl", 9) == 0;
+                   strncmp(e->d_name, "DONE_", 5) == 0 || strncmp(e->d_name, "log.jsonl", 9) == 0 ||
+                   strncmp(e->d_name, "gradres_", 8) == 0;
         if (ours && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
             snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
             if (remove(path) == 0) { printf("removed the leftover temp file %s of an interrupted write\n", path); }
@@ -234,7 +236,9 @@ static inline void checkpoint_remove_stale_temp_files(const char* dir) {
 
 /* Looks at the output directory `dir` ("" = none) before a run: rank 0 (is_rank0) makes sure it is writable,
  * locks it and removes leftover temp files. On resume returns the step of the latest complete checkpoint, or -1
- * (with a line saying so) to start fresh when there is none; a fresh run (resume = 0) refuses a directory that
+ * (with a line saying so) to start fresh when there is none (also when an earlier run of ours, known by its
+ * log.jsonl, was killed during its first checkpoint: model/state files without a DONE marker; a model file alone
+ * without a log is a weights-only directory and refused); a fresh run (resume = 0) refuses a directory that
  * holds checkpoints of an earlier run (nothing is overwritten) and returns -1. max_steps (-x, > 0) must lie
  * beyond the checkpoint resumed. Every refusal is one error line naming the flag. */
 static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int max_steps, int is_rank0) {
@@ -259,6 +263,17 @@ static inline int checkpoint_prepare_output_dir(const char* dir, int resume, int
         return -1;
     }
     if (done_step < 0) {
+        char log_path[1024];
+        snprintf(log_path, sizeof(log_path), "%s/log.jsonl", dir);
+        if ((n_models > 0 || n_states > 0) && file_exists(log_path)) {
+            /* a run of ours (it left its log) was killed while writing its first checkpoint: those files never
+             * got their DONE marker, are not valid data, and the new run rewrites them */
+            if (is_rank0) {
+                printf("resume: %s holds no complete checkpoint (files of a checkpoint interrupted before its DONE "
+                       "marker are ignored and will be rewritten); starting from step 0\n", dir);
+            }
+            return -1;
+        }
         if (n_models > 0) {
             FATAL_ALL("cannot resume from '%s': it holds model files but no complete checkpoint (no DONE_ marker and "
                   "training state); a weights-only file cannot be resumed, start from it with -e FILE and -y 0 in "

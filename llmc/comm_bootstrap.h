@@ -9,8 +9,9 @@
  *   - FNV-1a hashing (config hashes, run ids; Fowler, Noll, Vo, "FNV hash", IETF draft-eastlake-fnv).
  * Host-only C11 (POSIX sockets and files), no MPI and no CUDA. Units: timeouts in seconds, blobs in bytes.
  * Errors: an exchange that fails or times out prints one line "error: NCCL id exchange: ... [file:line]" naming
- * the path or HOST:PORT and what to check, and exits with status 1 (FATAL, llmc/utils.h). A peer that sends
- * something else than the protocol's magic number is ignored (TCP) or its file rejected (filesystem).
+ * the path or HOST:PORT and what to check, and exits with status 1 (FATAL, llmc/utils.h). A TCP peer that does not
+ * prove the per-run secret (HMAC-SHA256 challenge-response, OpenSSL libcrypto: link -lcrypto where
+ * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can write is refused.
  * Header-only: static inline functions, no globals. Included by llmc/comm.h; usable on its own.
  */
 #ifndef LLMC_COMM_BOOTSTRAP_H
@@ -27,6 +28,14 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netdb.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include "utils.h"
 
@@ -71,7 +80,21 @@ static inline const char* comm_bootstrap_run_id(void) {
  * magic, rank-0 wall time (s) and the blob. Other ranks poll for it for up to timeout_s seconds and reject a
  * file written more than stale_s seconds before they started waiting (a leftover of an earlier run with the
  * same run id). Returns once the blob is read; on timeout FATAL with the path. Rank 0 should remove the file with
- * comm_bootstrap_fs_cleanup after every rank has joined (after the first collective). */
+ * comm_bootstrap_fs_cleanup after every rank has joined (after the first collective).
+ * The id is a capability (whoever has it can join the communicator): DIR must be a directory owned by this user
+ * that nobody else can write (comm_bootstrap_private_dir; FATAL otherwise), the file is created with mode 0600, and
+ * readers accept only a file owned by this user that nobody else can read. */
+/* FATAL unless dir is a directory owned by the effective user without group or other write permission */
+static inline void comm_bootstrap_private_dir(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) { FATAL("--nccl-init fs:%s: cannot use the directory: %s", dir, strerror(errno)); }
+    if (!S_ISDIR(st.st_mode)) { FATAL("--nccl-init fs:%s: not a directory", dir); }
+    if (st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+        FATAL("--nccl-init fs:%s: the NCCL id must go in a directory only you can write (owner uid %u, mode %04o; "
+              "expected your own, without group/other write: chmod go-w, or choose another with fs:DIR / "
+              "LLMC_NCCL_ID_DIR)", dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    }
+}
 static inline void comm_bootstrap_fs_path(char* out, size_t cap, const char* dir, const char* run_id) {
     snprintf(out, cap, "%s/llmc_nccl_id_%s", dir, run_id);
 }
@@ -80,11 +103,13 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
     char path[1024];
     comm_bootstrap_fs_path(path, sizeof(path), dir, run_id);
     uint64_t magic = COMM_BOOT_MAGIC;
+    comm_bootstrap_private_dir(dir);
     if (rank == 0) {
         remove(path);
         int64_t now = (int64_t)time(NULL);
         AtomicFile af;
         atomic_file_open(&af, path);
+        if (fchmod(fileno(af.f), 0600) != 0) { FATAL("NCCL id exchange: chmod 600 '%s': %s", af.tmp_path, strerror(errno)); }
         atomic_file_write(&af, &magic, sizeof(magic), 1);
         atomic_file_write(&af, &now, sizeof(now), 1);
         atomic_file_write(&af, blob, 1, n);
@@ -94,6 +119,11 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
     time_t start = time(NULL);
     for (;;) {
         FILE* f = fopen(path, "rb");
+        struct stat st;
+        if (f && (fstat(fileno(f), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0)) {
+            fclose(f); /* not written by this user's rank 0 (or readable by others): never trusted */
+            f = NULL;
+        }
         if (f) {
             uint64_t m = 0; int64_t written = 0;
             int ok = fread(&m, sizeof(m), 1, f) == 1 && fread(&written, sizeof(written), 1, f) == 1 &&
@@ -116,12 +146,12 @@ static inline void comm_bootstrap_fs_cleanup(const char* dir, const char* run_id
 
 /* ---------------------------------------------------------------- TCP */
 
-/* writes (writing = 1) or reads exactly n bytes of p (retrying on EINTR); 0 on success, -1 on error or end of
- * stream */
+/* writes (writing = 1) or reads exactly n bytes of p (retrying on EINTR); 0 on success, -1 on error, timeout
+ * (SO_RCVTIMEO / SO_SNDTIMEO) or end of stream */
 static inline int comm_io_all(int fd, void* p, size_t n, int writing) {
     char* b = (char*)p;
     while (n > 0) {
-        ssize_t k = writing ? write(fd, b, n) : read(fd, b, n);
+        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : read(fd, b, n);
         if (k < 0 && errno == EINTR) { continue; }
         if (k <= 0) { return -1; }
         b += k; n -= (size_t)k;
@@ -131,71 +161,356 @@ static inline int comm_io_all(int fd, void* p, size_t n, int writing) {
 static inline int comm_write_all(int fd, const void* p, size_t n) { return comm_io_all(fd, (void*)p, n, 1); }
 static inline int comm_read_all(int fd, void* p, size_t n) { return comm_io_all(fd, p, n, 0); }
 
-/* TCP exchange of a blob from rank 0 to the world-1 other ranks. Rank 0 listens on `port` (all interfaces)
- * and answers world-1 connections with magic + blob; the others connect to host:port, retrying for up to
- * timeout_s seconds (rank 0 may start later). A connection whose first 8 bytes are not the magic is
- * rejected. FATAL with host:port on timeout or socket errors. */
-static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int world, void* blob, size_t n,
-                                      double timeout_s) {
-    uint64_t magic = COMM_BOOT_MAGIC;
-    if (rank == 0) {
-        int srv = socket(AF_INET, SOCK_STREAM, 0);
-        if (srv < 0) { FATAL("NCCL id exchange: socket(): %s", strerror(errno)); }
-        int yes = 1;
-        setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof(a));
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons((uint16_t)port);
-        if (bind(srv, (struct sockaddr*)&a, sizeof(a)) != 0) {
-            FATAL("NCCL id exchange: cannot listen on TCP port %d: %s (choose another with tcp:HOST:PORT)", port,
-                  strerror(errno));
+/* The TCP exchange is authenticated by a per-run secret that every process of the job knows and nobody else
+ * does (the launch scripts generate one; llmc/README.md, "The process bootstrap"):
+ *   $LLMC_BOOTSTRAP_SECRET       the secret itself (at least 16 characters), or
+ *   $LLMC_BOOTSTRAP_SECRET_FILE  a regular file owned by this user and readable by nobody else (mode 0600 or
+ *                                0400) holding it (16..1024 bytes; one trailing newline is dropped).
+ * Reads it into out (cap >= 1024 bytes) and returns its length. No secret, a short one, or a file that others can
+ * read is FATAL, naming the variable or file and what is expected. */
+#define COMM_BOOT_SECRET_MIN 16
+#define COMM_BOOT_SECRET_MAX 1024
+static inline size_t comm_bootstrap_secret(unsigned char* out, size_t cap) {
+    const char* v = getenv("LLMC_BOOTSTRAP_SECRET");
+    const char* file = getenv("LLMC_BOOTSTRAP_SECRET_FILE");
+    size_t len = 0;
+    if (v && v[0]) {
+        len = strlen(v);
+        if (len > cap) { FATAL("LLMC_BOOTSTRAP_SECRET: %zu characters, at most %zu", len, cap); }
+        memcpy(out, v, len);
+    } else if (file && file[0]) {
+        int fd = open(file, O_RDONLY | O_NOFOLLOW);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno));
         }
-        if (listen(srv, 128) != 0) { FATAL("NCCL id exchange: listen(): %s", strerror(errno)); }
-        for (int served = 0; served < world - 1;) {
-            int fd = accept(srv, NULL, NULL);
-            if (fd < 0) {
-                if (errno == EINTR) { continue; }
-                FATAL("NCCL id exchange: accept(): %s", strerror(errno));
-            }
-            uint64_t hello = 0;
-            if (comm_read_all(fd, &hello, sizeof(hello)) == 0 && hello == COMM_BOOT_MAGIC &&
-                comm_write_all(fd, &magic, sizeof(magic)) == 0 && comm_write_all(fd, blob, n) == 0) {
-                served++;
-            }
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
             close(fd);
+            FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': must be a regular file owned by you and readable by nobody else "
+                  "(mode %04o; expected 0600: chmod 600 '%s')", file, (unsigned)(st.st_mode & 07777), file);
         }
-        close(srv);
-        return;
+        ssize_t k = read(fd, out, cap);
+        close(fd);
+        if (k < 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno)); }
+        len = (size_t)k;
+        if (len > 0 && out[len - 1] == '\n') { len--; }
+    } else {
+        FATAL("NCCL id exchange over TCP needs a per-run secret: set LLMC_BOOTSTRAP_SECRET (the same on every rank, "
+              "e.g. export LLMC_BOOTSTRAP_SECRET=$(openssl rand -hex 32)) or LLMC_BOOTSTRAP_SECRET_FILE (a mode-0600 file)");
     }
+    if (len < COMM_BOOT_SECRET_MIN) {
+        FATAL("the bootstrap secret (%s) has %zu bytes; at least %d expected (e.g. openssl rand -hex 32)",
+              v && v[0] ? "LLMC_BOOTSTRAP_SECRET" : "LLMC_BOOTSTRAP_SECRET_FILE", len, COMM_BOOT_SECRET_MIN);
+    }
+    return len;
+}
+
+/* Parameters of the TCP exchange. host:port is rank 0's address as the other ranks reach it; rank 0 binds to
+ * bind_host (NULL or "": to host's address, so it listens on the interface that routes to the job, not on all;
+ * $LLMC_BOOTSTRAP_BIND sets it, e.g. 0.0.0.0 behind NAT). timeout_s bounds the whole exchange, io_timeout_s each
+ * connection (a client that does not answer within it is dropped by rank 0; rank 0 not answering makes a client
+ * reconnect). */
+typedef struct {
+    const char* host;
+    int port;
+    const char* bind_host;
+    const unsigned char* secret;
+    size_t secret_len;
+    double timeout_s;
+    double io_timeout_s;
+} CommBootTcp;
+
+#define COMM_BOOT_NONCE 32
+#define COMM_BOOT_MAC 32
+#define COMM_BOOT_HELLO (8 + COMM_BOOT_NONCE)                    /* rank 0 -> client: magic, nonce_s */
+#define COMM_BOOT_ANSWER (8 + 4 + COMM_BOOT_NONCE + COMM_BOOT_MAC) /* client: magic, rank, nonce_c, mac */
+#define COMM_BOOT_MAX_BLOB 4096
+enum { COMM_BOOT_OK = 0, COMM_BOOT_BAD_MAC = 1, COMM_BOOT_DUP_RANK = 2, COMM_BOOT_BAD_RANK = 3 };
+
+/* HMAC-SHA256 (RFC 2104, FIPS 180-4; OpenSSL's libcrypto) of label || nonce_s || nonce_c || rank (4 bytes, little
+ * endian) || counter (4 bytes, little endian) under the secret: the client's proof (label "llmc-client"), rank 0's
+ * proof ("llmc-server") and the key stream that masks the blob ("llmc-blob", counter = block index). */
+static inline void comm_boot_mac(const CommBootTcp* o, const char* label, const unsigned char* nonce_s,
+                                 const unsigned char* nonce_c, int32_t rank, uint32_t counter,
+                                 unsigned char out[COMM_BOOT_MAC]) {
+    unsigned char msg[32 + 2 * COMM_BOOT_NONCE + 8];
+    size_t l = strlen(label);
+    memcpy(msg, label, l);
+    memcpy(msg + l, nonce_s, COMM_BOOT_NONCE);
+    memcpy(msg + l + COMM_BOOT_NONCE, nonce_c, COMM_BOOT_NONCE);
+    unsigned char* t = msg + l + 2 * COMM_BOOT_NONCE;
+    for (int i = 0; i < 4; i++) {
+        t[i] = (unsigned char)((uint32_t)rank >> (8 * i));
+        t[4 + i] = (unsigned char)(counter >> (8 * i));
+    }
+    unsigned int outlen = 0;
+    if (!HMAC(EVP_sha256(), o->secret, (int)o->secret_len, msg, l + 2 * COMM_BOOT_NONCE + 8, out, &outlen)) {
+        FATAL("NCCL id exchange: HMAC-SHA256 failed (OpenSSL)");
+    }
+}
+/* XORs blob(n) with the key stream of this connection (masking and unmasking are the same operation) */
+static inline void comm_boot_mask(const CommBootTcp* o, const unsigned char* nonce_s, const unsigned char* nonce_c,
+                                  int32_t rank, unsigned char* blob, size_t n) {
+    unsigned char ks[COMM_BOOT_MAC];
+    for (size_t i = 0; i < n; i++) {
+        if (i % COMM_BOOT_MAC == 0) { comm_boot_mac(o, "llmc-blob", nonce_s, nonce_c, rank, (uint32_t)(i / COMM_BOOT_MAC), ks); }
+        blob[i] ^= ks[i % COMM_BOOT_MAC];
+    }
+}
+static inline void comm_boot_random(unsigned char* p, size_t n) {
+    if (RAND_bytes(p, (int)n) != 1) { FATAL("NCCL id exchange: no random bytes from OpenSSL (RAND_bytes)"); }
+}
+static inline double comm_boot_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static inline void comm_boot_sock_timeouts(int fd, double s) {
+    struct timeval tv;
+    tv.tv_sec = (time_t)s;
+    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* one connection rank 0 is talking to: its challenge, what it has sent so far and when it is dropped */
+typedef struct {
+    int fd;
+    double deadline;
+    size_t got;
+    unsigned char nonce_s[COMM_BOOT_NONCE];
+    unsigned char answer[COMM_BOOT_ANSWER];
+} CommBootConn;
+#define COMM_BOOT_MAX_CONN 512
+
+/* rank 0's side for one complete answer: checks the magic, the rank and the client's proof, and sends a status
+ * (4 bytes) and, when it is COMM_BOOT_OK, rank 0's proof and the masked blob. Returns the rank served or -1. */
+static inline int comm_boot_serve(const CommBootTcp* o, CommBootConn* c, int world, unsigned char* served,
+                                  const void* blob, size_t n) {
+    uint64_t m;
+    int32_t rank = 0;
+    memcpy(&m, c->answer, 8);
+    for (int i = 0; i < 4; i++) { rank |= (int32_t)((uint32_t)c->answer[8 + i] << (8 * i)); }
+    const unsigned char* nonce_c = c->answer + 12;
+    const unsigned char* mac = c->answer + 12 + COMM_BOOT_NONCE;
+    if (m != COMM_BOOT_MAGIC) { return -1; } /* not our protocol: dropped without an answer */
+    unsigned char want[COMM_BOOT_MAC];
+    comm_boot_mac(o, "llmc-client", c->nonce_s, nonce_c, rank, 0, want);
+    int32_t status = CRYPTO_memcmp(want, mac, COMM_BOOT_MAC) != 0 ? COMM_BOOT_BAD_MAC
+                     : rank < 1 || rank >= world                 ? COMM_BOOT_BAD_RANK
+                     : served[rank]                              ? COMM_BOOT_DUP_RANK
+                                                                 : COMM_BOOT_OK;
+    unsigned char reply[4 + COMM_BOOT_MAC + COMM_BOOT_MAX_BLOB];
+    size_t len = 4;
+    for (int i = 0; i < 4; i++) { reply[i] = (unsigned char)((uint32_t)status >> (8 * i)); }
+    if (status == COMM_BOOT_OK) {
+        comm_boot_mac(o, "llmc-server", c->nonce_s, nonce_c, rank, 0, reply + 4);
+        memcpy(reply + 4 + COMM_BOOT_MAC, blob, n);
+        comm_boot_mask(o, c->nonce_s, nonce_c, rank, reply + 4 + COMM_BOOT_MAC, n);
+        len += COMM_BOOT_MAC + n;
+    }
+    comm_boot_sock_timeouts(c->fd, o->io_timeout_s);
+    int flags = fcntl(c->fd, F_GETFL, 0);
+    fcntl(c->fd, F_SETFL, flags & ~O_NONBLOCK);
+    if (comm_write_all(c->fd, reply, len) != 0 || status != COMM_BOOT_OK) { return -1; }
+    return rank;
+}
+
+/* Rank 0: listens on bind_host:port and serves ranks 1..world-1 once each, many connections at a time (poll), each
+ * dropped after io_timeout_s; an idle, malformed or unauthenticated connection costs nothing but its own slot, and
+ * with more than COMM_BOOT_MAX_CONN open the oldest is dropped. FATAL when the port cannot be bound or not every
+ * rank was served within timeout_s (naming the first missing rank). */
+static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, const void* blob, size_t n) {
     char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    time_t start = time(NULL);
+    snprintf(portstr, sizeof(portstr), "%d", o->port);
+    const char* bh = o->bind_host && o->bind_host[0] ? o->bind_host : o->host;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int gai = getaddrinfo(bh, portstr, &hints, &res);
+    if (gai != 0 || !res) { FATAL("NCCL id exchange: cannot resolve '%s' to bind to: %s", bh, gai_strerror(gai)); }
+    int srv = socket(AF_INET, SOCK_STREAM, 0);
+    if (srv < 0) { freeaddrinfo(res); FATAL("NCCL id exchange: socket(): %s", strerror(errno)); }
+    int yes = 1;
+    setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(srv, res->ai_addr, res->ai_addrlen) != 0) {
+        int err = errno;
+        freeaddrinfo(res);
+        FATAL("NCCL id exchange: cannot listen on %s:%d: %s (tcp:HOST:PORT must name this host's address and a free "
+              "port; LLMC_BOOTSTRAP_BIND=ADDR binds elsewhere)", bh, o->port, strerror(err));
+    }
+    freeaddrinfo(res);
+    if (listen(srv, 256) != 0) { FATAL("NCCL id exchange: listen(): %s", strerror(errno)); }
+    fcntl(srv, F_SETFL, fcntl(srv, F_GETFL, 0) | O_NONBLOCK);
+    unsigned char* served = (unsigned char*)calloc((size_t)world, 1);
+    CommBootConn* conns = (CommBootConn*)calloc(COMM_BOOT_MAX_CONN, sizeof(CommBootConn));
+    struct pollfd* pfd = (struct pollfd*)calloc(COMM_BOOT_MAX_CONN + 1, sizeof(struct pollfd));
+    if (!served || !conns || !pfd) { FATAL("NCCL id exchange: out of memory"); }
+    int nconn = 0, nserved = 0;
+    double end = comm_boot_now() + o->timeout_s;
+    uint64_t magic = COMM_BOOT_MAGIC;
+    while (nserved < world - 1) {
+        double now = comm_boot_now();
+        if (now > end) {
+            int missing = 1;
+            while (missing < world && served[missing]) { missing++; }
+            FATAL("NCCL id exchange: rank 0 at %s:%d served %d of %d ranks within %.0f s (rank %d never "
+                  "authenticated: check that it runs, reaches this address and has the same LLMC_BOOTSTRAP_SECRET)",
+                  bh, o->port, nserved, world - 1, o->timeout_s, missing);
+        }
+        /* drop connections past their deadline */
+        for (int i = 0; i < nconn;) {
+            if (conns[i].deadline < now) { close(conns[i].fd); conns[i] = conns[--nconn]; } else { i++; }
+        }
+        double wake = end;
+        pfd[0].fd = srv; pfd[0].events = POLLIN; pfd[0].revents = 0;
+        for (int i = 0; i < nconn; i++) {
+            pfd[i + 1].fd = conns[i].fd; pfd[i + 1].events = POLLIN; pfd[i + 1].revents = 0;
+            if (conns[i].deadline < wake) { wake = conns[i].deadline; }
+        }
+        int ms = (int)((wake - now) * 1000.0) + 1;
+        int pr = poll(pfd, (nfds_t)(nconn + 1), ms < 1 ? 1 : ms);
+        if (pr < 0 && errno != EINTR) { FATAL("NCCL id exchange: poll(): %s", strerror(errno)); }
+        if (pr <= 0) { continue; }
+        /* answers first (indices refer to this poll's array; removal swaps from the end, so walk backwards) */
+        for (int i = nconn - 1; i >= 0; i--) {
+            if (!(pfd[i + 1].revents & (POLLIN | POLLERR | POLLHUP))) { continue; }
+            CommBootConn* c = &conns[i];
+            ssize_t k = read(c->fd, c->answer + c->got, COMM_BOOT_ANSWER - c->got);
+            if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) { continue; }
+            int done = k <= 0;
+            if (k > 0) {
+                c->got += (size_t)k;
+                if (c->got == COMM_BOOT_ANSWER) {
+                    int r = comm_boot_serve(o, c, world, served, blob, n);
+                    if (r > 0) { served[r] = 1; nserved++; }
+                    done = 1;
+                }
+            }
+            if (done) { close(c->fd); conns[i] = conns[--nconn]; }
+        }
+        /* new connections: each gets a fresh challenge */
+        if (pfd[0].revents & POLLIN) {
+            for (;;) {
+                int fd = accept(srv, NULL, NULL);
+                if (fd < 0) { break; }
+                if (nconn == COMM_BOOT_MAX_CONN) { /* full: the oldest (earliest deadline) goes */
+                    int old = 0;
+                    for (int i = 1; i < nconn; i++) { if (conns[i].deadline < conns[old].deadline) { old = i; } }
+                    close(conns[old].fd);
+                    conns[old] = conns[--nconn];
+                }
+                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+                CommBootConn* c = &conns[nconn];
+                memset(c, 0, sizeof(*c));
+                c->fd = fd;
+                c->deadline = comm_boot_now() + o->io_timeout_s;
+                comm_boot_random(c->nonce_s, COMM_BOOT_NONCE);
+                unsigned char hello[COMM_BOOT_HELLO];
+                memcpy(hello, &magic, 8);
+                memcpy(hello + 8, c->nonce_s, COMM_BOOT_NONCE);
+                /* 40 bytes into a fresh socket's empty buffer: all of it or the connection is broken */
+                if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) { close(fd); continue; }
+                nconn++;
+            }
+        }
+    }
+    for (int i = 0; i < nconn; i++) { close(conns[i].fd); }
+    close(srv);
+    free(served); free(conns); free(pfd);
+}
+
+/* Rank `rank` (> 0): connects to host:port (retrying for up to timeout_s: rank 0 may start later, or drop this
+ * connection when it is flooded), answers rank 0's challenge with its rank and HMAC proof, checks rank 0's proof
+ * and unmasks the blob(n). FATAL with one line when rank 0 rejects the secret or the rank (another process
+ * already claimed it), when rank 0 cannot prove the secret, or on timeout. */
+static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void* blob, size_t n) {
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", o->port);
+    double end = comm_boot_now() + o->timeout_s;
+    uint64_t magic = COMM_BOOT_MAGIC;
     for (;;) {
         struct addrinfo hints, *res = NULL;
         memset(&hints, 0, sizeof(hints));
         hints.ai_family = AF_INET;
         hints.ai_socktype = SOCK_STREAM;
-        if (getaddrinfo(host, portstr, &hints, &res) == 0 && res) {
+        if (getaddrinfo(o->host, portstr, &hints, &res) == 0 && res) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (fd >= 0) { comm_boot_sock_timeouts(fd, o->io_timeout_s); }
             if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+                unsigned char hello[COMM_BOOT_HELLO], answer[COMM_BOOT_ANSWER], st[4], proof[COMM_BOOT_MAC];
                 uint64_t m = 0;
-                int ok = comm_write_all(fd, &magic, sizeof(magic)) == 0 && comm_read_all(fd, &m, sizeof(m)) == 0 &&
-                         m == COMM_BOOT_MAGIC && comm_read_all(fd, blob, n) == 0;
-                close(fd);
-                freeaddrinfo(res);
-                if (ok) { return; }
-            } else {
-                if (fd >= 0) { close(fd); }
-                freeaddrinfo(res);
+                int ok = comm_read_all(fd, hello, sizeof(hello)) == 0;
+                memcpy(&m, hello, 8);
+                if (ok && m == COMM_BOOT_MAGIC) {
+                    const unsigned char* nonce_s = hello + 8;
+                    unsigned char* nonce_c = answer + 12;
+                    memcpy(answer, &magic, 8);
+                    for (int i = 0; i < 4; i++) { answer[8 + i] = (unsigned char)((uint32_t)rank >> (8 * i)); }
+                    comm_boot_random(nonce_c, COMM_BOOT_NONCE);
+                    comm_boot_mac(o, "llmc-client", nonce_s, nonce_c, rank, 0, answer + 12 + COMM_BOOT_NONCE);
+                    if (comm_write_all(fd, answer, sizeof(answer)) == 0 && comm_read_all(fd, st, 4) == 0) {
+                        int32_t status = (int32_t)((uint32_t)st[0] | ((uint32_t)st[1] << 8) | ((uint32_t)st[2] << 16) |
+                                                   ((uint32_t)st[3] << 24));
+                        if (status == COMM_BOOT_BAD_MAC) {
+                            FATAL("NCCL id exchange: rank 0 at %s:%d rejected rank %d's proof: its bootstrap secret "
+                                  "differs (every rank needs the same LLMC_BOOTSTRAP_SECRET)", o->host, o->port, rank);
+                        }
+                        if (status == COMM_BOOT_DUP_RANK) {
+                            FATAL("NCCL id exchange: rank 0 at %s:%d already served rank %d (two processes claim that "
+                                  "rank: check LLMC_RANK / the launcher)", o->host, o->port, rank);
+                        }
+                        if (status == COMM_BOOT_BAD_RANK) {
+                            FATAL("NCCL id exchange: rank 0 at %s:%d has no rank %d in its group (check LLMC_WORLD_SIZE)",
+                                  o->host, o->port, rank);
+                        }
+                        if (status == COMM_BOOT_OK && comm_read_all(fd, proof, sizeof(proof)) == 0 &&
+                            comm_read_all(fd, blob, n) == 0) {
+                            unsigned char want[COMM_BOOT_MAC];
+                            comm_boot_mac(o, "llmc-server", nonce_s, nonce_c, rank, 0, want);
+                            if (CRYPTO_memcmp(want, proof, COMM_BOOT_MAC) != 0) {
+                                FATAL("NCCL id exchange: the process at %s:%d does not know the bootstrap secret (not "
+                                      "this job's rank 0, or a different LLMC_BOOTSTRAP_SECRET)", o->host, o->port);
+                            }
+                            comm_boot_mask(o, nonce_s, nonce_c, rank, (unsigned char*)blob, n);
+                            close(fd);
+                            freeaddrinfo(res);
+                            return;
+                        }
+                    }
+                }
             }
+            if (fd >= 0) { close(fd); }
+            freeaddrinfo(res);
         }
-        if (difftime(time(NULL), start) > timeout_s) {
-            FATAL("NCCL id exchange: could not get the id from rank 0 at %s:%d within %.0f s", host, port, timeout_s);
+        if (comm_boot_now() > end) {
+            FATAL("NCCL id exchange: could not get the id from rank 0 at %s:%d within %.0f s (is rank 0 running and "
+                  "is the address reachable?)", o->host, o->port, o->timeout_s);
         }
         usleep(100000);
     }
+}
+
+/* TCP exchange of blob(n <= COMM_BOOT_MAX_BLOB bytes) from rank 0 to the world-1 other ranks with the secret of
+ * comm_bootstrap_secret, rank 0 bound per $LLMC_BOOTSTRAP_BIND (default: host) and per-connection timeouts of
+ * min(10 s, timeout_s). See comm_bootstrap_tcp_serve / _join for the protocol and its errors. */
+static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int world, void* blob, size_t n,
+                                      double timeout_s) {
+    if (n > COMM_BOOT_MAX_BLOB) { FATAL("NCCL id exchange: blob of %zu bytes, at most %d", n, COMM_BOOT_MAX_BLOB); }
+    unsigned char secret[COMM_BOOT_SECRET_MAX];
+    CommBootTcp o;
+    memset(&o, 0, sizeof(o));
+    o.host = host;
+    o.port = port;
+    o.bind_host = getenv("LLMC_BOOTSTRAP_BIND");
+    o.secret_len = comm_bootstrap_secret(secret, sizeof(secret));
+    o.secret = secret;
+    o.timeout_s = timeout_s;
+    o.io_timeout_s = timeout_s < 10.0 ? timeout_s : 10.0;
+    if (rank == 0) { comm_bootstrap_tcp_serve(&o, world, blob, n); } else { comm_bootstrap_tcp_join(&o, rank, blob, n); }
+    OPENSSL_cleanse(secret, sizeof(secret));
 }
 
 /* ---------------------------------------------------------------- the --nccl-init methods */
@@ -203,7 +518,7 @@ static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int 
 /* Sends blob(n) from rank 0 to every rank by `method` (world > 1):
  *   "" or "auto"     the filesystem exchange in $LLMC_NCCL_ID_DIR, or "." if unset;
  *   "fs:DIR"         the filesystem exchange in DIR (comm_bootstrap_fs, stale after 120 s);
- *   "tcp:HOST:PORT"  the TCP exchange (comm_bootstrap_tcp).
+ *   "tcp:HOST:PORT"  the TCP exchange (comm_bootstrap_tcp; needs LLMC_BOOTSTRAP_SECRET or _FILE).
  * The id file is named after run_id (comm_bootstrap_run_id). fsdir(cap) receives the directory used by a
  * filesystem exchange ("" for TCP), which rank 0 passes to comm_bootstrap_fs_cleanup once every rank has joined.
  * An unknown method or a malformed tcp: spec is FATAL with the accepted forms. */

@@ -418,12 +418,12 @@ static inline GradCompressStats grad_compress_take_stats(GradCompressor* g) {
 
 /* ---------------------------------------------------------------- residuals in checkpoints */
 
-/* writes this rank's residual for checkpoint `step` atomically (path.tmp, then rename); no-op without one */
+/* writes this rank's residual for checkpoint `step` atomically (path.tmp, fsync, rename, directory fsync); no-op
+ * without one; a write error removes the temp file and exits with one line */
 static inline void grad_compress_write_residual(const GradCompressor* g, const char* dir, int step, int rank) {
     if (!g->residual) { return; }
-    char path[1024], tmp[1100];
+    char path[1024];
     checkpoint_residual_path(path, sizeof(path), dir, step, rank);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int h[FILE_HEADER_INTS];
     memset(h, 0, sizeof(h));
     h[0] = GRAD_RESIDUAL_MAGIC; h[1] = GRAD_RESIDUAL_VERSION;
@@ -431,14 +431,12 @@ static inline void grad_compress_write_residual(const GradCompressor* g, const c
     h[6] = (int)(uint32_t)(g->P & 0xffffffffu); h[7] = (int)(uint32_t)((uint64_t)g->P >> 32);
     float* host = (float*)malloc_check(g->P * sizeof(float), "residual download");
     dev_memcpy_d2h(host, g->residual, g->P * sizeof(float));
-    FILE* f = fopen(tmp, "wb");
-    if (!f) { FATAL("cannot write '%s': %s", tmp, strerror(errno)); }
-    if (fwrite(h, sizeof(int), FILE_HEADER_INTS, f) != FILE_HEADER_INTS || fwrite(host, sizeof(float), g->P, f) != g->P ||
-        fclose(f) != 0) {
-        FATAL("cannot write '%s': %s (disk full?)", tmp, strerror(errno));
-    }
+    AtomicFile af; /* temp file, fsync, rename, fsync of the directory (llmc/utils.h) */
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, h, sizeof(int), FILE_HEADER_INTS);
+    atomic_file_write(&af, host, sizeof(float), g->P);
+    atomic_file_commit(&af);
     free(host);
-    if (rename(tmp, path) != 0) { FATAL("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno)); }
 }
 
 /* Reads this rank's residual of checkpoint `step` when this run keeps residuals. A missing file (the checkpoint was

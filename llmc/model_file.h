@@ -131,10 +131,13 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     cfg->num_heads = header[5];
     cfg->channels = header[6];
     cfg->padded_vocab_size = header[7];
+    /* upper bounds far above any GPT-2 (maxT 1M, Vp 16M, L 4096, C 128K) keep every size product below 2^63 */
     if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
-        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0) {
+        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0 ||
+        cfg->max_seq_len > (1 << 20) || cfg->padded_vocab_size > (1 << 24) || cfg->num_layers > 4096 ||
+        cfg->channels > (1 << 17)) {
         FATAL("model file '%s' has an invalid header: maxT=%d V=%d L=%d NH=%d C=%d Vp=%d (expected positive sizes, "
-              "Vp >= V, C divisible by NH)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
+              "Vp >= V, C divisible by NH, maxT <= 2^20, Vp <= 2^24, L <= 4096, C <= 2^17)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
               cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
     }
     return header[1];
@@ -143,9 +146,10 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
 /* Exits with one line (FATAL_ALL: every process reads the same file) naming the tensor, the index inside it and,
  * for per-layer tensors, the layer of the first parameter of the model file `path` that is NaN or infinite.
  * values: the P parameters in file order, either fp32 (`f32`) or raw bf16 bits (`bf16`, the other NULL).
+ * owned (may be NULL): the heap buffer holding the values, freed before the error exit (not on success).
  * Method: the IEEE-754 exponent field all ones (inf or NaN), tested on the bits so no value is converted. */
 static inline void model_file_check_finite(const char* path, const GPT2Config* c, const float* f32,
-                                           const uint16_t* bf16, size_t P) {
+                                           const uint16_t* bf16, size_t P, void* owned) {
     size_t bad = P;
     for (size_t i = 0; i < P && bad == P; i++) {
         if (f32) {
@@ -161,6 +165,7 @@ static inline void model_file_check_finite(const char* path, const GPT2Config* c
     while (t < NUM_PARAMETER_TENSORS - 1 && bad >= start + sizes[t]) { start += sizes[t]; t++; }
     size_t idx = bad - start;
     float v = f32 ? f32[bad] : bf16_bits_to_float(bf16[bad]);
+    free(owned); /* the caller's buffer of the values: an error exit leaves nothing allocated */
     char layer[48] = "";
     if (gpt2_tensor_slices(c, t) > 1) {
         snprintf(layer, sizeof(layer), ", %s %zu", gpt2_is_per_layer(c, t) ? "layer" : "slice",
@@ -192,7 +197,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
     if (model_file_version_is_bf16(version) && precision_is_bf16() && m->num_parameters == P) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
-        model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P);
+        model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P, host);
         dev_memcpy_h2d(m->params_memory, host, P * 2);
         free(host);
     } else {
@@ -205,7 +210,7 @@ static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const Te
         } else {
             fread_check(host, sizeof(float), P, f, path);
         }
-        model_file_check_finite(path, &cfg, host, NULL, P);
+        model_file_check_finite(path, &cfg, host, NULL, P, host);
         gpt2_upload_full(m, host);
         free(host);
     }

@@ -14,6 +14,7 @@
 #define LLMC_TRAIN_STATE_H
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,6 +155,18 @@ static inline FILE* train_state_open(const char* path, TrainState* s) {
     FILE* f = checkpoint_open_checked(path, h, STATE_FILE_MAGIC, STATE_FILE_VERSION, STATE_FILE_VERSION,
                                       "training state file", "it is written by train_gpt with -o DIR -n N");
     train_state_unpack(h, s);
+    /* the sizes every later check multiplies or divides by: positive, a layout that tiles the world, and small
+     * enough that tokens per step (B*T*accumulation*dp) and byte counts fit in 64 bits */
+    if (s->world < 1 || s->world > (1 << 20) || s->rank < 0 || s->rank >= s->world || s->tp_size > s->world ||
+        s->pp_size > s->world || s->world % ((long long)s->tp_size * s->pp_size) != 0 || s->B < 1 || s->T < 1 || s->grad_accum_steps < 1 ||
+        s->B > (1 << 20) || s->T > (1 << 20) || s->grad_accum_steps > (1 << 20) ||
+        s->has_master < 0 || s->has_master > 1) {
+        fclose(f);
+        FATAL("training state file '%s' has an invalid header: rank %d of world %d (tp %d, pp %d), B=%d T=%d "
+              "accumulation %d, master %d (expected 0 <= rank < world, tp*pp dividing world, sizes 1..2^20); the "
+              "checkpoint is damaged: resume from another one", path, s->rank, s->world, s->tp_size, s->pp_size,
+              s->B, s->T, s->grad_accum_steps, s->has_master);
+    }
     return f;
 }
 static inline void train_state_read_header(const char* path, TrainState* s) { fclose(train_state_open(path, s)); }
@@ -236,25 +249,31 @@ static inline void train_state_check_step(const char* path, int found, int step)
 
 /* the state file's size must be the header + m, v (+ master) of its shard */
 static inline void train_state_check_size(const char* path, const TrainState* s, const TrainStateContext* ctx) {
-    long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) +
-                               (long long)s->shard_size * 4 * (s->has_master ? 3 : 2);
     char regen[1200];
     snprintf(regen, sizeof(regen), "the checkpoint is damaged; to resume from the previous one, delete %s/DONE_%08d",
              ctx->output_dir, s->step);
+    if ((uint64_t)s->shard_size > (uint64_t)(LLONG_MAX / 16)) { /* no file holds that: the header is damaged */
+        FATAL("training state file '%s' claims an optimizer shard of %llu values, more than a file can hold (%s)", path,
+              (unsigned long long)s->shard_size, regen);
+    }
+    long long expected_bytes = (long long)(FILE_HEADER_INTS * sizeof(int)) +
+                               (long long)s->shard_size * 4 * (s->has_master ? 3 : 2);
     checkpoint_check_size(path, expected_bytes, "training state file", regen);
 }
 
 /* Exits with one line naming `what` (the state file, or the checkpoint when re-sharded), the section (AdamW m, AdamW v, master weights) and the parameter index
  * when a value of this rank's optimizer state read from a checkpoint is NaN or infinite (such a state would make
  * every update after the resume non-finite). section: 0 m, 1 v, 2 master; host: n values of the shard starting at
- * parameter shard_start. */
+ * parameter shard_start; owned (may be NULL): a heap buffer freed before the error exit. */
 static inline void train_state_check_finite(const char* what, int section, const float* host, size_t n,
-                                            uint64_t shard_start) {
+                                            uint64_t shard_start, void* owned) {
     static const char* const names[3] = {"AdamW m", "AdamW v", "fp32 master weights"};
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(host[i])) {
+            int is_nan = isnan(host[i]);
+            free(owned); /* the caller's buffer holding host: an error exit leaves nothing allocated */
             FATAL_ALL("%s holds a non-finite value (%s) in its %s at parameter %llu; the checkpoint is damaged or came "
-                      "from a diverged run: resume an earlier one", what, isnan(host[i]) ? "NaN" : "inf",
+                      "from a diverged run: resume an earlier one", what, is_nan ? "NaN" : "inf",
                       names[section], (unsigned long long)(shard_start + i));
         }
     }
@@ -287,7 +306,7 @@ static inline void train_state_read(const char* path, int step, const TrainState
         fread_check(host, sizeof(float), n, f, path);
         char what[1100];
         snprintf(what, sizeof(what), "training state '%s'", path);
-        train_state_check_finite(what, k, host, n, found->shard_start);
+        train_state_check_finite(what, k, host, n, found->shard_start, host);
         adamw_state_put(opt, k, host, n);
     }
     free(host);
@@ -490,7 +509,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     char what[1100];
     snprintf(what, sizeof(what), "the training state of checkpoint step %d in '%s' (re-sharded)", step, ctx->output_dir);
     for (int k = 0; k < sections; k++) {
-        train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start);
+        train_state_check_finite(what, k, rs.host + (size_t)k * n, n, start, rs.host);
         adamw_state_put(opt, k, rs.host + (size_t)k * n, n);
     }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }

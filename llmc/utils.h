@@ -214,6 +214,26 @@ static inline void ensure_dir_writable_at(const char* path, const char* file, in
 
 /* ---------------------------------------------------------------- atomic writes */
 
+/* fsyncs the directory that holds `path` (so a rename or unlink in it survives a crash or power loss before what
+ * the program does next); best effort: a directory that cannot be opened or synced is left as it is */
+static inline void fsync_parent_dir(const char* path) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash == dir) {
+        dir[1] = '\0';
+    } else if (slash) {
+        *slash = '\0';
+    } else {
+        snprintf(dir, sizeof(dir), ".");
+    }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+}
+
 typedef struct {
     FILE* f;
     char path[1024];      /* final name */
@@ -270,21 +290,7 @@ static inline void atomic_file_commit_at(AtomicFile* af, const char* file, int l
         remove(af->tmp_path);
         fatal_error_at(file, line, "cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(err));
     }
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", af->path);
-    char* slash = strrchr(dir, '/');
-    if (slash == dir) {
-        dir[1] = '\0';
-    } else if (slash) {
-        *slash = '\0';
-    } else {
-        snprintf(dir, sizeof(dir), ".");
-    }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
+    fsync_parent_dir(af->path); /* the rename itself is durable before anything that depends on it */
 }
 #define atomic_file_commit(af) atomic_file_commit_at((af), __FILE__, __LINE__)
 

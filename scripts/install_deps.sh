@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
-# (compiler, OpenMP, OpenBLAS, OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py), and
+# (compiler, OpenMP, OpenBLAS, OpenSSL's libcrypto for the TCP bootstrap's HMAC, OpenMPI, python3 for the test
+# scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer (libclang-rt-14-dev, Debian 12) for the fuzzers
+# of make test-sanitize), and
 # for the python3 on PATH, from pip (Debian has no safetensors or tiktoken package): numpy + safetensors
 # (scripts/export_hf.py, import_hf.py, dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py,
 # dev/test/cli_fineweb.sh). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
-pkgs=(build-essential libopenblas-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib python3-numpy python3-pip)
+pkgs=(build-essential clang libclang-rt-14-dev libopenblas-dev libssl-dev openmpi-bin libopenmpi-dev python3 python3-matplotlib python3-numpy python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-TRAIN=./train_gpt_cpu
+TRAIN=${LLMC_TRAIN_BIN:-./train_gpt_cpu} # another build, e.g. the sanitizer one (dev/test/run_sanitize.sh)
 TMP=$(mktemp -d /tmp/llmc_cli.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 

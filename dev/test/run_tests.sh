@@ -7,7 +7,8 @@
 # Each prints "ok - ..." / "not ok - ..." lines; this script counts them. A program that exits
 # non-zero without a "not ok" line, or prints no check at all, counts as one failure.
 # Ends with the line "N passed, M failed" and exits non-zero if anything failed.
-# Set TESTS_FILTER=regex to run only matching programs, TESTS_SKIP=regex to leave matching ones out.
+# Set TESTS_FILTER=regex to run only matching programs, TESTS_SKIP=regex to leave matching ones out,
+# LLMC_TRAIN_BIN=PATH to run the CLI tests on another build of train_gpt_cpu (dev/test/lib_cli.sh).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 passed=0
@@ -43,7 +44,8 @@ run_one() {
     rm -f "$log"
 }
 
-for t in build/test_*; do
+# TESTS_BUILD_DIR: where the unit-test programs are (build/asan for the sanitizer tier, dev/test/run_sanitize.sh)
+for t in "${TESTS_BUILD_DIR:-build}"/test_*; do
     [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done
 for t in build/emu_test_*; do

@@ -2,11 +2,18 @@
  * dev/test/test_comm_bootstrap.c -- host-only parts of llmc/comm.h, in the single-process build (no MPI):
  *   - NCCL unique-id exchange through a shared directory: rank 0 writes, three forked "ranks" read the same
  *     blob; a stale id file (older than stale_s) is ignored and the reader times out with a FATAL;
- *   - the TCP exchange: rank 0 serves three forked clients on a local port;
+ *   - the filesystem exchange refuses a directory others can write and writes the id file with mode 0600;
+ *   - the TCP exchange: rank 0 serves three forked clients on a local port; with a per-run secret missing, a
+ *     client fails with one line; under attack (an idle client, a flood of 200 connections, a client with a wrong
+ *     secret, a second process claiming an already served rank, a connection to another local address than the
+ *     one bound) the real ranks still get the id, within the timeout, and the bad clients fail with one clear
+ *     line each; rank 0 with a rank that never comes fails with one line naming it; the secret read from a mode-0600
+ *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line.
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
 #include <sys/wait.h>
+#include <arpa/inet.h>
 #include "dev/test/testing.h"
 #include "llmc/comm.h"
 
@@ -49,6 +56,130 @@ static int tcp_reader(int rank) {
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
 }
 
+/* runs fn(arg) in a child process with stderr to errfile (NULL: /dev/null); returns its pid */
+static pid_t spawn(int (*fn)(int), int arg, const char* errfile) {
+    pid_t p = fork();
+    if (p == 0) {
+        if (!freopen(errfile ? errfile : "/dev/null", "w", stderr)) { _exit(99); }
+        _exit(fn(arg));
+    }
+    return p;
+}
+static int exit_code(pid_t p) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+/* 1 when file holds exactly one line, an "error:" line containing want */
+static int one_error_line(const char* file, const char* want) {
+    char buf[4096];
+    FILE* f = fopen(file, "r");
+    if (!f) { return 0; }
+    size_t k = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    int lines = 0;
+    for (size_t i = 0; i < k; i++) { lines += buf[i] == '\n'; }
+    if (lines != 1 || strncmp(buf, "error:", 6) != 0 || !strstr(buf, want)) {
+        fprintf(stderr, "  (%s: %s)\n", file, buf);
+        return 0;
+    }
+    return 1;
+}
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define GOOD_SECRET "0123456789abcdef-test-secret"
+static CommBootTcp g_tcp; /* the adversarial test's parameters: short timeouts */
+static int tcp_client(int rank) {
+    unsigned char got[128];
+    memset(got, 0, sizeof(got));
+    comm_bootstrap_tcp_join(&g_tcp, rank, got, sizeof(got));
+    return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+static int tcp_wrong_secret(int rank) {
+    g_tcp.secret = (const unsigned char*)"not-the-secret-of-this-run";
+    g_tcp.secret_len = strlen((const char*)g_tcp.secret);
+    return tcp_client(rank);
+}
+static int connect_local(const char* ip) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_tcp.port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    if (connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) { close(fd); return -1; }
+    return fd;
+}
+/* connects at 0.1 s and says nothing for 2 s (longer than the per-connection timeout) */
+static int tcp_idle(int unused) {
+    (void)unused;
+    usleep(100000);
+    int fd = connect_local("127.0.0.1");
+    sleep(2);
+    if (fd >= 0) { close(fd); }
+    return fd >= 0 ? 0 : 1;
+}
+/* at 0.1 s, 200 connections: half silent, half sending 76 bytes of garbage; held open for 2 s */
+static int tcp_flood(int unused) {
+    (void)unused;
+    usleep(100000);
+    int fds[200], opened = 0;
+    unsigned char junk[COMM_BOOT_ANSWER];
+    memset(junk, 0x5a, sizeof(junk));
+    for (int i = 0; i < 200; i++) {
+        fds[i] = connect_local("127.0.0.1");
+        if (fds[i] >= 0) {
+            opened++;
+            if (i % 2) { (void)!write(fds[i], junk, sizeof(junk)); }
+        }
+    }
+    sleep(2);
+    for (int i = 0; i < 200; i++) { if (fds[i] >= 0) { close(fds[i]); } }
+    return opened == 200 ? 0 : 1;
+}
+/* rank 0 listens on 127.0.0.1 only: another loopback address (127.0.0.2) must be refused */
+static int tcp_other_address(int unused) {
+    (void)unused;
+    int fd = connect_local("127.0.0.2");
+    if (fd >= 0) { close(fd); return 1; }
+    return 0;
+}
+static int tcp_no_secret(int rank) {
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    unsetenv("LLMC_BOOTSTRAP_SECRET_FILE");
+    unsigned char got[128];
+    comm_bootstrap_tcp("127.0.0.1", g_tcp.port, rank, 2, got, sizeof(got), 1.0);
+    return 0;
+}
+static char g_secret_file[300];
+/* a client reading its secret from LLMC_BOOTSTRAP_SECRET_FILE (rank 0 has it in the environment) */
+static int tcp_secret_file(int rank) {
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char got[128];
+    memset(got, 0, sizeof(got));
+    comm_bootstrap_tcp("127.0.0.1", g_port + 4, rank, 2, got, sizeof(got), 5.0);
+    return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+static int tcp_server_missing_rank(int world) {
+    comm_bootstrap_tcp_serve(&g_tcp, world, g_blob, sizeof(g_blob));
+    return 0;
+}
+static int tcp_delayed(int rank_and_delay_ms) {
+    usleep((useconds_t)(rank_and_delay_ms / 10) * 1000);
+    return tcp_client(rank_and_delay_ms % 10);
+}
+static int fs_open_dir(int rank) {
+    unsigned char got[128];
+    comm_bootstrap_fs(g_dir, "job44", rank, got, sizeof(got), 1.0, 120.0);
+    return 0;
+}
+
 int main(void) {
     for (int i = 0; i < 128; i++) { g_blob[i] = (unsigned char)(i * 37 + 11); }
     snprintf(g_dir, sizeof(g_dir), "/tmp/llmc_boot.%d", (int)getpid());
@@ -77,13 +208,97 @@ int main(void) {
     TEST_CHECK(fork_ranks(1, 1, fs_reader_short_timeout) == 0, "fs exchange: a stale id file of an earlier run is ignored (reader times out with an error)");
     remove(path);
 
-    /* TCP: rank 0 serves 3 clients */
+    /* the id file is private: mode 0600; a directory others can write is refused with one line */
+    char errf[512];
+    snprintf(errf, sizeof(errf), "%s/err", g_dir);
+    comm_bootstrap_fs(g_dir, "job44", 0, g_blob, sizeof(g_blob), 10.0, 120.0);
+    comm_bootstrap_fs_path(path, sizeof(path), g_dir, "job44");
+    struct stat fst;
+    TEST_CHECK(stat(path, &fst) == 0 && (fst.st_mode & 0777) == 0600, "fs exchange: the id file has mode 0600 (%o)",
+               (unsigned)(fst.st_mode & 0777));
+    comm_bootstrap_fs_cleanup(g_dir, "job44");
+    chmod(g_dir, 0777);
+    char errd[512];
+    snprintf(errd, sizeof(errd), "/tmp/llmc_boot_err.%d", (int)getpid());
+    int rc0 = exit_code(spawn(fs_open_dir, 0, errd)), rc1 = exit_code(spawn(fs_open_dir, 1, errd));
+    TEST_CHECK(rc0 == 1 && rc1 == 1 && one_error_line(errd, "only you can write"),
+               "fs exchange: a directory others can write is refused by rank 0 and the readers (one error line)");
+    chmod(g_dir, 0700);
+
+    /* TCP: rank 0 serves 3 clients, secret from the environment */
+    setenv("LLMC_BOOTSTRAP_SECRET", GOOD_SECRET, 1);
     g_port = 20000 + (int)(getpid() % 20000);
     pid_t clients = fork();
     if (clients == 0) { _exit(fork_ranks(3, 1, tcp_reader) == 3 ? 0 : 1); }
     comm_bootstrap_tcp("127.0.0.1", g_port, 0, 4, g_blob, sizeof(g_blob), 10.0);
     waitpid(clients, &st, 0);
     TEST_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tcp exchange on port %d: 3 ranks got rank 0's id", g_port);
+
+    /* no secret: one line saying how to set one */
+    g_tcp.port = g_port + 1;
+    TEST_CHECK(exit_code(spawn(tcp_no_secret, 1, errf)) == 1 && one_error_line(errf, "LLMC_BOOTSTRAP_SECRET"),
+               "tcp exchange without a per-run secret: one error line naming LLMC_BOOTSTRAP_SECRET");
+
+    /* under attack: world of 4, per-connection timeout 0.5 s, whole exchange 8 s */
+    memset(&g_tcp, 0, sizeof(g_tcp));
+    g_tcp.host = "127.0.0.1";
+    g_tcp.port = g_port + 2;
+    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
+    g_tcp.secret_len = strlen(GOOD_SECRET);
+    g_tcp.timeout_s = 8.0;
+    g_tcp.io_timeout_s = 0.5;
+    char err_wrong[512], err_dup[512];
+    snprintf(err_wrong, sizeof(err_wrong), "%s/err_wrong", g_dir);
+    snprintf(err_dup, sizeof(err_dup), "%s/err_dup", g_dir);
+    pid_t idle = spawn(tcp_idle, 0, NULL);         /* at 0.1 s, once rank 0 listens */
+    pid_t flood = spawn(tcp_flood, 0, NULL);       /* at 0.1 s */
+    double t0 = now_s();
+    pid_t real[3], wrong, dup, other;
+    real[0] = spawn(tcp_delayed, 3000 + 1, NULL);  /* rank 1 at 0.3 s */
+    wrong = spawn(tcp_wrong_secret, 2, err_wrong); /* wrong secret claiming rank 2, at once */
+    dup = spawn(tcp_delayed, 8000 + 1, err_dup);   /* a second rank 1 at 0.8 s */
+    other = spawn(tcp_other_address, 0, NULL);
+    real[1] = spawn(tcp_delayed, 15000 + 2, NULL); /* ranks 2 and 3 at 1.5 s */
+    real[2] = spawn(tcp_delayed, 15000 + 3, NULL);
+    comm_bootstrap_tcp_serve(&g_tcp, 4, g_blob, sizeof(g_blob));
+    double took = now_s() - t0;
+    int real_ok = 0;
+    for (int i = 0; i < 3; i++) { real_ok += exit_code(real[i]) == 0; }
+    TEST_CHECK(real_ok == 3 && took < g_tcp.timeout_s,
+               "tcp under attack (idle client, 200-connection flood, wrong secret, duplicate rank): the 3 real ranks got "
+               "the id, rank 0 done in %.1f s (timeout %.0f s)", took, g_tcp.timeout_s);
+    TEST_CHECK(exit_code(wrong) == 1 && one_error_line(err_wrong, "secret differs"),
+               "tcp: a client with a wrong secret is rejected with one error line");
+    TEST_CHECK(exit_code(dup) == 1 && one_error_line(err_dup, "already served rank 1"),
+               "tcp: a second process claiming an already served rank gets one error line");
+    TEST_CHECK(exit_code(other) == 0, "tcp: rank 0 listens on the given address only (127.0.0.2 refused)");
+    TEST_CHECK(exit_code(idle) == 0 && exit_code(flood) == 0,
+               "tcp: the idle client and all 200 flood connections did connect to rank 0 (the attack took place)");
+
+    /* a rank that never comes: rank 0 fails within its timeout with one line naming it */
+    g_tcp.timeout_s = 1.0;
+    g_tcp.port = g_port + 3;
+    t0 = now_s();
+    pid_t srv = spawn(tcp_server_missing_rank, 3, errf);
+    pid_t only1 = spawn(tcp_delayed, 1000 + 1, NULL);
+    int src = exit_code(srv);
+    took = now_s() - t0;
+    TEST_CHECK(src == 1 && exit_code(only1) == 0 && took < 3.0 && one_error_line(errf, "rank 2 never authenticated"),
+               "tcp: rank 0 missing rank 2 fails after %.1f s (timeout 1 s) with one error line naming it", took);
+    /* the secret from a file: accepted with mode 0600 (and a trailing newline), refused when others can read it */
+    snprintf(g_secret_file, sizeof(g_secret_file), "%s/secret", g_dir);
+    FILE* sf = fopen(g_secret_file, "w");
+    fprintf(sf, "%s\n", GOOD_SECRET);
+    fclose(sf);
+    chmod(g_secret_file, 0600);
+    pid_t fc = spawn(tcp_secret_file, 1, NULL);
+    comm_bootstrap_tcp("127.0.0.1", g_port + 4, 0, 2, g_blob, sizeof(g_blob), 5.0);
+    TEST_CHECK(exit_code(fc) == 0, "tcp: a client with LLMC_BOOTSTRAP_SECRET_FILE (mode 0600) authenticates");
+    chmod(g_secret_file, 0644);
+    TEST_CHECK(exit_code(spawn(tcp_secret_file, 1, errf)) == 1 && one_error_line(errf, "readable by nobody else"),
+               "tcp: a secret file others can read (mode 0644) is refused with one error line");
+    remove(g_secret_file);
+    remove(errf); remove(err_wrong); remove(err_dup); remove(errd);
     rmdir(g_dir);
 
     /* single-process backend */
