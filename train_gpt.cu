@@ -93,6 +93,8 @@ typedef struct {
     const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
+    int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
+    int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -161,6 +163,8 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress = "none";
     c->grad_compress_round = "nearest";
     c->grad_compress_ef = 1;
+    c->grad_compress_warmup = 0;
+    c->grad_compress_freeze_v = 0;
     c->pp_trace_steps = 2;
 }
 
@@ -236,6 +240,11 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
          "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
          "saved in checkpoints)");
+    SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
+         "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
+    SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
+         "1 = once compression starts, AdamW's second moment stays as after the --grad-compress-warmup steps (1-bit "
+         "Adam's frozen variance); needs --grad-compress-warmup > 0");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
          "activation recompute) only with --plan: not implemented by the trainer");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
@@ -412,6 +421,7 @@ static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, 
     st.grad_scale = grad_scale;
     st.t = step + 1;
     st.seed = (unsigned int)cfg->seed;
+    st.v_frozen_t = 0;
     return st;
 }
 
@@ -468,6 +478,7 @@ static StepResult train_step(TrainSession* s) {
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
     float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
+    update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
@@ -886,6 +897,13 @@ static void check_config(TrainSession* s) {
     }
     s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
     s->compress.error_feedback = c->grad_compress_ef;
+    s->compress.warmup = c->grad_compress_warmup;
+    s->compress.freeze_v = c->grad_compress_freeze_v;
+    if (c->grad_compress_freeze_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_warmup < 1)) {
+        CONFIG_FATAL(s, "flag --grad-compress-freeze-v 1 keeps AdamW's variance as the uncompressed warm-up left it: it "
+              "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup N >= 1 (this run: --grad-compress %s "
+              "--grad-compress-warmup %d)", c->grad_compress, c->grad_compress_warmup);
+    }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "

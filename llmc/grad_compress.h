@@ -76,6 +76,8 @@ typedef struct {
     double ratio;         /* top-k: fraction of each bucket sent, (0, 1] */
     int stochastic;       /* INT8: stochastic rounding instead of round-to-nearest */
     int error_feedback;   /* keep and re-add the residual of what was not sent */
+    int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
+    int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -101,14 +103,35 @@ static inline int grad_compress_parse(const char* text, GradCompressSpec* spec, 
     return -1;
 }
 
+/* 1 when optimizer step `step` (0-based) is compressed: none of the --grad-compress-warmup steps before it */
+static inline int grad_compress_active_at(const GradCompressSpec* s, int step) {
+    return s->kind != GRAD_COMPRESS_NONE && step >= s->warmup;
+}
+
+/* The AdamWStep.v_frozen_t of optimizer step `step` (0-based; llmc/gpt2.h): with --grad-compress-freeze-v 1, every
+ * compressed step leaves AdamW's second moment v as it was after the last uncompressed update (update number
+ * `warmup`, 1-based), bias-corrected with that count -- 1-bit Adam's frozen variance (Tang et al. 2021): once v is
+ * fixed, the update is linear in the gradient history, so error feedback's delayed values move a coordinate as
+ * far as the dense gradients would have (with v still adapting, a residual released in one large pulse raises v
+ * and is normalised down to about one step's worth). 0 (v updated as usual) otherwise. The caller refuses
+ * freeze_v without a warm-up (v would be all zeros). */
+static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) {
+    return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
+}
+
 /* "int8 (nearest, error feedback)" etc. into buf */
 static inline const char* grad_compress_describe(const GradCompressSpec* s, char* buf, size_t cap) {
+    char extra[160] = "";
+    if (s->warmup > 0) {
+        snprintf(extra, sizeof(extra), ", the first %d steps uncompressed%s", s->warmup,
+                 s->freeze_v ? ", then AdamW's variance frozen" : "");
+    }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {
-        snprintf(buf, cap, "int8 (blocks of %d, %s rounding, error feedback %s)", COMPRESS_INT8_BLOCK,
-                 s->stochastic ? "stochastic" : "nearest", s->error_feedback ? "on" : "off");
+        snprintf(buf, cap, "int8 (blocks of %d, %s rounding, error feedback %s%s)", COMPRESS_INT8_BLOCK,
+                 s->stochastic ? "stochastic" : "nearest", s->error_feedback ? "on" : "off", extra);
     } else {
-        snprintf(buf, cap, "topk:%g (error feedback %s)", s->ratio, s->error_feedback ? "on" : "off");
+        snprintf(buf, cap, "topk:%g (error feedback %s%s)", s->ratio, s->error_feedback ? "on" : "off", extra);
     }
     return buf;
 }
@@ -286,6 +309,27 @@ static inline void grad_compress_exchange(GradCompressor* g, CommP2P* ops, int n
 }
 
 /* ---------------------------------------------------------------- one bucket, from backward's hook */
+
+/* 1 when this step's buckets go through grad_compress_bucket; 0 during the --grad-compress-warmup steps (g->step is
+ * the 0-based optimizer step, set by the caller before backward) */
+static inline int grad_compress_active(const GradCompressor* g) {
+    return grad_compress_active_at(&g->spec, (int)g->step);
+}
+
+/* A warm-up step's bucket: reduce(dp, seg, nseg, dtype, S) -- the uncompressed all-reduce (ZeRO-0) or
+ * reduce-scatter (ZeRO-1) -- with its bytes, from the group's counters, and the fp32 ring figure added to the
+ * step's figures (so the step line shows the full cost of the warm-up). The residual is untouched. */
+static inline void grad_compress_uncompressed(GradCompressor* g, const CommSegment* seg, int nseg, CommDtype dtype,
+                                              void (*reduce)(Comm*, const CommSegment*, int, CommDtype, size_t)) {
+    size_t ring_s, ring_r, ag_s, ag_r;
+    comm_segments_bytes(g->dp, seg, nseg, g->S, 4, 0, &ring_s, &ring_r);
+    comm_segments_bytes(g->dp, seg, nseg, g->S, 4, 1, &ag_s, &ag_r);
+    g->stats.fp32_ring_bytes += (double)(ring_s + ag_s);
+    unsigned long long s0 = g->dp->counters.bytes_sent, r0 = g->dp->counters.bytes_recv;
+    reduce(g->dp, seg, nseg, dtype, g->S);
+    g->stats.bytes_sent += g->dp->counters.bytes_sent - s0;
+    g->stats.bytes_recv += g->dp->counters.bytes_recv - r0;
+}
 
 /* Bucket b (layer b - 1) is complete in the gradient buffer (segments seg): packs gradient + residual, encodes
  * (INT8 or top-k), updates the residual and posts the transfers. Decoded by grad_compress_finish. */

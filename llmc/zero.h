@@ -129,7 +129,8 @@ static inline void zero0_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
-    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_all_reduce_segments); return; } /* warm-up */
     comm_all_reduce_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
@@ -138,7 +139,8 @@ static inline void zero1_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
-    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_reduce_scatter_segments); return; } /* warm-up */
     comm_reduce_scatter_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
