@@ -476,6 +476,7 @@ static StepResult reference_train_step(TrainSession* s) {
     memset(&r, 0, sizeof(r)); /* fields this loop does not use (skipped, compression bytes) stay 0, as in train_step */
     r.loss = (float)(loss_sum / s->grad_accum_steps);
     r.bubble = -1.0f; /* no pipeline */
+    r.clip_norm = -1.0f; /* clipped on grad_norm, as train_step without --grad-compress-freeze-v */
     float norm_sq = 0.0f;
     global_norm_squared(z->norm_partials, z->grads, P, 0);
     dev_memcpy_d2h(&norm_sq, z->norm_partials, sizeof(float));

@@ -243,8 +243,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
-         "1 = once compression starts, AdamW's second moment stays as after the --grad-compress-warmup steps (1-bit "
-         "Adam's frozen variance); needs --grad-compress-warmup > 0");
+         "1 = once compression starts, AdamW's second moment (but the embeddings') stays as the --grad-compress-warmup "
+         "steps left it (1-bit Adam) and clipping uses the ranks' uncompressed gradient norms; needs a warm-up");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
          "activation recompute) only with --plan: not implemented by the trainer");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
@@ -370,8 +370,9 @@ static void pipeline_step_batches(TrainSession* s) {
 
 /* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
  * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
- * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
-typedef struct { float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32; } StepResult;
+ * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0);
+ * clip_norm: the norm the clipping used when not grad_norm (--grad-compress-freeze-v), else -1 */
+typedef struct { float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32; float clip_norm; } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
@@ -459,7 +460,8 @@ static StepResult train_step(TrainSession* s) {
         zero_finish(&s->zero);                                   /* every gradient bucket reduced */
         loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
     }
-    GradCompressStats cs = {0, 0, 0.0};
+    GradCompressStats cs;
+    memset(&cs, 0, sizeof(cs));
     if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
@@ -476,7 +478,11 @@ static StepResult train_step(TrainSession* s) {
      * (all-reduced), so every rank decides alike. */
     r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
-    float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
+    /* global-norm clipping; with --grad-compress-freeze-v a compressed step clips on its ranks' uncompressed
+     * gradients (their root-sum-square), not on the decoded sums, whose error-feedback pulses (values held back
+     * for many steps) would inflate the norm and shrink every update */
+    r.clip_norm = cs.has_clip_norm ? (float)sqrt(cs.clip_norm_sq) / loss_scale : -1.0f;
+    float clip = clip_scale(cs.has_clip_norm ? r.clip_norm : r.grad_norm, cfg->grad_clip);
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
     update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
     if (!r.skipped) {
@@ -665,6 +671,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
                       "dropped, said in one line (another process count with residuals is refused)"},
     {"grad-compress-round", "the INT8 rounding of the gradient exchange"},
     {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
+    {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
+    {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -1275,6 +1283,11 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     if (r->grad_fp32 > 0) {
         snprintf(fields + len, sizeof(fields) - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
+        len = strlen(fields);
+    }
+    if (r->clip_norm >= 0.0f) { /* --grad-compress-freeze-v: the norm the clipping used */
+        char cn[32];
+        snprintf(fields + len, sizeof(fields) - len, ",\"clip_norm\":%s", logger_json_number(cn, sizeof(cn), r->clip_norm));
         len = strlen(fields);
     }
     if (r->skipped) { snprintf(fields + len, sizeof(fields) - len, ",\"skipped\":true"); }

@@ -77,7 +77,8 @@ typedef struct {
     int stochastic;       /* INT8: stochastic rounding instead of round-to-nearest */
     int error_feedback;   /* keep and re-add the residual of what was not sent */
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
-    int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up */
+    int freeze_v;         /* 1: once compression starts, AdamW's second moment (but the embeddings') stays as after the
+                             warm-up, and clipping uses the ranks' uncompressed gradient norms */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -110,11 +111,13 @@ static inline int grad_compress_active_at(const GradCompressSpec* s, int step) {
 
 /* The AdamWStep.v_frozen_t of optimizer step `step` (0-based; llmc/gpt2.h): with --grad-compress-freeze-v 1, every
  * compressed step leaves AdamW's second moment v as it was after the last uncompressed update (update number
- * `warmup`, 1-based), bias-corrected with that count -- 1-bit Adam's frozen variance (Tang et al. 2021): once v is
- * fixed, the update is linear in the gradient history, so error feedback's delayed values move a coordinate as
- * far as the dense gradients would have (with v still adapting, a residual released in one large pulse raises v
- * and is normalised down to about one step's worth). 0 (v updated as usual) otherwise. The caller refuses
- * freeze_v without a warm-up (v would be all zeros). */
+ * `warmup`, 1-based), bias-corrected with that count -- 1-bit Adam's frozen variance (Tang et al. 2021). Why: with v
+ * adapting, error feedback releases a value held back for K steps as one pulse of ~K times the gradient, which
+ * raises v by ~K^2 g^2 and is normalised down to a few steps' worth (so every coordinate moves as if the learning
+ * rate were ~sqrt(K) smaller); with v fixed the update is linear in the gradient history and a pulse moves the
+ * coordinate as far as the K dense gradients would have. The embeddings stay adaptive (gpt2_update_range): a row
+ * whose token did not occur during the warm-up has a variance far below its later gradients. 0 (v updated as
+ * usual) otherwise. The caller refuses freeze_v without a warm-up (v would be all zeros). */
 static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) {
     return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
 }
@@ -123,8 +126,11 @@ static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) 
 static inline const char* grad_compress_describe(const GradCompressSpec* s, char* buf, size_t cap) {
     char extra[160] = "";
     if (s->warmup > 0) {
-        snprintf(extra, sizeof(extra), ", the first %d steps uncompressed%s", s->warmup,
-                 s->freeze_v ? ", then AdamW's variance frozen" : "");
+        snprintf(extra, sizeof(extra), ", the first %d steps uncompressed", s->warmup);
+    }
+    if (s->freeze_v) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen but the embeddings'");
     }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {
@@ -153,6 +159,8 @@ typedef struct {
 typedef struct {
     unsigned long long bytes_sent, bytes_recv;  /* gradient-reduction payload, from the group's counters */
     double fp32_ring_bytes;                     /* what the fp32 ring all-reduce of the same buckets sends */
+    int has_clip_norm;                          /* --grad-compress-freeze-v on a compressed step: clip_norm_sq set */
+    double clip_norm_sq;                        /* sum over ranks of |this rank's uncompressed gradient|^2 */
 } GradCompressStats;
 
 typedef struct {

@@ -342,8 +342,10 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 }
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
+static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
+    if (z->compress && z->compress->spec.freeze_v && grad_compress_active(z->compress)) { zero_clip_norm_uncompressed(z); }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
 }
 
@@ -437,6 +439,19 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
         comm_join(z->dp);
     }
+}
+
+/* --grad-compress-freeze-v on a compressed step (llmc/grad_compress.h), before the decoded sums overwrite this rank's
+ * own gradient: the clipping norm, sqrt of the sum over ranks of their own gradients' squared norms (one 8-byte
+ * all-reduce; exact when the ranks' gradients are orthogonal, up to sqrt(N) low when they are parallel) */
+static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z) {
+    zero_norm_partial(z, z->norm_partials, 0, z->P);
+    float local = 0.0f;
+    dev_memcpy_d2h(&local, z->norm_partials, sizeof(float));
+    double sq = (double)local;
+    comm_all_reduce_host_f64(z->dp, &sq, 1);
+    z->compress->stats.clip_norm_sq = sq;
+    z->compress->stats.has_clip_norm = 1;
 }
 
 /* ---------------------------------------------------------------- memory ledger */
