@@ -243,8 +243,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
-         "1 = once compression starts, AdamW's second moment (but the embeddings') stays as the --grad-compress-warmup "
-         "steps left it (1-bit Adam) and clipping uses the ranks' uncompressed gradient norms; needs a warm-up");
+         "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
+         "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm; 3 (full "
          "activation recompute) only with --plan: not implemented by the trainer");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "

@@ -77,8 +77,8 @@ typedef struct {
     int stochastic;       /* INT8: stochastic rounding instead of round-to-nearest */
     int error_feedback;   /* keep and re-add the residual of what was not sent */
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
-    int freeze_v;         /* 1: once compression starts, AdamW's second moment (but the embeddings') stays as after the
-                             warm-up, and clipping uses the ranks' uncompressed gradient norms */
+    int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
+                             uses the ranks' uncompressed gradient norms */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -115,9 +115,9 @@ static inline int grad_compress_active_at(const GradCompressSpec* s, int step) {
  * adapting, error feedback releases a value held back for K steps as one pulse of ~K times the gradient, which
  * raises v by ~K^2 g^2 and is normalised down to a few steps' worth (so every coordinate moves as if the learning
  * rate were ~sqrt(K) smaller); with v fixed the update is linear in the gradient history and a pulse moves the
- * coordinate as far as the K dense gradients would have. The embeddings stay adaptive (gpt2_update_range): a row
- * whose token did not occur during the warm-up has a variance far below its later gradients. 0 (v updated as
- * usual) otherwise. The caller refuses freeze_v without a warm-up (v would be all zeros). */
+ * coordinate as far as the K dense gradients would have. The embeddings' v is floored at its mean once, at the
+ * freeze (zero_floor_embedding_variance, llmc/zero.h): a row whose token did not occur during the warm-up has a
+ * variance far below its later gradients. 0 (v updated as usual) otherwise. The caller refuses freeze_v without a warm-up (v would be all zeros). */
 static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) {
     return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
 }
@@ -130,7 +130,7 @@ static inline const char* grad_compress_describe(const GradCompressSpec* s, char
     }
     if (s->freeze_v) {
         size_t len = strlen(extra);
-        snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen but the embeddings'");
+        snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen");
     }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {

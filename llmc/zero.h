@@ -431,9 +431,11 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 
 /* AdamW on the owned range (llmc/gpt2.h), then (ZeRO-1/2) every rank gets the updated shards: the parameters
  * are all-gathered, queued after the update on the GPU streams */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
+    if (s->v_frozen_t > 0 && s->t == s->v_frozen_t + 1) { zero_floor_embedding_variance(z, lo, hi); } /* once */
     if (hi > lo) { gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s); }
     if (z->stage->shards_optimizer) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
@@ -452,6 +454,32 @@ static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z) {
     comm_all_reduce_host_f64(z->dp, &sq, 1);
     z->compress->stats.clip_norm_sq = sq;
     z->compress->stats.has_clip_norm = 1;
+}
+
+/* --grad-compress-freeze-v, once, before the first update with the frozen variance (llmc/grad_compress.h): in the
+ * embeddings (wte, wpe) a row gets an input gradient only when its token (position) occurs, so a row that did not
+ * occur during the warm-up has a variance far below its later gradients, and a frozen v would turn them into steps
+ * of hundreds of learning rates (measured: d4 diverged at the first compressed step). Each embedding's v is
+ * floored at its mean over the owned range [lo, hi) (the rows that carry no information get the tensor's typical
+ * variance). Host round trip of the embedding part of v, once per run; deterministic (fixed-order double sum). */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi) {
+    size_t t0 = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t t1 = t0 + z->model->param_sizes[i];
+        size_t a = lo > t0 ? lo : t0, b = hi < t1 ? hi : t1;
+        if ((i == P_WTE || i == P_WPE) && a < b) {
+            float* host = (float*)malloc_check((b - a) * sizeof(float), "embedding variance");
+            float* v = z->opt.v + (a - z->opt.first);
+            dev_memcpy_d2h(host, v, (b - a) * sizeof(float));
+            double sum = 0.0;
+            for (size_t k = 0; k < b - a; k++) { sum += (double)host[k]; }
+            float mean = (float)(sum / (double)(b - a));
+            for (size_t k = 0; k < b - a; k++) { host[k] = host[k] > mean ? host[k] : mean; }
+            dev_memcpy_h2d(v, host, (b - a) * sizeof(float));
+            free(host);
+        }
+        t0 = t1;
+    }
 }
 
 /* ---------------------------------------------------------------- memory ledger */
