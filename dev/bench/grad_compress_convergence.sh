@@ -11,7 +11,7 @@
 #   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
 #   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run.
-# Took 4 x 20-25 minutes on 2 CPU cores shared with other work. Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
