@@ -128,6 +128,7 @@ static inline const floatX* zero_grad_at_full(const ZeroOptimizer* z, size_t i) 
 static inline void zero0_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
+    memset(seg, 0, sizeof(seg)); /* g++ (the emulator build) cannot see that the reducers read only the n filled */
     int n = zero_bucket_segments(z, layer, seg);
     if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
     if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_all_reduce_segments); return; } /* warm-up */
@@ -138,6 +139,7 @@ static inline void zero0_layer_ready(void* ctx, int layer) {
 static inline void zero1_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
+    memset(seg, 0, sizeof(seg)); /* g++ (the emulator build) cannot see that the reducers read only the n filled */
     int n = zero_bucket_segments(z, layer, seg);
     if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
     if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_reduce_scatter_segments); return; } /* warm-up */
