@@ -102,6 +102,8 @@ typedef struct {
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
     const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
     const char* offload_params;    /* none; cpu needs ZeRO-3, not in this build (refused) */
+    int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
+    int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -180,6 +182,8 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress_ef = 1;
     c->offload_optimizer = "none";
     c->offload_params = "none";
+    c->grad_compress_warmup = 0;
+    c->grad_compress_freeze_v = 0;
     c->pp_trace_steps = 2;
 }
 
@@ -279,6 +283,11 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
     SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
          "expert-parallel size (only 1: expert parallelism is not implemented; experts are replicated)");
+    SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
+         "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
+    SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
+         "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
+         "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -415,6 +424,7 @@ typedef struct {
      * nvme, the bytes read and written and the seconds the I/O thread spent on them */
     double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
     double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
+    float clip_norm;    /* the norm the clipping used when not grad_norm (--grad-compress-freeze-v), else -1 */
 } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
@@ -465,6 +475,7 @@ static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, 
     st.grad_scale = grad_scale;
     st.t = step + 1;
     st.seed = (unsigned int)cfg->seed;
+    st.v_frozen_t = 0;
     return st;
 }
 
@@ -502,7 +513,8 @@ static StepResult train_step(TrainSession* s) {
         zero_finish(&s->zero);                                   /* every gradient bucket reduced */
         loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
     }
-    GradCompressStats cs = {0, 0, 0.0};
+    GradCompressStats cs;
+    memset(&cs, 0, sizeof(cs));
     if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
     ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
     StepResult r;
@@ -519,8 +531,13 @@ static StepResult train_step(TrainSession* s) {
      * (all-reduced), so every rank decides alike. */
     r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
-    float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
+    /* global-norm clipping; with --grad-compress-freeze-v a compressed step clips on its ranks' uncompressed
+     * gradients (their root-sum-square), not on the decoded sums, whose error-feedback pulses (values held back
+     * for many steps) would inflate the norm and shrink every update */
+    r.clip_norm = cs.has_clip_norm ? (float)sqrt(cs.clip_norm_sq) / loss_scale : -1.0f;
+    float clip = clip_scale(cs.has_clip_norm ? r.clip_norm : r.grad_norm, cfg->grad_clip);
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
+    update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->zero.offload) {
@@ -725,6 +742,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
     {"offload-optimizer", "where the optimizer state lives while training: checkpoints hold it in the same state files "
                           "either way (the NVMe files are scratch), and the update is the same AdamW"},
+    {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
+    {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -973,6 +992,13 @@ static void check_config(TrainSession* s) {
     }
     s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
     s->compress.error_feedback = c->grad_compress_ef;
+    s->compress.warmup = c->grad_compress_warmup;
+    s->compress.freeze_v = c->grad_compress_freeze_v;
+    if (c->grad_compress_freeze_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_warmup < 1)) {
+        CONFIG_FATAL(s, "flag --grad-compress-freeze-v 1 keeps AdamW's variance as the uncompressed warm-up left it: it "
+              "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup N >= 1 (this run: --grad-compress %s "
+              "--grad-compress-warmup %d)", c->grad_compress, c->grad_compress_warmup);
+    }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
@@ -998,6 +1024,10 @@ static void check_config(TrainSession* s) {
     }
     if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
     s->offload.rank = s->world.rank;
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->grad_compress_freeze_v) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen "
+                     "variance: use one of the two", c->offload_optimizer);
+    }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->zero_stage == 3) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with ZeRO stages 0-2; with -z 3 (sharded parameters) it is not "
                      "implemented: use -z 2 or --offload-optimizer none", c->offload_optimizer);
@@ -1505,6 +1535,11 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                  logger_json_number(mx, sizeof(mx), moe_max), moe_json);
         len = strlen(fields);
         free(moe_json);
+    }
+    if (r->clip_norm >= 0.0f) { /* --grad-compress-freeze-v: the norm the clipping used */
+        char cn[32];
+        snprintf(fields + len, fields_cap - len, ",\"clip_norm\":%s", logger_json_number(cn, sizeof(cn), r->clip_norm));
+        len = strlen(fields);
     }
     if (r->skipped) { snprintf(fields + len, fields_cap - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);

@@ -173,6 +173,9 @@
  *                g = grads*grad_scale; m,v updated; p -= lr*(mhat/(sqrt(vhat)+eps) + wd*p).
  *                If master != NULL the update runs on master (fp32) and params = round(master) (stochastic rounding
  *                for bf16 with a random stream keyed by (seed, t, global_offset + i)). t starts at 1.
+ *   adamw_update_ex(... as adamw_update ..., int t, int v_frozen_t, unsigned int seed)
+ *                v_frozen_t == 0: adamw_update bit for bit; v_frozen_t > 0: v is not updated (frozen variance,
+ *                1-bit Adam, Tang et al. 2021) and vhat = v/(1-beta2^v_frozen_t); v_frozen_t < 0 exits.
  *   global_norm_squared(float* out(1) , const floatX* grads(n), size_t n, int accumulate)
  *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)

@@ -2,7 +2,9 @@
  * llmc/grad_compress.h -- gradient compression for data parallelism (llmc/README.md, "Gradient compression"):
  * the reducer of ZeRO-0/1 gradient buckets (llmc/zero.h) sends INT8 values or the top-k values instead of floatX,
  * with an optional error-feedback residual per rank. Flags: --grad-compress none|int8|topk:RATIO,
- * --grad-compress-round nearest|stochastic, --grad-compress-ef 0|1.
+ * --grad-compress-round nearest|stochastic, --grad-compress-ef 0|1, --grad-compress-warmup N (the first N optimizer
+ * steps uncompressed), --grad-compress-freeze-v 0|1 (AdamW's variance frozen after the warm-up: see
+ * grad_compress_v_frozen_t for why error feedback needs it under AdamW).
  *
  * Methods. INT8: per-block absmax scaling (Dettmers 2016, "8-bit approximations for parallelism in deep learning");
  * blocks of COMPRESS_INT8_BLOCK = 2048 values: the scale costs 4/2048 = 0.2% of the payload, and one 256-thread GPU
@@ -76,6 +78,9 @@ typedef struct {
     double ratio;         /* top-k: fraction of each bucket sent, (0, 1] */
     int stochastic;       /* INT8: stochastic rounding instead of round-to-nearest */
     int error_feedback;   /* keep and re-add the residual of what was not sent */
+    int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
+    int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
+                             uses the ranks' uncompressed gradient norms */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -101,14 +106,40 @@ static inline int grad_compress_parse(const char* text, GradCompressSpec* spec, 
     return -1;
 }
 
+/* 1 when optimizer step `step` (0-based) is compressed: none of the --grad-compress-warmup steps before it */
+static inline int grad_compress_active_at(const GradCompressSpec* s, int step) {
+    return s->kind != GRAD_COMPRESS_NONE && step >= s->warmup;
+}
+
+/* The AdamWStep.v_frozen_t of optimizer step `step` (0-based; llmc/gpt2.h): with --grad-compress-freeze-v 1, every
+ * compressed step leaves AdamW's second moment v as it was after the last uncompressed update (update number
+ * `warmup`, 1-based), bias-corrected with that count -- 1-bit Adam's frozen variance (Tang et al. 2021). Why: with v
+ * adapting, error feedback releases a value held back for K steps as one pulse of ~K times the gradient, which
+ * raises v by ~K^2 g^2 and is normalised down to a few steps' worth (so every coordinate moves as if the learning
+ * rate were ~sqrt(K) smaller); with v fixed the update is linear in the gradient history and a pulse moves the
+ * coordinate as far as the K dense gradients would have. The embeddings' v is floored at its mean once, at the
+ * freeze (zero_floor_embedding_variance, llmc/zero.h): a row whose token did not occur during the warm-up has a
+ * variance far below its later gradients. 0 (v updated as usual) otherwise. The caller refuses freeze_v without a warm-up (v would be all zeros). */
+static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) {
+    return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
+}
+
 /* "int8 (nearest, error feedback)" etc. into buf */
 static inline const char* grad_compress_describe(const GradCompressSpec* s, char* buf, size_t cap) {
+    char extra[160] = "";
+    if (s->warmup > 0) {
+        snprintf(extra, sizeof(extra), ", the first %d steps uncompressed", s->warmup);
+    }
+    if (s->freeze_v) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen");
+    }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {
-        snprintf(buf, cap, "int8 (blocks of %d, %s rounding, error feedback %s)", COMPRESS_INT8_BLOCK,
-                 s->stochastic ? "stochastic" : "nearest", s->error_feedback ? "on" : "off");
+        snprintf(buf, cap, "int8 (blocks of %d, %s rounding, error feedback %s%s)", COMPRESS_INT8_BLOCK,
+                 s->stochastic ? "stochastic" : "nearest", s->error_feedback ? "on" : "off", extra);
     } else {
-        snprintf(buf, cap, "topk:%g (error feedback %s)", s->ratio, s->error_feedback ? "on" : "off");
+        snprintf(buf, cap, "topk:%g (error feedback %s%s)", s->ratio, s->error_feedback ? "on" : "off", extra);
     }
     return buf;
 }
@@ -130,6 +161,8 @@ typedef struct {
 typedef struct {
     unsigned long long bytes_sent, bytes_recv;  /* gradient-reduction payload, from the group's counters */
     double fp32_ring_bytes;                     /* what the fp32 ring all-reduce of the same buckets sends */
+    int has_clip_norm;                          /* --grad-compress-freeze-v on a compressed step: clip_norm_sq set */
+    double clip_norm_sq;                        /* sum over ranks of |this rank's uncompressed gradient|^2 */
 } GradCompressStats;
 
 typedef struct {
@@ -286,6 +319,27 @@ static inline void grad_compress_exchange(GradCompressor* g, CommP2P* ops, int n
 }
 
 /* ---------------------------------------------------------------- one bucket, from backward's hook */
+
+/* 1 when this step's buckets go through grad_compress_bucket; 0 during the --grad-compress-warmup steps (g->step is
+ * the 0-based optimizer step, set by the caller before backward) */
+static inline int grad_compress_active(const GradCompressor* g) {
+    return grad_compress_active_at(&g->spec, (int)g->step);
+}
+
+/* A warm-up step's bucket: reduce(dp, seg, nseg, dtype, S) -- the uncompressed all-reduce (ZeRO-0) or
+ * reduce-scatter (ZeRO-1) -- with its bytes, from the group's counters, and the fp32 ring figure added to the
+ * step's figures (so the step line shows the full cost of the warm-up). The residual is untouched. */
+static inline void grad_compress_uncompressed(GradCompressor* g, const CommSegment* seg, int nseg, CommDtype dtype,
+                                              void (*reduce)(Comm*, const CommSegment*, int, CommDtype, size_t)) {
+    size_t ring_s, ring_r, ag_s, ag_r;
+    comm_segments_bytes(g->dp, seg, nseg, g->S, 4, 0, &ring_s, &ring_r);
+    comm_segments_bytes(g->dp, seg, nseg, g->S, 4, 1, &ag_s, &ag_r);
+    g->stats.fp32_ring_bytes += (double)(ring_s + ag_s);
+    unsigned long long s0 = g->dp->counters.bytes_sent, r0 = g->dp->counters.bytes_recv;
+    reduce(g->dp, seg, nseg, dtype, g->S);
+    g->stats.bytes_sent += g->dp->counters.bytes_sent - s0;
+    g->stats.bytes_recv += g->dp->counters.bytes_recv - r0;
+}
 
 /* Bucket b (layer b - 1) is complete in the gradient buffer (segments seg): packs gradient + residual, encodes
  * (INT8 or top-k), updates the residual and posts the transfers. Decoded by grad_compress_finish. */

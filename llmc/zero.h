@@ -141,8 +141,10 @@ static inline const floatX* zero_grad_at_full(const ZeroOptimizer* z, size_t i) 
 static inline void zero0_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
+    memset(seg, 0, sizeof(seg)); /* g++ (the emulator build) cannot see that the reducers read only the n filled */
     int n = zero_bucket_segments(z, layer, seg);
-    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_all_reduce_segments); return; } /* warm-up */
     comm_all_reduce_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
@@ -150,8 +152,10 @@ static inline void zero0_layer_ready(void* ctx, int layer) {
 static inline void zero1_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     CommSegment seg[NUM_PARAMETER_TENSORS];
+    memset(seg, 0, sizeof(seg)); /* g++ (the emulator build) cannot see that the reducers read only the n filled */
     int n = zero_bucket_segments(z, layer, seg);
-    if (z->compress) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress && grad_compress_active(z->compress)) { grad_compress_bucket(z->compress, layer + 1, seg, n); return; }
+    if (z->compress) { grad_compress_uncompressed(z->compress, seg, n, z->dtype, comm_reduce_scatter_segments); return; } /* warm-up */
     comm_reduce_scatter_segments(z->dp, seg, n, z->dtype, z->S);
 }
 
@@ -391,8 +395,10 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 }
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
+static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
+    if (z->compress && z->compress->spec.freeze_v && grad_compress_active(z->compress)) { zero_clip_norm_uncompressed(z); }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
 }
 
@@ -479,10 +485,13 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
  * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the
  * updated shard only (the next forward gathers what it reads). */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 (the trainer refuses) */
+    if (s->v_frozen_t > 0 && s->t == s->v_frozen_t + 1) { zero_floor_embedding_variance(z, lo, hi); } /* once */
+    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 or a frozen variance
+                       * (the trainer refuses both) */
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }
     } else if (hi > lo) {
         gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s);
@@ -535,6 +544,45 @@ static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
     return times * r * (double)z->P * (double)sizeof(floatX);
+}
+
+/* --grad-compress-freeze-v on a compressed step (llmc/grad_compress.h), before the decoded sums overwrite this rank's
+ * own gradient: the clipping norm, sqrt of the sum over ranks of their own gradients' squared norms (one 8-byte
+ * all-reduce; exact when the ranks' gradients are orthogonal, up to sqrt(N) low when they are parallel) */
+static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z) {
+    zero_norm_partial(z, z->norm_partials, 0, z->P);
+    float local = 0.0f;
+    dev_memcpy_d2h(&local, z->norm_partials, sizeof(float));
+    double sq = (double)local;
+    comm_all_reduce_host_f64(z->dp, &sq, 1);
+    z->compress->stats.clip_norm_sq = sq;
+    z->compress->stats.has_clip_norm = 1;
+}
+
+/* --grad-compress-freeze-v, once, before the first update with the frozen variance (llmc/grad_compress.h): in the
+ * embeddings (wte, wpe) a row gets an input gradient only when its token (position) occurs, so a row that did not
+ * occur during the warm-up has a variance far below its later gradients, and a frozen v would turn them into steps
+ * of hundreds of learning rates (measured: d4 diverged at the first compressed step). Each embedding's v is
+ * floored at its mean over the owned range [lo, hi) (the rows that carry no information get the tensor's typical
+ * variance). Host round trip of the embedding part of v, once per run; deterministic (fixed-order double sum). */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi) {
+    size_t t0 = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t t1 = t0 + z->model->param_sizes[i];
+        size_t a = lo > t0 ? lo : t0, b = hi < t1 ? hi : t1;
+        if ((i == P_WTE || i == P_WPE) && a < b) {
+            float* host = (float*)malloc_check((b - a) * sizeof(float), "embedding variance");
+            float* v = z->opt.v + (a - z->opt.first);
+            dev_memcpy_d2h(host, v, (b - a) * sizeof(float));
+            double sum = 0.0;
+            for (size_t k = 0; k < b - a; k++) { sum += (double)host[k]; }
+            float mean = (float)(sum / (double)(b - a));
+            for (size_t k = 0; k < b - a; k++) { host[k] = host[k] > mean ? host[k] : mean; }
+            dev_memcpy_h2d(v, host, (b - a) * sizeof(float));
+            free(host);
+        }
+        t0 = t1;
+    }
 }
 
 /* ---------------------------------------------------------------- memory ledger */

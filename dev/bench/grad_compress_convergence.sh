@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # dev/bench/grad_compress_convergence.sh -- the effect of gradient compression on the loss curve (llmc/README.md,
-# "Gradient compression"): the same training on 2 data-parallel processes four times -- uncompressed, int8,
-# topk:RATIO with error feedback, topk:RATIO without -- then a table of the final validation losses (relative to
-# the uncompressed run) and gradient bytes per step, and one plot of the four validation curves.
+# "Gradient compression"): the same training on 2 data-parallel processes five times -- uncompressed, int8,
+# topk:RATIO with error feedback, topk:RATIO without, and topk:RATIO with error feedback plus FIX (by default an
+# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v) -- then a table of the
+# final validation losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the
+# mean over the run), and one plot of the validation curves.
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, the trainer's defaults (d4 on Tiny Shakespeare, 600 steps), -v 50, no samples.
 #   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
-#   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer.
-# Took 4 x 20-25 minutes on 2 CPU cores shared with other work. Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+#   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
+#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run.
+# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
 RATIO=${RATIO:-0.01}; NP=${NP:-2}; TRAIN=${TRAIN:-./train_gpt_cpu}
+FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
@@ -29,10 +33,12 @@ run none --grad-compress none "$@"
 run int8 --grad-compress int8 "$@"
 run topk_ef --grad-compress "topk:$RATIO" --grad-compress-ef 1 "$@"
 run topk_noef --grad-compress "topk:$RATIO" --grad-compress-ef 0 "$@"
-python3 - "$OUT" <<'PY'
+# shellcheck disable=SC2086
+run topk_ef_fix --grad-compress "topk:$RATIO" --grad-compress-ef 1 $FIX "$@"
+python3 - "$OUT" "$FIX" <<'PY'
 import json, os, sys
-out = sys.argv[1]
-names = ["none", "int8", "topk_ef", "topk_noef"]
+out, fix = sys.argv[1], sys.argv[2]
+names = ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix"]
 rows = {}
 for n in names:
     recs = [json.loads(l) for l in open(os.path.join(out, n, "log.jsonl"))]
@@ -40,17 +46,20 @@ for n in names:
     tr = [r for r in recs if r.get("kind") == "train"]
     sent = tr[-1].get("grad_bytes_sent", None)
     fp32 = tr[-1].get("grad_bytes_fp32", None)
-    rows[n] = (val, sent, fp32)
+    mean = sum(r.get("grad_bytes_sent", 0) for r in tr) / len(tr) if sent is not None else None
+    rows[n] = (val, sent, fp32, mean)
 base = rows["none"][0][-1][1]
-print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0) | vs fp32 ring all-reduce |")
-print("|---|---|---|---|---|")
+print("fifth run: topk_ef_fix = topk_ef + %s" % fix)
+print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")
+print("|---|---|---|---|---|---|")
 ref_fp32 = rows["int8"][2]
 for n in names:
-    val, sent, fp32 = rows[n]
+    val, sent, fp32, mean = rows[n]
     v = val[-1][1]
     s = "%.0f" % sent if sent is not None else "%.0f (fp32 ring)" % ref_fp32
     r = "%.4fx" % (sent / fp32) if sent is not None else "1x"
-    print("| %s | %.4f | %+.2f%% | %s | %s |" % (n, v, 100.0 * (v - base) / base, s, r))
+    m = "%.4fx" % (mean / fp32) if sent is not None else "1x"
+    print("| %s | %.4f | %+.2f%% | %s | %s | %s |" % (n, v, 100.0 * (v - base) / base, s, r, m))
 try:
     import matplotlib
     matplotlib.use("Agg")

@@ -12,6 +12,9 @@
 #     ranks with error feedback is refused with one line; on 1 process without compression the residuals are
 #     dropped with one line;
 #   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
+#   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
+#     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
+#     warm-up boundary bit-identical, refused without a warm-up;
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
 #   - a small learning check: 2 ranks, d2, 60 steps (-b 8 -t 64, lr 3e-3, warmup 10) on Tiny Shakespeare, validation
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
@@ -115,6 +118,40 @@ dp_refused 2 "data-parallel gradient reductions only" "--grad-compress with tens
 dp_refused 1 "needs 2 or more data-parallel processes" "--grad-compress on one process" "${F[@]}" --grad-compress topk:0.01
 dp_refused 2 "must be a number in (0, 1]" "--grad-compress topk:0" "${F[@]}" --grad-compress topk:0
 dp_refused 2 "expected nearest or stochastic" "--grad-compress-round up" "${F[@]}" --grad-compress int8 --grad-compress-round up
+
+# --grad-compress-warmup: the first steps go through the uncompressed all-reduce (the same losses and norms as the
+# uncompressed run, bit for bit, and 1x the fp32 bytes: floatX is fp32 here), then compressed
+W="$TMP/warm"
+MPIRUN 2 $TRAIN "${F[@]}" --grad-compress topk:0.01 --grad-compress-warmup 2 -o "$W" > "$W.log" 2>&1
+check $? "2 ranks topk:0.01 --grad-compress-warmup 2: 3 steps"
+cmp -s <(steps "$TMP/none2.log" | head -2) <(steps "$W.log" | head -2 | sed -E 's/ [|] grad comm.*//')
+check $? "--grad-compress-warmup 2: steps 1-2 have the uncompressed run's losses and norms bit for bit"
+python3 - "$W/log.jsonl" <<'PY'
+import json, sys
+r = [o["grad_ratio"] for o in map(json.loads, open(sys.argv[1])) if o["kind"] == "train"]
+print("ratios", r)
+sys.exit(0 if len(r) == 3 and r[0] == r[1] == 1.0 and r[2] <= 0.03 else 1)
+PY
+check $? "--grad-compress-warmup 2: steps 1-2 send 1x the fp32 ring bytes, step 3 <= 0.03x"
+# --grad-compress-freeze-v: resume across the warm-up boundary bit for bit; clip_norm logged on compressed steps only
+Z=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress topk:0.05 --grad-compress-warmup 2 --grad-compress-freeze-v 1)
+MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fz" > "$TMP/fz.log" 2>&1
+check $? "topk:0.05, warm-up 2, --grad-compress-freeze-v 1: 6 steps"
+python3 - "$TMP/fz/log.jsonl" <<'PY'
+import json, math, sys
+rs = [o for o in map(json.loads, open(sys.argv[1])) if o["kind"] == "train"]
+has = ["clip_norm" in o for o in rs]
+print("clip_norm logged:", has, "losses", ["%.4f" % o["loss"] for o in rs])
+sys.exit(0 if has == [False, False, True, True, True, True] and all(math.isfinite(o["loss"]) and o["loss"] < 11 for o in rs) else 1)
+PY
+check $? "--grad-compress-freeze-v: the clipping norm of the uncompressed gradients is logged on the compressed steps only; losses finite"
+MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fzr" --exit-after-steps 3 > "$TMP/fzr1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fzr" -y 1 > "$TMP/fzr2.log" 2>&1
+check $? "--grad-compress-freeze-v: 3 steps, checkpoint, resume"
+cmp -s <(steps "$TMP/fz.log" | tail -3) <(steps "$TMP/fzr2.log") && cmp -s "$TMP/fz/model_00000006.bin" "$TMP/fzr/model_00000006.bin"
+check $? "--grad-compress-freeze-v: resumed steps 4..6 (frozen variance) and the final weights are bit-identical to the straight run"
+dp_refused 2 "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup" "--grad-compress-freeze-v 1 without a warm-up" \
+    "${F[@]}" --grad-compress topk:0.01 --grad-compress-freeze-v 1
 
 if [ "$QUICK" = 1 ]; then
     echo "# TESTS_QUICK=1: the emulated GPU build and the learning check are left out"
