@@ -38,7 +38,9 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
         st.floatx_bytes = 4; st.seed = 1337; st.loss_scale = 1.0f; st.data_fingerprint = 12345;
         float buf[3][16];
         for (int k = 0; k < 3; k++) { for (int i = 0; i < 16; i++) { buf[k][i] = 0.001f * (float)(k * 16 + i); } }
-        AdamWState opt = {buf[0], buf[1], buf[2], 0, 16};
+        AdamWState opt;
+        memset(&opt, 0, sizeof(opt));
+        opt.m = buf[0]; opt.v = buf[1]; opt.master = buf[2]; opt.first = 0; opt.n = 16;
         train_state_write(seed, &st, &opt);
         exit(0);
     }
