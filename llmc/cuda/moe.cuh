@@ -17,7 +17,7 @@
 #include "common.cuh"
 
 #ifndef MOE_MAX_EXPERTS
-#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (per-thread arrays) */
+#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (the CPU kernels' per-token arrays) */
 #endif
 
 static __global__ void moe_router_forward_kernel(float* probs, float* lse, int* choice, float* gate, const floatX* x,
@@ -38,16 +38,16 @@ static __global__ void moe_router_forward_kernel(float* probs, float* lse, int* 
     for (int e = 0; e < E; e++) { p[e] = expf(p[e] - mx); sum += p[e]; }
     for (int e = 0; e < E; e++) { p[e] /= sum; }
     lse[n] = mx + logf(sum);
-    unsigned char taken[MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++) { taken[e] = 0; }
+    int* ch = choice + (size_t)n * k; /* "taken" = among ch[0..j): no per-thread array (no stack frame) */
     float chosen = 0.0f;
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
-            if (!taken[e] && (best < 0 || p[e] > p[best])) { best = e; }
+            bool taken = false;
+            for (int i = 0; i < j; i++) { taken = taken || ch[i] == e; }
+            if (!taken && (best < 0 || p[e] > p[best])) { best = e; }
         }
-        taken[best] = 1;
-        choice[(size_t)n * k + j] = best;
+        ch[j] = best;
         chosen += p[best];
     }
     for (int j = 0; j < k; j++) {
@@ -147,6 +147,16 @@ static __global__ void moe_permute_backward_kernel(floatX* dx, const floatX* dxe
     dx[i] = from_float<floatX>(acc);
 }
 
+/* d loss / d p_e of one token: the load-balancing term `lb` plus, for a chosen expert (the k choices are distinct:
+ * one term), its gate's (k = 1: dg; else (dg_j - dot) / S through the renormalisation). Computed per expert where it
+ * is needed rather than kept in a per-thread array, so the kernel has no stack frame. */
+static __device__ __forceinline__ float moe_dloss_dprob(int e, float lb, const int* ch, const float* dg, int k,
+                                                         float dot, float S) {
+    float d = lb;
+    for (int j = 0; j < k; j++) { if (ch[j] == e) { d += k == 1 ? dg[0] : (dg[j] - dot) / S; } }
+    return d;
+}
+
 /* per token: dlogits (N,E) and dx(n,:) += dlogits(n,:) @ w */
 static __global__ void moe_router_backward_token_kernel(floatX* dx, float* dlogits, const float* dgate,
                                                         const float* probs, const float* lse, const int* choice,
@@ -157,20 +167,18 @@ static __global__ void moe_router_backward_token_kernel(floatX* dx, float* dlogi
     if (n >= N) { return; }
     const float* p = probs + (size_t)n * E;
     float* dl = dlogits + (size_t)n * E;
-    float dp[MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++) { dp[e] = dloss * aux_coef * (float)E * stats[e]; }
     const int* ch = choice + (size_t)n * k;
     const float* dg = dgate + (size_t)n * k;
-    if (k == 1) {
-        dp[ch[0]] += dg[0];
-    } else {
-        float S = 0.0f, dot = 0.0f;
+    float S = 0.0f, dot = 0.0f;
+    if (k > 1) {
         for (int j = 0; j < k; j++) { S += p[ch[j]]; dot += dg[j] * gate[(size_t)n * k + j]; }
-        for (int j = 0; j < k; j++) { dp[ch[j]] += (dg[j] - dot) / S; }
     }
+    float lb = dloss * aux_coef * (float)E;
     float s = 0.0f;
-    for (int e = 0; e < E; e++) { s += p[e] * dp[e]; }
-    for (int e = 0; e < E; e++) { dl[e] = p[e] * (dp[e] - s) + dloss * z_coef * 2.0f * lse[n] * p[e]; }
+    for (int e = 0; e < E; e++) { s += p[e] * moe_dloss_dprob(e, lb * stats[e], ch, dg, k, dot, S); }
+    for (int e = 0; e < E; e++) {
+        dl[e] = p[e] * (moe_dloss_dprob(e, lb * stats[e], ch, dg, k, dot, S) - s) + dloss * z_coef * 2.0f * lse[n] * p[e];
+    }
     floatX* dxn = dx + (size_t)n * C;
     for (int c = 0; c < C; c++) {
         float acc = to_float(dxn[c]);
