@@ -160,10 +160,12 @@ static inline FILE* train_state_open(const char* path, TrainState* s) {
     if (s->world < 1 || s->world > (1 << 20) || s->rank < 0 || s->rank >= s->world || s->tp_size > s->world ||
         s->pp_size > s->world || s->world % ((long long)s->tp_size * s->pp_size) != 0 || s->B < 1 || s->T < 1 || s->grad_accum_steps < 1 ||
         s->B > (1 << 20) || s->T > (1 << 20) || s->grad_accum_steps > (1 << 20) ||
-        s->has_master < 0 || s->has_master > 1) {
+        s->has_master < 0 || s->has_master > 1 ||
+        (long long)s->B * s->T * s->grad_accum_steps > (1LL << 40)) { /* with dp <= 2^20: tokens/step < 2^60 */
         fclose(f);
         FATAL("training state file '%s' has an invalid header: rank %d of world %d (tp %d, pp %d), B=%d T=%d "
-              "accumulation %d, master %d (expected 0 <= rank < world, tp*pp dividing world, sizes 1..2^20); the "
+              "accumulation %d, master %d (expected 0 <= rank < world, tp*pp dividing world, sizes 1..2^20, B*T*accumulation "
+              "<= 2^40); the "
               "checkpoint is damaged: resume from another one", path, s->rank, s->world, s->tp_size, s->pp_size,
               s->B, s->T, s->grad_accum_steps, s->has_master);
     }

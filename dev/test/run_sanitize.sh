@@ -6,7 +6,8 @@
 #      tokenizer, data loader, resume). They run through dev/test/run_tests.sh and count as usual;
 #   2. every libFuzzer harness of dev/fuzz/ (token shard, model file, tokenizer, training state, debug-state
 #      fixture) for FUZZ_SECONDS
-#      (default 30) each, seeded with valid small files (dev/fuzz/make_seeds.py and the harnesses' own writers);
+#      (default 30) each, seeded with valid small files (dev/fuzz/make_seeds.py and the harnesses' own writers) and
+#      with the inputs earlier fuzzing found to crash (dev/fuzz/regressions/NAME/, one file per fixed bug);
 #      a crash, hang (> 10 s), leak, sanitizer report or a rejected input without exactly one "error:" line fails;
 #   3. every sanitizer report of steps 1-2 counts as a failure: ASan/UBSan/LSan write them to files
 #      (log_path), so they do not disturb the tests' checks of stderr, and they are listed here.
@@ -47,7 +48,8 @@ for h in build/asan/fuzz_*; do
     mkdir -p "$LOG/seeds/$name" "$LOG/corpus_$name" "$LOG/art_$name"
     [ -z "$(ls "$LOG/seeds/$name")" ] && LLMC_FUZZ_WRITE_SEED="$LOG/seeds/$name/seed" "$h" > /dev/null 2>&1
     "$h" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$LOG/art_$name/" "$LOG/corpus_$name" "$LOG/seeds/$name" > "$LOG/fuzz_$name.txt" 2>&1
+        -artifact_prefix="$LOG/art_$name/" "$LOG/corpus_$name" "$LOG/seeds/$name" \
+        $(ls -d "dev/fuzz/regressions/$name" 2>/dev/null) > "$LOG/fuzz_$name.txt" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOG/fuzz_$name.txt")
     art=$(ls "$LOG/art_$name")
