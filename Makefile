@@ -8,6 +8,7 @@
 #   make test-quick      host units, the CPU model test and the CLI tests (a few minutes; no nvcc, no emulator)
 #   make test-sanitize   ASan + UBSan build (build/asan/) of the CPU trainer and unit tests over the input-handling
 #                        tests, and a libFuzzer run of every file reader (dev/fuzz/; about 7 minutes; CI runs it first)
+#   make fuzz            the fuzzing of test-sanitize with a random seed for 5 minutes per file reader (exploration)
 #   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
 #   make test_gpt        CUDA model test
@@ -233,6 +234,11 @@ $(ASAN_DIR)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_common.h dev/test/fixture.h 
 test-sanitize: $(ASAN_DIR)/train_gpt_cpu $(SAN_TEST_BINS) $(FUZZ_BINS)
 	bash dev/test/run_sanitize.sh
 
+# exploration, not a gate: the same tier with a random libFuzzer seed and 5 minutes per reader (FUZZ_SECONDS=N to
+# change); a crash it finds is fixed and its input added to dev/fuzz/regressions/NAME/
+fuzz: $(ASAN_DIR)/train_gpt_cpu $(SAN_TEST_BINS) $(FUZZ_BINS)
+	FUZZ_SEED=0 FUZZ_RUNS=-1 FUZZ_SECONDS=$${FUZZ_SECONDS:-300} bash dev/test/run_sanitize.sh
+
 unit-tests: $(TEST_BINS)
 
 MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp $(BUILD)/mpi_pipe_bubble train_gpt_emu_mpi \
@@ -275,4 +281,5 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize
+.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
+        fuzz
