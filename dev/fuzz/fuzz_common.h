@@ -222,6 +222,24 @@ static inline void fuzz_end(int failed) {
         }                                               \
     } while (0)
 
+/* FUZZ_TARGET(run): the harness's LLVMFuzzerTestOneInput: writes the input to the temp file and calls
+ * run(const char* path) inside FUZZ_RUN. FUZZ_SEED_WRITER(write): its LLVMFuzzerInitialize: with
+ * LLMC_FUZZ_WRITE_SEED=FILE set, write(FILE) writes one valid input and the process exits 0 (for the readers whose
+ * seeds dev/fuzz/make_seeds.py does not write); otherwise fuzzing starts. */
+#define FUZZ_TARGET(RUN)                                                \
+    int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {      \
+        const char* fuzz_target_path = fuzz_input_path(data, size);     \
+        FUZZ_RUN(RUN(fuzz_target_path));                                \
+        return 0;                                                       \
+    }
+#define FUZZ_SEED_WRITER(WRITE)                                         \
+    int LLVMFuzzerInitialize(int* argc, char*** argv) {                 \
+        (void)argc; (void)argv;                                         \
+        const char* fuzz_seed_path = getenv("LLMC_FUZZ_WRITE_SEED");    \
+        if (fuzz_seed_path) { WRITE(fuzz_seed_path); exit(0); }         \
+        return 0;                                                       \
+    }
+
 /* the llmc code below this header calls the tracked versions */
 #define exit(code) fuzz_exit(code)
 #define malloc(n) fuzz_malloc(n)

@@ -17,30 +17,22 @@ static void run(const char* path) {
     fixture_free(&fx);
 }
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    const char* seed = getenv("LLMC_FUZZ_WRITE_SEED");
-    if (seed) {
-        int h[FILE_HEADER_INTS];
-        memset(h, 0, sizeof(h));
-        h[0] = DEBUG_STATE_MAGIC; h[1] = DEBUG_STATE_VERSION; h[2] = 1; h[3] = 2; h[4] = 2;
-        float hp[6] = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
-        memcpy(&h[5], hp, sizeof(hp));
-        int ids[4] = {1, 2, 2, 3};
-        float body[2 * 8 + 1 + 16 + 2];
-        for (int i = 0; i < (int)(sizeof(body) / sizeof(float)); i++) { body[i] = 0.01f * (float)i; }
-        FILE* f = fopen(seed, "wb");
-        if (!f || fwrite(h, sizeof(int), FILE_HEADER_INTS, f) != FILE_HEADER_INTS || fwrite(ids, sizeof(int), 4, f) != 4 ||
-            fwrite(body, sizeof(body), 1, f) != 1 || fclose(f) != 0) {
-            abort();
-        }
-        exit(0);
+/* writes a valid input to `seed` (LLMC_FUZZ_WRITE_SEED) */
+static void write_seed(const char* seed) {
+    int h[FILE_HEADER_INTS];
+    memset(h, 0, sizeof(h));
+    h[0] = DEBUG_STATE_MAGIC; h[1] = DEBUG_STATE_VERSION; h[2] = 1; h[3] = 2; h[4] = 2;
+    float hp[6] = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
+    memcpy(&h[5], hp, sizeof(hp));
+    int ids[4] = {1, 2, 2, 3};
+    float body[2 * 8 + 1 + 16 + 2];
+    for (int i = 0; i < (int)(sizeof(body) / sizeof(float)); i++) { body[i] = 0.01f * (float)i; }
+    FILE* f = fopen(seed, "wb");
+    if (!f || fwrite(h, sizeof(int), FILE_HEADER_INTS, f) != FILE_HEADER_INTS || fwrite(ids, sizeof(int), 4, f) != 4 ||
+        fwrite(body, sizeof(body), 1, f) != 1 || fclose(f) != 0) {
+        abort();
     }
-    return 0;
 }
+FUZZ_SEED_WRITER(write_seed)
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const char* path = fuzz_input_path(data, size);
-    FUZZ_RUN(run(path));
-    return 0;
-}
+FUZZ_TARGET(run)

@@ -18,26 +18,18 @@ static void run(const char* path) {
     gpt2_free(&m);
 }
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    const char* seed = getenv("LLMC_FUZZ_WRITE_SEED");
-    if (seed) {
-        GPT2Config c;
-        memset(&c, 0, sizeof(c));
-        c.max_seq_len = 4; c.vocab_size = 8; c.padded_vocab_size = 8; c.num_layers = 1; c.num_heads = 1; c.channels = 4;
-        GPT2 m;
-        memset(&m, 0, sizeof(m));
-        gpt2_allocate_weights_part(&m, &c, NULL, NULL);
-        float* host = (float*)calloc(m.num_parameters_full, sizeof(float));
-        for (size_t i = 0; i < m.num_parameters_full; i++) { host[i] = 0.01f * (float)(i % 17) - 0.08f; }
-        gpt2_write_model_file(&c, m.num_parameters_full, host, NULL, seed);
-        exit(0);
-    }
-    return 0;
+/* writes a valid input to `seed` (LLMC_FUZZ_WRITE_SEED) */
+static void write_seed(const char* seed) {
+    GPT2Config c;
+    memset(&c, 0, sizeof(c));
+    c.max_seq_len = 4; c.vocab_size = 8; c.padded_vocab_size = 8; c.num_layers = 1; c.num_heads = 1; c.channels = 4;
+    GPT2 m;
+    memset(&m, 0, sizeof(m));
+    gpt2_allocate_weights_part(&m, &c, NULL, NULL);
+    float* host = (float*)calloc(m.num_parameters_full, sizeof(float));
+    for (size_t i = 0; i < m.num_parameters_full; i++) { host[i] = 0.01f * (float)(i % 17) - 0.08f; }
+    gpt2_write_model_file(&c, m.num_parameters_full, host, NULL, seed);
 }
+FUZZ_SEED_WRITER(write_seed)
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const char* path = fuzz_input_path(data, size);
-    FUZZ_RUN(run(path));
-    return 0;
-}
+FUZZ_TARGET(run)

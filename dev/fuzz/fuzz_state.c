@@ -25,30 +25,22 @@ static void run(const char* path) {
     free(opt.m); free(opt.v); free(opt.master);
 }
 
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-    (void)argc; (void)argv;
-    const char* seed = getenv("LLMC_FUZZ_WRITE_SEED");
-    if (seed) {
-        TrainState st;
-        memset(&st, 0, sizeof(st));
-        st.step = 3; st.rank = 0; st.world = 1; st.tp_size = 1; st.pp_size = 1; st.zero_stage = 1;
-        st.B = 2; st.T = 4; st.grad_accum_steps = 1; st.num_layers = 1; st.channels = 4; st.num_heads = 1;
-        st.vocab_size = 8; st.padded_vocab_size = 8; st.max_seq_len = 4; st.has_master = 1; st.num_parameters = 16;
-        st.shard_start = 0; st.shard_size = 16; st.data_epoch = 1; st.data_position = 5; st.sample_rng = 99;
-        st.floatx_bytes = 4; st.seed = 1337; st.loss_scale = 1.0f; st.data_fingerprint = 12345;
-        float buf[3][16];
-        for (int k = 0; k < 3; k++) { for (int i = 0; i < 16; i++) { buf[k][i] = 0.001f * (float)(k * 16 + i); } }
-        AdamWState opt;
-        memset(&opt, 0, sizeof(opt));
-        opt.m = buf[0]; opt.v = buf[1]; opt.master = buf[2]; opt.first = 0; opt.n = 16;
-        train_state_write(seed, &st, &opt);
-        exit(0);
-    }
-    return 0;
+/* writes a valid input to `seed` (LLMC_FUZZ_WRITE_SEED) */
+static void write_seed(const char* seed) {
+    TrainState st;
+    memset(&st, 0, sizeof(st));
+    st.step = 3; st.rank = 0; st.world = 1; st.tp_size = 1; st.pp_size = 1; st.zero_stage = 1;
+    st.B = 2; st.T = 4; st.grad_accum_steps = 1; st.num_layers = 1; st.channels = 4; st.num_heads = 1;
+    st.vocab_size = 8; st.padded_vocab_size = 8; st.max_seq_len = 4; st.has_master = 1; st.num_parameters = 16;
+    st.shard_start = 0; st.shard_size = 16; st.data_epoch = 1; st.data_position = 5; st.sample_rng = 99;
+    st.floatx_bytes = 4; st.seed = 1337; st.loss_scale = 1.0f; st.data_fingerprint = 12345;
+    float buf[3][16];
+    for (int k = 0; k < 3; k++) { for (int i = 0; i < 16; i++) { buf[k][i] = 0.001f * (float)(k * 16 + i); } }
+    AdamWState opt;
+    memset(&opt, 0, sizeof(opt));
+    opt.m = buf[0]; opt.v = buf[1]; opt.master = buf[2]; opt.first = 0; opt.n = 16;
+    train_state_write(seed, &st, &opt);
 }
+FUZZ_SEED_WRITER(write_seed)
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const char* path = fuzz_input_path(data, size);
-    FUZZ_RUN(run(path));
-    return 0;
-}
+FUZZ_TARGET(run)

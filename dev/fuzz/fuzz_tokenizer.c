@@ -19,8 +19,4 @@ static void run(const char* path) {
     tokenizer_free(&t);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const char* path = fuzz_input_path(data, size);
-    FUZZ_RUN(run(path));
-    return 0;
-}
+FUZZ_TARGET(run)
