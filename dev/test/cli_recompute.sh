@@ -14,30 +14,22 @@
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 
-python3 - "$TMP/v512.bin" <<'EOF'
-import random, struct, sys
-from array import array
-random.seed(3)
-toks = array("H", [random.randrange(512) for _ in range(4096)])
-h = [0] * 256; h[:3] = [20240520, 1, len(toks)]
-open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + toks.tobytes())
-EOF
+dp_random_shard "$TMP/v512.bin" 512
 R=(-e L4:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 3)
 
 # the step lines without timings, and the allocated activation bytes of the ledger line (empty unless "-> equal")
-steps() { grep -E '^step' "$1" | sed -E 's/[|] [0-9.]+ ms.*//'; }
 acts_equal() { grep -E '^memory ledger .* -> equal$' "$1" | sed -E 's/.* \| ([0-9]+) -> equal$/\1/'; }
 
 $TRAIN "${R[@]}" -r 0 > "$TMP/r0.txt" 2>&1
-steps "$TMP/r0.txt" > "$TMP/r0.steps"
+dp_step_lines "$TMP/r0.txt" > "$TMP/r0.steps"
 test "$(grep -c '' "$TMP/r0.steps")" -eq 3
 check $? "-r 0 reference: 3 steps of L4:C64:NH4:V512"
 declare -A ACTS
 ACTS[r0]=$(acts_equal "$TMP/r0.txt")
 for k in 1 3 4; do
     $TRAIN "${R[@]}" -r 3 --recompute-every $k > "$TMP/k$k.txt" 2>&1
-    steps "$TMP/k$k.txt" | cmp -s - "$TMP/r0.steps"
-    check $? "-r 3 --recompute-every $k: losses and gradient norms of 3 steps bit-identical to -r 0 ($(steps "$TMP/k$k.txt" | tail -n 1 | tr -s ' '))"
+    dp_step_lines "$TMP/k$k.txt" | cmp -s - "$TMP/r0.steps"
+    check $? "-r 3 --recompute-every $k: losses and gradient norms of 3 steps bit-identical to -r 0 ($(dp_step_lines "$TMP/k$k.txt" | tail -n 1 | tr -s ' '))"
     ACTS[k$k]=$(acts_equal "$TMP/k$k.txt")
     test -n "${ACTS[k$k]}"
     check $? "-r 3 --recompute-every $k: the memory ledger equals the allocation ($(grep -o 'activations [0-9]*;' "$TMP/k$k.txt"))"
@@ -57,8 +49,8 @@ for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256" "-z 3
         MPIRUN 2 timeout 120 $TRAIN "${R[@]}" $layout -r $r --recompute-every 1 > "$TMP/${name}_$r.txt" 2>&1
         echo "rc=$?" >> "$TMP/${name}_$r.txt"
     done
-    test "$(steps "$TMP/${name}_0.txt" | grep -c '')" -eq 3 && steps "$TMP/${name}_3.txt" | cmp -s - <(steps "$TMP/${name}_0.txt")
-    check $? "2 processes $layout: -r 3 --recompute-every 1 bit-identical to -r 0 ($(steps "$TMP/${name}_3.txt" | tail -n 1 | tr -s ' '); $(grep '^rc=' "$TMP/${name}_3.txt"))"
+    test "$(dp_step_lines "$TMP/${name}_0.txt" | grep -c '')" -eq 3 && dp_step_lines "$TMP/${name}_3.txt" | cmp -s - <(dp_step_lines "$TMP/${name}_0.txt")
+    check $? "2 processes $layout: -r 3 --recompute-every 1 bit-identical to -r 0 ($(dp_step_lines "$TMP/${name}_3.txt" | tail -n 1 | tr -s ' '); $(grep '^rc=' "$TMP/${name}_3.txt"))"
     n_eq=$(grep -cE '^memory ledger .* -> equal$' "$TMP/${name}_3.txt")
     n_st=$([[ "$layout" == *--pp* ]] && echo 2 || echo 1)
     test "$n_eq" -eq "$n_st"

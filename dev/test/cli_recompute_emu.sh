@@ -9,16 +9,8 @@
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 
-python3 - "$TMP/v512.bin" <<'EOF'
-import random, struct, sys
-from array import array
-random.seed(3)
-toks = array("H", [random.randrange(512) for _ in range(4096)])
-h = [0] * 256; h[:3] = [20240520, 1, len(toks)]
-open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + toks.tobytes())
-EOF
+dp_random_shard "$TMP/v512.bin" 512
 R=(-e L4:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 2)
-steps() { grep -E '^step' "$1" | sed -E 's/[|] [0-9.]+ ms.*//'; }
 
 for run in "./train_gpt_emu_mpi 1" "./train_gpt_emu_mpi_bf16 3"; do
     set -- $run
@@ -26,9 +18,9 @@ for run in "./train_gpt_emu_mpi 1" "./train_gpt_emu_mpi_bf16 3"; do
     "$bin" "${R[@]}" -r 0 > "$TMP/${name}_r0.txt" 2>&1
     "$bin" "${R[@]}" -r 3 --recompute-every "$k" > "$TMP/${name}_k.txt" 2>&1
     rc=$?
-    test $rc -eq 0 && test "$(steps "$TMP/${name}_r0.txt" | grep -c '')" -eq 2 && \
-        steps "$TMP/${name}_k.txt" | cmp -s - <(steps "$TMP/${name}_r0.txt")
-    check $? "$name (emulated GPU build): -r 3 --recompute-every $k bit-identical to -r 0 over 2 steps (exit $rc; $(steps "$TMP/${name}_k.txt" | tail -n 1 | tr -s ' '))"
+    test $rc -eq 0 && test "$(dp_step_lines "$TMP/${name}_r0.txt" | grep -c '')" -eq 2 && \
+        dp_step_lines "$TMP/${name}_k.txt" | cmp -s - <(dp_step_lines "$TMP/${name}_r0.txt")
+    check $? "$name (emulated GPU build): -r 3 --recompute-every $k bit-identical to -r 0 over 2 steps (exit $rc; $(dp_step_lines "$TMP/${name}_k.txt" | tail -n 1 | tr -s ' '))"
     grep -qE '^memory ledger .* -> equal$' "$TMP/${name}_k.txt"
     check $? "$name -r 3 --recompute-every $k: the memory ledger equals the allocation ($(grep -o 'activations [0-9]*;' "$TMP/${name}_k.txt"))"
 done

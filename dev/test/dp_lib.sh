@@ -8,6 +8,9 @@
 #   dp_compare_logs A B KIND FIELD RTOL [STEPS]  the FIELD values of KIND records in two log.jsonl files agree:
 #                           |a - b| <= RTOL |a| + 1e-6 (one unit of the 6th decimal the log prints) at every step
 #                           (and there are STEPS of them when given)
+#   dp_random_shard FILE V [N]   writes a token shard of N (default 4096) uniformly random ids < V (Python's random,
+#                           seed 3: the same file every time), for models whose vocabulary is not GPT-2's
+#   dp_step_lines LOG       the "step ..." lines of a trainer log without their timings (for cmp between runs)
 #   dp_require_mpi          prints "not ok" and exits 1 when mpirun or an MPI build of train_gpt_cpu is missing
 #   dp_require_programs P...  prints "not ok - P missing (make P)" and exits 1 for the first program P that is not built
 #   dp_refused N "needle" "description" args...   train_gpt_cpu under mpirun -np N is refused: a non-zero exit,
@@ -48,6 +51,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib_cli.sh"
 export OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none  # containers without CMA (ptrace) permissions
+
+dp_random_shard() {
+    python3 - "$1" "$2" "${3:-4096}" <<'PYEOF'
+import random, struct, sys
+from array import array
+random.seed(3)
+toks = array("H", [random.randrange(int(sys.argv[2])) for _ in range(int(sys.argv[3]))])
+h = [0] * 256; h[:3] = [20240520, 1, len(toks)]
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + toks.tobytes())
+PYEOF
+}
+dp_step_lines() { grep -E '^step' "$1" | sed -E 's/[|] [0-9.]+ ms.*//'; }
 
 MPIRUN() {
     local n="$1"; shift
