@@ -300,19 +300,26 @@ FIXTURE = dict(L=2, C=64, NH=4, maxT=64, V=100, B=4, T=32, seed=1337, data_seed=
                lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=0.5)
 
 
-def write_fixture(outdir):
-    cfg = FIXTURE
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"])
+def fixture_model_and_batch(cfg, outdir, name, moe=None):
+    """The model of a fixture config (initialised from cfg["seed"], written to OUTDIR/NAME_model.bin) and its one batch
+    of B x (T+1) uniform token ids < V from cfg["data_seed"]: returns (model, model_path, state_path, x, y), x and y
+    (B, T) int64 (inputs and next-token targets)."""
+    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], moe)
     model.init_weights(cfg["seed"])
-    model_path = os.path.join(outdir, "gpt2_fixture_model.bin")
-    state_path = os.path.join(outdir, "gpt2_fixture_state.bin")
+    model_path = os.path.join(outdir, name + "_model.bin")
+    state_path = os.path.join(outdir, name + "_state.bin")
     write_model(model, model_path)
-
     B, T, V = cfg["B"], cfg["T"], cfg["V"]
     g = torch.Generator().manual_seed(cfg["data_seed"])
     tokens = torch.randint(0, V, (B, T + 1), generator=g)
-    x, y = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+    return model, model_path, state_path, tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+
+
+def write_fixture(outdir):
+    cfg = FIXTURE
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, "gpt2_fixture")
+    B, T, V = cfg["B"], cfg["T"], cfg["V"]
 
     logits, loss = model(x, y)
     loss.backward()
@@ -406,15 +413,8 @@ def write_moe_fixture(outdir):
     the gradients those of language + MoE loss)."""
     cfg = MOE_FIXTURE
     moe = {k: cfg[k] for k in ("E", "k", "every", "H", "cap", "aux", "z")}
-    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], moe)
-    model.init_weights(cfg["seed"])
-    model_path = os.path.join(outdir, "gpt2_moe_fixture_model.bin")
-    state_path = os.path.join(outdir, "gpt2_moe_fixture_state.bin")
-    write_model(model, model_path)
+    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, "gpt2_moe_fixture", moe)
     B, T, V = cfg["B"], cfg["T"], cfg["V"]
-    g = torch.Generator().manual_seed(cfg["data_seed"])
-    tokens = torch.randint(0, V, (B, T + 1), generator=g)
-    x, y = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
     logits, loss = model(x, y)
     (loss + model.aux_loss).backward()
     grads = flat_params(model, grads=True)
