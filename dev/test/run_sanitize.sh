@@ -5,7 +5,7 @@
 #      cli_bad_input, cli_resume, cli_reliability, cli_options (bad flags and files, damaged checkpoints,
 #      tokenizer, data loader, resume). They run through dev/test/run_tests.sh and count as usual;
 #   2. every libFuzzer harness of dev/fuzz/ (token shard, model file, tokenizer, training state, debug-state
-#      fixture) for FUZZ_RUNS inputs (default 80000, at most FUZZ_SECONDS = 60 s) from the fixed seed FUZZ_SEED,
+#      fixture) for FUZZ_RUNS inputs (default 80000: about 20 s on an idle 2-core machine; FUZZ_SECONDS = 180 caps a loaded one) from the fixed seed FUZZ_SEED,
 #      starting from valid small files (dev/fuzz/make_seeds.py and the harnesses' own writers) and
 #      with the inputs earlier fuzzing found to crash (dev/fuzz/regressions/NAME/, one file per fixed bug);
 #      a crash, hang (> 10 s), leak, sanitizer report or a rejected input without exactly one "error:" line fails;
@@ -24,7 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # explores the same inputs on every machine (a faster machine only finishes sooner; FUZZ_SECONDS caps the time on a
 # slow one). Exploration with a random seed for longer is `make fuzz` (FUZZ_SEED=0, FUZZ_SECONDS=300, FUZZ_RUNS=-1):
 # what it finds goes into dev/fuzz/regressions/ with the fix, and every later run of the gate replays it.
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-180}
 FUZZ_RUNS=${FUZZ_RUNS:-80000}
 FUZZ_SEED=${FUZZ_SEED:-1}
 LOG=$(mktemp -d /tmp/llmc_sanitize.XXXXXX)
