@@ -5,7 +5,8 @@
 #      cli_bad_input, cli_resume, cli_reliability, cli_options (bad flags and files, damaged checkpoints,
 #      tokenizer, data loader, resume). They run through dev/test/run_tests.sh and count as usual;
 #   2. every libFuzzer harness of dev/fuzz/ (token shard, model file, tokenizer, training state, debug-state
-#      fixture) for FUZZ_RUNS inputs (default 80000: about 20 s on an idle 2-core machine; FUZZ_SECONDS = 180 caps a loaded one) from the fixed seed FUZZ_SEED,
+#      fixture) for FUZZ_RUNS inputs (default 80000: about 20 s on an idle 2-core machine; FUZZ_SECONDS = 180
+#      caps a loaded one) from the fixed seed FUZZ_SEED,
 #      starting from valid small files (dev/fuzz/make_seeds.py and the harnesses' own writers) and
 #      with the inputs earlier fuzzing found to crash (dev/fuzz/regressions/NAME/, one file per fixed bug);
 #      a crash, hang (> 10 s), leak, sanitizer report or a rejected input without exactly one "error:" line fails;
