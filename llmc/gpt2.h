@@ -776,17 +776,24 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
-/* the byte offsets (offsets, each 256-byte aligned) of the activation tensors of counts in one table; returns the
- * table's bytes (fp32 tensors 4 bytes per element, the others sizeof(floatX)) */
-static inline size_t gpt2_activation_layout(const size_t counts[NUM_ACTIVATION_TENSORS],
-                                            size_t offsets[NUM_ACTIVATION_TENSORS]) {
+/* the byte offsets (offsets, each 256-byte aligned; NULL: not wanted) of the activation tensors of counts in one
+ * table whose floatX elements take xbytes bytes; returns the table's bytes (fp32 tensors 4 bytes per element, the
+ * others xbytes). The planner (llmc/ledger.h) passes the planned precision's size, the trainer sizeof(floatX). */
+static inline size_t gpt2_activation_layout_x(const size_t counts[NUM_ACTIVATION_TENSORS],
+                                              size_t offsets[NUM_ACTIVATION_TENSORS], size_t xbytes) {
     size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
+        size_t elem = activation_is_fp32(i) ? sizeof(float) : xbytes;
         if (offsets) { offsets[i] = total; }
         total += (counts[i] * elem + 255) / 256 * 256;
     }
     return total;
+}
+
+/* gpt2_activation_layout_x with this build's floatX: the layout the trainer allocates */
+static inline size_t gpt2_activation_layout(const size_t counts[NUM_ACTIVATION_TENSORS],
+                                            size_t offsets[NUM_ACTIVATION_TENSORS]) {
+    return gpt2_activation_layout_x(counts, offsets, sizeof(floatX));
 }
 
 /* makes activation slot k (0 <= k < n_slots) the one forward and backward use: acts, inputs, targets */

@@ -204,7 +204,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
             size_t entries = (size_t)gpt2_recompute_window(l->recompute, every, gpt2_stage_layers(&cs));
             counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->tp);
         }
-        size_t table = gpt2_activation_layout(counts, NULL);
+        size_t table = gpt2_activation_layout_x(counts, NULL, pb); /* the planned precision, not this build's */
         r.acts += table * (size_t)need[k];
         r.acts_slot += table;
         r.slots += need[k];
