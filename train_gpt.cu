@@ -200,8 +200,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
     SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
          "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
-         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>] (e.g. L96:C12288:NH96; "
-         "V 50257 and T 1024 unless given), or a model .bin file to start from");
+         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. "
+         "L96:C12288:NH96; V 50257 and T 1024 unless given; E and K: a mixture-of-experts model), or a model .bin file to "
+         "start from");
     SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
     SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
     SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
@@ -1124,9 +1125,12 @@ static GPT2Config model_config(const TrainConfig* cfg) {
                       cfg->moe_top_k, cfg->moe_every, cfg->moe_hidden);
         }
     } else if (mc.moe.experts > 0) { /* a shape with :E and :K (gpt2_config_from_shape): --moe-every, --moe-hidden apply */
-        if (cfg->moe_experts > 0 && cfg->moe_experts != mc.moe.experts) {
-            FATAL_ALL("flag --moe-experts %d disagrees with the shape '%s' (E=%d); give the experts once", cfg->moe_experts,
-                      cfg->model, mc.moe.experts);
+        TrainConfig def; /* a --moe-top-k other than its default must agree with the shape's K */
+        train_config_defaults(&def);
+        if ((cfg->moe_experts > 0 && cfg->moe_experts != mc.moe.experts) ||
+            (cfg->moe_top_k != def.moe_top_k && cfg->moe_top_k != mc.moe.top_k)) {
+            FATAL_ALL("flags --moe-experts %d --moe-top-k %d disagree with the shape '%s' (E=%d, K=%d); give the experts "
+                      "once", cfg->moe_experts, cfg->moe_top_k, cfg->model, mc.moe.experts, mc.moe.top_k);
         }
         mc.moe.every = cfg->moe_every;
         mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;

@@ -30,7 +30,12 @@
  * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
  * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
  * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, ZeRO-3 with optimizer
- * offload.
+ * offload, expert parallelism (ep > 1: each rank holds E/ep experts of every MoE block, the router whole; the dense
+ * tensors are sharded over dp and the rank's experts over the dp/ep ranks holding the same experts, two ZeRO groups;
+ * buffers add the all-to-all receive and send rows, 2 B T k C floatX). A mixture-of-experts layout needs tp 1,
+ * pp 1, ZeRO 0-2 and recompute 0-2 (ledger_check_layout), as the trainer.
+ * Activations are sized with pb (gpt2_activation_layout_x), the layout's element size, not the running binary's
+ * floatX: the planner in the CPU build plans bf16 GPUs.
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
  * et al. 2019 for N parameters split over tp * pp: ZeRO-0 16N, ZeRO-1 (4 + 12/dp)N, ZeRO-2 (2 + 14/dp)N, ZeRO-3 16N/dp.
  * Units: bytes (size_t). Errors: none (the caller validates the layout; ledger_check_layout says what is wrong).
@@ -121,7 +126,8 @@ static inline size_t ledger_total(const LedgerRank* r) {
 }
 
 /* One sentence in err (cap bytes) and 1 if the layout cannot be built: tp must divide NH, C and Vp, sequence
- * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); 1f1b and
+ * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); mixture of experts
+ * only with tp 1, pp 1, ZeRO 0-2, recompute 0-2; ep > 1 only for a MoE model and dividing E and dp; 1f1b and
  * interleaved need m >= pp, interleaved m a multiple of pp. 0 if it can. */
 static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t cap) {
     const GPT2Config* c = &l->cfg;

@@ -6,7 +6,9 @@
  * arithmetic only: nothing is allocated on a device and no data file is read.
  *
  * Cost model (per optimizer step, one GPU of the slowest pipeline stage; every assumption is printed):
- *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT) x tokens per step; executed FLOPs add one
+ *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT, N the active parameters: for mixture of
+ *               experts the router and k of the E experts per MoE block, gpt2_active_parameters; memory counts all
+ *               of them) x tokens per step; executed FLOPs add one
  *               forward (x 4/3) for activation checkpointing (-r 3, Megatron-LM's full-recompute convention; the
  *               trainer skips the last segment's recompute, so this is an upper bound); -r 1/2 recompute elementwise
  *               work, not counted.
@@ -28,9 +30,15 @@
  *               micro-batch's backward (2/3 of its compute): exposed max(0, t - t_backward); ZeRO-3's gathers
  *               overlap with the forward and backward they feed (prefetch); all-gathers after the update are
  *               exposed in full.
+ *     ep        mixture of experts, expert parallelism (planner only; ledger.h splits the experts and the ZeRO groups):
+ *               per MoE block and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the
+ *               B T k rows of C values a rank routes, (ep-1)/ep of them leaving it; pairwise exchange,
+ *               (ep-1)/ep x bytes / bw + (ep-1) x lat each; the ep group is ep consecutive dp ranks (on NVLink while
+ *               tp x ep fits in a node); exposed 100%; routing assumed balanced. The expert gradients reduce over the
+ *               dp/ep ranks holding the same experts (the dp formulas on that group), the rest over dp.
  *   bubble      pipe_bubble_theory (llmc/pipeline.h: (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1)); the pipeline part of
  *               the step is (m micro-batches of compute + tp) / (1 - bubble).
- *   step        pipeline part + exposed pp + exposed dp + optimizer; tokens/s = tokens per step / step; MFU = model
+ *   step        pipeline part + exposed pp + exposed dp + exposed ep + optimizer; tokens/s = tokens per step / step; MFU = model
  *               FLOPs / (step x GPUs x peak).
  *   memory      ledger_worst (llmc/ledger.h, with the CUDA kernels' attention state) against the device memory
  *               less a reserve of 10% (CUDA context, cuBLAS and NCCL workspaces, allocator fragmentation).
@@ -297,7 +305,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     { /* activations of this layout's fullest stage with every recompute level, with/without sp */
         printf("plan activations (GB per GPU, stage %d):", m->stage);
         for (int sp = 0; sp <= (l->tp > 1); sp++) {
-            for (int rc = 0; rc <= 3; rc++) {
+            for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (ledger_check_layout) */
                 LedgerLayout v = *l;
                 v.recompute = rc; v.sp = sp;
                 printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
@@ -341,10 +349,11 @@ static inline int plan_cmp(const void* a, const void* b) {
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-3 (ZeRO-2
  * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0, 2 and 3 (base's
- * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
- * with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd array sorted best first
- * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
- * recompute). tokens: tokens per step. */
+ * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1,
+ * and for a mixture-of-experts model ep (powers of two dividing E and dp; tp 1, pp 1, ZeRO 0-2, as
+ * ledger_check_layout allows); with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd
+ * array sorted best first (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp, ep) (its
+ * best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
                                       int* n) {
     int cap = 64, cnt = 0;
