@@ -60,8 +60,10 @@
  * (NVLink 3 us, InfiniBand 5 us, of the order NCCL's tests show for small messages), 10% of the device memory kept
  * free, and the GEMM efficiency: 0.5, a round value chosen against Narayanan et al. 2021's Table 1 (Megatron-LM on
  * A100, 1.7B to 1T) and held fixed for all ten rows: the predictions then fall within -18% .. +13% of the published
- * TFLOP/s per GPU (dev/test/test_planner.c; the value minimising the largest error would be about 0.51). No GPU
- * measurement of this trainer's kernels backs it yet; --gemm-eff overrides it. */
+ * TFLOP/s per GPU (dev/test/test_planner.c; the value minimising the largest error would be about 0.51). llm.c's
+ * GPT-2 runs (124M-774M on 8 A100, 1558M on 8 H100; the second published set, not used to choose the value) then
+ * fall within -18% .. +7% of their published tokens/s. No GPU measurement of this trainer's kernels backs it yet;
+ * --gemm-eff overrides it. */
 #define PLAN_NVLINK_LAT_US 3.0
 #define PLAN_NET_LAT_US 5.0
 #define PLAN_MEM_RESERVE 0.10

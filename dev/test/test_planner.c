@@ -8,6 +8,8 @@
  *   layout    the textbook's recommended 3D layouts: --plan-search's rank of each (top 3, or the numbers why not);
  *   megatron  Narayanan et al. 2021 Table 1: predicted TFLOP/s per GPU within +-20% with one GEMM efficiency;
  *   llmc      llm.c's GPT-2 124M-1558M runs on 8 A100/H100: predicted tokens/s within +-20%, the same efficiency;
+ * mixture of experts in the plan (the :E:K shape, active-parameter FLOPs, experts over ep, the all-to-all bytes and
+ * time, the two data-parallel groups, --plan-search over ep) and ZeRO-3 with tp x pp (theory rows);
  * and the ledger's own rules: ZeRO-3 shards parameters (+ a working set) and gradients as ZeRO-2, ZeRO-1/2 the optimizer state, the
  * pipeline stages hold the schedule's activation slots. Runs in well under a second.
  */
