@@ -200,8 +200,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
     SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
          "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
-         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>] (e.g. L96:C12288:NH96; "
-         "V 50257 and T 1024 unless given), or a model .bin file to start from");
+         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. "
+         "L96:C12288:NH96; V 50257 and T 1024 unless given; E and K: a mixture-of-experts model), or a model .bin file to "
+         "start from");
     SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
     SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
     SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
@@ -282,7 +283,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "load-balancing loss coefficient alpha (alpha*E*sum f_i*P_i, Switch Transformer)");
     SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
     SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
-         "expert-parallel size (only 1: expert parallelism is not implemented; experts are replicated)");
+         "expert-parallel size (training: only 1, the experts are replicated; --plan: experts split over ep ranks)");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
@@ -1076,7 +1077,8 @@ static void setup_processes(TrainSession* s) {
 
 /* the --moe-* and --ep flags against the model and the layout (one line for what is not possible) */
 static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
-    if (cfg->ep > 1) {
+    int planning = cfg->plan || cfg->plan_search; /* the planner checks its layout itself (ledger_check_layout) */
+    if (cfg->ep > 1 && !planning) {
         FATAL_ALL("flag --ep %d: expert parallelism is not implemented (experts are replicated on every data-parallel "
                   "process); use --ep 1", cfg->ep);
     }
@@ -1089,10 +1091,7 @@ static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
         FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc->moe.every,
                   mc->num_layers);
     }
-    if (cfg->plan || cfg->plan_search) {
-        FATAL_ALL("flag --moe-experts %d with --plan: the layout planner has no expert layers, all-to-all or expert "
-                  "parallelism; use --dry-run 1 for the memory ledger of a MoE model", mc->moe.experts);
-    }
+    if (planning) { return; }
     if (cfg->tp > 1 || cfg->pp > 1 || cfg->cuda_graphs) {
         FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
                   "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
@@ -1125,6 +1124,16 @@ static GPT2Config model_config(const TrainConfig* cfg) {
                       mc.moe.hidden, cfg->moe_experts ? "a mixture-of-experts model" : "a dense model", cfg->moe_experts,
                       cfg->moe_top_k, cfg->moe_every, cfg->moe_hidden);
         }
+    } else if (mc.moe.experts > 0) { /* a shape with :E and :K (gpt2_config_from_shape): --moe-every, --moe-hidden apply */
+        TrainConfig def; /* a --moe-top-k other than its default must agree with the shape's K */
+        train_config_defaults(&def);
+        if ((cfg->moe_experts > 0 && cfg->moe_experts != mc.moe.experts) ||
+            (cfg->moe_top_k != def.moe_top_k && cfg->moe_top_k != mc.moe.top_k)) {
+            FATAL_ALL("flags --moe-experts %d --moe-top-k %d disagree with the shape '%s' (E=%d, K=%d); give the experts "
+                      "once", cfg->moe_experts, cfg->moe_top_k, cfg->model, mc.moe.experts, mc.moe.top_k);
+        }
+        mc.moe.every = cfg->moe_every;
+        mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
     } else if (cfg->moe_experts > 0) {
         mc.moe.experts = cfg->moe_experts;
         mc.moe.top_k = cfg->moe_top_k;
@@ -1668,7 +1677,7 @@ static int plan_main(const TrainConfig* cfg) {
     LedgerLayout l;
     memset(&l, 0, sizeof(l));
     l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
-    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute;
+    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.ep = cfg->ep;
     OffloadSpec off;
     char off_err[1024];
     if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }

@@ -78,9 +78,9 @@ static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
  * any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's tokenizer), T (maxT, the
  * rows of wpe) 1024. Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not starting with
  * 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a malformed one:
- * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, or E/K given
- * (the planner has no expert layers, all-to-all or expert parallelism; the shape names them so that a plan can say
- * so; the trainer's experts come from --moe-experts, llmc/moe.h). */
+ * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, E without K (or K
+ * without E), E above MOE_MAX_EXPERTS or K above E. E and K make a mixture-of-experts model (llmc/moe.h): E experts
+ * of hidden width 4C in every block, top-K routing; the trainer applies --moe-every and --moe-hidden to it. */
 static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
     if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
     static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K"}; /* NH before single letters */
@@ -95,7 +95,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         }
         if (k < 0) {
             snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:NH<heads>"
-                     "[:V<vocab>][:T<context>], e.g. L96:C12288:NH96", name, p);
+                     "[:V<vocab>][:T<context>][:E<experts>:K<top-k>], e.g. L96:C12288:NH96", name, p);
             return -1;
         }
         char* end;
@@ -117,10 +117,9 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         snprintf(err, cap, "flag -e (--model) '%s': C=%ld is not divisible by NH=%ld heads", name, val[2], val[0]);
         return -1;
     }
-    if (seen[5] || seen[6]) {
-        snprintf(err, cap, "flag -e (--model) '%s': mixture-of-experts shapes (E, K) are not implemented: the planner "
-                 "has no expert layers, all-to-all or expert parallelism; drop :E and :K (the trainer takes experts "
-                 "from --moe-experts and --moe-top-k)", name);
+    if (seen[5] != seen[6] || (seen[5] && (val[5] > MOE_MAX_EXPERTS || val[6] > val[5]))) {
+        snprintf(err, cap, "flag -e (--model) '%s': a mixture-of-experts shape needs both E<experts> (at most %d) and "
+                 "K<top-k> (at most E), e.g. L24:C1024:NH16:E8:K2", name, MOE_MAX_EXPERTS);
         return -1;
     }
     cfg->num_layers = (int)val[1];
@@ -130,6 +129,12 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
     cfg->padded_vocab_size = round_up_int((int)val[3], 128);
     cfg->max_seq_len = (int)val[4];
     memset(&cfg->moe, 0, sizeof(cfg->moe));
+    if (seen[5]) { /* experts in every block, each a 4C-wide MLP (--moe-every and --moe-hidden may change these) */
+        cfg->moe.experts = (int)val[5];
+        cfg->moe.top_k = (int)val[6];
+        cfg->moe.every = 1;
+        cfg->moe.hidden = 4 * cfg->channels;
+    }
     return 1;
 }
 
@@ -776,17 +781,24 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
     free(host);
 }
 
-/* the byte offsets (offsets, each 256-byte aligned) of the activation tensors of counts in one table; returns the
- * table's bytes (fp32 tensors 4 bytes per element, the others sizeof(floatX)) */
-static inline size_t gpt2_activation_layout(const size_t counts[NUM_ACTIVATION_TENSORS],
-                                            size_t offsets[NUM_ACTIVATION_TENSORS]) {
+/* the byte offsets (offsets, each 256-byte aligned; NULL: not wanted) of the activation tensors of counts in one
+ * table whose floatX elements take xbytes bytes; returns the table's bytes (fp32 tensors 4 bytes per element, the
+ * others xbytes). The planner (llmc/ledger.h) passes the planned precision's size, the trainer sizeof(floatX). */
+static inline size_t gpt2_activation_layout_x(const size_t counts[NUM_ACTIVATION_TENSORS],
+                                              size_t offsets[NUM_ACTIVATION_TENSORS], size_t xbytes) {
     size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        size_t elem = activation_is_fp32(i) ? sizeof(float) : sizeof(floatX);
+        size_t elem = activation_is_fp32(i) ? sizeof(float) : xbytes;
         if (offsets) { offsets[i] = total; }
         total += (counts[i] * elem + 255) / 256 * 256;
     }
     return total;
+}
+
+/* gpt2_activation_layout_x with this build's floatX: the layout the trainer allocates */
+static inline size_t gpt2_activation_layout(const size_t counts[NUM_ACTIVATION_TENSORS],
+                                            size_t offsets[NUM_ACTIVATION_TENSORS]) {
+    return gpt2_activation_layout_x(counts, offsets, sizeof(floatX));
 }
 
 /* makes activation slot k (0 <= k < n_slots) the one forward and backward use: acts, inputs, targets */

@@ -30,7 +30,12 @@
  * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
  * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
  * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, ZeRO-3 with optimizer
- * offload.
+ * offload, expert parallelism (ep > 1: each rank holds E/ep experts of every MoE block, the router whole; the dense
+ * tensors are sharded over dp and the rank's experts over the dp/ep ranks holding the same experts, two ZeRO groups;
+ * buffers add the all-to-all receive and send rows, 2 B T k C floatX). A mixture-of-experts layout needs tp 1,
+ * pp 1, ZeRO 0-2 and recompute 0-2 (ledger_check_layout), as the trainer.
+ * Activations are sized with pb (gpt2_activation_layout_x), the layout's element size, not the running binary's
+ * floatX: the planner in the CPU build plans bf16 GPUs.
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
  * et al. 2019 for N parameters split over tp * pp: ZeRO-0 16N, ZeRO-1 (4 + 12/dp)N, ZeRO-2 (2 + 14/dp)N, ZeRO-3 16N/dp.
  * Units: bytes (size_t). Errors: none (the caller validates the layout; ledger_check_layout says what is wrong).
@@ -59,12 +64,21 @@ typedef struct {
     int offload;              /* optimizer offload: 0 none, 1 host memory (cpu), 2 NVMe files (LEDGER_OFFLOAD_*) */
     int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
                                * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
+    int ep;                   /* expert parallelism (mixture of experts): the E experts of every MoE block split over
+                               * ep ranks of each data-parallel group (0 is read as 1). Planner-side model: the
+                               * trainer's ledger passes 0 */
 } LedgerLayout;
+
+/* ep of a layout (0 read as 1) */
+static inline int ledger_ep(const LedgerLayout* l) { return l->ep > 1 ? l->ep : 1; }
 
 /* the bytes of one process (pipeline stage `stage`) */
 typedef struct {
     int stage;
-    size_t P, S;              /* this rank's parameters, shard ceil(P/dp) */
+    size_t P, S;              /* this rank's parameters, shard ceil(P/dp) (ep > 1: the sums of the two groups below) */
+    size_t P_exp, S_exp;      /* ep > 1: this rank's expert elements (its E/ep experts of every MoE block) and their
+                               * shard ceil(P_exp / (dp/ep)) over the ranks holding the same experts; 0 otherwise */
+    size_t a2a;               /* ep > 1: the all-to-all send and receive buffers (bytes) */
     size_t params, grads, master, moments, acts, acts_slot, buffers;
     int slots;                /* activation tables held (all chunks) */
     size_t host;              /* host bytes of the offloaded optimizer state (fp32 weights, m, v) */
@@ -112,7 +126,8 @@ static inline size_t ledger_total(const LedgerRank* r) {
 }
 
 /* One sentence in err (cap bytes) and 1 if the layout cannot be built: tp must divide NH, C and Vp, sequence
- * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); 1f1b and
+ * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); mixture of experts
+ * only with tp 1, pp 1, ZeRO 0-2, recompute 0-2; ep > 1 only for a MoE model and dividing E and dp; 1f1b and
  * interleaved need m >= pp, interleaved m a multiple of pp. 0 if it can. */
 static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t cap) {
     const GPT2Config* c = &l->cfg;
@@ -125,6 +140,17 @@ static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t c
     if (l->pp * l->v > c->num_layers) { snprintf(err, cap, "pp %d x v %d exceeds L=%d layers", l->pp, l->v, c->num_layers); return 1; }
     if (l->v > 1 && (l->sched != PIPE_INTERLEAVED || c->num_layers % (l->pp * l->v))) {
         snprintf(err, cap, "v %d > 1 needs the interleaved schedule and L divisible by pp x v", l->v);
+        return 1;
+    }
+    int ep = ledger_ep(l);
+    if (c->moe.experts > 0 && (l->tp > 1 || l->pp > 1 || l->zero == 3 || l->recompute == 3)) {
+        snprintf(err, cap, "MoE needs tp 1, pp 1, ZeRO 0-2, recompute 0-2 (whole-model expert tensors, as the "
+                 "trainer); got tp %d, pp %d, ZeRO-%d, r %d", l->tp, l->pp, l->zero, l->recompute);
+        return 1;
+    }
+    if (ep > 1 && (c->moe.experts == 0 || c->moe.experts % ep || l->dp % ep)) {
+        snprintf(err, cap, "ep %d needs a MoE model whose E=%d experts and dp %d it divides", ep,
+                 c->moe.experts, l->dp);
         return 1;
     }
     if (l->pp > 1 && l->sched != PIPE_GPIPE && l->m < l->pp) { snprintf(err, cap, "m %d < pp %d", l->m, l->pp); return 1; }
@@ -169,13 +195,29 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     GPT2Stage st = pipeline_stage_of(c, l->pp, l->v, l->pp_layers, s);
     size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
     gpt2_parameter_sizes_part(sizes, c, l->tp, &st);
+    size_t ep = (size_t)ledger_ep(l);
+    if (ep > 1) { /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
+        sizes[P_EFCW] /= ep; sizes[P_EFCB] /= ep; sizes[P_EFCPROJW] /= ep; sizes[P_EFCPROJB] /= ep;
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
         if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
     }
     size_t pb = (size_t)l->pb, dp = (size_t)l->dp;
     r.S = (r.P + dp - 1) / dp;
-    size_t Ppad = r.S * dp, range = l->zero >= 1 ? r.S : r.P;
+    size_t Ppad = r.S * dp;
+    if (ep > 1) { /* two ZeRO groups: the dense tensors sharded over dp, the local experts over the dp/ep ranks that
+                   * hold the same experts */
+        size_t edp = dp / ep;
+        r.P_exp = sizes[P_EFCW] + sizes[P_EFCB] + sizes[P_EFCPROJW] + sizes[P_EFCPROJB];
+        size_t dense = r.P - r.P_exp, Sd = (dense + dp - 1) / dp;
+        r.S_exp = (r.P_exp + edp - 1) / edp;
+        r.S = Sd + r.S_exp;
+        Ppad = Sd * dp + r.S_exp * edp;
+        size_t R = (size_t)l->B * (size_t)l->T * (size_t)c->moe.top_k; /* rows a rank sends (and, balanced, receives) */
+        r.a2a = 2 * R * (size_t)c->channels * pb; /* receive of the dispatch, send of the combine */
+    }
+    size_t range = l->zero >= 1 ? r.S : r.P;
     size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
     if (l->zero <= 1) { r.params = Ppad * pb; r.grads = Ppad * pb; }
     else if (l->zero == 2) { r.params = Ppad * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
@@ -204,12 +246,13 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
             size_t entries = (size_t)gpt2_recompute_window(l->recompute, every, gpt2_stage_layers(&cs));
             counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->tp);
         }
-        size_t table = gpt2_activation_layout(counts, NULL);
+        size_t table = gpt2_activation_layout_x(counts, NULL, pb); /* the planned precision, not this build's */
         r.acts += table * (size_t)need[k];
         r.acts_slot += table;
         r.slots += need[k];
         r.buffers += 2 * BT * sizeof(int) * (size_t)need[k];
     }
+    r.buffers += r.a2a;
     if (l->pp > 1) {
         r.buffers += (size_t)l->m * 2 * BT * sizeof(int);
         if (st.has_embedding || st.has_head) { r.buffers += sizes[P_WTE] * pb; }

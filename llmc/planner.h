@@ -6,7 +6,9 @@
  * arithmetic only: nothing is allocated on a device and no data file is read.
  *
  * Cost model (per optimizer step, one GPU of the slowest pipeline stage; every assumption is printed):
- *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT) x tokens per step; executed FLOPs add one
+ *   FLOPs       model FLOPs = gpt_flops_per_token (llmc/mfu.h: 6N + 6LCT, N the active parameters: for mixture of
+ *               experts the router and k of the E experts per MoE block, gpt2_active_parameters; memory counts all
+ *               of them) x tokens per step; executed FLOPs add one
  *               forward (x 4/3) for activation checkpointing (-r 3, Megatron-LM's full-recompute convention; the
  *               trainer skips the last segment's recompute, so this is an upper bound); -r 1/2 recompute elementwise
  *               work, not counted.
@@ -28,9 +30,15 @@
  *               micro-batch's backward (2/3 of its compute): exposed max(0, t - t_backward); ZeRO-3's gathers
  *               overlap with the forward and backward they feed (prefetch); all-gathers after the update are
  *               exposed in full.
+ *     ep        mixture of experts, expert parallelism (planner only; ledger.h splits the experts and the ZeRO groups):
+ *               per MoE block and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the
+ *               B T k rows of C values a rank routes, (ep-1)/ep of them leaving it; pairwise exchange,
+ *               (ep-1)/ep x bytes / bw + (ep-1) x lat each; the ep group is ep consecutive dp ranks (on NVLink while
+ *               tp x ep fits in a node); exposed 100%; routing assumed balanced. The expert gradients reduce over the
+ *               dp/ep ranks holding the same experts (the dp formulas on that group), the rest over dp.
  *   bubble      pipe_bubble_theory (llmc/pipeline.h: (p-1)/(m+p-1), interleaved (p-1)/(vm+p-1)); the pipeline part of
  *               the step is (m micro-batches of compute + tp) / (1 - bubble).
- *   step        pipeline part + exposed pp + exposed dp + optimizer; tokens/s = tokens per step / step; MFU = model
+ *   step        pipeline part + exposed pp + exposed dp + exposed ep + optimizer; tokens/s = tokens per step / step; MFU = model
  *               FLOPs / (step x GPUs x peak).
  *   memory      ledger_worst (llmc/ledger.h, with the CUDA kernels' attention state) against the device memory
  *               less a reserve of 10% (CUDA context, cuBLAS and NCCL workspaces, allocator fragmentation).
@@ -52,8 +60,10 @@
  * (NVLink 3 us, InfiniBand 5 us, of the order NCCL's tests show for small messages), 10% of the device memory kept
  * free, and the GEMM efficiency: 0.5, a round value chosen against Narayanan et al. 2021's Table 1 (Megatron-LM on
  * A100, 1.7B to 1T) and held fixed for all ten rows: the predictions then fall within -18% .. +13% of the published
- * TFLOP/s per GPU (dev/test/test_planner.c; the value minimising the largest error would be about 0.51). No GPU
- * measurement of this trainer's kernels backs it yet; --gemm-eff overrides it. */
+ * TFLOP/s per GPU (dev/test/test_planner.c; the value minimising the largest error would be about 0.51). llm.c's
+ * GPT-2 runs (124M-774M on 8 A100, 1558M on 8 H100; the second published set, not used to choose the value) then
+ * fall within -18% .. +7% of their published tokens/s. No GPU measurement of this trainer's kernels backs it yet;
+ * --gemm-eff overrides it. */
 #define PLAN_NVLINK_LAT_US 3.0
 #define PLAN_NET_LAT_US 5.0
 #define PLAN_MEM_RESERVE 0.10
@@ -128,6 +138,29 @@ static inline double plan_allreduce(double bytes, int n, double bw, double lat) 
 }
 /* reduce-scatter or all-gather (ring) */
 static inline double plan_ring_half(double bytes, int n, double bw, double lat) { return 0.5 * plan_ring_allreduce(bytes, n, bw, lat); }
+/* all-to-all among n ranks (pairwise exchange, expert parallelism's dispatch and combine): each rank sends
+ * (n-1)/n of its `bytes` buffer, one message to every other rank: (n-1)/n x bytes / bw + (n-1) x lat */
+static inline double plan_all_to_all(double bytes, int n, double bw, double lat) {
+    return n <= 1 ? 0.0 : (n - 1.0) / n * bytes / (bw * 1e9) + (n - 1.0) * lat * 1e-6;
+}
+
+/* one data-parallel group's collectives per optimizer step (see the header comment, dp): exposed seconds in *t and
+ * bytes sent per rank in *bytes, for n ranks over a link of bw GB/s and lat us; padded: the padded n x S buffer's
+ * bytes (the reductions' and all-gathers' time), real: the real P values' bytes (what the trainer's reductions send);
+ * t_fwd, t_bwd: one micro-batch's forward and backward (the overlap windows) */
+static inline void plan_dp_group(int zero, int m, int n, double padded, double real, double bw, double lat,
+                                 double t_fwd, double t_bwd, double* t, double* bytes) {
+    double t_reduce = zero == 0 ? plan_allreduce(padded, n, bw, lat) : plan_ring_half(padded, n, bw, lat);
+    double t_gather = zero >= 1 ? plan_ring_half(padded, n, bw, lat) : 0.0;
+    double reduces = zero >= 2 ? m : 1;
+    *t = reduces * fmax(0.0, t_reduce - t_bwd) + (zero == 3 ? 0.0 : t_gather);
+    if (zero == 3) { *t += m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
+    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded n x S; ZeRO-3
+     * gathers the real [0, P) layer by layer in every forward and backward, and nothing after the update */
+    double ring = n > 1 ? (n - 1.0) / n : 0.0;
+    *bytes = zero == 0 ? 2.0 * ring * real : zero == 3 ? (reduces + 2.0 * m) * ring * real
+                                                        : reduces * ring * real + ring * padded;
+}
 
 /* Megatron-LM's FLOPs of one iteration with full activation recompute (Narayanan et al. 2021, section 5.1):
  * 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); the convention of their Table 1's TFLOP/s per GPU */
@@ -141,7 +174,10 @@ typedef struct {
     double mem_bytes, mem_avail;
     int fits;
     double model_flops, exec_flops, tokens;
-    double t_compute, t_tp, t_pp, t_dp, t_opt, bubble, t_step, tok_s, mfu;
+    double t_compute, t_tp, t_pp, t_dp, t_ep, t_opt, bubble, t_step, tok_s, mfu;
+    double active_params;     /* parameters one token uses (mixture of experts: k of E experts; dense: all) */
+    double b_ep;              /* expert parallelism: all-to-all bytes sent per step per GPU */
+    int ep_net;               /* 1 = the ep group spans nodes */
     double b_tp, b_pp, b_dp;  /* bytes per step per GPU sent by each kind (ring volume; dp: the reductions of the
                                * real P values and the all-gather of the padded dp x S, as the trainer's ring sends, plus its loss and gradient-norm exchange: one
                                * fp64 ring all-reduce of 1 value for ZeRO-0, dp + 2 for the sharded stages (llmc/zero.h);
@@ -164,7 +200,8 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     r.fits = r.mem_bytes <= r.mem_avail;
     int G = l->tp * l->pp * l->dp, gpn = cl->gpus_per_node;
     r.tokens = (double)l->B * l->T * l->m * l->dp;
-    r.model_flops = gpt_flops_per_token(ledger_model_parameters(c), c->num_layers, c->channels, l->T) * r.tokens;
+    r.active_params = (double)gpt2_active_parameters(c, ledger_model_parameters(c)); /* MoE: 6 N_active */
+    r.model_flops = gpt_flops_per_token((size_t)r.active_params, c->num_layers, c->channels, l->T) * r.tokens;
     r.exec_flops = r.model_flops * (l->recompute == 3 ? 4.0 / 3.0 : 1.0);
     double rate = cl->peak_tflops * 1e12 * cl->gemm_eff;
     double t_micro = r.exec_flops / G / rate / l->m;  /* one micro-batch on one GPU */
@@ -189,36 +226,46 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     /* dp */
     r.dp_net = l->tp * l->dp > gpn;
     double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double P = (double)r.mem.S * l->dp * pb, t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
-    double t_reduce = l->zero == 0 ? plan_allreduce(P, l->dp, dbw, dlat) : plan_ring_half(P, l->dp, dbw, dlat);
-    double t_gather = l->zero >= 1 ? plan_ring_half(P, l->dp, dbw, dlat) : 0.0;
-    double reduces = l->zero >= 2 ? l->m : 1;
-    r.t_dp = reduces * fmax(0.0, t_reduce - t_bwd) + (l->zero == 3 ? 0.0 : t_gather);
-    if (l->zero == 3) { r.t_dp += l->m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
-    /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded dp x S; ZeRO-3
-     * gathers the real [0, P) layer by layer in every forward and backward, and nothing after the update */
-    double ring = (l->dp - 1.0) / l->dp, P_real = (double)r.mem.P * pb;
-    double grad_bytes = l->zero == 0 ? 2.0 * ring * P_real
-                        : l->zero == 3 ? (reduces + 2.0 * l->m) * ring * P_real
-                                       : reduces * ring * P_real + ring * P;
-    r.b_dp = l->dp > 1 ? grad_bytes + 2.0 * ring * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
+    double t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
+    int ep = ledger_ep(l), edp = l->dp / ep;
+    double Sd = (double)(r.mem.S - r.mem.S_exp), Pd = (double)(r.mem.P - r.mem.P_exp); /* dense group (all: ep 1) */
+    double t_dense, b_dense, t_exp = 0.0, b_exp = 0.0;
+    plan_dp_group(l->zero, l->m, l->dp, Sd * l->dp * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense, &b_dense);
+    if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
+        plan_dp_group(l->zero, l->m, edp, (double)r.mem.S_exp * edp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
+                      t_bwd, &t_exp, &b_exp);
+    }
+    r.t_dp = t_dense + t_exp;
+    r.b_dp = l->dp > 1 ? b_dense + b_exp + 2.0 * ((l->dp - 1.0) / l->dp) * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
+    /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
+     * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
+     * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
+    if (ep > 1) {
+        r.ep_net = l->tp * ep > gpn;
+        double ebw = r.ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r.ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
+        double rows = (double)l->B * l->T * c->moe.top_k * c->channels * pb;
+        double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
+        r.t_ep = 4.0 * Lm * l->m * plan_all_to_all(rows, ep, ebw, elat);
+        r.b_ep = 4.0 * Lm * l->m * (ep - 1.0) / ep * rows;
+    }
     /* optimizer: the owned range at HBM bandwidth */
     double range = l->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
     r.t_opt = l->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
     double pipe = (r.t_compute + r.t_tp) / (1.0 - r.bubble);
-    r.t_step = pipe + r.t_pp + r.t_dp + r.t_opt;
+    r.t_step = pipe + r.t_pp + r.t_dp + r.t_ep + r.t_opt;
     r.tok_s = r.tokens / r.t_step;
     r.mfu = r.model_flops / (r.t_step * G * cl->peak_tflops * 1e12);
-    double over[4] = {pipe - r.t_compute - r.t_tp, r.t_tp, r.t_dp + r.t_pp, r.t_opt};
-    const char* names[4] = {"bubble-bound", "tp-comm-bound", "network-bound", "optimizer-bound"};
+    double over[5] = {pipe - r.t_compute - r.t_tp, r.t_tp, r.t_dp + r.t_pp, r.t_opt, r.t_ep};
+    const char* names[5] = {"bubble-bound", "tp-comm-bound", "network-bound", "optimizer-bound", "all-to-all-bound"};
     int worst = 0;
-    for (int i = 1; i < 4; i++) { if (over[i] > over[worst]) { worst = i; } }
+    for (int i = 1; i < 5; i++) { if (over[i] > over[worst]) { worst = i; } }
     r.limit = !r.fits ? "memory-bound (does not fit)" : over[worst] > 0.1 * r.t_step ? names[worst] : "compute-bound";
     return r;
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
     if (l->zero == 3 && (l->tp > 1 || l->pp > 1 || l->offload)) { return " [theory: not implemented by the trainer]"; }
+    if (ledger_ep(l) > 1) { return " [theory: expert parallelism, the trainer replicates the experts]"; }
     return "";
 }
 
@@ -238,6 +285,16 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->tp, l->sp ? " (sp)" : "",
            l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, every,
            l->offload ? ", optimizer offload" : "", plan_theory_note(l));
+    if (l->cfg.moe.experts > 0) { /* mixture of experts: FLOPs from the active parameters, memory from all of them */
+        const MoEConfig* e = &l->cfg.moe;
+        printf("plan experts: E=%d top-%d every %d blocks (%d MoE blocks), hidden %d; %.0f active of %zu parameters "
+               "(FLOPs 6 N_active + 6LCT); ep %d: %d experts per GPU, expert shard over %d ranks; all-to-all %.3f GB "
+               "per step per GPU over %s (exposed %.3f s; 4 per MoE block and micro-batch), buffers %.3f GB%s\n",
+               e->experts, e->top_k, e->every, moe_num_layers(e, l->cfg.num_layers), e->hidden, r->active_params,
+               ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), l->dp / ledger_ep(l),
+               r->b_ep / GB, r->ep_net ? "network" : "NVLink", r->t_ep, m->a2a / GB,
+               ledger_ep(l) > 1 ? " [ep: planner only, the trainer replicates the experts]" : "");
+    }
     printf("plan memory (GB per GPU, pipeline stage %d): parameters %.3f | gradients %.3f | master %.3f | AdamW m+v %.3f "
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
@@ -250,7 +307,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     { /* activations of this layout's fullest stage with every recompute level, with/without sp */
         printf("plan activations (GB per GPU, stage %d):", m->stage);
         for (int sp = 0; sp <= (l->tp > 1); sp++) {
-            for (int rc = 0; rc <= 3; rc++) {
+            for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (ledger_check_layout) */
                 LedgerLayout v = *l;
                 v.recompute = rc; v.sp = sp;
                 printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
@@ -294,10 +351,11 @@ static inline int plan_cmp(const void* a, const void* b) {
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-3 (ZeRO-2
  * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0, 2 and 3 (base's
- * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1;
- * with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd array sorted best first
- * (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp) (its best ZeRO stage and
- * recompute). tokens: tokens per step. */
+ * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1,
+ * and for a mixture-of-experts model ep (powers of two dividing E and dp; tp 1, pp 1, ZeRO 0-2, as
+ * ledger_check_layout allows); with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd
+ * array sorted best first (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp, ep) (its
+ * best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
                                       int* n) {
     int cap = 64, cnt = 0;
@@ -310,6 +368,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
             long long per = (long long)base->B * base->T * dp;
             if (tokens % per) { continue; }
             int m = (int)(tokens / per);
+            for (int ep = 1; ep <= (c->moe.experts > 0 ? dp : 1); ep *= 2) { /* MoE: ep dividing dp and E */
             for (int z = 0; z <= 3; z++) {
                 if (z == 2 && pp > 1) { continue; }
                 if (z == 3 && (tp > 1 || pp > 1) && !theory) { continue; }
@@ -318,21 +377,24 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
                     if (rc == 1 || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
                     l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
-                    l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0;
-                    char err[160];
+                    l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0; l.ep = ep;
+                    char err[320];
                     if (ledger_check_layout(&l, err, sizeof(err))) { continue; }
                     if (cnt == cap) { cap *= 2; out = (PlanResult*)realloc(out, (size_t)cap * sizeof(PlanResult)); }
                     if (!out) { FATAL("out of host memory in the plan search"); }
                     out[cnt++] = plan_evaluate(&l, cl);
                 }
             }
+            }
         }
     }
     qsort(out, (size_t)cnt, sizeof(PlanResult), plan_cmp);
-    int kept = 0; /* one row per (tp, pp, dp): its best ZeRO stage and recompute */
+    int kept = 0; /* one row per (tp, pp, dp, ep): its best ZeRO stage and recompute */
     for (int i = 0; i < cnt; i++) {
         int dup = 0;
-        for (int j = 0; j < kept && !dup; j++) { dup = out[j].lay.tp == out[i].lay.tp && out[j].lay.pp == out[i].lay.pp; }
+        for (int j = 0; j < kept && !dup; j++) {
+            dup = out[j].lay.tp == out[i].lay.tp && out[j].lay.pp == out[i].lay.pp && out[j].lay.ep == out[i].lay.ep;
+        }
         if (!dup) { out[kept++] = out[i]; }
     }
     *n = kept;
@@ -341,13 +403,13 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
 
 /* prints the top `top` of a search, one line each, with why it ranks where it does */
 static inline void plan_print_search(const PlanResult* r, int n, int top) {
-    printf("plan search: %d (tp, pp, dp) layouts; top %d by predicted tokens/s (fitting first)\n", n, n < top ? n : top);
-    printf("rank |  tp |  pp |   dp | ZeRO | r | v |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
+    printf("plan search: %d (tp, pp, dp, ep) layouts; top %d by predicted tokens/s (fitting first)\n", n, n < top ? n : top);
+    printf("rank |  tp |  pp |   dp |  ep | ZeRO | r | v |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
     for (int i = 0; i < n && i < top; i++) {
         const LedgerLayout* l = &r[i].lay;
-        printf("%4d | %3d | %3d | %4d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n", i + 1,
-               l->tp, l->pp, l->dp, l->zero, l->recompute, l->v, l->m, r[i].mem_bytes / 1e9, r[i].t_step, r[i].tok_s,
-               100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
+        printf("%4d | %3d | %3d | %4d | %3d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n",
+               i + 1, l->tp, l->pp, l->dp, ledger_ep(l), l->zero, l->recompute, l->v, l->m, r[i].mem_bytes / 1e9,
+               r[i].t_step, r[i].tok_s, 100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
     }
 }
 

@@ -3,7 +3,8 @@
 # (llmc/ledger.h) through the trainer's CLI:
 #   - --plan prints its table for the 175B example of the README without reading data (missing -i/-j files) in
 #     well under a second; --plan-search prints 10 ranked layouts; bad planner flags are refused with one line;
-#   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes and MoE (E, K) are refused;
+#   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes are refused; a mixture-of-experts
+#     shape (:E8:K2) plans with --ep (all-to-all, the experts per GPU), --plan-search ranks ep, and it trains (ep 1);
 #     --offload 1 (the planner's flag) is refused without --plan; -r 3 (activation checkpointing) is no theory row;
 #   - against this trainer, for every layout below (the ones the multi-process tests run, on d2/d8 under mpirun
 #     --dry-run 1): each pipeline stage's 'memory ledger' line says the ledger's bytes equal what the session
@@ -37,7 +38,22 @@ $TRAIN -e L2:C64:NH2 -b 2 -t 32 -x 2 -j '' -g 0 > "$TMP/shape.txt" 2>&1 && grep 
 check $? "-e L2:C64:NH2 trains as a model descriptor (L=2 C=64 NH=2, maxT 1024, V 50257)"
 expect_error "C=65 is not divisible by NH=2" "-e with C not divisible by NH" -- $TRAIN -e L2:C65:NH2 -x 1
 expect_error "unknown field at 'X3'" "-e with an unknown field" -- $TRAIN -e L2:C64:NH2:X3 -x 1
-expect_error "mixture-of-experts shapes (E, K) are not implemented" "-e with experts" -- $TRAIN -e L2:C64:NH2:E8:K2 --plan 1
+expect_error "needs both E<experts> (at most 256) and K<top-k>" "-e with experts but no top-k" -- $TRAIN -e L2:C64:NH2:E8 --plan 1
+expect_error "ep 3 needs a MoE model whose E=8 experts and dp 8 it divides" "--plan --ep 3 with 8 experts" -- \
+    $TRAIN --plan 1 --gpus 8 -e L2:C64:NH2:E8:K2 -b 2 -t 32 -d 512 --ep 3
+expect_error "disagree with the shape 'L2:C64:NH2:E4:K2' (E=4, K=2)" "a shape's experts and a disagreeing --moe-top-k" -- \
+    $TRAIN "${FAST[@]}" -e L2:C64:NH2:E4:K2 --moe-top-k 1 -x 1
+expect_error "expert parallelism is not implemented" "--ep 2 without --plan (training)" -- $TRAIN "${FAST[@]}" -x 1 --ep 2
+# mixture of experts: a shape with :E:K plans (active-parameter FLOPs, experts over --ep, all-to-all) and trains
+$TRAIN --plan 1 --gpus 64 --device h100 -e L24:C2048:NH16:E8:K2 -t 2048 -b 2 -d 1048576 -z 1 --ep 8 > "$TMP/plan_moe.txt" 2>&1
+grep -q '^plan experts: E=8 top-2 every 1 blocks (24 MoE blocks), hidden 8192; [0-9]* active of [0-9]* parameters .*ep 8: 1 experts per GPU.*all-to-all [0-9.]* GB per step per GPU over NVLink' "$TMP/plan_moe.txt"
+check $? "--plan of an 8-expert top-2 shape with --ep 8: $(grep -o 'all-to-all [0-9.]* GB per step per GPU over NVLink (exposed [0-9.]* s' "$TMP/plan_moe.txt"))"
+$TRAIN --plan-search 1 --gpus 64 --device h100 -e L24:C2048:NH16:E8:K2 -t 2048 -b 2 -d 1048576 > "$TMP/search_moe.txt" 2>&1
+test "$(grep -cE '^ +[0-9]+ \| +1 \| +1 \| +64 \| +(1|2|4|8) \|' "$TMP/search_moe.txt")" -eq 4
+check $? "--plan-search of the MoE shape ranks ep 1, 2, 4 and 8 ($(grep -E '^ +1 \|' "$TMP/search_moe.txt" | cut -d'|' -f1-5 | tr -s ' '))"
+$TRAIN -e L2:C64:NH2:E4:K2 -b 2 -t 32 -x 2 -j '' -g 0 > "$TMP/shape_moe.txt" 2>&1 && grep -q '^step     2/2' "$TMP/shape_moe.txt" && \
+    grep -q '^mixture of experts: E=4 experts, top-2, in 2 of 2 blocks' "$TMP/shape_moe.txt"
+check $? "-e L2:C64:NH2:E4:K2 trains a 4-expert top-2 model (as --moe-experts 4 --moe-top-k 2)"
 expect_error "--offload 1 is a planner flag" "--offload 1 without --plan" -- $TRAIN "${FAST[@]}" --offload 1 -x 1
 $TRAIN --plan 1 --plan-precision fp32 --gpus 1 -b 2 -t 32 -e d8 -r 3 --recompute-every 3 > "$TMP/plan_r3.txt" 2>&1
 grep -q '^plan: layout .* recompute 3 (checkpoints every 3 layers)$' "$TMP/plan_r3.txt" && grep -q ' r3 [0-9.]* (r3: checkpoints every 3 layers)$' "$TMP/plan_r3.txt"
@@ -64,7 +80,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "3|-e d2 -z 3 -d 384" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
-         "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512")
+         "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512" "2|-e L2:C64:NH2:E4:K2 -z 1")
 if [ -z "${TESTS_QUICK:-}" ]; then
     LAYOUTS+=("2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
               "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256")
