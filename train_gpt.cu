@@ -1698,6 +1698,11 @@ static int plan_main(const TrainConfig* cfg) {
     char off_err[1024];
     if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
     l.offload = off.kind != LEDGER_OFFLOAD_NONE ? off.kind : (cfg->offload ? LEDGER_OFFLOAD_CPU : LEDGER_OFFLOAD_NONE);
+    if (offload_params_parse(cfg->offload_params, &l.offload_params, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
+    if (l.offload_params && l.zero != 3) {
+        FATAL("--plan with --offload-params %s: parameter offload moves ZeRO-3's shard; it needs -z 3 (this plan has -z %d)",
+              cfg->offload_params, l.zero);
+    }
     l.recompute_every = cfg->recompute_every;
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
     PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};

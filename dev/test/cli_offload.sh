@@ -151,6 +151,14 @@ check $? "2 processes: -z 3 --offload-params cpu checkpoint of step 1 resumed wi
 out=$($TRAIN -e d12 --plan 1 --gpus 8 -z 1 --offload-optimizer cpu 2>&1)
 echo "$out" | grep -q 'plan offload (cpu): optimizer state' && ! echo "$out" | grep -q 'theory: not implemented'
 check $? "--plan with --offload-optimizer cpu: the offload row, not marked as theory ($(echo "$out" | grep -o 'plan offload.*' | cut -c1-120))"
+a=$($TRAIN -e d12 --plan 1 --gpus 8 -z 3 2>&1 | grep -oE '^plan stage 0 bytes per GPU: parameters [0-9]+' | grep -oE '[0-9]+$')
+out=$($TRAIN -e d12 --plan 1 --gpus 8 -z 3 --offload-params cpu 2>&1)
+b=$(echo "$out" | grep -oE '^plan stage 0 bytes per GPU: parameters [0-9]+' | grep -oE '[0-9]+$')
+# d12: P = 124475904 parameters, S = P/8 of them per GPU, 2 bytes each (the plan's bf16)
+test -n "$a" && test -n "$b" && test $((a - b)) -eq $((124475904 / 8 * 2)) && \
+    echo "$out" | grep -q '^plan parameter offload (cpu)' && ! echo "$out" | grep -q 'theory: not implemented'
+check $? "--plan -z 3 --offload-params cpu: the shard (S = P/8 x 2 bytes) leaves the device's parameters ($a -> $b bytes), its row, no theory mark"
+expect_error "it needs -z 3" "--plan with --offload-params cpu and -z 1" -- $TRAIN -e d12 --plan 1 --gpus 8 -z 1 --offload-params cpu
 
 EMU16=./train_gpt_emu_mpi_bf16
 if [ -x "$EMU16" ]; then
