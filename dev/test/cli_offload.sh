@@ -21,8 +21,9 @@
 #   - the memory ledger (device) and the offload ledger (host state, host buffers, NVMe file, host parameter shard)
 #     say "equal", and the PCIe bytes counted per step (the gathers' host -> device copies, the update's) equal the
 #     ledger's theory;
-#   - a checkpoint of step 1 written with --offload-params cpu resumed with --offload-params cpu --offload-optimizer
-#     cpu (offload may change on resume) continues bit-identically to the straight -z 3 run.
+#   - a checkpoint of step 1 written with --offload-optimizer cpu (the shard on the device) resumed with
+#     --offload-params cpu added (offload may change on resume: the weights are read into the host shard, which in
+#     this fp32 build is the offload's fp32 weights) continues bit-identically to the straight -z 3 run.
 # Emulated GPU build (train_gpt_emu_mpi_bf16, the CUDA kernels on dev/emu; only if built): bf16 gradients down,
 # AdamW on the host over the fp32 master weights, stochastic rounding keyed as the CUDA kernel's: losses within
 # 5e-3 relative of the same build without offload (test_gpt.cu's BF16 step-loss tolerance), and the final weights
@@ -140,13 +141,13 @@ sys.exit(0 if ok else 1)
 PY
 check $? "2 processes: what --offload-params cpu moves off the device and over PCIe, against S = ceil(P/N)"
 R="$TMP/z3_resume"
-MPIRUN 2 $TRAIN "${Z[@]}" --offload-params cpu --exit-after-steps 1 -o "$R" > "$R.a.log" 2>&1 && \
+MPIRUN 2 $TRAIN "${Z[@]}" --offload-optimizer cpu --exit-after-steps 1 -o "$R" > "$R.a.log" 2>&1 && \
     MPIRUN 2 $TRAIN "${Z[@]}" --offload-params cpu --offload-optimizer cpu -y 1 -o "$R" > "$R.log" 2>&1 && \
     grep -q 'resume: continuing from step 1' "$R.log" && test "$(steps "$TMP/z3_2_ref.log" | tail -1)" = "$(steps "$R.log")" && \
     cmp -s "$TMP/z3_2_ref/model_00000002.bin" "$R/model_00000002.bin" && \
     cmp -s "$TMP/z3_2_ref/state_00000002_00000.bin" "$R/state_00000002_00000.bin" && \
     cmp -s "$TMP/z3_2_ref/state_00000002_00001.bin" "$R/state_00000002_00001.bin"
-check $? "2 processes: -z 3 --offload-params cpu checkpoint of step 1 resumed with --offload-optimizer cpu added = the straight -z 3 run (step line, model, state files)"
+check $? "2 processes: a -z 3 --offload-optimizer cpu checkpoint of step 1 resumed with --offload-params cpu added = the straight -z 3 run (step line, model, state files)"
 
 out=$($TRAIN -e d12 --plan 1 --gpus 8 -z 1 --offload-optimizer cpu 2>&1)
 echo "$out" | grep -q 'plan offload (cpu): optimizer state' && ! echo "$out" | grep -q 'theory: not implemented'
