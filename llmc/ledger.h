@@ -122,8 +122,9 @@ static inline void ledger_offload_step_bytes(size_t real, size_t pb, size_t* d2h
  * backward), and each gather copies this rank's part of the unit host -> device, real * pb per pass; the update
  * then either runs on the CPU (opt_offload: the reduced gradients come down, the parameters are written in host
  * memory, nothing goes up) or on the device (the AdamW kernel writes the host shard in place: real * pb down, and
- * reads it, real * pb up, unless fp32 master weights are its source). With -r 3 the recomputed segments gather
- * their layers once more (not counted here). */
+ * reads it, real * pb up, unless fp32 master weights are its source). With -r 3 the backward's segment recomputes
+ * gather their layers again (ZeRO-3's hook re-gathers a recomputed layer and prefetches in forward order there), so
+ * a rank that owns layer parameters copies more than this theory. */
 static inline void ledger_offload_params_step_bytes(size_t real, size_t pb, int accum, int opt_offload, int master,
                                                     size_t* d2h, size_t* h2d) {
     *h2d = 2 * (size_t)accum * real * pb + (opt_offload || master ? 0 : real * pb);
