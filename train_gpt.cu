@@ -579,6 +579,10 @@ static StepResult train_step(TrainSession* s) {
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
         if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
+        if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
+            printf(" | offload PCIe %.0f+%.0f bytes (theory %.0f+%.0f)", r.off_d2h, r.off_h2d, r.off_d2h_theory,
+                   r.off_h2d_theory);
+        }
         if (s->tp->world > 1) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,

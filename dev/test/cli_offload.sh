@@ -20,7 +20,8 @@
 #     on the device, AdamW on the CPU), 2 processes -z 3 --offload-params cpu --offload-optimizer nvme:DIR;
 #   - the memory ledger (device) and the offload ledger (host state, host buffers, NVMe file, host parameter shard)
 #     say "equal", and the PCIe bytes counted per step (the gathers' host -> device copies, the update's) equal the
-#     ledger's theory;
+#     ledger's theory on every rank to the byte (--comm-stats lines; rank 0's shard lies inside wte, the last rank's
+#     reaches into the layers, so per-layer gathers are counted too);
 #   - a checkpoint of step 1 written with --offload-optimizer cpu (the shard on the device) resumed with
 #     --offload-params cpu added (offload may change on resume: the weights are read into the host shard, which in
 #     this fp32 build is the offload's fp32 weights) continues bit-identically to the straight -z 3 run.
@@ -105,7 +106,9 @@ expect_error "it needs -z 3" "--offload-params cpu with -z 2" -- $TRAIN "${E[@]}
 expect_error "expected none or cpu" "--offload-params with a bad value" -- $TRAIN "${E[@]}" -z 3 --offload-params gpu
 
 # ZeRO-3 with parameter and optimizer offload (see the header)
-Z=(-e d2 -b 1 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 3)
+Z=(-e d2 -b 1 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 3 --comm-stats 1)
+# every rank's --comm-stats lines: its own PCIe bytes counted = theory, exactly (N ranks x 2 steps)
+rank_pcie_ok() { test "$(grep -cE '\| offload PCIe ([0-9]+)\+([0-9]+) bytes \(theory \1\+\2\)' "$1")" -eq $((2 * $2)); }
 same_run() { # REF RUN N: the same step lines, final model and every rank's state file
     test "$(steps "$1.log")" = "$(steps "$2.log")" && cmp -s "$1/model_00000002.bin" "$2/model_00000002.bin" || return 1
     for ((q = 0; q < $3; q++)); do cmp -s "$1/state_00000002_0000$q.bin" "$2/state_00000002_0000$q.bin" || return 1; done
@@ -121,8 +124,8 @@ for N in 2 3; do
         test $rc -eq 0 && same_run "$TMP/z3_${N}_ref" "$TMP/z3_${N}_$tag" $N
         check $? "$N processes, -z 3 $args: step lines, model and $N state files bit-identical to -z 3 alone (exit $rc)"
         grep -q '^memory ledger.*-> equal' "$TMP/z3_${N}_$tag.log" && grep -q '^offload ledger.*-> equal' "$TMP/z3_${N}_$tag.log" && \
-            pcie_ok "$TMP/z3_${N}_$tag.log" 2
-        check $? "$N processes, -z 3 $args: ledgers equal ($(grep -o 'host parameters [0-9]*' "$TMP/z3_${N}_$tag.log" | head -1)), PCIe counted = theory ($(grep -o 'offload PCIe[^|]*' "$TMP/z3_${N}_$tag.log" | head -1))"
+            pcie_ok "$TMP/z3_${N}_$tag.log" 2 && rank_pcie_ok "$TMP/z3_${N}_$tag.log" $N
+        check $? "$N processes, -z 3 $args: ledgers equal ($(grep -o 'host parameters [0-9]*' "$TMP/z3_${N}_$tag.log" | head -1)), PCIe counted = theory on every rank, to the byte ($(grep -o 'rank [0-9] step 2 .*offload PCIe.*' "$TMP/z3_${N}_$tag.log" | sed -E 's/ sent.*offload PCIe/:/' | tr '\n' ' '))"
     done
 done
 python3 - "$TMP/z3_2_ref.log" "$TMP/z3_2_p.log" "$TMP/z3_2_po.log" <<'PY'
