@@ -6,6 +6,7 @@
  *   llmc/model_file.h      model files (llm.c format)
  *   llmc/zero.h            data parallelism, ZeRO-0/1/2: gradient store, bucket reductions, optimizer shard
  *   llmc/offload.h         --offload-optimizer: the optimizer shard in host memory or NVMe, AdamW on the CPU
+ *   llmc/zero_params.h     ZeRO-3's parameter shard and per-layer gathers (--offload-params cpu: shard on the host)
  *   llmc/train_state.h     per-rank training-state files, re-sharded resume
  *   llmc/checkpoint.h      checkpoint directory: naming, lock, pruning
  *   llmc/batch_pipeline.h  double-buffered batch uploads
@@ -101,7 +102,7 @@ typedef struct {
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
     const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
-    const char* offload_params;    /* none; cpu needs ZeRO-3, not in this build (refused) */
+    const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
@@ -264,9 +265,10 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "offload-optimizer", ARG_STRING, offload_optimizer, NO_MIN, NO_MAX,
          "optimizer state offload: none, cpu (fp32 weights and AdamW moments in pinned host memory, AdamW on the CPU; "
          "ZeRO-Offload) or nvme:DIR (the same state in one file per process under DIR, streamed in chunks; "
-         "ZeRO-Infinity); with -z 0, 1 or 2");
+         "ZeRO-Infinity); with any -z");
     SPEC(NULL, "offload-params", ARG_STRING, offload_params, NO_MIN, NO_MAX,
-         "parameter offload: none (ZeRO-3's shards in host memory are not implemented)");
+         "parameter offload: none or cpu (needs -z 3: this process's parameter shard in pinned host memory, gathered "
+         "into the device's working buffer layer by layer; the update writes it where it lives)");
     SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm, 3 "
          "activation checkpointing: keep each --recompute-every'th block's input, recompute the blocks between in backward");
     SPEC(NULL, "recompute-every", ARG_INT, recompute_every, 1, NO_MAX, "-r 3: layers per checkpointed segment (k; 1 = "
@@ -480,6 +482,19 @@ static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, 
     return st;
 }
 
+/* this process's PCIe bytes per optimizer step (llmc/ledger.h's theory): --offload-params cpu (ZeRO-3's gathers
+ * and the update of the host shard), else --offload-optimizer (gradients down, parameters up) */
+static void step_pcie_theory(const TrainSession* s, size_t* d2h, size_t* h2d) {
+    size_t lo, hi;
+    zero_owned_range(&s->zero, &lo, &hi);
+    if (s->zero.params.host) {
+        ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->grad_accum_steps, s->zero.offload != NULL,
+                                         s->zero.opt.master != NULL, d2h, h2d);
+    } else {
+        ledger_offload_step_bytes(hi - lo, sizeof(floatX), d2h, h2d);
+    }
+}
+
 /* one optimizer step: grad_accum_steps micro-steps, the gradient reduction of the ZeRO stage, clipping and one
  * AdamW update; returns the global loss and gradient norm */
 static StepResult train_step(TrainSession* s) {
@@ -493,6 +508,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->tp);
     comm_counters_reset(s->pp);
     s->tp_comm.seconds = 0.0;
+    unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
     if (s->zero.compress) { s->zero.compress->step = (uint32_t)s->step; } /* the stochastic-rounding stream's step */
     double loss;
@@ -541,13 +557,16 @@ static StepResult train_step(TrainSession* s) {
     update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
+        if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
+            const Offload* o = s->zero.offload;
+            size_t d2h, h2d;
+            step_pcie_theory(s, &d2h, &h2d);
+            r.off_d2h = (double)(o ? o->step_d2h : 0) + (double)(s->zero.params.pcie_d2h - pcie_d2h0);
+            r.off_h2d = (double)(o ? o->step_h2d : 0) + (double)(s->zero.params.pcie_h2d - pcie_h2d0);
+            r.off_d2h_theory = (double)d2h; r.off_h2d_theory = (double)h2d;
+        }
         if (s->zero.offload) {
             const Offload* o = s->zero.offload;
-            size_t d2h, h2d, lo, hi;
-            zero_owned_range(&s->zero, &lo, &hi);
-            ledger_offload_step_bytes(hi - lo, sizeof(floatX), &d2h, &h2d);
-            r.off_d2h = (double)o->step_d2h; r.off_h2d = (double)o->step_h2d;
-            r.off_d2h_theory = (double)d2h; r.off_h2d_theory = (double)h2d;
             r.nvme_read = (double)o->step_read; r.nvme_write = (double)o->step_write; r.nvme_seconds = o->io_seconds;
             r.off_seconds = o->step_seconds;
         }
@@ -561,6 +580,10 @@ static StepResult train_step(TrainSession* s) {
                c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
         if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
+        if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
+            printf(" | offload PCIe %.0f+%.0f bytes (theory %.0f+%.0f)", r.off_d2h, r.off_h2d, r.off_d2h_theory,
+                   r.off_h2d_theory);
+        }
         if (s->tp->world > 1) {
             printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
                    s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
@@ -743,6 +766,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
     {"offload-optimizer", "where the optimizer state lives while training: checkpoints hold it in the same state files "
                           "either way (the NVMe files are scratch), and the update is the same AdamW"},
+    {"offload-params", "where ZeRO-3's parameter shard lives while training: the gathered values and the update are the "
+                       "same, and checkpoints hold the whole model either way"},
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
     {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
 };
@@ -1019,19 +1044,17 @@ static void check_config(TrainSession* s) {
             CONFIG_FATAL(s, "flag --grad-compress %s does not combine with --cuda-graphs 1", c->grad_compress);
         }
     }
-    if (strcmp(c->offload_params, "none") != 0) {
-        CONFIG_FATAL(s, "flag --offload-params %s (ZeRO-3's parameter shards in host memory) is not implemented; use "
-                     "--offload-params none (--offload-optimizer moves the optimizer state)", c->offload_params);
-    }
     if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
     s->offload.rank = s->world.rank;
+    if (offload_params_parse(c->offload_params, &s->offload.params, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    if (s->offload.params && c->zero_stage != 3) {
+        CONFIG_FATAL(s, "flag --offload-params %s moves ZeRO-3's parameter shard to host memory: it needs -z 3 (this run "
+                     "has -z %d, whose parameters are not sharded); use -z 3 or --offload-params none",
+                     c->offload_params, c->zero_stage);
+    }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->grad_compress_freeze_v) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen "
                      "variance: use one of the two", c->offload_optimizer);
-    }
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->zero_stage == 3) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s works with ZeRO stages 0-2; with -z 3 (sharded parameters) it is not "
-                     "implemented: use -z 2 or --offload-optimizer none", c->offload_optimizer);
     }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
@@ -1345,6 +1368,7 @@ static LedgerLayout session_ledger_layout(const TrainSession* s) {
     l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
     l.recompute_every = s->cfg.recompute_every;
     l.pb = (int)sizeof(floatX); l.master = zero_has_master(&s->zero); l.offload = s->offload.kind;
+    l.offload_params = s->zero.params.host;
     return l;
 }
 
@@ -1361,16 +1385,20 @@ static void print_ledger_check(const TrainSession* s) {
     printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
            "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
            want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
-    if (s->zero.offload) { /* --offload-optimizer: host memory, host buffers and the NVMe file, ledger vs allocated */
+    if (s->zero.offload || s->zero.params.host) { /* --offload-optimizer / --offload-params: host memory, host
+                                                   * buffers, the NVMe file and the host parameter shard */
         const Offload* o = s->zero.offload;
-        size_t og[3] = {o->host_bytes, o->buffer_bytes, o->file_bytes}, ow[3] = {r.host, r.host_buffers, r.nvme};
-        size_t d2h, h2d, lo, hi;
-        zero_owned_range(&s->zero, &lo, &hi);
-        ledger_offload_step_bytes(hi - lo, sizeof(floatX), &d2h, &h2d);
-        printf("offload ledger (llmc/ledger.h, bytes, pipeline stage %d): host state %zu | host buffers %zu | nvme %zu; "
-               "allocated: %zu | %zu | %zu -> %s; PCIe per step (theory): %zu down (gradients) + %zu up (parameters)\n",
-               s->pp->rank, ow[0], ow[1], ow[2], og[0], og[1], og[2], memcmp(og, ow, sizeof(og)) == 0 ? "equal" :
-               "DIFFERENT", d2h, h2d);
+        size_t og[4] = {o ? o->host_bytes : 0, o ? o->buffer_bytes : 0, o ? o->file_bytes : 0,
+                        zero_params_host_bytes(&s->zero.params)};
+        size_t ow[4] = {r.host, r.host_buffers, r.nvme, r.host_params};
+        size_t d2h, h2d;
+        step_pcie_theory(s, &d2h, &h2d);
+        printf("offload ledger (llmc/ledger.h, bytes, pipeline stage %d): host state %zu | host buffers %zu | nvme %zu | "
+               "host parameters %zu; allocated: %zu | %zu | %zu | %zu -> %s; PCIe per step (theory): %zu down (%s) + "
+               "%zu up (parameters%s)\n", s->pp->rank, ow[0], ow[1], ow[2], ow[3], og[0], og[1], og[2], og[3],
+               memcmp(og, ow, sizeof(og)) == 0 ? "equal" : "DIFFERENT", d2h,
+               o ? "gradients" : "updated parameters", h2d, !s->zero.params.host ? "" : o || s->zero.opt.master ?
+               ": the gathers' own parts" : ": the gathers' own parts + the update's reads");
     }
     if (s->cfg.recompute == 3) { /* what checkpointing saves: the same layout without any recompute */
         LedgerLayout none = l;
@@ -1485,8 +1513,9 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                    r->grad_fp32 / 1e6);
         }
         if (r->off_d2h_theory > 0) {
-            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f) update %.1f ms", r->off_d2h / 1e6, r->off_h2d / 1e6,
-                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6, r->off_seconds * 1e3);
+            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f)", r->off_d2h / 1e6, r->off_h2d / 1e6,
+                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6);
+            if (s->zero.offload) { printf(" update %.1f ms", r->off_seconds * 1e3); } /* the CPU AdamW's wall time */
         }
         if (r->nvme_read + r->nvme_write > 0) {
             printf(" | nvme %.1f MB %.2f GB/s", (r->nvme_read + r->nvme_write) / 1e6,
@@ -1682,6 +1711,11 @@ static int plan_main(const TrainConfig* cfg) {
     char off_err[1024];
     if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
     l.offload = off.kind != LEDGER_OFFLOAD_NONE ? off.kind : (cfg->offload ? LEDGER_OFFLOAD_CPU : LEDGER_OFFLOAD_NONE);
+    if (offload_params_parse(cfg->offload_params, &l.offload_params, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
+    if (l.offload_params && l.zero != 3) {
+        FATAL("--plan with --offload-params %s: parameter offload moves ZeRO-3's shard; it needs -z 3 (this plan has -z %d)",
+              cfg->offload_params, l.zero);
+    }
     l.recompute_every = cfg->recompute_every;
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
     PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};

@@ -29,8 +29,13 @@
  * host memory for cpu, in one file per rank for nvme, chunk-padded), the host staging buffers (two chunks of
  * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
  * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
- * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, ZeRO-3 with optimizer
- * offload, expert parallelism (ep > 1: each rank holds E/ep experts of every MoE block, the router whole; the dense
+ * Parameter offload (--offload-params cpu, ZeRO-3 only; ZeRO-Infinity's parameter offload to CPU memory): the shard
+ * of S elements leaves the device (parameters = the working set only) and is host_params bytes of host memory,
+ * S * pb, or nothing extra in fp32 builds with --offload-optimizer cpu, whose fp32 weights are the shard itself;
+ * the optimizer offload then writes the parameters in place and needs no parameter staging chunks. PCIe per step:
+ * ledger_offload_params_step_bytes.
+ * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, expert
+ * parallelism (ep > 1: each rank holds E/ep experts of every MoE block, the router whole; the dense
  * tensors are sharded over dp and the rank's experts over the dp/ep ranks holding the same experts, two ZeRO groups;
  * buffers add the all-to-all receive and send rows, 2 B T k C floatX). A mixture-of-experts layout needs tp 1,
  * pp 1, ZeRO 0-2 and recompute 0-2 (ledger_check_layout), as the trainer.
@@ -62,6 +67,7 @@ typedef struct {
     int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
     int master;               /* 1 = fp32 master weights (mixed precision) */
     int offload;              /* optimizer offload: 0 none, 1 host memory (cpu), 2 NVMe files (LEDGER_OFFLOAD_*) */
+    int offload_params;       /* 1 = ZeRO-3's parameter shard in host memory (--offload-params cpu; needs zero 3) */
     int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
                                * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
     int ep;                   /* expert parallelism (mixture of experts): the E experts of every MoE block split over
@@ -84,6 +90,8 @@ typedef struct {
     size_t host;              /* host bytes of the offloaded optimizer state (fp32 weights, m, v) */
     size_t host_buffers;      /* host staging and I/O buffers of the offload */
     size_t nvme;              /* bytes of this rank's NVMe state file */
+    size_t host_params;       /* --offload-params cpu: the parameter shard in host memory (S * pb; 0 where it is the
+                                 optimizer offload's fp32 weights: fp32 builds with --offload-optimizer cpu) */
 } LedgerRank;
 
 enum { LEDGER_OFFLOAD_NONE = 0, LEDGER_OFFLOAD_CPU = 1, LEDGER_OFFLOAD_NVME = 2 };
@@ -101,24 +109,41 @@ typedef struct {
     size_t nvme;              /* nvme: the state file, nchunks x chunk x 12 bytes; cpu: 0 */
 } LedgerOffload;
 
-static inline LedgerOffload ledger_offload(int kind, size_t range, size_t pb) {
+/* params_host = 1: the parameters the update writes live in host memory (ZeRO-3 with --offload-params cpu): the
+ * update writes them in place, so the two parameter staging chunks are not allocated */
+static inline LedgerOffload ledger_offload_ex(int kind, size_t range, size_t pb, int params_host) {
     LedgerOffload o;
     memset(&o, 0, sizeof(o));
     if (kind == LEDGER_OFFLOAD_NONE) { return o; }
     size_t r = (range + 1023) / 1024 * 1024;
     o.chunk = r < LEDGER_OFFLOAD_CHUNK_MAX ? (r > 0 ? r : 1024) : LEDGER_OFFLOAD_CHUNK_MAX;
     o.nchunks = (range + o.chunk - 1) / o.chunk;
-    o.host_buffers = 4 * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
+    o.host_buffers = (params_host ? 2 : 4) * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
     if (kind == LEDGER_OFFLOAD_CPU) { o.host_state = 12 * range; }
     else { o.nvme = o.nchunks * o.chunk * 12; o.host_buffers += 2 * o.chunk * 12; }
     return o;
 }
+static inline LedgerOffload ledger_offload(int kind, size_t range, size_t pb) { return ledger_offload_ex(kind, range, pb, 0); }
 
 /* the PCIe bytes one optimizer step of the offload moves for `real` updated elements (the owned range without the
  * ZeRO padding): the reduced gradients down (device to host) and the updated parameters up, floatX each */
 static inline void ledger_offload_step_bytes(size_t real, size_t pb, size_t* d2h, size_t* h2d) {
     *d2h = real * pb;
     *h2d = real * pb;
+}
+
+/* The PCIe bytes one optimizer step of ZeRO-3 with --offload-params cpu moves for `real` owned elements (the shard
+ * without padding), pb bytes per floatX, accum micro-steps: every micro-step gathers each unit twice (forward and
+ * backward), and each gather copies this rank's part of the unit host -> device, real * pb per pass; the update
+ * then either runs on the CPU (opt_offload: the reduced gradients come down, the parameters are written in host
+ * memory, nothing goes up) or on the device (the AdamW kernel writes the host shard in place: real * pb down, and
+ * reads it, real * pb up, unless fp32 master weights are its source). With -r 3 the backward's segment recomputes
+ * gather their layers again (ZeRO-3's hook re-gathers a recomputed layer and prefetches in forward order there), so
+ * a rank that owns layer parameters copies more than this theory. */
+static inline void ledger_offload_params_step_bytes(size_t real, size_t pb, int accum, int opt_offload, int master,
+                                                    size_t* d2h, size_t* h2d) {
+    *h2d = 2 * (size_t)accum * real * pb + (opt_offload || master ? 0 : real * pb);
+    *d2h = real * pb;
 }
 
 static inline size_t ledger_total(const LedgerRank* r) {
@@ -222,10 +247,14 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     if (l->zero <= 1) { r.params = Ppad * pb; r.grads = Ppad * pb; }
     else if (l->zero == 2) { r.params = Ppad * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
     else { r.params = (r.S + 2 * slot + globals) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
+    if (l->zero == 3 && l->offload_params) { /* the shard leaves the device; the working set stays */
+        r.params -= r.S * pb;
+        r.host_params = pb == 4 && l->offload == LEDGER_OFFLOAD_CPU ? 0 : r.S * pb;
+    }
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
     if (l->offload) {
-        LedgerOffload o = ledger_offload(l->offload, range, pb);
+        LedgerOffload o = ledger_offload_ex(l->offload, range, pb, l->zero == 3 && l->offload_params);
         r.host = o.host_state;
         r.host_buffers = o.host_buffers;
         r.nvme = o.nvme;

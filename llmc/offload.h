@@ -27,8 +27,13 @@
  * Never a half-updated optimizer state that matters: a failed read or write ends the process with one line, and
  * a killed process leaves at most some chunks of the scratch file a step ahead; the next start rebuilds the file
  * from the checkpoint's state files (or from the initial weights), never from the old file.
- * Bytes (llmc/ledger.h, ledger_offload): host memory, host buffers and the file are sized by the ledger's own
- * function; per step the PCIe bytes are the real range's gradients down and parameters up (floatX each).
+ * With ZeRO-3 (llmc/zero_params.h) the parameters written are the rank's shard: on the device (uploaded as above),
+ * or with --offload-params cpu in pinned host memory, where the update writes them in place (no parameter staging,
+ * no upload: the next forward's gathers copy them to the device); in fp32 builds with cpu offload that shard is w
+ * itself, so the update writes nothing extra at all.
+ * Bytes (llmc/ledger.h, ledger_offload_ex): host memory, host buffers and the file are sized by the ledger's own
+ * function; per step the PCIe bytes are the real range's gradients down and parameters up (floatX each; nothing up
+ * when the parameters are in host memory).
  * Precision: fp32 and bf16 builds; fp16 builds (loss scaling) are refused by the trainer, as is -w 0 in mixed
  * precision (the offload always keeps fp32 weights on the host).
  * Test hooks (environment, documented in README.md "Optimizer offload"): LLMC_OFFLOAD_FREE_BYTES replaces the free
@@ -67,6 +72,8 @@ typedef struct {
     int kind;
     char dir[900];
     int rank;           /* the world rank (names the nvme file); set by the caller */
+    int params;         /* --offload-params cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h);
+                         * set by the caller (offload_params_parse) */
 } OffloadSpec;
 
 /* Parses --offload-optimizer: "none", "cpu" or "nvme:DIR" (DIR non-empty, at most 899 characters). Returns 0, or 1
@@ -82,6 +89,14 @@ static inline int offload_parse(const char* s, OffloadSpec* o, char* err, size_t
     }
     snprintf(err, cap, "flag --offload-optimizer is '%s'; expected none, cpu or nvme:DIR (a directory for the "
              "optimizer state files, at most 899 characters)", s);
+    return 1;
+}
+
+/* Parses --offload-params: "none" (0) or "cpu" (1: ZeRO-3's parameter shard in host memory) into *params. Returns
+ * 0, or 1 with one sentence in err (cap bytes). */
+static inline int offload_params_parse(const char* s, int* params, char* err, size_t cap) {
+    if (strcmp(s, "none") == 0 || strcmp(s, "cpu") == 0) { *params = s[0] == 'c'; return 0; }
+    snprintf(err, cap, "flag --offload-params is '%s'; expected none or cpu (ZeRO-3's parameter shard in host memory)", s);
     return 1;
 }
 
@@ -137,6 +152,8 @@ typedef struct {
     int kind;
     size_t first, n;            /* the state range: flat parameters [first, first + n) */
     int has_master;             /* mixed precision: w is what the state files call the master weights */
+    int params_host;            /* the parameters the update writes are in host memory (ZeRO-3, --offload-params
+                                 * cpu): written in place, no staging, no upload */
     LedgerOffload lay;          /* chunk size and bytes (llmc/ledger.h) */
     float *w, *m, *v;           /* cpu: n floats each, pinned host memory */
     void* gstage[2];            /* gradient chunks, floatX, pinned */
@@ -247,21 +264,34 @@ static inline void offload_chunk_sync(Offload* o, size_t c, float* buf, int writ
     }
 }
 
-/* Copies the parameters of the state range (device floatX, params + first, n values) into w as fp32; with
- * reset_moments, m and v become 0 (start-up), else they are kept (a resume re-reads the weights it loaded: exact,
- * floatX -> fp32). nvme: chunk by chunk, read-modify-write. */
-static inline void offload_load_weights(Offload* o, const floatX* params, int reset_moments) {
+/* cnt parameters (floatX) as fp32 into dst: from the device, or (host = 1) from host memory; nothing when they
+ * are dst itself (fp32 builds whose ZeRO-3 shard is the offload's fp32 weights) */
+static inline void offload_params_to_fp32(float* dst, const floatX* src, size_t cnt, int host) {
+    if (!host) { dev_download_floats(dst, src, cnt); return; }
+#if FLOATX_IS_FLOAT
+    if ((const void*)dst != (const void*)src) { memcpy(dst, src, cnt * 4); }
+#else
+    const uint16_t* b = (const uint16_t*)src;
+    for (size_t q = 0; q < cnt; q++) { dst[q] = bf16_bits_to_float(b[q]); }
+#endif
+}
+
+/* Copies the parameters of the state range (params_first: the parameter of element `first` onward, n floatX, on
+ * the device or, with host = 1, in host memory) into w as fp32; with reset_moments, m and v become 0 (start-up),
+ * else they are kept (a resume re-reads the weights it loaded: exact, floatX -> fp32). nvme: chunk by chunk,
+ * read-modify-write. */
+static inline void offload_load_weights(Offload* o, const floatX* params_first, int host, int reset_moments) {
     size_t CH = o->lay.chunk;
     for (size_t c = 0; c < o->lay.nchunks; c++) {
         size_t k0 = c * CH, cnt = o->n - k0 < CH ? o->n - k0 : CH;
         if (o->kind == LEDGER_OFFLOAD_CPU) {
-            dev_download_floats(o->w + k0, params + o->first + k0, cnt);
+            offload_params_to_fp32(o->w + k0, params_first + k0, cnt, host);
             if (reset_moments) { memset(o->m + k0, 0, cnt * 4); memset(o->v + k0, 0, cnt * 4); }
             continue;
         }
         float* buf = o->io[0];
         if (reset_moments) { memset(buf, 0, CH * 12); } else { offload_chunk_sync(o, c, buf, 0); }
-        dev_download_floats(buf, params + o->first + k0, cnt);
+        offload_params_to_fp32(buf, params_first + k0, cnt, host);
         offload_chunk_sync(o, c, buf, 1);
     }
 }
@@ -291,28 +321,30 @@ static inline void offload_state_io(void* ctx, int section, float* host, int to_
 }
 
 /* Sets up the offload of kind spec->kind for the state range [first, first + n) of world rank `rank`, weights from
- * the device parameters `params` (the padded flat buffer), m = v = 0. nvme: the caller has checked the directory
- * (offload_check_dir); this creates the file (O_DIRECT where possible), reserves its bytes and writes the initial
- * state; a failure is one error line. */
+ * the device parameters `params_first` (the parameter of element `first` onward, n floatX), m = v = 0. params_host
+ * = 1: the parameters the updates write will be in host memory (ZeRO-3's offloaded shard, llmc/zero_params.h), so
+ * no parameter staging is allocated. nvme: the caller has checked the directory (offload_check_dir); this creates
+ * the file (O_DIRECT where possible), reserves its bytes and writes the initial state; a failure is one error line. */
 static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t first, size_t n, int has_master, int rank,
-                                const floatX* params) {
+                                const floatX* params_first, int params_host) {
     /* rank: the world rank (the nvme file's name) */
     memset(o, 0, sizeof(*o));
     o->kind = spec->kind;
     o->first = first;
     o->n = n;
     o->has_master = has_master;
+    o->params_host = params_host;
     o->fd = -1;
     size_t pb = sizeof(floatX);
-    o->lay = ledger_offload(o->kind, n, pb);
+    o->lay = ledger_offload_ex(o->kind, n, pb, params_host);
     size_t CH = o->lay.chunk;
     for (int k = 0; k < 2; k++) {
         o->gstage[k] = host_malloc_pinned(CH * pb, "offload gradient staging");
-        o->pstage[k] = host_malloc_pinned(CH * pb, "offload parameter staging");
+        o->pstage[k] = params_host ? NULL : host_malloc_pinned(CH * pb, "offload parameter staging");
         o->ev_d2h[k] = dev_event_create();
         o->ev_h2d[k] = dev_event_create();
     }
-    o->buffer_bytes = 4 * CH * pb;
+    o->buffer_bytes = (params_host ? 2 : 4) * CH * pb;
     if (pb != 4) {
         o->gfp32 = (float*)host_malloc_pinned(CH * 4, "offload fp32 gradients");
         o->buffer_bytes += CH * 4;
@@ -348,7 +380,7 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
         pthread_mutex_init(&o->mu, NULL);
         pthread_cond_init(&o->cv, NULL);
     }
-    offload_load_weights(o, params, 1);
+    offload_load_weights(o, params_first, 0, 1);
     if (o->kind == LEDGER_OFFLOAD_NVME) {
         struct stat st;
         o->file_bytes = fstat(o->fd, &st) == 0 ? (size_t)st.st_size : 0;
@@ -391,10 +423,12 @@ static inline void offload_adamw_chunk(const GPT2* model, size_t a, size_t cnt, 
 
 /* One optimizer step of the offloaded state: AdamW over the real owned range [lo, hi) (first <= lo, hi <= first + n)
  * with grad = the reduced gradients of element lo onward (device floatX, hi - lo values), writing the updated
- * parameters into params (the device's flat buffer). Double-buffered as the header says; returns with every copy
- * and write done (the host waited for them), so work queued on the main stream afterwards sees the parameters. */
+ * parameters into params_first (the parameter of element `first` onward: device memory, uploaded from the staging
+ * chunks, or with params_host host memory, written in place). Double-buffered as the header says; returns with
+ * every copy and write done (the host waited for them), so work queued on the main stream afterwards sees the
+ * parameters. */
 static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size_t hi, const floatX* grad,
-                                  floatX* params, const AdamWStep* s) {
+                                  floatX* params_first, const AdamWStep* s) {
     double t_start = wall_seconds();
     o->step_d2h = o->step_h2d = o->step_read = o->step_write = 0;
     o->io_seconds = 0.0;
@@ -439,21 +473,26 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
         }
 #endif
         offload_adamw_chunk(model, a, cnt, w, g, m, v, s, bc1, bc2);
-        dev_event_synchronize(o->ev_h2d[b]); /* the upload of chunk j - 2 from this buffer is done */
+        /* the parameters in floatX: into the staging chunk for the upload, or (params_host) in place; the device
+         * has passed every copy out of the host parameters, since the gradients waited for all earlier work */
+        floatX* dst = o->params_host ? params_first + (a - o->first) : (floatX*)o->pstage[b];
+        if (!o->params_host) { dev_event_synchronize(o->ev_h2d[b]); } /* the upload of chunk j - 2 from it is done */
 #if FLOATX_IS_FLOAT
-        memcpy(o->pstage[b], w, cnt * 4);
+        if ((void*)dst != (void*)w) { memcpy(dst, w, cnt * 4); } /* the same memory: the shard is w */
 #else
         {
-            uint16_t* pb16 = (uint16_t*)o->pstage[b];
+            uint16_t* pb16 = (uint16_t*)dst;
             #pragma omp parallel for schedule(static)
             for (long q = 0; q < (long)cnt; q++) {
                 pb16[q] = offload_round_bf16(w[q], random_u32_counter(s->seed, (uint32_t)s->t, (uint64_t)(a + (size_t)q)));
             }
         }
 #endif
-        dev_memcpy_h2d_on(params + a, o->pstage[b], cnt * pb, o->s_h2d);
-        dev_event_record_on(o->ev_h2d[b], o->s_h2d);
-        o->step_h2d += cnt * pb;
+        if (!o->params_host) {
+            dev_memcpy_h2d_on(params_first + (a - o->first), o->pstage[b], cnt * pb, o->s_h2d);
+            dev_event_record_on(o->ev_h2d[b], o->s_h2d);
+            o->step_h2d += cnt * pb;
+        }
         if (nvme) {
             last = offload_io_submit(o, 1, j, b);
             if (o->kill_at_step == s->t && j == 0) { /* test hook: die with a half-updated scratch file */

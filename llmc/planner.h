@@ -264,7 +264,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 }
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if (l->zero == 3 && (l->tp > 1 || l->pp > 1 || l->offload)) { return " [theory: not implemented by the trainer]"; }
+    if (l->zero == 3 && (l->tp > 1 || l->pp > 1)) { return " [theory: not implemented by the trainer]"; }
     if (ledger_ep(l) > 1) { return " [theory: expert parallelism, the trainer replicates the experts]"; }
     return "";
 }
@@ -319,10 +319,18 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     if (l->offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
         size_t d2h, h2d, range = l->zero >= 1 ? m->S : m->P;
         ledger_offload_step_bytes(range, (size_t)l->pb, &d2h, &h2d);
+        if (l->offload_params) { h2d = 0; } /* the update writes the host shard; the gathers carry it up (below) */
         printf("plan offload (%s): optimizer state %.3f GB off the device per GPU (host memory %.3f GB, NVMe %.3f GB, "
                "host buffers %.3f GB); PCIe per step %.3f GB down (gradients) + %.3f GB up (parameters)\n",
                l->offload == LEDGER_OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
                m->host_buffers / GB, d2h / GB, h2d / GB);
+    }
+    if (l->offload_params) { /* --offload-params cpu (llmc/zero_params.h): ZeRO-3's shard in host memory */
+        size_t d2h, h2d;
+        ledger_offload_params_step_bytes(m->S, (size_t)l->pb, l->m, l->offload != 0, l->master && !l->offload, &d2h, &h2d);
+        printf("plan parameter offload (cpu): the parameter shard %.3f GB off the device per GPU (host memory %.3f GB); "
+               "PCIe per step %.3f GB down + %.3f GB up (the gathers' own parts); transfer time not modelled\n",
+               (double)m->S * l->pb / GB, m->host_params / GB, d2h / GB, h2d / GB);
     }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
            ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
@@ -378,6 +386,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
                     LedgerLayout l = *base;
                     l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
                     l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0; l.ep = ep;
+                    l.offload_params = 0;
                     char err[320];
                     if (ledger_check_layout(&l, err, sizeof(err))) { continue; }
                     if (cnt == cap) { cap *= 2; out = (PlanResult*)realloc(out, (size_t)cap * sizeof(PlanResult)); }

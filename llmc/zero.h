@@ -39,7 +39,8 @@
  *
  * Optimizer offload (--offload-optimizer, llmc/offload.h): zero_init_offload puts the owned range's fp32 state in
  * host memory or an NVMe file instead of the device, and zero_update runs its AdamW on the CPU (offload_update);
- * gradients, reductions, the norm and the all-gather are unchanged.
+ * gradients, reductions, the norm and the all-gather are unchanged; with ZeRO-3 the update writes the shard.
+ * Parameter offload (--offload-params cpu, ZeRO-3 only): the shard lives in pinned host memory (llmc/zero_params.h).
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
  * with one line (dev_malloc); collectives check every return code (llmc/comm.h).
@@ -278,6 +279,7 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
                                      int keep_master, const OffloadSpec* offload);
+static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_master);
 
 /* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
  * (tp: the tensor-parallel group, NULL for none; the gradient norm sums over it): pads the parameter buffer to Ppad,
@@ -290,7 +292,9 @@ static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp,
 
 /* zero_init with the optimizer state offloaded (llmc/offload.h) when offload is non-NULL and not none: m, v and the
  * fp32 weights of the owned range go to host memory or an NVMe file of world rank offload->rank instead of the
- * device (opt.m, v, master stay NULL; opt.io reaches them). */
+ * device (opt.m, v, master stay NULL; opt.io reaches them). ZeRO-3 with offload->params (--offload-params cpu):
+ * the parameter shard goes to pinned host memory (llmc/zero_params.h); in fp32 builds with cpu optimizer offload
+ * it is the offload's fp32 weights themselves (one copy of the values on the host, none on the device). */
 static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
                                      int keep_master, const OffloadSpec* offload) {
     memset(z, 0, sizeof(*z));
@@ -312,14 +316,27 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
     z->opt.first = z->own_start;
     z->opt.n = n;
     z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
+    int params_host = z->stage->shards_params && offload && offload->params;
     if (offload && offload->kind != LEDGER_OFFLOAD_NONE) {
         z->offload = (Offload*)calloc_check(1, sizeof(Offload), "optimizer offload");
         offload_init(z->offload, offload, z->own_start, n, !FLOATX_IS_FLOAT && keep_master, offload->rank,
-                     model->params_memory);
+                     model->params_memory + z->own_start, params_host);
         z->opt.io = offload_state_io;
         z->opt.io_ctx = z->offload;
-        return;
+    } else {
+        zero_alloc_device_state(z, n, keep_master);
     }
+    if (z->stage->shards_params) { /* ZeRO-3: from here on the model holds gathered layers only */
+        int borrow = params_host && FLOATX_IS_FLOAT && z->offload && z->offload->kind == LEDGER_OFFLOAD_CPU;
+        zero_params_init(&z->params, model, dp, z->dtype, z->S, z->own_start, params_host,
+                         borrow ? (floatX*)z->offload->w : NULL);
+        z->opt.params = z->params.shard;
+    }
+}
+
+/* the device optimizer state of zero_init_offload: m, v (zero) and the master weights (from the parameters) */
+static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_master) {
+    GPT2* model = z->model;
     z->opt.m = (float*)dev_malloc(n * sizeof(float), "AdamW first moment (m)");
     z->opt.v = (float*)dev_malloc(n * sizeof(float), "AdamW second moment (v)");
     if (!FLOATX_IS_FLOAT && keep_master) {
@@ -328,10 +345,6 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
         dev_download_floats(host, model->params_memory + z->own_start, n);
         dev_memcpy_h2d(z->opt.master, host, n * sizeof(float));
         free(host);
-    }
-    if (z->stage->shards_params) { /* ZeRO-3: from here on the model holds gathered layers only */
-        zero_params_init(&z->params, model, dp, z->dtype, z->S, z->own_start);
-        z->opt.params = z->params.shard;
     }
 }
 
@@ -359,7 +372,9 @@ static inline int zero_has_master(const ZeroOptimizer* z) {
 /* the parameters were replaced outside the optimizer (a resume loaded them): the offload's fp32 weights are
  * re-read from them (then a checkpoint's master weights, where it has them, overwrite them); no-op without offload */
 static inline void zero_params_changed(ZeroOptimizer* z) {
-    if (z->offload) { offload_load_weights(z->offload, z->model->params_memory, 0); }
+    if (!z->offload) { return; }
+    if (z->stage->shards_params) { offload_load_weights(z->offload, z->params.shard, z->params.host, 0); }
+    else { offload_load_weights(z->offload, z->model->params_memory + z->own_start, 0, 0); }
 }
 
 static inline void zero_free(ZeroOptimizer* z) {
@@ -490,11 +505,16 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
     if (s->v_frozen_t > 0 && s->t == s->v_frozen_t + 1) { zero_floor_embedding_variance(z, lo, hi); } /* once */
-    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 or a frozen variance
-                       * (the trainer refuses both) */
-        if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }
-    } else if (hi > lo) {
+    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
+                       * (ZeRO-3: the shard, on the device or in host memory); not with a frozen variance (refused) */
+        floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;
+        if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), first, s); }
+    } else if (hi > lo) { /* ZeRO-3 with the shard in host memory: the kernel writes it through unified addressing */
         gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s);
+        if (z->params.host) {
+            z->params.pcie_d2h += (hi - lo) * sizeof(floatX);
+            z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
+        }
     }
     if (z->stage->shards_optimizer && !z->stage->shards_params) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
@@ -508,7 +528,8 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
  * then run the same forwards and backwards (each gathers layers from all of them) */
 static inline int zero_params_sharded(const ZeroOptimizer* z) { return z->stage->shards_params; }
 
-/* device bytes of parameters this process holds: the padded flat buffer, or ZeRO-3's shard + working buffer */
+/* device bytes of parameters this process holds: the padded flat buffer, or ZeRO-3's shard (unless in host memory)
+ * + working buffer */
 static inline size_t zero_param_bytes(const ZeroOptimizer* z) {
     return z->stage->shards_params ? zero_params_bytes(&z->params) : z->model->params_capacity * sizeof(floatX);
 }
@@ -641,6 +662,12 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
         printf("ZeRO-3 parameters: own shard %zu + working set (2 layers of %zu + wte/wpe/lnf %zu, gathered per layer) "
                "= %zu values, against %zu for the full buffer of ZeRO-0/1/2\n", ps->S, slot,
                ps->work_elems - 2 * slot, ps->S + ps->work_elems, np);
+        if (ps->host) {
+            printf("parameter offload: cpu: the own shard of %zu values is in pinned host memory (%.1f MiB%s), off the "
+                   "device; each gather copies its own part host -> device, then all-gathers on the device\n", ps->S,
+                   ps->S * sizeof(floatX) / MiB, ps->shard_borrowed ? ": the optimizer offload's fp32 weights, no "
+                   "second copy" : "");
+        }
         if (ps->S + ps->work_elems >= np) {
             printf("ZeRO-3 note: for this model and %d processes that is no saving in parameters (the embedding unit "
                    "dominates); the optimizer state is still split %d ways\n", N, N);

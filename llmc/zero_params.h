@@ -29,6 +29,22 @@
  * ZERO_PARAMS_FENCE + slot (the global unit: ZERO_PARAMS_FENCE + 2), without blocking the host. On the CPU build
  * collectives are synchronous and the prefetch is simply the next gather done early.
  *
+ * Parameter offload (--offload-params cpu; ZeRO-Infinity, Rajbhandari et al. 2021, offloads parameters to CPU memory
+ * the same way): the shard lives in pinned host memory (host_malloc_pinned: cudaMallocHost on CUDA) instead of device
+ * memory, and a gather copies this rank's part of the unit host -> device into the working buffer (an asynchronous
+ * copy on the compute stream) before the same in-place all-gather. Not gathered directly from pinned memory: NCCL's
+ * collectives are specified for device buffers (host memory is not a supported send buffer), the all-gather is in
+ * place in the working buffer, where the owned part has to be anyway, and the copy moves only this rank's 1/N of
+ * the unit, once per gather, the least the PCIe link can carry; the other (N-1)/N come from the peers over NVLink
+ * or the network as without offload. The optimizer updates the shard where it lives: the CPU AdamW of
+ * --offload-optimizer writes it in place (llmc/offload.h; fp32 builds with --offload-optimizer cpu use the
+ * offload's fp32 weights as the shard itself, no copy at all), and the device AdamW writes (and, without master
+ * weights, reads) it through the unified address space: on 64-bit CUDA every cudaMallocHost allocation is
+ * mapped, its device address the host pointer (CUDA Runtime API, "Unified Addressing"), so no staging buffer.
+ * Ordering: the host writes the shard only after the compute stream has passed every copy out of it (the offloaded
+ * update waits for the step's gradients first; zero_params_set_from_full synchronises), and copies out of it are
+ * queued after the host wrote it. pcie_h2d / pcie_d2h count the bytes moved between the host shard and the device.
+ *
  * Errors: allocation failures exit with one line (dev_malloc); collectives check every return code (comm.h).
  */
 #ifndef LLMC_ZERO_PARAMS_H
@@ -48,7 +64,11 @@ typedef struct {
     Comm* dp;
     CommDtype dtype;
     size_t P, S, own_start;       /* parameters, shard size, first flat index of this rank's shard */
-    floatX* shard;                /* (S) device: parameters [own_start, own_start + S) (the tail past P zero) */
+    floatX* shard;                /* (S) device (host with --offload-params cpu): parameters [own_start, own_start + S)
+                                   * (the tail past P zero) */
+    int host;                     /* 1 = the shard is in pinned host memory (--offload-params cpu) */
+    int shard_borrowed;           /* 1 = the shard is the optimizer offload's fp32 weights (not freed here) */
+    unsigned long long pcie_h2d, pcie_d2h; /* bytes moved host shard -> device and back so far (host == 1) */
     floatX* work;                 /* device: the working buffer (a 2-layer model's parameter layout) */
     size_t work_elems;
     GPT2GradTarget pieces;        /* the working buffer described as a target, for gpt2_grad_bucket's pieces */
@@ -76,7 +96,10 @@ static inline void zero_params_gather(ZeroParamStore* ps, int l) {
     size_t a = ps->own_start, b = ps->own_start + ps->S;
     for (int k = 0; k < n; k++) {
         size_t lo = seg[k].begin > a ? seg[k].begin : a, hi = seg[k].end < b ? seg[k].end : b;
-        if (hi > lo) {
+        if (hi > lo && ps->host) { /* asynchronous from pinned memory, on the compute stream */
+            dev_memcpy_h2d((floatX*)seg[k].ptr + (lo - seg[k].begin), ps->shard + (lo - a), (hi - lo) * sizeof(floatX));
+            ps->pcie_h2d += (hi - lo) * sizeof(floatX);
+        } else if (hi > lo) {
             dev_memcpy_d2d((floatX*)seg[k].ptr + (lo - seg[k].begin), ps->shard + (lo - a), (hi - lo) * sizeof(floatX));
         }
     }
@@ -114,9 +137,11 @@ static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
 /* Shards the parameters of `model` (its flat buffer padded to N * S, llmc/zero.h): copies this rank's shard
  * [own_start, own_start + S) out, replaces the model's buffer by the working buffer and points the model's
  * GPT2ParamSource at the store. The full buffer is freed; from here on the model's params hold gathered layers only.
- * Exits with one line on allocation failure. */
+ * host = 1 (--offload-params cpu): the shard is pinned host memory, or `borrowed` (S floatX of pinned host memory
+ * that already holds these values, owned by the caller: the optimizer offload's fp32 weights in fp32 builds) when
+ * non-NULL. Exits with one line on allocation failure. */
 static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, CommDtype dtype, size_t S,
-                                    size_t own_start) {
+                                    size_t own_start, int host, floatX* borrowed) {
     memset(ps, 0, sizeof(*ps));
     ps->model = model;
     ps->dp = dp;
@@ -125,8 +150,17 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
     ps->S = S;
     ps->own_start = own_start;
     ps->pending[0] = ps->pending[1] = -1;
-    ps->shard = (floatX*)dev_malloc(S * sizeof(floatX), "parameters (ZeRO-3 shard)");
-    dev_memcpy_d2d(ps->shard, model->params_memory + own_start, S * sizeof(floatX));
+    ps->host = host;
+    ps->shard_borrowed = host && borrowed != NULL;
+    if (ps->shard_borrowed) {
+        ps->shard = borrowed;
+    } else if (host) {
+        ps->shard = (floatX*)host_malloc_pinned(S * sizeof(floatX), "parameters (ZeRO-3 shard, offloaded to host memory)");
+        dev_memcpy_d2h(ps->shard, model->params_memory + own_start, S * sizeof(floatX));
+    } else {
+        ps->shard = (floatX*)dev_malloc(S * sizeof(floatX), "parameters (ZeRO-3 shard)");
+        dev_memcpy_d2d(ps->shard, model->params_memory + own_start, S * sizeof(floatX));
+    }
     size_t sizes[NUM_PARAMETER_TENSORS], L = (size_t)model->n_layers;
     ps->work_elems = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -150,8 +184,15 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
     model->param_source.ctx = ps;
 }
 
-/* device bytes of parameters this rank holds: the shard and the working buffer */
-static inline size_t zero_params_bytes(const ZeroParamStore* ps) { return (ps->S + ps->work_elems) * sizeof(floatX); }
+/* device bytes of parameters this rank holds: the shard (unless offloaded) and the working buffer */
+static inline size_t zero_params_bytes(const ZeroParamStore* ps) {
+    return ((ps->host ? 0 : ps->S) + ps->work_elems) * sizeof(floatX);
+}
+
+/* host bytes this store allocated for the offloaded shard (0 on the device, or borrowed) */
+static inline size_t zero_params_host_bytes(const ZeroParamStore* ps) {
+    return ps->host && !ps->shard_borrowed ? ps->S * sizeof(floatX) : 0;
+}
 
 /* The full model's parameters in fp32 into host_full (P floats, flat order; NULL on ranks that do not need them):
  * every rank of the group calls it (unit by unit through the working buffer, so no full copy is ever held on the
@@ -174,13 +215,21 @@ static inline void zero_params_download_full(ZeroParamStore* ps, float* host_ful
 static inline void zero_params_set_from_full(ZeroParamStore* ps, const floatX* full) {
     size_t lo = ps->own_start < ps->P ? ps->own_start : ps->P, hi = ps->own_start + ps->S;
     hi = hi < ps->P ? hi : ps->P;
+    if (ps->host) { /* no copy out of the shard may still be in flight when the host writes it */
+        dev_synchronize();
+        memset(ps->shard, 0, ps->S * sizeof(floatX));
+        if (hi > lo) { dev_memcpy_d2h(ps->shard, full + lo, (hi - lo) * sizeof(floatX)); }
+        return;
+    }
     dev_memset(ps->shard, 0, ps->S * sizeof(floatX));
     if (hi > lo) { dev_memcpy_d2d(ps->shard, full + lo, (hi - lo) * sizeof(floatX)); }
 }
 
-/* frees the shard (the working buffer is the model's params_memory: gpt2_free frees it) */
+/* frees the shard (the working buffer is the model's params_memory: gpt2_free frees it; a borrowed shard is its
+ * owner's) */
 static inline void zero_params_free(ZeroParamStore* ps) {
-    if (ps->shard) { dev_free(ps->shard); }
+    if (ps->shard && ps->host && !ps->shard_borrowed) { dev_synchronize(); host_free_pinned(ps->shard); }
+    else if (ps->shard && !ps->host) { dev_free(ps->shard); }
     if (ps->model && ps->model->param_source.ctx == ps) { memset(&ps->model->param_source, 0, sizeof(GPT2ParamSource)); }
     ps->shard = NULL;
 }

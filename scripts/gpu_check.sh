@@ -22,7 +22,8 @@
 # it runs the same benchmark, and a row says which attention is faster on this machine (measured, not assumed).
 # Predicted seconds per stage on an H200 with 16 cores (the budget cuts the later ones first): preflight 5,
 # build 150-200 (cuDNN build in parallel, ~180), fixture tests 2 x 15, benchmark 60-90, cuDNN benchmark 60-90,
-# PyTorch 120-240 (compile), kernel checks 60, ZeRO runs 3 x 20, graphs 60.
+# PyTorch 120-240 (compile), kernel checks 60, ZeRO runs 3 x 20, offload rows 2 x 30 (run only when 40 s are
+# left), graphs 60.
 # Without a GPU (nvidia-smi finds none, or GPU_CHECK_DRY=1) it is a dry run: the preflight rows, then one
 # "no GPU" row per stage, in a few seconds, exit 0 (CI runs it so: dev/test/cli_gpu_check_dry.sh).
 # Every stage's timeout is cut to what is left of the budget (GPU_CHECK_BUDGET, default 480 s, so the whole
@@ -274,6 +275,18 @@ if [ -x ./train_gpt ] && [ "$(budget_for 60)" -ge 40 ]; then
     GBS=$(echo "$OFF" | sed -E 's/offload PCIe ([0-9.]+)\+([0-9.]+) MB.*update ([0-9.]+) ms/\1 \2 \3/' | \
           awk 'NF == 3 && $3 > 0 { printf "%.1f GB/s effective (both directions, with the CPU AdamW)", ($1 + $2) / $3 }')
     row "d12 --offload-optimizer cpu, last step" "$(status_word $rc); ${OFF:-no step line}; ${GBS:-n/a}$([ $rc -ne 0 ] && echo ": $(gist offload_cpu)")"
+fi
+# 6c. parameter offload (llmc/zero_params.h): ZeRO-3 on one GPU with the parameter shard in pinned host memory
+# (copied host -> device per layer, then all-gathered) and the CPU AdamW writing it in place; the step line's PCIe
+# bytes (counted vs theory) and step time; skipped when the budget is short
+if [ -x ./train_gpt ] && [ "$(budget_for 60)" -ge 40 ]; then
+    run offload_params 60 ./train_gpt -e d12 -b 8 -t 1024 -x 4 -z 3 --offload-params cpu --offload-optimizer cpu \
+        -i "$DATA" -j '' -g 0
+    rc=$?
+    LAST=$(grep '^step' "$WORK/offload_params.txt" | tail -n 1)
+    OFF=$(echo "$LAST" | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms')
+    MS=$(echo "$LAST" | grep -oE '\| [0-9.]+ ms \| [0-9]+ tok/s' | head -n 1 | tr -d '|')
+    row "d12 -z 3 --offload-params cpu + optimizer cpu" "$(status_word $rc); ${MS:-no step line};${OFF:+ $OFF}$([ $rc -ne 0 ] && echo ": $(gist offload_params)")"
 fi
 
 # 7. extras while time is left: CUDA-graph replay of the micro-step
