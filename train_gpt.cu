@@ -1487,9 +1487,8 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
         if (s->ep_comm.active) { /* --ep: this rank's all-to-all bytes of the step, counted, beside the theory */
             const MoEEpComm* b = &s->ep_comm;
-            int p = b->ep.size;
-            double balanced = (double)Lm * s->grad_accum_steps * 4.0 * s->cfg.B * s->cfg.T * moe->top_k * (p - 1) / p *
-                              s->model.config.channels * sizeof(floatX);
+            double balanced = moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k,
+                                                    b->ep.size, s->model.config.channels, sizeof(floatX));
             printf(" | a2a sent %llu B = rows %llu x C %d x %d B + counts %llu B (balanced routing, no drops: %.0f B)",
                    (unsigned long long)b->comm.counters.bytes_sent, b->ep.rows_sent, s->model.config.channels,
                    (int)sizeof(floatX), b->count_bytes_sent, balanced);
@@ -1537,6 +1536,15 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     if (r->grad_fp32 > 0) {
         snprintf(fields + len, fields_cap - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
+        len = strlen(fields);
+    }
+    if (s->ep_comm.active) { /* --ep: this rank's all-to-all of the step (as printed on the step line) */
+        const MoEEpComm* b = &s->ep_comm;
+        snprintf(fields + len, fields_cap - len, ",\"a2a_bytes_sent\":%llu,\"a2a_rows_sent\":%llu,"
+                 "\"a2a_count_bytes_sent\":%llu,\"a2a_balanced_bytes\":%.0f", (unsigned long long)b->comm.counters.bytes_sent,
+                 b->ep.rows_sent, b->count_bytes_sent,
+                 moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k, b->ep.size,
+                                       s->model.config.channels, sizeof(floatX)));
         len = strlen(fields);
     }
     if (r->off_d2h_theory > 0) {

@@ -97,6 +97,14 @@ static inline void moe_ep_comm_reset(MoEEpComm* b) {
     b->ep.rows_sent = b->ep.rows_recv = 0;
 }
 
+/* the all-to-all bytes one rank sends per optimizer step under perfectly balanced routing without drops: Lm MoE
+ * blocks x `micro` micro-steps x 4 exchanges (forward dispatch and combine, backward dispatch and combine) x the
+ * N*k rows of a micro-batch of N tokens, of which (p-1)/p leave the rank, x C values of `value_bytes` each (the
+ * count exchanges, (p-1) x E/p int32 per block and micro-step, not included) */
+static inline double moe_ep_balanced_bytes(int Lm, int micro, size_t N, int k, int p, int C, size_t value_bytes) {
+    return (double)Lm * micro * 4.0 * (double)N * k * (p - 1) / p * C * (double)value_bytes;
+}
+
 /* ends the private group (collective) */
 static inline void moe_ep_comm_free(MoEEpComm* b) {
     if (b->active) { comm_finalize(&b->comm); b->active = 0; }

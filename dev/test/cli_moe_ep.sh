@@ -54,8 +54,8 @@ test "$(steps "$TMP/ep1.log" | head -n 1 | cut -d'|' -f1-3)" = "$(steps "$TMP/ep
 check $? "step 1 is bit-identical (same routing, same expert rows; only the later gradient sums differ)"
 grep -q -- "-> equal" "$TMP/ep2.log"
 check $? "ep=2: the memory ledger equals what was allocated"
-python3 - "$TMP/ep2.log" <<'PY'
-import re, sys
+python3 - "$TMP/ep2.log" "$TMP/ep2/log.jsonl" <<'PY'
+import json, re, sys
 lines = re.findall(r"^step +\d+/10 .*\| a2a sent (\d+) B = rows (\d+) x C (\d+) x (\d+) B \+ counts (\d+) B "
                    r"\(balanced routing, no drops: (\d+) B\)", open(sys.argv[1]).read(), re.M)
 assert len(lines) == 10, lines
@@ -67,9 +67,12 @@ for sent, rows, C, b, counts, theory in lines:
     # balanced: 2 blocks x 4 exchanges x 32 tokens x k=2 x 1/2 to the peer x 128 x 4 B
     assert theory == 2 * 4 * 32 * 2 // 2 * 128 * 4, theory
     assert 0.5 * theory <= rows * C * b <= 1.5 * theory, (rows, theory)
+train = [r for r in map(json.loads, open(sys.argv[2])) if r["kind"] == "train"]
+assert [(r["a2a_bytes_sent"], r["a2a_rows_sent"], r["a2a_count_bytes_sent"], r["a2a_balanced_bytes"]) for r in train] == \
+    [(int(l[0]), int(l[1]), int(l[4]), int(l[5])) for l in lines], train
 print("# a2a bytes per step", [int(l[0]) for l in lines], "theory", lines[0][5])
 PY
-check $? "all-to-all bytes sent per step = token rows sent x C x 4 B + count exchanges, beside the balanced theory"
+check $? "all-to-all bytes sent per step = token rows sent x C x 4 B + count exchanges, beside the balanced theory (step line and log.jsonl)"
 
 # determinism and resume: a second ep=2 run stops after a checkpoint at step 5, then resumes
 run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" --exit-after-steps 5 > "$TMP/r1.log" 2>&1
