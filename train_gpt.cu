@@ -881,13 +881,15 @@ static double val_batch_loss_sum(TrainSession* s, int rows) {
 static float validate(TrainSession* s) {
     DataLoader* vl = &s->val_loader;
     int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
+    /* forwards that are collective over dp (ZeRO-3's gathers, --ep's all-to-all): every rank runs as many */
+    int same_count = zero_params_sharded(&s->zero) || s->ep_comm.active;
     double sum = 0.0;
     size_t count = 0;
     if (s->cfg.val_tokens > 0) {
         size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
         size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
         /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones count 0 rows */
-        size_t limit = zero_params_sharded(&s->zero) ? (nseq + (size_t)world - 1) / (size_t)world : mine;
+        size_t limit = same_count ? (nseq + (size_t)world - 1) / (size_t)world : mine;
         for (size_t k0 = 0; k0 < limit; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
             int rows = k0 >= mine ? 0 : mine - k0 < (size_t)B ? (int)(mine - k0) : B;
             for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
@@ -900,7 +902,7 @@ static float validate(TrainSession* s) {
         size_t windows = dataloader_windows_per_epoch(vl);
         if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
         /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones uncounted */
-        size_t rounds = zero_params_sharded(&s->zero) ? (windows + (size_t)world - 1) / (size_t)world : 0;
+        size_t rounds = same_count ? (windows + (size_t)world - 1) / (size_t)world : 0;
         for (size_t k = (size_t)rank, i = 0; k < windows || i < rounds; k += (size_t)world, i++) {
             dataloader_load_window(vl, k < windows ? k : 0);
             double part = val_batch_loss_sum(s, B);

@@ -17,6 +17,8 @@
 #   - the all-to-all counters: every step line's bytes sent (the private ep communicator's counter) equal the
 #     token rows this rank sent (counted by the layer) x C x 4 bytes + the count exchanges, and are printed beside
 #     the theory for balanced routing; the memory ledger equals what was allocated.
+#   - validation with an uneven split of windows over the ranks equals ep=1's, and a sample is printed (every
+#     rank of an ep group runs the forwards: they exchange tokens);
 # Refusals (one line): --ep not dividing E, --ep on a dense model, --ep not dividing dp.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -44,12 +46,22 @@ sys.exit(0 if all(a) and all(b) and all(abs(x - y) <= tol * abs(x) + 1e-6 for x,
 PY
 }
 
-run 2 "${MOE[@]}" --ep 1 > "$TMP/ep1.log" 2>&1
+# validation every 5 steps on 3 windows: 2 on rank 0, 1 on rank 1, so under ep rank 1 runs a third, uncounted
+# forward for rank 0's all-to-all (a hang otherwise)
+VAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 3 -v 5)
+run 2 "${MOE[@]}" "${VAL[@]}" --ep 1 > "$TMP/ep1.log" 2>&1
 check $? "ep=1 on 2 processes: 10 steps"
-run 2 "${MOE[@]}" --ep 2 -o "$TMP/ep2" > "$TMP/ep2.log" 2>&1
+run 2 "${MOE[@]}" "${VAL[@]}" --ep 2 -o "$TMP/ep2" > "$TMP/ep2.log" 2>&1
 check $? "ep=2 on 2 processes (2 experts each): 10 steps"
 compare 1 10 "$TMP/ep1.log" "$TMP/ep2.log"
 check $? "ep=2 equals ep=1 on dp=2 (losses and norms of 10 steps, $TOL relative)"
+python3 - "$TMP/ep1.log" "$TMP/ep2.log" "$TOL" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^val loss ([0-9.]+) \(step (?:0|5|10)\)", open(p).read(), re.M)] for p in sys.argv[1:3])
+print("# val losses", a, b)
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= float(sys.argv[3]) * x + 1e-6 for x, y in zip(a, b)) else 1)
+PY
+check $? "ep=2 validation (3 windows over 2 ranks) equals ep=1's at steps 0, 5, 10"
 test "$(steps "$TMP/ep1.log" | head -n 1 | cut -d'|' -f1-3)" = "$(steps "$TMP/ep2.log" | head -n 1 | cut -d'|' -f1-3)"
 check $? "step 1 is bit-identical (same routing, same expert rows; only the later gradient sums differ)"
 grep -q -- "-> equal" "$TMP/ep2.log"
@@ -102,8 +114,10 @@ check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
 # 4 processes: dp=4 with ep=2 (two ep groups, experts replicated twice) against ep=1
 run 4 "${MOE[@]}" --ep 1 > "$TMP/dp4_ep1.log" 2>&1
 check $? "ep=1 on 4 processes"
-run 4 "${MOE[@]}" --ep 2 > "$TMP/dp4_ep2.log" 2>&1
-check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2)"
+run 4 "${MOE[@]}" --ep 2 -g 4 > "$TMP/dp4_ep2.log" 2>&1
+check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2), with a sample at the end"
+grep -q "^sample (from" "$TMP/dp4_ep2.log"
+check $? "ep=2: the sample is printed (every rank of the ep groups runs the forwards)"
 compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep2.log"
 check $? "ep=2 equals ep=1 on dp=4 (losses and norms of 10 steps, $TOL relative)"
 
