@@ -573,6 +573,12 @@ static StepResult train_step(TrainSession* s) {
                    s->pp->rank, s->pipe.boundary_sent, s->pipe.boundary_recv, s->pp->counters.bytes_sent,
                    s->pp->counters.bytes_recv, s->pp->counters.calls, s->pp->world);
         }
+        if (s->ep_comm.active) { /* --ep: this rank's all-to-all (the step line prints rank 0's with the theory) */
+            const MoEEpComm* b = &s->ep_comm;
+            printf(" | ep rank %d all-to-all sent %llu recv %llu bytes in %llu calls, rows sent %llu recv %llu (ep %d)",
+                   b->ep.rank, b->comm.counters.bytes_sent, b->comm.counters.bytes_recv, b->comm.counters.calls,
+                   b->ep.rows_sent, b->ep.rows_recv, b->ep.size);
+        }
         printf("\n");
         fflush(stdout);
     }

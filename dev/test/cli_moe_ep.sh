@@ -114,10 +114,25 @@ check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
 # 4 processes: dp=4 with ep=2 (two ep groups, experts replicated twice) against ep=1
 run 4 "${MOE[@]}" --ep 1 > "$TMP/dp4_ep1.log" 2>&1
 check $? "ep=1 on 4 processes"
-run 4 "${MOE[@]}" --ep 2 -g 4 > "$TMP/dp4_ep2.log" 2>&1
+run 4 "${MOE[@]}" --ep 2 -g 4 --comm-stats 1 > "$TMP/dp4_ep2.log" 2>&1
 check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2), with a sample at the end"
 grep -q "^sample (from" "$TMP/dp4_ep2.log"
 check $? "ep=2: the sample is printed (every rank of the ep groups runs the forwards)"
+python3 - "$TMP/dp4_ep2.log" <<'PY'
+import re, sys
+rows = re.findall(r"^comm: rank (\d+) step (\d+) .*\| ep rank (\d+) all-to-all sent (\d+) recv (\d+) bytes in (\d+) calls, "
+                  r"rows sent (\d+) recv (\d+) \(ep 2\)$", open(sys.argv[1]).read(), re.M)
+assert len(rows) == 40, len(rows)  # 4 ranks x 10 steps
+for step in range(1, 11):
+    r = [tuple(map(int, x)) for x in rows if int(x[1]) == step]
+    for g in (0, 1):  # the ep groups {0,1} and {2,3}: what one rank sends the other receives
+        a, b = [x for x in r if x[0] // 2 == g]
+        assert a[3] == b[4] and a[4] == b[3] and a[6] == b[7], (a, b)
+    for x in r:  # 2 MoE blocks x (count exchange + 2 forward + 2 backward all-to-alls); 2 int32 counts per block
+        assert x[5] == 10 and x[3] == x[6] * 128 * 4 + 16 and x[4] == x[7] * 128 * 4 + 16, x
+print("# per-rank all-to-all bytes of step 1:", [(x[0], x[3]) for x in rows if x[1] == "1"])
+PY
+check $? "dp=4, ep=2 (--comm-stats 1): every rank's all-to-all bytes = its rows x C x 4 B + counts, what one rank of an ep group sends its peer receives"
 compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep2.log"
 check $? "ep=2 equals ep=1 on dp=4 (losses and norms of 10 steps, $TOL relative)"
 
