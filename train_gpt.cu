@@ -817,6 +817,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     GPT2Config file_cfg;
     gpt2_read_model_header(path, &file_cfg);
     file_cfg.moe.ep = mc->moe.ep; /* not in the file: the checkpoint holds the full model for any --ep */
+    file_cfg.moe.ep_capacity = mc->moe.ep_capacity;
     if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
         FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
               "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
@@ -1149,7 +1150,8 @@ static GPT2Config model_config(const TrainConfig* cfg) {
         mc.moe.every = cfg->moe_every;
         mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
     }
-    mc.moe.ep = mc.moe.experts > 0 ? cfg->ep : 0; /* a run-time field (llmc/moe.h): sizes the expert-side buffers */
+    mc.moe.ep = mc.moe.experts > 0 ? cfg->ep : 0; /* run-time fields (llmc/moe.h): they size the expert-side buffers */
+    mc.moe.ep_capacity = mc.moe.experts > 0 && cfg->ep > 1 ? cfg->moe_capacity_factor : 0.0f;
     moe_check_flags(cfg, &mc);
     return mc;
 }
@@ -1186,7 +1188,8 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     s->model.moe_opt.capacity_factor = s->cfg.moe_capacity_factor;
     s->model.moe_opt.aux_coef = s->cfg.moe_aux_coef;
     s->model.moe_opt.z_coef = s->cfg.moe_z_coef;
-    s->model.config.moe.ep = mc->moe.ep; /* a model file's header leaves the run-time field 0 */
+    s->model.config.moe.ep = mc->moe.ep; /* a model file's header leaves the run-time fields 0 */
+    s->model.config.moe.ep_capacity = mc->moe.ep_capacity;
     /* --ep > 1: the layer's all-to-all on a private copy of the grid's ep group (llmc/moe_ep_comm.h) */
     s->model.moe_opt.ep = moe_ep_comm_init(&s->ep_comm, s->grid.ep, floatx_comm_dtype());
 }

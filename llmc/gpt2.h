@@ -1091,6 +1091,7 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
         a.rplan = (int*)actF(m, A_MOE_RPLAN, (int)j, E);
         a.recv = (floatX*)m->acts.t[A_MOE_RECV];
         a.drecv = (floatX*)m->acts.t[A_MOE_DRECV];
+        a.recv_rows = Rr;
     }
     return a;
 }

@@ -42,8 +42,10 @@ typedef struct {
     int top_k;   /* k, 1 <= k <= E */
     int every;   /* n: blocks n-1, 2n-1, ... have experts */
     int hidden;  /* H: each expert's hidden width */
-    int ep;      /* not in the model file: the expert-parallel size this process runs with (--ep; 0 or 1 = none);
-                  * sizes the receive-side expert buffers (moe_recv_rows). Readers of a file leave it 0. */
+    int ep;      /* not in the model file: the expert-parallel size this process runs with (--ep; 0 or 1 = none)
+                  * and ... */
+    float ep_capacity; /* ... the capacity factor it runs with (MoEOptions.capacity_factor); both size the
+                        * receive-side expert buffers (moe_recv_rows). Readers of a file leave them 0. */
 } MoEConfig;
 
 /* Expert parallelism as the layer sees it (llmc/README.md, "Expert parallelism"): this process is rank `rank` of
@@ -90,13 +92,19 @@ static inline int moe_capacity(const MoEConfig* c, const MoEOptions* o, int N) {
 static inline int moe_ep_size(const MoEConfig* c) { return c->ep > 1 ? c->ep : 1; }
 /* rows of the receive-side expert buffers for micro-batches of N tokens per rank: N*k without expert parallelism
  * (the grouped rows of this rank's own tokens); with ep ranks, each of them sends at most N*min(k, E/ep) rows to
- * this rank's E/ep experts (a token chooses an expert once), so ep*N*min(k, E/ep) (the capacity, a training
- * option, would bound it further: see llmc/README.md, "Expert parallelism") */
+ * this rank's E/ep experts (a token chooses an expert once) and at most cap rows per expert (capacity factor
+ * c->ep_capacity > 0, cap = ceil(c*k*N/E) as moe_capacity), so min(ep*N*min(k, E/ep), E*cap) */
 static inline size_t moe_recv_rows(const MoEConfig* c, size_t N) {
     int p = moe_ep_size(c);
     if (p == 1) { return N * (size_t)c->top_k; }
     int El = c->experts / p, k = c->top_k < El ? c->top_k : El;
-    return (size_t)p * N * (size_t)k;
+    size_t rows = (size_t)p * N * (size_t)k;
+    if (c->ep_capacity > 0.0f) {
+        double cap = ceil((double)c->ep_capacity * c->top_k * (double)N / c->experts);
+        size_t by_cap = (size_t)c->experts * (cap > (double)N ? N : (size_t)cap);
+        if (by_cap < rows) { rows = by_cap; }
+    }
+    return rows;
 }
 /* the size of the statistics block of one MoE layer (moe_route_stats) */
 static inline int moe_stats_floats(const MoEConfig* c) { return 2 * c->experts + 3; }
@@ -122,6 +130,7 @@ typedef struct {
     floatX *xr;
     int *rplan;
     floatX *recv, *drecv;
+    size_t recv_rows;  /* Rr: the rows allocated for them (moe_recv_rows) */
 } MoELayer;
 
 /* The all-to-all routing of one layer and micro-batch under expert parallelism (host): rows this rank sends to
@@ -219,6 +228,10 @@ static inline void moe_ep_route(MoERoute* r, const MoELayer* a, const MoEConfig*
     dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
     dev_memcpy_d2h(rk, a->rplan, (size_t)E * sizeof(int));
     moe_route(r, plan, rk, E, ep->size);
+    size_t total = r->rdisp[ep->size - 1] + r->rrows[ep->size - 1];
+    if (total > a->recv_rows) { /* every rank runs with the same capacity factor (the flags are compared at start) */
+        FATAL("internal: MoE all-to-all receives %zu rows, %zu allocated", total, a->recv_rows);
+    }
 }
 
 /* Forward of one MoE MLP: y(N,C) (overwritten) = sum over the kept choices of gate * expert(x(N,C)); fills the
