@@ -20,6 +20,9 @@
  * GEMMs run one matmul per expert on its rows, with the counts read back to the host once per layer and
  * micro-batch (a synchronisation: free on the CPU, a stall on a GPU that fixed-capacity buffers or grouped GEMMs
  * would avoid). Kernels: llmc/cpu/moe.h, llmc/cuda/moe.cuh.
+ * Expert parallelism (MoEExpertParallel, llmc/README.md "Expert parallelism"): the grouped rows go to the ranks
+ * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
+ * and backward; the expert side holds Rr = moe_recv_rows rows.
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
