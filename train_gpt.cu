@@ -51,6 +51,7 @@
 #include "llmc/step_graphs.h"      /* defines: MicroStepGraphs, graph_micro_step (--cuda-graphs) */
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
+#include "llmc/moe_ep_comm.h"          /* defines: MoEEpComm, moe_ep_comm_init (--ep's all-to-all) */
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 
@@ -285,7 +286,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "load-balancing loss coefficient alpha (alpha*E*sum f_i*P_i, Switch Transformer)");
     SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
     SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
-         "expert-parallel size (training: only 1, the experts are replicated; --plan: experts split over ep ranks)");
+         "expert parallelism: the experts split over groups of N consecutive data-parallel processes, tokens moved "
+         "by all-to-all (N divides the data-parallel size and --moe-experts; 1 = every process computes every expert)");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
@@ -340,8 +342,7 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
 typedef struct {
     TrainConfig cfg;
     Comm world;                /* every process (llmc/comm.h) */
-    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h); ep = 1 until
-                                  experts land (llmc/README.md, "Where the next dimensions plug in") */
+    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h; --ep inside dp) */
     Comm* dp;                  /* the data-parallel group: grid.dp */
     Comm* tp;                  /* the tensor-parallel group: grid.tp */
     Comm* pp;                  /* the pipeline group: grid.pp */
@@ -371,6 +372,7 @@ typedef struct {
     int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
+    MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */
 } TrainSession;
 
 /* process 0 prints, logs, samples and writes the model file */
@@ -509,6 +511,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->pp);
     s->tp_comm.seconds = 0.0;
     unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
+    moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
     if (s->zero.compress) { s->zero.compress->step = (uint32_t)s->step; } /* the stochastic-rounding stream's step */
     double loss;
@@ -593,6 +596,12 @@ static StepResult train_step(TrainSession* s) {
             printf(" | pp rank %d boundary sent %llu recv %llu bytes; sent %llu recv %llu bytes in %llu calls (pp %d)",
                    s->pp->rank, s->pipe.boundary_sent, s->pipe.boundary_recv, s->pp->counters.bytes_sent,
                    s->pp->counters.bytes_recv, s->pp->counters.calls, s->pp->world);
+        }
+        if (s->ep_comm.active) { /* --ep: this rank's all-to-all (the step line prints rank 0's with the theory) */
+            const MoEEpComm* b = &s->ep_comm;
+            printf(" | ep rank %d all-to-all sent %llu recv %llu bytes in %llu calls, rows sent %llu recv %llu (ep %d)",
+                   b->ep.rank, b->comm.counters.bytes_sent, b->comm.counters.bytes_recv, b->comm.counters.calls,
+                   b->ep.rows_sent, b->ep.rows_recv, b->ep.size);
         }
         printf("\n");
         fflush(stdout);
@@ -749,6 +758,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
     {"resume", "this very choice"},
     {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
+    {"ep", "where experts are computed: every process holds the full model and its optimizer layout does not depend on "
+           "--ep (expert gradients summed in another order)"},
     {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
     {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
     {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
@@ -831,6 +842,8 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     checkpoint_model_path(path, sizeof(path), cfg->output_dir, resume_step);
     GPT2Config file_cfg;
     gpt2_read_model_header(path, &file_cfg);
+    file_cfg.moe.ep = mc->moe.ep; /* not in the file: the checkpoint holds the full model for any --ep */
+    file_cfg.moe.ep_capacity = mc->moe.ep_capacity;
     if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
         FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
               "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
@@ -901,13 +914,15 @@ static double val_batch_loss_sum(TrainSession* s, int rows) {
 static float validate(TrainSession* s) {
     DataLoader* vl = &s->val_loader;
     int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
+    /* forwards that are collective over dp (ZeRO-3's gathers, --ep's all-to-all): every rank runs as many */
+    int same_count = zero_params_sharded(&s->zero) || s->ep_comm.active;
     double sum = 0.0;
     size_t count = 0;
     if (s->cfg.val_tokens > 0) {
         size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
         size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
         /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones count 0 rows */
-        size_t limit = zero_params_sharded(&s->zero) ? (nseq + (size_t)world - 1) / (size_t)world : mine;
+        size_t limit = same_count ? (nseq + (size_t)world - 1) / (size_t)world : mine;
         for (size_t k0 = 0; k0 < limit; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
             int rows = k0 >= mine ? 0 : mine - k0 < (size_t)B ? (int)(mine - k0) : B;
             for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
@@ -920,7 +935,7 @@ static float validate(TrainSession* s) {
         size_t windows = dataloader_windows_per_epoch(vl);
         if (s->cfg.val_max_steps >= 0 && (size_t)s->cfg.val_max_steps < windows) { windows = (size_t)s->cfg.val_max_steps; }
         /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones uncounted */
-        size_t rounds = zero_params_sharded(&s->zero) ? (windows + (size_t)world - 1) / (size_t)world : 0;
+        size_t rounds = same_count ? (windows + (size_t)world - 1) / (size_t)world : 0;
         for (size_t k = (size_t)rank, i = 0; k < windows || i < rounds; k += (size_t)world, i++) {
             dataloader_load_window(vl, k < windows ? k : 0);
             double part = val_batch_loss_sum(s, B);
@@ -1101,11 +1116,15 @@ static void setup_processes(TrainSession* s) {
 /* the --moe-* and --ep flags against the model and the layout (one line for what is not possible) */
 static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
     int planning = cfg->plan || cfg->plan_search; /* the planner checks its layout itself (ledger_check_layout) */
-    if (cfg->ep > 1 && !planning) {
-        FATAL_ALL("flag --ep %d: expert parallelism is not implemented (experts are replicated on every data-parallel "
-                  "process); use --ep 1", cfg->ep);
+    if (cfg->ep > 1 && mc->moe.experts == 0 && !planning) {
+        FATAL_ALL("flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts to "
+                  "split; use --ep 1", cfg->ep);
     }
     if (mc->moe.experts == 0) { return; }
+    if (mc->moe.experts % cfg->ep != 0) {
+        FATAL_ALL("flag --ep %d does not divide --moe-experts %d: each expert-parallel rank holds E/ep experts; expected "
+                  "--ep to divide %d", cfg->ep, mc->moe.experts, mc->moe.experts);
+    }
     if (mc->moe.top_k > mc->moe.experts) {
         FATAL_ALL("flag --moe-top-k %d is above --moe-experts %d: a token cannot choose more experts than there are",
                   mc->moe.top_k, mc->moe.experts);
@@ -1163,6 +1182,8 @@ static GPT2Config model_config(const TrainConfig* cfg) {
         mc.moe.every = cfg->moe_every;
         mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
     }
+    mc.moe.ep = mc.moe.experts > 0 ? cfg->ep : 0; /* run-time fields (llmc/moe.h): they size the expert-side buffers */
+    mc.moe.ep_capacity = mc.moe.experts > 0 && cfg->ep > 1 ? cfg->moe_capacity_factor : 0.0f;
     moe_check_flags(cfg, &mc);
     return mc;
 }
@@ -1171,7 +1192,7 @@ static GPT2Config model_config(const TrainConfig* cfg) {
  * data parallel; the layout is validated against the model (heads, channels, padded vocabulary divisible by --tp,
  * a layer per stage) with one line */
 static void setup_grid(TrainSession* s, const GPT2Config* mc) {
-    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, s->cfg.pp, 1);
+    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, s->cfg.pp, s->cfg.ep);
     if (layout.dp == 0) { layout.tp = s->cfg.tp; layout.dp = 1; layout.pp = s->cfg.pp; layout.ep = 1; } /* refused below */
     GridModelShape shape = {mc->num_heads, mc->channels, mc->padded_vocab_size, mc->num_layers};
     grid_init(&s->grid, &s->world, layout, &shape, 0);
@@ -1199,6 +1220,10 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     s->model.moe_opt.capacity_factor = s->cfg.moe_capacity_factor;
     s->model.moe_opt.aux_coef = s->cfg.moe_aux_coef;
     s->model.moe_opt.z_coef = s->cfg.moe_z_coef;
+    s->model.config.moe.ep = mc->moe.ep; /* a model file's header leaves the run-time fields 0 */
+    s->model.config.moe.ep_capacity = mc->moe.ep_capacity;
+    /* --ep > 1: the layer's all-to-all on a private copy of the grid's ep group (llmc/moe_ep_comm.h) */
+    s->model.moe_opt.ep = moe_ep_comm_init(&s->ep_comm, s->grid.ep, floatx_comm_dtype());
 }
 
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
@@ -1475,6 +1500,7 @@ static void session_free(TrainSession* s) {
     if (s->has_val) { dataloader_free(&s->val_loader); }
     if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
     logger_free(&s->logger);
+    moe_ep_comm_free(&s->ep_comm);
     grid_free(&s->grid);
     comm_finalize(&s->world);
     backend_shutdown();
@@ -1507,6 +1533,14 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                r->loss, r->grad_norm, r->lr, ms, tok_s);
         if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
         if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
+        if (s->ep_comm.active) { /* --ep: this rank's all-to-all bytes of the step, counted, beside the theory */
+            const MoEEpComm* b = &s->ep_comm;
+            double balanced = moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k,
+                                                    b->ep.size, s->model.config.channels, sizeof(floatX));
+            printf(" | a2a sent %llu B = rows %llu x C %d x %d B + counts %llu B (balanced routing, no drops: %.0f B)",
+                   (unsigned long long)b->comm.counters.bytes_sent, b->ep.rows_sent, s->model.config.channels,
+                   (int)sizeof(floatX), b->count_bytes_sent, balanced);
+        }
         if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
         if (r->grad_fp32 > 0) {
             printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
@@ -1553,6 +1587,15 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                  r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
         len = strlen(fields);
     }
+    if (s->ep_comm.active) { /* --ep: this rank's all-to-all of the step (as printed on the step line) */
+        const MoEEpComm* b = &s->ep_comm;
+        snprintf(fields + len, fields_cap - len, ",\"a2a_bytes_sent\":%llu,\"a2a_rows_sent\":%llu,"
+                 "\"a2a_count_bytes_sent\":%llu,\"a2a_balanced_bytes\":%.0f", (unsigned long long)b->comm.counters.bytes_sent,
+                 b->ep.rows_sent, b->count_bytes_sent,
+                 moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k, b->ep.size,
+                                       s->model.config.channels, sizeof(floatX)));
+        len = strlen(fields);
+    }
     if (r->off_d2h_theory > 0) {
         snprintf(fields + len, fields_cap - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
                  "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f", r->off_d2h, r->off_h2d,
@@ -1596,7 +1639,8 @@ static float evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (s->sampling && (in_first_tp_group(s) || zero_params_sharded(&s->zero)) && /* ZeRO-3: all gather */
+    if (s->sampling && (in_first_tp_group(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
+                        s->ep_comm.active) &&                                   /* --ep: all exchange tokens */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);
     }

@@ -418,9 +418,12 @@ enum {
     /* mixture of experts only (0 elements otherwise; llmc/moe.h), per MoE block: router probabilities (N,E) fp32,
      * log-sum-exp (N) fp32, gates (N,k) fp32, choices (N,k) int32, grouped rows (N,k) int32, plan (3,E) int32,
      * statistics (2E+3) fp32, expert pre-GELU and GELU activations (R,H) and outputs (R,C) with R = N*k rows; shared
-     * by the blocks: the grouped input (R,C) and the backward scratch (R,C), (R,H), (R,C), (N,k) fp32, (N,E) fp32 */
+     * by the blocks: the grouped input (R,C) and the backward scratch (R,C), (R,H), (R,C), (N,k) fp32, (N,E) fp32.
+     * Expert parallelism (moe.ep > 1; 0 elements otherwise): the expert-side tensors (FCH, FCH_GELU, DH) have Rr =
+     * moe_recv_rows rows, and per MoE block the received rows (Rr,C) and counts (E) int32, shared scratch (Rr,C) x 2 */
     A_MOE_PROBS, A_MOE_LSE, A_MOE_GATE, A_MOE_CHOICE, A_MOE_ROW, A_MOE_PLAN, A_MOE_STATS,
     A_MOE_FCH, A_MOE_FCH_GELU, A_MOE_OUT, A_MOE_XE, A_MOE_DOUT, A_MOE_DH, A_MOE_DXE, A_MOE_DGATE, A_MOE_DLOGITS,
+    A_MOE_XR, A_MOE_RPLAN, A_MOE_RECV, A_MOE_DRECV,
     NUM_ACTIVATION_TENSORS
 };
 
@@ -429,7 +432,7 @@ static inline int activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
            i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32 || i == A_TP_STATS ||
            i == A_MOE_PROBS || i == A_MOE_LSE || i == A_MOE_GATE || i == A_MOE_CHOICE || i == A_MOE_ROW ||
-           i == A_MOE_PLAN || i == A_MOE_STATS || i == A_MOE_DGATE || i == A_MOE_DLOGITS;
+           i == A_MOE_PLAN || i == A_MOE_STATS || i == A_MOE_DGATE || i == A_MOE_DLOGITS || i == A_MOE_RPLAN;
 }
 
 typedef struct {
@@ -512,20 +515,24 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
     n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
     size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, H = (size_t)c->moe.hidden, R = BT * K;
+    size_t Rr = moe_recv_rows(&c->moe, BT), epl = moe_ep_size(&c->moe) > 1 && Lm ? 1 : 0; /* expert side */
     n[A_MOE_PROBS] = Lm * BT * E;
     n[A_MOE_LSE] = Lm * BT;
     n[A_MOE_GATE] = n[A_MOE_CHOICE] = n[A_MOE_ROW] = Lm * BT * K;
     n[A_MOE_PLAN] = Lm * 3 * E;
     n[A_MOE_STATS] = Lm * (size_t)moe_stats_floats(&c->moe);
-    n[A_MOE_FCH] = n[A_MOE_FCH_GELU] = Lm * R * H;
+    n[A_MOE_FCH] = n[A_MOE_FCH_GELU] = Lm * Rr * H;
     n[A_MOE_OUT] = Lm * R * C;
     n[A_MOE_XE] = n[A_MOE_DOUT] = n[A_MOE_DXE] = Lm ? R * C : 0;
-    n[A_MOE_DH] = Lm ? R * H : 0;
+    n[A_MOE_DH] = Lm ? Rr * H : 0;
     n[A_MOE_DGATE] = Lm ? BT * K : 0;
     n[A_MOE_DLOGITS] = Lm ? BT * E : 0;
+    n[A_MOE_XR] = epl * Lm * Rr * C;
+    n[A_MOE_RPLAN] = epl * Lm * E;
+    n[A_MOE_RECV] = n[A_MOE_DRECV] = epl * Rr * C;
     if (Lm) {
-        n[A_SCRATCH_F32] = max_size(n[A_SCRATCH_F32], max_size(matmul_scratch_floats((int)R, (int)C, (int)H),
-                                                               matmul_scratch_floats((int)R, (int)H, (int)C)));
+        n[A_SCRATCH_F32] = max_size(n[A_SCRATCH_F32], max_size(matmul_scratch_floats((int)Rr, (int)C, (int)H),
+                                                               matmul_scratch_floats((int)Rr, (int)H, (int)C)));
     }
     if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
         n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
@@ -1059,7 +1066,7 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     const MoEConfig* mc = &m->config.moe;
     size_t j = (size_t)moe_index(mc, l), Lm = (size_t)moe_num_layers(mc, m->config.num_layers);
     size_t N = (size_t)m->B * m->T, E = (size_t)mc->experts, K = (size_t)mc->top_k, H = (size_t)mc->hidden;
-    size_t C = (size_t)m->config.channels, R = N * K;
+    size_t C = (size_t)m->config.channels, R = N * K, Rr = moe_recv_rows(mc, N);
     MoELayer a;
     memset(&a, 0, sizeof(a));
     const ParameterTensors* p = &m->params;
@@ -1082,8 +1089,8 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.row = (int*)actF(m, A_MOE_ROW, (int)j, N * K);
     a.plan = (int*)actF(m, A_MOE_PLAN, (int)j, 3 * E);
     a.stats = actF(m, A_MOE_STATS, (int)j, (size_t)moe_stats_floats(mc));
-    a.fch = actX(m, A_MOE_FCH, (int)j, R * H);
-    a.fch_gelu = actX(m, A_MOE_FCH_GELU, (int)j, R * H);
+    a.fch = actX(m, A_MOE_FCH, (int)j, Rr * H);
+    a.fch_gelu = actX(m, A_MOE_FCH_GELU, (int)j, Rr * H);
     a.out = actX(m, A_MOE_OUT, (int)j, R * C);
     a.xe = (floatX*)m->acts.t[A_MOE_XE];
     a.dout = (floatX*)m->acts.t[A_MOE_DOUT];
@@ -1091,6 +1098,13 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.dxe = (floatX*)m->acts.t[A_MOE_DXE];
     a.dgate = (float*)m->acts.t[A_MOE_DGATE];
     a.dlogits = (float*)m->acts.t[A_MOE_DLOGITS];
+    if (moe_ep_size(mc) > 1) { /* expert parallelism: the expert side's rows (llmc/moe.h) */
+        a.xr = actX(m, A_MOE_XR, (int)j, Rr * C);
+        a.rplan = (int*)actF(m, A_MOE_RPLAN, (int)j, E);
+        a.recv = (floatX*)m->acts.t[A_MOE_RECV];
+        a.drecv = (floatX*)m->acts.t[A_MOE_DRECV];
+        a.recv_rows = Rr;
+    }
     return a;
 }
 

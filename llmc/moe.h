@@ -20,6 +20,9 @@
  * GEMMs run one matmul per expert on its rows, with the counts read back to the host once per layer and
  * micro-batch (a synchronisation: free on the CPU, a stall on a GPU that fixed-capacity buffers or grouped GEMMs
  * would avoid). Kernels: llmc/cpu/moe.h, llmc/cuda/moe.cuh.
+ * Expert parallelism (MoEExpertParallel, llmc/README.md "Expert parallelism"): the grouped rows go to the ranks
+ * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
+ * and backward; the expert side holds Rr = moe_recv_rows rows.
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
@@ -27,6 +30,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "llmc/utils.h"
 #include "llmc/backend.h"
@@ -41,12 +45,36 @@ typedef struct {
     int top_k;   /* k, 1 <= k <= E */
     int every;   /* n: blocks n-1, 2n-1, ... have experts */
     int hidden;  /* H: each expert's hidden width */
+    int ep;      /* not in the model file: the expert-parallel size this process runs with (--ep; 0 or 1 = none)
+                  * and ... */
+    float ep_capacity; /* ... the capacity factor it runs with (MoEOptions.capacity_factor); both size the
+                        * receive-side expert buffers (moe_recv_rows). Readers of a file leave them 0. */
 } MoEConfig;
 
+/* Expert parallelism as the layer sees it (llmc/README.md, "Expert parallelism"): this process is rank `rank` of
+ * the `size` ranks of an ep group; rank q computes experts [q*E/size, (q+1)*E/size) for the tokens of every rank
+ * of the group. The collective is the caller's (the trainer binds it to the process grid's ep group,
+ * llmc/moe_ep_comm.h), so the model needs no communicator.
+ *   all_to_all: for every rank q of the group, sends scount[q] elements from send + sdispl[q] to q and receives
+ *               rcount[q] elements from q into recv + rdispl[q] (counts and displacements in elements; the own
+ *               block is copied); is_int: 1 = int32 elements, 0 = floatX. Device buffers; device work queued
+ *               afterwards sees the result. Every rank calls it with matching counts (scount[q] on this rank =
+ *               rcount[this rank] on q).
+ * Counters (host, the layer adds to them; the caller resets them): token rows of floatX activations or gradients
+ * this rank sent to / received from other ranks of the group (its own block not counted). */
+typedef struct {
+    int rank, size;
+    void* ctx;
+    void (*all_to_all)(void* ctx, const void* send, const size_t* scount, const size_t* sdispl, void* recv,
+                       const size_t* rcount, const size_t* rdispl, int is_int);
+    unsigned long long rows_sent, rows_recv;
+} MoEExpertParallel;
+
 /* training-time settings that are not part of the model (flags): capacity factor c (0 = no dropping),
- * load-balancing and z-loss coefficients */
+ * load-balancing and z-loss coefficients; ep: expert parallelism (NULL, or size 1: every expert computed here) */
 typedef struct {
     float capacity_factor, aux_coef, z_coef;
+    MoEExpertParallel* ep;
 } MoEOptions;
 
 /* 1 if block l has experts */
@@ -63,6 +91,24 @@ static inline int moe_capacity(const MoEConfig* c, const MoEOptions* o, int N) {
     double cap = ceil((double)o->capacity_factor * c->top_k * (double)N / c->experts);
     return cap > N ? N : (int)cap;
 }
+/* the expert-parallel size of c (1 when none) */
+static inline int moe_ep_size(const MoEConfig* c) { return c->ep > 1 ? c->ep : 1; }
+/* rows of the receive-side expert buffers for micro-batches of N tokens per rank: N*k without expert parallelism
+ * (the grouped rows of this rank's own tokens); with ep ranks, each of them sends at most N*min(k, E/ep) rows to
+ * this rank's E/ep experts (a token chooses an expert once) and at most cap rows per expert (capacity factor
+ * c->ep_capacity > 0, cap = ceil(c*k*N/E) as moe_capacity), so min(ep*N*min(k, E/ep), E*cap) */
+static inline size_t moe_recv_rows(const MoEConfig* c, size_t N) {
+    int p = moe_ep_size(c);
+    if (p == 1) { return N * (size_t)c->top_k; }
+    int El = c->experts / p, k = c->top_k < El ? c->top_k : El;
+    size_t rows = (size_t)p * N * (size_t)k;
+    if (c->ep_capacity > 0.0f) {
+        double cap = ceil((double)c->ep_capacity * c->top_k * (double)N / c->experts);
+        size_t by_cap = (size_t)c->experts * (cap > (double)N ? N : (size_t)cap);
+        if (by_cap < rows) { rows = by_cap; }
+    }
+    return rows;
+}
 /* the size of the statistics block of one MoE layer (moe_route_stats) */
 static inline int moe_stats_floats(const MoEConfig* c) { return 2 * c->experts + 3; }
 /* parameters of one expert (fc and fcproj weights and biases) */
@@ -72,19 +118,129 @@ static inline size_t moe_expert_params(const MoEConfig* c, int C) {
 }
 
 /* One MoE layer's tensors for one micro-batch: parameters (floatX), their gradients (floatX, accumulated), the
- * saved activations and the scratch (see llmc/README.md for the shapes; R = N*k rows) */
+ * saved activations and the scratch (see llmc/README.md for the shapes; R = N*k rows on the sending side, Rr =
+ * moe_recv_rows rows on the expert side, the same rows as R without expert parallelism) */
 typedef struct {
     const floatX *routerw, *efcw, *efcb, *efcprojw, *efcprojb;
     floatX *drouterw, *defcw, *defcb, *defcprojw, *defcprojb;      /* backward only */
     float *probs, *lse, *gate, *stats;                               /* (N,E), (N), (N,k), (2E+3) */
     int *choice, *row, *plan;                                        /* (N,k), (N,k), (3,E) */
-    floatX *xe, *fch, *fch_gelu, *out;                               /* (R,C), (R,H), (R,H), (R,C) */
-    floatX *dout, *dh, *dxe;                                         /* backward scratch: (R,C), (R,H), (R,C) */
+    floatX *xe, *fch, *fch_gelu, *out;                               /* (R,C), (Rr,H), (Rr,H), (R,C) */
+    floatX *dout, *dh, *dxe;                                         /* backward scratch: (R,C), (Rr,H), (R,C) */
     float *dgate, *dlogits;                                          /* backward scratch: (N,k), (N,E) */
+    /* expert parallelism only (NULL otherwise): the received rows (Rr,C) and their counts (E) int32 (saved), and
+     * the scratch for the expert outputs / received output gradients / input gradients: (Rr,C), (Rr,C) */
+    floatX *xr;
+    int *rplan;
+    floatX *recv, *drecv;
+    size_t recv_rows;  /* Rr: the rows allocated for them (moe_recv_rows) */
 } MoELayer;
 
+/* The all-to-all routing of one layer and micro-batch under expert parallelism (host): rows this rank sends to
+ * rank q (its tokens for q's experts, which are contiguous in the grouped buffer since experts are numbered
+ * q*El .. q*El+El-1) and receives from q (q's tokens for this rank's experts), with row offsets; and the rows
+ * of block (source s, local expert j), rk[s*El + j], in the order the received buffer holds them. */
+typedef struct {
+    int El;
+    size_t srows[MOE_MAX_EXPERTS], sdisp[MOE_MAX_EXPERTS], rrows[MOE_MAX_EXPERTS], rdisp[MOE_MAX_EXPERTS];
+    int rk[MOE_MAX_EXPERTS];
+} MoERoute;
+
+/* fills r from this rank's plan (host (3,E)) and the received counts rk (host (E)) for ep ranks */
+static inline void moe_route(MoERoute* r, const int* plan, const int* rk, int E, int ep) {
+    int El = E / ep;
+    r->El = El;
+    size_t roff = 0;
+    for (int q = 0; q < ep; q++) {
+        size_t s = 0, rr = 0;
+        for (int j = 0; j < El; j++) { s += (size_t)plan[E + q * El + j]; rr += (size_t)rk[q * El + j]; }
+        r->srows[q] = s;
+        r->sdisp[q] = (size_t)plan[2 * E + q * El];
+        r->rrows[q] = rr;
+        r->rdisp[q] = roff;
+        roff += rr;
+    }
+    memcpy(r->rk, rk, (size_t)E * sizeof(int));
+}
+
+/* one all-to-all of token rows of `width` floatX: forward direction (reverse = 0) sends r->srows from `send` and
+ * receives r->rrows into `recv`; reverse = 1 swaps the two (the expert side answers). Counts the rows moved to and
+ * from other ranks into ep->rows_sent / rows_recv. */
+static inline void moe_exchange_rows(MoEExpertParallel* ep, const MoERoute* r, const floatX* send, floatX* recv,
+                                     size_t width, int reverse) {
+    size_t sc[MOE_MAX_EXPERTS], sd[MOE_MAX_EXPERTS], rc[MOE_MAX_EXPERTS], rd[MOE_MAX_EXPERTS];
+    for (int q = 0; q < ep->size; q++) {
+        sc[q] = (reverse ? r->rrows[q] : r->srows[q]) * width;
+        sd[q] = (reverse ? r->rdisp[q] : r->sdisp[q]) * width;
+        rc[q] = (reverse ? r->srows[q] : r->rrows[q]) * width;
+        rd[q] = (reverse ? r->sdisp[q] : r->rdisp[q]) * width;
+        if (q != ep->rank) { ep->rows_sent += sc[q] / width; ep->rows_recv += rc[q] / width; }
+    }
+    ep->all_to_all(ep->ctx, send, sc, sd, recv, rc, rd, 0);
+}
+
+/* the expert GEMMs of the forward on grouped rows: expert e (global index e0 + j) on the rows of each block
+ * (blocks in buffer order, `rows[b]` rows of local expert b % nl): fch, fch_gelu (rows,H), out (rows,C) */
+static inline void moe_experts_forward(const MoELayer* a, floatX* out, const floatX* in, const int* rows, int nblocks,
+                                       int nl, int e0, int C, int H) {
+    size_t r0 = 0;
+    for (int b = 0; b < nblocks; b++) {
+        int n = rows[b];
+        size_t e = (size_t)(e0 + b % nl);
+        if (n > 0) {
+            matmul_forward(a->fch_gelu + r0 * H, in + r0 * C, a->efcw + e * H * C, a->efcb + e * H, n, C, H,
+                           a->fch + r0 * H);
+            matmul_forward(out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + e * C * H, a->efcprojb + e * C, n, H, C,
+                           NULL);
+        }
+        r0 += (size_t)n;
+    }
+}
+
+/* their backward, block by block in buffer order (so each block's weight gradient is one accumulation into the
+ * expert's gradient, in the same order as without expert parallelism): dout (rows,C) -> dh (rows,H) -> din
+ * (rows,C), parameter gradients accumulated; in: the forward's input rows */
+static inline void moe_experts_backward(const MoELayer* a, floatX* din, floatX* dout, const floatX* in, const int* rows,
+                                        int nblocks, int nl, int e0, float* scratch_f32, int C, int H) {
+    size_t r0 = 0;
+    for (int b = 0; b < nblocks; b++) {
+        int n = rows[b];
+        size_t e = (size_t)(e0 + b % nl);
+        if (n > 0) { /* an expert without tokens: no gradient */
+            matmul_backward(a->dh + r0 * H, a->defcprojw + e * C * H, a->defcprojb + e * C, dout + r0 * C,
+                            a->fch_gelu + r0 * H, a->efcprojw + e * C * H, scratch_f32, n, H, C, NULL);
+            matmul_backward(din + r0 * C, a->defcw + e * H * C, a->defcb + e * H, a->dh + r0 * H, in + r0 * C,
+                            a->efcw + e * H * C, scratch_f32, n, C, H, a->fch + r0 * H);
+        }
+        r0 += (size_t)n;
+    }
+}
+
+/* the expert-parallel routing of layer a after its dispatch plan: with `exchange`, sends this rank's kept counts
+ * for each rank's experts and receives the counts of the rows every rank will send here (a->rplan); then reads
+ * the plan and those counts back (a synchronisation) and fills r */
+static inline void moe_ep_route(MoERoute* r, const MoELayer* a, const MoEConfig* c, MoEExpertParallel* ep,
+                                int exchange) {
+    int E = c->experts, El = E / ep->size;
+    if (exchange) {
+        size_t cnt[MOE_MAX_EXPERTS], disp[MOE_MAX_EXPERTS];
+        for (int q = 0; q < ep->size; q++) { cnt[q] = (size_t)El; disp[q] = (size_t)q * El; }
+        ep->all_to_all(ep->ctx, a->plan + E, cnt, disp, a->rplan, cnt, disp, 1);
+    }
+    int plan[3 * MOE_MAX_EXPERTS], rk[MOE_MAX_EXPERTS];
+    dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
+    dev_memcpy_d2h(rk, a->rplan, (size_t)E * sizeof(int));
+    moe_route(r, plan, rk, E, ep->size);
+    size_t total = r->rdisp[ep->size - 1] + r->rrows[ep->size - 1];
+    if (total > a->recv_rows) { /* every rank runs with the same capacity factor (the flags are compared at start) */
+        FATAL("internal: MoE all-to-all receives %zu rows, %zu allocated", total, a->recv_rows);
+    }
+}
+
 /* Forward of one MoE MLP: y(N,C) (overwritten) = sum over the kept choices of gate * expert(x(N,C)); fills the
- * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. */
+ * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. With expert
+ * parallelism (o->ep of size > 1; every rank of the group calls this together) the grouped rows go to the ranks
+ * holding their experts (all-to-all), come back as expert outputs (the reverse all-to-all) and are combined here. */
 static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
                                      const floatX* x, int N, int C) {
     int E = c->experts, k = c->top_k, H = c->hidden;
@@ -92,16 +248,16 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
     moe_dispatch_plan(a->row, a->plan, a->choice, N, E, k, moe_capacity(c, o, N));
     moe_route_stats(a->stats, a->probs, a->lse, a->plan, N, E, k, o->aux_coef, o->z_coef);
     moe_permute(a->xe, x, a->row, N, C, k);
-    int plan[3 * MOE_MAX_EXPERTS];
-    dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
-    for (int e = 0; e < E; e++) {
-        int rows = plan[E + e];
-        size_t r0 = (size_t)plan[2 * E + e];
-        if (rows == 0) { continue; }
-        matmul_forward(a->fch_gelu + r0 * H, a->xe + r0 * C, a->efcw + (size_t)e * H * C, a->efcb + (size_t)e * H,
-                       rows, C, H, a->fch + r0 * H);
-        matmul_forward(a->out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + (size_t)e * C * H,
-                       a->efcprojb + (size_t)e * C, rows, H, C, NULL);
+    if (o->ep && o->ep->size > 1) {
+        MoERoute r;
+        moe_ep_route(&r, a, c, o->ep, 1);
+        moe_exchange_rows(o->ep, &r, a->xe, a->xr, (size_t)C, 0);
+        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, C, H);
+        moe_exchange_rows(o->ep, &r, a->recv, a->out, (size_t)C, 1);
+    } else {
+        int plan[3 * MOE_MAX_EXPERTS];
+        dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
+        moe_experts_forward(a, a->out, a->xe, plan + E, E, E, 0, C, H);
     }
     moe_combine(y, a->out, a->row, a->gate, N, C, k);
 }
@@ -109,24 +265,25 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
 /* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
  * experts and the router, and accumulates the layer's parameter gradients; the load-balancing and z-losses enter
  * with weight dloss*N (dloss as in gpt2_forward). x is the layer input of the forward (the grouped input is
- * rebuilt from it). scratch_f32: matmul_scratch_floats(R, C, H) and (R, H, C) floats. */
+ * rebuilt from it; under expert parallelism the received rows were saved instead, and the output gradients go to
+ * the experts' ranks and the input gradients come back by the same two all-to-alls as in the forward).
+ * scratch_f32: matmul_scratch_floats(Rr, C, H) and (Rr, H, C) floats. */
 static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* dx,
                                       const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
                                       float dloss) {
     int E = c->experts, k = c->top_k, H = c->hidden;
-    moe_permute(a->xe, x, a->row, N, C, k);
     moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
-    int plan[3 * MOE_MAX_EXPERTS];
-    dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
-    for (int e = 0; e < E; e++) {
-        int rows = plan[E + e];
-        size_t r0 = (size_t)plan[2 * E + e];
-        if (rows == 0) { continue; } /* an expert without tokens: no gradient */
-        matmul_backward(a->dh + r0 * H, a->defcprojw + (size_t)e * C * H, a->defcprojb + (size_t)e * C,
-                        a->dout + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + (size_t)e * C * H, scratch_f32, rows, H,
-                        C, NULL);
-        matmul_backward(a->dxe + r0 * C, a->defcw + (size_t)e * H * C, a->defcb + (size_t)e * H, a->dh + r0 * H,
-                        a->xe + r0 * C, a->efcw + (size_t)e * H * C, scratch_f32, rows, C, H, a->fch + r0 * H);
+    if (o->ep && o->ep->size > 1) {
+        MoERoute r;
+        moe_ep_route(&r, a, c, o->ep, 0);
+        moe_exchange_rows(o->ep, &r, a->dout, a->drecv, (size_t)C, 0);
+        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, scratch_f32, C, H);
+        moe_exchange_rows(o->ep, &r, a->recv, a->dxe, (size_t)C, 1);
+    } else {
+        moe_permute(a->xe, x, a->row, N, C, k);
+        int plan[3 * MOE_MAX_EXPERTS];
+        dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
+        moe_experts_backward(a, a->dxe, a->dout, a->xe, plan + E, E, E, 0, scratch_f32, C, H);
     }
     moe_permute_backward(dx, a->dxe, a->row, N, C, k);
     moe_router_backward(dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,

@@ -1,8 +1,8 @@
 # dev/test/cli_moe.sh -- the mixture-of-experts model through the real CLI (llmc/moe.h), d2 with 4 experts top-2 on
 # tiny batches: two identical runs are bit-identical; 6 steps straight == 3 steps, checkpoint, resume, 3 more
 # (losses, MoE statistics, weights and optimizer state); the step line and log.jsonl carry the routing statistics; the
-# model file is version 7 with the MoE header; refusals are one line (--ep > 1, k > E, a dense/MoE mismatch between
-# a model file and the --moe-* flags, --tp with experts).
+# model file is version 7 with the MoE header; refusals are one line (--ep above the processes, k > E, a dense/MoE
+# mismatch between a model file and the --moe-* flags, --tp with experts). Expert parallelism: dev/test/cli_moe_ep.sh.
 source "$(dirname "$0")/lib_cli.sh"
 MOE=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -v 0 --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 1.0
      --moe-z-coef 0.001)
@@ -46,7 +46,8 @@ grep -E '^step +[4-6]/6' "$TMP/b2.log" | sed -E 's/[|] [0-9.]+ ms.*[|] moe/| moe
 test "$(wc -l < "$TMP/b.tail")" -eq 3 && cmp -s "$TMP/a.tail" "$TMP/b.tail" && cmp -s "$A/model_00000006.bin" "$B/model_00000006.bin" &&
     cmp -s "$A/state_00000006_00000.bin" "$B/state_00000006_00000.bin"
 check $? "resume is bit-identical: steps 4..6 (losses and MoE statistics), final weights and optimizer state"
-expect_error "expert parallelism is not implemented" "--ep 2 is refused" -- $TRAIN "${MOE[@]}" -x 1 --ep 2
+expect_error "--ep 2 does not divide the data-parallel size dp = 1" \
+    "--ep 2 on one process is refused (expert parallelism: dev/test/cli_moe_ep.sh)" -- $TRAIN "${MOE[@]}" -x 1 --ep 2
 expect_error "--moe-top-k 5 is above --moe-experts 4" "top-k above E is refused" -- $TRAIN "${MOE[@]}" -x 1 --moe-top-k 5
 expect_error "is a mixture-of-experts model" "a MoE model file with dense flags is refused" -- \
     $TRAIN -e "$A/model_00000006.bin" -b 2 -t 32 -j '' -g 0 -x 1

@@ -1,0 +1,140 @@
+# dev/test/cli_moe_ep.sh -- expert parallelism (--ep, llmc/moe.h + llmc/moe_ep_comm.h) through the real CLI under
+# mpirun: d2 with 4 experts top-2, B=1 T=16, 10 steps.
+#   - ep=2 on dp=2 and ep=2 on dp=4 (4 processes) against ep=1 on the same processes: equal losses and gradient
+#     norms within dp_order_tol(10) = 14 x 16 x 2^-24 = 1.3e-5 relative (+ 1e-6, the last printed decimal). Why
+#     not bit-identical: the routing, the capacity and every expert's forward are the same rows in the same order
+#     (step 1 is bit-identical), but an expert's weight gradient is summed in another order: under ep its holder
+#     accumulates the blocks of every source rank into one gradient with sgemm (C += A^T B: the BLAS adds a
+#     block's products into the running sum, not necessarily as one rounded block sum), without ep each rank sums
+#     its own block and the ring reduction adds the ranks' sums. The same fp32 terms added in another order: the argument of
+#     dev/test/dp_lib.sh ("Two kinds of comparison") applies as it stands; a routing or exchange error moves the
+#     loss by 1e-3 or more. (Measured: at most one unit of the 6th printed decimal, 1e-7 relative, in some steps.)
+#   - determinism: a second ep=2 run's steps 1..5 are bit-identical (step lines), and after a checkpoint at step 5
+#     its resume gives bit-identical steps 6..10, final weights and optimizer state;
+#   - the ep=2 checkpoint of step 5 resumes at ep=1 (the model file and optimizer layout do not depend on ep):
+#     steps 6..10 equal the ep=2 run's within the same tolerance;
+#   - the all-to-all counters: every step line's bytes sent (the private ep communicator's counter) equal the
+#     token rows this rank sent (counted by the layer) x C x 4 bytes + the count exchanges, and are printed beside
+#     the theory for balanced routing; the memory ledger equals what was allocated.
+#   - validation with an uneven split of windows over the ranks equals ep=1's, and a sample is printed (every
+#     rank of an ep group runs the forwards: they exchange tokens);
+# Refusals (one line): --ep not dividing E, --ep on a dense model, --ep not dividing dp.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+run() { local np=$1; shift; MPIRUN "$np" $TRAIN "$@"; }
+TOL=$(dp_order_tol 10)
+MOE=(-e d2 -b 1 -t 16 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 1.0
+     --moe-z-coef 0.001)
+# step lines without the timings (ms, tok/s, MFU, elapsed): what must be bit-identical
+steps() { grep -E '^step ' "$1" | sed -E 's/[|] [0-9.]+ ms [|] [0-9]+ tok\/s( [|] MFU [0-9.]+%)?//; s/[|] [0-9.]+s elapsed.*//'; }
+# compare STEP_FROM STEP_TO LOG_A LOG_B: losses and norms of those steps within $TOL relative + 1e-6 (prints both)
+compare() {
+    python3 - "$@" "$TOL" <<'PY'
+import re, sys
+lo, hi = int(sys.argv[1]), int(sys.argv[2])
+def rows(p):
+    r = {int(s): (float(l), float(n)) for s, l, n in
+         re.findall(r"^step +(\d+)/\d+ \| loss ([0-9.]+) \| norm ([0-9.]+)", open(p).read(), re.M)}
+    return [r.get(s) for s in range(lo, hi + 1)]
+a, b = rows(sys.argv[3]), rows(sys.argv[4])
+tol = float(sys.argv[5])
+pairs = [(x, y) for p, q in zip(a, b) if p and q for x, y in zip(p, q)]
+worst = max((abs(x - y) / abs(x) for x, y in pairs), default=1.0)
+print("# losses/norms", sys.argv[3].split("/")[-1], a, "\n#", sys.argv[4].split("/")[-1], b, "\n# worst relative", worst)
+sys.exit(0 if all(a) and all(b) and all(abs(x - y) <= tol * abs(x) + 1e-6 for x, y in pairs) else 1)
+PY
+}
+
+# validation every 5 steps on 3 windows: 2 on rank 0, 1 on rank 1, so under ep rank 1 runs a third, uncounted
+# forward for rank 0's all-to-all (a hang otherwise)
+VAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 3 -v 5)
+run 2 "${MOE[@]}" "${VAL[@]}" --ep 1 > "$TMP/ep1.log" 2>&1
+check $? "ep=1 on 2 processes: 10 steps"
+run 2 "${MOE[@]}" "${VAL[@]}" --ep 2 -o "$TMP/ep2" > "$TMP/ep2.log" 2>&1
+check $? "ep=2 on 2 processes (2 experts each): 10 steps"
+compare 1 10 "$TMP/ep1.log" "$TMP/ep2.log"
+check $? "ep=2 equals ep=1 on dp=2 (losses and norms of 10 steps, $TOL relative)"
+python3 - "$TMP/ep1.log" "$TMP/ep2.log" "$TOL" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^val loss ([0-9.]+) \(step (?:0|5|10)\)", open(p).read(), re.M)] for p in sys.argv[1:3])
+print("# val losses", a, b)
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= float(sys.argv[3]) * x + 1e-6 for x, y in zip(a, b)) else 1)
+PY
+check $? "ep=2 validation (3 windows over 2 ranks) equals ep=1's at steps 0, 5, 10"
+test "$(steps "$TMP/ep1.log" | head -n 1 | cut -d'|' -f1-3)" = "$(steps "$TMP/ep2.log" | head -n 1 | cut -d'|' -f1-3)"
+check $? "step 1 is bit-identical (same routing, same expert rows; only the later gradient sums differ)"
+grep -q -- "-> equal" "$TMP/ep2.log"
+check $? "ep=2: the memory ledger equals what was allocated"
+python3 - "$TMP/ep2.log" "$TMP/ep2/log.jsonl" <<'PY'
+import json, re, sys
+lines = re.findall(r"^step +\d+/10 .*\| a2a sent (\d+) B = rows (\d+) x C (\d+) x (\d+) B \+ counts (\d+) B "
+                   r"\(balanced routing, no drops: (\d+) B\)", open(sys.argv[1]).read(), re.M)
+assert len(lines) == 10, lines
+for sent, rows, C, b, counts, theory in lines:
+    sent, rows, C, b, counts, theory = map(int, (sent, rows, C, b, counts, theory))
+    assert C == 128 and b == 4 and rows > 0 and sent == rows * C * b + counts, (sent, rows, C, b, counts)
+    # 2 MoE blocks, 1 count exchange each (2 experts x 4 B to the one peer)
+    assert counts == 2 * 2 * 4, counts
+    # balanced: 2 blocks x 4 exchanges x 16 tokens x k=2 x 1/2 to the peer x 128 x 4 B
+    assert theory == 2 * 4 * 16 * 2 // 2 * 128 * 4, theory
+    assert 0.5 * theory <= rows * C * b <= 1.5 * theory, (rows, theory)
+train = [r for r in map(json.loads, open(sys.argv[2])) if r["kind"] == "train"]
+assert [(r["a2a_bytes_sent"], r["a2a_rows_sent"], r["a2a_count_bytes_sent"], r["a2a_balanced_bytes"]) for r in train] == \
+    [(int(l[0]), int(l[1]), int(l[4]), int(l[5])) for l in lines], train
+print("# a2a bytes per step", [int(l[0]) for l in lines], "theory", lines[0][5])
+PY
+check $? "all-to-all bytes sent per step = token rows sent x C x 4 B + count exchanges, beside the balanced theory (step line and log.jsonl)"
+
+# determinism and resume: a second ep=2 run stops after a checkpoint at step 5, then resumes
+run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" --exit-after-steps 5 > "$TMP/r1.log" 2>&1
+check $? "ep=2 again, checkpoint at step 5"
+cp -r "$TMP/r" "$TMP/r_ep1"
+run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" -y 1 > "$TMP/r2.log" 2>&1
+check $? "ep=2 resumed from step 5"
+test "$(steps "$TMP/r1.log" | wc -l)" -eq 5 && cmp -s <(steps "$TMP/ep2.log" | head -n 5) <(steps "$TMP/r1.log")
+check $? "two ep=2 runs: steps 1..5 bit-identical (losses, norms, MoE statistics, all-to-all bytes)"
+test "$(steps "$TMP/r2.log" | wc -l)" -eq 5 && cmp -s <(steps "$TMP/ep2.log" | tail -n 5) <(steps "$TMP/r2.log") &&
+    cmp -s "$TMP/ep2/model_00000010.bin" "$TMP/r/model_00000010.bin" &&
+    cmp -s "$TMP/ep2/state_00000010_00000.bin" "$TMP/r/state_00000010_00000.bin" &&
+    cmp -s "$TMP/ep2/state_00000010_00001.bin" "$TMP/r/state_00000010_00001.bin"
+check $? "ep=2 resume is bit-identical: steps 6..10, final weights and both ranks' optimizer state"
+python3 - "$TMP/ep2/model_00000010.bin" <<'PY'
+import sys
+import numpy as np
+h = np.fromfile(sys.argv[1], dtype="<i4", count=12)
+assert list(h[[0, 1, 8, 9, 10, 11]]) == [20240326, 7, 4, 2, 1, 512], h
+PY
+check $? "the ep=2 checkpoint's model file is the full MoE model (version 7, E=4 k=2 n=1 H=512)"
+run 2 "${MOE[@]}" --ep 1 -o "$TMP/r_ep1" -y 1 > "$TMP/r_ep1.log" 2>&1
+check $? "the ep=2 checkpoint of step 5 resumes at ep=1"
+compare 6 10 "$TMP/ep2.log" "$TMP/r_ep1.log"
+check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
+
+# 4 processes: dp=4 with ep=2 (two ep groups, experts replicated twice) against ep=1
+run 4 "${MOE[@]}" --ep 1 > "$TMP/dp4_ep1.log" 2>&1
+check $? "ep=1 on 4 processes"
+run 4 "${MOE[@]}" --ep 2 -g 4 --comm-stats 1 > "$TMP/dp4_ep2.log" 2>&1
+check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2), with a sample at the end"
+grep -q "^sample (from" "$TMP/dp4_ep2.log"
+check $? "ep=2: the sample is printed (every rank of the ep groups runs the forwards)"
+python3 - "$TMP/dp4_ep2.log" <<'PY'
+import re, sys
+rows = re.findall(r"^comm: rank (\d+) step (\d+) .*\| ep rank (\d+) all-to-all sent (\d+) recv (\d+) bytes in (\d+) calls, "
+                  r"rows sent (\d+) recv (\d+) \(ep 2\)$", open(sys.argv[1]).read(), re.M)
+assert len(rows) == 40, len(rows)  # 4 ranks x 10 steps
+for step in range(1, 11):
+    r = [tuple(map(int, x)) for x in rows if int(x[1]) == step]
+    for g in (0, 1):  # the ep groups {0,1} and {2,3}: what one rank sends the other receives
+        a, b = [x for x in r if x[0] // 2 == g]
+        assert a[3] == b[4] and a[4] == b[3] and a[6] == b[7], (a, b)
+    for x in r:  # 2 MoE blocks x (count exchange + 2 forward + 2 backward all-to-alls); 2 int32 counts per block
+        assert x[5] == 10 and x[3] == x[6] * 128 * 4 + 16 and x[4] == x[7] * 128 * 4 + 16, x
+print("# per-rank all-to-all bytes of step 1:", [(x[0], x[3]) for x in rows if x[1] == "1"])
+PY
+check $? "dp=4, ep=2 (--comm-stats 1): every rank's all-to-all bytes = its rows x C x 4 B + counts, what one rank of an ep group sends its peer receives"
+compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep2.log"
+check $? "ep=2 equals ep=1 on dp=4 (losses and norms of 10 steps, $TOL relative)"
+
+dp_refused 2 "--ep 4 does not divide --moe-experts 6" "--ep not dividing E" "${MOE[@]}" -x 1 --moe-experts 6 --ep 4
+dp_refused 2 "needs a mixture-of-experts model" "--ep on a dense model" -e d2 -b 1 -t 32 -j '' -g 0 -x 1 --ep 2
+dp_refused 2 "--ep 4 does not divide the data-parallel size dp = 2" "--ep not dividing dp" "${MOE[@]}" -x 1 --ep 4
