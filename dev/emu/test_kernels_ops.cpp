@@ -199,29 +199,43 @@ static void test_encoder_skewed(int B, int T, int C, int Vp) {
     ref_encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
     check("encoder_backward dwte (skewed)", s, g_wte, dwte, TOL_BWD);
     check("encoder_backward dwpe (skewed)", s, g_wpe, dwpe, TOL_BWD);
-    /* the host model of the chunked order */
+    /* the host model of the order with chunks of `len` positions (len >= the bucket: the single sum) */
     std::vector<std::vector<int>> where(Vp);
     for (int i = 0; i < N; i++) where[tok[i]].push_back(i);
-    std::vector<float> model = dwte0;
     int split_tokens = 0;
-    for (int v = 0; v < Vp; v++) {
-        const std::vector<int>& P = where[v];
-        if (P.empty()) continue;
-        split_tokens += (int)P.size() > L;
-        for (int c = 0; c < C; c++) {
-            float tot = 0.0f;
-            for (size_t j0 = 0; j0 < P.size(); j0 += L) {
-                float part = 0.0f;
-                for (size_t j = j0; j < std::min(P.size(), j0 + L); j++) part += dout[(size_t)P[j] * C + c];
-                if ((int)P.size() > L) tot += part; else tot = part;
+    auto model_of = [&](size_t len) {
+        std::vector<float> model = dwte0;
+        split_tokens = 0;
+        for (int v = 0; v < Vp; v++) {
+            const std::vector<int>& P = where[v];
+            if (P.empty()) continue;
+            split_tokens += P.size() > len;
+            for (int c = 0; c < C; c++) {
+                float tot = 0.0f;
+                for (size_t j0 = 0; j0 < P.size(); j0 += len) {
+                    float part = 0.0f;
+                    for (size_t j = j0; j < std::min(P.size(), j0 + len); j++) part += dout[(size_t)P[j] * C + c];
+                    if (P.size() > len) tot += part; else tot = part;
+                }
+                model[(size_t)v * C + c] = dwte0[(size_t)v * C + c] + tot;
             }
-            model[(size_t)v * C + c] = dwte0[(size_t)v * C + c] + tot;
         }
-    }
-    model = roundX(model);
+        return roundX(model);
+    };
+    std::vector<float> model = model_of((size_t)L);
     TEST_CHECK(same_bits(g_wte, model) && split_tokens == 2 && (int)where[at_l].size() == L,
                "encoder_backward dwte (%s) equals the host model of the chunked order bit for bit (%d tokens split into "
                "chunks of %d; a token of exactly %d positions not split)", s.c_str(), split_tokens, L, L);
+    /* encoder_set_wte_chunk(INT_MAX) (the benchmarks' baseline): one block per token, the single-sum order */
+    encoder_set_wte_chunk(INT_MAX);
+    dev_upload_floats(d_dwte, dwte0.data(), dwte0.size());
+    dev_upload_floats(d_dwpe, dwpe0.data(), dwpe0.size());
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    encoder_set_wte_chunk(ENCODER_WTE_CHUNK);
+    model = model_of((size_t)N);
+    TEST_CHECK(same_bits(downX(d_dwte, dwte.size()), model) && split_tokens == 0,
+               "encoder_backward dwte (%s) with encoder_set_wte_chunk(INT_MAX) equals the single-sum host model bit for "
+               "bit", s.c_str());
     dev_upload_floats(d_dwte, dwte0.data(), dwte0.size());
     dev_upload_floats(d_dwpe, dwpe0.data(), dwpe0.size());
     encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);

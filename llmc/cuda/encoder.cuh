@@ -117,6 +117,17 @@ static __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* d
  * The items are at a fixed offset and the splits follow them, so a graph can replay the copy and launches with
  * fixed sizes. */
 
+/* positions per work item used by the bucketing: ENCODER_WTE_CHUNK, or larger through encoder_set_wte_chunk (the
+ * buffer bounds below hold for every chunk length >= ENCODER_WTE_CHUNK) */
+static int llmc_encoder_wte_chunk = ENCODER_WTE_CHUNK;
+/* benchmarks (dev/cuda/encoder.cu) only: sets the chunk length for the following calls; INT_MAX gives one block per
+ * token, the kernel before issue 15's item 8 (same arithmetic, same bits). Exits if L < ENCODER_WTE_CHUNK (the
+ * upload and scratch buffers are sized for chunks of at least that many positions). */
+static inline void encoder_set_wte_chunk(int L) {
+    if (L < ENCODER_WTE_CHUNK) { FATAL("encoder_set_wte_chunk: %d positions per chunk, expected >= %d", L, ENCODER_WTE_CHUNK); }
+    llmc_encoder_wte_chunk = L;
+}
+
 /* the most ints an upload of N positions needs: n_items <= N (each item has >= 1 position), n_split <= N/(L+1) */
 static inline size_t encoder_upload_ints(int N) {
     return 2 + 5 * (size_t)N + 3 * (size_t)(N / (ENCODER_WTE_CHUNK + 1));
@@ -333,7 +344,7 @@ static inline int encoder_item_compare(const void* a, const void* b) {
  * 2 + N + 4 n_items + 3 n_split. Exits on a negative token (whether or not it is in the shard). */
 static inline size_t encoder_bucket_tokens(int* out, const int* host_inp, int N, int v0, int Vs) {
     EncoderBucketState* s = &llmc_encoder_buckets;
-    const int L = ENCODER_WTE_CHUNK;
+    const int L = llmc_encoder_wte_chunk;
     long long row, max_row = -1; /* largest local row in the shard */
     for (int i = 0; i < N; i++) {
         if (host_inp[i] < 0) { FATAL("encoder_backward: negative token id %d at position %d", host_inp[i], i); }
@@ -352,7 +363,7 @@ static inline size_t encoder_bucket_tokens(int* out, const int* host_inp, int N,
     int n_items = 0, n_split = 0;
     for (size_t v = 0; v < nrows; v++) {
         int cnt = s->counts[v];
-        n_items += (cnt + L - 1) / L;
+        n_items += cnt > 0 ? (cnt - 1) / L + 1 : 0; /* ceil(cnt / L) without overflow for any L */
         n_split += cnt > L;
     }
     int* pos = out + 2;
@@ -366,7 +377,7 @@ static inline size_t encoder_bucket_tokens(int* out, const int* host_inp, int N,
         int cnt = s->counts[v];
         int tok = (int)(v0 + (long long)v);
         if (cnt > L) {
-            int chunks = (cnt + L - 1) / L;
+            int chunks = (cnt - 1) / L + 1;
             split[3 * sp + 0] = tok;
             split[3 * sp + 1] = slot;
             split[3 * sp + 2] = chunks;
