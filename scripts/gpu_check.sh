@@ -262,6 +262,11 @@ row "encoder_backward B=64 T=1024, newline 12% (dwte)" \
     "one block/token ${ENC_ONE:-n/a} -> chunks ${ENC_CHUNK:-n/a} (predicted: ~1-2 ms -> ~0.1 ms)"
 ROWDOT=$(grep -m 1 '^time attention_backward_rowdot ' "$WORK/dev_cuda.txt" | sed -E 's/^time attention_backward_rowdot +//' | tr -s ' ')
 row "attention row-dot D=rowsum(dO*O) (128-bit)" "${ROWDOT:-n/a} (predicted: >= ~80% of HBM bandwidth)"
+MLP_OLD=$(ms_of "MLP backward, gelu' in the fc dbias pass")
+MLP_NEW=$(ms_of "MLP backward, DGELU epilogue")
+DGELU_OK=$(grep -m 1 -oE '^(ok  |FAIL) matmul_backward_dgelu' "$WORK/dev_cuda.txt" | cut -c1-4 | tr -d ' ')
+row "MLP backward N=8192: dbias-pass gelu' vs DGELU" \
+    "${MLP_OLD:-n/a} -> ${MLP_NEW:-n/a}, DGELU output check ${DGELU_OK:-n/a} (predicted: ~0.05 ms less; FAIL: build GELU_BWD_EPILOGUE=0)"
 
 # 6. one-process ZeRO-0/1/2/3 through the NCCL path (a world of one still runs every collective on NCCL)
 if [ -x ./train_gpt ]; then

@@ -513,6 +513,58 @@ static double gelu_tol(const std::vector<float>& x, const std::vector<float>* d,
 #endif
 }
 
+/* matmul_backward_dgelu (issue 15, item 9b): dinp = (dout @ W) * gelu'(pre) with cuBLASLt's DGELU epilogue (C % 8 ==
+ * 0) or a plain GEMM + gelu_backward_inplace (otherwise), against the CPU backend. dinp's tolerance is TOL_BWD plus,
+ * under fast math, the tanh.approx term of gelu_tol for the kernel fallback (the incoming gradient: the plain GEMM).
+ * FP32 build: the epilogue path equals the two-step path (matmul_backward without GELU, then gelu_backward_inplace)
+ * bit for bit, which shows the emulator's DGELU uses the derivative of llmc/cuda/gelu.cuh. */
+static void test_matmul_dgelu(int N, int C, int OC) {
+    std::string s = shp("N=%d C=%d OC=%d", N, C, OC);
+    std::vector<float> inp = randv((size_t)N * C), pre = randv((size_t)N * C, 3.0f), w = randv((size_t)OC * C, 0.5f);
+    std::vector<float> dout = randv((size_t)N * OC), dw = randv((size_t)OC * C), db = randv(OC);
+    floatX* d_inp = upX(inp);
+    floatX* d_pre = upX(pre);
+    floatX* d_w = upX(w);
+    floatX* d_dout = upX(dout);
+    floatX* d_dw = upX(dw);
+    floatX* d_db = upX(db);
+    floatX* d_dinp = dX((size_t)N * C);
+    poisonX(d_dinp, (size_t)N * C);
+    size_t ns = matmul_scratch_floats(N, C, OC);
+    float* d_scratch = dF(ns);
+    poisonF(d_scratch, ns);
+    const size_t launches0 = emu::launch_log().size();
+    matmul_backward_dgelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, N, C, OC, d_pre);
+    int gelu_kernels = 0; /* the fallback's gelu_backward_inplace; none when the epilogue did the work */
+    for (size_t i = launches0; i < emu::launch_log().size(); i++) {
+        gelu_kernels += emu::launch_log()[i].name.find("gelu") != std::string::npos;
+    }
+    TEST_CHECK(gelu_kernels == (C % 8 == 0 ? 0 : 1), "matmul_backward_dgelu (%s): %s (%d GELU kernels launched)",
+               s.c_str(), C % 8 == 0 ? "cuBLASLt's DGELU epilogue applied gelu'" : "plain GEMM + gelu_backward_inplace",
+               gelu_kernels);
+    std::vector<float> g_dinp = downX(d_dinp, (size_t)N * C);
+    std::vector<float> dinp((size_t)N * C), g0((size_t)N * C), dw0 = dw, db0 = db, dout0 = dout;
+    ref_matmul_backward_dgelu(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, pre.data());
+    ref_matmul_backward(g0.data(), dw0.data(), db0.data(), dout0.data(), inp.data(), w.data(), N, C, OC, NULL);
+    check("matmul_backward_dgelu dinp", s, g_dinp, dinp, TOL_BWD + (gelu_tol(pre, &g0, dinp) - TOL_FWD));
+    check("matmul_backward_dgelu dweight", s, downX(d_dw, dw.size()), dw, TOL_BWD);
+    check("matmul_backward_dgelu dbias", s, downX(d_db, OC), db, TOL_BWD);
+#if FLOATX_IS_FLOAT
+    floatX* d_dw2 = dX(dw.size());
+    floatX* d_db2 = dX(OC);
+    floatX* d_dinp2 = dX((size_t)N * C);
+    dev_memset(d_dw2, 0, dw.size() * sizeof(floatX));
+    dev_memset(d_db2, 0, OC * sizeof(floatX));
+    matmul_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_scratch, N, C, OC, NULL);
+    gelu_backward_inplace(d_dinp2, d_pre, (size_t)N * C);
+    TEST_CHECK(same_bits(downX(d_dinp2, (size_t)N * C), g_dinp),
+               "matmul_backward_dgelu dinp (%s) == matmul_backward + gelu_backward_inplace, bit for bit", s.c_str());
+    dev_free(d_dw2); dev_free(d_db2); dev_free(d_dinp2);
+#endif
+    dev_free(d_inp); dev_free(d_pre); dev_free(d_w); dev_free(d_dout); dev_free(d_dw); dev_free(d_db); dev_free(d_dinp);
+    dev_free(d_scratch);
+}
+
 static void test_elementwise(size_t n) {
     std::string s = shp("n=%zu", n);
     std::vector<float> a = randv(n, 3.0f), b = randv(n), d = randv(n);
@@ -1150,6 +1202,7 @@ int main(void) {
     test_encoder_shards(4, 32, 64, 128, 2);  /* fixture shape, 128-bit path */
     test_encoder_shards(3, 7, 36, 100, 3);   /* C not a multiple of the vector width, Vp not a multiple of tp */
     test_encoder_shards(2, 5, 64, 37, 4);    /* shards of 10 rows, the last one 7 */
+    test_encoder_shards(8, 64, 64, 128, 2);  /* hot tokens of ~85 positions: split into chunks in every shard */
     test_encoder_shard_graph(4, 32, 64, 128, 64, 64);
     test_encoder_shard_graph(3, 7, 36, 100, 34, 33);
     test_encoder_skewed(4, 96, 64, 128);  /* 128-bit path: the hot token in ~4 chunks */
@@ -1169,6 +1222,8 @@ int main(void) {
     test_matmul(1, 30, 7, 1, 0);
     test_matmul(130, 20, 13, 0, 1);
     test_matmul(70, 20, 13, 1, 1);
+    test_matmul_dgelu(128, 256, 64);  /* the MLP's fcproj shape (C = 4 OC): the DGELU epilogue */
+    test_matmul_dgelu(21, 36, 100);   /* C % 8 != 0: plain GEMM + gelu_backward_inplace */
 
     test_elementwise(4 * 32 * 64);
     test_elementwise(1003);
