@@ -22,7 +22,7 @@
 # it runs the same benchmark, and a row says which attention is faster on this machine (measured, not assumed).
 # Predicted seconds per stage on an H200 with 16 cores (the budget cuts the later ones first): preflight 5,
 # build 150-200 (cuDNN build in parallel, ~180), fixture tests 2 x 15, benchmark 60-90, cuDNN benchmark 60-90,
-# PyTorch 120-240 (compile), kernel checks 65 (the B=64 skewed-token encoder check ~5), ZeRO runs 3 x 20, graphs 60.
+# PyTorch 120-240 (compile), kernel checks 65 (the B=64 skewed-token encoder and MLP-backward-pair checks ~5), ZeRO runs 3 x 20, graphs 60.
 # Without a GPU (nvidia-smi finds none, or GPU_CHECK_DRY=1) it is a dry run: the preflight rows, then one
 # "no GPU" row per stage, in a few seconds, exit 0 (CI runs it so: dev/test/cli_gpu_check_dry.sh).
 # Every stage's timeout is cut to what is left of the budget (GPU_CHECK_BUDGET, default 480 s, so the whole
