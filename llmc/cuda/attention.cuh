@@ -639,7 +639,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 
 /* G lanes (a power of two <= 32, aligned groups of a warp) per (b, t, h) row, rows in (b, t, h) order, so a warp
  * reads 32/G consecutive head slices of one or two (b, t) rows; each lane multiplies W-element packets (W = X128_SIZE:
- * 128-bit loads, issue 15 item 9; W = 1 for unaligned or odd shapes) at channels lane*W, lane*W + G*W, ... < hs and
+ * 128-bit loads, issue 15 item 9; W = 1 for unaligned or odd shapes) at channels sub*W, sub*W + G*W, ... < hs (sub:
+ * the lane's index in its group) and
  * sums them in fp32, then the group adds its lanes' sums with xor shuffles (offsets G/2 .. 1). Every lane of a warp
  * reaches the shuffles (rows past the end add zeros). D (B,NH,T) fp32; dout, out (B,T,C); block 128 threads. */
 template <int W>
