@@ -125,6 +125,10 @@ NVCC_THREADS ?= 0
 # -Xcompiler -fopenmp (+ -lgomp): the host code's OpenMP loops (--offload-optimizer's AdamW on the CPU, llmc/offload.h)
 NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVCC_GENCODE) --threads $(NVCC_THREADS) -DENABLE_$(PRECISION) \
               $(WERROR_NVCC) -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas,-fopenmp
+# GELU_BWD_EPILOGUE=0: the MLP backward applies GELU's derivative in the fc bias-gradient pass instead of cuBLASLt's
+# DGELU epilogue on the fcproj input-gradient GEMM (llmc/gpt2.h, LLMC_GELU_BWD_EPILOGUE); default 1. make -B to rebuild.
+GELU_BWD_EPILOGUE ?= 1
+NVCC_FLAGS += -DLLMC_GELU_BWD_EPILOGUE=$(GELU_BWD_EPILOGUE)
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
 NVCC_LIBS   = $(CUDA_LIB_LIBS) -lgomp -lcrypto

@@ -129,6 +129,10 @@
  *                  N, C, OC, const floatX* pre_gelu(N,OC) or NULL)
  *                  If pre_gelu != NULL, dout is first multiplied in place by gelu'(pre_gelu) (dout is then clobbered).
  *                  scratch: matmul_scratch_floats(N, C, OC) floats.
+ *   matmul_backward_dgelu(dinp(N,C) (overwritten), dweight, dbias, dout, inp, weight, scratch, N, C, OC,
+ *                  const floatX* inp_pre_gelu(N,C))
+ *                  matmul_backward with pre_gelu = NULL, except dinp = (dout @ weight) * gelu'(inp_pre_gelu), for
+ *                  inp = gelu(inp_pre_gelu) (the MLP's fcproj backward; CUDA: cuBLASLt's DGELU epilogue).
  * gelu (tanh approximation, Hendrycks & Gimpel 2016):
  *   gelu_forward(floatX* out(n), const floatX* inp(n), size_t n)
  *   gelu_backward_inplace(floatX* d_in_out(n), const floatX* inp(n), size_t n)   d = d * gelu'(inp)

@@ -1365,6 +1365,15 @@ static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* d
     residual_forward(db, db, g + C, (size_t)C);
 }
 
+/* 1 (default): the MLP backward multiplies by GELU's derivative in the fcproj input-gradient GEMM
+ * (matmul_backward_dgelu: cuBLASLt's DGELU epilogue on CUDA), so the fc dbias pass only reads its input; 0: in the fc
+ * dbias pass (matmul_backward's pre_gelu: one pass reads d fch_gelu and fch and writes d fch). CPU: the same bits
+ * either way. Build switch: make GELU_BWD_EPILOGUE=0 (issue 15, item 9b; cuBLASLt does not document its GELU
+ * derivative's precision). */
+#ifndef LLMC_GELU_BWD_EPILOGUE
+#define LLMC_GELU_BWD_EPILOGUE 1
+#endif
+
 /* backward pass of one transformer block: dresidual (Nl,C) holds d(loss)/d(residual3) on entry and
  * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
 static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
@@ -1385,14 +1394,21 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
         moe_layer_backward(&ml, &c->moe, &m->moe_opt, dbtc, dresidual, a.ln2, scratch_f32, N, C, m->moe_dloss);
         dx = dbtc;
     } else {
-        /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) */
+        /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb); GELU's derivative goes either into the fcproj
+         * input-gradient GEMM (LLMC_GELU_BWD_EPILOGUE, default: dbt4c = d fch) or into the fc dbias pass (0) */
         dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
-        matmul_backward(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l), (floatX*)dy,
-                        a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
+        if (LLMC_GELU_BWD_EPILOGUE) {
+            matmul_backward_dgelu(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l),
+                                  (floatX*)dy, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C,
+                                  a.fch);
+        } else {
+            matmul_backward(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l), (floatX*)dy,
+                            a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
+        }
         /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
         x = tp_gather(tp, a.ln2, scratch, N, C);
         matmul_backward(dbtc, gpt2_mlp_grad(m, g, P_FCW, l), gpt2_mlp_grad(m, g, P_FCB, l), dbt4c, x,
-                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, a.fch);
+                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, LLMC_GELU_BWD_EPILOGUE ? NULL : a.fch);
         dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
     }
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,

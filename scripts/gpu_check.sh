@@ -22,8 +22,8 @@
 # it runs the same benchmark, and a row says which attention is faster on this machine (measured, not assumed).
 # Predicted seconds per stage on an H200 with 16 cores (the budget cuts the later ones first): preflight 5,
 # build 150-200 (cuDNN build in parallel, ~180), fixture tests 2 x 15, benchmark 60-90, cuDNN benchmark 60-90,
-# PyTorch 120-240 (compile), kernel checks 60, ZeRO runs 3 x 20, offload rows 2 x 30 (run only when 40 s are
-# left), graphs 60.
+# PyTorch 120-240 (compile), kernel checks 65 (the B=64 skewed-token encoder and MLP-backward-pair checks ~5),
+# ZeRO runs 3 x 20, offload rows 2 x 30 (run only when 40 s are left), graphs 60.
 # Without a GPU (nvidia-smi finds none, or GPU_CHECK_DRY=1) it is a dry run: the preflight rows, then one
 # "no GPU" row per stage, in a few seconds, exit 0 (CI runs it so: dev/test/cli_gpu_check_dry.sh).
 # Every stage's timeout is cut to what is left of the budget (GPU_CHECK_BUDGET, default 480 s, so the whole
@@ -112,7 +112,7 @@ if [ "$DRY" = 1 ]; then
     for stage in "build (sm_90) + train_gpt_cudnn:predicted 150-200 s" "test_gpt (fixture):predicted 15 s" \
                  "test_gpt_fp32 (fixture):predicted 15 s" "ours d12 BF16 tokens/s:predicted 60-90 s" \
                  "cuDNN attention d12 BF16 tokens/s:predicted 60-90 s" "PyTorch torch.compile d12 BF16 tokens/s:predicted 120-240 s" \
-                 "dev/cuda kernel checks:predicted 60 s" "ZeRO-0/1/2, 1 process:predicted 3 x 20 s" \
+                 "dev/cuda kernel checks:predicted 65 s" "ZeRO-0/1/2, 1 process:predicted 3 x 20 s" \
                  "ours d12 --cuda-graphs 1 tokens/s:predicted 60 s"; do
         row "${stage%%:*}" "no GPU: not run (${stage#*:})"
     done
@@ -255,6 +255,19 @@ grep -E '^FAILED|dev/cuda check' "$WORK/dev_cuda.txt" | head -n 10
 # kernels changed on a prediction (dev/cuda/NOTES.md, "GPU-readiness changes"): the measured line next to it
 LN_BWD=$(grep -m 1 '^time layernorm_backward ' "$WORK/dev_cuda.txt" | sed -E 's/^time layernorm_backward +//' | tr -s ' ')
 row "layernorm_backward N=8192 C=768 (registers)" "${LN_BWD:-n/a} (predicted: >= ~70% of HBM bandwidth)"
+# the ms of a dev/cuda "time NAME ..." line
+ms_of() { grep -m 1 -F "time $1" "$WORK/dev_cuda.txt" | grep -oE '[0-9]+\.[0-9]+ ms' | head -n 1; }
+ENC_ONE=$(ms_of "encoder_backward B=64 newline 12%, one block/token")
+ENC_CHUNK=$(ms_of "encoder_backward B=64 newline 12%, chunks of")
+row "encoder_backward B=64 T=1024, newline 12% (dwte)" \
+    "one block/token ${ENC_ONE:-n/a} -> chunks ${ENC_CHUNK:-n/a} (predicted: ~1-2 ms -> ~0.1 ms)"
+ROWDOT=$(grep -m 1 '^time attention_backward_rowdot ' "$WORK/dev_cuda.txt" | sed -E 's/^time attention_backward_rowdot +//' | tr -s ' ')
+row "attention row-dot D=rowsum(dO*O) (128-bit)" "${ROWDOT:-n/a} (predicted: >= ~80% of HBM bandwidth)"
+MLP_OLD=$(ms_of "MLP backward, gelu' in the fc dbias pass")
+MLP_NEW=$(ms_of "MLP backward, DGELU epilogue")
+DGELU_OK=$(grep -m 1 -oE '^(ok  |FAIL) matmul_backward_dgelu' "$WORK/dev_cuda.txt" | cut -c1-4 | tr -d ' ')
+row "MLP backward N=8192: dbias-pass gelu' vs DGELU" \
+    "${MLP_OLD:-n/a} -> ${MLP_NEW:-n/a}, DGELU output check ${DGELU_OK:-n/a} (predicted: ~0.05 ms less; FAIL: build GELU_BWD_EPILOGUE=0)"
 
 # 6. one-process ZeRO-0/1/2/3 through the NCCL path (a world of one still runs every collective on NCCL)
 if [ -x ./train_gpt ]; then

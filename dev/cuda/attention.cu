@@ -22,7 +22,8 @@
  *
  * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
  * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
- * the dense BF16 peak of an H100/H200 SXM.
+ * the dense BF16 peak of an H100/H200 SXM. The flash backward's row-dot pass (D = rowsum(dO*O)) is also timed
+ * alone, in GB/s against 4.8 TB/s.
  */
 #include <float.h>
 #include <math.h>
@@ -369,6 +370,20 @@ static void time_shape(Impl im, Shape s) {
            "bwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)\n",
            impl_name(im), s.B, s.T, s.C, s.NH, s.C / s.NH, mf, tf, 100.0 * tf / PEAK_TFLOPS, mb, tb,
            100.0 * tb / PEAK_TFLOPS);
+    if (im == IMPL_FLASH) { /* the backward's first pass alone (issue 15, item 9: 128-bit loads) */
+        for (int r = 0; r < warmup + reps; r++) {
+            CUDA_CHECK(cudaEventRecord(e0, main_stream()));
+            attention_backward_rowdot(d_scratch, d_dout, d_out, s.B, s.T, s.C, s.NH);
+            CUDA_CHECK(cudaEventRecord(e1, main_stream()));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_b[r - warmup], e0, e1)); }
+        }
+        qsort(ms_b, reps, sizeof(float), cmp_float);
+        /* reads dO and O once (2 B T C floatX), writes D (B NH T fp32); HBM3e 4.8 TB/s */
+        const double bytes = 2.0 * nout * sizeof(floatX) + nl * sizeof(float), mr = ms_b[reps / 2];
+        printf("time attention_backward_rowdot B=%d T=%d C=%d %9.4f ms %8.1f GB/s %5.1f%% of 4800 GB/s (floor %.4f ms)\n",
+               s.B, s.T, s.C, mr, bytes / (mr * 1e-3) / 1e9, 100.0 * bytes / (mr * 1e-3) / 4.8e12, bytes / 4.8e12 * 1e3);
+    }
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
     CUDA_CHECK(cudaFree(d_qkv));

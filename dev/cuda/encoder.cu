@@ -10,8 +10,60 @@
  * Tensor parallelism: the same tokens over tp = 4 vocabulary shards of Vp/4 rows (one GPU plays every rank):
  * the shards' outputs summed equal encoder_forward's and the shards' dwte rows and every shard's dwpe equal
  * encoder_backward's, bit for bit (the same kernels and arithmetic; llmc/cuda/encoder.cuh); rank 0 is timed.
+ * Skewed tokens at B=64 (skewed_backward): the dwte gradient with and without splitting a frequent token's
+ * positions into chunks, checked and timed side by side.
  */
 #include "common.h"
+
+/* the single-block tail (issue 15, item 8) at the full micro-batch, B=64 T=1024: 7,745 of the 65,536 positions are
+ * one token (GPT-2's newline, id 198, as counted in one real batch), half of the rest from 64 ids, the others
+ * uniform. Both dwte orders against an fp64 reference (tolerance as above: the newline's fp32 sum of 7,745 terms
+ * |d| <= 1e-2 errs by ~sqrt(n) 2^-24 |partial sums| ~ 1e-6 typically, <= 1e-4 atol), then timed: one block per
+ * token (encoder_set_wte_chunk(INT_MAX), the kernel before item 8) and chunks of ENCODER_WTE_CHUNK positions. */
+static void skewed_backward(const std::vector<float>& hwte, const std::vector<float>& hwpe, int C) {
+    const int B = 64, T = 1024, V = 50257, newline = 198;
+    const size_t N = (size_t)B * T;
+    std::vector<int> tok(N);
+    uint64_t s = 11;
+    for (size_t i = 0; i < N; i++) {
+        if (rng_next(&s) % 65536 < 7745) { tok[i] = newline; continue; }
+        tok[i] = (rng_next(&s) & 1) ? 256 + (int)(rng_next(&s) % 64) : (int)(rng_next(&s) % V);
+    }
+    size_t n_newline = 0;
+    for (size_t i = 0; i < N; i++) { n_newline += tok[i] == newline; }
+    int* dtok = (int*)dev_malloc(N * sizeof(int), "tokens");
+    dev_memcpy_h2d(dtok, tok.data(), N * sizeof(int));
+    std::vector<float> hdout(N * C);
+    floatX* dout = upload_random(hdout.data(), hdout.size(), -1e-2f, 1e-2f, 4, "dout");
+    floatX* dwte = (floatX*)dev_malloc(hwte.size() * sizeof(floatX), "dwte");
+    floatX* dwpe = (floatX*)dev_malloc(hwpe.size() * sizeof(floatX), "dwpe");
+    std::vector<double> rwte(hwte.begin(), hwte.end());
+    for (size_t i = 0; i < N; i++) {
+        for (int c = 0; c < C; c++) { rwte[(size_t)tok[i] * C + c] += hdout[i * C + c]; }
+    }
+    const int chunks[2] = {INT_MAX, ENCODER_WTE_CHUNK};
+    double ms[2];
+    for (int k = 0; k < 2; k++) {
+        encoder_set_wte_chunk(chunks[k]);
+        dev_upload_floats(dwte, hwte.data(), hwte.size());
+        dev_upload_floats(dwpe, hwpe.data(), hwpe.size());
+        encoder_backward(dwte, dwpe, dout, dtok, tok.data(), B, T, C);
+        std::vector<float> got = download(dwte, hwte.size());
+        char name[96];
+        snprintf(name, sizeof name, "encoder_backward dwte B=64 newline %zu, %s", n_newline,
+                 k == 0 ? "one block per token" : "chunks");
+        check_close(name, got.data(), rwte.data(), rwte.size(), 1e-4, UNIT_ROUNDOFF);
+        ms[k] = bench_ms([&] { encoder_backward(dwte, dwpe, dout, dtok, tok.data(), B, T, C); });
+    }
+    encoder_set_wte_chunk(ENCODER_WTE_CHUNK);
+    const double eb = sizeof(floatX);
+    const double bytes = eb * (2.0 * N * C + 2.0 * (double)T * C); /* as encoder_backward's floor below */
+    char name[96];
+    report_bw("encoder_backward B=64 newline 12%, one block/token", ms[0], bytes);
+    snprintf(name, sizeof name, "encoder_backward B=64 newline 12%%, chunks of %d", ENCODER_WTE_CHUNK);
+    report_bw(name, ms[1], bytes);
+    dev_free(dtok); dev_free(dout); dev_free(dwte); dev_free(dwpe);
+}
 
 int main(void) {
     backend_init(0, 1);
@@ -113,6 +165,7 @@ int main(void) {
               eb * (2.0 * N * C + 2.0 * (double)T * C));
     dev_free(dtok); dev_free(wte); dev_free(wpe); dev_free(dout); dev_free(out);
     dev_free(dwte); dev_free(dwpe); dev_free(dwte2); dev_free(dwpe2);
+    skewed_backward(hwte, hwpe, C);
     backend_shutdown();
     return finish("encoder");
 }

@@ -6,6 +6,8 @@
  * Tolerance: |err| <= UNIT_ROUNDOFF*|ref| (one output rounding) + K * 2^-22 * sum_k |a_k b_k|
  * (fp32 accumulation of K products, with margin) + fast-math tanh for the GELU output.
  * dbias: fixed-order fp32 sums of N terms rounded once into floatX. Determinism of dbias checked bitwise.
+ * The MLP backward pair is also timed both ways (GELU's derivative in the dbias pass, or cuBLASLt's DGELU epilogue:
+ * matmul_backward_dgelu, whose output is checked first).
  */
 #include "common.h"
 
@@ -134,6 +136,49 @@ int main(void) {
     report_flops("matmul_backward (dbias, no gelu)", bench_ms([&] { matmul_backward(dinp, dw, db, dout, x, w, scratch, N, C, OC, NULL); }), 2.0 * flops_f);
     report_bw("matmul_dbias + dgelu pass alone", bench_ms([&] { matmul_dbias(db, dout2, pre, scratch, N, OC); }),
               3.0 * NO * sizeof(floatX));
+    /* the MLP backward pair (issue 15, item 9b): fcproj (N, 4C=3072 -> C=768) then fc (N, 768 -> 3072), with GELU's
+     * derivative in the fc dbias pass or in cuBLASLt's DGELU epilogue on the fcproj input-gradient GEMM. w (3072 x 768
+     * elements) also serves as fcproj's weight (768 x 3072), out as its input (fch_gelu), pre as fch. First the
+     * epilogue's output against fp64 on 64 sampled rows: d fch = (dy @ Wp) * gelu'(fch), tolerance one output rounding
+     * + fp32 accumulation + a tanh approximation's 2^-10 relative error in gelu' (cuBLASLt does not document its GELU
+     * derivative: this row is what says whether the DGELU path (the default, make GELU_BWD_EPILOGUE=1) is as precise
+     * as ours). */
+    {
+        std::vector<float> hdy(NC), hpre(NO);
+        floatX* dy = upload_random(hdy.data(), NC, -1.0f, 1.0f, 7, "dy");
+        floatX* pre2 = upload_random(hpre.data(), NO, -3.0f, 3.0f, 8, "fch");
+        floatX* dbp = (floatX*)dev_malloc(C * sizeof(floatX), "fcproj dbias");
+        dev_memset(dbp, 0, C * sizeof(floatX));
+        poison(dout2, NO * sizeof(floatX));
+        matmul_backward_dgelu(dout2, dw, dbp, dy, out, w, scratch, N, OC, C, pre2);
+        std::vector<float> gd = download(dout2, NO);
+        std::vector<double> ref4((size_t)SR * OC);
+        double atol4 = 0.0;
+        for (int j = 0; j < SR; j++) {
+            const int r = rows[j];
+            for (int c = 0; c < OC; c++) {
+                double s = 0.0, sa = 0.0;
+                for (int k = 0; k < C; k++) { double p = (double)hdy[(size_t)r * C + k] * hw[(size_t)k * OC + c]; s += p; sa += fabs(p); }
+                const double x = hpre[(size_t)r * OC + c], g = gelu_grad_ref(x);
+                ref4[(size_t)j * OC + c] = s * g;
+                idx[(size_t)j * OC + c] = (size_t)r * OC + c;
+                const double dg = FAST_MATH_REL * (0.5 + fabs(x) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x));
+                atol4 = std::max(atol4, C * acc_eps * sa * fabs(g) + fabs(s) * dg);
+            }
+        }
+        check_close_idx("matmul_backward_dgelu d fch (DGELU epilogue)", gd.data(), ref4.data(), idx.data(), idx.size(),
+                        atol4 + 1e-6, UNIT_ROUNDOFF);
+        const double flops_mlp = 4.0 * flops_f; /* two GEMMs per layer, each twice the forward's FLOPs */
+        report_flops("MLP backward, gelu' in the fc dbias pass", bench_ms([&] {
+            matmul_backward(dout2, dw, dbp, dy, out, w, scratch, N, OC, C, NULL);
+            matmul_backward(dinp, dw, db, dout2, x, w, scratch, N, C, OC, pre2);
+        }), flops_mlp);
+        report_flops("MLP backward, DGELU epilogue", bench_ms([&] {
+            matmul_backward_dgelu(dout2, dw, dbp, dy, out, w, scratch, N, OC, C, pre2);
+            matmul_backward(dinp, dw, db, dout2, x, w, scratch, N, C, OC, NULL);
+        }), flops_mlp);
+        dev_free(dy); dev_free(pre2); dev_free(dbp);
+    }
     /* the attention projection and lm-head shapes */
     report_flops("matmul_forward qkv (768->2304)", bench_ms([&] { matmul_forward(out, x, w, b, N, C, 2304, NULL); }), 2.0 * N * C * 2304);
     dev_free(x); dev_free(w); dev_free(b); dev_free(dout); dev_free(dw); dev_free(db); dev_free(db2);

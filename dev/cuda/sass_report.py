@@ -16,6 +16,8 @@ properties the CUDA backend promises (llmc/README.md, "Tests"):
   - every packed instantiation (template argument 8 = 16 bytes of bf16; the X128_SIZE variants) moves global
     memory in 128-bit accesses (at least one LDG/STG .128, and no more 16-bit global accesses than it has
     128-bit ones);
+  - the attention backward's row-dot pass, D = rowsum(dO * O) (attention_backward_rowdot_kernel<8>), has 128-bit
+    global loads and no 16-bit ones (issue 15, item 9);
 and exits 1 if any fails. The instruction names are those of NVIDIA's "CUDA Binary Utilities" documentation
 (Hopper instruction set table).
 """
@@ -137,6 +139,10 @@ def main():
     weak = [name for name, s in packed if s["g128"] == 0 or s["g16"] > s["g128"]]
     tap(len(packed) >= 10 and not weak, "%d packed (X128_SIZE = 8 bf16) kernels move global memory in 128-bit "
         "accesses%s" % (len(packed), "; not: " + ", ".join(weak) if weak else ""))
+    rowdot = [(name, s) for _, name, r, s in rows if re.search(r"attention_backward_rowdot_kernel<8>", name)]
+    tap(len(rowdot) == 1 and all(s["g128"] > 0 and s["g16"] == 0 for _, s in rowdot),
+        "the attention backward's row-dot pass (attention_backward_rowdot_kernel<8>) loads dO and O in 128-bit "
+        "accesses only (G.128 / G.16: %s)" % ", ".join("%d/%d" % (s["g128"], s["g16"]) for _, s in rowdot))
     sys.exit(1 if failed else 0)
 
 

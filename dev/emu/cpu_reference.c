@@ -40,6 +40,12 @@ void ref_matmul_backward(float* dinp, float* dweight, float* dbias, float* dout,
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, pre_gelu);
     free(scratch);
 }
+void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC, const float* inp_pre_gelu) {
+    float* scratch = (float*)calloc(matmul_scratch_floats(N, C, OC) + 1, sizeof(float));
+    matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, inp_pre_gelu);
+    free(scratch);
+}
 void ref_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward(out, inp, n); }
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n) { gelu_backward_inplace(d, inp, n); }
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward(out, a, b, n); }

@@ -28,6 +28,8 @@ void ref_matmul_forward(float* out, const float* inp, const float* weight, const
                         float* pre_gelu);
 void ref_matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
                          const float* weight, int N, int C, int OC, const float* pre_gelu);
+void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC, const float* inp_pre_gelu);
 void ref_gelu_forward(float* out, const float* inp, size_t n);
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n);

@@ -169,6 +169,81 @@ static void test_encoder(int B, int T, int C, int V, int Vp) {
     dev_free(d_wte); dev_free(d_wpe); dev_free(d_tok); dev_free(d_out); dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe);
 }
 
+/* dwte with a skewed token distribution (issue 15, item 8): one token holds ~90% of the positions (GPT-2's newline
+ * holds ~12% of a real batch), so its bucket is cut into many chunks of ENCODER_WTE_CHUNK positions summed by
+ * separate blocks into fp32 partials and added in chunk order by the second kernel; a token with exactly
+ * ENCODER_WTE_CHUNK positions (one block, no chunks) and one with ENCODER_WTE_CHUNK + 1 (two chunks, the last of
+ * one position) sit at the boundary. Checked against the CPU backend (TOL_BWD), bit for bit against a host model
+ * of the documented order (per chunk: fp32 sum in increasing position order; per token: the chunk sums added in
+ * chunk order, then one fp32 add to dwte and one rounding to floatX; unsplit tokens: the old single sum), and
+ * bit-identical on a second run. */
+static void test_encoder_skewed(int B, int T, int C, int Vp) {
+    const int N = B * T, L = ENCODER_WTE_CHUNK;
+    const int hot = Vp / 3, at_l = Vp - 1, past_l = Vp - 2; /* other tokens are drawn from [0, Vp/3) */
+    if (N < 3 * (L + 1) || Vp < 6) { fprintf(stderr, "test_encoder_skewed: shape too small\n"); exit(1); }
+    std::vector<int> tok(N);
+    for (auto& t : tok) t = rng_next() % 10 == 0 ? (int)(rng_next() % (uint64_t)hot) : hot;
+    for (int k = 0; k < L; k++) tok[3 * k + 1] = at_l;
+    for (int k = 0; k <= L; k++) tok[3 * k + 2] = past_l;
+    int n_hot = 0;
+    for (int t : tok) n_hot += t == hot;
+    std::string s = shp("B=%d T=%d C=%d hot %d/%d", B, T, C, n_hot, N);
+    std::vector<float> dout = randv((size_t)N * C), dwte = randv((size_t)Vp * C), dwpe = randv((size_t)T * C);
+    floatX* d_dout = upX(dout); /* rounds dout, dwte, dwpe to floatX in place */
+    floatX* d_dwte = upX(dwte);
+    floatX* d_dwpe = upX(dwpe);
+    int* d_tok = upI(tok);
+    const std::vector<float> dwte0 = dwte, dwpe0 = dwpe;
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    const std::vector<float> g_wte = downX(d_dwte, dwte.size()), g_wpe = downX(d_dwpe, dwpe.size());
+    ref_encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    check("encoder_backward dwte (skewed)", s, g_wte, dwte, TOL_BWD);
+    check("encoder_backward dwpe (skewed)", s, g_wpe, dwpe, TOL_BWD);
+    /* the host model of the order with chunks of `len` positions (len >= the bucket: the single sum) */
+    std::vector<std::vector<int>> where(Vp);
+    for (int i = 0; i < N; i++) where[tok[i]].push_back(i);
+    int split_tokens = 0;
+    auto model_of = [&](size_t len) {
+        std::vector<float> model = dwte0;
+        split_tokens = 0;
+        for (int v = 0; v < Vp; v++) {
+            const std::vector<int>& P = where[v];
+            if (P.empty()) continue;
+            split_tokens += P.size() > len;
+            for (int c = 0; c < C; c++) {
+                float tot = 0.0f;
+                for (size_t j0 = 0; j0 < P.size(); j0 += len) {
+                    float part = 0.0f;
+                    for (size_t j = j0; j < std::min(P.size(), j0 + len); j++) part += dout[(size_t)P[j] * C + c];
+                    if (P.size() > len) tot += part; else tot = part;
+                }
+                model[(size_t)v * C + c] = dwte0[(size_t)v * C + c] + tot;
+            }
+        }
+        return roundX(model);
+    };
+    std::vector<float> model = model_of((size_t)L);
+    TEST_CHECK(same_bits(g_wte, model) && split_tokens == 2 && (int)where[at_l].size() == L,
+               "encoder_backward dwte (%s) equals the host model of the chunked order bit for bit (%d tokens split into "
+               "chunks of %d; a token of exactly %d positions not split)", s.c_str(), split_tokens, L, L);
+    /* encoder_set_wte_chunk(INT_MAX) (the benchmarks' baseline): one block per token, the single-sum order */
+    encoder_set_wte_chunk(INT_MAX);
+    dev_upload_floats(d_dwte, dwte0.data(), dwte0.size());
+    dev_upload_floats(d_dwpe, dwpe0.data(), dwpe0.size());
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    encoder_set_wte_chunk(ENCODER_WTE_CHUNK);
+    model = model_of((size_t)N);
+    TEST_CHECK(same_bits(downX(d_dwte, dwte.size()), model) && split_tokens == 0,
+               "encoder_backward dwte (%s) with encoder_set_wte_chunk(INT_MAX) equals the single-sum host model bit for "
+               "bit", s.c_str());
+    dev_upload_floats(d_dwte, dwte0.data(), dwte0.size());
+    dev_upload_floats(d_dwpe, dwpe0.data(), dwpe0.size());
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, tok.data(), B, T, C);
+    TEST_CHECK(same_bits(downX(d_dwte, dwte.size()), g_wte) && same_bits(downX(d_dwpe, dwpe.size()), g_wpe),
+               "encoder_backward (skewed) bit-identical on a second run (%s)", s.c_str());
+    dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_tok);
+}
+
 /* the vocabulary-sharded encoder (tensor parallelism): the vocabulary rows [0, Vp) split into tp shards of
  * ceil(Vp/tp) rows (the last one shorter), plus a shard past every token. Each shard against the CPU reference
  * (forward: one fp32 add and one rounding on both sides, so exactly equal; backward: TOL_BWD as above, and
@@ -249,7 +324,7 @@ static void test_encoder_shards(int B, int T, int C, int Vp, int tp) {
 /* graph mode: encoder_backward_vocab_shard captured after encoder_backward_stage (which stages every token; the
  * kernel skips the buckets outside the shard) replays to the eager result bit for bit, also after new tokens are
  * staged into the same buffer */
-static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs) {
+static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs, int skewed = 0) {
     const int N = B * T;
     std::vector<int> tok(N);
     std::vector<float> dout = randv((size_t)N * C), dwte = randv((size_t)Vs * C), dwpe = randv((size_t)T * C);
@@ -261,6 +336,9 @@ static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs
     DevGraph g = 0;
     for (int round = 0; round < 2; round++) {
         for (auto& t : tok) t = (int)(rng_next() % (uint64_t)Vp);
+        if (skewed) { /* token v0 at ~90% of the positions: its bucket is split into chunks (a second kernel) */
+            for (auto& t : tok) t = rng_next() % 10 == 0 ? t : v0;
+        }
         tok[0] = v0; /* at least one token in the shard */
         dev_upload_floats(d_dwte, dwte.data(), dwte.size());
         dev_upload_floats(d_dwpe, dwpe.data(), dwpe.size());
@@ -278,8 +356,9 @@ static void test_encoder_shard_graph(int B, int T, int C, int Vp, int v0, int Vs
         same = same && same_bits(downX(d_dwte, dwte.size()), e_wte) && same_bits(downX(d_dwpe, dwpe.size()), e_wpe);
     }
     dev_graph_destroy(g);
-    TEST_CHECK(same, "encoder_backward_vocab_shard [%d,+%d) B=%d T=%d C=%d captured after encoder_backward_stage: two "
-               "replays (new tokens staged) equal the eager calls bit for bit", v0, Vs, B, T, C);
+    TEST_CHECK(same, "encoder_backward_vocab_shard [%d,+%d) B=%d T=%d C=%d%s captured after encoder_backward_stage: two "
+               "replays (new tokens staged) equal the eager calls bit for bit", v0, Vs, B, T, C,
+               skewed ? " (one token at ~90%)" : "");
     dev_free(d_dout); dev_free(d_dwte); dev_free(d_dwpe); dev_free(d_tok);
 }
 
@@ -434,6 +513,58 @@ static double gelu_tol(const std::vector<float>& x, const std::vector<float>* d,
 #endif
 }
 
+/* matmul_backward_dgelu (issue 15, item 9b): dinp = (dout @ W) * gelu'(pre) with cuBLASLt's DGELU epilogue (C % 8 ==
+ * 0) or a plain GEMM + gelu_backward_inplace (otherwise), against the CPU backend. dinp's tolerance is TOL_BWD plus,
+ * under fast math, the tanh.approx term of gelu_tol for the kernel fallback (the incoming gradient: the plain GEMM).
+ * FP32 build: the epilogue path equals the two-step path (matmul_backward without GELU, then gelu_backward_inplace)
+ * bit for bit, which shows the emulator's DGELU uses the derivative of llmc/cuda/gelu.cuh. */
+static void test_matmul_dgelu(int N, int C, int OC) {
+    std::string s = shp("N=%d C=%d OC=%d", N, C, OC);
+    std::vector<float> inp = randv((size_t)N * C), pre = randv((size_t)N * C, 3.0f), w = randv((size_t)OC * C, 0.5f);
+    std::vector<float> dout = randv((size_t)N * OC), dw = randv((size_t)OC * C), db = randv(OC);
+    floatX* d_inp = upX(inp);
+    floatX* d_pre = upX(pre);
+    floatX* d_w = upX(w);
+    floatX* d_dout = upX(dout);
+    floatX* d_dw = upX(dw);
+    floatX* d_db = upX(db);
+    floatX* d_dinp = dX((size_t)N * C);
+    poisonX(d_dinp, (size_t)N * C);
+    size_t ns = matmul_scratch_floats(N, C, OC);
+    float* d_scratch = dF(ns);
+    poisonF(d_scratch, ns);
+    const size_t launches0 = emu::launch_log().size();
+    matmul_backward_dgelu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, N, C, OC, d_pre);
+    int gelu_kernels = 0; /* the fallback's gelu_backward_inplace; none when the epilogue did the work */
+    for (size_t i = launches0; i < emu::launch_log().size(); i++) {
+        gelu_kernels += emu::launch_log()[i].name.find("gelu") != std::string::npos;
+    }
+    TEST_CHECK(gelu_kernels == (C % 8 == 0 ? 0 : 1), "matmul_backward_dgelu (%s): %s (%d GELU kernels launched)",
+               s.c_str(), C % 8 == 0 ? "cuBLASLt's DGELU epilogue applied gelu'" : "plain GEMM + gelu_backward_inplace",
+               gelu_kernels);
+    std::vector<float> g_dinp = downX(d_dinp, (size_t)N * C);
+    std::vector<float> dinp((size_t)N * C), g0((size_t)N * C), dw0 = dw, db0 = db, dout0 = dout;
+    ref_matmul_backward_dgelu(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, pre.data());
+    ref_matmul_backward(g0.data(), dw0.data(), db0.data(), dout0.data(), inp.data(), w.data(), N, C, OC, NULL);
+    check("matmul_backward_dgelu dinp", s, g_dinp, dinp, TOL_BWD + (gelu_tol(pre, &g0, dinp) - TOL_FWD));
+    check("matmul_backward_dgelu dweight", s, downX(d_dw, dw.size()), dw, TOL_BWD);
+    check("matmul_backward_dgelu dbias", s, downX(d_db, OC), db, TOL_BWD);
+#if FLOATX_IS_FLOAT
+    floatX* d_dw2 = dX(dw.size());
+    floatX* d_db2 = dX(OC);
+    floatX* d_dinp2 = dX((size_t)N * C);
+    dev_memset(d_dw2, 0, dw.size() * sizeof(floatX));
+    dev_memset(d_db2, 0, OC * sizeof(floatX));
+    matmul_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_scratch, N, C, OC, NULL);
+    gelu_backward_inplace(d_dinp2, d_pre, (size_t)N * C);
+    TEST_CHECK(same_bits(downX(d_dinp2, (size_t)N * C), g_dinp),
+               "matmul_backward_dgelu dinp (%s) == matmul_backward + gelu_backward_inplace, bit for bit", s.c_str());
+    dev_free(d_dw2); dev_free(d_db2); dev_free(d_dinp2);
+#endif
+    dev_free(d_inp); dev_free(d_pre); dev_free(d_w); dev_free(d_dout); dev_free(d_dw); dev_free(d_db); dev_free(d_dinp);
+    dev_free(d_scratch);
+}
+
 static void test_elementwise(size_t n) {
     std::string s = shp("n=%zu", n);
     std::vector<float> a = randv(n, 3.0f), b = randv(n), d = randv(n);
@@ -499,6 +630,29 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     }
     std::vector<float> g_dqkv = downX(d_dqkv, dqkv.size());
     check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
+    /* the row-dot pass's D = rowsum(dO * O) left in the scratch, against an fp64 sum of the same floatX inputs: an
+     * fp32 sum of hs products in any order is within hs 2^-24 sum_d |dO O| of it (products and additions rounded
+     * once each), so the tolerance relative to max |D| is hs 2^-24 max_row sum |dO O| / max |D| */
+    {
+        std::vector<float> D = downF(d_scratch, attention_scratch_floats(B, T, C, NH)), refD(D.size());
+        double max_abs_sum = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < NH; h++) {
+                    double acc = 0.0, abs_sum = 0.0;
+                    for (int i = 0; i < hs; i++) {
+                        size_t e = ((size_t)b * T + t) * C + (size_t)h * hs + i;
+                        acc += (double)g_out[e] * (double)dout[e];
+                        abs_sum += fabs((double)g_out[e] * (double)dout[e]);
+                    }
+                    refD[((size_t)b * NH + h) * T + t] = (float)acc;
+                    max_abs_sum = std::max(max_abs_sum, abs_sum);
+                }
+        double max_d = 0.0;
+        for (float x : refD) max_d = std::max(max_d, (double)fabsf(x));
+        double tol = hs * exp2(-24.0) * max_abs_sum / std::max(max_d, 1e-30) + exp2(-24.0); /* + the float cast of refD */
+        check((std::string(path) + " backward D=rowsum(dO*O)").c_str(), s, D, refD, tol);
+    }
     poisonX(d_dqkv, dqkv.size());
     if (force_fallback) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
@@ -1048,8 +1202,12 @@ int main(void) {
     test_encoder_shards(4, 32, 64, 128, 2);  /* fixture shape, 128-bit path */
     test_encoder_shards(3, 7, 36, 100, 3);   /* C not a multiple of the vector width, Vp not a multiple of tp */
     test_encoder_shards(2, 5, 64, 37, 4);    /* shards of 10 rows, the last one 7 */
+    test_encoder_shards(8, 64, 64, 128, 2);  /* hot tokens of ~85 positions: split into chunks in every shard */
     test_encoder_shard_graph(4, 32, 64, 128, 64, 64);
     test_encoder_shard_graph(3, 7, 36, 100, 34, 33);
+    test_encoder_skewed(4, 96, 64, 128);  /* 128-bit path: the hot token in ~4 chunks */
+    test_encoder_skewed(8, 160, 36, 100); /* C = 36 (element path in bf16): ~17 chunks */
+    test_encoder_shard_graph(4, 64, 64, 128, 64, 64, 1); /* graph replay with chunks and the second kernel */
 
     test_layernorm(128, 64);
     test_layernorm(21, 36);
@@ -1064,6 +1222,8 @@ int main(void) {
     test_matmul(1, 30, 7, 1, 0);
     test_matmul(130, 20, 13, 0, 1);
     test_matmul(70, 20, 13, 1, 1);
+    test_matmul_dgelu(128, 256, 64);  /* the MLP's fcproj shape (C = 4 OC): the DGELU epilogue */
+    test_matmul_dgelu(21, 36, 100);   /* C % 8 != 0: plain GEMM + gelu_backward_inplace */
 
     test_elementwise(4 * 32 * 64);
     test_elementwise(1003);

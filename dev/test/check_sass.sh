@@ -1,7 +1,8 @@
 # dev/test/check_sass.sh -- reads the sm_90 machine code of the CUDA trainer without a GPU: compiles train_gpt.cu's
 # device code for sm_90 with the Makefile's flags (BF16) and -Xptxas -v, disassembles it with cuobjdump, and runs
 # dev/cuda/sass_report.py --check (no spills or local memory in any kernel; the flash-attention kernels on the
-# tensor cores with cp.async tile loads; the packed kernels in 128-bit global accesses). Run by
+# tensor cores with cp.async tile loads; the packed kernels in 128-bit global accesses; the attention row-dot
+# pass without 16-bit global accesses). Run by
 # dev/test/run_tests.sh. cuobjdump (and the nvdisasm it calls) come from the CUDA toolkit or from the PyPI
 # wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm, which scripts/install_deps.sh installs.
 set -u

@@ -147,4 +147,14 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
 #endif
 }
 
+/* matmul_backward with pre_gelu = NULL, then dinp(N,C) *= gelu'(inp_pre_gelu(N,C)) (llmc/backend.h; the CUDA backend
+ * uses cuBLASLt's DGELU epilogue). The same arithmetic as the fused path (the next layer's matmul_backward with
+ * pre_gelu = inp_pre_gelu applies the same gelu_backward_inplace to the same values), so bit-identical to it. */
+static inline void matmul_backward_dgelu(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dout, const floatX* inp,
+                                         const floatX* weight, float* scratch, int N, int C, int OC,
+                                         const floatX* inp_pre_gelu) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, NULL);
+    if (dinp && N > 0 && C > 0) { gelu_backward_inplace(dinp, inp_pre_gelu, (size_t)N * C); }
+}
+
 #endif /* LLMC_CPU_MATMUL_H */

@@ -637,24 +637,38 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 
 /* ======================================================================== D = rowsum(dO * O) */
 
-/* one warp per (b, t, h); block 128 threads. D (B,NH,T) fp32; dout, out (B,T,C). */
+/* G lanes (a power of two <= 32, aligned groups of a warp) per (b, t, h) row, rows in (b, t, h) order, so a warp
+ * reads 32/G consecutive head slices of one or two (b, t) rows; each lane multiplies W-element packets (W = X128_SIZE:
+ * 128-bit loads, issue 15 item 9; W = 1 for unaligned or odd shapes) at channels sub*W, sub*W + G*W, ... < hs (sub:
+ * the lane's index in its group) and
+ * sums them in fp32, then the group adds its lanes' sums with xor shuffles (offsets G/2 .. 1). Every lane of a warp
+ * reaches the shuffles (rows past the end add zeros). D (B,NH,T) fp32; dout, out (B,T,C); block 128 threads. */
+template <int W>
 __global__ void attention_backward_rowdot_kernel(float* __restrict__ Dsum, const floatX* __restrict__ dout,
-                                                 const floatX* __restrict__ out, int B, int T, int C, int NH) {
-    const int warps_per_block = blockDim.x / WARP_SIZE;
-    const long long idx = (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE;
-    const int lane = threadIdx.x % WARP_SIZE;
-    if (idx >= (long long)B * T * NH) { return; }
+                                                 const floatX* __restrict__ out, int B, int T, int C, int NH, int G) {
+    const long long idx = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int sub = (int)(threadIdx.x % G);
     const int hs = C / NH;
-    const int h = (int)(idx % NH);
-    const long long bt = idx / NH;
-    const int b = (int)(bt / T);
-    const int tt = (int)(bt % T);
-    const floatX* o = out + bt * C + (size_t)h * hs;
-    const floatX* d = dout + bt * C + (size_t)h * hs;
+    const bool valid = idx < (long long)B * T * NH;
     float acc = 0.0f;
-    for (int i = lane; i < hs; i += WARP_SIZE) { acc += to_float(o[i]) * to_float(d[i]); }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) { Dsum[((size_t)b * NH + h) * T + tt] = acc; }
+    if (valid) {
+        const int h = (int)(idx % NH);
+        const long long bt = idx / NH;
+        const floatX* o = out + bt * C + (size_t)h * hs;
+        const floatX* d = dout + bt * C + (size_t)h * hs;
+        for (int i = sub * W; i < hs; i += G * W) {
+            PackedN<floatX, W> op = load_packed<floatX, W>(o + i);
+            PackedN<floatX, W> dp = load_packed<floatX, W>(d + i);
+#pragma unroll
+            for (int k = 0; k < W; k++) { acc += to_float(op[k]) * to_float(dp[k]); }
+        }
+    }
+    for (int off = G / 2; off > 0; off >>= 1) { acc += __shfl_xor_sync(0xffffffffu, acc, off); }
+    if (valid && sub == 0) {
+        const int h = (int)(idx % NH);
+        const long long bt = idx / NH;
+        Dsum[((size_t)(bt / T) * NH + h) * T + (size_t)(bt % T)] = acc;
+    }
 }
 
 /* ======================================================================== fallback (any hs <= 256) */
@@ -977,13 +991,25 @@ static inline void attention_forward_flash(floatX* out, float* lse, const floatX
     attention_forward_cuda_cores(out, lse, qkv, B, T, C, NH);
 }
 
-/* D = rowsum(dO * O) per (b, head, t) into Dsum (B,NH,T) fp32: the first pass of every backward path */
+/* D = rowsum(dO * O) per (b, head, t) into Dsum (B,NH,T) fp32: the first pass of every backward path. 128-bit
+ * packets when hs and C are multiples of X128_SIZE and dout, out are 16-byte aligned (hs = 64 in bf16: 8 lanes per
+ * row, one packet each), element loads otherwise. Deterministic: a fixed summation order per (shape, path). */
 static inline void attention_backward_rowdot(float* Dsum, const floatX* dout, const floatX* out, int B, int T, int C,
                                              int NH) {
-    const long long warps = (long long)B * T * NH;
-    const int wpb = ATTN_THREADS / WARP_SIZE;
-    const unsigned int blocks = (unsigned int)((warps + wpb - 1) / wpb);
-    LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel)(Dsum, dout, out, B, T, C, NH);
+    const int hs = C / NH;
+    const int vec = hs % X128_SIZE == 0 && C % X128_SIZE == 0 && ptr_aligned(dout, 16) && ptr_aligned(out, 16);
+    const int W = vec ? X128_SIZE : 1;
+    int G = 1;
+    while (G < WARP_SIZE && G * W < hs) { G *= 2; } /* lanes per row: enough packets to cover hs once, <= 32 */
+    const long long threads = (long long)B * T * NH * G;
+    const unsigned int blocks = (unsigned int)((threads + ATTN_THREADS - 1) / ATTN_THREADS);
+    if (vec) {
+        LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel<X128_SIZE>)(Dsum, dout, out, B, T,
+                                                                                                    C, NH, G);
+    } else {
+        LAUNCH(blocks, ATTN_THREADS, 0, main_stream(), attention_backward_rowdot_kernel<1>)(Dsum, dout, out, B, T, C, NH,
+                                                                                            G);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,9 @@
  *       dbias += column sums of dout (fixed-order two-pass reduction through scratch, no atomics);
  *       dinp = dout @ weight; dweight += dout^T @ inp (cuBLASLt beta = 1).
  *       scratch: matmul_scratch_floats(N, C, OC) floats.
+ *   matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, inp_pre_gelu(N,C))
+ *       matmul_backward without pre_gelu, except dinp = (dout @ weight) * gelu'(inp_pre_gelu): the MLP's fcproj
+ *       backward handing the fc layer d(pre-GELU) (cuBLASLt CUBLASLT_EPILOGUE_DGELU).
  *
  * Numerics: inputs/outputs floatX, FP32 accumulation (CUBLAS_COMPUTE_32F; in the fp32 build this also
  * means no TF32), alpha/beta fp32. Row-major (N,OC) = (N,C) @ (OC,C)^T is computed as the
@@ -232,7 +235,9 @@ static inline MatmulPlan* matmul_get_plan(const MatmulPlanKey* key, const void* 
     return p;
 }
 
-/* Column-major D(m,n) = op(A) @ op(B) (+ beta*D) with the given epilogue.
+/* Column-major D(m,n) = op(A) @ op(B) (+ beta*D) with the epilogue the pointers select: bias and aux: GELU_AUX_BIAS
+ * (aux written: the GELU input); bias: BIAS; aux alone: DGELU (D *= gelu'(aux), aux read: the GELU input of the
+ * forward, D's shape and leading dimension); neither: DEFAULT.
  * Returns 1 on success, 0 if no cuBLASLt algorithm exists for an epilogue (caller falls back);
  * exits if even the plain GEMM has no algorithm. */
 static inline int matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, const floatX* bias, floatX* aux, int m,
@@ -241,7 +246,10 @@ static inline int matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, c
     memset(&key, 0, sizeof(key));
     key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
     key.transa = transa; key.transb = transb; key.accumulate = accumulate;
-    key.epilogue = (int)(bias && aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    key.epilogue = (int)(bias && aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                         : bias    ? CUBLASLT_EPILOGUE_BIAS
+                         : aux     ? CUBLASLT_EPILOGUE_DGELU /* aux is then an input: the forward's GELU input */
+                                   : CUBLASLT_EPILOGUE_DEFAULT);
     key.align_a = pointer_alignment_class(a);
     key.align_b = pointer_alignment_class(b);
     key.align_d = pointer_alignment_class(d);
@@ -308,6 +316,25 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     /* dinp^T(C,N) = W(C,OC col-major) @ dout^T(OC,N) */
     matmul_cublaslt(dinp, weight, dout, NULL, NULL, C, N, OC, 0, 0, C, OC, C, 0);
     /* dW^T(C,OC) += inp^T(C,N) @ dout(N,OC): B = dout stored (OC,N) col-major, transposed */
+    matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
+}
+
+/* The fcproj input gradient through GELU (issue 15, item 9b): as matmul_backward(..., pre_gelu = NULL), but dinp is
+ * d(loss)/d(inp_pre_gelu) where inp = gelu(inp_pre_gelu): dinp = (dout @ weight) * gelu'(inp_pre_gelu), with
+ * cuBLASLt's DGELU epilogue on the dinp GEMM (aux = inp_pre_gelu (N,C), ld C), so the GELU derivative costs no pass of
+ * its own and the next layer's dbias pass (matmul_backward with pre_gelu = NULL) only reads its dout. Without an
+ * algorithm for the epilogue (or C % 8 != 0): a plain GEMM and gelu_backward_inplace. Shapes as matmul_backward. */
+static inline void matmul_backward_dgelu(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dout, const floatX* inp,
+                                         const floatX* weight, float* scratch, int N, int C, int OC,
+                                         const floatX* inp_pre_gelu) {
+    if (N == 0 || OC == 0 || C == 0) { return; }
+    if (dbias) { matmul_dbias(dbias, dout, NULL, scratch, N, OC); }
+    /* dinp^T(C,N) = (W(C,OC col-major) @ dout^T(OC,N)) * gelu'(pre^T(C,N)) */
+    if (!(C % 8 == 0 &&
+          matmul_cublaslt(dinp, weight, dout, NULL, (floatX*)inp_pre_gelu, C, N, OC, 0, 0, C, OC, C, 0))) {
+        matmul_cublaslt(dinp, weight, dout, NULL, NULL, C, N, OC, 0, 0, C, OC, C, 0);
+        gelu_backward_inplace(dinp, inp_pre_gelu, (size_t)N * C);
+    }
     matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
 }
 

@@ -20,6 +20,11 @@
  *     GELU_AUX_BIAS  v = acc + bias[i]; aux = round(v); D = round(gelu(v)), gelu the tanh approximation
  *                    0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))) on the fp32 value, as cuBLASLt does
  *                    (aux has D's shape and type, leading dimension EPILOGUE_AUX_LD)
+ *     DGELU          D = round(acc * gelu'(aux)), aux the GELU input of the forward (read; D's shape and type,
+ *                    leading dimension EPILOGUE_AUX_LD), gelu' the derivative of the same tanh approximation,
+ *                    0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 0.044715 x^2), th = tanh(sqrt(2/pi) (x +
+ *                    0.044715 x^3)), in fp32 (the formula of llmc/cuda/gelu.cuh's gelu_derivative; cuBLASLt does
+ *                    not document its own)
  *   where round is one rounding to the matrix type (nearest-even; identity for fp32).
  * Supported: A, B, C, D of one type (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F), alpha = 1, beta = 0 or 1, C of D's
  * shape. Anything else returns CUBLAS_STATUS_NOT_SUPPORTED (an unmodelled attribute or epilogue too, so a library
@@ -58,7 +63,8 @@ typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1,
     CUBLASLT_EPILOGUE_BIAS = 4,
-    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164 /* GELU (32) | AUX (128) | BIAS (4) */
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, /* GELU (32) | AUX (128) | BIAS (4) */
+    CUBLASLT_EPILOGUE_DGELU = 192          /* 64 | AUX (128) */
 } cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
@@ -216,9 +222,17 @@ inline cublasStatus_t check_problem(const Desc* d, const Layout* a, const Layout
         }
         g->bias = d->bias; g->aux = d->aux; g->ld_aux = d->aux_ld;
         break;
+    case CUBLASLT_EPILOGUE_DGELU:
+        if (!d->aux || d->aux_ld < (int64_t)(g->m ? g->m : 1)) {
+            return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                        "DGELU epilogue needs EPILOGUE_AUX_POINTER and EPILOGUE_AUX_LD >= %llu (got %p, %lld)",
+                        (unsigned long long)g->m, (void*)d->aux, (long long)d->aux_ld);
+        }
+        g->aux = d->aux; g->ld_aux = d->aux_ld;
+        break;
     default:
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, call, "epilogue %u is not modelled (DEFAULT, BIAS, GELU_AUX_BIAS)",
-                    d->epilogue);
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                    "epilogue %u is not modelled (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU)", d->epilogue);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -241,6 +255,13 @@ template <> inline __half from_f<__half>(float x) { return __float2half_rn(x); }
 inline float gelu(float x) {
     float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* its derivative (the DGELU epilogue) */
+inline float gelu_grad(float x) {
+    const float k = 0.7978845608028654f, c = 0.044715f;
+    float th = tanhf(k * (x + c * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * c * x * x);
 }
 
 /* the host GEMM; see the header comment for the operation order */
@@ -277,6 +298,8 @@ inline void gemm_host(const Gemm& g) {
             if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
                 aux[i + j * g.ld_aux] = from_f<T>(v);
                 v = gelu(v);
+            } else if (g.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                v *= gelu_grad(to_f(aux[i + j * g.ld_aux]));
             }
             D[i + j * g.ldd] = from_f<T>(v);
         }
