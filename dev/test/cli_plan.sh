@@ -39,11 +39,11 @@ check $? "-e L2:C64:NH2 trains as a model descriptor (L=2 C=64 NH=2, maxT 1024, 
 expect_error "C=65 is not divisible by NH=2" "-e with C not divisible by NH" -- $TRAIN -e L2:C65:NH2 -x 1
 expect_error "unknown field at 'X3'" "-e with an unknown field" -- $TRAIN -e L2:C64:NH2:X3 -x 1
 expect_error "needs both E<experts> (at most 256) and K<top-k>" "-e with experts but no top-k" -- $TRAIN -e L2:C64:NH2:E8 --plan 1
-expect_error "ep 3 needs a MoE model whose E=8 experts and dp 8 it divides" "--plan --ep 3 with 8 experts" -- \
+expect_error "flag --ep 3 does not divide --moe-experts 8" "--plan --ep 3 with 8 experts" -- \
     $TRAIN --plan 1 --gpus 8 -e L2:C64:NH2:E8:K2 -b 2 -t 32 -d 512 --ep 3
 expect_error "disagree with the shape 'L2:C64:NH2:E4:K2' (E=4, K=2)" "a shape's experts and a disagreeing --moe-top-k" -- \
     $TRAIN "${FAST[@]}" -e L2:C64:NH2:E4:K2 --moe-top-k 1 -x 1
-expect_error "expert parallelism is not implemented" "--ep 2 without --plan (training)" -- $TRAIN "${FAST[@]}" -x 1 --ep 2
+expect_error "needs a mixture-of-experts model" "--ep 2 on a dense model (training)" -- $TRAIN "${FAST[@]}" -x 1 --ep 2
 # mixture of experts: a shape with :E:K plans (active-parameter FLOPs, experts over --ep, all-to-all) and trains
 $TRAIN --plan 1 --gpus 64 --device h100 -e L24:C2048:NH16:E8:K2 -t 2048 -b 2 -d 1048576 -z 1 --ep 8 > "$TMP/plan_moe.txt" 2>&1
 grep -q '^plan experts: E=8 top-2 every 1 blocks (24 MoE blocks), hidden 8192; [0-9]* active of [0-9]* parameters .*ep 8: 1 experts per GPU.*all-to-all [0-9.]* GB per step per GPU over NVLink' "$TMP/plan_moe.txt"
