@@ -104,6 +104,7 @@ typedef struct {
     const char* offload_params;    /* none; cpu needs ZeRO-3, not in this build (refused) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
+    const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -184,6 +185,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->offload_params = "none";
     c->grad_compress_warmup = 0;
     c->grad_compress_freeze_v = 0;
+    c->grad_compress_select = "magnitude";
     c->pp_trace_steps = 2;
 }
 
@@ -288,6 +290,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
          "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
          "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
+    SPEC(NULL, "grad-compress-select", ARG_STRING, grad_compress_select, NO_MIN, NO_MAX,
+         "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps) with the frozen AdamW "
+         "variance v: error feedback in the coordinates where AdamW is SGD; needs --grad-compress-freeze-v 1, -z 0)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -493,7 +498,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->pp);
     s->tp_comm.seconds = 0.0;
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
-    if (s->zero.compress) { s->zero.compress->step = (uint32_t)s->step; } /* the stochastic-rounding stream's step */
+    zero_compress_begin_step(&s->zero, s->step); /* --grad-compress: the step's clock; the frozen variance's floor */
     double loss;
     if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
         pipeline_step_batches(s);
@@ -744,6 +749,7 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
                           "either way (the NVMe files are scratch), and the update is the same AdamW"},
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
     {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
+    {"grad-compress-select", "which values top-k sends, from the resumed step on (the residuals and v are in the state)"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -998,6 +1004,19 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --grad-compress-freeze-v 1 keeps AdamW's variance as the uncompressed warm-up left it: it "
               "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup N >= 1 (this run: --grad-compress %s "
               "--grad-compress-warmup %d)", c->grad_compress, c->grad_compress_warmup);
+    }
+    if (strcmp(c->grad_compress_select, "magnitude") != 0 && strcmp(c->grad_compress_select, "adam") != 0) {
+        CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
+    }
+    s->compress.precondition = strcmp(c->grad_compress_select, "adam") == 0;
+    s->compress.adam_beta2 = c->beta2;
+    s->compress.adam_eps = c->eps;
+    if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK || !c->grad_compress_freeze_v ||
+                                     c->zero_stage != 0)) {
+        CONFIG_FATAL(s, "flag --grad-compress-select adam ranks top-k values by the frozen AdamW variance of every "
+              "element: it needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0 (this run: "
+              "--grad-compress %s --grad-compress-freeze-v %d -z %d)", c->grad_compress, c->grad_compress_freeze_v,
+              c->zero_stage);
     }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {

@@ -196,6 +196,9 @@
  *   compress_zero_at(float* x(n), const uint32_t* idx(k), size_t k)                    x[idx] = 0
  *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
  *                (distinct indices)
+ *   compress_precondition(float* score(n), const float* x(n), const float* v(n), size_t n, float vscale, float eps)
+ *                score = x / sqrt(sqrt(v * vscale) + eps), IEEE-rounded (top-k in AdamW's frozen-variance metric)
+ *   compress_gather(float* val(k), const float* x(n), const uint32_t* idx(k), size_t k)        val = x[idx]
  * mixture of experts (llmc/moe.h; CPU: llmc/cpu/moe.h, CUDA: llmc/cuda/moe.cuh, deterministic, agreeing op for op).
  * E experts, k chosen per token,
  * R grouped rows (<= N*k); row(N,k) int: choice j of token n -> its row in the grouped buffers, -1 = dropped;

@@ -81,6 +81,8 @@ typedef struct {
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
     int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
                              uses the ranks' uncompressed gradient norms */
+    int precondition;     /* top-k with freeze_v: select by |x| / sqrt(sqrt(vhat) + eps) (grad_compress_precond_scale) */
+    float adam_beta2, adam_eps; /* AdamW's beta2 and eps (the metric of `precondition`) */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -124,6 +126,17 @@ static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) 
     return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
 }
 
+/* --grad-compress-select adam (spec->precondition): the bias correction 1/(1 - beta2^warmup) of the frozen second
+ * moment. Why select in that metric: with v frozen, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
+ * (P = 1/(sqrt(vhat) + eps), per element), whose gradient is P^(1/2) g; error feedback's top-k (Stich et al. 2018,
+ * Lin et al. 2018) is a contraction -- its guarantees -- in the space where SGD runs, so each rank keeps the k values
+ * of largest |x| P^(1/2) and sends them as they are (x, not the score). Selecting by raw |x| instead favours
+ * tensors and rows with large gradients (frequent tokens' embedding rows, some layers' tensors), which AdamW
+ * normalises anyway, and starves the rest: their residuals wait until they outgrow the others' raw scale. */
+static inline float grad_compress_precond_scale(const GradCompressSpec* s) {
+    return (float)(1.0 / (1.0 - pow((double)s->adam_beta2, (double)s->warmup)));
+}
+
 /* "int8 (nearest, error feedback)" etc. into buf */
 static inline const char* grad_compress_describe(const GradCompressSpec* s, char* buf, size_t cap) {
     char extra[160] = "";
@@ -133,6 +146,10 @@ static inline const char* grad_compress_describe(const GradCompressSpec* s, char
     if (s->freeze_v) {
         size_t len = strlen(extra);
         snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen");
+    }
+    if (s->precondition) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, ", selected by |x|/sqrt(sqrt(v)+eps)");
     }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {
@@ -178,6 +195,8 @@ typedef struct {
     float* stage;                  /* (max_n) fp32 packed bucket */
     float* sum;                    /* (max_n) fp32 decoded sums */
     float* residual;               /* (P) fp32 error-feedback residual (NULL without) */
+    const float* v;                /* (P) AdamW's second moment (ZeRO-0's full state, frozen while compressing) for
+                                      spec.precondition; NULL otherwise */
     int8_t* send_q; float* send_s; int8_t* recv_q; float* recv_s;        /* INT8 */
     uint32_t* send_idx; float* send_val; uint32_t* recv_idx; float* recv_val; void* topk_scratch; /* top-k */
     size_t device_bytes;           /* everything above (the memory ledger) */
@@ -297,6 +316,21 @@ static inline void grad_compress_move(GradCompressor* g, const GradCompressBucke
     }
 }
 
+/* the bucket's second moment v (fp32, the optimizer state) packed like grad_compress_move packs its gradients, into
+ * g->sum (free until grad_compress_finish) */
+static inline void grad_compress_pack_v(GradCompressor* g, const GradCompressBucket* k) {
+    for (int c = 0; c < g->dp->world; c++) {
+        size_t off = k->part[c];
+        for (int i = 0; i < k->nseg; i++) {
+            size_t lo, hi;
+            comm_chunk(k->seg[i].begin, k->seg[i].end, g->S, c, &lo, &hi);
+            if (hi == lo) { continue; }
+            dev_memcpy_d2d(g->sum + off, g->v + lo, (hi - lo) * sizeof(float));
+            off += hi - lo;
+        }
+    }
+}
+
 /* appends the four transfers between this rank (me) and peer c -- two messages each way (data, then scales or
  * values) -- in the order both sides post them: the lower rank's messages first (NCCL matches in posting order) */
 static inline void grad_compress_pair(CommP2P* ops, int* n, int me, int c, CommP2P s1, CommP2P s2, CommP2P r1, CommP2P r2) {
@@ -378,8 +412,15 @@ static inline void grad_compress_bucket(GradCompressor* g, int b, const CommSegm
             CommP2P rs = {0, c, g->recv_s + k->rs0 + (size_t)c * ob, COMM_F32, ob, 4 * b + 1};
             grad_compress_pair(ops, &nops, me, c, sq, ss, rq, rs);
         }
+    } else if (g->v) { /* --grad-compress-select adam: the k largest |x| P^(1/2); the sent values are x */
+        grad_compress_pack_v(g, k);
+        compress_precondition(g->sum, g->stage, g->sum, k->n, grad_compress_precond_scale(&g->spec), g->spec.adam_eps);
+        compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->sum, k->n, k->k, g->topk_scratch);
+        compress_gather(g->send_val + k->t0, g->stage, g->send_idx + k->t0, k->k);
     } else {
         compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->stage, k->n, k->k, g->topk_scratch);
+    }
+    if (g->spec.kind == GRAD_COMPRESS_TOPK) {
         if (g->residual) {
             compress_zero_at(g->stage, g->send_idx + k->t0, k->k);
             grad_compress_move(g, k, g->stage, 0, 2, 0, N);

@@ -349,6 +349,27 @@ static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressS
         grad_compress_plan_bucket(z->compress, b, seg, n);
     }
     grad_compress_allocate(z->compress);
+    if (spec->precondition) { /* --grad-compress-select adam reads the full second moment: ZeRO-0 only */
+        if (z->stage->stage != 0 || z->opt.v == NULL || z->opt.first != 0 || z->opt.n < z->P) {
+            FATAL("internal: --grad-compress-select adam needs ZeRO-0's full AdamW state on the device");
+        }
+        z->compress->v = z->opt.v;
+    }
+}
+
+/* --grad-compress-freeze-v: called at the start of optimizer step `step` (0-based, before its backward); at the first
+ * compressed step, floors the embeddings' frozen variance once (zero_floor_embedding_variance), before the step's
+ * buckets are selected (--grad-compress-select adam reads v) and updated */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
+static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi);
+static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
+    if (!z->compress) { return; }
+    z->compress->step = (uint32_t)step; /* the stochastic-rounding stream's step, the warm-up's clock */
+    if (grad_compress_v_frozen_t(&z->compress->spec, step) > 0 && step == z->compress->spec.warmup) {
+        size_t lo, hi;
+        zero_owned_range(z, &lo, &hi);
+        zero_floor_embedding_variance(z, lo, hi);
+    }
 }
 
 /* whether the optimizer state holds fp32 master weights (device or offloaded) */
@@ -485,11 +506,9 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
  * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the
  * updated shard only (the next forward gathers what it reads). */
-static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (s->v_frozen_t > 0 && s->t == s->v_frozen_t + 1) { zero_floor_embedding_variance(z, lo, hi); } /* once */
     if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 or a frozen variance
                        * (the trainer refuses both) */
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }

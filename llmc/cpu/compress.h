@@ -121,4 +121,17 @@ static inline void compress_scatter_add(float* out, const uint32_t* idx, const f
     for (size_t j = 0; j < k; j++) { out[idx[j]] += val[j]; }
 }
 
+/* score[i] = x[i] / sqrt(sqrt(v[i] * vscale) + eps) for i < n (score may alias v, not x): the value expressed in the
+ * coordinates in which AdamW with a frozen second moment v (bias correction vscale = 1/(1 - beta2^t)) is plain
+ * momentum SGD (w = P^(1/2) z, P = 1/(sqrt(v*vscale) + eps)), where error feedback's top-k is analysed; v >= 0 */
+static inline void compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale,
+                                         float eps) {
+    for (size_t i = 0; i < n; i++) { score[i] = x[i] / sqrtf(sqrtf(v[i] * vscale) + eps); }
+}
+
+/* val[j] = x[idx[j]] for j < k */
+static inline void compress_gather(float* val, const float* x, const uint32_t* idx, size_t k) {
+    for (size_t j = 0; j < k; j++) { val[j] = x[idx[j]]; }
+}
+
 #endif /* LLMC_CPU_COMPRESS_H */

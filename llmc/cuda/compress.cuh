@@ -14,7 +14,9 @@
  *                            write (warp ballots) that keeps the output in increasing index order with the
  *                            lower index winning ties (Lin et al. 2018, Deep Gradient Compression, select the
  *                            largest values; here exactly, not by sampling)
- *   compress_zero_at, compress_scatter_add   one thread per selected index (indices distinct: no races)
+ *   compress_zero_at, compress_scatter_add, compress_gather   one thread per selected index (indices distinct: no
+ *                            races)
+ *   compress_precondition    elementwise, IEEE-rounded intrinsics (the same bits as the CPU under fast math)
  * All kernels are queued on main_stream(); no host synchronisation. Errors: launch errors exit via CUDA_CHECK_LAUNCH.
  */
 #ifndef LLMC_CUDA_COMPRESS_CUH
@@ -237,6 +239,30 @@ static __global__ void compress_scatter_add_kernel(float* out, const uint32_t* i
 static inline void compress_scatter_add(float* out, const uint32_t* idx, const float* val, size_t k) {
     if (k == 0) { return; }
     LAUNCH(grid_for(k, 256), 256, 0, main_stream(), compress_scatter_add_kernel)(out, idx, val, k);
+    CUDA_CHECK_LAUNCH();
+}
+
+static __global__ void compress_precondition_kernel(float* score, const float* x, const float* v, size_t n,
+                                                    float vscale, float eps) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        score[i] = __fdiv_rn(x[i], __fsqrt_rn(__fadd_rn(__fsqrt_rn(__fmul_rn(v[i], vscale)), eps)));
+    }
+}
+static inline void compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale,
+                                         float eps) {
+    if (n == 0) { return; }
+    LAUNCH(grid_for(n, 256), 256, 0, main_stream(), compress_precondition_kernel)(score, x, v, n, vscale, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+static __global__ void compress_gather_kernel(float* val, const float* x, const uint32_t* idx, size_t k) {
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < k; j += (size_t)gridDim.x * blockDim.x) {
+        val[j] = x[idx[j]];
+    }
+}
+static inline void compress_gather(float* val, const float* x, const uint32_t* idx, size_t k) {
+    if (k == 0) { return; }
+    LAUNCH(grid_for(k, 256), 256, 0, main_stream(), compress_gather_kernel)(val, x, idx, k);
     CUDA_CHECK_LAUNCH();
 }
 
