@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # dev/bench/grad_compress_convergence.sh -- the effect of gradient compression on the loss curve (llmc/README.md,
-# "Gradient compression"): the same training on 2 data-parallel processes five times -- uncompressed, int8,
-# topk:RATIO with error feedback, topk:RATIO without, and topk:RATIO with error feedback plus FIX (by default an
-# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v) -- then a table of the
-# final validation losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the
-# mean over the run), and one plot of the validation curves.
+# "Gradient compression"): the same training on 2 data-parallel processes six times -- uncompressed, int8,
+# topk:RATIO with error feedback, topk:RATIO without, topk:RATIO with error feedback plus FIX (by default an
+# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v), and the same plus
+# --grad-compress-select adam (ADAM: top-k in the frozen variance's metric) -- then a table of the final validation
+# losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the mean over the
+# run), and one plot of the validation curves. RUNS="none topk_ef_adam" runs a subset (RUNS="": none, only the
+# table and plot of the runs OUTDIR holds); runs not finished in OUTDIR are left out of both.
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, the trainer's defaults (d4 on Tiny Shakespeare, 600 steps), -v 50, no samples.
 #   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
-#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run.
+#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run;
+#   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
+#   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
+#   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table.
 # Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
 RATIO=${RATIO:-0.01}; NP=${NP:-2}; TRAIN=${TRAIN:-./train_gpt_cpu}
 FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
+ADAM=${ADAM:-$FIX --grad-compress-select adam}
+RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
     local name=$1; shift
+    case " $RUNS " in *" $name "*) ;; *) echo "== $name: not in RUNS, skipped"; return;; esac
     if [ -f "$OUT/$name/DONE_final" ]; then echo "== $name: done before, kept"; return; fi
     echo "== $name: $*"
     rm -rf "$OUT/$name"
@@ -35,10 +43,16 @@ run topk_ef --grad-compress "topk:$RATIO" --grad-compress-ef 1 "$@"
 run topk_noef --grad-compress "topk:$RATIO" --grad-compress-ef 0 "$@"
 # shellcheck disable=SC2086
 run topk_ef_fix --grad-compress "topk:$RATIO" --grad-compress-ef 1 $FIX "$@"
-python3 - "$OUT" "$FIX" <<'PY'
+# shellcheck disable=SC2086
+run topk_ef_adam --grad-compress "topk:$RATIO" --grad-compress-ef 1 $ADAM "$@"
+python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" <<'PY'
 import json, os, sys
-out, fix = sys.argv[1], sys.argv[2]
-names = ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix"]
+out, fix, adam = sys.argv[1], sys.argv[2], sys.argv[3]
+refs = [(kv.split("=")[0], float(kv.split("=")[1])) for kv in sys.argv[4].split()]
+names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam"]
+         if os.path.exists(os.path.join(out, n, "DONE_final"))]
+if "none" not in names:
+    sys.exit("no finished uncompressed run in %s: nothing to compare with" % out)
 rows = {}
 for n in names:
     recs = [json.loads(l) for l in open(os.path.join(out, n, "log.jsonl"))]
@@ -49,17 +63,27 @@ for n in names:
     mean = sum(r.get("grad_bytes_sent", 0) for r in tr) / len(tr) if sent is not None else None
     rows[n] = (val, sent, fp32, mean)
 base = rows["none"][0][-1][1]
-print("fifth run: topk_ef_fix = topk_ef + %s" % fix)
+print("fifth run: topk_ef_fix = topk_ef + %s; sixth: topk_ef_adam = topk_ef + %s" % (fix, adam))
+print("finished runs: %s" % " ".join(names))
 print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")
 print("|---|---|---|---|---|---|")
-ref_fp32 = rows["int8"][2]
+ref_fp32 = next((rows[n][2] for n in names if rows[n][2] is not None), None)
 for n in names:
     val, sent, fp32, mean = rows[n]
     v = val[-1][1]
-    s = "%.0f" % sent if sent is not None else "%.0f (fp32 ring)" % ref_fp32
+    s = "%.0f" % sent if sent is not None else ("%.0f (fp32 ring)" % ref_fp32 if ref_fp32 else "(fp32 ring)")
     r = "%.4fx" % (sent / fp32) if sent is not None else "1x"
     m = "%.4fx" % (mean / fp32) if sent is not None else "1x"
     print("| %s | %.4f | %+.2f%% | %s | %s | %s |" % (n, v, 100.0 * (v - base) / base, s, r, m))
+for n, v in refs:
+    print("| %s (REFERENCE, not run here) | %.4f | %+.2f%% | | | |" % (n, v, 100.0 * (v - base) / base))
+steps = [s for s, _ in rows["none"][0] if s > 0 and s % 100 == 0]
+print("\nvalidation loss vs uncompressed along the run:")
+print("| run | " + " | ".join("step %d" % s for s in steps) + " |")
+print("|---|" + "---|" * len(steps))
+for n in names:
+    d, b = dict(rows[n][0]), dict(rows["none"][0])
+    print("| %s | " % n + " | ".join("%.4f (%+.1f%%)" % (d[s], 100 * (d[s] - b[s]) / b[s]) if s in d else "-" for s in steps) + " |")
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -67,6 +91,9 @@ try:
     for n in names:
         val = rows[n][0]
         plt.plot([s for s, _ in val], [v for _, v in val], marker="o", ms=3, label=n)
+    for i, (n, v) in enumerate(refs):
+        plt.axhline(v, ls="--", lw=1, color="C%d" % ((len(names) + i) % 10), label="%s final (earlier run)" % n)
+    plt.ylim(top=min(8.0, max(v for n in names for _, v in rows[n][0])))
     plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(); plt.grid(alpha=0.3)
     plt.title("gradient compression, %s" % os.path.basename(os.path.abspath(out)))
     plt.savefig(os.path.join(out, "val_loss.png"), dpi=120)
