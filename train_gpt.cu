@@ -105,6 +105,7 @@ typedef struct {
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
+    int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -186,6 +187,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress_warmup = 0;
     c->grad_compress_freeze_v = 0;
     c->grad_compress_select = "magnitude";
+    c->grad_compress_block_v = 0;
     c->pp_trace_steps = 2;
 }
 
@@ -290,6 +292,10 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
          "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
          "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
+    SPEC(NULL, "grad-compress-block-v", ARG_INT, grad_compress_block_v, 0, 1,
+         "1 = on compressed steps AdamW's second moment follows the processes' own uncompressed gradients, one mean "
+         "square per block of C values (a weight row; P/C floats all-reduced per step), not the decoded gradient; "
+         "clipping uses their uncompressed norms; not with --grad-compress-freeze-v");
     SPEC(NULL, "grad-compress-select", ARG_STRING, grad_compress_select, NO_MIN, NO_MAX,
          "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps) with the frozen AdamW "
          "variance v: error feedback in the coordinates where AdamW is SGD; needs --grad-compress-freeze-v 1, -z 0)");
@@ -543,6 +549,7 @@ static StepResult train_step(TrainSession* s) {
     float clip = clip_scale(cs.has_clip_norm ? r.clip_norm : r.grad_norm, cfg->grad_clip);
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
     update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
+    if (grad_compress_block_v_t(&s->compress, s->step)) { update.v_frozen_t = grad_compress_block_v_t(&s->compress, s->step); }
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->zero.offload) {
@@ -750,6 +757,7 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
     {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
     {"grad-compress-select", "which values top-k sends, from the resumed step on (the residuals and v are in the state)"},
+    {"grad-compress-block-v", "where AdamW's variance (saved in the state) comes from, from the resumed step on"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -1009,6 +1017,12 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
     }
     s->compress.precondition = strcmp(c->grad_compress_select, "adam") == 0;
+    s->compress.block_v = c->grad_compress_block_v;
+    if (c->grad_compress_block_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_freeze_v)) {
+        CONFIG_FATAL(s, "flag --grad-compress-block-v 1 sets AdamW's variance on compressed steps from the processes' "
+              "own gradients: it needs --grad-compress int8 or topk:RATIO and not --grad-compress-freeze-v 1 (this run: "
+              "--grad-compress %s --grad-compress-freeze-v %d)", c->grad_compress, c->grad_compress_freeze_v);
+    }
     s->compress.adam_beta2 = c->beta2;
     s->compress.adam_eps = c->eps;
     if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK || !c->grad_compress_freeze_v ||
@@ -1043,9 +1057,9 @@ static void check_config(TrainSession* s) {
     }
     if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
     s->offload.rank = s->world.rank;
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->grad_compress_freeze_v) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen "
-                     "variance: use one of the two", c->offload_optimizer);
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && (c->grad_compress_freeze_v || c->grad_compress_block_v)) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen or "
+                     "--grad-compress-block-v's block variance: use one of them", c->offload_optimizer);
     }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->zero_stage == 3) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with ZeRO stages 0-2; with -z 3 (sharded parameters) it is not "
@@ -1314,6 +1328,7 @@ static void session_init(TrainSession* s) {
     check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
     zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
                       &s->offload);                           /* gradients, optimizer shard (device or offloaded) */
+    s->compress.vblock = (size_t)s->model.config.channels; /* --grad-compress-block-v: a block is a weight row */
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;

@@ -84,6 +84,9 @@ typedef struct {
                              uses the ranks' uncompressed gradient norms */
     int precondition;     /* top-k with freeze_v: select by |x| / sqrt(sqrt(vhat) + eps) (grad_compress_precond_scale) */
     float adam_beta2, adam_eps; /* AdamW's beta2 and eps (the metric of `precondition`) */
+    int block_v;          /* 1: on compressed steps AdamW's second moment comes from the ranks' own uncompressed
+                             gradients, one mean square per block of vblock elements (grad_compress_block_v_t) */
+    size_t vblock;        /* block_v's block size (the trainer: the model width C, so a block is a weight row) */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -127,6 +130,21 @@ static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) 
     return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
 }
 
+/* --grad-compress-block-v 1: the AdamWStep.v_frozen_t of a compressed step `step` (0-based) is step + 1 -- the
+ * element kernel leaves v alone and bias-corrects with the current step -- because zero_update has already moved v
+ * toward the block statistic (compress_v_from_blocks); 0 on the uncompressed (warm-up) steps. Why (Adam-mini, Zhang
+ * et al. 2024, one second moment per block; the sum of squares all-reduced as in 1-bit Adam's separate variance
+ * handling, Tang et al. 2021): the decoded top-k gradient carries error feedback's pulses (K steps' worth at once),
+ * which inflate an element-wise v by ~K and slow every step ~sqrt(K) times; a v frozen after the warm-up does not
+ * follow the gradients' later statistics. Each rank's own gradient has no pulses, and its squares summed per block
+ * of C elements (a weight row, an embedding row) and over the ranks cost P/C floats -- an all-reduce of 4P/C bytes,
+ * 0.4% of the fp32 ring's for C = 256 -- so v keeps tracking the true gradients at that resolution while top-k
+ * sends the values. The sum over ranks of their own squares is E[(mean gradient)^2] when the ranks' gradients are
+ * independent around the mean and up to N times lower when they agree (steps up to sqrt(N) larger). */
+static inline int grad_compress_block_v_t(const GradCompressSpec* s, int step) {
+    return s->block_v && grad_compress_active_at(s, step) ? step + 1 : 0;
+}
+
 /* --grad-compress-select adam (spec->precondition): the bias correction 1/(1 - beta2^warmup) of the frozen second
  * moment. Why select in that metric: with v frozen, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
  * (P = 1/(sqrt(vhat) + eps), per element), whose gradient is P^(1/2) g; error feedback's top-k (Stich et al. 2018,
@@ -147,6 +165,11 @@ static inline const char* grad_compress_describe(const GradCompressSpec* s, char
     if (s->freeze_v) {
         size_t len = strlen(extra);
         snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen");
+    }
+    if (s->block_v) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, ", AdamW's variance from the ranks' gradients per block of %zu",
+                 s->vblock);
     }
     if (s->precondition) {
         size_t len = strlen(extra);
@@ -196,6 +219,8 @@ typedef struct {
     float* stage;                  /* (max_n) fp32 packed bucket */
     float* sum;                    /* (max_n) fp32 decoded sums */
     float* residual;               /* (P) fp32 error-feedback residual (NULL without) */
+    float* blk;                    /* (ceil(P/vblock)) fp32 block sums of squares, all-reduced (spec.block_v), or NULL */
+    size_t nblk;
     const float* v;                /* (P) AdamW's second moment (ZeRO-0's full state, frozen while compressing) for
                                       spec.precondition; NULL otherwise */
     int8_t* send_q; float* send_s; int8_t* recv_q; float* recv_s;        /* INT8 */
@@ -269,6 +294,10 @@ static inline void grad_compress_allocate(GradCompressor* g) {
     g->stage = (float*)grad_compress_malloc(g, g->max_n * sizeof(float), "compression staging");
     g->sum = (float*)grad_compress_malloc(g, g->max_n * sizeof(float), "compression sums");
     if (g->spec.error_feedback) { g->residual = (float*)grad_compress_malloc(g, g->P * sizeof(float), "error-feedback residual"); }
+    if (g->spec.block_v) {
+        g->nblk = (g->P + g->spec.vblock - 1) / g->spec.vblock;
+        g->blk = (float*)grad_compress_malloc(g, g->nblk * sizeof(float), "block second moments");
+    }
     if (g->spec.kind == GRAD_COMPRESS_INT8) {
         size_t own = last->part[g->dp->rank + 1] - last->part[g->dp->rank];
         g->send_q = (int8_t*)grad_compress_malloc(g, last->q0 + last->n, "int8 gradients (send)");
@@ -287,7 +316,7 @@ static inline void grad_compress_allocate(GradCompressor* g) {
 }
 
 static inline void grad_compress_free(GradCompressor* g) {
-    void* bufs[] = {g->stage, g->sum, g->residual, g->send_q, g->send_s, g->recv_q, g->recv_s,
+    void* bufs[] = {g->stage, g->sum, g->residual, g->blk, g->send_q, g->send_s, g->recv_q, g->recv_s,
                     g->send_idx, g->send_val, g->recv_idx, g->recv_val, g->topk_scratch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { if (bufs[i]) { dev_free(bufs[i]); } }
     for (int b = 0; b < g->nb; b++) { free(g->b[b].part); free(g->b[b].spart); }
@@ -503,6 +532,18 @@ static inline void grad_compress_finish(GradCompressor* g) {
             grad_compress_move(g, k, g->sum, 0, 0, 0, N);
         }
     }
+}
+
+/* --grad-compress-block-v on a compressed step, before decoding overwrites this rank's own gradient `grad` (P
+ * floatX): the sums of squares per block of vblock elements, all-reduced over the ranks into g->blk (fp32, the ring's
+ * fixed order: every rank gets the same bits); its bytes count as the step's gradient bytes */
+static inline void grad_compress_block_stats(GradCompressor* g, const floatX* grad) {
+    compress_block_sumsq(g->blk, grad, g->P, g->spec.vblock);
+    unsigned long long s0 = g->dp->counters.bytes_sent, r0 = g->dp->counters.bytes_recv;
+    comm_all_reduce(g->dp, g->blk, COMM_F32, g->nblk);
+    comm_join(g->dp);
+    g->stats.bytes_sent += g->dp->counters.bytes_sent - s0;
+    g->stats.bytes_recv += g->dp->counters.bytes_recv - r0;
 }
 
 /* the step's figures, then zeroed for the next step */

@@ -417,9 +417,15 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
 static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
+static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
-    if (z->compress && z->compress->spec.freeze_v && grad_compress_active(z->compress)) { zero_clip_norm_uncompressed(z); }
+    if (z->compress && (z->compress->spec.freeze_v || z->compress->spec.block_v) && grad_compress_active(z->compress)) {
+        zero_clip_norm_uncompressed(z);
+    }
+    if (z->compress && z->compress->spec.block_v && grad_compress_active(z->compress)) {
+        grad_compress_block_stats(z->compress, zero_grad_at(z, 0)); /* --grad-compress-block-v, before decoding */
+    }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
 }
 
@@ -509,6 +515,10 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
+    if (z->compress && z->compress->spec.block_v && s->v_frozen_t == s->t && hi > lo) { /* --grad-compress-block-v */
+        compress_v_from_blocks(z->opt.v + (lo - z->opt.first), z->compress->blk, lo, hi - lo, z->compress->spec.vblock,
+                               s->beta2, s->grad_scale * s->grad_scale);
+    }
     if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h); not with ZeRO-3 or a frozen variance
                        * (the trainer refuses both) */
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), z->model->params_memory, s); }
