@@ -10,6 +10,10 @@
  *          reference (within 2 ulps), the selection = exactly the k largest |x| / sqrt(sqrt(v s) + eps), the values
  *          sent are x itself (compress_gather), residual + sent == input bit for bit, and a case where it picks a
  *          small value over a 100x larger one whose variance is 10^8 times larger (magnitude top-k would not).
+ *   block second moments (--grad-compress-block-v): compress_block_sumsq against a double reference (relative 1e-5)
+ *          at sizes that are and are not multiples of the block, and bit for bit against the sequential fp32 sum
+ *          (the order the CUDA kernel keeps); compress_v_from_blocks = beta2 v + (1 - beta2) c blk/B from any
+ *          offset `first` (a ZeRO-1 shard), and v converges to c x the block's mean square.
  * The multi-process exchange is tested through the trainer (dev/test/cli_grad_compress.sh).
  */
 #include "llmc/backend.h"
@@ -191,6 +195,45 @@ static void test_topk_precondition_differs(void) {
                "%.3g) over 1.0 with v = 1 (score %.3g), which magnitude top-k sends", (double)score[1], (double)score[0]);
 }
 
+static void test_block_v(size_t n, size_t B) {
+    float* g = (float*)malloc(n * sizeof(float));
+    fill(g, n);
+    size_t nb = (n + B - 1) / B;
+    float* blk = (float*)malloc(nb * sizeof(float));
+    compress_block_sumsq(blk, g, n, B);
+    int close = 1, bits = 1;
+    for (size_t j = 0; j < nb; j++) {
+        double ref = 0.0;
+        float seq = 0.0f;
+        for (size_t i = j * B; i < n && i < (j + 1) * B; i++) { ref += (double)g[i] * g[i]; seq += g[i] * g[i]; }
+        close &= fabs((double)blk[j] - ref) <= 1e-5 * ref + 1e-30;
+        bits &= memcmp(&seq, &blk[j], 4) == 0;
+    }
+    /* v over [first, first + m) of the flat range: one step of the formula, then 400 steps toward c x mean square */
+    size_t first = n / 3, m = n - first;
+    float* v = (float*)malloc(m * sizeof(float));
+    for (size_t i = 0; i < m; i++) { v[i] = fabsf(urand()) * 2.0f * 0.25f * blk[(first + i) / B] / (float)B; }
+    float* v0 = (float*)malloc(m * sizeof(float));
+    memcpy(v0, v, m * sizeof(float));
+    const float beta2 = 0.95f, c = 0.25f;
+    compress_v_from_blocks(v, blk, first, m, B, beta2, c);
+    int formula = 1;
+    for (size_t i = 0; i < m; i++) {
+        double ref = 0.95 * v0[i] + 0.05 * (0.25 * blk[(first + i) / B] / (double)B);
+        formula &= fabs((double)v[i] - ref) <= 1e-6 * ref + 1e-30;
+    }
+    for (int t = 0; t < 400; t++) { compress_v_from_blocks(v, blk, first, m, B, beta2, c); }
+    int converged = 1;
+    for (size_t i = 0; i < m; i++) {
+        double target = 0.25 * blk[(first + i) / B] / (double)B;
+        converged &= fabs((double)v[i] - target) <= 1e-4 * target + 1e-30;
+    }
+    TEST_CHECK(close && bits && formula && converged, "block second moments n=%zu B=%zu: sums of squares within 1e-5 "
+               "of double and equal to the sequential fp32 sum bit for bit; v = beta2 v + (1-beta2) c blk/B from "
+               "offset %zu; after 400 steps v = c x the block mean square", n, B, first);
+    free(g); free(blk); free(v); free(v0);
+}
+
 static void test_parse(void) {
     GradCompressSpec s;
     char err[256];
@@ -223,6 +266,9 @@ int main(void) {
     test_topk_precondition(4099, 41);
     test_topk_precondition(100003, 1000);
     test_topk_precondition_differs();
+    test_block_v(256 * 50, 256);
+    test_block_v(100003, 768);
+    test_block_v(5, 8);
     test_parse();
     return testing_finish();
 }
