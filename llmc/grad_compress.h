@@ -5,7 +5,8 @@
  * --grad-compress-round nearest|stochastic, --grad-compress-ef 0|1, --grad-compress-warmup N (the first N optimizer
  * steps uncompressed), --grad-compress-freeze-v 0|1 (AdamW's variance frozen after the warm-up: see
  * grad_compress_v_frozen_t for why error feedback needs it under AdamW), --grad-compress-select magnitude|adam (top-k
- * by |x|, or in the frozen variance's metric: grad_compress_precond_scale says why).
+ * by |x|, or in the frozen variance's metric: grad_compress_precond_scale says why), --grad-compress-block-v 0|1
+ * (AdamW's variance from the ranks' own gradients per block of C: grad_compress_block_v_t says why).
  *
  * Methods. INT8: per-block absmax scaling (Dettmers 2016, "8-bit approximations for parallelism in deep learning");
  * blocks of COMPRESS_INT8_BLOCK = 2048 values: the scale costs 4/2048 = 0.2% of the payload, and one 256-thread GPU
