@@ -12,14 +12,14 @@
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, the trainer's defaults (d4 on Tiny Shakespeare, 600 steps), -v 50, no samples.
-#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
+#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png; the sixth and seventh runs: dev/bench/README.md).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
 #   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run;
 #   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
 #   BLOCKV="--grad-compress-warmup 60 --grad-compress-block-v 1": the flags of the seventh;
 #   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
 #   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table.
-# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes, the seventh: 37, under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
