@@ -106,6 +106,8 @@ typedef struct {
     const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
+    const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
+    int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -186,6 +188,8 @@ static void train_config_defaults(TrainConfig* c) {
     c->offload_params = "none";
     c->grad_compress_warmup = 0;
     c->grad_compress_freeze_v = 0;
+    c->grad_compress_select = "magnitude";
+    c->grad_compress_block_v = 0;
     c->pp_trace_steps = 2;
 }
 
@@ -293,6 +297,13 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
          "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
          "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
+    SPEC(NULL, "grad-compress-block-v", ARG_INT, grad_compress_block_v, 0, 1,
+         "1 = on compressed steps AdamW's second moment follows the processes' own uncompressed gradients, one mean "
+         "square per block of C values (a weight row; P/C floats all-reduced per step), not the decoded gradient; "
+         "clipping uses their uncompressed norms; not with --grad-compress-freeze-v");
+    SPEC(NULL, "grad-compress-select", ARG_STRING, grad_compress_select, NO_MIN, NO_MAX,
+         "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps) with the frozen AdamW "
+         "variance v: error feedback in the coordinates where AdamW is SGD; needs --grad-compress-freeze-v 1, -z 0)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -513,7 +524,7 @@ static StepResult train_step(TrainSession* s) {
     unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
     moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
-    if (s->zero.compress) { s->zero.compress->step = (uint32_t)s->step; } /* the stochastic-rounding stream's step */
+    zero_compress_begin_step(&s->zero, s->step); /* --grad-compress: the step's clock; the frozen variance's floor */
     double loss;
     if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
         pipeline_step_batches(s);
@@ -558,6 +569,7 @@ static StepResult train_step(TrainSession* s) {
     float clip = clip_scale(cs.has_clip_norm ? r.clip_norm : r.grad_norm, cfg->grad_clip);
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
     update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
+    if (grad_compress_block_v_t(&s->compress, s->step)) { update.v_frozen_t = grad_compress_block_v_t(&s->compress, s->step); }
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
@@ -781,6 +793,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
                        "same, and checkpoints hold the whole model either way"},
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
     {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
+    {"grad-compress-select", "which values top-k sends, from the resumed step on (the residuals and v are in the state)"},
+    {"grad-compress-block-v", "where AdamW's variance (saved in the state) comes from, from the resumed step on"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -1040,6 +1054,25 @@ static void check_config(TrainSession* s) {
               "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup N >= 1 (this run: --grad-compress %s "
               "--grad-compress-warmup %d)", c->grad_compress, c->grad_compress_warmup);
     }
+    if (strcmp(c->grad_compress_select, "magnitude") != 0 && strcmp(c->grad_compress_select, "adam") != 0) {
+        CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
+    }
+    s->compress.precondition = strcmp(c->grad_compress_select, "adam") == 0;
+    s->compress.block_v = c->grad_compress_block_v;
+    if (c->grad_compress_block_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_freeze_v)) {
+        CONFIG_FATAL(s, "flag --grad-compress-block-v 1 sets AdamW's variance on compressed steps from the processes' "
+              "own gradients: it needs --grad-compress int8 or topk:RATIO and not --grad-compress-freeze-v 1 (this run: "
+              "--grad-compress %s --grad-compress-freeze-v %d)", c->grad_compress, c->grad_compress_freeze_v);
+    }
+    s->compress.adam_beta2 = c->beta2;
+    s->compress.adam_eps = c->eps;
+    if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK || !c->grad_compress_freeze_v ||
+                                     c->zero_stage != 0)) {
+        CONFIG_FATAL(s, "flag --grad-compress-select adam ranks top-k values by the frozen AdamW variance of every "
+              "element: it needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0 (this run: "
+              "--grad-compress %s --grad-compress-freeze-v %d -z %d)", c->grad_compress, c->grad_compress_freeze_v,
+              c->zero_stage);
+    }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
@@ -1067,9 +1100,9 @@ static void check_config(TrainSession* s) {
                      "has -z %d, whose parameters are not sharded); use -z 3 or --offload-params none",
                      c->offload_params, c->zero_stage);
     }
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && c->grad_compress_freeze_v) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen "
-                     "variance: use one of the two", c->offload_optimizer);
+    if (s->offload.kind != LEDGER_OFFLOAD_NONE && (c->grad_compress_freeze_v || c->grad_compress_block_v)) {
+        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen or "
+                     "--grad-compress-block-v's block variance: use one of them", c->offload_optimizer);
     }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
@@ -1352,6 +1385,7 @@ static void session_init(TrainSession* s) {
     check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
     zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
                       &s->offload);                           /* gradients, optimizer shard (device or offloaded) */
+    s->compress.vblock = (size_t)s->model.config.channels; /* --grad-compress-block-v: a block is a weight row */
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;

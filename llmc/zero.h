@@ -362,6 +362,27 @@ static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressS
         grad_compress_plan_bucket(z->compress, b, seg, n);
     }
     grad_compress_allocate(z->compress);
+    if (spec->precondition) { /* --grad-compress-select adam reads the full second moment: ZeRO-0 only */
+        if (z->stage->stage != 0 || z->opt.v == NULL || z->opt.first != 0 || z->opt.n < z->P) {
+            FATAL("internal: --grad-compress-select adam needs ZeRO-0's full AdamW state on the device");
+        }
+        z->compress->v = z->opt.v;
+    }
+}
+
+/* --grad-compress-freeze-v: called at the start of optimizer step `step` (0-based, before its backward); at the first
+ * compressed step, floors the embeddings' frozen variance once (zero_floor_embedding_variance), before the step's
+ * buckets are selected (--grad-compress-select adam reads v) and updated */
+static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
+static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi);
+static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
+    if (!z->compress) { return; }
+    z->compress->step = (uint32_t)step; /* the stochastic-rounding stream's step, the warm-up's clock */
+    if (grad_compress_v_frozen_t(&z->compress->spec, step) > 0 && step == z->compress->spec.warmup) {
+        size_t lo, hi;
+        zero_owned_range(z, &lo, &hi);
+        zero_floor_embedding_variance(z, lo, hi);
+    }
 }
 
 /* whether the optimizer state holds fp32 master weights (device or offloaded) */
@@ -411,9 +432,15 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
 static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
+static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
-    if (z->compress && z->compress->spec.freeze_v && grad_compress_active(z->compress)) { zero_clip_norm_uncompressed(z); }
+    if (z->compress && (z->compress->spec.freeze_v || z->compress->spec.block_v) && grad_compress_active(z->compress)) {
+        zero_clip_norm_uncompressed(z);
+    }
+    if (z->compress && z->compress->spec.block_v && grad_compress_active(z->compress)) {
+        grad_compress_block_stats(z->compress, zero_grad_at(z, 0)); /* --grad-compress-block-v, before decoding */
+    }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
 }
 
@@ -500,11 +527,13 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
  * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the
  * updated shard only (the next forward gathers what it reads). */
-static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (s->v_frozen_t > 0 && s->t == s->v_frozen_t + 1) { zero_floor_embedding_variance(z, lo, hi); } /* once */
+    if (z->compress && z->compress->spec.block_v && s->v_frozen_t == s->t && hi > lo) { /* --grad-compress-block-v */
+        compress_v_from_blocks(z->opt.v + (lo - z->opt.first), z->compress->blk, lo, hi - lo, z->compress->spec.vblock,
+                               s->beta2, s->grad_scale * s->grad_scale);
+    }
     if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
                        * (ZeRO-3: the shard, on the device or in host memory); not with a frozen variance (refused) */
         floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;

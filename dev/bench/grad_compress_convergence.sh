@@ -1,26 +1,38 @@
 #!/usr/bin/env bash
 # dev/bench/grad_compress_convergence.sh -- the effect of gradient compression on the loss curve (llmc/README.md,
-# "Gradient compression"): the same training on 2 data-parallel processes five times -- uncompressed, int8,
-# topk:RATIO with error feedback, topk:RATIO without, and topk:RATIO with error feedback plus FIX (by default an
-# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v) -- then a table of the
-# final validation losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the
-# mean over the run), and one plot of the validation curves.
+# "Gradient compression"): the same training on 2 data-parallel processes seven times -- uncompressed, int8,
+# topk:RATIO with error feedback, topk:RATIO without, topk:RATIO with error feedback plus FIX (by default an
+# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v), the same plus
+# --grad-compress-select adam (ADAM: top-k in the frozen variance's metric), and topk:RATIO with error feedback plus
+# BLOCKV (the warm-up, then AdamW's variance from the ranks' own gradients per block: --grad-compress-block-v 1) --
+# then a table of the final validation
+# losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the mean over the
+# run), and one plot of the validation curves. RUNS="none topk_ef_adam" runs a subset (RUNS="": none, only the
+# table and plot of the runs OUTDIR holds); runs not finished in OUTDIR are left out of both.
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, the trainer's defaults (d4 on Tiny Shakespeare, 600 steps), -v 50, no samples.
-#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png).
+#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png; the sixth and seventh runs: dev/bench/README.md).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
-#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run.
-# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run;
+#   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
+#   BLOCKV="--grad-compress-warmup 60 --grad-compress-block-v 1": the flags of the seventh;
+#   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
+#   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table.
+# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes, the seventh: 37, under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
 RATIO=${RATIO:-0.01}; NP=${NP:-2}; TRAIN=${TRAIN:-./train_gpt_cpu}
 FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
+ADAM=${ADAM:-$FIX --grad-compress-select adam}
+BLOCKV=${BLOCKV:---grad-compress-warmup 60 --grad-compress-block-v 1}
+RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
     local name=$1; shift
+    case " $RUNS " in *" $name "*) ;; *) echo "== $name: not in RUNS, skipped"; return;; esac
     if [ -f "$OUT/$name/DONE_final" ]; then echo "== $name: done before, kept"; return; fi
     echo "== $name: $*"
     rm -rf "$OUT/$name"
@@ -35,10 +47,18 @@ run topk_ef --grad-compress "topk:$RATIO" --grad-compress-ef 1 "$@"
 run topk_noef --grad-compress "topk:$RATIO" --grad-compress-ef 0 "$@"
 # shellcheck disable=SC2086
 run topk_ef_fix --grad-compress "topk:$RATIO" --grad-compress-ef 1 $FIX "$@"
-python3 - "$OUT" "$FIX" <<'PY'
+# shellcheck disable=SC2086
+run topk_ef_adam --grad-compress "topk:$RATIO" --grad-compress-ef 1 $ADAM "$@"
+# shellcheck disable=SC2086
+run topk_ef_blockv --grad-compress "topk:$RATIO" --grad-compress-ef 1 $BLOCKV "$@"
+python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" <<'PY'
 import json, os, sys
-out, fix = sys.argv[1], sys.argv[2]
-names = ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix"]
+out, fix, adam, blockv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
+refs = [(kv.split("=")[0], float(kv.split("=")[1])) for kv in sys.argv[4].split()]
+# runs with a log; those without DONE_final were stopped early and are marked so (their last validation is shown)
+names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam", "topk_ef_blockv"]
+         if os.path.exists(os.path.join(out, n, "log.jsonl"))]
+done = {n: os.path.exists(os.path.join(out, n, "DONE_final")) for n in names}
 rows = {}
 for n in names:
     recs = [json.loads(l) for l in open(os.path.join(out, n, "log.jsonl"))]
@@ -48,18 +68,46 @@ for n in names:
     fp32 = tr[-1].get("grad_bytes_fp32", None)
     mean = sum(r.get("grad_bytes_sent", 0) for r in tr) / len(tr) if sent is not None else None
     rows[n] = (val, sent, fp32, mean)
-base = rows["none"][0][-1][1]
-print("fifth run: topk_ef_fix = topk_ef + %s" % fix)
+if "none" in names and done["none"]:
+    base = rows["none"][0][-1][1]
+elif "none" in dict(refs):
+    base = dict(refs)["none"]
+    print("uncompressed final from REFERENCE: %.4f" % base)
+else:
+    sys.exit("no finished uncompressed run in %s and no REFERENCE none=...: nothing to compare with" % out)
+print("fifth run: topk_ef_fix = topk_ef + %s; sixth: topk_ef_adam = topk_ef + %s; seventh: topk_ef_blockv = "
+      "topk_ef + %s" % (fix, adam, blockv))
+print("finished runs: %s; stopped early: %s" % (" ".join(n for n in names if done[n]),
+                                               " ".join(n for n in names if not done[n]) or "none"))
 print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")
 print("|---|---|---|---|---|---|")
-ref_fp32 = rows["int8"][2]
+ref_fp32 = next((rows[n][2] for n in names if rows[n][2] is not None), None)
 for n in names:
     val, sent, fp32, mean = rows[n]
     v = val[-1][1]
-    s = "%.0f" % sent if sent is not None else "%.0f (fp32 ring)" % ref_fp32
+    s = "%.0f" % sent if sent is not None else ("%.0f (fp32 ring)" % ref_fp32 if ref_fp32 else "(fp32 ring)")
     r = "%.4fx" % (sent / fp32) if sent is not None else "1x"
     m = "%.4fx" % (mean / fp32) if sent is not None else "1x"
+    if not done[n]:
+        st = val[-1][0]
+        b = dict(rows["none"][0]).get(st) if "none" in rows else None
+        print("| %s (stopped early) | %.4f at step %d | %s | %s | %s | %s |" % (n, v, st, "%+.2f%% at step %d" % (
+            100.0 * (v - b) / b, st) if b else "", s, r, m))
+        continue
     print("| %s | %.4f | %+.2f%% | %s | %s | %s |" % (n, v, 100.0 * (v - base) / base, s, r, m))
+for n, v in refs:
+    print("| %s (REFERENCE, not run here) | %.4f | %+.2f%% | | | |" % (n, v, 100.0 * (v - base) / base))
+steps = sorted({s for n in names for s, _ in rows[n][0] if s > 0 and s % 100 == 0})
+last = max([s for n in names if done[n] for s, _ in rows[n][0]] or [0])
+print("\nvalidation loss vs uncompressed along the run:")
+print("| run | " + " | ".join("step %d" % s for s in steps) + " |")
+print("|---|" + "---|" * len(steps))
+for n in names:
+    d, b = dict(rows[n][0]), dict(rows["none"][0]) if "none" in rows else {}
+    if last not in b:
+        b[last] = base  # the uncompressed run's final value (from REFERENCE when that run stopped early)
+    print("| %s | " % n + " | ".join(("%.4f (%+.1f%%)" % (d[s], 100 * (d[s] - b[s]) / b[s]) if s in b else "%.4f" % d[s])
+                                     if s in d else "-" for s in steps) + " |")
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -67,6 +115,9 @@ try:
     for n in names:
         val = rows[n][0]
         plt.plot([s for s, _ in val], [v for _, v in val], marker="o", ms=3, label=n)
+    for i, (n, v) in enumerate(refs):
+        plt.axhline(v, ls="--", lw=1, color="C%d" % ((len(names) + i) % 10), label="%s final (earlier run)" % n)
+    plt.ylim(top=min(8.0, max(v for n in names for _, v in rows[n][0])))
     plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(); plt.grid(alpha=0.3)
     plt.title("gradient compression, %s" % os.path.basename(os.path.abspath(out)))
     plt.savefig(os.path.join(out, "val_loss.png"), dpi=120)

@@ -14,7 +14,12 @@
 #   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
 #   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
 #     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
-#     warm-up boundary bit-identical, refused without a warm-up;
+#     warm-up boundary bit-identical, refused without a warm-up; --grad-compress-select adam (top-k in the frozen
+#     variance's metric): sends other values than magnitude top-k (other losses), the same bytes, resume across the
+#     warm-up boundary bit-identical, refused without the frozen variance or with -z 1; --grad-compress-block-v
+#     (AdamW's variance from the ranks' own gradients per block of C): the bytes of a compressed step = top-k's + the
+#     ring all-reduce of ceil(P/C) fp32 block sums, exactly; ZeRO-1 trains as ZeRO-0; resume across the boundary
+#     bit-identical; refused with the frozen variance or without compression;
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
 #   - a small learning check: 2 ranks, d2, 60 steps (-b 8 -t 64, lr 3e-3, warmup 10) on Tiny Shakespeare, validation
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
@@ -152,6 +157,57 @@ cmp -s <(steps "$TMP/fz.log" | tail -3) <(steps "$TMP/fzr2.log") && cmp -s "$TMP
 check $? "--grad-compress-freeze-v: resumed steps 4..6 (frozen variance) and the final weights are bit-identical to the straight run"
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup" "--grad-compress-freeze-v 1 without a warm-up" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-freeze-v 1
+# --grad-compress-select adam: same bytes, other values sent (other losses from step 4 on), resume across the boundary
+MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/fa" > "$TMP/fa.log" 2>&1
+check $? "--grad-compress-select adam (topk:0.05, warm-up 2, frozen variance): 6 steps"
+python3 - "$TMP/fz/log.jsonl" "$TMP/fa/log.jsonl" <<'PY'
+import json, math, sys
+m, a = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("losses magnitude", ["%.5f" % o["loss"] for o in m], "adam", ["%.5f" % o["loss"] for o in a])
+same3 = [o["loss"] for o in m[:3]] == [o["loss"] for o in a[:3]]
+differ = all(x["loss"] != y["loss"] for x, y in zip(m[3:], a[3:]))
+bytes_same = [o["grad_bytes_sent"] for o in m] == [o["grad_bytes_sent"] for o in a]
+sys.exit(0 if same3 and differ and bytes_same and all(math.isfinite(o["loss"]) for o in a) else 1)
+PY
+check $? "--grad-compress-select adam: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
+MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/far" --exit-after-steps 2 > "$TMP/far1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/far" -y 1 > "$TMP/far2.log" 2>&1
+check $? "--grad-compress-select adam: 2 steps (the warm-up), checkpoint, resume"
+cmp -s <(steps "$TMP/fa.log" | tail -4) <(steps "$TMP/far2.log") && cmp -s "$TMP/fa/model_00000006.bin" "$TMP/far/model_00000006.bin"
+check $? "--grad-compress-select adam: resumed at the warm-up boundary, steps 3..6 and the final weights bit-identical to the straight run"
+dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0" "--grad-compress-select adam without the frozen variance" \
+    "${F[@]}" --grad-compress topk:0.01 --grad-compress-select adam
+dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0" "--grad-compress-select adam with -z 1" \
+    "${Z[@]}" -z 1 --grad-compress-select adam
+dp_refused 2 "expected magnitude or adam" "--grad-compress-select with a bad value" "${F[@]}" --grad-compress-select largest
+# --grad-compress-block-v: top-k's bytes + the block sums' all-reduce; ZeRO-1 = ZeRO-0; resume across the boundary
+Y=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress topk:0.05 --grad-compress-warmup 2 --grad-compress-block-v 1)
+MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bv" > "$TMP/bv.log" 2>&1 && MPIRUN 2 $TRAIN "${Y[@]}" -z 1 -o "$TMP/bv1" > "$TMP/bv1.log" 2>&1
+check $? "--grad-compress-block-v 1 (topk:0.05, warm-up 2), ZeRO-0 and ZeRO-1: 6 steps"
+python3 - "$TMP/fz/log.jsonl" "$TMP/bv/log.jsonl" "$TMP/bv1/log.jsonl" $P <<'PY'
+import json, math, sys
+fz, bv, bv1 = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:4])
+P, C, N = int(sys.argv[4]), 128, 2
+nblk = -(-P // C)
+ring = 2 * (N - 1) * 4 * (-(-nblk // N))   # reduce-scatter + all-gather of the fp32 block sums, ring shards
+extra = [b["grad_bytes_sent"] - f["grad_bytes_sent"] for f, b in zip(fz, bv)]
+print("block-v bytes minus top-k's per step:", extra, "expected on compressed steps", ring,
+      "ratio", ["%.4f" % o["grad_ratio"] for o in bv], "losses", ["%.5f" % o["loss"] for o in bv])
+# top-k 5% on 2 ranks is 0.1x; the block sums add 2 (N-1)/N 4 ceil(P/C) / (2 (N-1)/N 4 P) = 1/C = 0.0078x
+ok = [extra == [0, 0] + [ring] * 4, all(o["grad_ratio"] <= 0.1 + 1.0 / C + 1e-4 for o in bv[2:]),
+      [o["loss"] for o in bv] == [o["loss"] for o in bv1] and all(math.isfinite(o["loss"]) for o in bv),
+      ["clip_norm" in o for o in bv] == [False, False, True, True, True, True]]
+print("bytes exact, ratio <= 0.1 + 1/C, ZeRO-1 = ZeRO-0, clip norm logged:", ok)
+sys.exit(0 if all(ok) else 1)
+PY
+check $? "--grad-compress-block-v: compressed steps send top-k's bytes + the ring all-reduce of ceil(P/C) fp32 block sums exactly; ZeRO-1 losses = ZeRO-0's; clipping on the uncompressed norms"
+MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bvr" --exit-after-steps 3 > "$TMP/bvr1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bvr" -y 1 > "$TMP/bvr2.log" 2>&1
+check $? "--grad-compress-block-v: 3 steps, checkpoint, resume"
+cmp -s <(steps "$TMP/bv.log" | tail -3) <(steps "$TMP/bvr2.log") && cmp -s "$TMP/bv/model_00000006.bin" "$TMP/bvr/model_00000006.bin"
+check $? "--grad-compress-block-v: resumed steps 4..6 and the final weights bit-identical to the straight run"
+dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
+dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
 
 if [ "$QUICK" = 1 ]; then
     echo "# TESTS_QUICK=1: the emulated GPU build and the learning check are left out"
