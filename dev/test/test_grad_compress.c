@@ -115,6 +115,29 @@ static int cmp_u32(const void* a, const void* b) {
     return (i > j) - (i < j);
 }
 
+/* the checks of a top-k selection (idx, val: k entries) of x (n values) by the scores `score` (x itself for plain
+ * top-k): *same = idx are exactly the k largest |score| (lower index wins ties) in index order and val[j] ==
+ * x[idx[j]]; *ef = error feedback's identity: the residual (x with the sent entries zeroed) + scatter(sent) == x bit
+ * for bit, each element in exactly one of them */
+static void topk_check(const float* score, const float* x, size_t n, size_t k, const uint32_t* idx, const float* val,
+                       int* same, int* ef) {
+    uint32_t* ref = (uint32_t*)malloc(n * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) { ref[i] = (uint32_t)i; }
+    ref_x = score;
+    qsort(ref, n, sizeof(uint32_t), cmp_mag);
+    qsort(ref, k, sizeof(uint32_t), cmp_u32);
+    *same = 1;
+    for (size_t j = 0; j < k; j++) { *same &= idx[j] == ref[j] && val[j] == x[ref[j]]; }
+    float* res = (float*)malloc(n * sizeof(float));
+    float* back = (float*)calloc(n, sizeof(float));
+    memcpy(res, x, n * sizeof(float));
+    compress_zero_at(res, idx, k);
+    compress_scatter_add(back, idx, val, k);
+    *ef = 1;
+    for (size_t i = 0; i < n; i++) { *ef &= res[i] + back[i] == x[i] && (res[i] == 0.0f || back[i] == 0.0f); }
+    free(ref); free(res); free(back);
+}
+
 static void test_topk(size_t n, size_t k, int ties) {
     float* x = (float*)malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
@@ -123,24 +146,11 @@ static void test_topk(size_t n, size_t k, int ties) {
     uint32_t* idx = (uint32_t*)malloc(k * sizeof(uint32_t));
     float* val = (float*)malloc(k * sizeof(float));
     compress_topk_select(idx, val, x, n, k, NULL);
-    uint32_t* ref = (uint32_t*)malloc(n * sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) { ref[i] = (uint32_t)i; }
-    ref_x = x;
-    qsort(ref, n, sizeof(uint32_t), cmp_mag);
-    qsort(ref, k, sizeof(uint32_t), cmp_u32);
-    int same = 1;
-    for (size_t j = 0; j < k; j++) { same &= idx[j] == ref[j] && val[j] == x[ref[j]]; }
-    /* error feedback: residual = x with the sent entries zeroed; residual + scatter(sent) == x bit for bit */
-    float* res = (float*)malloc(n * sizeof(float));
-    float* back = (float*)calloc(n, sizeof(float));
-    memcpy(res, x, n * sizeof(float));
-    compress_zero_at(res, idx, k);
-    compress_scatter_add(back, idx, val, k);
-    int ef = 1;
-    for (size_t i = 0; i < n; i++) { ef &= res[i] + back[i] == x[i] && (res[i] == 0.0f || back[i] == 0.0f); }
+    int same = 0, ef = 0;
+    topk_check(x, x, n, k, idx, val, &same, &ef);
     TEST_CHECK(same && ef, "top-k n=%zu k=%zu%s: exactly the k largest |x| (lower index wins ties) in index order; "
                "residual + sent == input bit for bit", n, k, ties ? " (values from 9 levels: many ties)" : "");
-    free(x); free(idx); free(val); free(ref); free(res); free(back);
+    free(x); free(idx); free(val);
 }
 
 static void test_topk_precondition(size_t n, size_t k) {
@@ -163,23 +173,11 @@ static void test_topk_precondition(size_t n, size_t k) {
     float* val = (float*)malloc(k * sizeof(float));
     compress_topk_select(idx, val, score, n, k, NULL);
     compress_gather(val, x, idx, k);
-    uint32_t* ref = (uint32_t*)malloc(n * sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) { ref[i] = (uint32_t)i; }
-    ref_x = score;
-    qsort(ref, n, sizeof(uint32_t), cmp_mag);
-    qsort(ref, k, sizeof(uint32_t), cmp_u32);
-    int same = 1;
-    for (size_t j = 0; j < k; j++) { same &= idx[j] == ref[j] && val[j] == x[ref[j]]; }
-    float* res = (float*)malloc(n * sizeof(float));
-    float* back = (float*)calloc(n, sizeof(float));
-    memcpy(res, x, n * sizeof(float));
-    compress_zero_at(res, idx, k);
-    compress_scatter_add(back, idx, val, k);
-    int ef = 1;
-    for (size_t i = 0; i < n; i++) { ef &= res[i] + back[i] == x[i] && (res[i] == 0.0f || back[i] == 0.0f); }
+    int same = 0, ef = 0;
+    topk_check(score, x, n, k, idx, val, &same, &ef);
     TEST_CHECK(formula && same && ef, "top-k by |x|/sqrt(sqrt(v*s)+eps) n=%zu k=%zu: scores within 2 ulps of double; "
                "exactly the k largest scores; the values sent are x; residual + sent == input bit for bit", n, k);
-    free(x); free(v); free(score); free(idx); free(val); free(ref); free(res); free(back);
+    free(x); free(v); free(score); free(idx); free(val);
 }
 
 /* two values: 0.02 with v = 1e-8 (score 0.02/sqrt(1e-4 + 1e-8) ~ 2) beats 1.0 with v = 1 (score ~ 1); magnitude
