@@ -440,6 +440,7 @@ typedef struct {
      * nvme, the bytes read and written and the seconds the I/O thread spent on them */
     double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
     double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
+    double off_d2h_streamed; /* of off_d2h, the gradient bytes copied down during backward (llmc/offload.h) */
     float clip_norm;    /* the norm the clipping used when not grad_norm (--grad-compress-freeze-v), else -1 */
 } StepResult;
 
@@ -584,6 +585,7 @@ static StepResult train_step(TrainSession* s) {
             const Offload* o = s->zero.offload;
             r.nvme_read = (double)o->step_read; r.nvme_write = (double)o->step_write; r.nvme_seconds = o->io_seconds;
             r.off_seconds = o->step_seconds;
+            r.off_d2h_streamed = (double)o->step_d2h_streamed;
         }
         if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
     }
@@ -1583,7 +1585,10 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         if (r->off_d2h_theory > 0) {
             printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f)", r->off_d2h / 1e6, r->off_h2d / 1e6,
                    r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6);
-            if (s->zero.offload) { printf(" update %.1f ms", r->off_seconds * 1e3); } /* the CPU AdamW's wall time */
+            if (s->zero.offload) { /* the CPU AdamW's wall time; the gradients that came down during backward */
+                printf(" update %.1f ms, %.0f%% of the gradients down in backward", r->off_seconds * 1e3,
+                       r->off_d2h > 0 ? 100.0 * r->off_d2h_streamed / r->off_d2h : 0.0);
+            }
         }
         if (r->nvme_read + r->nvme_write > 0) {
             printf(" | nvme %.1f MB %.2f GB/s", (r->nvme_read + r->nvme_write) / 1e6,
@@ -1632,8 +1637,9 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     }
     if (r->off_d2h_theory > 0) {
         snprintf(fields + len, fields_cap - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
-                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f", r->off_d2h, r->off_h2d,
-                 r->off_d2h_theory, r->off_h2d_theory, r->off_seconds * 1e3);
+                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f,"
+                 "\"offload_d2h_streamed_bytes\":%.0f", r->off_d2h, r->off_h2d, r->off_d2h_theory, r->off_h2d_theory,
+                 r->off_seconds * 1e3, r->off_d2h_streamed);
         len = strlen(fields);
     }
     if (r->nvme_read + r->nvme_write > 0) {

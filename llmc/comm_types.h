@@ -38,7 +38,8 @@ static inline size_t comm_dtype_size(CommDtype t) {
     }
 }
 
-#define COMM_FENCES 6 /* the trainer uses 0, 1 (ZeRO-2 layer slots), 2 (the embedding bucket), 3-5 (ZeRO-3 parameter gathers) */
+#define COMM_FENCES 7 /* the trainer uses 0, 1 (ZeRO-2 layer slots), 2 (the embedding bucket), 3-5 (ZeRO-3 parameter gathers),
+                       * 6 (the optimizer offload's gradient stream, llmc/zero.h) */
 
 /* one piece of a flat virtual buffer: ptr[k] is element begin+k, for k in [0, end-begin) (see the header
  * comment, "Segment lists") */

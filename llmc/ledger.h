@@ -26,9 +26,10 @@
  * Optimizer offload (--offload-optimizer, llmc/offload.h; ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari
  * et al. 2021): master and moments leave the device (0 there); ledger_offload gives the host and NVMe bytes, and the
  * offload module sizes its allocations with the same function: fp32 weights + m + v of the range (12 bytes each, in
- * host memory for cpu, in one file per rank for nvme, chunk-padded), the host staging buffers (two chunks of
- * gradients and two of parameters in floatX, one fp32 gradient chunk when floatX is not fp32, and for nvme two I/O
- * chunks of weights + m + v), and per step the PCIe bytes: the gradients of the real range down, the parameters up.
+ * host memory for cpu, in one file per rank for nvme, chunk-padded), the host buffers (the range's gradients in
+ * floatX, streamed down bucket by bucket during backward; two chunks of parameters in floatX, one fp32 gradient chunk
+ * when floatX is not fp32, and for nvme two I/O chunks of weights + m + v), and per step the PCIe bytes: the
+ * gradients of the real range down, the parameters up.
  * Parameter offload (--offload-params cpu, ZeRO-3 only; ZeRO-Infinity's parameter offload to CPU memory): the shard
  * of S elements leaves the device (parameters = the working set only) and is host_params bytes of host memory,
  * S * pb, or nothing extra in fp32 builds with --offload-optimizer cpu, whose fp32 weights are the shard itself;
@@ -104,7 +105,8 @@ enum { LEDGER_OFFLOAD_NONE = 0, LEDGER_OFFLOAD_CPU = 1, LEDGER_OFFLOAD_NVME = 2 
 typedef struct {
     size_t chunk, nchunks;    /* elements per chunk, chunks covering the range */
     size_t host_state;        /* cpu: fp32 weights + m + v in host memory (12 bytes per element); nvme: 0 */
-    size_t host_buffers;      /* staging: 2 gradient + 2 parameter chunks (floatX), a fp32 gradient chunk (pb != 4);
+    size_t host_buffers;      /* the range's reduced gradients (floatX: streamed down during backward), 2 parameter
+                                 staging chunks (floatX; none with params_host), a fp32 gradient chunk (pb != 4);
                                  nvme: + 2 I/O chunks of weights + m + v (fp32) */
     size_t nvme;              /* nvme: the state file, nchunks x chunk x 12 bytes; cpu: 0 */
 } LedgerOffload;
@@ -118,7 +120,7 @@ static inline LedgerOffload ledger_offload_ex(int kind, size_t range, size_t pb,
     size_t r = (range + 1023) / 1024 * 1024;
     o.chunk = r < LEDGER_OFFLOAD_CHUNK_MAX ? (r > 0 ? r : 1024) : LEDGER_OFFLOAD_CHUNK_MAX;
     o.nchunks = (range + o.chunk - 1) / o.chunk;
-    o.host_buffers = (params_host ? 2 : 4) * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
+    o.host_buffers = range * pb + (params_host ? 0 : 2) * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
     if (kind == LEDGER_OFFLOAD_CPU) { o.host_state = 12 * range; }
     else { o.nvme = o.nchunks * o.chunk * 12; o.host_buffers += 2 * o.chunk * 12; }
     return o;

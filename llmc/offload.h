@@ -156,7 +156,8 @@ typedef struct {
                                  * cpu): written in place, no staging, no upload */
     LedgerOffload lay;          /* chunk size and bytes (llmc/ledger.h) */
     float *w, *m, *v;           /* cpu: n floats each, pinned host memory */
-    void* gstage[2];            /* gradient chunks, floatX, pinned */
+    void* hgrad;                /* the reduced gradients of the state range, floatX, n values, pinned: streamed down
+                                 * bucket by bucket during backward (offload_stream_piece), or by the update */
     void* pstage[2];            /* parameter chunks, floatX, pinned */
     float* gfp32;               /* fp32 gradient chunk (floatX != fp32) */
     float* io[2];               /* nvme: [w | m | v] of a chunk, 4096-byte aligned */
@@ -164,6 +165,13 @@ typedef struct {
     char path[1024];
     DevStream s_d2h, s_h2d;
     DevEvent ev_ready, ev_d2h[2], ev_h2d[2];
+    /* gradient streaming during backward (offload_stream_*): one event per bucket issued this step (on s_d2h, after
+     * the bucket's copies), and per chunk the index of the last bucket that copied into it */
+    DevEvent* ev_bucket;
+    int nbuckets, issued;
+    int* chunk_bucket;
+    size_t streamed;                /* elements streamed this step */
+    DevEvent ev_src;                /* main-stream mark a bucket's copies wait for */
     /* the I/O thread (nvme) */
     pthread_t thread;
     int thread_started;
@@ -176,6 +184,7 @@ typedef struct {
     double io_seconds;              /* time the thread spent in pread/pwrite, this step */
     /* this step's traffic */
     size_t step_d2h, step_h2d, step_read, step_write;
+    size_t step_d2h_streamed;       /* of step_d2h, the bytes copied during backward (before the update began) */
     double step_seconds;
     int kill_at_step;               /* test hook: LLMC_OFFLOAD_KILL_AT_STEP */
     size_t host_bytes, buffer_bytes, file_bytes; /* allocated (the ledger check) */
@@ -338,13 +347,15 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
     size_t pb = sizeof(floatX);
     o->lay = ledger_offload_ex(o->kind, n, pb, params_host);
     size_t CH = o->lay.chunk;
+    o->hgrad = host_malloc_pinned(n * pb, "offload gradients (host copy of the state range)");
     for (int k = 0; k < 2; k++) {
-        o->gstage[k] = host_malloc_pinned(CH * pb, "offload gradient staging");
         o->pstage[k] = params_host ? NULL : host_malloc_pinned(CH * pb, "offload parameter staging");
         o->ev_d2h[k] = dev_event_create();
         o->ev_h2d[k] = dev_event_create();
     }
-    o->buffer_bytes = (params_host ? 2 : 4) * CH * pb;
+    o->buffer_bytes = n * pb + (params_host ? 0 : 2) * CH * pb;
+    o->chunk_bucket = (int*)calloc_check(o->lay.nchunks ? o->lay.nchunks : 1, sizeof(int), "offload chunk buckets");
+    o->ev_src = dev_event_create();
     if (pb != 4) {
         o->gfp32 = (float*)host_malloc_pinned(CH * 4, "offload fp32 gradients");
         o->buffer_bytes += CH * 4;
@@ -421,16 +432,70 @@ static inline void offload_adamw_chunk(const GPT2* model, size_t a, size_t cnt, 
     }
 }
 
-/* One optimizer step of the offloaded state: AdamW over the real owned range [lo, hi) (first <= lo, hi <= first + n)
+/* ---------------------------------------------------------------- gradient streaming during backward
+ * llmc/zero.h calls these from the layer_ready hook of the step's last micro-step: as soon as a gradient bucket is
+ * reduced (and, ZeRO-2/3, folded into the shard accumulator), the part of it inside the real state range is copied
+ * device -> host into hgrad on the gradient stream s_d2h, ordered after the bucket's collective and the main-stream
+ * work before the hook, so the host holds most gradients when backward ends. The copy does not wait for the gradient
+ * norm (clipping scales the update, not the gradients). The update (offload_update) then waits per chunk only for the
+ * last bucket that copied into it. */
+
+/* nbuckets: the buckets one backward issues (layers + the globals' bucket); one event each */
+static inline void offload_stream_init(Offload* o, int nbuckets) {
+    o->nbuckets = nbuckets > 0 ? nbuckets : 1;
+    o->ev_bucket = (DevEvent*)calloc_check((size_t)o->nbuckets, sizeof(DevEvent), "offload bucket events");
+    for (int q = 0; q < o->nbuckets; q++) { o->ev_bucket[q] = dev_event_create(); }
+}
+
+/* start of an optimizer step: its PCIe counters and the streamed coverage start at zero */
+static inline void offload_begin_step(Offload* o) {
+    o->step_d2h = o->step_h2d = o->step_d2h_streamed = o->step_read = o->step_write = 0;
+    o->streamed = 0;
+    o->issued = 0;
+}
+
+/* a bucket's copies follow: the gradient stream waits for the work queued on the main stream so far (the bucket's
+ * backward and, ZeRO-2/3, its accumulation); returns the stream (the caller orders it after the collective too) */
+static inline DevStream offload_stream_begin_bucket(Offload* o) {
+    dev_event_record(o->ev_src);
+    dev_stream_wait_event(o->s_d2h, o->ev_src);
+    return o->s_d2h;
+}
+
+/* the bucket in flight: its event index (a surplus bucket shares the last event, recorded again: later on the FIFO
+ * stream, so still complete only after every earlier copy) */
+static inline int offload_stream_slot(const Offload* o) { return o->issued < o->nbuckets ? o->issued : o->nbuckets - 1; }
+
+/* queues the copy of the reduced gradients of flat elements [a, a + cnt) (inside the real state range) from src
+ * (device floatX) into hgrad on the gradient stream, and counts the bytes */
+static inline void offload_stream_piece(Offload* o, size_t a, size_t cnt, const floatX* src) {
+    if (cnt == 0) { return; }
+    size_t pb = sizeof(floatX), k0 = a - o->first, CH = o->lay.chunk;
+    dev_memcpy_d2h_on((char*)o->hgrad + k0 * pb, src, cnt * pb, o->s_d2h);
+    o->step_d2h += cnt * pb;
+    o->step_d2h_streamed += cnt * pb;
+    o->streamed += cnt;
+    for (size_t c = k0 / CH; c <= (k0 + cnt - 1) / CH; c++) { o->chunk_bucket[c] = offload_stream_slot(o); }
+}
+
+/* the bucket's copies are queued: its event */
+static inline void offload_stream_end_bucket(Offload* o) {
+    dev_event_record_on(o->ev_bucket[offload_stream_slot(o)], o->s_d2h);
+    o->issued++;
+}
+
+/* One optimizer step of the offloaded state: AdamW over the real owned range [lo, hi) (first == lo, hi <= first + n)
  * with grad = the reduced gradients of element lo onward (device floatX, hi - lo values), writing the updated
  * parameters into params_first (the parameter of element `first` onward: device memory, uploaded from the staging
- * chunks, or with params_host host memory, written in place). Double-buffered as the header says; returns with
- * every copy and write done (the host waited for them), so work queued on the main stream afterwards sees the
- * parameters. */
+ * chunks, or with params_host host memory, written in place). Gradients: when the backward streamed all hi - lo of
+ * them (offload_stream_piece), chunk i waits for the event of the last bucket that copied into it; otherwise (a step
+ * without the streaming hook: gradient compression) chunk i + 1 is copied down while the CPU updates chunk i. Then per
+ * chunk AdamW on the host, parameters up on a second stream (double-buffered) and, nvme, the state read ahead and
+ * written back. Returns with every copy and write done (the host waited for them), so work queued on the main stream
+ * afterwards sees the parameters. */
 static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size_t hi, const floatX* grad,
                                   floatX* params_first, const AdamWStep* s) {
     double t_start = wall_seconds();
-    o->step_d2h = o->step_h2d = o->step_read = o->step_write = 0;
     o->io_seconds = 0.0;
     if (hi <= lo) { o->step_seconds = 0.0; return; }
     if (s->t < 1) { FATAL("offload_update: step t=%d must start at 1", s->t); }
@@ -439,23 +504,31 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
     float bc1, bc2;
     adamw_bias_corrections(s->beta1, s->beta2, s->t, &bc1, &bc2);
     int nvme = o->kind == LEDGER_OFFLOAD_NVME;
+    int streamed = o->streamed == hi - lo; /* every gradient came down during backward */
+    if (!streamed && o->streamed) { /* part of them only (never expected): counted, then all downloaded again */
+        o->streamed = 0;
+    }
     unsigned long rd[2] = {0, 0}, last = 0;
-    /* the copies wait for everything queued on the main stream so far (the reduced gradients) */
+    /* the copies wait for everything queued on the main stream so far (the reduced gradients); the host writes a
+     * host shard (params_host) only after the device passed every copy out of it */
     dev_event_record(o->ev_ready);
     dev_stream_wait_event(o->s_d2h, o->ev_ready);
     dev_stream_wait_event(o->s_h2d, o->ev_ready);
+    if (o->params_host) { dev_event_synchronize(o->ev_ready); }
     for (size_t i = 0; i <= nch; i++) {
-        if (i < nch) { /* chunk i: gradients down (its buffer's previous chunk, i - 2, is consumed), state read */
+        if (i < nch) { /* chunk i: gradients down unless streamed, state read */
             size_t a = o->first + i * CH, cnt = hi - a < CH ? hi - a : CH;
-            dev_memcpy_d2h_on(o->gstage[i & 1], grad + (a - lo), cnt * pb, o->s_d2h);
-            dev_event_record_on(o->ev_d2h[i & 1], o->s_d2h);
-            o->step_d2h += cnt * pb;
+            if (!streamed) {
+                dev_memcpy_d2h_on((char*)o->hgrad + i * CH * pb, grad + (a - lo), cnt * pb, o->s_d2h);
+                dev_event_record_on(o->ev_d2h[i & 1], o->s_d2h);
+                o->step_d2h += cnt * pb;
+            }
             if (nvme) { rd[i & 1] = offload_io_submit(o, 0, i, (int)(i & 1)); }
         }
         if (i == 0) { continue; } /* one chunk ahead: compute chunk j = i - 1 while chunk i travels */
         size_t j = i - 1, a = o->first + j * CH, cnt = hi - a < CH ? hi - a : CH, k0 = j * CH;
         int b = (int)(j & 1);
-        dev_event_synchronize(o->ev_d2h[b]);
+        dev_event_synchronize(streamed ? o->ev_bucket[o->chunk_bucket[j]] : o->ev_d2h[b]);
         float *w, *m, *v;
         if (nvme) {
             offload_io_wait(o, rd[b]);
@@ -463,18 +536,17 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
         } else {
             w = o->w + k0; m = o->m + k0; v = o->v + k0;
         }
-        const float* g = (const float*)o->gstage[b];
+        const float* g = (const float*)((const char*)o->hgrad + k0 * pb);
 #if !FLOATX_IS_FLOAT
         {
-            const uint16_t* gb = (const uint16_t*)o->gstage[b];
+            const uint16_t* gb = (const uint16_t*)((const char*)o->hgrad + k0 * pb);
             #pragma omp parallel for schedule(static)
             for (long q = 0; q < (long)cnt; q++) { o->gfp32[q] = bf16_bits_to_float(gb[q]); }
             g = o->gfp32;
         }
 #endif
         offload_adamw_chunk(model, a, cnt, w, g, m, v, s, bc1, bc2);
-        /* the parameters in floatX: into the staging chunk for the upload, or (params_host) in place; the device
-         * has passed every copy out of the host parameters, since the gradients waited for all earlier work */
+        /* the parameters in floatX: into the staging chunk for the upload, or (params_host) in place */
         floatX* dst = o->params_host ? params_first + (a - o->first) : (floatX*)o->pstage[b];
         if (!o->params_host) { dev_event_synchronize(o->ev_h2d[b]); } /* the upload of chunk j - 2 from it is done */
 #if FLOATX_IS_FLOAT
@@ -536,13 +608,17 @@ static inline void offload_free(Offload* o) {
     }
     if (o->fd >= 0) { close(o->fd); unlink(o->path); }
     for (int k = 0; k < 2; k++) {
-        host_free_pinned(o->gstage[k]);
         host_free_pinned(o->pstage[k]);
         free(o->io[k]);
         dev_event_destroy(o->ev_d2h[k]);
         dev_event_destroy(o->ev_h2d[k]);
     }
     host_free_pinned(o->gfp32);
+    host_free_pinned(o->hgrad);
+    for (int q = 0; q < o->nbuckets; q++) { dev_event_destroy(o->ev_bucket[q]); }
+    free(o->ev_bucket);
+    free(o->chunk_bucket);
+    dev_event_destroy(o->ev_src);
     host_free_pinned(o->w);
     host_free_pinned(o->m);
     host_free_pinned(o->v);

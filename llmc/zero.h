@@ -89,6 +89,8 @@ struct ZeroOptimizer {
     size_t own_start, own_end;     /* optimizer-state range: [0, P) for ZeRO-0, [r*S, (r+1)*S) otherwise */
     GPT2GradTarget target;         /* where backward writes (with or without the reducing hook) */
     int reducing;                  /* the current micro-step's backward issues buckets */
+    int streaming;                 /* --offload-optimizer: the current micro-step's hook streams the reduced buckets
+                                    * down to the host (the step's last micro-step, without gradient compression) */
     /* gradient storage: the full buffer (ZeRO-0/1) ... */
     floatX* grads;
     /* ... or ZeRO-2's one allocation: [slot 0 | slot 1 | wte, wpe, lnfw, lnfb | own shard accumulator] */
@@ -252,6 +254,58 @@ static inline void zero2_layer_ready(void* ctx, int layer) {
     }
 }
 
+/* ---------------------------------------------------------------- optimizer offload: gradients streamed in backward */
+
+#define ZERO_OFFLOAD_FENCE 6 /* comm fence of the offload's gradient stream (llmc/comm_types.h) */
+
+static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi); /* below */
+static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i);           /* below */
+
+/* the offload's gradient stream waits for the collectives issued so far (the host does not block); no-op on the CPU
+ * build, whose collectives are synchronous */
+static inline void zero_offload_wait_collectives(ZeroOptimizer* z, DevStream s) {
+#ifdef COMM_HAVE_NCCL
+    if (z->dp->nccl.comm) {
+        comm_nccl_fence_record(&z->dp->nccl, ZERO_OFFLOAD_FENCE);
+        dev_stream_wait_event(s, z->dp->nccl.ev_fence[ZERO_OFFLOAD_FENCE]);
+    }
+#else
+    (void)z; (void)s;
+#endif
+}
+
+/* --offload-optimizer: the reduced gradients of bucket `layer` that lie in the real owned range go device -> host
+ * (llmc/offload.h, offload_stream_piece), on the offload's gradient stream after the bucket's collective and the
+ * main-stream work queued so far. Where they are: ZeRO-0/1 in the full buffer (the collective wrote the sums in
+ * place), ZeRO-2/3 in the shard accumulator. */
+static inline void zero_offload_stream_bucket(ZeroOptimizer* z, int layer) {
+    Offload* o = z->offload;
+    size_t lo, hi;
+    zero_owned_range(z, &lo, &hi);
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_bucket_segments(z, layer, seg);
+    DevStream st = offload_stream_begin_bucket(o);
+    zero_offload_wait_collectives(z, st);
+    for (int k = 0; k < n; k++) {
+        size_t a = seg[k].begin > lo ? seg[k].begin : lo, b = seg[k].end < hi ? seg[k].end : hi;
+        if (b > a) { offload_stream_piece(o, a, b - a, zero_grad_at(z, a)); }
+    }
+    offload_stream_end_bucket(o);
+}
+
+/* the layer_ready hook of every stage (llmc/gpt2.h): the stage's collective for bucket `layer` when this micro-step
+ * reduces, then, when it streams, the buckets whose reduced gradients are now final: ZeRO-0/1 this one; ZeRO-2/3 the
+ * one folded into the shard accumulator by this call (the previous bucket; at layer -1 also bucket -1 itself) */
+static inline void zero_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    if (z->reducing) { z->stage->layer_ready(ctx, layer); }
+    if (!z->streaming) { return; }
+    if (!z->stage->reduces_every_micro_step) { zero_offload_stream_bucket(z, layer); return; }
+    int prev = layer >= 0 ? layer + 1 : 0;
+    if (prev < z->model->n_layers) { zero_offload_stream_bucket(z, prev); }
+    if (layer < 0) { zero_offload_stream_bucket(z, -1); }
+}
+
 /* ---------------------------------------------------------------- the stage table */
 
 /* the implementation of ZeRO stage `stage` (0 to 3); NULL for any other value */
@@ -321,6 +375,7 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
         z->offload = (Offload*)calloc_check(1, sizeof(Offload), "optimizer offload");
         offload_init(z->offload, offload, z->own_start, n, !FLOATX_IS_FLOAT && keep_master, offload->rank,
                      model->params_memory + z->own_start, params_host);
+        offload_stream_init(z->offload, model->n_layers + 1); /* one event per gradient bucket */
         z->opt.io = offload_state_io;
         z->opt.io_ctx = z->offload;
     } else {
@@ -414,19 +469,24 @@ static inline void zero_free(ZeroOptimizer* z) {
 /* ---------------------------------------------------------------- one optimizer step */
 
 /* start of an optimizer step: zeroes the gradients kept across micro-steps */
-static inline void zero_begin_step(ZeroOptimizer* z) { z->stage->begin_step(z); }
+static inline void zero_begin_step(ZeroOptimizer* z) {
+    z->stage->begin_step(z);
+    if (z->offload) { offload_begin_step(z->offload); } /* the step's PCIe counters, the streamed coverage */
+}
 
 /* Before a micro-step's backward: whether its backward issues the gradient buckets (ZeRO-2: always; ZeRO-0/1:
  * on the last micro-step of the optimizer step, when collectives are on: a world of one reduces nothing, except
- * through NCCL under ZeRO-1/2). Returns the target to pass to gpt2_backward (with the reducing hook, or
- * without: gradients then only accumulate). */
+ * through NCCL under ZeRO-1/2) and, with --offload-optimizer, whether it streams the reduced buckets to the host
+ * (the last micro-step, unless gradient compression decodes them after backward). Returns the target to pass to
+ * gpt2_backward (with the hook, or without: gradients then only accumulate); *reduces = 1 when the hook runs. */
 static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_micro_step, int* reduces) {
     z->reducing = z->stage->reduces_every_micro_step || (last_micro_step && comm_collectives_on(z->dp));
+    z->streaming = z->offload && !z->compress && last_micro_step; /* compressed buckets are decoded after backward */
     z->target.backward_begin = z->stage->backward_begin;
     z->target.layer_begin = z->stage->layer_begin;
-    z->target.layer_ready = z->reducing ? z->stage->layer_ready : NULL;
+    z->target.layer_ready = z->reducing || z->streaming ? zero_layer_ready : NULL;
     z->target.ctx = z;
-    if (reduces) { *reduces = z->reducing; }
+    if (reduces) { *reduces = z->reducing || z->streaming; } /* hooks with collectives or copies: run eagerly */
     return &z->target;
 }
 

@@ -280,26 +280,31 @@ if [ -x ./train_gpt ]; then
 fi
 
 # 6b. optimizer offload (llmc/offload.h): ZeRO-1 on one GPU with the state in pinned host memory; the step line gives
-# the PCIe bytes (counted vs theory) and the offloaded update's wall time, from which the effective GB/s
+# the PCIe bytes (counted vs theory), the share of the gradients that came down during backward (streamed per bucket)
+# and the offloaded update's wall time (waiting for the last buckets, the CPU AdamW, the parameters up), from which a
+# lower bound of the host -> device GB/s (the parameters up within the update's wall time, CPU AdamW included)
 if [ -x ./train_gpt ] && [ "$(budget_for 60)" -ge 40 ]; then
     run offload_cpu 60 ./train_gpt -e d12 -b 8 -t 1024 -x 4 -z 1 --offload-optimizer cpu -i "$DATA" -j '' -g 0
     rc=$?
-    OFF=$(grep '^step' "$WORK/offload_cpu.txt" | tail -n 1 | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms')
-    GBS=$(echo "$OFF" | sed -E 's/offload PCIe ([0-9.]+)\+([0-9.]+) MB.*update ([0-9.]+) ms/\1 \2 \3/' | \
-          awk 'NF == 3 && $3 > 0 { printf "%.1f GB/s effective (both directions, with the CPU AdamW)", ($1 + $2) / $3 }')
+    OFF=$(grep '^step' "$WORK/offload_cpu.txt" | tail -n 1 | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms, [0-9]+% of the gradients down in backward')
+    GBS=$(echo "$OFF" | sed -E 's/offload PCIe ([0-9.]+)\+([0-9.]+) MB.*update ([0-9.]+) ms.*/\1 \2 \3/' | \
+          awk 'NF == 3 && $3 > 0 { printf "host->device >= %.1f GB/s (parameters up / update wall time, CPU AdamW included)", $2 / $3 }')
     row "d12 --offload-optimizer cpu, last step" "$(status_word $rc); ${OFF:-no step line}; ${GBS:-n/a}$([ $rc -ne 0 ] && echo ": $(gist offload_cpu)")"
 fi
 # 6c. parameter offload (llmc/zero_params.h): ZeRO-3 on one GPU with the parameter shard in pinned host memory
 # (copied host -> device per layer, then all-gathered) and the CPU AdamW writing it in place; the step line's PCIe
-# bytes (counted vs theory) and step time; skipped when the budget is short
+# bytes (counted vs theory), the share of the gradients streamed down in backward, the step time and a lower bound of
+# the host -> device GB/s (the gathers' bytes up over the whole step's wall time); skipped when the budget is short
 if [ -x ./train_gpt ] && [ "$(budget_for 60)" -ge 40 ]; then
     run offload_params 60 ./train_gpt -e d12 -b 8 -t 1024 -x 4 -z 3 --offload-params cpu --offload-optimizer cpu \
         -i "$DATA" -j '' -g 0
     rc=$?
     LAST=$(grep '^step' "$WORK/offload_params.txt" | tail -n 1)
-    OFF=$(echo "$LAST" | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms')
+    OFF=$(echo "$LAST" | grep -oE 'offload PCIe [0-9.]+\+[0-9.]+ MB \(theory [^)]*\) update [0-9.]+ ms, [0-9]+% of the gradients down in backward')
     MS=$(echo "$LAST" | grep -oE '\| [0-9.]+ ms \| [0-9]+ tok/s' | head -n 1 | tr -d '|')
-    row "d12 -z 3 --offload-params cpu + optimizer cpu" "$(status_word $rc); ${MS:-no step line};${OFF:+ $OFF}$([ $rc -ne 0 ] && echo ": $(gist offload_params)")"
+    GBS=$(echo "$OFF $MS" | sed -E 's/offload PCIe [0-9.]+\+([0-9.]+) MB.* ([0-9.]+) ms +[0-9]+ tok\/s.*/\1 \2/' | \
+          awk 'NF == 2 && $2 > 0 { printf "; host->device >= %.1f GB/s (gathers up / step wall time)", $1 / $2 }')
+    row "d12 -z 3 --offload-params cpu + optimizer cpu" "$(status_word $rc); ${MS:-no step line};${OFF:+ $OFF}${GBS}$([ $rc -ne 0 ] && echo ": $(gist offload_params)")"
 fi
 
 # 7. extras while time is left: CUDA-graph replay of the micro-step

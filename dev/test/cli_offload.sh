@@ -3,9 +3,12 @@
 # values, chunk by chunk (elementwise: the chunking cannot change a bit), so it must train bit-identically:
 # Model L1:C32:NH2 (GPT-2's vocabulary, 1.66M parameters, 2 chunks of the offload), B=2, T=16:
 #   - 1 process, ZeRO-0: none vs cpu vs nvme: the same step lines (loss, norm, lr), model and state files;
-#   - 2 processes: ZeRO-1 none vs ZeRO-1 cpu and ZeRO-2 nvme: the same step lines and model (ZeRO-0/1/2
-#     without accumulation train bit-identically, llmc/README.md "ZeRO and the gradient store"), and ZeRO-1 cpu's
-#     state files equal ZeRO-1 none's;
+#   - 2 processes, 2 micro-steps per step (-d 128): ZeRO-1 none vs ZeRO-1 cpu, ZeRO-2 none vs ZeRO-2 nvme: the same
+#     step lines and model, and ZeRO-1 cpu's state files equal ZeRO-1 none's; every gradient came down during the
+#     last micro-step's backward (the step line's "100% of the gradients down in backward": ZeRO-1 streams each
+#     bucket after its reduce-scatter, ZeRO-2 after it is folded into the shard accumulator);
+#   - 2 processes, ZeRO-1 with --grad-compress topk:0.01 (buckets decoded after backward, so nothing streams: "0%";
+#     the update downloads the gradients chunk by chunk): bit-identical to the same run without offload;
 #   - the memory ledger and the offload ledger say "equal" (host state, host buffers, NVMe file size as allocated),
 #     and the PCIe bytes counted per step equal the theory (gradients down, parameters up: floatX x real range);
 #   - an nvme run killed (SIGKILL, LLMC_OFFLOAD_KILL_AT_STEP) in the middle of step 3's update, after its first chunk
@@ -16,7 +19,8 @@
 # ZeRO-3 with parameter offload (--offload-params cpu, llmc/zero_params.h) and with optimizer offload, d2 (P = 6.87M:
 # 3 shards of 2289494 with 2 values of padding), B=1, T=16, 2 steps; the same AdamW on the same values, so bit for bit:
 #   - 2 and 3 processes: -z 3 --offload-params cpu, with and without --offload-optimizer cpu, vs -z 3 alone: the same
-#     step lines, final model and every rank's state file; 3 processes also -z 3 --offload-optimizer cpu (the shard
+#     step lines, final model and every rank's state file (with the optimizer offload every gradient streamed down in
+#     backward); 3 processes also -z 3 --offload-optimizer cpu (the shard
 #     on the device, AdamW on the CPU), 2 processes -z 3 --offload-params cpu --offload-optimizer nvme:DIR;
 #   - the memory ledger (device) and the offload ledger (host state, host buffers, NVMe file, host parameter shard)
 #     say "equal", and the PCIe bytes counted per step (the gathers' host -> device copies, the update's) equal the
@@ -41,6 +45,8 @@ NV="$TMP/nvme"; mkdir -p "$NV"
 steps() { grep -E '^step ' "$1" | cut -d'|' -f1-4; }
 # every step line's counted PCIe bytes equal the theory printed beside them (and there are $2 such lines)
 pcie_ok() { test "$(grep -cE 'offload PCIe ([0-9.]+)\+([0-9.]+) MB \(theory \1\+\2\)' "$1")" -eq "$2"; }
+# and every step line says the gradients came down during backward: all of them (or, with $3, that share)
+streamed_ok() { test "$(grep -c "update [0-9.]* ms, ${3:-100}% of the gradients down in backward" "$1")" -eq "$2"; }
 
 for off in none cpu "nvme:$NV"; do
     tag=${off%%:*}
@@ -54,8 +60,8 @@ for tag in cpu nvme; do
     check $? "1 process: offload $tag trains bit-identically to no offload (step lines, model, state file)"
     grep -q 'memory ledger.*-> equal' "$TMP/one_$tag.log" && grep -q 'offload ledger.*-> equal' "$TMP/one_$tag.log"
     check $? "1 process, offload $tag: the ledger equals the allocations ($(grep -o 'host state.*-> [a-zA-Z]*' "$TMP/one_$tag.log"))"
-    pcie_ok "$TMP/one_$tag.log" 3
-    check $? "1 process, offload $tag: PCIe bytes counted = theory on every step ($(grep -o 'offload PCIe[^|]*' "$TMP/one_$tag.log" | head -1))"
+    pcie_ok "$TMP/one_$tag.log" 3 && streamed_ok "$TMP/one_$tag.log" 3
+    check $? "1 process, offload $tag: PCIe bytes counted = theory on every step, all gradients down in backward ($(grep -o 'offload PCIe[^|]*' "$TMP/one_$tag.log" | head -1))"
 done
 grep -q 'nvme [0-9.]* MB [0-9.]* GB/s' "$TMP/one_nvme.log" && grep -q '"nvme_gbs":' "$TMP/one_nvme/log.jsonl" && \
     grep -Eq 'optimizer offload: nvme: .*(O_DIRECT|buffered pread/pwrite)' "$TMP/one_nvme.log"
@@ -63,22 +69,34 @@ check $? "nvme: the step line and log.jsonl give the throughput; the header says
 test -z "$(ls -A "$NV")"
 check $? "nvme: the scratch file is removed when the run ends"
 
-F2=("${M[@]}" -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 2)
-MPIRUN 2 $TRAIN "${F2[@]}" -z 1 -o "$TMP/two_ref" > "$TMP/two_ref.log" 2>&1
-check $? "2 processes, ZeRO-1 without offload"
+F2=("${M[@]}" -b 2 -t 16 -d 128 -j '' -g 0 -u 2 -l 1e-3 -x 2)
+for z in 1 2; do
+    MPIRUN 2 $TRAIN "${F2[@]}" -z $z -o "$TMP/two_ref$z" > "$TMP/two_ref$z.log" 2>&1
+    check $? "2 processes, 2 micro-steps, ZeRO-$z without offload"
+done
 for run in "1 cpu" "2 nvme:$NV"; do
     set -- $run
     tag="z$1_${2%%:*}"
     MPIRUN 2 $TRAIN "${F2[@]}" -z $1 --offload-optimizer "$2" -o "$TMP/two_$tag" > "$TMP/two_$tag.log" 2>&1
     rc=$?
-    test $rc -eq 0 && test "$(steps "$TMP/two_ref.log")" = "$(steps "$TMP/two_$tag.log")" && \
-        cmp -s "$TMP/two_ref/model_00000002.bin" "$TMP/two_$tag/model_00000002.bin" && \
-        grep -q 'offload ledger.*-> equal' "$TMP/two_$tag.log" && pcie_ok "$TMP/two_$tag.log" 2
-    check $? "2 processes, ZeRO-$1 --offload-optimizer ${2%%:*}: bit-identical step lines and model, ledger equal, PCIe = theory (exit $rc)"
+    test $rc -eq 0 && test "$(steps "$TMP/two_ref$1.log")" = "$(steps "$TMP/two_$tag.log")" && \
+        cmp -s "$TMP/two_ref$1/model_00000002.bin" "$TMP/two_$tag/model_00000002.bin" && \
+        grep -q 'offload ledger.*-> equal' "$TMP/two_$tag.log" && pcie_ok "$TMP/two_$tag.log" 2 && \
+        streamed_ok "$TMP/two_$tag.log" 2
+    check $? "2 processes, 2 micro-steps, ZeRO-$1 --offload-optimizer ${2%%:*}: bit-identical step lines and model, ledger equal, PCIe = theory, all gradients down in the last backward (exit $rc)"
 done
-cmp -s "$TMP/two_ref/state_00000002_00000.bin" "$TMP/two_z1_cpu/state_00000002_00000.bin" && \
-    cmp -s "$TMP/two_ref/state_00000002_00001.bin" "$TMP/two_z1_cpu/state_00000002_00001.bin"
+cmp -s "$TMP/two_ref1/state_00000002_00000.bin" "$TMP/two_z1_cpu/state_00000002_00000.bin" && \
+    cmp -s "$TMP/two_ref1/state_00000002_00001.bin" "$TMP/two_z1_cpu/state_00000002_00001.bin"
 check $? "2 processes, ZeRO-1: the offloaded state files equal the device ones"
+FC=("${M[@]}" -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 1 --grad-compress topk:0.01)
+for off in none cpu; do
+    MPIRUN 2 $TRAIN "${FC[@]}" --offload-optimizer $off -o "$TMP/topk_$off" > "$TMP/topk_$off.log" 2>&1
+    check $? "2 processes, ZeRO-1 --grad-compress topk:0.01 --offload-optimizer $off"
+done
+test "$(steps "$TMP/topk_none.log")" = "$(steps "$TMP/topk_cpu.log")" && \
+    cmp -s "$TMP/topk_none/model_00000002.bin" "$TMP/topk_cpu/model_00000002.bin" && \
+    pcie_ok "$TMP/topk_cpu.log" 2 && streamed_ok "$TMP/topk_cpu.log" 2 0
+check $? "2 processes, ZeRO-1 top-k: with offload (nothing streams: the update downloads the decoded gradients) bit-identical to without, PCIe = theory"
 
 K="$TMP/killed"
 # (in a subshell whose stderr takes the shell's own "Killed" notice)
@@ -124,8 +142,9 @@ for N in 2 3; do
         test $rc -eq 0 && same_run "$TMP/z3_${N}_ref" "$TMP/z3_${N}_$tag" $N
         check $? "$N processes, -z 3 $args: step lines, model and $N state files bit-identical to -z 3 alone (exit $rc)"
         grep -q '^memory ledger.*-> equal' "$TMP/z3_${N}_$tag.log" && grep -q '^offload ledger.*-> equal' "$TMP/z3_${N}_$tag.log" && \
-            pcie_ok "$TMP/z3_${N}_$tag.log" 2 && rank_pcie_ok "$TMP/z3_${N}_$tag.log" $N
-        check $? "$N processes, -z 3 $args: ledgers equal ($(grep -o 'host parameters [0-9]*' "$TMP/z3_${N}_$tag.log" | head -1)), PCIe counted = theory on every rank, to the byte ($(grep -o 'rank [0-9] step 2 .*offload PCIe.*' "$TMP/z3_${N}_$tag.log" | sed -E 's/ sent.*offload PCIe/:/' | tr '\n' ' '))"
+            pcie_ok "$TMP/z3_${N}_$tag.log" 2 && rank_pcie_ok "$TMP/z3_${N}_$tag.log" $N && \
+            { [ $tag = p ] || streamed_ok "$TMP/z3_${N}_$tag.log" 2; }
+        check $? "$N processes, -z 3 $args: ledgers equal, gradients streamed in backward (optimizer offload) ($(grep -o 'host parameters [0-9]*' "$TMP/z3_${N}_$tag.log" | head -1)), PCIe counted = theory on every rank, to the byte ($(grep -o 'rank [0-9] step 2 .*offload PCIe.*' "$TMP/z3_${N}_$tag.log" | sed -E 's/ sent.*offload PCIe/:/' | tr '\n' ' '))"
     done
 done
 python3 - "$TMP/z3_2_ref.log" "$TMP/z3_2_p.log" "$TMP/z3_2_po.log" <<'PY'
@@ -184,8 +203,8 @@ if [ -x "$EMU16" ]; then
     MPIRUN 1 $EMU16 "${FE[@]}" --offload-optimizer cpu -o "$TMP/emu_off" > "$TMP/emu_off.log" 2>&1
     rc=$?
     test $rc -eq 0 && grep -q 'offload ledger.*-> equal' "$TMP/emu_off.log" && \
-        pcie_ok "$TMP/emu_off.log" 2
-    check $? "emulated GPU build (bf16), --offload-optimizer cpu: runs (exit $rc), ledger equal, PCIe bytes = theory ($(grep -o 'offload PCIe[^|]*' "$TMP/emu_off.log" | head -1))"
+        pcie_ok "$TMP/emu_off.log" 2 && streamed_ok "$TMP/emu_off.log" 2
+    check $? "emulated GPU build (bf16), --offload-optimizer cpu: runs (exit $rc), ledger equal, PCIe bytes = theory, gradients streamed in backward ($(grep -o 'offload PCIe[^|]*' "$TMP/emu_off.log" | head -1))"
     out=$(dp_compare_logs "$TMP/emu_ref/log.jsonl" "$TMP/emu_off/log.jsonl" train loss 5e-3 2)
     check $? "emulated GPU build (bf16): offload losses vs the device update: $out"
     out=$(bf16_weights_close "$TMP/emu_ref/model_00000002.bin" "$TMP/emu_off/model_00000002.bin")
@@ -195,7 +214,7 @@ if [ -x "$EMU16" ]; then
     MPIRUN 1 $EMU16 "${FE[@]}" -z 3 --offload-params cpu --offload-optimizer cpu -o "$TMP/emu_z3p" > "$TMP/emu_z3p.log" 2>&1
     rc=$?
     test $rc -eq 0 && grep -q '^memory ledger.*-> equal' "$TMP/emu_z3p.log" && grep -q 'offload ledger.*-> equal' "$TMP/emu_z3p.log" && \
-        pcie_ok "$TMP/emu_z3p.log" 2
+        pcie_ok "$TMP/emu_z3p.log" 2 && streamed_ok "$TMP/emu_z3p.log" 2
     check $? "emulated GPU build (bf16), -z 3 --offload-params cpu --offload-optimizer cpu: runs (exit $rc), ledgers equal, PCIe bytes = theory ($(grep -o 'offload PCIe[^|]*' "$TMP/emu_z3p.log" | head -1))"
     out=$(dp_compare_logs "$TMP/emu_ref/log.jsonl" "$TMP/emu_z3p/log.jsonl" train loss 5e-3 2)
     check $? "emulated GPU build (bf16), -z 3 with parameter + optimizer offload: losses vs ZeRO-1 on the device: $out"

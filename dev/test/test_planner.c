@@ -208,9 +208,10 @@ static void check_ledger_rules(void) {
     LedgerRank nv = ledger_rank(&l, 0);
     size_t ch = (size_t)1 << 20, nch = (P + ch - 1) / ch;
     TEST_CHECK(nv.master == 0 && nv.moments == 0 && nv.host == 0 && nv.nvme == nch * ch * 12 &&
-               nv.host_buffers == 4 * ch * 2 + ch * 4 + 2 * ch * 12,
-               "offload nvme: the state in a file of %zu whole chunks of 2^20 x 12 bytes (%zu), host buffers %zu", nch,
-               nv.nvme, nv.host_buffers);
+               nv.host_buffers == P * 2 + 2 * ch * 2 + ch * 4 + 2 * ch * 12,
+               "offload nvme: the state in a file of %zu whole chunks of 2^20 x 12 bytes (%zu), host buffers %zu (the "
+               "bf16 gradients of all P, 2 parameter chunks, a fp32 gradient chunk, 2 I/O chunks)", nch, nv.nvme,
+               nv.host_buffers);
     { /* the planned precision sizes the activations, not the build's floatX: bf16 tables hold 2-byte tensors */
         LedgerLayout h = l;
         h.zero = 0; h.offload = 0; h.pb = 2;
