@@ -16,14 +16,20 @@
  *         The file is scratch: created at start (space reserved with posix_fallocate after a statvfs check against
  *         the ledger's bytes), removed at exit; checkpoints keep the state in their own state files
  *         (llmc/train_state.h reads and writes it through AdamWState's io hook), and a resume reads only those.
- * Per optimizer step (offload_update), chunk by chunk over the real (unpadded) owned range, double-buffered:
- *   the gradients of chunk i+1 are copied device -> host (floatX, a stream of their own) and, for nvme, its state
- *   read (an I/O thread, requests in FIFO order) while the CPU updates chunk i: AdamW with the CPU backend's
- *   element function (llmc/cpu/adamw_range.h, AVX where compiled for it, OpenMP threads), tensor by tensor for
- *   the weight decay, then rounds w to floatX (bf16: stochastic rounding keyed by (seed, t, flat index) exactly as
- *   the CUDA kernel's) and copies the parameters host -> device (a second stream), and (nvme) writes the chunk's
- *   state back. On the CPU build the "device" is host memory: the copies are memcpy and the update is bit-identical
- *   to the backend's adamw_update (the same function on the same values).
+ * Gradients (offload_stream_*, called by llmc/zero.h's layer_ready hook on the step's last micro-step): each bucket's
+ *   reduced gradients inside the real (unpadded) owned range are copied device -> host into hgrad (floatX, n values,
+ *   pinned) on a stream of their own as soon as the bucket is reduced, during backward, without waiting for the
+ *   gradient norm; one event per bucket, and each chunk remembers the last bucket that copied into it. Where no hook
+ *   streamed them (gradient compression decodes the buckets after backward) the update copies them down itself.
+ * Per optimizer step (offload_update, once the norm and clipping factor are known), chunk by chunk over the real
+ *   owned range: wait for the chunk's gradients (its last bucket's event, or its own copy issued one chunk ahead)
+ *   and, for nvme, its state (read ahead by an I/O thread, requests in FIFO order), then AdamW with the CPU
+ *   backend's element function (llmc/cpu/adamw_range.h: the AVX body where compiled for it or, in nvcc's host code,
+ *   chosen at run time; OpenMP threads), tensor by tensor for the weight decay, then round w to floatX (bf16:
+ *   stochastic rounding keyed by (seed, t, flat index) exactly as the CUDA kernel's) and copy the parameters host
+ *   -> device (a second stream, double-buffered), and (nvme) write the chunk's state back. On the CPU build the
+ *   "device" is host memory: the copies are memcpy and the update is bit-identical to the backend's adamw_update
+ *   (the same function on the same values).
  * Never a half-updated optimizer state that matters: a failed read or write ends the process with one line, and
  * a killed process leaves at most some chunks of the scratch file a step ahead; the next start rebuilds the file
  * from the checkpoint's state files (or from the initial weights), never from the old file.
@@ -32,8 +38,9 @@
  * no upload: the next forward's gathers copy them to the device); in fp32 builds with cpu offload that shard is w
  * itself, so the update writes nothing extra at all.
  * Bytes (llmc/ledger.h, ledger_offload_ex): host memory, host buffers and the file are sized by the ledger's own
- * function; per step the PCIe bytes are the real range's gradients down and parameters up (floatX each; nothing up
- * when the parameters are in host memory).
+ * function (host buffers: hgrad and the staging chunks); per step the PCIe bytes are the real range's gradients down
+ * (counted as their copies are queued, streamed or not) and parameters up (floatX each; nothing up when the
+ * parameters are in host memory).
  * Precision: fp32 and bf16 builds; fp16 builds (loss scaling) are refused by the trainer, as is -w 0 in mixed
  * precision (the offload always keeps fp32 weights on the host).
  * Test hooks (environment, documented in README.md "Optimizer offload"): LLMC_OFFLOAD_FREE_BYTES replaces the free

@@ -39,7 +39,9 @@
  *
  * Optimizer offload (--offload-optimizer, llmc/offload.h): zero_init_offload puts the owned range's fp32 state in
  * host memory or an NVMe file instead of the device, and zero_update runs its AdamW on the CPU (offload_update);
- * gradients, reductions, the norm and the all-gather are unchanged; with ZeRO-3 the update writes the shard.
+ * on the step's last micro-step the layer_ready hook (zero_layer_ready) also streams each bucket's reduced owned
+ * gradients to the host as soon as they are final (offload_stream_*); reductions, the norm and the all-gather are
+ * unchanged; with ZeRO-3 the update writes the shard.
  * Parameter offload (--offload-params cpu, ZeRO-3 only): the shard lives in pinned host memory (llmc/zero_params.h).
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
