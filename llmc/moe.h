@@ -49,6 +49,8 @@ typedef struct {
                   * and ... */
     float ep_capacity; /* ... the capacity factor it runs with (MoEOptions.capacity_factor); both size the
                         * receive-side expert buffers (moe_recv_rows). Readers of a file leave them 0. */
+    int ep_rank; /* not in the model file: this process's rank q in its ep group; with ep > 1 the model holds only
+                  * experts [q*E/ep, (q+1)*E/ep) of every MoE block (llmc/gpt2.h, gpt2_parameter_sizes_part) */
 } MoEConfig;
 
 /* Expert parallelism as the layer sees it (llmc/README.md, "Expert parallelism"): this process is rank `rank` of
@@ -252,7 +254,7 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 1);
         moe_exchange_rows(o->ep, &r, a->xe, a->xr, (size_t)C, 0);
-        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, C, H);
+        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, 0, C, H); /* the layer holds only its E/ep experts */
         moe_exchange_rows(o->ep, &r, a->recv, a->out, (size_t)C, 1);
     } else {
         int plan[3 * MOE_MAX_EXPERTS];
@@ -277,7 +279,7 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 0);
         moe_exchange_rows(o->ep, &r, a->dout, a->drecv, (size_t)C, 0);
-        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, scratch_f32, C, H);
+        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, 0, scratch_f32, C, H);
         moe_exchange_rows(o->ep, &r, a->recv, a->dxe, (size_t)C, 1);
     } else {
         moe_permute(a->xe, x, a->row, N, C, k);

@@ -265,7 +265,6 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
     if (l->zero == 3 && (l->tp > 1 || l->pp > 1)) { return " [theory: not implemented by the trainer]"; }
-    if (ledger_ep(l) > 1) { return " [theory: expert parallelism, the trainer replicates the experts]"; }
     return "";
 }
 
