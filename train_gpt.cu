@@ -521,6 +521,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
     comm_counters_reset(s->pp);
+    if (s->zero.experts) { comm_counters_reset(s->zero.experts->dp); comm_counters_reset(s->zero.ep); } /* --ep */
     s->tp_comm.seconds = 0.0;
     unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
     moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
@@ -592,8 +593,18 @@ static StepResult train_step(TrainSession* s) {
     report_bad_step(s, &r, st.overflow);
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
+        CommCounters n = c->counters;
+        if (s->zero.experts) { /* --ep: + the experts' group (expert-dp) and their norm's sum over ep, once per comm */
+            const Comm* more[2] = {s->zero.experts->dp, s->zero.ep};
+            for (int k = 0; k < 2; k++) {
+                if (more[k] == c || (k == 1 && more[1] == more[0])) { continue; }
+                n.bytes_sent += more[k]->counters.bytes_sent;
+                n.bytes_recv += more[k]->counters.bytes_recv;
+                n.calls += more[k]->counters.calls;
+            }
+        }
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
-               c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
+               c->rank, s->step, n.bytes_sent, n.bytes_recv, n.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
         if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
         if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
