@@ -22,7 +22,8 @@
  * would avoid). Kernels: llmc/cpu/moe.h, llmc/cuda/moe.cuh.
  * Expert parallelism (MoEExpertParallel, llmc/README.md "Expert parallelism"): the grouped rows go to the ranks
  * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
- * and backward; the expert side holds Rr = moe_recv_rows rows.
+ * and backward; the expert side holds Rr = moe_recv_rows rows. The layer's expert tensors are then those of this
+ * rank's E/ep experts only (local index 0..E/ep-1; llmc/gpt2.h gpt2_parameter_sizes_part, llmc/zero_experts.h).
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H

@@ -73,7 +73,9 @@ static inline uint64_t header_get_u64(const int* h, int i) {
  * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32)
  * [34] tensor-parallel size (0 without tensor parallelism, as in the files of earlier versions) [35] tensor-parallel
  * rank [36] pipeline size (0 without pipeline parallelism) [37] pipeline rank [38] the stage's chunks (0: all
- * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k */
+ * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k
+ * [100] expert-parallel size (0 without --ep) [101] ep rank [102,103] expert shard start [104,105] expert shard size
+ * (llmc/zero_experts.h: the body's sections then hold the dense range followed by the expert range) */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
