@@ -292,7 +292,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
     SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
          "expert parallelism: the experts split over groups of N consecutive data-parallel processes, tokens moved "
-         "by all-to-all (N divides the data-parallel size and --moe-experts; 1 = every process computes every expert)");
+         "by all-to-all; each process holds only its E/N experts' weights, gradients and optimizer state (N divides "
+         "the data-parallel size and --moe-experts; 1 = every process holds and computes every expert)");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
