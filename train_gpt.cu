@@ -52,6 +52,7 @@
 #include "llmc/generate.h"         /* defines: GenerateConfig, generate_text */
 #include "llmc/tensor_parallel_comm.h" /* defines: TensorParallelComm, tensor_parallel_on_comm */
 #include "llmc/moe_ep_comm.h"          /* defines: MoEEpComm, moe_ep_comm_init (--ep's all-to-all) */
+#include "llmc/zero_experts.h"         /* defines: zero_init_experts (--ep: the experts' own ZeRO group), files */
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 
@@ -291,7 +292,8 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
     SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
          "expert parallelism: the experts split over groups of N consecutive data-parallel processes, tokens moved "
-         "by all-to-all (N divides the data-parallel size and --moe-experts; 1 = every process computes every expert)");
+         "by all-to-all; each process holds only its E/N experts' weights, gradients and optimizer state (N divides "
+         "the data-parallel size and --moe-experts; 1 = every process holds and computes every expert)");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
@@ -521,6 +523,7 @@ static StepResult train_step(TrainSession* s) {
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
     comm_counters_reset(s->pp);
+    if (s->zero.experts) { comm_counters_reset(s->zero.experts->dp); comm_counters_reset(s->zero.ep); } /* --ep */
     s->tp_comm.seconds = 0.0;
     unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
     moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
@@ -593,8 +596,18 @@ static StepResult train_step(TrainSession* s) {
     report_bad_step(s, &r, st.overflow);
     if (cfg->comm_stats) {
         const Comm* c = s->dp;
+        CommCounters n = c->counters;
+        if (s->zero.experts) { /* --ep: + the experts' group (expert-dp) and their norm's sum over ep, once per comm */
+            const Comm* more[2] = {s->zero.experts->dp, s->zero.ep};
+            for (int k = 0; k < 2; k++) {
+                if (more[k] == c || (k == 1 && more[1] == more[0])) { continue; }
+                n.bytes_sent += more[k]->counters.bytes_sent;
+                n.bytes_recv += more[k]->counters.bytes_recv;
+                n.calls += more[k]->counters.calls;
+            }
+        }
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
-               c->rank, s->step, c->counters.bytes_sent, c->counters.bytes_recv, c->counters.calls, cfg->zero_stage,
+               c->rank, s->step, n.bytes_sent, n.bytes_recv, n.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
         if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
         if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
@@ -643,9 +656,17 @@ static TrainState session_train_state(const TrainSession* s) {
     st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
     st.vocab_size = c->vocab_size; st.padded_vocab_size = c->padded_vocab_size; st.max_seq_len = c->max_seq_len;
     st.has_master = zero_has_master(&s->zero);
-    st.num_parameters = s->model.num_parameters;
+    st.num_parameters = s->zero.experts ? s->model.num_parameters_full : s->model.num_parameters;
     st.shard_start = s->zero.opt.first;
     st.shard_size = s->zero.opt.n;
+    st.ep_size = 1;
+    if (s->zero.experts) { /* --ep: the experts' range follows the dense one (llmc/zero_experts.h) */
+        st.ep_size = s->grid.ep->world;
+        st.ep_rank = s->grid.ep->rank;
+        st.expert_start = s->zero.experts->opt.first;
+        st.expert_size = s->zero.experts->opt.n;
+        st.shard_size += st.expert_size;
+    }
     DataLoaderState ls;
     batch_pipeline_data_state(&s->batches, &ls);
     st.data_epoch = ls.epoch;
@@ -666,6 +687,9 @@ static void write_checkpoint(TrainSession* s) {
     if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         zero_write_model(&s->zero, path, is_rank0(s));
+    } else if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts, rank 0 writes */
+        checkpoint_model_path(path, sizeof(path), dir, s->step);
+        if (s->grid.coord.dp / s->grid.ep->world == 0) { zero_experts_write_model(&s->model, s->grid.ep, path, is_rank0(s)); }
     } else if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         if (s->pp->world > 1) { pipeline_write_model(&s->pipe, path, is_rank0(s)); } /* every stage sends its part */
@@ -673,7 +697,9 @@ static void write_checkpoint(TrainSession* s) {
     }
     checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
     TrainState st = session_train_state(s);
-    train_state_write(path, &st, &s->zero.opt);
+    ZeroGroupsState groups;
+    AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
+    train_state_write(path, &st, &opt);
     if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
@@ -772,8 +798,9 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
     {"resume", "this very choice"},
     {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
-    {"ep", "where experts are computed: every process holds the full model and its optimizer layout does not depend on "
-           "--ep (expert gradients summed in another order)"},
+    {"ep", "where experts are held and computed: the model file is the full model, and a resume at another --ep (same "
+           "processes and ZeRO stage) rebuilds each rank's optimizer ranges from all state files (expert gradients are "
+           "then summed in another order)"},
     {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
     {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
     {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
@@ -860,6 +887,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     gpt2_read_model_header(path, &file_cfg);
     file_cfg.moe.ep = mc->moe.ep; /* not in the file: the checkpoint holds the full model for any --ep */
     file_cfg.moe.ep_capacity = mc->moe.ep_capacity;
+    file_cfg.moe.ep_rank = mc->moe.ep_rank;
     if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
         FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
               "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
@@ -867,7 +895,8 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               mc->vocab_size, mc->max_seq_len);
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
-    zero_load_weights(&s->zero, path); /* ZeRO-3: this rank's shard */
+    if (s->zero.experts) { gpt2_load_weights(&s->model, path); } /* --ep: this rank's experts of the full model */
+    else { zero_load_weights(&s->zero, path); }                  /* ZeRO-3: this rank's shard */
     zero_params_changed(&s->zero);     /* --offload-optimizer: its fp32 copy of the weights follows them */
     TrainState ours = session_train_state(s), found;
     TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
@@ -886,7 +915,19 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
     } else {
         checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
-        train_state_read(path, resume_step, &ours, &ctx, &s->zero.opt, &found);
+        TrainState mine;
+        train_state_read_header(path, &mine);
+        ZeroGroupsState groups;
+        AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
+        if (mc->moe.experts > 0 && mine.ep_size != ours.ep_size) { /* written with another --ep: rebuilt from all */
+            if (is_rank0(s)) {
+                printf("resume: checkpoint step %d was written with --ep %d; rebuilding the optimizer state for --ep "
+                       "%d from its %d state files\n", resume_step, mine.ep_size, ours.ep_size, s->world.world);
+            }
+            zero_experts_read_other_ep(cfg->output_dir, resume_step, s->world.world, mc, &ours, &ctx, &opt, &found);
+        } else {
+            train_state_read(path, resume_step, &ours, &ctx, &opt, &found);
+        }
     }
     DataLoaderState ls;
     ls.epoch = found.data_epoch;
@@ -1174,6 +1215,11 @@ static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
                   "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
                   cfg->tp > 1 ? "--tp > 1" : cfg->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
     }
+    if (cfg->ep > 1 && (strcmp(cfg->offload_optimizer, "none") != 0 || strcmp(cfg->grad_compress, "none") != 0)) {
+        FATAL_ALL("flag --ep %d with %s: expert parallelism keeps the experts' optimizer state in a second ZeRO group "
+                  "that optimizer offload and gradient compression do not cover; use --ep 1 or drop that flag", cfg->ep,
+                  strcmp(cfg->offload_optimizer, "none") != 0 ? "--offload-optimizer" : "--grad-compress");
+    }
     if (cfg->zero_stage == 3 || cfg->recompute == 3) { /* the expert tensors are not per-layer units (llmc/README.md) */
         FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run with -z 0/1/2 and -r 0/1/2 (the expert "
                   "tensors are not per-layer units for ZeRO-3's gathers or -r 3's segments)", mc->moe.experts,
@@ -1246,17 +1292,20 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
                                                 s->cfg.comm_stats);
     GPT2Stage stage = pipeline_stage_of(mc, s->pp->world, s->cfg.pp_virtual, s->pp_layers[0] ? s->pp_layers : NULL,
                                         s->pp->rank);
+    GPT2Config run = *mc; /* --ep > 1: this process holds the experts of its ep rank (llmc/zero_experts.h) */
+    run.moe.ep_rank = moe_ep_size(&run.moe) > 1 ? s->grid.ep->rank : 0;
     if (is_model_descriptor(s->cfg.model)) {
-        gpt2_allocate_weights_part(&s->model, mc, &tp, &stage);
+        gpt2_allocate_weights_part(&s->model, &run, &tp, &stage);
         gpt2_init_random(&s->model, (uint64_t)s->cfg.seed);
     } else {
-        gpt2_build_from_file_part(&s->model, s->cfg.model, &tp, &stage);
+        gpt2_build_from_file_run(&s->model, s->cfg.model, &tp, &stage, &run.moe);
     }
     s->model.moe_opt.capacity_factor = s->cfg.moe_capacity_factor;
     s->model.moe_opt.aux_coef = s->cfg.moe_aux_coef;
     s->model.moe_opt.z_coef = s->cfg.moe_z_coef;
     s->model.config.moe.ep = mc->moe.ep; /* a model file's header leaves the run-time fields 0 */
     s->model.config.moe.ep_capacity = mc->moe.ep_capacity;
+    s->model.config.moe.ep_rank = run.moe.ep_rank;
     /* --ep > 1: the layer's all-to-all on a private copy of the grid's ep group (llmc/moe_ep_comm.h) */
     s->model.moe_opt.ep = moe_ep_comm_init(&s->ep_comm, s->grid.ep, floatx_comm_dtype());
 }
@@ -1385,8 +1434,13 @@ static void session_init(TrainSession* s) {
                       "every process must see the same output directory");
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
-    zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
-                      &s->offload);                           /* gradients, optimizer shard (device or offloaded) */
+    if (moe_ep_size(&s->model.config.moe) > 1) { /* --ep: the dense group over dp, the experts over expert-dp */
+        zero_init_experts(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, s->grid.expert_dp, s->grid.ep,
+                          cfg->master_weights);
+    } else {
+        zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
+                          &s->offload);                       /* gradients, optimizer shard (device or offloaded) */
+    }
     s->compress.vblock = (size_t)s->model.config.channels; /* --grad-compress-block-v: a block is a weight row */
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
@@ -1430,6 +1484,7 @@ static LedgerLayout session_ledger_layout(const TrainSession* s) {
     l.recompute_every = s->cfg.recompute_every;
     l.pb = (int)sizeof(floatX); l.master = zero_has_master(&s->zero); l.offload = s->offload.kind;
     l.offload_params = s->zero.params.host;
+    l.ep = s->zero.experts ? s->grid.ep->world : 1;
     return l;
 }
 
@@ -1438,9 +1493,9 @@ static LedgerLayout session_ledger_layout(const TrainSession* s) {
 static void print_ledger_check(const TrainSession* s) {
     LedgerLayout l = session_ledger_layout(s);
     LedgerRank r = ledger_rank(&l, s->pp->rank);
-    size_t range = s->zero.own_end - s->zero.own_start;
-    size_t got[5] = {zero_param_bytes(&s->zero), s->zero.grads_bytes, s->zero.opt.master ? range * 4 : 0,
-                     s->zero.opt.m ? 2 * range * 4 : 0, s->model.acts_bytes_held};
+    size_t st[4];
+    zero_state_bytes(&s->zero, st); /* --ep: both groups */
+    size_t got[5] = {st[0], st[1], st[2], st[3], s->model.acts_bytes_held};
     size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
     int same = memcmp(got, want, sizeof(got)) == 0;
     printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
@@ -1508,6 +1563,15 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     warn_if_warmup_covers_run(s);
     if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
     zero_print_ledger(&s->zero);
+    if (s->zero.experts) { /* --ep: the two groups (llmc/zero_experts.h) */
+        const ZeroOptimizer* d = &s->zero;
+        const ZeroOptimizer* e = s->zero.experts;
+        int E = s->model.config.moe.experts, p = s->grid.ep->world;
+        printf("expert parallelism: experts %d..%d of %d held here (ep rank %d of %d); dense group %zu parameters over "
+               "%d processes (optimizer range %zu), expert group %zu parameters over %d processes (optimizer range "
+               "%zu)\n", s->grid.ep->rank * E / p, (s->grid.ep->rank + 1) * E / p - 1, E, s->grid.ep->rank, p, d->P,
+               d->dp->world, d->own_end - d->own_start, e->P, e->dp->world, e->own_end - e->own_start);
+    }
     if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
     int nd, no;
     size_t vd, vo;

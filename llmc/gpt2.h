@@ -385,8 +385,16 @@ static inline int gpt2_stage_holds(const GPT2Stage* st, int i) {
     return st->has_head; /* lnfw, lnfb */
 }
 
-/* element counts of the 16 tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st
- * (NULL: the whole model); tensors a stage does not hold have 0 elements */
+/* 1 for the expert tensors that expert parallelism splits (efcw, efcb, efcprojw, efcprojb; not the router) when
+ * model c runs with c->moe.ep > 1: each ep rank holds E/ep experts of every MoE block (llmc/README.md, "Expert
+ * parallelism") */
+static inline int gpt2_ep_splits(const GPT2Config* c, int i) {
+    return moe_ep_size(&c->moe) > 1 && i >= P_EFCW && i <= P_EFCPROJB;
+}
+
+/* element counts of the tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st
+ * (NULL: the whole model); tensors a stage does not hold have 0 elements; with expert parallelism (c->moe.ep > 1)
+ * the split expert tensors hold this rank's E/ep experts of each MoE block (gpt2_ep_splits) */
 static inline void gpt2_parameter_sizes_part(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p,
                                              const GPT2Stage* st) {
     GPT2Stage whole = gpt2_stage_whole(c);
@@ -395,6 +403,7 @@ static inline void gpt2_parameter_sizes_part(size_t sizes[NUM_PARAMETER_TENSORS]
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = gpt2_tp_slice(c, i, p, 0);
         sizes[i] = gpt2_stage_holds(st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
+        if (gpt2_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
     }
 }
 
@@ -661,6 +670,13 @@ static inline void gpt2_part_for_each_piece(const GPT2Config* c, int p, int r, c
     gpt2_parameter_sizes_part(local, c, p, st);
     size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (gpt2_ep_splits(c, i) && local[i]) { /* expert parallelism: ep rank q's experts of each MoE block */
+            size_t Lm = gpt2_tensor_slices(c, i), fb = full[i] / Lm, lb = local[i] / Lm, q = (size_t)c->moe.ep_rank;
+            for (size_t j = 0; j < Lm; j++) { fn(ctx, i, foff + j * fb + q * lb, loff + j * lb, lb); }
+            foff += full[i];
+            loff += local[i];
+            continue;
+        }
         int per_layer = gpt2_is_per_layer(c, i);
         size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
         TPSlice s = gpt2_tp_slice(c, i, p, r);

@@ -35,11 +35,13 @@
  * S * pb, or nothing extra in fp32 builds with --offload-optimizer cpu, whose fp32 weights are the shard itself;
  * the optimizer offload then writes the parameters in place and needs no parameter staging chunks. PCIe per step:
  * ledger_offload_params_step_bytes.
- * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp, expert
- * parallelism (ep > 1: each rank holds E/ep experts of every MoE block, the router whole; the dense
- * tensors are sharded over dp and the rank's experts over the dp/ep ranks holding the same experts, two ZeRO groups;
- * buffers add the all-to-all receive and send rows, 2 B T k C floatX). A mixture-of-experts layout needs tp 1,
- * pp 1, ZeRO 0-2 and recompute 0-2 (ledger_check_layout), as the trainer.
+ * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with tp or pp.
+ * Expert parallelism (ep > 1, as the trainer builds it, llmc/zero_experts.h): each rank holds E/ep experts of every
+ * MoE block, the router whole; two ZeRO groups, the dense tensors over dp (shard Sd) and the rank's experts over the
+ * dp/ep ranks holding the same experts (S_exp); parameters one unpadded buffer of P, gradients each group's padded
+ * buffer (ZeRO-0/1) or its ZeRO-2 store; buffers add the all-to-all receive and send rows, 2 B T k C floatX (not
+ * compared with the trainer). A mixture-of-experts layout needs tp 1, pp 1, ZeRO 0-2 and recompute 0-2
+ * (ledger_check_layout), as the trainer.
  * Activations are sized with pb (gpt2_activation_layout_x), the layout's element size, not the running binary's
  * floatX: the planner in the CPU build plans bf16 GPUs.
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
@@ -72,8 +74,7 @@ typedef struct {
     int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
                                * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
     int ep;                   /* expert parallelism (mixture of experts): the E experts of every MoE block split over
-                               * ep ranks of each data-parallel group (0 is read as 1). Planner-side model: the
-                               * trainer's ledger passes 0 */
+                               * ep ranks of each data-parallel group (0 is read as 1; the trainer passes --ep) */
 } LedgerLayout;
 
 /* ep of a layout (0 read as 1) */
@@ -221,11 +222,10 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     const GPT2Config* c = &l->cfg;
     GPT2Stage st = pipeline_stage_of(c, l->pp, l->v, l->pp_layers, s);
     size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
-    gpt2_parameter_sizes_part(sizes, c, l->tp, &st);
     size_t ep = (size_t)ledger_ep(l);
-    if (ep > 1) { /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
-        sizes[P_EFCW] /= ep; sizes[P_EFCB] /= ep; sizes[P_EFCPROJW] /= ep; sizes[P_EFCPROJB] /= ep;
-    }
+    GPT2Config ce = *c; /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
+    ce.moe.ep = ep > 1 ? (int)ep : 0;
+    gpt2_parameter_sizes_part(sizes, &ce, l->tp, &st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
         if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
@@ -246,8 +246,12 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     }
     size_t range = l->zero >= 1 ? r.S : r.P;
     size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
-    if (l->zero <= 1) { r.params = Ppad * pb; r.grads = Ppad * pb; }
-    else if (l->zero == 2) { r.params = Ppad * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
+    if (ep > 1) { /* the groups' ZeRO-2 globals are two allocations, each 256-byte aligned (llmc/zero_experts.h) */
+        a_glob = (globals - r.P_exp + 127) / 128 * 128 + (r.P_exp + 127) / 128 * 128;
+    }
+    size_t held = ep > 1 ? r.P : Ppad; /* ep: one flat buffer of both groups, unpadded (the groups gather [0, P)) */
+    if (l->zero <= 1) { r.params = held * pb; r.grads = Ppad * pb; }
+    else if (l->zero == 2) { r.params = held * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
     else { r.params = (r.S + 2 * slot + globals) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
     if (l->zero == 3 && l->offload_params) { /* the shard leaves the device; the working set stays */
         r.params -= r.S * pb;

@@ -178,9 +178,24 @@ static inline void model_file_check_finite(const char* path, const GPT2Config* c
 
 /* allocates m from the model file `path` (fp32 v3 or bf16 v5; converted to this build's floatX) as rank tp->rank
  * of tp->size tensor-parallel ranks (tp NULL: no tensor parallelism) holding pipeline stage st (NULL: all layers) */
+static inline void gpt2_build_from_file_run(GPT2* m, const char* path, const TensorParallel* tp, const GPT2Stage* st,
+                                            const MoEConfig* run);
 static inline void gpt2_build_from_file_part(GPT2* m, const char* path, const TensorParallel* tp, const GPT2Stage* st) {
+    gpt2_build_from_file_run(m, path, tp, st, NULL);
+}
+
+/* gpt2_build_from_file_part with the run-time fields of the mixture-of-experts configuration (MoEConfig ep,
+ * ep_rank, ep_capacity, which files do not store) taken from `run` (NULL: none): with ep > 1 the model holds
+ * ep rank ep_rank's experts of the full model in the file (llmc/README.md, "Expert parallelism") */
+static inline void gpt2_build_from_file_run(GPT2* m, const char* path, const TensorParallel* tp, const GPT2Stage* st,
+                                            const MoEConfig* run) {
     GPT2Config cfg;
     int version = gpt2_read_model_header(path, &cfg);
+    if (run && cfg.moe.experts > 0) {
+        cfg.moe.ep = run->ep;
+        cfg.moe.ep_rank = run->ep_rank;
+        cfg.moe.ep_capacity = run->ep_capacity;
+    }
     /* the size check comes before any allocation: a damaged header names the file, not an out-of-memory */
     size_t sizes[NUM_PARAMETER_TENSORS], P = 0;
     gpt2_parameter_sizes(sizes, &cfg);
@@ -226,7 +241,7 @@ static inline void gpt2_build_from_file(GPT2* m, const char* path, const TensorP
  * (checked by the caller); the buffer (and its padding) stays */
 static inline void gpt2_load_weights(GPT2* m, const char* path) {
     GPT2 loaded;
-    gpt2_build_from_file_part(&loaded, path, &m->tp, &m->stage);
+    gpt2_build_from_file_run(&loaded, path, &m->tp, &m->stage, &m->config.moe);
     dev_memcpy_d2d(m->params_memory, loaded.params_memory, m->num_parameters * sizeof(floatX));
     gpt2_free(&loaded);
 }

@@ -22,7 +22,8 @@
  * would avoid). Kernels: llmc/cpu/moe.h, llmc/cuda/moe.cuh.
  * Expert parallelism (MoEExpertParallel, llmc/README.md "Expert parallelism"): the grouped rows go to the ranks
  * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
- * and backward; the expert side holds Rr = moe_recv_rows rows.
+ * and backward; the expert side holds Rr = moe_recv_rows rows. The layer's expert tensors are then those of this
+ * rank's E/ep experts only (local index 0..E/ep-1; llmc/gpt2.h gpt2_parameter_sizes_part, llmc/zero_experts.h).
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
@@ -49,6 +50,8 @@ typedef struct {
                   * and ... */
     float ep_capacity; /* ... the capacity factor it runs with (MoEOptions.capacity_factor); both size the
                         * receive-side expert buffers (moe_recv_rows). Readers of a file leave them 0. */
+    int ep_rank; /* not in the model file: this process's rank q in its ep group; with ep > 1 the model holds only
+                  * experts [q*E/ep, (q+1)*E/ep) of every MoE block (llmc/gpt2.h, gpt2_parameter_sizes_part) */
 } MoEConfig;
 
 /* Expert parallelism as the layer sees it (llmc/README.md, "Expert parallelism"): this process is rank `rank` of
@@ -252,7 +255,7 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 1);
         moe_exchange_rows(o->ep, &r, a->xe, a->xr, (size_t)C, 0);
-        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, C, H);
+        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, 0, C, H); /* the layer holds only its E/ep experts */
         moe_exchange_rows(o->ep, &r, a->recv, a->out, (size_t)C, 1);
     } else {
         int plan[3 * MOE_MAX_EXPERTS];
@@ -277,7 +280,7 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 0);
         moe_exchange_rows(o->ep, &r, a->dout, a->drecv, (size_t)C, 0);
-        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, o->ep->rank * r.El, scratch_f32, C, H);
+        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, 0, scratch_f32, C, H);
         moe_exchange_rows(o->ep, &r, a->recv, a->dxe, (size_t)C, 1);
     } else {
         moe_permute(a->xe, x, a->row, N, C, k);

@@ -230,13 +230,19 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     int ep = ledger_ep(l), edp = l->dp / ep;
     double Sd = (double)(r.mem.S - r.mem.S_exp), Pd = (double)(r.mem.P - r.mem.P_exp); /* dense group (all: ep 1) */
     double t_dense, b_dense, t_exp = 0.0, b_exp = 0.0;
-    plan_dp_group(l->zero, l->m, l->dp, Sd * l->dp * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense, &b_dense);
+    /* with ep > 1 each group's buffer is unpadded (llmc/zero_experts.h): its all-gather covers the real values */
+    plan_dp_group(l->zero, l->m, l->dp, (ep > 1 ? Pd : Sd * l->dp) * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense,
+                  &b_dense);
     if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
-        plan_dp_group(l->zero, l->m, edp, (double)r.mem.S_exp * edp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
+        plan_dp_group(l->zero, l->m, edp, (double)r.mem.P_exp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
                       t_bwd, &t_exp, &b_exp);
     }
     r.t_dp = t_dense + t_exp;
     r.b_dp = l->dp > 1 ? b_dense + b_exp + 2.0 * ((l->dp - 1.0) / l->dp) * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
+    if (ep > 1) { /* the experts' step statistics over expert-dp, and their squared norm (2 fp64) summed over ep */
+        r.b_dp += (edp > 1 ? 2.0 * ((edp - 1.0) / edp) * 8.0 * (l->zero >= 1 ? edp + 2 : 1) : 0.0) +
+                  2.0 * ((ep - 1.0) / ep) * 8.0 * 2.0;
+    }
     /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
      * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
      * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
@@ -265,7 +271,6 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 
 static inline const char* plan_theory_note(const LedgerLayout* l) {
     if (l->zero == 3 && (l->tp > 1 || l->pp > 1)) { return " [theory: not implemented by the trainer]"; }
-    if (ledger_ep(l) > 1) { return " [theory: expert parallelism, the trainer replicates the experts]"; }
     return "";
 }
 

@@ -46,6 +46,11 @@ typedef struct {
                                     older versions: 0 = 1, no tensor parallelism) */
     int pp_size, pp_rank;        /* pipeline layout: the shard covers the parameters of pipeline stage pp_rank */
     GPT2Stage stage;             /* that stage's layers (llmc/gpt2.h); files without pipeline: all layers */
+    int ep_size, ep_rank;        /* expert parallelism (llmc/zero_experts.h; files without it: 1, 0): with ep_size > 1
+                                  * the shard is the dense group's range [shard_start, ...) of shard_size - expert_size
+                                  * values followed by the expert group's range [expert_start, + expert_size) of this
+                                  * ep rank's experts (indices of the local expert part), in every section */
+    uint64_t expert_start, expert_size;
 } TrainState;
 
 /* what the error messages of the readers name besides the file */
@@ -68,7 +73,9 @@ static inline uint64_t header_get_u64(const int* h, int i) {
  * [30] loss scale (fp32 bits) [31] loss scaler good steps [32,33] data fingerprint (uint64 as lo,hi int32)
  * [34] tensor-parallel size (0 without tensor parallelism, as in the files of earlier versions) [35] tensor-parallel
  * rank [36] pipeline size (0 without pipeline parallelism) [37] pipeline rank [38] the stage's chunks (0: all
- * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k */
+ * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k
+ * [100] expert-parallel size (0 without --ep) [101] ep rank [102,103] expert shard start [104,105] expert shard size
+ * (llmc/zero_experts.h: the body's sections then hold the dense range followed by the expert range) */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
@@ -99,6 +106,12 @@ static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]
             h[41 + 2 * k] = s->stage.chunk_first[k];
             h[42 + 2 * k] = s->stage.chunk_layers[k];
         }
+    }
+    if (s->ep_size > 1) { /* [100] ep size (0: none) [101] ep rank [102,103] expert shard start [104,105] its size */
+        h[100] = s->ep_size;
+        h[101] = s->ep_rank;
+        header_put_u64(h, 102, s->expert_start);
+        header_put_u64(h, 104, s->expert_size);
     }
 }
 static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
@@ -135,6 +148,10 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
         s->stage.chunk_layers[0] = s->num_layers;
         s->stage.has_embedding = s->stage.has_head = 1;
     }
+    s->ep_size = h[100] > 0 ? h[100] : 1;
+    s->ep_rank = h[101];
+    s->expert_start = header_get_u64(h, 102);
+    s->expert_size = header_get_u64(h, 104);
 }
 
 /* the data-parallel size of the run a state describes, and the data-parallel coordinate of its world rank q (the
@@ -160,7 +177,8 @@ static inline FILE* train_state_open(const char* path, TrainState* s) {
     if (s->world < 1 || s->world > (1 << 20) || s->rank < 0 || s->rank >= s->world || s->tp_size > s->world ||
         s->pp_size > s->world || s->world % ((long long)s->tp_size * s->pp_size) != 0 || s->B < 1 || s->T < 1 || s->grad_accum_steps < 1 ||
         s->B > (1 << 20) || s->T > (1 << 20) || s->grad_accum_steps > (1 << 20) ||
-        s->has_master < 0 || s->has_master > 1 ||
+        s->has_master < 0 || s->has_master > 1 || s->ep_size > s->world || s->ep_rank < 0 || s->ep_rank >= s->ep_size ||
+        s->expert_size > s->shard_size ||
         (long long)s->B * s->T * s->grad_accum_steps > (1LL << 40)) { /* with dp <= 2^20: tokens/step < 2^60 */
         fclose(f);
         FATAL("training state file '%s' has an invalid header: rank %d of world %d (tp %d, pp %d), B=%d T=%d "
@@ -301,6 +319,11 @@ static inline void train_state_read(const char* path, int step, const TrainState
                        (long long)ours->shard_start);
     train_state_expect(path, "optimizer shard size", "ZeRO layout", (long long)found->shard_size,
                        (long long)ours->shard_size);
+    train_state_expect(path, "expert-parallel size", "--ep", found->ep_size, ours->ep_size);
+    train_state_expect(path, "expert shard start", "ZeRO layout", (long long)found->expert_start,
+                       (long long)ours->expert_start);
+    train_state_expect(path, "expert shard size", "ZeRO layout", (long long)found->expert_size,
+                       (long long)ours->expert_size);
     train_state_check_size(path, found, ctx);
     size_t n = (size_t)found->shard_size;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");

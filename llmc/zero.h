@@ -107,6 +107,13 @@ struct ZeroOptimizer {
     GradCompressor* compress;      /* ZeRO-0/1 gradient compression (llmc/grad_compress.h); NULL: floatX collectives */
     Offload* offload;              /* --offload-optimizer (llmc/offload.h): opt lives in host memory or NVMe; NULL: device */
     ZeroParamStore params;         /* ZeRO-3: the parameter shard and the working buffer (shard NULL otherwise) */
+    /* expert parallelism (--ep > 1, llmc/zero_experts.h): the model's parameters form two groups, this optimizer the
+     * dense one (every tensor but the split expert tensors, over dp) and `experts` the rank's E/ep experts (over the
+     * expert-dp group); each group works on its own view of the model (`view`, owned) */
+    int group;                     /* 1: a parameter group (not padded: the all-gather covers [0, P) of the view) */
+    ZeroOptimizer* experts;        /* the experts' group, or NULL (no expert parallelism) */
+    Comm* ep;                      /* with experts: the ep group, over which the experts' squared norm is summed */
+    GPT2* view;                    /* the group's view of the model (z->model points at it), or NULL */
 };
 
 /* ---------------------------------------------------------------- helpers shared by the stages */
@@ -335,6 +342,8 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
                                      int keep_master, const OffloadSpec* offload);
+static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
+                                int keep_master, const OffloadSpec* offload, int group);
 static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_master);
 
 /* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
@@ -353,7 +362,16 @@ static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp,
  * it is the offload's fp32 weights themselves (one copy of the values on the host, none on the device). */
 static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
                                      int keep_master, const OffloadSpec* offload) {
+    zero_init_ex(z, stage, model, dp, tp, pp, keep_master, offload, 0);
+}
+
+/* zero_init_offload; group = 1 sets up one parameter group of a model split into groups (llmc/zero_experts.h):
+ * `model` is the group's view (its parameters are not padded: the collectives cover [0, P) with uneven last
+ * chunks, so the group's buffer may be followed by another group's parameters) */
+static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
+                                int keep_master, const OffloadSpec* offload, int group) {
     memset(z, 0, sizeof(*z));
+    z->group = group;
     z->tp = tp;
     z->pp = pp;
     z->stage = zero_stage_info(stage);
@@ -364,7 +382,7 @@ static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, C
     z->P = model->num_parameters;
     z->S = comm_shard_size(dp, z->P);
     z->Ppad = z->S * (size_t)dp->world;
-    gpt2_pad_parameters(model, z->Ppad);
+    if (!group) { gpt2_pad_parameters(model, z->Ppad); }
     z->own_start = z->stage->shards_optimizer ? (size_t)dp->rank * z->S : 0;
     z->own_end = z->stage->shards_optimizer ? z->own_start + z->S : z->P;
     z->stage->allocate_grads(z);
@@ -465,6 +483,8 @@ static inline void zero_free(ZeroOptimizer* z) {
     if (z->opt.master) { dev_free(z->opt.master); }
     if (z->norm_partials) { dev_free(z->norm_partials); }
     zero_params_free(&z->params);
+    if (z->experts) { zero_free(z->experts); free(z->experts); }
+    free(z->view);
     memset(z, 0, sizeof(*z));
 }
 
@@ -474,6 +494,20 @@ static inline void zero_free(ZeroOptimizer* z) {
 static inline void zero_begin_step(ZeroOptimizer* z) {
     z->stage->begin_step(z);
     if (z->offload) { offload_begin_step(z->offload); } /* the step's PCIe counters, the streamed coverage */
+    if (z->experts) { z->experts->stage->begin_step(z->experts); }
+}
+
+/* the GPT2GradTarget hooks with an expert group (--ep > 1): each group's hook; the experts' tensors are global
+ * (bucket -1 only) */
+static inline void zero_groups_backward_begin(void* ctx) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    if (z->stage->backward_begin) { z->stage->backward_begin(z); }
+    if (z->experts->stage->backward_begin) { z->experts->stage->backward_begin(z->experts); }
+}
+static inline void zero_groups_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    if (z->reducing) { z->stage->layer_ready(z, layer); }
+    if (layer < 0 && z->experts->reducing) { z->experts->stage->layer_ready(z->experts, layer); }
 }
 
 /* Before a micro-step's backward: whether its backward issues the gradient buckets (ZeRO-2: always; ZeRO-0/1:
@@ -488,6 +522,14 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
     z->target.layer_begin = z->stage->layer_begin;
     z->target.layer_ready = z->reducing || z->streaming ? zero_layer_ready : NULL;
     z->target.ctx = z;
+    if (z->experts) { /* (--ep refuses --offload-optimizer, so nothing streams) one target: the dense group's buffers and the experts' (patched in by zero_init_experts) */
+        ZeroOptimizer* e = z->experts;
+        e->reducing = e->stage->reduces_every_micro_step || (last_micro_step && comm_collectives_on(e->dp));
+        z->target.backward_begin = z->stage->backward_begin ? zero_groups_backward_begin : NULL;
+        z->target.layer_ready = z->reducing || e->reducing ? zero_groups_layer_ready : NULL;
+        if (reduces) { *reduces = z->reducing || e->reducing; }
+        return &z->target;
+    }
     if (reduces) { *reduces = z->reducing || z->streaming; } /* hooks with collectives or copies: run eagerly */
     return &z->target;
 }
@@ -497,6 +539,7 @@ static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
+    if (z->experts) { comm_join(z->experts->dp); }
     if (z->compress && (z->compress->spec.freeze_v || z->compress->spec.block_v) && grad_compress_active(z->compress)) {
         zero_clip_norm_uncompressed(z);
     }
@@ -583,6 +626,13 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
     for (int q = 0; q < N; q++) { st.norm_sq += red[2 + q]; }
     free(red);
     free(partials);
+    if (z->experts) { /* each ep rank's experts once: their norm over the expert-dp group, summed over the ep group */
+        ZeroStepStats e = zero_step_stats(z->experts, 0.0, check_overflow);
+        double x[2] = {e.norm_sq, (double)e.overflow};
+        comm_all_reduce_host_f64(z->ep, x, 2);
+        st.norm_sq += x[0];
+        st.overflow |= x[1] > 0.0;
+    }
     return st;
 }
 
@@ -608,9 +658,10 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
         }
     }
     if (z->stage->shards_optimizer && !z->stage->shards_params) {
-        comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->Ppad, z->S);
+        comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->group ? z->P : z->Ppad, z->S);
         comm_join(z->dp);
     }
+    if (z->experts) { zero_update(z->experts, s); }
 }
 
 /* ---------------------------------------------------------------- the parameters (ZeRO-3 keeps a shard) */
@@ -622,6 +673,7 @@ static inline int zero_params_sharded(const ZeroOptimizer* z) { return z->stage-
 /* device bytes of parameters this process holds: the padded flat buffer, or ZeRO-3's shard (unless in host memory)
  * + working buffer */
 static inline size_t zero_param_bytes(const ZeroOptimizer* z) {
+    if (z->experts) { return (z->model->params_capacity + z->experts->model->params_capacity) * sizeof(floatX); }
     return z->stage->shards_params ? zero_params_bytes(&z->params) : z->model->params_capacity * sizeof(floatX);
 }
 

@@ -11,14 +11,18 @@
 #     loss by 1e-3 or more. (Measured: at most one unit of the 6th printed decimal, 1e-7 relative, in some steps.)
 #   - determinism: a second ep=2 run's steps 1..5 are bit-identical (step lines), and after a checkpoint at step 5
 #     its resume gives bit-identical steps 6..10, final weights and optimizer state;
-#   - the ep=2 checkpoint of step 5 resumes at ep=1 (the model file and optimizer layout do not depend on ep):
-#     steps 6..10 equal the ep=2 run's within the same tolerance;
+#   - the ep=2 checkpoint of step 5 resumes at ep=1 (the model file is the full model; the optimizer state is rebuilt
+#     from both ranks' state files, said in one line): steps 6..10 equal the ep=2 run's within the same tolerance;
+#   - memory: a rank holds E/ep experts (llmc/zero_experts.h): the expert group has 2 x 4/ep x 131712 parameters
+#     (d2: C=128, H=512, 2 MoE blocks) over dp/ep processes, the dense group the rest over dp;
+#   - ep=2 on dp=4 with ZeRO-1 and ep=4 on dp=4 (one expert each) with ZeRO-2 equal ep=1 (ZeRO-0, which trains
+#     bit-identically to ZeRO-1/2 without accumulation, llmc/README.md) on dp=4 within the same tolerance;
 #   - the all-to-all counters: every step line's bytes sent (the private ep communicator's counter) equal the
 #     token rows this rank sent (counted by the layer) x C x 4 bytes + the count exchanges, and are printed beside
 #     the theory for balanced routing; the memory ledger equals what was allocated.
 #   - validation with an uneven split of windows over the ranks equals ep=1's, and a sample is printed (every
 #     rank of an ep group runs the forwards: they exchange tokens);
-# Refusals (one line): --ep not dividing E, --ep on a dense model, --ep not dividing dp.
+# Refusals (one line): --ep not dividing E, --ep with --grad-compress, --ep on a dense model, --ep not dividing dp.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 run() { local np=$1; shift; MPIRUN "$np" $TRAIN "$@"; }
@@ -105,16 +109,17 @@ h = np.fromfile(sys.argv[1], dtype="<i4", count=12)
 assert list(h[[0, 1, 8, 9, 10, 11]]) == [20240326, 7, 4, 2, 1, 512], h
 PY
 check $? "the ep=2 checkpoint's model file is the full MoE model (version 7, E=4 k=2 n=1 H=512)"
-run 2 "${MOE[@]}" --ep 1 -o "$TMP/r_ep1" -y 1 > "$TMP/r_ep1.log" 2>&1
-check $? "the ep=2 checkpoint of step 5 resumes at ep=1"
+run 2 "${MOE[@]}" --ep 1 -o "$TMP/r_ep1" -y 1 > "$TMP/r_ep1.log" 2>&1 &&
+    grep -q '^resume: checkpoint step 5 was written with --ep 2; rebuilding the optimizer state for --ep 1' "$TMP/r_ep1.log"
+check $? "the ep=2 checkpoint of step 5 resumes at ep=1 (optimizer state rebuilt from both state files)"
 compare 6 10 "$TMP/ep2.log" "$TMP/r_ep1.log"
 check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
 
 # 4 processes: dp=4 with ep=2 (two ep groups, experts replicated twice) against ep=1
 run 4 "${MOE[@]}" --ep 1 > "$TMP/dp4_ep1.log" 2>&1
 check $? "ep=1 on 4 processes"
-run 4 "${MOE[@]}" --ep 2 -g 4 --comm-stats 1 > "$TMP/dp4_ep2.log" 2>&1
-check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2), with a sample at the end"
+run 4 "${MOE[@]}" --ep 2 -z 1 -g 4 --comm-stats 1 > "$TMP/dp4_ep2.log" 2>&1
+check $? "ep=2 on 4 processes (dp=4: 2 ep groups of 2), ZeRO-1 (dense state over 4, expert state over 2), with a sample at the end"
 grep -q "^sample (from" "$TMP/dp4_ep2.log"
 check $? "ep=2: the sample is printed (every rank of the ep groups runs the forwards)"
 python3 - "$TMP/dp4_ep2.log" <<'PY'
@@ -133,8 +138,20 @@ print("# per-rank all-to-all bytes of step 1:", [(x[0], x[3]) for x in rows if x
 PY
 check $? "dp=4, ep=2 (--comm-stats 1): every rank's all-to-all bytes = its rows x C x 4 B + counts, what one rank of an ep group sends its peer receives"
 compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep2.log"
-check $? "ep=2 equals ep=1 on dp=4 (losses and norms of 10 steps, $TOL relative)"
+check $? "ep=2 with ZeRO-1 equals ep=1 with ZeRO-0 on dp=4 (losses and norms of 10 steps, $TOL relative)"
+run 4 "${MOE[@]}" --ep 4 -z 2 > "$TMP/dp4_ep4.log" 2>&1
+check $? "ep=4 on 4 processes (one expert each), ZeRO-2"
+compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep4.log"
+check $? "ep=4 with ZeRO-2 equals ep=1 with ZeRO-0 on dp=4 (losses and norms of 10 steps, $TOL relative)"
+# the experts held per process: 2 MoE blocks x E/ep experts x 131712 values, over dp/ep processes; ledger = allocation
+for spec in "ep2:2:1" "dp4_ep2:2:2" "dp4_ep4:1:1"; do
+    IFS=: read -r log per over <<< "$spec"
+    grep -q "^expert parallelism: .* expert group $((2 * per * 131712)) parameters over $over processes" "$TMP/$log.log" &&
+        grep -q -- "-> equal" "$TMP/$log.log"
+    check $? "$log: each process holds $per of 4 experts ($((2 * per * 131712)) expert parameters, reduced over $over processes), memory ledger = allocation"
+done
 
 dp_refused 2 "--ep 4 does not divide --moe-experts 6" "--ep not dividing E" "${MOE[@]}" -x 1 --moe-experts 6 --ep 4
+dp_refused 2 "flag --ep 2 with --grad-compress" "--ep with gradient compression" "${MOE[@]}" -x 1 --ep 2 --grad-compress int8
 dp_refused 2 "needs a mixture-of-experts model" "--ep on a dense model" -e d2 -b 1 -t 32 -j '' -g 0 -x 1 --ep 2
 dp_refused 2 "--ep 4 does not divide the data-parallel size dp = 2" "--ep not dividing dp" "${MOE[@]}" -x 1 --ep 4

@@ -5,13 +5,15 @@
 #     well under a second; --plan-search prints 10 ranked layouts; bad planner flags are refused with one line;
 #   - custom model shapes: -e L2:C64:NH2 trains like a descriptor; malformed shapes are refused; a mixture-of-experts
 #     shape (:E8:K2) plans with --ep (all-to-all, the experts per GPU), --plan-search ranks ep, and it trains (ep 1);
+#     no --ep row is marked theory (the trainer holds E/ep experts per process, llmc/zero_experts.h);
 #     --offload 1 (the planner's flag) is refused without --plan; -r 3 (activation checkpointing) is no theory row;
 #   - against this trainer, for every layout below (the ones the multi-process tests run, on d2/d8 under mpirun
 #     --dry-run 1): each pipeline stage's 'memory ledger' line says the ledger's bytes equal what the session
 #     allocated, and the --plan of the same layout (--plan-precision fp32, the CPU build's dtype) prints the same
 #     parameter, gradient, master and AdamW bytes per stage;
 #   - the planner's data-parallel bytes per step equal the trainer's --comm-stats counters of step 2 (mean over the
-#     ranks) for ZeRO-0/1/2/3 on 2 and 3 processes, and its pipeline boundary bytes those of the pp layouts (gpipe,
+#     ranks) for ZeRO-0/1/2/3 on 2 and 3 processes and for expert parallelism (--ep 2 on dp 2 and 4, --ep 4 on dp 4:
+#     the dense group over dp, the experts' over expert-dp, the experts' norm over ep), and its pipeline boundary bytes those of the pp layouts (gpipe,
 #     1f1b with tp and sequence parallelism, interleaved, --pp-layers). The tensor-parallel bytes are not compared
 #     (the planner counts the 4 per-layer all-reduces only, not the vocabulary-parallel loss statistics).
 source "$(dirname "$0")/dp_lib.sh"
@@ -48,6 +50,8 @@ expect_error "needs a mixture-of-experts model" "--ep 2 on a dense model (traini
 $TRAIN --plan 1 --gpus 64 --device h100 -e L24:C2048:NH16:E8:K2 -t 2048 -b 2 -d 1048576 -z 1 --ep 8 > "$TMP/plan_moe.txt" 2>&1
 grep -q '^plan experts: E=8 top-2 every 1 blocks (24 MoE blocks), hidden 8192; [0-9]* active of [0-9]* parameters .*ep 8: 1 experts per GPU.*all-to-all [0-9.]* GB per step per GPU over NVLink' "$TMP/plan_moe.txt"
 check $? "--plan of an 8-expert top-2 shape with --ep 8: $(grep -o 'all-to-all [0-9.]* GB per step per GPU over NVLink (exposed [0-9.]* s' "$TMP/plan_moe.txt"))"
+! grep -q 'theory' "$TMP/plan_moe.txt"
+check $? "--plan with --ep 8 is a layout the trainer builds: no theory mark"
 $TRAIN --plan-search 1 --gpus 64 --device h100 -e L24:C2048:NH16:E8:K2 -t 2048 -b 2 -d 1048576 > "$TMP/search_moe.txt" 2>&1
 test "$(grep -cE '^ +[0-9]+ \| +1 \| +1 \| +64 \| +(1|2|4|8) \|' "$TMP/search_moe.txt")" -eq 4
 check $? "--plan-search of the MoE shape ranks ep 1, 2, 4 and 8 ($(grep -E '^ +1 \|' "$TMP/search_moe.txt" | cut -d'|' -f1-5 | tr -s ' '))"
@@ -80,9 +84,11 @@ sys.exit(0 if ok else 1)
 PY
 }
 LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "3|-e d2 -z 3 -d 384" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
-         "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512" "2|-e L2:C64:NH2:E4:K2 -z 1")
+         "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512" "2|-e L2:C64:NH2:E4:K2 -z 1"
+         "4|-e L2:C64:NH2:E4:K2 -z 1 --ep 2")
 if [ -z "${TESTS_QUICK:-}" ]; then
-    LAYOUTS+=("2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
+    LAYOUTS+=("2|-e L2:C64:NH2:E4:K2 -z 0 --ep 2" "4|-e L2:C64:NH2:E4:K2 -z 0 --ep 4" "4|-e L2:C64:NH2:E4:K2 -z 2 --ep 2"
+              "2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
               "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256")
 fi
 for layout in "${LAYOUTS[@]}"; do

@@ -287,19 +287,23 @@ static void check_moe(void) {
     double exp_local = L * (E / 4) * ep_params, dense = total - L * E * ep_params;
     size_t Sd = (size_t)ceil(dense / 8), Se = (size_t)ceil(exp_local / 2);
     TEST_CHECK(r4.mem.P == (size_t)(dense + exp_local) && r4.mem.P_exp == (size_t)exp_local && r4.mem.S == Sd + Se &&
-               r4.mem.params == (Sd * 8 + Se * 2) * 2 && r4.mem.moments == (Sd + Se) * 8,
-               "ep 4: a rank holds the dense %.0f + its 2 experts per block %.0f; ZeRO-1 shards the dense part over dp 8 "
-               "(%zu) and the experts over the dp/ep = 2 ranks holding them (%zu)", dense, exp_local, Sd, Se);
+               r4.mem.params == (size_t)(dense + exp_local) * 2 && r4.mem.grads == (Sd * 8 + Se * 2) * 2 &&
+               r4.mem.moments == (Sd + Se) * 8,
+               "ep 4: a rank holds the dense %.0f + its 2 experts per block %.0f (one unpadded buffer); ZeRO-1 shards the "
+               "dense part over dp 8 (%zu) and the experts over the dp/ep = 2 ranks holding them (%zu), each group's "
+               "gradient buffer padded to its shards", dense, exp_local, Sd, Se);
     double rows = B * T * K * C * 2, a2a = 4.0 * L * l.m * 0.75 * rows;
     double t_a2a = 4.0 * L * l.m * (0.75 * rows / (cl.dev.nvlink_gbs * 1e9) + 3 * cl.nvlink_lat_us * 1e-6);
     TEST_CHECK(fabs(r4.b_ep - a2a) < 1e-6 * a2a && fabs(r4.t_ep - t_a2a) < 1e-9 && !r4.ep_net,
                "ep 4 all-to-all: 2 (dispatch, combine) x 2 (fwd, bwd) x B T k C pb (ep-1)/ep x %d MoE blocks x m %d = "
                "%.0f bytes per GPU per step (the formula %.0f), %.6f s over NVLink", (int)L, l.m, r4.b_ep, a2a, r4.t_ep);
     double ring8 = 7.0 / 8.0, ring2 = 0.5, real_d = dense * 2, real_e = exp_local * 2;
-    double want_dp = ring8 * real_d + ring8 * Sd * 8 * 2 + ring2 * real_e + ring2 * Se * 2 * 2 + 2 * ring8 * 8 * 10;
+    /* each group's reduce-scatter and (unpadded) all-gather; the step statistics over dp (10 fp64) and over the 2
+     * expert-dp ranks (4 fp64); the experts' squared norm and overflow flag (2 fp64) summed over the 4 ep ranks */
+    double want_dp = 2 * ring8 * real_d + 2 * ring2 * real_e + 2 * ring8 * 8 * 10 + 2 * ring2 * 8 * 4 + 2 * 0.75 * 8 * 2;
     TEST_CHECK(fabs(r4.b_dp - want_dp) < 1e-6 * want_dp,
-               "ep 4, ZeRO-1: dense gradients reduce-scatter + all-gather over dp 8, expert gradients over 2 ranks: %.0f "
-               "bytes (the formula %.0f)", r4.b_dp, want_dp);
+               "ep 4, ZeRO-1: dense gradients reduce-scatter + all-gather over dp 8, expert gradients over 2 ranks, "
+               "statistics: %.0f bytes (the formula %.0f)", r4.b_dp, want_dp);
     int n;
     LedgerLayout base = l;
     base.ep = 1;

@@ -1,0 +1,253 @@
+/*
+ * llmc/zero_experts.h -- the memory half of expert parallelism (--ep p > 1; llmc/README.md, "Expert parallelism"):
+ * the parameters, gradients and optimizer state of a rank's E/p experts only, over two ZeRO groups (llmc/zero.h).
+ *
+ * Layout. With c->moe.ep = p and c->moe.ep_rank = q the model (llmc/gpt2.h) holds every dense tensor and the router
+ * whole, and of the split expert tensors (efcw, efcb, efcprojw, efcprojb; gpt2_ep_splits) experts [q*E/p,
+ * (q+1)*E/p) of every MoE block: P = Pd + Pe elements, the dense part [0, Pd) first, the local experts [Pd, P) after
+ * it (the file order with the other experts left out). Two parameter groups, each a ZeroOptimizer on its own view of
+ * the model (zero_init_ex with group = 1, no padding inside the flat buffer):
+ *   dense:   [0, Pd) over the data-parallel group (dp ranks), shard Sd = ceil(Pd/dp);
+ *   experts: [Pd, P) over the expert-dp group (the dp/p ranks holding the same experts), shard Se = ceil(Pe/(dp/p)).
+ * Each group has its gradient buffer (ZeRO-0/1: Sd*dp resp. Se*(dp/p) floatX) and its AdamW state (ZeRO-0: all of
+ * the group; ZeRO-1: the own shard); backward writes into both through one GPT2GradTarget whose expert tensors point
+ * into the experts' buffer, and the bucket of the global tensors (-1) issues both groups' reductions. The expert
+ * gradients are complete within an ep group (its ranks computed the experts for all its tokens), so the reduction
+ * over the expert-dp group sums the replicas, the same values as the replicated layout's dp sum without its zeros.
+ * Gradient norm: the dense group's over dp, plus each ep rank's experts' over expert-dp, summed over the ep group
+ * (every expert counted once). Memory per rank (llmc/ledger.h, checked against the allocation): parameters P,
+ * gradients Sd*dp + Se*dp/p, optimizer state of Pd + Pe (ZeRO-0) or Sd + Se (ZeRO-1) values.
+ * Files. The model file is the full model whatever p: written by gathering the experts over the ep group
+ * (zero_experts_write_model), read by taking this rank's experts (gpt2_build_from_file_run). State files hold both
+ * groups' ranges one after the other in every section, with p, q and the expert range in the header; a resume at
+ * another p (same processes) rebuilds the full state on the host from every old file and takes its own ranges
+ * (zero_experts_read_other_ep). Errors: one line (FATAL) for what is not supported; allocation failures exit.
+ * Host-side code over llmc/backend.h and llmc/comm.h: the same on both builds.
+ */
+#ifndef LLMC_ZERO_EXPERTS_H
+#define LLMC_ZERO_EXPERTS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/comm.h"
+#include "llmc/gpt2.h"
+#include "llmc/model_file.h"
+#include "llmc/train_state.h"
+#include "llmc/zero.h"
+
+/* Sets up ZeRO stage `stage` (0, 1 or 2) for `model` (holding this ep rank's experts, model->config.moe.ep > 1) as the
+ * two groups above: z is the dense group over dp (tp, pp: as zero_init, NULL or one process), z->experts the
+ * experts' group over edp (the expert-dp group); ep: the ep group (the experts' norm). keep_master as zero_init. */
+static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, Comm* edp,
+                                     Comm* ep, int keep_master) {
+    GPT2* dv = (GPT2*)malloc_check(sizeof(GPT2), "dense parameter group view");
+    GPT2* ev = (GPT2*)malloc_check(sizeof(GPT2), "expert parameter group view");
+    *dv = *model;
+    *ev = *model;
+    size_t Pd = 0, Pe = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (gpt2_ep_splits(&model->config, i)) { dv->param_sizes[i] = 0; Pe += model->param_sizes[i]; }
+        else { ev->param_sizes[i] = 0; Pd += model->param_sizes[i]; }
+    }
+    if (Pd + Pe != model->num_parameters || model->params_capacity != model->num_parameters) {
+        FATAL("internal: zero_init_experts on a model of %zu parameters (%zu + %zu, capacity %zu)",
+              model->num_parameters, Pd, Pe, model->params_capacity);
+    }
+    dv->num_parameters = dv->params_capacity = Pd;
+    ev->num_parameters = ev->params_capacity = Pe;
+    ev->params_memory = model->params_memory + Pd;
+    parameter_tensors_point(&dv->params, dv->params_memory, dv->param_sizes);
+    parameter_tensors_point(&ev->params, ev->params_memory, ev->param_sizes);
+    zero_init_ex(z, stage, dv, dp, tp, pp, keep_master, NULL, 1);
+    z->view = dv;
+    ZeroOptimizer* e = (ZeroOptimizer*)calloc_check(1, sizeof(ZeroOptimizer), "expert ZeRO group");
+    zero_init_ex(e, stage, ev, edp, NULL, NULL, keep_master, NULL, 1);
+    e->view = ev;
+    z->experts = e;
+    z->ep = ep;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { /* backward writes the expert gradients into e's buffer */
+        if (gpt2_ep_splits(&model->config, i)) {
+            z->target.base.t[i] = e->target.base.t[i];
+            z->target.layer_stride[i] = 0;
+        }
+    }
+}
+
+/* the bytes this process allocated for its parameters, gradients, fp32 master weights and AdamW m+v, summed over the
+ * groups (out[4]); what the memory ledger (llmc/ledger.h) counts */
+static inline void zero_state_bytes(const ZeroOptimizer* z, size_t out[4]) {
+    memset(out, 0, 4 * sizeof(size_t));
+    out[0] = zero_param_bytes(z);
+    for (const ZeroOptimizer* g = z; g; g = g->experts) {
+        size_t range = g->own_end - g->own_start;
+        out[1] += g->grads_bytes;
+        out[2] += g->opt.master ? range * 4 : 0;
+        out[3] += g->opt.m ? 2 * range * 4 : 0;
+    }
+}
+
+/* ---------------------------------------------------------------- the optimizer state of both groups as one range */
+
+typedef struct {
+    const AdamWState* dense;
+    const AdamWState* experts;
+} ZeroGroupsState;
+
+/* AdamWState.io over both groups: section k of the dense range, then of the experts' (host: dense n + experts n) */
+static inline void zero_groups_state_io(void* ctx, int section, float* host, int to_state) {
+    const ZeroGroupsState* g = (const ZeroGroupsState*)ctx;
+    const AdamWState* parts[2] = {g->dense, g->experts};
+    size_t off = 0;
+    for (int k = 0; k < 2; k++) {
+        if (to_state) { adamw_state_put(parts[k], section, host + off, parts[k]->n); }
+        else { adamw_state_get(parts[k], section, host + off, parts[k]->n); }
+        off += parts[k]->n;
+    }
+}
+
+/* the optimizer state a checkpoint saves and a resume loads: z->opt, or with experts both groups' as one range
+ * (first = the dense range's start, n = both counts; read and written through zero_groups_state_io with ctx g, which
+ * must outlive the returned state) */
+static inline AdamWState zero_checkpoint_state(const ZeroOptimizer* z, ZeroGroupsState* g) {
+    if (!z->experts) { return z->opt; }
+    g->dense = &z->opt;
+    g->experts = &z->experts->opt;
+    AdamWState s;
+    memset(&s, 0, sizeof(s));
+    s.first = z->opt.first;
+    s.n = z->opt.n + z->experts->opt.n;
+    s.io = zero_groups_state_io;
+    s.io_ctx = g;
+    return s;
+}
+
+/* ---------------------------------------------------------------- the model file */
+
+/* Writes the full model file at `path` from the ep group's ranks (each holds E/p experts): the parameters of every
+ * rank of `ep` are all-gathered (p x P floatX, device), then the one with `writer` set puts each rank's pieces in the
+ * full model's order (gpt2_part_for_each_piece with that rank's ep_rank; the dense tensors are the same on all) and
+ * writes (gpt2_write_model_file, atomic). Collective over ep: every rank of the group calls it. */
+static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
+    size_t P = m->num_parameters;
+    int p = ep->world;
+    floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file, --ep)");
+    dev_memcpy_d2d(all + (size_t)ep->rank * P, m->params_memory, P * sizeof(floatX));
+    comm_all_gather(ep, all, floatx_comm_dtype(), P);
+    comm_join(ep);
+    if (writer) {
+        float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
+        float* full = (float*)calloc_check(m->num_parameters_full, sizeof(float), "host full model");
+        dev_download_floats(host, all, (size_t)p * P);
+        for (int r = 0; r < p; r++) {
+            GPT2Config c = m->config;
+            c.moe.ep_rank = r;
+            GPT2CopyPieces cp = {full, host + (size_t)r * P};
+            gpt2_part_for_each_piece(&c, 1, 0, &m->stage, gpt2_copy_local_to_full, &cp);
+        }
+        gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path);
+        free(full);
+        free(host);
+    }
+    dev_free(all);
+}
+
+/* ---------------------------------------------------------------- resume at another ep */
+
+typedef struct { size_t* map; } ZeroExpertsIndexMap;
+static inline void zero_experts_map_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
+    ZeroExpertsIndexMap* m = (ZeroExpertsIndexMap*)ctx;
+    (void)tensor;
+    for (size_t k = 0; k < n; k++) { m->map[local + k] = full + k; }
+}
+
+/* the full-model index of every local parameter (P local values) of ep rank q of p for model c (p <= 1: the whole
+ * model, the identity); malloc'd, the caller frees; *P_local, *Pd (the dense part) set */
+static inline size_t* zero_experts_index_map(const GPT2Config* c0, int p, int q, size_t* P_local, size_t* Pd) {
+    GPT2Config c = *c0;
+    c.moe.ep = p > 1 ? p : 0;
+    c.moe.ep_rank = p > 1 ? q : 0;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes_part(sizes, &c, 1, NULL);
+    *P_local = 0;
+    *Pd = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *P_local += sizes[i];
+        if (!gpt2_ep_splits(&c, i)) { *Pd += sizes[i]; }
+    }
+    ZeroExpertsIndexMap m = {(size_t*)malloc_check(*P_local * sizeof(size_t), "expert index map")};
+    gpt2_part_for_each_piece(&c, 1, 0, NULL, zero_experts_map_piece, &m);
+    return m.map;
+}
+
+/* the full-model indices of the k-th value of a state file's range (k < shard_size): dense range, then the experts'
+ * (with ep); SIZE_MAX for padding beyond the group */
+static inline size_t zero_experts_state_index(const TrainState* h, const size_t* map, size_t P_local, size_t Pd,
+                                              size_t k) {
+    size_t dense_n = (size_t)(h->shard_size - h->expert_size), li;
+    if (h->ep_size <= 1) { li = (size_t)h->shard_start + k; }
+    else if (k < dense_n) { li = (size_t)h->shard_start + k; if (li >= Pd) { return (size_t)-1; } }
+    else { li = Pd + (size_t)h->expert_start + (k - dense_n); }
+    return li < P_local ? map[li] : (size_t)-1;
+}
+
+/* Resume of a mixture-of-experts checkpoint written with another --ep by the same number of processes (and the same
+ * ZeRO stage; other changes are refused before): every rank reads the m, v (and master) sections of all `world` state
+ * files of checkpoint `step` into a full-model copy on the host (3 x the full parameter count of fp32: a cost of
+ * this path only), then puts its own ranges (ours: this run's header, its ep_size/ep_rank/ranges) into opt (the
+ * state of zero_checkpoint_state). *found: this rank's own file's header (data position, step, RNG, loss scale).
+ * Exits with one line for a damaged or non-finite file (train_state_check_size, train_state_check_finite). */
+static inline void zero_experts_read_other_ep(const char* output_dir, int step, int world, const GPT2Config* cfg,
+                                              const TrainState* ours, const TrainStateContext* ctx,
+                                              const AdamWState* opt, TrainState* found) {
+    size_t sizes[NUM_PARAMETER_TENSORS], Pf = 0;
+    gpt2_parameter_sizes(sizes, cfg);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { Pf += sizes[i]; }
+    int sections = ours->has_master ? 3 : 2;
+    float* full = (float*)calloc_check((size_t)sections * Pf, sizeof(float), "full optimizer state (--ep resume)");
+    char path[1024];
+    for (int r = 0; r < world; r++) {
+        checkpoint_state_path(path, sizeof(path), output_dir, step, r);
+        TrainState h;
+        FILE* f = train_state_open(path, &h);
+        train_state_check_step(path, h.step, step);
+        train_state_check_size(path, &h, ctx);
+        size_t Pl, Pd;
+        size_t* map = zero_experts_index_map(cfg, h.ep_size, h.ep_rank, &Pl, &Pd);
+        size_t n = (size_t)h.shard_size;
+        float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+        for (int k = 0; k < sections; k++) {
+            fread_check(host, sizeof(float), n, f, path);
+            char what[1100];
+            snprintf(what, sizeof(what), "training state '%s'", path);
+            train_state_check_finite(what, k, host, n, h.shard_start, host);
+            for (size_t j = 0; j < n; j++) {
+                size_t g = zero_experts_state_index(&h, map, Pl, Pd, j);
+                if (g < Pf) { full[(size_t)k * Pf + g] = host[j]; }
+            }
+        }
+        free(host);
+        free(map);
+        fclose(f);
+        if (r == ours->rank) { *found = h; }
+    }
+    size_t Pl, Pd;
+    size_t* map = zero_experts_index_map(cfg, ours->ep_size, ours->ep_rank, &Pl, &Pd);
+    size_t n = (size_t)ours->shard_size;
+    float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
+    for (int k = 0; k < sections; k++) {
+        for (size_t j = 0; j < n; j++) {
+            size_t g = zero_experts_state_index(ours, map, Pl, Pd, j);
+            host[j] = g < Pf ? full[(size_t)k * Pf + g] : 0.0f;
+        }
+        adamw_state_put(opt, k, host, n);
+    }
+    free(host);
+    free(map);
+    free(full);
+}
+
+#endif /* LLMC_ZERO_EXPERTS_H */
