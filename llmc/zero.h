@@ -522,7 +522,8 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
     z->target.layer_begin = z->stage->layer_begin;
     z->target.layer_ready = z->reducing || z->streaming ? zero_layer_ready : NULL;
     z->target.ctx = z;
-    if (z->experts) { /* (--ep refuses --offload-optimizer, so nothing streams) one target: the dense group's buffers and the experts' (patched in by zero_init_experts) */
+    if (z->experts) { /* one target: the dense group's buffers and the experts' (patched in by zero_init_experts);
+                       * --ep refuses --offload-optimizer, so nothing streams */
         ZeroOptimizer* e = z->experts;
         e->reducing = e->stage->reduces_every_micro_step || (last_micro_step && comm_collectives_on(e->dp));
         z->target.backward_begin = z->stage->backward_begin ? zero_groups_backward_begin : NULL;
