@@ -1,5 +1,5 @@
 # dev/test/cli_moe_ep.sh -- expert parallelism (--ep, llmc/moe.h + llmc/moe_ep_comm.h) through the real CLI under
-# mpirun: d2 with 4 experts top-2, B=1 T=16, 10 steps.
+# mpirun: d2 with 4 experts top-2, B=1 T=16, 10 steps (5 on 8 processes).
 #   - ep=2 on dp=2 and ep=2 on dp=4 (4 processes) against ep=1 on the same processes: equal losses and gradient
 #     norms within dp_order_tol(10) = 14 x 16 x 2^-24 = 1.3e-5 relative (+ 1e-6, the last printed decimal). Why
 #     not bit-identical: the routing, the capacity and every expert's forward are the same rows in the same order
@@ -15,8 +15,9 @@
 #     from both ranks' state files, said in one line): steps 6..10 equal the ep=2 run's within the same tolerance;
 #   - memory: a rank holds E/ep experts (llmc/zero_experts.h): the expert group has 2 x 4/ep x 131712 parameters
 #     (d2: C=128, H=512, 2 MoE blocks) over dp/ep processes, the dense group the rest over dp;
-#   - ep=2 on dp=4 with ZeRO-1 and ep=4 on dp=4 (one expert each) with ZeRO-2 equal ep=1 (ZeRO-0, which trains
-#     bit-identically to ZeRO-1/2 without accumulation, llmc/README.md) on dp=4 within the same tolerance;
+#   - ep=2 on dp=4 with ZeRO-1, ep=4 on dp=4 (one expert each) with ZeRO-2, and ep=4 on dp=8 (two ep groups,
+#     each expert's state over expert-dp = 2) with ZeRO-1 equal ep=1 on the same processes (ZeRO-0, which trains
+#     bit-identically to ZeRO-1/2 without accumulation, llmc/README.md) within the same tolerance;
 #   - the all-to-all counters: every step line's bytes sent (the private ep communicator's counter) equal the
 #     token rows this rank sent (counted by the layer) x C x 4 bytes + the count exchanges, and are printed beside
 #     the theory for balanced routing; the memory ledger equals what was allocated.
@@ -143,8 +144,16 @@ run 4 "${MOE[@]}" --ep 4 -z 2 > "$TMP/dp4_ep4.log" 2>&1
 check $? "ep=4 on 4 processes (one expert each), ZeRO-2"
 compare 1 10 "$TMP/dp4_ep1.log" "$TMP/dp4_ep4.log"
 check $? "ep=4 with ZeRO-2 equals ep=1 with ZeRO-0 on dp=4 (losses and norms of 10 steps, $TOL relative)"
+# dp = 2 x ep with ep = 4: 8 processes, two ep groups of 4 (one expert each), each expert's state over expert-dp = 2;
+# 5 steps (the smallest run that still compares several updates) to keep 8 processes on 2 cores short
+run 8 "${MOE[@]}" -x 5 --ep 1 > "$TMP/dp8_ep1.log" 2>&1
+check $? "ep=1 on 8 processes: 5 steps"
+run 8 "${MOE[@]}" -x 5 --ep 4 -z 1 > "$TMP/dp8_ep4.log" 2>&1
+check $? "ep=4 on 8 processes (dp=8: 2 ep groups of 4), ZeRO-1: 5 steps"
+compare 1 5 "$TMP/dp8_ep1.log" "$TMP/dp8_ep4.log"
+check $? "ep=4 with ZeRO-1 equals ep=1 with ZeRO-0 on dp=8 (losses and norms of 5 steps, $TOL relative)"
 # the experts held per process: 2 MoE blocks x E/ep experts x 131712 values, over dp/ep processes; ledger = allocation
-for spec in "ep2:2:1" "dp4_ep2:2:2" "dp4_ep4:1:1"; do
+for spec in "ep2:2:1" "dp4_ep2:2:2" "dp4_ep4:1:1" "dp8_ep4:1:2"; do
     IFS=: read -r log per over <<< "$spec"
     grep -q "^expert parallelism: .* expert group $((2 * per * 131712)) parameters over $over processes" "$TMP/$log.log" &&
         grep -q -- "-> equal" "$TMP/$log.log"
