@@ -9,8 +9,9 @@
  *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d].
  *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
  *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
- *   scratch (B,NH,T) fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d] (backward only;
- *         attention_scratch_floats = B*NH*T; forward does not touch it).
+ *   scratch fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d], (B,NH,T), at its start (backward only;
+ *         forward does not touch it); attention_scratch_floats = B*NH*T, or attention_fa2_scratch_floats when built
+ *         with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and B*NH*ceil(T/16) flags).
  *   dqkv (B,T,3C) floatX, overwritten with dQ | dK | dV.
  * The (T,T) score/probability matrix never exists in global memory.
  *
@@ -25,7 +26,11 @@
  *       tile accumulates dK, dV in registers over the query tiles at or below the diagonal (FA2 Alg. 2
  *       outer loop over keys); (3) one block per 64-query tile accumulates dQ over key tiles (recomputes
  *       S and dP; 7 instead of 5 matmuls of work, in exchange for fp32-atomic-free determinism and no
- *       dQ scratch).
+ *       dQ scratch). That is attention_backward_flash7, the default.
+ *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly): one kernel per 64-key tile does all
+ *       5 matmuls; D is computed by the block on each query tile's diagonal; dQ is summed in fp32 in global
+ *       memory in a fixed key-tile order (last tile first), handed from block to block through per-tile flags
+ *       (no atomics on values: deterministic). See attention_backward_fa2_mma_kernel.
  *   Fallback path (any hs <= 256, every precision incl. fp32, any alignment): one warp per query row
  *     (forward, dQ) or key row (dK, dV), fp32 CUDA-core arithmetic, same state and results.
  * Both paths handle every T >= 1 (partial tiles are zero-filled and masked).
