@@ -110,6 +110,14 @@ static __device__ __forceinline__ void attn_load_bt2(uint32_t b[4], const floatX
     const int lane = 4 * g + t, j = lane >> 3;
     ldmatrix_x4(b, X + (n0 + (lane & 7) + 8 * (j >> 1)) * LD + k0 + 8 * (j & 1));
 }
+/* A fragment (16x16) of A = X^T for a row-major smem matrix X with leading dimension LD: A rows r0..r0+15 are X's
+ * columns, A cols c0..c0+15 X's rows; ldmatrix.x4.trans of X's blocks (rows c0+0..7, cols r0+0..7), (c0+0..7,
+ * r0+8..15), (c0+8..15, r0+0..7), (c0+8..15, r0+8..15) gives a[0..3] in attn_load_a's order. */
+template <int LD>
+static __device__ __forceinline__ void attn_load_at(uint32_t a[4], const floatX* X, int r0, int c0, int g, int t) {
+    const int lane = 4 * g + t, j = lane >> 3;
+    ldmatrix_x4_trans(a, X + (c0 + (lane & 7) + 8 * (j >> 1)) * LD + r0 + 8 * (j & 1));
+}
 /* acc[n] += A @ B_n for the ON n8-tiles of B = X, X row-major in smem: B_n[k][c] = X[k0+k][8n+c]. The B fragments
  * of tiles n and n+1 come from one ldmatrix.x4.trans of X's blocks (rows k0+0..7 / k0+8..15) x (cols 8n.. / 8n+8..):
  * registers 0-1 are tile n's fragment, 2-3 tile n+1's. ON = HS/8 is even for every instantiated head size. */
@@ -691,7 +699,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     constexpr int RW = BQ / 16;            /* 16-row query groups of the dQ product */
     constexpr int CW = 4 / RW;             /* column groups: the 4 warps cover RW x CW blocks of dQ */
     constexpr int QN = ON / CW;            /* 8-column tiles of dQ per warp */
-    constexpr int LDS = ATTN_ROWS + 8;     /* dS tile [BQ queries][64 keys], padded rows */
+    constexpr int LDS = BQ + 8;            /* dS^T tile [64 keys][BQ queries], padded rows */
     constexpr int TPR = ATTN_THREADS / BQ; /* threads per row of the fused row-dot */
     static_assert(RW * CW == 4 && QN % 2 == 0 && HS % (8 * TPR) == 0, "bad dQ split");
     DYNAMIC_SHARED(floatX, attn_smem);
@@ -700,8 +708,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     floatX* Vs = Ks + ATTN_ROWS * LD;        /* [64][LD] */
     floatX* Qs = Vs + ATTN_ROWS * LD;        /* [2][BQ][LD] */
     floatX* dOs = Qs + 2 * BQ * LD;          /* [2][BQ][LD] */
-    floatX* dSs = dOs + 2 * BQ * LD;         /* [BQ][LDS] */
-    float* Ls = (float*)(dSs + BQ * LDS);     /* [2][BQ] lse * log2(e) */
+    floatX* dSs = dOs + 2 * BQ * LD;         /* [64][LDS] */
+    float* Ls = (float*)(dSs + ATTN_ROWS * LDS); /* [2][BQ] lse * log2(e) */
     float* Ds = Ls + 2 * BQ;                 /* [BQ] */
 
     const int kt = (int)gridDim.x - 1 - (int)blockIdx.x;
@@ -825,23 +833,19 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 #pragma unroll
             for (int e = 0; e < 4; e++) { dpt[n][e] = st[n][e] * (dpt[n][e] - Ds[n * 8 + 2 * t + (e & 1)]); }
         }
-        /* dS (queries x keys, floatX) into shared memory for the dQ product, which needs all 64 keys per row */
-#pragma unroll
-        for (int n = 0; n < SN; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + 2 * t + (e & 1);
-                dSs[qi * LDS + warp * 16 + g + ((e >> 1) << 3)] = from_float<floatX>(dpt[n][e]);
-            }
-        }
-        /* dK += dS^T Q (scale applied at the end) */
+        /* dK += dS^T Q (scale applied at the end). The packed dS^T fragment is also stored, as it is (32-bit words:
+         * keys x queries), for the dQ product, which needs all 64 keys of a query row and reads it back transposed
+         * (attn_load_at). Masked sub-tiles are zeros and are stored too. */
+        floatX* dSw = dSs + (warp * 16 + g) * LDS + 2 * t;
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
-            if (q0 + kk * 16 + 15 >= kw) {
-                uint32_t da[4];
-                attn_acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-                attn_mma_ax<LD, ON>(dk, da, Qb, kk * 16, g, t);
-            }
+            uint32_t da[4];
+            attn_acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+            attn_st32(dSw + kk * 16, da[0]);
+            attn_st32(dSw + 8 * LDS + kk * 16, da[1]);
+            attn_st32(dSw + kk * 16 + 8, da[2]);
+            attn_st32(dSw + 8 * LDS + kk * 16 + 8, da[3]);
+            if (q0 + kk * 16 + 15 >= kw) { attn_mma_ax<LD, ON>(dk, da, Qb, kk * 16, g, t); }
         }
         __syncthreads(); /* dSs complete */
 
@@ -853,7 +857,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         for (int kk = 0; kk < ATTN_ROWS / 16; kk++) {
             if (k0 + kk * 16 <= q0 + rg * 16 + 15) {
                 uint32_t a[4];
-                attn_load_a<LDS>(a, dSs, rg * 16, kk * 16, g, t);
+                attn_load_at<LDS>(a, dSs, rg * 16, kk * 16, g, t);
                 attn_mma_ax<LD, QN>(dq, a, Ks + cg * (HS / CW), kk * 16, g, t);
             }
         }
@@ -1162,7 +1166,7 @@ static inline size_t attn_bwd_kv_smem_bytes(int hs, int bq) {
     return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)4 * bq * sizeof(float);
 }
 static inline size_t attn_bwd_fa2_smem_bytes(int hs, int bq) {
-    return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)bq * (ATTN_ROWS + 8) * 2 + (size_t)3 * bq * sizeof(float);
+    return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)ATTN_ROWS * (bq + 8) * 2 + (size_t)3 * bq * sizeof(float);
 }
 /* The FA2 backward's scratch (floats): D (B,NH,T) at 0; the fp32 dQ accumulator (B,NH,T,hs) from the offset below
  * (rounded up to 4 floats: 16-byte aligned); then one unsigned flag per (b, h, query tile of >= 16 rows). */
