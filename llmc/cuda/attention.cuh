@@ -808,12 +808,12 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         attn_warp_gemm_abt<LD, SN, KS>(st, Ks, warp * 16, Qb, kw - q0, g, t);
 #pragma unroll
         for (int n = 0; n < SN; n++) {
+            const float2 l2 = *reinterpret_cast<const float2*>(Lb + n * 8 + 2 * t); /* one 64-bit load per pair */
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + 2 * t + (e & 1);
-                const int q = q0 + qi;
+                const int q = q0 + n * 8 + 2 * t + (e & 1);
                 const int key = kw + g + ((e >> 1) << 3);
-                st[n][e] = (q >= key && q < T) ? exp2f(st[n][e] * scale_log2 - Lb[qi]) : 0.0f;
+                st[n][e] = (q >= key && q < T) ? exp2f(st[n][e] * scale_log2 - ((e & 1) ? l2.y : l2.x)) : 0.0f;
             }
         }
         /* dV += P^T dO */
@@ -830,8 +830,9 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         attn_warp_gemm_abt<LD, SN, KS>(dpt, Vs, warp * 16, dOb, kw - q0, g, t);
 #pragma unroll
         for (int n = 0; n < SN; n++) {
+            const float2 d2 = *reinterpret_cast<const float2*>(Ds + n * 8 + 2 * t);
 #pragma unroll
-            for (int e = 0; e < 4; e++) { dpt[n][e] = st[n][e] * (dpt[n][e] - Ds[n * 8 + 2 * t + (e & 1)]); }
+            for (int e = 0; e < 4; e++) { dpt[n][e] = st[n][e] * (dpt[n][e] - ((e & 1) ? d2.y : d2.x)); }
         }
         /* dK += dS^T Q (scale applied at the end). The packed dS^T fragment is also stored, as it is (32-bit words:
          * keys x queries), for the dQ product, which needs all 64 keys of a query row and reads it back transposed
