@@ -8,9 +8,10 @@
  *
  * Check: random qkv and dout (uniform [-1,1]), rounded to floatX; a CPU reference in FP64 (naive causal
  * attention forward and backward, Vaswani et al. 2017) on exactly the rounded values; every GPU output
- * buffer is poisoned with NaN before each run, so unwritten elements fail. Flash MMA path, the CUDA-core
- * fallback path (forced), and cuDNN (if built) are checked; the backward is also run twice and compared
- * bit for bit (determinism).
+ * buffer is poisoned with NaN before each run, so unwritten elements fail. Flash MMA path (backward: the
+ * three-pass attention_backward_flash7, "flash", and the one-kernel FlashAttention-2 attention_backward_fa2,
+ * "fa2"), the CUDA-core fallback path (forced), and cuDNN (if built) are checked; the backward is also run
+ * twice (scratch poisoned in between) and compared bit for bit (determinism).
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
  * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
@@ -23,7 +24,8 @@
  * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
  * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
  * the dense BF16 peak of an H100/H200 SXM. The flash backward's row-dot pass (D = rowsum(dO*O)) is also timed
- * alone, in GB/s against 4.8 TB/s.
+ * alone, in GB/s against 4.8 TB/s. Each backward also prints "time attention_backward IMPL B= T= C= NH= X ms"
+ * (median), which scripts/gpu_check.sh puts in its table (three-pass vs FA2).
  */
 #include <float.h>
 #include <math.h>
