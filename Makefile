@@ -129,6 +129,10 @@ NVCC_FLAGS := -I. -diag-suppress 177 -O3 -std=c++17 $(FAST_MATH) -lineinfo $(NVC
 # DGELU epilogue on the fcproj input-gradient GEMM (llmc/gpt2.h, LLMC_GELU_BWD_EPILOGUE); default 1. make -B to rebuild.
 GELU_BWD_EPILOGUE ?= 1
 NVCC_FLAGS += -DLLMC_GELU_BWD_EPILOGUE=$(GELU_BWD_EPILOGUE)
+# ATTN_BWD_FA2=1: the attention backward as one FlashAttention-2-style kernel (5 matmuls, deterministic ordered dQ sum,
+# 4·B·T·C bytes more fp32 scratch; llmc/cuda/attention.cuh); default 0: the three-pass backward. make -B to rebuild.
+ATTN_BWD_FA2 ?= 0
+NVCC_FLAGS += -DATTN_BWD_FA2=$(ATTN_BWD_FA2)
 # cuBLAS, NCCL and (USE_CUDNN=1) cuDNN: found by llmc/cuda/libs.mk; searched only when a CUDA target is built
 include llmc/cuda/libs.mk
 NVCC_LIBS   = $(CUDA_LIB_LIBS) -lgomp -lcrypto

@@ -22,7 +22,8 @@
 # it runs the same benchmark, and a row says which attention is faster on this machine (measured, not assumed).
 # Predicted seconds per stage on an H200 with 16 cores (the budget cuts the later ones first): preflight 5,
 # build 150-200 (cuDNN build in parallel, ~180), fixture tests 2 x 15, benchmark 60-90, cuDNN benchmark 60-90,
-# PyTorch 120-240 (compile), kernel checks 65 (the B=64 skewed-token encoder and MLP-backward-pair checks ~5),
+# PyTorch 120-240 (compile), kernel checks 70 (the B=64 skewed-token encoder and MLP-backward-pair checks ~5,
+# the FA2 attention backward's checks and timings ~5),
 # ZeRO runs 3 x 20, offload rows 2 x 30 (run only when 40 s are left), graphs 60.
 # Without a GPU (nvidia-smi finds none, or GPU_CHECK_DRY=1) it is a dry run: the preflight rows, then one
 # "no GPU" row per stage, in a few seconds, exit 0 (CI runs it so: dev/test/cli_gpu_check_dry.sh).
@@ -112,7 +113,7 @@ if [ "$DRY" = 1 ]; then
     for stage in "build (sm_90) + train_gpt_cudnn:predicted 150-200 s" "test_gpt (fixture):predicted 15 s" \
                  "test_gpt_fp32 (fixture):predicted 15 s" "ours d12 BF16 tokens/s:predicted 60-90 s" \
                  "cuDNN attention d12 BF16 tokens/s:predicted 60-90 s" "PyTorch torch.compile d12 BF16 tokens/s:predicted 120-240 s" \
-                 "dev/cuda kernel checks:predicted 65 s" "ZeRO-0/1/2, 1 process:predicted 3 x 20 s" \
+                 "dev/cuda kernel checks:predicted 70 s" "ZeRO-0/1/2, 1 process:predicted 3 x 20 s" \
                  "ours d12 --cuda-graphs 1 tokens/s:predicted 60 s"; do
         row "${stage%%:*}" "no GPU: not run (${stage#*:})"
     done
@@ -263,6 +264,16 @@ row "encoder_backward B=64 T=1024, newline 12% (dwte)" \
     "one block/token ${ENC_ONE:-n/a} -> chunks ${ENC_CHUNK:-n/a} (predicted: ~1-2 ms -> ~0.1 ms)"
 ROWDOT=$(grep -m 1 '^time attention_backward_rowdot ' "$WORK/dev_cuda.txt" | sed -E 's/^time attention_backward_rowdot +//' | tr -s ' ')
 row "attention row-dot D=rowsum(dO*O) (128-bit)" "${ROWDOT:-n/a} (predicted: >= ~80% of HBM bandwidth)"
+# attention backward: the three-pass kernels (the trainer's default) vs the one-kernel FA2 backward
+# (ATTN_BWD_FA2=1; dev/cuda/NOTES.md, "FlashAttention-2 backward"), B=16 T=1024 hs=64 (a quarter of the d12 B=64 step)
+for shp in "B=16 T=1024 C=768" "B=16 T=1024 C=1536"; do
+    BW7=$(ms_of "attention_backward flash $shp"); BWF=$(ms_of "attention_backward fa2 $shp")
+    FASTER=n/a
+    if [ -n "$BW7" ] && [ -n "$BWF" ]; then
+        FASTER=$(awk -v a="${BW7% ms}" -v b="${BWF% ms}" 'BEGIN { print (b < a) ? "fa2 (build ATTN_BWD_FA2=1)" : "three-pass (keep the default)" }')
+    fi
+    row "attention bwd $shp: 3-pass vs FA2" "${BW7:-n/a} -> ${BWF:-n/a}; faster: $FASTER (predicted: ~0.7x)"
+done
 MLP_OLD=$(ms_of "MLP backward, gelu' in the fc dbias pass")
 MLP_NEW=$(ms_of "MLP backward, DGELU epilogue")
 DGELU_OK=$(grep -m 1 -oE '^(ok  |FAIL) matmul_backward_dgelu' "$WORK/dev_cuda.txt" | cut -c1-4 | tr -d ' ')

@@ -8,9 +8,10 @@
  *
  * Check: random qkv and dout (uniform [-1,1]), rounded to floatX; a CPU reference in FP64 (naive causal
  * attention forward and backward, Vaswani et al. 2017) on exactly the rounded values; every GPU output
- * buffer is poisoned with NaN before each run, so unwritten elements fail. Flash MMA path, the CUDA-core
- * fallback path (forced), and cuDNN (if built) are checked; the backward is also run twice and compared
- * bit for bit (determinism).
+ * buffer is poisoned with NaN before each run, so unwritten elements fail. Flash MMA path (backward: the
+ * three-pass attention_backward_flash7, "flash", and the one-kernel FlashAttention-2 attention_backward_fa2,
+ * "fa2"), the CUDA-core fallback path (forced), and cuDNN (if built) are checked; the backward is also run
+ * twice (scratch poisoned in between) and compared bit for bit (determinism).
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
  * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
@@ -23,7 +24,8 @@
  * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
  * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
  * the dense BF16 peak of an H100/H200 SXM. The flash backward's row-dot pass (D = rowsum(dO*O)) is also timed
- * alone, in GB/s against 4.8 TB/s.
+ * alone, in GB/s against 4.8 TB/s. Each backward also prints "time attention_backward IMPL B= T= C= NH= X ms"
+ * (median), which scripts/gpu_check.sh puts in its table (three-pass vs FA2).
  */
 #include <float.h>
 #include <math.h>
@@ -191,14 +193,22 @@ typedef struct {
     int B, T, C, NH;
 } Shape;
 
-typedef enum { IMPL_FLASH, IMPL_FALLBACK, IMPL_CUDNN } Impl;
+/* IMPL_FLASH: forward + the three-pass backward (attention_backward_flash7); IMPL_FA2: the same forward + the
+ * one-kernel FlashAttention-2 backward (attention_backward_fa2) */
+typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN } Impl;
+#define NIMPLS 4
 static const char* impl_name(Impl im) {
-    return im == IMPL_FLASH ? "flash" : im == IMPL_FALLBACK ? "fallback" : "cudnn";
+    return im == IMPL_FLASH ? "flash" : im == IMPL_FA2 ? "fa2" : im == IMPL_FALLBACK ? "fallback" : "cudnn";
+}
+/* scratch floats each implementation's backward needs */
+static size_t scratch_floats(Impl im, Shape s) {
+    return im == IMPL_FA2 ? attention_fa2_scratch_floats(s.B, s.T, s.C, s.NH) : (size_t)s.B * s.NH * s.T;
 }
 
 static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Shape s) {
     switch (im) {
-        case IMPL_FLASH: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FLASH:
+        case IMPL_FA2: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK: attention_forward_cuda_cores(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
@@ -210,7 +220,8 @@ static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Sha
 static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                          const floatX* out, const float* lse, Shape s) {
     switch (im) {
-        case IMPL_FLASH: attention_backward_flash(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FLASH: attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FA2: attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK:
             attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
             break;
@@ -253,7 +264,7 @@ static int check_shape(Impl im, Shape s) {
     CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, scratch_floats(im, s) * sizeof(float)));
     random_floatx(h_qkv, d_qkv, nqkv);
     random_floatx(h_dout, d_dout, nout);
     ref_forward(r_out, r_lse, h_qkv, s.B, s.T, s.C, s.NH);
@@ -281,7 +292,7 @@ static int check_shape(Impl im, Shape s) {
         ok &= lse_ok;
     }
     poison(d_dqkv, nqkv * sizeof(floatX));
-    poison(d_scratch, nl * sizeof(float));
+    poison(d_scratch, scratch_floats(im, s) * sizeof(float));
     run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
     CUDA_CHECK(cudaDeviceSynchronize());
     download_floatx(h_dqkv, d_dqkv, nqkv);
@@ -302,6 +313,7 @@ static int check_shape(Impl im, Shape s) {
     }
     /* determinism: a second backward must match bit for bit */
     poison(d_dqkv, nqkv * sizeof(floatX));
+    poison(d_scratch, scratch_floats(im, s) * sizeof(float));
     run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
     CUDA_CHECK(cudaDeviceSynchronize());
     download_floatx(h_dqkv2, d_dqkv, nqkv);
@@ -336,7 +348,7 @@ static void time_shape(Impl im, Shape s) {
     CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, scratch_floats(im, s) * sizeof(float)));
     float* tmp = (float*)malloc(nqkv * sizeof(float));
     random_floatx(tmp, d_qkv, nqkv);
     random_floatx(tmp, d_dout, nout);
@@ -370,6 +382,8 @@ static void time_shape(Impl im, Shape s) {
            "bwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)\n",
            impl_name(im), s.B, s.T, s.C, s.NH, s.C / s.NH, mf, tf, 100.0 * tf / PEAK_TFLOPS, mb, tb,
            100.0 * tb / PEAK_TFLOPS);
+    /* one line per backward for scripts/gpu_check.sh's table (median ms) */
+    printf("time attention_backward %s B=%d T=%d C=%d NH=%d %.4f ms\n", impl_name(im), s.B, s.T, s.C, s.NH, mb);
     if (im == IMPL_FLASH) { /* the backward's first pass alone (issue 15, item 9: 128-bit loads) */
         for (int r = 0; r < warmup + reps; r++) {
             CUDA_CHECK(cudaEventRecord(e0, main_stream()));
@@ -408,14 +422,15 @@ int main(int argc, char** argv) {
         {2, 100, 128, 2},  /* hs 64, partial second tile */
         {1, 129, 256, 2},  /* hs 128, one row into the third tile */
         {1, 300, 768, 12}, /* GPT-2 head size, several tiles */
+        {2, 333, 768, 12}, /* GPT-2 head size, 6 key tiles adding to the last dQ tile, B*NH = 24 */
         {1, 77, 96, 2},    /* hs 48: fallback path */
         {1, 65, 24, 3},    /* hs 8: fallback path */
     };
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
-    const Impl impls[] = {IMPL_FLASH, IMPL_FALLBACK, IMPL_CUDNN};
+    const Impl impls[NIMPLS] = {IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN};
     int passed = 0, failed = 0;
     printf("checks (tolerance 8u*max|ref|, u = %g):\n", floatx_u());
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < NIMPLS; k++)
         for (int i = 0; i < nshapes; i++) {
             if (!impl_applies(impls[k], shapes[i])) { continue; }
             if (check_shape(impls[k], shapes[i])) { passed++; } else { failed++; }
@@ -428,7 +443,7 @@ int main(int argc, char** argv) {
             {8, 2048, 768, 12},   /* longer context */
             {16, 1024, 1536, 12}, /* hs 128 */
         };
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < NIMPLS; k++)
             for (int i = 0; i < 3; i++) {
                 if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
                 time_shape(impls[k], tshapes[i]);

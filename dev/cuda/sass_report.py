@@ -13,6 +13,8 @@ properties the CUDA backend promises (llmc/README.md, "Tests"):
   - every kernel in the machine code has its ptxas resource line (so none escapes the spill check);
   - the flash-attention kernels run on the tensor cores (HMMA.16816.F32 with bf16 or f16 inputs), load their
     tiles with cp.async (LDGSTS, 16 bytes) and their MMA fragments with ldmatrix (LDSM, no 16-bit shared loads);
+  - the one-kernel FlashAttention-2 backward (attention_backward_fa2_mma_kernel) has, per tile pair and warp,
+    exactly 5/7 of the HMMAs of the three-pass backward (dK/dV kernel + dQ kernel scaled to the same pair);
   - every packed instantiation (template argument 8 = 16 bytes of bf16; the X128_SIZE variants) moves global
     memory in 128-bit accesses (at least one LDG/STG .128, and no more 16-bit global accesses than it has
     128-bit ones);
@@ -127,7 +129,7 @@ def main():
     bad = [name for f, name, r, s in rows if f in res and (r["stack"] > 0 or r["spill"] > 0 or s["local"] > 0)]
     tap(not bad and not unmatched, "%d kernels: no stack frame, spills or local memory (LDL/STL)%s"
         % (len(rows), "; offenders: " + ", ".join(bad) if bad else ""))
-    attn = [(name, s) for _, name, r, s in rows if re.search(r"attention_(forward|backward_q|backward_kv)_mma_kernel", name)]
+    attn = [(name, s) for _, name, r, s in rows if re.search(r"attention_(forward|backward_q|backward_kv|backward_fa2)_mma_kernel", name)]
     tap(len(attn) >= 3 and all(s["hmma"] > 0 and s["ldgsts"] > 0 for _, s in attn),
         "%d flash-attention kernels run on the tensor cores (HMMA.16816.F32: %s) and load tiles with cp.async "
         "(LDGSTS.128: %s)" % (len(attn), ", ".join(str(s["hmma"]) for _, s in attn),
@@ -135,6 +137,23 @@ def main():
     tap(len(attn) >= 3 and all(s["ldsm"] > 0 and s["lds16"] == 0 for _, s in attn),
         "the flash-attention kernels load their MMA fragments with ldmatrix (LDSM: %s) and no 16-bit shared loads"
         % ", ".join("%d/%d" % (s["ldsm"], s["lds16"]) for _, s in attn))
+    # the one-kernel FA2 backward against the three-pass one, per (64 keys x BQ queries) tile pair and warp: the
+    # dK/dV kernel's MMAs + the dQ kernel's scaled to BQ query rows (it runs 64 x 64 pairs) = 7 matmuls; FA2 = 5
+    by = {}
+    for _, name, r, s in rows:
+        m = re.search(r"attention_backward_(kv|q|fa2)_mma_kernel<(\d+)(?:, (\d+))?>", name)
+        if m:
+            by[(m.group(1), int(m.group(2)))] = (s, int(m.group(3) or 64))
+    fa2 = sorted(hs for kind, hs in by if kind == "fa2")
+    parts = []
+    for hs in fa2:
+        (f, bq), (kv, _), (q, _) = by[("fa2", hs)], by.get(("kv", hs), ({"hmma": 0, "ldsm": 0}, 0)), \
+            by.get(("q", hs), ({"hmma": 0, "ldsm": 0}, 0))
+        old = kv["hmma"] + q["hmma"] * bq // 64
+        parts.append((hs, f["hmma"], old, f["ldsm"], kv["ldsm"] + q["ldsm"] * bq // 64))
+    tap(len(parts) == 4 and all(7 * new == 5 * old for _, new, old, _, _ in parts),
+        "the FA2 backward issues 5/7 of the three-pass backward's MMAs per tile pair (hs: HMMA fa2/three-pass, "
+        "LDSM fa2/three-pass: %s)" % ", ".join("%d: %d/%d, %d/%d" % p for p in parts))
     packed = [(name, s) for f, name, r, s in rows if re.search(r"<8[,>]", name) and "mma" not in name]
     weak = [name for name, s in packed if s["g128"] == 0 or s["g16"] > s["g128"]]
     tap(len(packed) >= 10 and not weak, "%d packed (X128_SIZE = 8 bf16) kernels move global memory in 128-bit "

@@ -598,17 +598,22 @@ static void test_elementwise(size_t n) {
 }
 
 /* ---------------------------------------------------------------- attention */
-static void test_attention(int B, int T, int C, int NH, int force_fallback) {
+/* mode: 0 the dispatching entry points, 1 the CUDA-core fallback forced, 2 the forward as 0 and the one-kernel
+ * FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused, dQ summed in key-tile order through
+ * an fp32 accumulator and per-tile flags) with its own scratch size */
+static void test_attention(int B, int T, int C, int NH, int mode) {
     const int hs = C / NH;
+    const int force_fallback = mode == 1;
     std::string s = shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
-    const char* path = force_fallback ? "attention fallback" : "attention (dispatch)";
+    const char* path = mode == 1 ? "attention fallback" : mode == 2 ? "attention (fa2 bwd)" : "attention (dispatch)";
+    const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH) : attention_scratch_floats(B, T, C, NH);
     std::vector<float> qkv = randv((size_t)B * T * 3 * C, 1.5f), dout = randv((size_t)B * T * C);
     floatX* d_qkv = upX(qkv);
     floatX* d_dout = upX(dout);
     floatX* d_out = dX((size_t)B * T * C);
     floatX* d_dqkv = dX((size_t)B * T * 3 * C);
     float* d_state = dF(attention_state_floats(B, T, NH));
-    float* d_scratch = dF(attention_scratch_floats(B, T, C, NH));
+    float* d_scratch = dF(nscratch);
     poisonX(d_out, (size_t)B * T * C);
     poisonX(d_dqkv, (size_t)B * T * 3 * C);
     poisonF(d_state, attention_state_floats(B, T, NH));
@@ -622,9 +627,11 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
     std::vector<float> g_out = downX(d_out, out.size());
     check((std::string(path) + " forward").c_str(), s, g_out, roundX(out), TOL_ATT);
     /* backward from this side's own forward output and state */
-    poisonF(d_scratch, attention_scratch_floats(B, T, C, NH));
+    poisonF(d_scratch, nscratch);
     if (force_fallback) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    } else if (mode == 2) {
+        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     }
@@ -634,7 +641,7 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
      * fp32 sum of hs products in any order is within hs 2^-24 sum_d |dO O| of it (products and additions rounded
      * once each), so the tolerance relative to max |D| is hs 2^-24 max_row sum |dO O| / max |D| */
     {
-        std::vector<float> D = downF(d_scratch, attention_scratch_floats(B, T, C, NH)), refD(D.size());
+        std::vector<float> D = downF(d_scratch, (size_t)B * NH * T), refD(D.size());
         double max_abs_sum = 0.0;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
@@ -654,8 +661,11 @@ static void test_attention(int B, int T, int C, int NH, int force_fallback) {
         check((std::string(path) + " backward D=rowsum(dO*O)").c_str(), s, D, refD, tol);
     }
     poisonX(d_dqkv, dqkv.size());
+    poisonF(d_scratch, nscratch); /* the second run must not lean on what the first left in the accumulator */
     if (force_fallback) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    } else if (mode == 2) {
+        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     }
@@ -1271,6 +1281,12 @@ int main(void) {
     test_attention_decode(300, 36, 3);  /* hs=12 */
     test_attention(1, 130, 64, 4, 0);  /* hs=16 */
     test_attention(1, 129, 64, 2, 0);  /* hs=32, one row past two tiles */
+    /* the one-kernel FA2 backward: awkward T, every MMA head size, B*NH > 1, up to 4 key tiles adding to one dQ tile */
+    test_attention(4, 32, 64, 4, 2);   /* hs=16, one tile */
+    test_attention(2, 45, 64, 2, 2);   /* hs=32, partial tile */
+    test_attention(3, 200, 128, 2, 2); /* hs=64, 4 tiles (last partial), B*NH = 6 */
+    test_attention(2, 97, 256, 2, 2);  /* hs=128: 32-row query tiles, two per key tile */
+    test_attention(1, 130, 64, 4, 2);  /* hs=16, one row into the third tile */
 
     test_classifier(128, 100, 128, 1); /* fixture */
     test_classifier(128, 100, 128, 0);
@@ -1318,6 +1334,7 @@ int main(void) {
     test_layernorm(128, 64);
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
+    test_attention(1, 150, 128, 2, 2);
     test_classifier(128, 100, 128, 1);
     test_vocab_parallel(37, 64, 36, 64, 2, 1, 1, 0);
     test_vocab_parallel(7, 30, 25, 30, 4, 1, 1, 0);

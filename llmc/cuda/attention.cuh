@@ -9,8 +9,9 @@
  *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d].
  *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
  *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
- *   scratch (B,NH,T) fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d] (backward only;
- *         attention_scratch_floats = B*NH*T; forward does not touch it).
+ *   scratch fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d], (B,NH,T), at its start (backward only;
+ *         forward does not touch it); attention_scratch_floats = B*NH*T, or attention_fa2_scratch_floats when built
+ *         with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and B*NH*ceil(T/16) flags).
  *   dqkv (B,T,3C) floatX, overwritten with dQ | dK | dV.
  * The (T,T) score/probability matrix never exists in global memory.
  *
@@ -25,7 +26,11 @@
  *       tile accumulates dK, dV in registers over the query tiles at or below the diagonal (FA2 Alg. 2
  *       outer loop over keys); (3) one block per 64-query tile accumulates dQ over key tiles (recomputes
  *       S and dP; 7 instead of 5 matmuls of work, in exchange for fp32-atomic-free determinism and no
- *       dQ scratch).
+ *       dQ scratch). That is attention_backward_flash7, the default.
+ *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly): one kernel per 64-key tile does all
+ *       5 matmuls; D is computed by the block on each query tile's diagonal; dQ is summed in fp32 in global
+ *       memory in a fixed key-tile order (last tile first), handed from block to block through per-tile flags
+ *       (no atomics on values: deterministic). See attention_backward_fa2_mma_kernel.
  *   Fallback path (any hs <= 256, every precision incl. fp32, any alignment): one warp per query row
  *     (forward, dQ) or key row (dK, dV), fp32 CUDA-core arithmetic, same state and results.
  * Both paths handle every T >= 1 (partial tiles are zero-filled and masked).
@@ -104,6 +109,14 @@ template <int LD>
 static __device__ __forceinline__ void attn_load_bt2(uint32_t b[4], const floatX* X, int n0, int k0, int g, int t) {
     const int lane = 4 * g + t, j = lane >> 3;
     ldmatrix_x4(b, X + (n0 + (lane & 7) + 8 * (j >> 1)) * LD + k0 + 8 * (j & 1));
+}
+/* A fragment (16x16) of A = X^T for a row-major smem matrix X with leading dimension LD: A rows r0..r0+15 are X's
+ * columns, A cols c0..c0+15 X's rows; ldmatrix.x4.trans of X's blocks (rows c0+0..7, cols r0+0..7), (c0+0..7,
+ * r0+8..15), (c0+8..15, r0+0..7), (c0+8..15, r0+8..15) gives a[0..3] in attn_load_a's order. */
+template <int LD>
+static __device__ __forceinline__ void attn_load_at(uint32_t a[4], const floatX* X, int r0, int c0, int g, int t) {
+    const int lane = 4 * g + t, j = lane >> 3;
+    ldmatrix_x4_trans(a, X + (c0 + (lane & 7) + 8 * (j >> 1)) * LD + r0 + 8 * (j & 1));
 }
 /* acc[n] += A @ B_n for the ON n8-tiles of B = X, X row-major in smem: B_n[k][c] = X[k0+k][8n+c]. The B fragments
  * of tiles n and n+1 come from one ldmatrix.x4.trans of X's blocks (rows k0+0..7 / k0+8..15) x (cols 8n.. / 8n+8..):
@@ -633,6 +646,272 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     __syncwarp();
     attn_store_rows<HS>(dqkv + (size_t)b * T * ld + (size_t)h * HS, ld, stage, qw, T, lane);
 }
+
+/* ======================================================================== MMA backward, FA2 work: one kernel */
+
+/* Ordered hand-off between the blocks of one (b, h) (attention_backward_fa2_mma_kernel). flag counts the key tiles
+ * that have added their dQ contribution to one query tile. Thread 0 spins until *flag >= v (volatile load, no value
+ * atomics), then fences so that the block's later L2 loads (__ldcg) see what the writer published before raising
+ * the flag. On a host compiler (the CPU emulator runs blocks one after another in launch order) a flag that is not
+ * yet raised can never be: that is reported and the process stops instead of spinning forever. */
+static __device__ __forceinline__ void attn_wait_flag(const unsigned int* flag, unsigned int v) {
+#ifdef __CUDACC__
+    while (*(volatile const unsigned int*)flag < v) { __nanosleep(64); }
+#else
+    if (*(volatile const unsigned int*)flag < v) {
+        fprintf(stderr, "attention fa2 backward: block waits for flag %u >= %u, which a block launched earlier "
+                        "should have raised\n", *flag, v);
+        abort();
+    }
+#endif
+    __threadfence();
+}
+
+/* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_fa2_smem_bytes(HS, BQ). The whole backward of FlashAttention-2
+ * (Dao 2023, Algorithm 2) in one kernel: 5 matmuls per (key tile, query tile) pair, S = Q K^T, dV += P^T dO,
+ * dP = dO V^T, dK += dS^T Q, dQ += dS K; the row-dot D = rowsum(dO*O) fused in.
+ *   Key tile kt = gridDim.x-1-blockIdx.x (the last key tiles, which have the fewest query tiles, launched first);
+ *   dK, dV of its 64 keys accumulate in registers over the query tiles qt of BQ rows at or below the diagonal (as
+ *   attention_backward_kv_mma_kernel), written once at the end.
+ *   dQ: the query tile qt gets contributions from key tiles kd(qt) = q0/64 down to 0, in that order, into an fp32
+ *   accumulator dqacc (B,NH,T,HS): key tile kd(qt) writes it, the next ones add to it, key tile 0 adds its part
+ *   and stores dQ (floatX, times 1/sqrt(hs)) into dqkv. Order is enforced with one flag per (b, h, query tile)
+ *   (flags, zeroed before the launch): key tile kt waits until flags[qt] == kd(qt) - kt, adds, raises it by one.
+ *   The sum order is fixed, so dQ is bit-identical from run to run; no atomics touch values. Every block waits only
+ *   on blocks of the same (b, h) with a smaller blockIdx.x, launched before it, so the waits cannot deadlock on a
+ *   GPU that starts blocks in launch order (the assumption of FlashAttention-2's deterministic backward too).
+ *   D: the block on the diagonal of qt (kt == kd(qt)) is qt's first visitor; it computes D = rowsum(dO*O) for
+ *   qt's rows from its dO tile (in shared memory) and O (global, 128-bit), and publishes it to Dsum (B,NH,T)
+ *   before it raises qt's flag; the other blocks read D after flags[qt] >= 1.
+ * Inputs as attention_backward_kv_mma_kernel plus out (B,T,C), Dsum (B,NH,T) out, dqacc (B*NH*T*HS fp32,
+ * 8-byte aligned), flags (B*NH*ceil(T/BQ), zero). */
+template <int HS, int BQ>
+__global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
+    attention_backward_fa2_mma_kernel(floatX* __restrict__ dqkv, float* Dsum, float* dqacc, unsigned int* flags,
+                                      const floatX* __restrict__ dout, const floatX* __restrict__ out,
+                                      const floatX* __restrict__ qkv, const float* __restrict__ lse, int T, int C,
+                                      int NH, float scale_log2, float scale) {
+    static_assert(HS % 16 == 0 && BQ % 16 == 0 && ATTN_ROWS % BQ == 0 && sizeof(floatX) == 2, "bad tile");
+    constexpr int LD = HS + 8;
+    constexpr int KS = HS / 16;
+    constexpr int SN = BQ / 8;
+    constexpr int ON = HS / 8;
+    constexpr int RW = BQ / 16;            /* 16-row query groups of the dQ product */
+    constexpr int CW = 4 / RW;             /* column groups: the 4 warps cover RW x CW blocks of dQ */
+    constexpr int QN = ON / CW;            /* 8-column tiles of dQ per warp */
+    constexpr int LDS = BQ + 8;            /* dS^T tile [64 keys][BQ queries], padded rows */
+    constexpr int TPR = ATTN_THREADS / BQ; /* threads per row of the fused row-dot */
+    static_assert(RW * CW == 4 && QN % 2 == 0 && HS % (8 * TPR) == 0, "bad dQ split");
+    DYNAMIC_SHARED(floatX, attn_smem);
+    floatX* smem = attn_smem;
+    floatX* Ks = smem;                       /* [64][LD] */
+    floatX* Vs = Ks + ATTN_ROWS * LD;        /* [64][LD] */
+    floatX* Qs = Vs + ATTN_ROWS * LD;        /* [2][BQ][LD] */
+    floatX* dOs = Qs + 2 * BQ * LD;          /* [2][BQ][LD] */
+    floatX* dSs = dOs + 2 * BQ * LD;         /* [64][LDS] */
+    float* Ls = (float*)(dSs + ATTN_ROWS * LDS); /* [2][BQ] lse * log2(e) */
+    float* Ds = Ls + 2 * BQ;                 /* [BQ] */
+
+    const int kt = (int)gridDim.x - 1 - (int)blockIdx.x;
+    const int bh = blockIdx.y;
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const int k0 = kt * ATTN_ROWS;
+    const size_t ld = (size_t)3 * C;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const floatX* obase = out + (size_t)b * T * C + (size_t)h * HS;
+    const float* lrow = lse + (size_t)bh * T;
+    float* drow = Dsum + (size_t)bh * T;
+    float* accp = dqacc + (size_t)bh * T * HS;
+    unsigned int* fl = flags + (size_t)bh * ((T + BQ - 1) / BQ);
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int kw = k0 + warp * 16; /* first key row of this warp */
+    const int rg = warp % RW;      /* this warp's dQ rows rg*16.. and columns cg*HS/CW.. */
+    const int cg = warp / RW;
+    const int qt_begin = k0 / BQ;
+    const int qt_end = (T + BQ - 1) / BQ;
+
+    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
+    {
+        const int q0 = qt_begin * BQ;
+        attn_load_tile<HS, BQ>(Qs, base + (size_t)q0 * ld, T - q0, ld);
+        attn_load_tile<HS, BQ>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
+        if (threadIdx.x < BQ) {
+            const int q = q0 + threadIdx.x;
+            Ls[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+        }
+    }
+    cp_async_commit();
+
+    float dk[ON][4], dv[ON][4];
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+    }
+
+    for (int qt = qt_begin; qt < qt_end; qt++) {
+        const int buf = (qt - qt_begin) & 1;
+        cp_async_wait_all();
+        __syncthreads(); /* tile qt visible; every warp is done with tile qt-1 (its buffers, dSs and Ds) */
+        if (qt + 1 < qt_end) {
+            const int q1 = (qt + 1) * BQ;
+            const int nb = buf ^ 1;
+            attn_load_tile<HS, BQ>(Qs + nb * BQ * LD, base + (size_t)q1 * ld, T - q1, ld);
+            attn_load_tile<HS, BQ>(dOs + nb * BQ * LD, dbase + (size_t)q1 * C, T - q1, (size_t)C);
+            if (threadIdx.x < BQ) {
+                const int q = q1 + threadIdx.x;
+                Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+            }
+            cp_async_commit();
+        }
+        const int q0 = qt * BQ;
+        const int kd = q0 / ATTN_ROWS; /* the key tile on this query tile's diagonal: its first visitor */
+        const floatX* Qb = Qs + buf * BQ * LD;
+        const floatX* dOb = dOs + buf * BQ * LD;
+        const float* Lb = Ls + buf * BQ;
+
+        /* D of the tile's rows: computed here on the diagonal, else read back once the diagonal published it */
+        if (kt == kd) {
+            const int r = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+            float acc = 0.0f;
+            if (q0 + r < T) {
+                const floatX* orow = obase + (size_t)(q0 + r) * C;
+#pragma unroll
+                for (int c = sub * 8; c < HS; c += TPR * 8) {
+                    const x128 o = load128(orow + c);
+                    const x128 d = load128(dOb + r * LD + c);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) { acc += to_float(o[k]) * to_float(d[k]); }
+                }
+            }
+#pragma unroll
+            for (int off = TPR / 2; off > 0; off >>= 1) { acc += __shfl_xor_sync(0xffffffffu, acc, off); }
+            if (sub == 0) {
+                Ds[r] = acc;
+                if (q0 + r < T) { drow[q0 + r] = acc; }
+            }
+        } else {
+            if (threadIdx.x == 0) { attn_wait_flag(fl + qt, 1u); }
+            __syncthreads();
+            if (threadIdx.x < BQ) { Ds[threadIdx.x] = (q0 + (int)threadIdx.x < T) ? __ldcg(drow + q0 + threadIdx.x) : 0.0f; }
+        }
+        __syncthreads();
+
+        /* S^T = K Q^T, P^T = exp(S^T*scale - lse) (16 keys x BQ queries per warp; zero where query < key or >= T) */
+        float st[SN][4];
+        attn_warp_gemm_abt<LD, SN, KS>(st, Ks, warp * 16, Qb, kw - q0, g, t);
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            const float2 l2 = *reinterpret_cast<const float2*>(Lb + n * 8 + 2 * t); /* one 64-bit load per pair */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int q = q0 + n * 8 + 2 * t + (e & 1);
+                const int key = kw + g + ((e >> 1) << 3);
+                st[n][e] = (q >= key && q < T) ? exp2f(st[n][e] * scale_log2 - ((e & 1) ? l2.y : l2.x)) : 0.0f;
+            }
+        }
+        /* dV += P^T dO */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            if (q0 + kk * 16 + 15 >= kw) {
+                uint32_t pa[4];
+                attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+                attn_mma_ax<LD, ON>(dv, pa, dOb, kk * 16, g, t);
+            }
+        }
+        /* dP^T = V dO^T, dS^T = P^T * (dP^T - D) */
+        float dpt[SN][4];
+        attn_warp_gemm_abt<LD, SN, KS>(dpt, Vs, warp * 16, dOb, kw - q0, g, t);
+#pragma unroll
+        for (int n = 0; n < SN; n++) {
+            const float2 d2 = *reinterpret_cast<const float2*>(Ds + n * 8 + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; e++) { dpt[n][e] = st[n][e] * (dpt[n][e] - ((e & 1) ? d2.y : d2.x)); }
+        }
+        /* dK += dS^T Q (scale applied at the end). The packed dS^T fragment is also stored, as it is (32-bit words:
+         * keys x queries), for the dQ product, which needs all 64 keys of a query row and reads it back transposed
+         * (attn_load_at). Masked sub-tiles are zeros and are stored too. */
+        floatX* dSw = dSs + (warp * 16 + g) * LDS + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t da[4];
+            attn_acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+            attn_st32(dSw + kk * 16, da[0]);
+            attn_st32(dSw + 8 * LDS + kk * 16, da[1]);
+            attn_st32(dSw + kk * 16 + 8, da[2]);
+            attn_st32(dSw + 8 * LDS + kk * 16 + 8, da[3]);
+            if (q0 + kk * 16 + 15 >= kw) { attn_mma_ax<LD, ON>(dk, da, Qb, kk * 16, g, t); }
+        }
+        __syncthreads(); /* dSs complete */
+
+        /* dQ_part = dS K: this warp's 16 query rows x HS/CW columns; key sub-tiles after the rows are all zero */
+        float dq[QN][4];
+#pragma unroll
+        for (int n = 0; n < QN; n++) { dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f; }
+#pragma unroll
+        for (int kk = 0; kk < ATTN_ROWS / 16; kk++) {
+            if (k0 + kk * 16 <= q0 + rg * 16 + 15) {
+                uint32_t a[4];
+                attn_load_at<LDS>(a, dSs, rg * 16, kk * 16, g, t);
+                attn_mma_ax<LD, QN>(dq, a, Ks + cg * (HS / CW), kk * 16, g, t);
+            }
+        }
+        /* ordered accumulation: after key tiles kd .. kt+1 */
+        if (threadIdx.x == 0 && kt != kd) { attn_wait_flag(fl + qt, (unsigned int)(kd - kt)); }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < QN; n++) {
+            const int col = cg * (HS / CW) + n * 8 + 2 * t;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = q0 + rg * 16 + g + 8 * half;
+                if (row < T) {
+                    float x = dq[n][2 * half], y = dq[n][2 * half + 1];
+                    float* ap = accp + (size_t)row * HS + col;
+                    if (kt != kd) {
+                        const float2 prev = __ldcg(reinterpret_cast<const float2*>(ap));
+                        x = prev.x + x;
+                        y = prev.y + y;
+                    }
+                    if (kt == 0) {
+                        attn_st32(dqkv + ((size_t)b * T + row) * ld + (size_t)h * HS + col,
+                                  attn_pack_f(x * scale, y * scale));
+                    } else {
+                        __stcg(reinterpret_cast<float2*>(ap), make_float2(x, y));
+                    }
+                }
+            }
+        }
+        if (kt != 0) {
+            __threadfence();
+            __syncthreads(); /* every thread's part of the sum (and D, on the diagonal) is out */
+            if (threadIdx.x == 0) { *(volatile unsigned int*)(fl + qt) = (unsigned int)(kd - kt + 1); }
+        }
+    }
+
+    /* epilogue: stage in this warp's own K/V rows, 128-bit stores. The dQ product of the last query tile read
+     * every K row, so all warps must be past it first. */
+    __syncthreads();
+    floatX* kstage = Ks + warp * 16 * LD;
+    floatX* vstage = Vs + warp * 16 * LD;
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
+        attn_st32(kstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dk[n][2] * scale, dk[n][3] * scale));
+        attn_st32(vstage + g * LD + n * 8 + 2 * t, attn_pack_f(dv[n][0], dv[n][1]));
+        attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
+    }
+    __syncwarp();
+    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
+    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
+    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+}
 #endif /* !FLOATX_IS_FLOAT */
 
 /* ======================================================================== D = rowsum(dO * O) */
@@ -887,6 +1166,15 @@ static inline size_t attn_bwd_q_smem_bytes(int hs) { return (size_t)(2 * ATTN_RO
 static inline size_t attn_bwd_kv_smem_bytes(int hs, int bq) {
     return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)4 * bq * sizeof(float);
 }
+static inline size_t attn_bwd_fa2_smem_bytes(int hs, int bq) {
+    return (size_t)(2 * ATTN_ROWS + 4 * bq) * (hs + 8) * 2 + (size_t)ATTN_ROWS * (bq + 8) * 2 + (size_t)3 * bq * sizeof(float);
+}
+/* The FA2 backward's scratch (floats): D (B,NH,T) at 0; the fp32 dQ accumulator (B,NH,T,hs) from the offset below
+ * (rounded up to 4 floats: 16-byte aligned); then one unsigned flag per (b, h, query tile of >= 16 rows). */
+static inline size_t attn_fa2_acc_offset(int B, int T, int NH) { return ((size_t)B * NH * T + 3) / 4 * 4; }
+static inline size_t attention_fa2_scratch_floats(int B, int T, int C, int NH) {
+    return attn_fa2_acc_offset(B, T, NH) + (size_t)B * T * C + (size_t)B * NH * ((T + 15) / 16);
+}
 
 /* Validates the shape (FATAL on C % NH != 0, hs > 256, B*NH > 65535, T < 1) and returns hs. */
 static inline int attention_check_dims(int B, int T, int C, int NH) {
@@ -954,6 +1242,26 @@ static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum
     CUDA_CHECK_LAUNCH();
     LAUNCH(grid, ATTN_THREADS, smem_q, main_stream(), attention_backward_q_mma_kernel<HS>)(
         dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+static inline void attention_backward_fa2_launch(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                                 const floatX* out, const float* lse, int B, int T, int C, int NH,
+                                                 float scale_log2, float scale) {
+    constexpr int BQ = (HS >= 128) ? 32 : 64; /* as the dK/dV kernel: registers */
+    static int configured = 0;
+    const size_t smem = attn_bwd_fa2_smem_bytes(HS, BQ);
+    if (!configured) {
+        attn_allow_smem(attention_backward_fa2_mma_kernel<HS, BQ>, smem);
+        configured = 1;
+    }
+    float* dqacc = scratch + attn_fa2_acc_offset(B, T, NH);
+    unsigned int* flags = (unsigned int*)(dqacc + (size_t)B * T * C);
+    CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)B * NH * CEIL_DIV(T, BQ) * sizeof(unsigned int), main_stream()));
+    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_fa2_mma_kernel<HS, BQ>)(
+        dqkv, scratch, dqacc, flags, dout, out, qkv, lse, T, C, NH, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
 }
 #endif
@@ -1032,10 +1340,10 @@ static inline void attention_backward_cuda_cores(floatX* dqkv, float* Dsum, cons
     CUDA_CHECK_LAUNCH();
 }
 
-/* Backward: the tensor-core kernels where attention_flash_path allows them, the CUDA-core kernels otherwise.
- * Shapes as attention_backward_cuda_cores. */
-static inline void attention_backward_flash(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
-                                            const floatX* out, const float* lse, int B, int T, int C, int NH) {
+/* Backward, three passes (row-dot, dK/dV, dQ: 7 matmuls of work): the tensor-core kernels where attention_flash_path
+ * allows them, the CUDA-core kernels otherwise. Shapes as attention_backward_cuda_cores. */
+static inline void attention_backward_flash7(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
+                                             const floatX* out, const float* lse, int B, int T, int C, int NH) {
     const int hs = attention_check_dims(B, T, C, NH);
 #if !FLOATX_IS_FLOAT
     if (attention_flash_path(hs, C, dqkv, dout, qkv)) { /* hs is 16, 32, 64 or 128 */
@@ -1055,6 +1363,45 @@ static inline void attention_backward_flash(floatX* dqkv, float* Dsum, const flo
     attention_backward_cuda_cores(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH);
 }
 
+/* Backward, one kernel with FlashAttention-2's work (5 matmuls, row-dot fused, dQ summed in a fixed order:
+ * attention_backward_fa2_mma_kernel). scratch: attention_fa2_scratch_floats(B, T, C, NH) floats, D (B,NH,T) left at
+ * its start as by the other paths. Where the tensor-core path does not apply (or out is not 16-byte aligned) it
+ * runs attention_backward_flash7. Shapes as attention_backward_cuda_cores; deterministic. */
+static inline void attention_backward_fa2(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                          const floatX* out, const float* lse, int B, int T, int C, int NH) {
+    const int hs = attention_check_dims(B, T, C, NH);
+#if !FLOATX_IS_FLOAT
+    if (attention_flash_path(hs, C, dqkv, dout, qkv) && ptr_aligned(out, 16)) {
+        const float scale = 1.0f / sqrtf((float)hs);
+        const float scale_log2 = ATTN_LOG2E * scale;
+        switch (hs) {
+            case 16: attention_backward_fa2_launch<16>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
+            case 32: attention_backward_fa2_launch<32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
+            case 64: attention_backward_fa2_launch<64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
+            default: attention_backward_fa2_launch<128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
+        }
+    }
+#else
+    (void)hs;
+#endif
+    attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+}
+
+/* Which backward the trainer runs (attention_backward_flash, and cuDNN's fallback for shapes it does not take):
+ * ATTN_BWD_FA2=1 at compile time selects attention_backward_fa2 (its scratch is then attention_fa2_scratch_floats),
+ * 0 (default) the three-pass attention_backward_flash7. Both are always compiled (dev/cuda/attention.cu times both). */
+#ifndef ATTN_BWD_FA2
+#define ATTN_BWD_FA2 0
+#endif
+static inline void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                            const floatX* out, const float* lse, int B, int T, int C, int NH) {
+    if (ATTN_BWD_FA2) {
+        attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    } else {
+        attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    }
+}
+
 /* ======================================================================== backend contract */
 /* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp (the cuDNN path, USE_CUDNN, saves its
  * softmax stats in the same layout) */
@@ -1062,7 +1409,7 @@ static inline size_t attention_state_floats(int B, int T, int NH) { return (size
 /* fp32 scratch: D = rowsum(dO*O), (B,NH,T), for the flash backward (also cuDNN's fallback; cuDNN itself uses
  * its own workspace) */
 static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
-    (void)C;
+    if (ATTN_BWD_FA2) { return attention_fa2_scratch_floats(B, T, C, NH); }
     return (size_t)B * NH * T;
 }
 #ifndef USE_CUDNN
