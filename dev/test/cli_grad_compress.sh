@@ -11,6 +11,8 @@
 #     the stochastic stream is keyed by the step); pruning removes old residual files; the 2-rank checkpoint on 4
 #     ranks with error feedback is refused with one line; on 1 process without compression the residuals are
 #     dropped with one line;
+#   - --grad-compress-ef-decay 0.5: step 1 as the default, later steps other gradients (part of the residual), the
+#     same bytes, named in the header; refused without error feedback and at 0;
 #   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
 #   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
 #     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
@@ -117,6 +119,26 @@ MPIRUN 1 $TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 -o "$TMP/re
 rc=$?
 test $rc -eq 0 && grep -q "holds error-feedback residuals.*dropped" "$TMP/res1b.log"
 check $? "the same checkpoint resumed on 1 process without compression: the residuals are dropped with one line (exit $rc)"
+
+# --grad-compress-ef-decay 0.5: step 1 as the default (the residual starts at 0), steps 2-3 differ (half of the
+# residual re-added), the same bytes; the header says so; refused without error feedback and at 0
+MPIRUN 2 $TRAIN "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0.5 -o "$TMP/efd" > "$TMP/efd.log" 2>&1
+check $? "2 ranks topk:0.01 --grad-compress-ef-decay 0.5: 3 steps"
+python3 - "$TMP/topk_2/log.jsonl" "$TMP/efd/log.jsonl" <<'PY'
+import json, sys
+a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("losses decay 1", ["%.6f" % o["loss"] for o in a], "decay 0.5", ["%.6f" % o["loss"] for o in d])
+ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
+    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
+    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
+sys.exit(0 if ok else 1)
+PY
+check $? "--grad-compress-ef-decay 0.5: step 1 bit for bit as the default decay 1, steps 2-3 other gradient norms (half of the residual re-added), the same bytes"
+grep -q "the residual re-added x0.5 per step" "$TMP/efd.log"
+check $? "--grad-compress-ef-decay 0.5: the header's compression line says the residual is re-added x0.5"
+dp_refused 2 "needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1" "--grad-compress-ef-decay 0.5 without error feedback" \
+    "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef 0 --grad-compress-ef-decay 0.5
+dp_refused 2 "expected a factor in (0, 1]" "--grad-compress-ef-decay 0" "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0
 
 dp_refused 2 "works with -z 0 and -z 1" "--grad-compress with ZeRO-2" "${F[@]}" -z 2 --grad-compress int8
 dp_refused 2 "data-parallel gradient reductions only" "--grad-compress with tensor parallelism" "${F[@]}" --tp 2 --grad-compress int8
