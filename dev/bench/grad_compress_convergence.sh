@@ -101,7 +101,7 @@ for n in names:
     m = "%.4fx" % (mean / fp32) if sent is not None else "1x"
     if not done[n]:
         st = val[-1][0]
-        b = dict(rows["none"][0]).get(st) if "none" in rows else None
+        b = dict(rows["none"][0] if "none" in rows else refcurves.get("none", [])).get(st)
         print("| %s (stopped early) | %.4f at step %d | %s | %s | %s | %s |" % (n, v, st, "%+.2f%% at step %d" % (
             100.0 * (v - b) / b, st) if b else "", s, r, m))
         continue
@@ -114,7 +114,7 @@ print("\nvalidation loss vs uncompressed along the run:")
 print("| run | " + " | ".join("step %d" % s for s in steps) + " |")
 print("|---|" + "---|" * len(steps))
 for n in names:
-    d, b = dict(rows[n][0]), dict(rows["none"][0]) if "none" in rows else {}
+    d, b = dict(rows[n][0]), dict(rows["none"][0] if "none" in rows else refcurves.get("none", []))
     if last not in b:
         b[last] = base  # the uncompressed run's final value (from REFERENCE when that run stopped early)
     print("| %s | " % n + " | ".join(("%.4f (%+.1f%%)" % (d[s], 100 * (d[s] - b[s]) / b[s]) if s in b else "%.4f" % d[s])
@@ -135,7 +135,7 @@ try:
         else:
             plt.axhline(v, ls="--", lw=1, color=col, label="%s final (earlier run)" % n)
     plt.ylim(top=min(8.0, max(v for n in names for _, v in rows[n][0])))
-    plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(); plt.grid(alpha=0.3)
+    plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(fontsize=7); plt.grid(alpha=0.3)
     plt.title("gradient compression, %s" % os.path.basename(os.path.abspath(out)))
     plt.savefig(os.path.join(out, "val_loss.png"), dpi=120)
     print("plot: %s" % os.path.join(out, "val_loss.png"))
