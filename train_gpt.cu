@@ -103,6 +103,7 @@ typedef struct {
     float moe_capacity_factor, moe_aux_coef, moe_z_coef;
     const char* grad_compress_round; /* nearest, stochastic (INT8) */
     int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
+    float grad_compress_ef_decay; /* the residual re-added times this, (0, 1] */
     const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
     const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
@@ -185,6 +186,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress = "none";
     c->grad_compress_round = "nearest";
     c->grad_compress_ef = 1;
+    c->grad_compress_ef_decay = 1.0f;
     c->offload_optimizer = "none";
     c->offload_params = "none";
     c->grad_compress_warmup = 0;
@@ -294,6 +296,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "expert parallelism: the experts split over groups of N consecutive data-parallel processes, tokens moved "
          "by all-to-all; each process holds only its E/N experts' weights, gradients and optimizer state (N divides "
          "the data-parallel size and --moe-experts; 1 = every process holds and computes every expert)");
+    SPEC(NULL, "grad-compress-ef-decay", ARG_FLOAT, grad_compress_ef_decay, 0, 1,
+         "error feedback re-adds the residual times this factor (0 < f <= 1; 1 = all of it): a value not sent for j "
+         "steps counts f^j, so stale gradients fade after ~1/(1-f) steps");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
     SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
@@ -820,6 +825,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
                           "either way (the NVMe files are scratch), and the update is the same AdamW"},
     {"offload-params", "where ZeRO-3's parameter shard lives while training: the gathered values and the update are the "
                        "same, and checkpoints hold the whole model either way"},
+    {"grad-compress-ef-decay", "how much of the residual (restored with the checkpoint) is re-added, from the resumed "
+                               "step on"},
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
     {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
     {"grad-compress-select", "which values top-k sends, from the resumed step on (the residuals and v are in the state)"},
@@ -1090,6 +1097,14 @@ static void check_config(TrainSession* s) {
     }
     s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
     s->compress.error_feedback = c->grad_compress_ef;
+    s->compress.ef_decay = c->grad_compress_ef_decay;
+    if (c->grad_compress_ef_decay <= 0.0f || (c->grad_compress_ef_decay != 1.0f && (!c->grad_compress_ef ||
+                                                                                   s->compress.kind == GRAD_COMPRESS_NONE))) {
+        CONFIG_FATAL(s, "flag --grad-compress-ef-decay is %g; expected a factor in (0, 1] for the error-feedback "
+              "residual, and a value other than 1 needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1 "
+              "(this run: --grad-compress %s --grad-compress-ef %d)", (double)c->grad_compress_ef_decay,
+              c->grad_compress, c->grad_compress_ef);
+    }
     s->compress.warmup = c->grad_compress_warmup;
     s->compress.freeze_v = c->grad_compress_freeze_v;
     if (c->grad_compress_freeze_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_warmup < 1)) {

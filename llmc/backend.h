@@ -185,7 +185,8 @@
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
  *   has_inf_or_nan(const floatX* x(n), size_t n) -> int (host value; synchronises)
  * gradient compression (llmc/grad_compress.h; the two backends agree bit for bit on the same fp32 inputs):
- *   compress_pack(float* dst(n), const floatX* g(n), const float* residual(n) or NULL, size_t n)   dst = g + residual
+ *   compress_pack(float* dst(n), const floatX* g(n), const float* residual(n) or NULL, float decay, size_t n)
+ *                dst = g + decay * residual (the product rounded to fp32 first; decay 1: g + residual exactly)
  *   compress_quantize_int8(int8_t* q(n), float* scales(ceil(n/COMPRESS_INT8_BLOCK)), const float* x(n), size_t n,
  *                int stochastic, uint32_t seed, uint32_t step, uint64_t key)
  *                per block of COMPRESS_INT8_BLOCK values s = max|x|/127 and q = x/s rounded to nearest-even, or with

@@ -80,6 +80,9 @@ typedef struct {
     double ratio;         /* top-k: fraction of each bucket sent, (0, 1] */
     int stochastic;       /* INT8: stochastic rounding instead of round-to-nearest */
     int error_feedback;   /* keep and re-add the residual of what was not sent */
+    float ef_decay;       /* error feedback: the residual re-added as ef_decay * residual, (0, 1]; 1 = all of it
+                             (--grad-compress-ef-decay: a value not sent for j steps counts ef_decay^j, see
+                             grad_compress_move) */
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
     int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
                              uses the ranks' uncompressed gradient norms */
@@ -162,6 +165,10 @@ static inline const char* grad_compress_describe(const GradCompressSpec* s, char
     char extra[160] = "";
     if (s->warmup > 0) {
         snprintf(extra, sizeof(extra), ", the first %d steps uncompressed", s->warmup);
+    }
+    if (s->error_feedback && s->ef_decay != 1.0f) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, ", the residual re-added x%g per step", (double)s->ef_decay);
     }
     if (s->freeze_v) {
         size_t len = strlen(extra);
@@ -327,7 +334,7 @@ static inline void grad_compress_free(GradCompressor* g) {
 
 /* ---------------------------------------------------------------- packing */
 
-/* pack (to = 1: x <- gradient + residual) or unpack a bucket's packed fp32 values `x` into the floatX gradient
+/* pack (to = 1: x <- gradient + ef_decay * residual) or unpack a bucket's packed fp32 values `x` into the floatX gradient
  * pieces (to = 0) or into the residual (to = 2), for the parts c0 <= c < c1; x[0] is packed element `base` */
 static inline void grad_compress_move(GradCompressor* g, const GradCompressBucket* k, float* x, size_t base, int to,
                                       int c0, int c1) {
@@ -339,7 +346,7 @@ static inline void grad_compress_move(GradCompressor* g, const GradCompressBucke
             comm_chunk(s->begin, s->end, g->S, c, &lo, &hi);
             if (hi == lo) { continue; }
             floatX* grad = (floatX*)s->ptr + (lo - s->begin);
-            if (to == 1) { compress_pack(x + off, grad, g->residual ? g->residual + lo : NULL, hi - lo); }
+            if (to == 1) { compress_pack(x + off, grad, g->residual ? g->residual + lo : NULL, g->spec.ef_decay, hi - lo); }
             else if (to == 0) { dev_copy_floats_to_floatX(grad, x + off, hi - lo); }
             else { dev_memcpy_d2d(g->residual + lo, x + off, (hi - lo) * sizeof(float)); }
             off += hi - lo;

@@ -4,7 +4,8 @@
 # topk:RATIO with error feedback, topk:RATIO without, topk:RATIO with error feedback plus FIX (by default an
 # uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v), the same plus
 # --grad-compress-select adam (ADAM: top-k in the frozen variance's metric), and topk:RATIO with error feedback plus
-# BLOCKV (the warm-up, then AdamW's variance from the ranks' own gradients per block: --grad-compress-block-v 1) --
+# BLOCKV (the warm-up, then AdamW's variance from the ranks' own gradients per block: --grad-compress-block-v 1),
+# and topk:RATIO with error feedback plus DECAY (BLOCKV with a decaying residual: --grad-compress-ef-decay) --
 # then a table of the final validation
 # losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the mean over the
 # run), and one plot of the validation curves. RUNS="none topk_ef_adam" runs a subset (RUNS="": none, only the
@@ -17,8 +18,10 @@
 #   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run;
 #   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
 #   BLOCKV="--grad-compress-warmup 60 --grad-compress-block-v 1": the flags of the seventh;
+#   DECAY="$BLOCKV --grad-compress-ef-decay 0.9": the flags of the eighth (topk_ef_decay);
 #   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
-#   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table.
+#   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table; an entry
+#   name=STEP:VAL,STEP:VAL,... gives points of an earlier curve instead (drawn dashed; the last is its final).
 # Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes, the seventh: 37, under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +30,8 @@ RATIO=${RATIO:-0.01}; NP=${NP:-2}; TRAIN=${TRAIN:-./train_gpt_cpu}
 FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
 ADAM=${ADAM:-$FIX --grad-compress-select adam}
 BLOCKV=${BLOCKV:---grad-compress-warmup 60 --grad-compress-block-v 1}
-RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv}
+DECAY=${DECAY:-$BLOCKV --grad-compress-ef-decay 0.9}
+RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv topk_ef_decay}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
@@ -51,12 +55,19 @@ run topk_ef_fix --grad-compress "topk:$RATIO" --grad-compress-ef 1 $FIX "$@"
 run topk_ef_adam --grad-compress "topk:$RATIO" --grad-compress-ef 1 $ADAM "$@"
 # shellcheck disable=SC2086
 run topk_ef_blockv --grad-compress "topk:$RATIO" --grad-compress-ef 1 $BLOCKV "$@"
-python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" <<'PY'
+# shellcheck disable=SC2086
+run topk_ef_decay --grad-compress "topk:$RATIO" --grad-compress-ef 1 $DECAY "$@"
+python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" "$DECAY" <<'PY'
 import json, os, sys
-out, fix, adam, blockv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
-refs = [(kv.split("=")[0], float(kv.split("=")[1])) for kv in sys.argv[4].split()]
+out, fix, adam, blockv, decay = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5], sys.argv[6]
+# REFERENCE entries: name=FINAL, or name=STEP:VAL,STEP:VAL,... (points of an earlier curve; the last is its final)
+refcurves = {kv.split("=")[0]: [(int(p.split(":")[0]), float(p.split(":")[1])) for p in kv.split("=")[1].split(",")]
+             for kv in sys.argv[4].split() if ":" in kv}
+refs = [(kv.split("=")[0], refcurves[kv.split("=")[0]][-1][1] if ":" in kv else float(kv.split("=")[1]))
+        for kv in sys.argv[4].split()]
 # runs with a log; those without DONE_final were stopped early and are marked so (their last validation is shown)
-names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam", "topk_ef_blockv"]
+names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam", "topk_ef_blockv",
+                     "topk_ef_decay"]
          if os.path.exists(os.path.join(out, n, "log.jsonl"))]
 done = {n: os.path.exists(os.path.join(out, n, "DONE_final")) for n in names}
 rows = {}
@@ -76,7 +87,7 @@ elif "none" in dict(refs):
 else:
     sys.exit("no finished uncompressed run in %s and no REFERENCE none=...: nothing to compare with" % out)
 print("fifth run: topk_ef_fix = topk_ef + %s; sixth: topk_ef_adam = topk_ef + %s; seventh: topk_ef_blockv = "
-      "topk_ef + %s" % (fix, adam, blockv))
+      "topk_ef + %s; eighth: topk_ef_decay = topk_ef + %s" % (fix, adam, blockv, decay))
 print("finished runs: %s; stopped early: %s" % (" ".join(n for n in names if done[n]),
                                                " ".join(n for n in names if not done[n]) or "none"))
 print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")
@@ -90,7 +101,7 @@ for n in names:
     m = "%.4fx" % (mean / fp32) if sent is not None else "1x"
     if not done[n]:
         st = val[-1][0]
-        b = dict(rows["none"][0]).get(st) if "none" in rows else None
+        b = dict(rows["none"][0] if "none" in rows else refcurves.get("none", [])).get(st)
         print("| %s (stopped early) | %.4f at step %d | %s | %s | %s | %s |" % (n, v, st, "%+.2f%% at step %d" % (
             100.0 * (v - b) / b, st) if b else "", s, r, m))
         continue
@@ -103,7 +114,7 @@ print("\nvalidation loss vs uncompressed along the run:")
 print("| run | " + " | ".join("step %d" % s for s in steps) + " |")
 print("|---|" + "---|" * len(steps))
 for n in names:
-    d, b = dict(rows[n][0]), dict(rows["none"][0]) if "none" in rows else {}
+    d, b = dict(rows[n][0]), dict(rows["none"][0] if "none" in rows else refcurves.get("none", []))
     if last not in b:
         b[last] = base  # the uncompressed run's final value (from REFERENCE when that run stopped early)
     print("| %s | " % n + " | ".join(("%.4f (%+.1f%%)" % (d[s], 100 * (d[s] - b[s]) / b[s]) if s in b else "%.4f" % d[s])
@@ -116,9 +127,15 @@ try:
         val = rows[n][0]
         plt.plot([s for s, _ in val], [v for _, v in val], marker="o", ms=3, label=n)
     for i, (n, v) in enumerate(refs):
-        plt.axhline(v, ls="--", lw=1, color="C%d" % ((len(names) + i) % 10), label="%s final (earlier run)" % n)
+        col = "C%d" % ((len(names) + i) % 10)
+        if n in refcurves:
+            pts = refcurves[n]
+            plt.plot([s for s, _ in pts], [y for _, y in pts], ls="--", lw=1, marker="x", color=col,
+                     label="%s (earlier run, its logged points)" % n)
+        else:
+            plt.axhline(v, ls="--", lw=1, color=col, label="%s final (earlier run)" % n)
     plt.ylim(top=min(8.0, max(v for n in names for _, v in rows[n][0])))
-    plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(); plt.grid(alpha=0.3)
+    plt.xlabel("step"); plt.ylabel("validation loss"); plt.legend(fontsize=7); plt.grid(alpha=0.3)
     plt.title("gradient compression, %s" % os.path.basename(os.path.abspath(out)))
     plt.savefig(os.path.join(out, "val_loss.png"), dpi=120)
     print("plot: %s" % os.path.join(out, "val_loss.png"))

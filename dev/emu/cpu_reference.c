@@ -90,7 +90,7 @@ void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulat
 }
 void ref_scale_floats(float* x, float s, size_t n) { scale_floats(x, s, n); }
 int ref_has_inf_or_nan(const float* x, size_t n) { return has_inf_or_nan(x, n); }
-void ref_compress_pack(float* dst, const float* g, const float* residual, size_t n) { compress_pack(dst, g, residual, n); }
+void ref_compress_pack(float* dst, const float* g, const float* residual, float decay, size_t n) { compress_pack(dst, g, residual, decay, n); }
 void ref_compress_quantize_int8(signed char* q, float* scales, const float* x, size_t n, int stochastic,
                                 unsigned int seed, unsigned int step, unsigned long long key) {
     compress_quantize_int8((int8_t*)q, scales, x, n, stochastic, seed, step, key);

@@ -49,7 +49,7 @@ void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulat
 void ref_scale_floats(float* x, float s, size_t n);
 int ref_has_inf_or_nan(const float* x, size_t n);
 void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N);
-void ref_compress_pack(float* dst, const float* g, const float* residual, size_t n);
+void ref_compress_pack(float* dst, const float* g, const float* residual, float decay, size_t n);
 void ref_compress_quantize_int8(signed char* q, float* scales, const float* x, size_t n, int stochastic,
                                 unsigned int seed, unsigned int step, unsigned long long key);
 void ref_compress_dequantize_int8(float* out, const signed char* q, const float* scales, size_t n, float alpha,

@@ -1033,10 +1033,14 @@ static void test_compress(size_t n, size_t k, int ties) {
     float* d_r = upF(r);
     float* d_x = dF(n);
     poisonF(d_x, n);
-    compress_pack(d_x, d_g, d_r, n);
+    compress_pack(d_x, d_g, d_r, 0.9f, n);
     std::vector<float> x(n);
-    ref_compress_pack(x.data(), g.data(), r.data(), n);
+    ref_compress_pack(x.data(), g.data(), r.data(), 0.9f, n);
     std::vector<float> gx = downF(d_x, n);
+    TEST_CHECK(same_bits(gx, x), "compress_pack (residual decay 0.9) bit-identical to the CPU (%s)", s.c_str());
+    compress_pack(d_x, d_g, d_r, 1.0f, n);
+    ref_compress_pack(x.data(), g.data(), r.data(), 1.0f, n);
+    gx = downF(d_x, n);
     TEST_CHECK(same_bits(gx, x), "compress_pack bit-identical to the CPU (%s)", s.c_str());
     size_t nb = (n + COMPRESS_INT8_BLOCK - 1) / COMPRESS_INT8_BLOCK;
     for (int st = 0; st < 2; st++) {

@@ -6,11 +6,15 @@
 #     sum ceil(0.01 n_bucket) exactly, i.e. <= 0.03x; 3 ranks too;
 #   - the decompressed gradient is what the norm sees: step 1 (same weights) has the uncompressed loss bit for bit;
 #   - top-k gives the same gradients to ZeRO-0 and ZeRO-1 (the same lists summed in rank order): bit-identical
-#     training; two identical runs (int8 stochastic + error feedback, top-k + error feedback) are bit-identical;
+#     training; two runs with the same flags (int8 stochastic + error feedback; top-k 5% + error feedback) are
+#     bit-identical: the straight and first-leg runs of the resume checks below, compared step for step (their
+#     resumed legs continue the straight runs bit for bit, so the weights after step 3 agree too);
 #   - resume (2 ranks x 2 micro-steps): 6 steps straight == 3 steps + checkpoint + resume, bit for bit (the residuals are in the checkpoint,
 #     the stochastic stream is keyed by the step); pruning removes old residual files; the 2-rank checkpoint on 4
 #     ranks with error feedback is refused with one line; on 1 process without compression the residuals are
 #     dropped with one line;
+#   - --grad-compress-ef-decay 0.5: step 1 as the default, later steps other gradients (part of the residual), the
+#     same bytes, named in the header; refused without error feedback and at 0;
 #   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
 #   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
 #     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
@@ -90,18 +94,12 @@ steps "$TMP/topk_2.log" | sed -E 's/ [|] grad comm.*//' > "$TMP/t0"; steps "$TMP
 test "$(wc -l < "$TMP/t0")" -eq 3 && cmp -s "$TMP/t0" "$TMP/t1" && cmp -s "$TMP/topk_2/model_00000003.bin" "$TMP/topk_z1/model_00000003.bin"
 check $? "2 ranks topk:0.01: ZeRO-1 trains bit-identically to ZeRO-0 (losses, norms, final weights)"
 
-for gc in "int8 --grad-compress-round stochastic" "topk:0.05"; do
-    MPIRUN 2 $TRAIN "${F[@]}" --grad-compress $gc -o "$TMP/d1" > "$TMP/d1.log" 2>&1
-    MPIRUN 2 $TRAIN "${F[@]}" --grad-compress $gc -o "$TMP/d2" > "$TMP/d2.log" 2>&1
-    cmp -s <(steps "$TMP/d1.log") <(steps "$TMP/d2.log") && cmp -s "$TMP/d1/model_00000003.bin" "$TMP/d2/model_00000003.bin"
-    check $? "--grad-compress $gc with error feedback: two runs bit-identical"
-    rm -rf "$TMP/d1" "$TMP/d2"
-done
-
 G=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress int8 --grad-compress-round stochastic)
 MPIRUN 2 $TRAIN "${G[@]}" -o "$TMP/straight" > "$TMP/straight.log" 2>&1
 check $? "2 ranks x 2 micro-steps, int8 stochastic + error feedback: 6 steps straight"
 MPIRUN 2 $TRAIN "${G[@]}" -o "$TMP/res" --exit-after-steps 3 > "$TMP/res1.log" 2>&1
+cmp -s <(steps "$TMP/straight.log" | head -3) <(steps "$TMP/res1.log")
+check $? "int8 stochastic + error feedback: two runs with the same flags have the same steps 1-3 bit for bit (and, below, the same weights after step 3: the resumed steps continue the straight run)"
 test -f "$TMP/res/gradres_00000003_00000.bin" && test -f "$TMP/res/gradres_00000003_00001.bin"
 check $? "the checkpoint holds one error-feedback residual file per rank"
 cp -r "$TMP/res" "$TMP/res4"; cp -r "$TMP/res" "$TMP/res1"
@@ -117,6 +115,26 @@ MPIRUN 1 $TRAIN -e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 -o "$TMP/re
 rc=$?
 test $rc -eq 0 && grep -q "holds error-feedback residuals.*dropped" "$TMP/res1b.log"
 check $? "the same checkpoint resumed on 1 process without compression: the residuals are dropped with one line (exit $rc)"
+
+# --grad-compress-ef-decay 0.5: step 1 as the default (the residual starts at 0), steps 2-3 differ (half of the
+# residual re-added), the same bytes; the header says so; refused without error feedback and at 0
+MPIRUN 2 $TRAIN "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0.5 -o "$TMP/efd" > "$TMP/efd.log" 2>&1
+check $? "2 ranks topk:0.01 --grad-compress-ef-decay 0.5: 3 steps"
+python3 - "$TMP/topk_2/log.jsonl" "$TMP/efd/log.jsonl" <<'PY'
+import json, sys
+a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("losses decay 1", ["%.6f" % o["loss"] for o in a], "decay 0.5", ["%.6f" % o["loss"] for o in d])
+ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
+    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
+    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
+sys.exit(0 if ok else 1)
+PY
+check $? "--grad-compress-ef-decay 0.5: step 1 bit for bit as the default decay 1, steps 2-3 other gradient norms (half of the residual re-added), the same bytes"
+grep -q "the residual re-added x0.5 per step" "$TMP/efd.log"
+check $? "--grad-compress-ef-decay 0.5: the header's compression line says the residual is re-added x0.5"
+dp_refused 2 "needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1" "--grad-compress-ef-decay 0.5 without error feedback" \
+    "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef 0 --grad-compress-ef-decay 0.5
+dp_refused 2 "expected a factor in (0, 1]" "--grad-compress-ef-decay 0" "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0
 
 dp_refused 2 "works with -z 0 and -z 1" "--grad-compress with ZeRO-2" "${F[@]}" -z 2 --grad-compress int8
 dp_refused 2 "data-parallel gradient reductions only" "--grad-compress with tensor parallelism" "${F[@]}" --tp 2 --grad-compress int8
@@ -206,6 +224,8 @@ MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bvr" --exit-after-steps 3 > "$TMP/bvr1.log" 2
 check $? "--grad-compress-block-v: 3 steps, checkpoint, resume"
 cmp -s <(steps "$TMP/bv.log" | tail -3) <(steps "$TMP/bvr2.log") && cmp -s "$TMP/bv/model_00000006.bin" "$TMP/bvr/model_00000006.bin"
 check $? "--grad-compress-block-v: resumed steps 4..6 and the final weights bit-identical to the straight run"
+cmp -s <(steps "$TMP/bv.log" | head -3) <(steps "$TMP/bvr1.log")
+check $? "top-k 5% + error feedback (block-v, warm-up 2): two runs with the same flags have the same steps 1-3 bit for bit, and with the resume above the same compressed steps 3-6 (residuals in play) and final weights"
 dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
 

@@ -10,6 +10,8 @@
  *          reference (within 2 ulps), the selection = exactly the k largest |x| / sqrt(sqrt(v s) + eps), the values
  *          sent are x itself (compress_gather), residual + sent == input bit for bit, and a case where it picks a
  *          small value over a 100x larger one whose variance is 10^8 times larger (magnitude top-k would not).
+ *   error-feedback decay (--grad-compress-ef-decay): compress_pack = g + decay * r bit for bit, and over 8 steps of
+ *          top-k an element never sent accumulates c (1 - decay^t)/(1 - decay) of a constant gradient c.
  *   block second moments (--grad-compress-block-v): compress_block_sumsq against a double reference (relative 1e-5)
  *          at sizes that are and are not multiples of the block, and bit for bit against the sequential fp32 sum
  *          (the order the CUDA kernel keeps); compress_v_from_blocks = beta2 v + (1 - beta2) c blk/B from any
@@ -153,6 +155,46 @@ static void test_topk(size_t n, size_t k, int ties) {
     free(x); free(idx); free(val);
 }
 
+/* --grad-compress-ef-decay: compress_pack = g + (decay * r rounded) bit for bit (decay 1: g + r); then 8 steps of
+ * top-k with error feedback where element 0 has a tiny constant gradient c (never selected): its residual follows
+ * r_t = c (1 - decay^t) / (1 - decay) (relative 1e-5), and every step keeps residual + sent == packed input */
+static void test_ef_decay(size_t n, size_t k, float decay) {
+    float* g = (float*)malloc(n * sizeof(float));
+    float* r = (float*)malloc(n * sizeof(float));
+    float* x = (float*)malloc(n * sizeof(float));
+    uint32_t* idx = (uint32_t*)malloc(k * sizeof(uint32_t));
+    float* val = (float*)malloc(k * sizeof(float));
+    for (size_t i = 0; i < n; i++) { g[i] = urand(); r[i] = urand(); }
+    compress_pack(x, g, r, decay, n);
+    int formula = 1;
+    for (size_t i = 0; i < n; i++) {
+        float dr = decay * r[i];
+        formula &= x[i] == g[i] + dr;
+    }
+    compress_pack(x, g, r, 1.0f, n);
+    for (size_t i = 0; i < n; i++) { formula &= x[i] == g[i] + r[i]; }
+    const float c = 1e-6f;
+    memset(r, 0, n * sizeof(float));
+    int ef = 1, geometric = 1;
+    for (int t = 1; t <= 8; t++) {
+        for (size_t i = 1; i < n; i++) { g[i] = 0.5f + 0.5f * fabsf(urand()); }
+        g[0] = c;
+        compress_pack(x, g, r, decay, n);
+        memcpy(r, x, n * sizeof(float));
+        compress_topk_select(idx, val, x, n, k, NULL);
+        compress_zero_at(r, idx, k);
+        int same = 0, ok = 0;
+        topk_check(x, x, n, k, idx, val, &same, &ok);
+        ef &= same && ok;
+        double want = (double)c * (decay == 1.0f ? t : (1.0 - pow(decay, t)) / (1.0 - decay));
+        geometric &= fabs((double)r[0] - want) <= 1e-5 * want;
+    }
+    TEST_CHECK(formula && ef && geometric, "error-feedback decay %g, n=%zu k=%zu: packed = g + decay*r bit for bit "
+               "(decay 1: g + r); 8 steps: residual + sent == packed input, and an element never sent keeps "
+               "c (1 - decay^t)/(1 - decay) of its gradient c", (double)decay, n, k);
+    free(g); free(r); free(x); free(idx); free(val);
+}
+
 static void test_topk_precondition(size_t n, size_t k) {
     float* x = (float*)malloc(n * sizeof(float));
     float* v = (float*)malloc(n * sizeof(float));
@@ -260,6 +302,8 @@ int main(void) {
     test_topk(100003, 1000, 0);
     test_topk(5000, 700, 1);
     test_topk(5000, 1, 1);
+    test_ef_decay(1000, 10, 0.9f);
+    test_ef_decay(1000, 10, 1.0f);
     test_topk_precondition(1, 1);
     test_topk_precondition(4099, 41);
     test_topk_precondition(100003, 1000);

@@ -29,10 +29,14 @@ static inline uint32_t compress_random_u32(uint32_t seed, uint32_t t, uint64_t i
     return (uint32_t)(compress_mix64(key + index * 0x9e3779b97f4a7c15ull) >> 32);
 }
 
-/* dst(n) fp32 = g(n) + residual(n) (residual NULL: 0) */
-static inline void compress_pack(float* dst, const floatX* g, const float* residual, size_t n) {
+/* dst(n) fp32 = g(n) + decay * residual(n) (residual NULL: 0), the product rounded before the sum (decay = 1: g +
+ * residual exactly; --grad-compress-ef-decay) */
+static inline void compress_pack(float* dst, const floatX* g, const float* residual, float decay, size_t n) {
     #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; i++) { dst[i] = residual ? g[i] + residual[i] : g[i]; }
+    for (size_t i = 0; i < n; i++) {
+        float r = residual ? decay * residual[i] : 0.0f;
+        dst[i] = residual ? (float)g[i] + r : (float)g[i];
+    }
 }
 
 /* one INT8 value: x / s rounded (nearest-even, or floor(x/s + u) with u in [0,1) from 24 random bits), clamped */

@@ -3,7 +3,7 @@
  * "gradient compression"; orchestration: llmc/grad_compress.h). The same results as llmc/cpu/compress.h bit for
  * bit on the same fp32 inputs (the emulator test compares them): IEEE division and explicit _rn arithmetic, so
  * neither --use_fast_math nor FMA contraction changes a value; the counter-based stream of common.cuh.
- *   compress_pack            dst fp32 = g + residual; elementwise, grid-stride
+ *   compress_pack            dst fp32 = g + decay * residual; elementwise, grid-stride
  *   compress_quantize_int8   one 256-thread block per COMPRESS_INT8_BLOCK values: block absmax by warp shuffles,
  *                            then each thread quantises its 8 values (Dettmers 2016, per-block absmax scaling)
  *   compress_dequantize_int8 elementwise
@@ -30,16 +30,16 @@
 #define COMPRESS_TOPK_TILE 4096  /* elements per tile of the ordered top-k write */
 
 template <typename T>
-static __global__ void compress_pack_kernel(float* dst, const T* g, const float* residual, size_t n) {
+static __global__ void compress_pack_kernel(float* dst, const T* g, const float* residual, float decay, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = to_float(g[i]);
-        dst[i] = residual ? __fadd_rn(v, residual[i]) : v;
+        dst[i] = residual ? __fadd_rn(v, __fmul_rn(decay, residual[i])) : v;
     }
 }
 
-static inline void compress_pack(float* dst, const floatX* g, const float* residual, size_t n) {
+static inline void compress_pack(float* dst, const floatX* g, const float* residual, float decay, size_t n) {
     if (n == 0) { return; }
-    LAUNCH(grid_for(n, 256), 256, 0, main_stream(), compress_pack_kernel<floatX>)(dst, g, residual, n);
+    LAUNCH(grid_for(n, 256), 256, 0, main_stream(), compress_pack_kernel<floatX>)(dst, g, residual, decay, n);
     CUDA_CHECK_LAUNCH();
 }
 
