@@ -688,7 +688,7 @@ static void test_elementwise(size_t n) {
     gelu_forward(out, x, n);
     for (size_t i = 0; i < n; i++) { r[i] = ref_gelu(x[i]); rd[i] = d[i] * ref_gelu_grad(x[i]); }
     Err e = cmp(out, r, n);
-    /* tanhf is accurate to a few ulp; the tanh-gelu is well conditioned for |x| <= 3 */
+    /* tanh_vec (llmc/cpu/gelu.h) is accurate to a few ulp; the tanh-gelu is well conditioned for |x| <= 3 */
     CHECK_ERR(e, TIGHT_TOL, "gelu_forward n=%zu", n);
     gelu_backward_inplace(d, x, n);
     Err eb = cmp(d, rd, n);
