@@ -6,9 +6,11 @@
  *
  * Method: the GotoBLAS/BLIS blocking (Goto & van de Geijn 2008, "Anatomy of high-performance matrix
  * multiplication"): the k dimension is cut into blocks of LLMC_BF16_KC, the columns into blocks of
- * LLMC_BF16_NC, the rows into blocks of LLMC_BF16_MC; each block of op(Bm) is packed once into panels of 32
- * columns, each block of op(A) into panels of 12 rows, and a 12x32 register tile (24 zmm accumulators) runs
- * over the block's k pairs. The packed layout interleaves k in pairs, the operand order of vdpbf16ps:
+ * LLMC_BF16_NC, the rows into blocks of LLMC_BF16_MC (loop order k, rows, columns: op(A)'s block is packed once
+ * per k block, op(Bm)'s once per k block and row block, i.e. once when M <= 1536 as in every forward at B*T <= 1536)
+ * into panels of 12 rows and of 32 columns, and a 12x32 register tile (24 zmm accumulators) runs over the block's
+ * k pairs, row panels outer (the 12-row panel stays in L1), column panels inner (op(Bm)'s block, 512 KiB, in L2).
+ * The packed layout interleaves k in pairs, the operand order of vdpbf16ps:
  *   Ap[panel][p][r] = (bf16 A'(r, 2p), bf16 A'(r, 2p+1)) as one 32-bit word (broadcast to 16 lanes),
  *   Bp[panel][p][c] = (bf16 B'(2p, c), bf16 B'(2p+1, c)), 16 columns per zmm.
  * Rows, columns and an odd k are zero-padded in the packed copies, so the kernel has no edge cases.
@@ -19,7 +21,9 @@
  *
  * Availability: cpu_bf16_matmul_supported() says whether this CPU executes AVX512_BF16 (the functions are compiled
  * for it with a target attribute, so the build does not need -mavx512bf16); the trainer refuses --cpu-matmul
- * bf16 with one error line where it is not. Scratch: per thread, grown on demand, kept for the process.
+ * bf16 with one error line where it is not. Scratch: per thread (_Thread_local), 1.5 MiB for op(A)'s block and
+ * 512 KiB for op(Bm)'s, allocated on the first call and kept for the process (plain host memory, like
+ * OpenBLAS's own buffers: not a device allocation, so not in the memory ledger).
  */
 #ifndef LLMC_CPU_MATMUL_BF16_H
 #define LLMC_CPU_MATMUL_BF16_H
