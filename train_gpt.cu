@@ -110,6 +110,7 @@ typedef struct {
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
     int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
+    const char* cpu_matmul;    /* CPU build: fp32 (OpenBLAS sgemm, the reference) or bf16 (AVX512_BF16, llmc/cpu/matmul_bf16.h) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -192,6 +193,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress_warmup = 0;
     c->grad_compress_freeze_v = 0;
     c->grad_compress_select = "magnitude";
+    c->cpu_matmul = "fp32";
     c->grad_compress_block_v = 0;
     c->pp_trace_steps = 2;
 }
@@ -329,6 +331,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
     SPEC(NULL, "plan-net-gbs", ARG_FLOAT, plan_net_gbs, 0, NO_MAX,
          "--plan: network GB/s per GPU per direction (0 = the device table's)");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
+    SPEC(NULL, "cpu-matmul", ARG_STRING, cpu_matmul, NO_MIN, NO_MAX,
+         "CPU build: fp32 (OpenBLAS sgemm) or bf16 (the layers' and lm head's matmuls with operands rounded to "
+         "bf16 and fp32 sums, AVX512_BF16 CPUs only)");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
@@ -1115,6 +1120,21 @@ static void check_config(TrainSession* s) {
     if (strcmp(c->grad_compress_select, "magnitude") != 0 && strcmp(c->grad_compress_select, "adam") != 0) {
         CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
     }
+    if (strcmp(c->cpu_matmul, "fp32") != 0 && strcmp(c->cpu_matmul, "bf16") != 0) {
+        CONFIG_FATAL(s, "flag --cpu-matmul is '%s'; expected fp32 or bf16", c->cpu_matmul);
+    }
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
+    if (strcmp(c->cpu_matmul, "bf16") == 0) {
+        CONFIG_FATAL(s, "flag --cpu-matmul bf16 selects the CPU build's matmul; this is the CUDA build (its precision "
+              "is set at build time: PRECISION=BF16/FP32/FP16)");
+    }
+#else
+    if (strcmp(c->cpu_matmul, "bf16") == 0 && !cpu_bf16_matmul_supported()) {
+        CONFIG_FATAL(s, "flag --cpu-matmul bf16 needs a CPU with AVX512_BF16 instructions (Intel Cooper Lake or "
+              "Sapphire Rapids, AMD Zen 4 or later); this one has none: use --cpu-matmul fp32");
+    }
+    cpu_set_matmul_bf16(strcmp(c->cpu_matmul, "bf16") == 0);
+#endif
     s->compress.precondition = strcmp(c->grad_compress_select, "adam") == 0;
     s->compress.block_v = c->grad_compress_block_v;
     if (c->grad_compress_block_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_freeze_v)) {

@@ -682,13 +682,52 @@ static void test_vocab_parallel_composition(int N, int V, int Vp, int tp) {
     dev_free(part); dev_free(sums); dev_free(one); dev_free(dl); free(shard); free(tg); free(rloss); free(rd);
 }
 
+/* --cpu-matmul bf16 (llmc/cpu/matmul_bf16.h) through cpu_sgemm_rows (the threaded entry of every layer matmul):
+ * C(M,N) = op(A) op(B) + beta C against a double reference, element by element, for one transpose combination.
+ * bf16_exact = 1: the inputs are bf16 numbers already (low 16 bits cleared), so only the fp32 sums round:
+ * |err| <= K 2^-24 sum_k |a b|, and any packing or indexing mistake is an O(1) error; 0: random fp32 inputs, the
+ * bound adds bf16's rounding of both operands (2^-9 each): |err| <= (2^-8 + 2^-17 + K 2^-24) sum_k |a b|.
+ * beta == 0 with C filled with NaN checks that C is not read. */
+static void test_bf16gemm(int M, int N, int K, int transA, int transB, float beta, int bf16_exact) {
+    float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *Cm = frand((size_t)M * N, 1);
+    if (bf16_exact) {
+        for (size_t i = 0; i < (size_t)M * K; i++) { uint32_t u; memcpy(&u, &A[i], 4); u &= 0xffff0000u; memcpy(&A[i], &u, 4); }
+        for (size_t i = 0; i < (size_t)K * N; i++) { uint32_t u; memcpy(&u, &B[i], 4); u &= 0xffff0000u; memcpy(&B[i], &u, 4); }
+    }
+    if (beta == 0.0f) { for (size_t i = 0; i < (size_t)M * N; i++) { Cm[i] = NAN; } }
+    const int lda = transA ? M : K, ldb = transB ? K : N;
+    double worst = 0.0; /* max over elements of |err| / bound */
+    float* C0 = fcopy(Cm, (size_t)M * N);
+    cpu_set_matmul_bf16(1);
+    cpu_sgemm_rows(transA, transB, M, N, K, A, lda, B, ldb, beta, Cm, N);
+    cpu_set_matmul_bf16(0);
+    const double tol = bf16_exact ? K * 0x1p-24 : 0x1p-8 + 0x1p-17 + K * 0x1p-24;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double ref = beta == 0.0f ? 0.0 : (double)beta * C0[(size_t)i * N + j], mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double a = transA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                const double b = transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                ref += a * b;
+                mag += fabs(a * b);
+            }
+            const double err = fabs(Cm[(size_t)i * N + j] - ref), bound = tol * mag + 1e-30;
+            if (!(err <= bound)) { worst = INFINITY; } else if (err / bound > worst) { worst = err / bound; }
+        }
+    }
+    TEST_CHECK(worst <= 1.0, "cpu_sgemm_rows --cpu-matmul bf16 M=%d N=%d K=%d transA=%d transB=%d beta=%g %s: "
+               "max |err| / bound %.3f (bound %.2e * sum|a b|)", M, N, K, transA, transB, beta,
+               bf16_exact ? "bf16 inputs" : "fp32 inputs", worst, tol);
+    dev_free(A); dev_free(B); dev_free(Cm); dev_free(C0);
+}
+
 static void test_elementwise(size_t n) {
     float *x = frand(n, 3), *y = frand(n, 1), *out = frand(n, 1), *d = frand(n, 1);
     double *r = dzeros(n), *rd = dzeros(n);
     gelu_forward(out, x, n);
     for (size_t i = 0; i < n; i++) { r[i] = ref_gelu(x[i]); rd[i] = d[i] * ref_gelu_grad(x[i]); }
     Err e = cmp(out, r, n);
-    /* tanhf is accurate to a few ulp; the tanh-gelu is well conditioned for |x| <= 3 */
+    /* tanh_vec (llmc/cpu/gelu.h) is accurate to a few ulp; the tanh-gelu is well conditioned for |x| <= 3 */
     CHECK_ERR(e, TIGHT_TOL, "gelu_forward n=%zu", n);
     gelu_backward_inplace(d, x, n);
     Err eb = cmp(d, rd, n);
@@ -990,6 +1029,18 @@ int main(void) {
     test_vocab_parallel_composition(9, 100, 160, 4);  /* shards of 40: valid 40, 40, 20, 0 */
     test_vocab_parallel_composition(4, 50257, 50304, 4);
 
+    if (cpu_bf16_matmul_supported()) {
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                test_bf16gemm(37, 45, 33, ta, tb, 0.0f, 1);    /* partial 12x32 tiles, odd K */
+                test_bf16gemm(29, 70, 1100, ta, tb, 1.0f, 1);  /* K over the 512 block: accumulation across blocks */
+                test_bf16gemm(64, 530, 96, ta, tb, 0.5f, 0);   /* N over the 512 column block, random fp32 inputs */
+            }
+        }
+        test_bf16gemm(1, 1, 1, 0, 1, 0.0f, 0);
+    } else {
+        printf("# skip: cpu_bf16gemm (--cpu-matmul bf16): this CPU has no AVX512_BF16\n");
+    }
     test_expf();
     test_elementwise(1);
     test_elementwise(1000003);

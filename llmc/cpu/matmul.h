@@ -6,11 +6,15 @@
  * Optimised path: cblas_sgemm (OpenBLAS, single-threaded) called once per
  * OpenMP thread on a static row or column slab of the output (cpu_sgemm_rows),
  * so there is exactly one thread pool and the partition is fixed (deterministic).
+ * With --cpu-matmul bf16 (cpu_matmul_bf16_on) the same slabs go to cpu_bf16gemm (llmc/cpu/matmul_bf16.h:
+ * operands rounded to bf16, fp32 sums, AVX512_BF16) instead of cblas_sgemm.
  * -DLLMC_CPU_NAIVE: plain OpenMP loops in the style of llm.c's train_gpt2.c
  * (dot products per output element), the speed baseline.
  */
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
+
+#include "matmul_bf16.h" /* --cpu-matmul bf16: cpu_bf16gemm, cpu_matmul_bf16_on */
 
 /* Row-major Cm(M,Ncol) = op(A)(M,K) @ op(Bm)(K,Ncol) + beta * Cm, op = transpose if trans*.
  * The output is statically split over the OpenMP threads into slabs of rows (if
@@ -39,12 +43,20 @@ static inline void cpu_sgemm_rows(int transA, int transB, int M, int Ncol, int K
         cpu_partition(D, cpu_team_size(), cpu_thread_id(), 16, &d0, &d1);
         if (d1 > d0 && split_rows) {
             const float* a = transA ? A + d0 : A + (size_t)d0 * lda;
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)(d1 - d0), Ncol, K, 1.0f, a, lda, Bm, ldb,
-                        beta, Cm + (size_t)d0 * ldc, ldc);
+            if (cpu_matmul_bf16_on) {
+                cpu_bf16gemm(transA, transB, (int)(d1 - d0), Ncol, K, a, lda, Bm, ldb, beta, Cm + (size_t)d0 * ldc, ldc);
+            } else {
+                cblas_sgemm(CblasRowMajor, ta, tb, (int)(d1 - d0), Ncol, K, 1.0f, a, lda, Bm, ldb,
+                            beta, Cm + (size_t)d0 * ldc, ldc);
+            }
         } else if (d1 > d0) {
             const float* b = transB ? Bm + (size_t)d0 * ldb : Bm + d0;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, (int)(d1 - d0), K, 1.0f, A, lda, b, ldb,
-                        beta, Cm + d0, ldc);
+            if (cpu_matmul_bf16_on) {
+                cpu_bf16gemm(transA, transB, M, (int)(d1 - d0), K, A, lda, b, ldb, beta, Cm + d0, ldc);
+            } else {
+                cblas_sgemm(CblasRowMajor, ta, tb, M, (int)(d1 - d0), K, 1.0f, A, lda, b, ldb,
+                            beta, Cm + d0, ldc);
+            }
         }
     }
 }
