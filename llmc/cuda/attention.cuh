@@ -367,6 +367,82 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
 /* ======================================================================== MMA backward: dK, dV */
 
+/* Steps shared by the two backward kernels that own a 64-key tile (attention_backward_kv_mma_kernel and
+ * attention_backward_fa2_mma_kernel). Block-wide where they load, per warp (16 keys) where they compute. */
+
+/* Loads one query tile of BQ rows from q0: Q (qkv q part) and dO into smem [BQ][HS+8] (cp.async, not committed),
+ * Ldst[BQ] = lse * log2(e) and, with WITH_D, Ddst[BQ] = D (rows >= T: 0). base/dbase: this (b, h)'s q / dO column. */
+template <int HS, int BQ, bool WITH_D>
+static __device__ __forceinline__ void attn_bwd_load_q_tile(floatX* Qdst, floatX* dOdst, float* Ldst, float* Ddst,
+                                                            const floatX* base, const floatX* dbase,
+                                                            const float* lrow, const float* drow, int q0, int T,
+                                                            int C, size_t ld) {
+    attn_load_tile<HS, BQ>(Qdst, base + (size_t)q0 * ld, T - q0, ld);
+    attn_load_tile<HS, BQ>(dOdst, dbase + (size_t)q0 * C, T - q0, (size_t)C);
+    if (threadIdx.x < BQ) {
+        const int q = q0 + threadIdx.x;
+        Ldst[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+        if (WITH_D) { Ddst[threadIdx.x] = (q < T) ? drow[q] : 0.0f; }
+    }
+}
+/* Prologue loads: the 64-key tile's K and V from k0 into Ks, Vs [64][HS+8], then the first query tile (q0) into
+ * buffer 0 (attn_bwd_load_q_tile); one cp.async group committed. */
+template <int HS, int BQ, bool WITH_D>
+static __device__ __forceinline__ void attn_bwd_load_first(floatX* Ks, floatX* Vs, floatX* Qs, floatX* dOs, float* Ls,
+                                                           float* Ds, const floatX* base, const floatX* dbase,
+                                                           const float* lrow, const float* drow, int k0, int q0,
+                                                           int T, int C, size_t ld) {
+    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
+    attn_bwd_load_q_tile<HS, BQ, WITH_D>(Qs, dOs, Ls, Ds, base, dbase, lrow, drow, q0, T, C, ld);
+    cp_async_commit();
+}
+/* Zeroes the dK and dV accumulators (ON 16x8 fp32 tiles each: 16 keys x 8*ON head channels per warp) */
+template <int ON>
+static __device__ __forceinline__ void attn_bwd_zero_kv(float dk[ON][4], float dv[ON][4]) {
+#pragma unroll
+    for (int n = 0; n < ON; n++) {
+        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+    }
+}
+/* dV (16 keys x HS) += P^T (16 keys x BQ queries, fp32 fragments st[BQ/8]) dO (BQ x HS, smem dOb [BQ][LD]);
+ * 16-query sub-tiles entirely before the warp's first key kw (all zeros) skipped. */
+template <int LD, int ON, int BQ>
+static __device__ __forceinline__ void attn_bwd_dv_update(float dv[ON][4], const float st[BQ / 8][4],
+                                                          const floatX* dOb, int q0, int kw, int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) {
+        if (q0 + kk * 16 + 15 >= kw) {
+            uint32_t pa[4];
+            attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+            attn_mma_ax<LD, ON>(dv, pa, dOb, kk * 16, g, t);
+        }
+    }
+}
+/* Epilogue of one warp: dK * scale and dV (16 keys x HS each, fp32 fragments) packed to floatX, staged in the warp's
+ * own 16 rows of Ks / Vs (the caller makes sure no other warp still reads them), then stored 128-bit to the k and v
+ * parts of dqkv (B,T,3C) rows kw.. (< T). dbase_qkv: dqkv at (b, t = 0, h*HS). */
+template <int HS>
+static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dbase_qkv, const float dk[HS / 8][4],
+                                                         const float dv[HS / 8][4], floatX* Ks, floatX* Vs,
+                                                         float scale, int warp, int kw, int T, int C, size_t ld,
+                                                         int lane, int g, int t) {
+    constexpr int LD = HS + 8;
+    floatX* kstage = Ks + warp * 16 * LD;
+    floatX* vstage = Vs + warp * 16 * LD;
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+        attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
+        attn_st32(kstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dk[n][2] * scale, dk[n][3] * scale));
+        attn_st32(vstage + g * LD + n * 8 + 2 * t, attn_pack_f(dv[n][0], dv[n][1]));
+        attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
+    }
+    __syncwarp();
+    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
+    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+}
+
 /* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_kv_smem_bytes(HS, BQ).
  * One block per 64-key tile; loops over query tiles of BQ rows from the diagonal to T.
  * Writes dK, dV of its keys into dqkv (k and v parts). lse natural log (B,NH,T), D (B,NH,T). */
@@ -470,14 +546,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
             }
         }
         /* dV += P^T dO */
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            if (q0 + kk * 16 + 15 >= kw) {
-                uint32_t pa[4];
-                attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                attn_mma_ax<LD, ON>(dv, pa, dOb, kk * 16, g, t);
-            }
-        }
+        attn_bwd_dv_update<LD, ON, BQ>(dv, st, dOb, q0, kw, g, t);
         /* dP^T = V dO^T */
         float dpt[SN][4];
         attn_warp_gemm_abt<LD, SN, KS>(dpt, Vs, warp * 16, dOb, kw - q0, g, t);
@@ -817,14 +886,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
             }
         }
         /* dV += P^T dO */
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            if (q0 + kk * 16 + 15 >= kw) {
-                uint32_t pa[4];
-                attn_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                attn_mma_ax<LD, ON>(dv, pa, dOb, kk * 16, g, t);
-            }
-        }
+        attn_bwd_dv_update<LD, ON, BQ>(dv, st, dOb, q0, kw, g, t);
         /* dP^T = V dO^T, dS^T = P^T * (dP^T - D) */
         float dpt[SN][4];
         attn_warp_gemm_abt<LD, SN, KS>(dpt, Vs, warp * 16, dOb, kw - q0, g, t);
