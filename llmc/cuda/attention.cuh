@@ -422,15 +422,16 @@ static __device__ __forceinline__ void attn_bwd_dv_update(float dv[ON][4], const
 }
 /* Epilogue of one warp: dK * scale and dV (16 keys x HS each, fp32 fragments) packed to floatX, staged in the warp's
  * own 16 rows of Ks / Vs (the caller makes sure no other warp still reads them), then stored 128-bit to the k and v
- * parts of dqkv (B,T,3C) rows kw.. (< T). dbase_qkv: dqkv at (b, t = 0, h*HS). */
-template <int HS>
-static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dbase_qkv, const float dk[HS / 8][4],
+ * parts of dqkv (B,T,3C) rows kw.. (< T) of batch b, head h. SYNCWARP: __syncwarp() before staging. */
+template <int HS, bool SYNCWARP>
+static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dqkv, const float dk[HS / 8][4],
                                                          const float dv[HS / 8][4], floatX* Ks, floatX* Vs,
-                                                         float scale, int warp, int kw, int T, int C, size_t ld,
-                                                         int lane, int g, int t) {
+                                                         float scale, int b, int h, int warp, int kw, int T, int C,
+                                                         size_t ld, int lane, int g, int t) {
     constexpr int LD = HS + 8;
     floatX* kstage = Ks + warp * 16 * LD;
     floatX* vstage = Vs + warp * 16 * LD;
+    if (SYNCWARP) { __syncwarp(); } /* the warp's earlier reads of its rows are done */
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) {
         attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
@@ -439,6 +440,7 @@ static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dbase_qkv, cons
         attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
     }
     __syncwarp();
+    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
     attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
     attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
 }
@@ -568,20 +570,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     }
 
     /* epilogue: stage in this warp's own K/V rows (only this warp read them), 128-bit stores */
-    floatX* kstage = Ks + warp * 16 * LD;
-    floatX* vstage = Vs + warp * 16 * LD;
-    __syncwarp();
-#pragma unroll
-    for (int n = 0; n < ON; n++) {
-        attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
-        attn_st32(kstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dk[n][2] * scale, dk[n][3] * scale));
-        attn_st32(vstage + g * LD + n * 8 + 2 * t, attn_pack_f(dv[n][0], dv[n][1]));
-        attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
-    }
-    __syncwarp();
-    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
-    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
-    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+    attn_bwd_store_kv<HS, true>(dqkv, dk, dv, Ks, Vs, scale, b, h, warp, kw, T, C, ld, lane, g, t);
 }
 
 /* ======================================================================== MMA backward: dQ */
@@ -960,19 +949,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     /* epilogue: stage in this warp's own K/V rows, 128-bit stores. The dQ product of the last query tile read
      * every K row, so all warps must be past it first. */
     __syncthreads();
-    floatX* kstage = Ks + warp * 16 * LD;
-    floatX* vstage = Vs + warp * 16 * LD;
-#pragma unroll
-    for (int n = 0; n < ON; n++) {
-        attn_st32(kstage + g * LD + n * 8 + 2 * t, attn_pack_f(dk[n][0] * scale, dk[n][1] * scale));
-        attn_st32(kstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dk[n][2] * scale, dk[n][3] * scale));
-        attn_st32(vstage + g * LD + n * 8 + 2 * t, attn_pack_f(dv[n][0], dv[n][1]));
-        attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
-    }
-    __syncwarp();
-    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
-    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
-    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+    attn_bwd_store_kv<HS, false>(dqkv, dk, dv, Ks, Vs, scale, b, h, warp, kw, T, C, ld, lane, g, t);
 }
 #endif /* !FLOATX_IS_FLOAT */
 
