@@ -373,16 +373,17 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 /* Loads one query tile of BQ rows from q0: Q (qkv q part) and dO into smem [BQ][HS+8] (cp.async, not committed),
  * Ldst[BQ] = lse * log2(e) and, with WITH_D, Ddst[BQ] = D (rows >= T: 0). base/dbase: this (b, h)'s q / dO column. */
 template <int HS, int BQ, bool WITH_D>
-static __device__ __forceinline__ void attn_bwd_load_q_tile(floatX* Qdst, floatX* dOdst, float* Ldst, float* Ddst,
+static __device__ __forceinline__ void attn_bwd_load_q_tile(floatX* Qs, floatX* dOs, float* Ls, float* Ds, int nb,
                                                             const floatX* base, const floatX* dbase,
                                                             const float* lrow, const float* drow, int q0, int T,
                                                             int C, size_t ld) {
-    attn_load_tile<HS, BQ>(Qdst, base + (size_t)q0 * ld, T - q0, ld);
-    attn_load_tile<HS, BQ>(dOdst, dbase + (size_t)q0 * C, T - q0, (size_t)C);
+    constexpr int LD = HS + 8;
+    attn_load_tile<HS, BQ>(Qs + nb * BQ * LD, base + (size_t)q0 * ld, T - q0, ld);
+    attn_load_tile<HS, BQ>(dOs + nb * BQ * LD, dbase + (size_t)q0 * C, T - q0, (size_t)C);
     if (threadIdx.x < BQ) {
         const int q = q0 + threadIdx.x;
-        Ldst[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
-        if (WITH_D) { Ddst[threadIdx.x] = (q < T) ? drow[q] : 0.0f; }
+        Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
+        if (WITH_D) { Ds[nb * BQ + threadIdx.x] = (q < T) ? drow[q] : 0.0f; }
     }
 }
 /* Prologue loads: the 64-key tile's K and V from k0 into Ks, Vs [64][HS+8], then the first query tile (q0) into
@@ -394,7 +395,7 @@ static __device__ __forceinline__ void attn_bwd_load_first(floatX* Ks, floatX* V
                                                            int T, int C, size_t ld) {
     attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
     attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    attn_bwd_load_q_tile<HS, BQ, WITH_D>(Qs, dOs, Ls, Ds, base, dbase, lrow, drow, q0, T, C, ld);
+    attn_bwd_load_q_tile<HS, BQ, WITH_D>(Qs, dOs, Ls, Ds, 0, base, dbase, lrow, drow, q0, T, C, ld);
     cp_async_commit();
 }
 /* Zeroes the dK and dV accumulators (ON 16x8 fp32 tiles each: 16 keys x 8*ON head channels per warp) */
@@ -515,15 +516,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         cp_async_wait_all();
         __syncthreads();
         if (qt + 1 < qt_end) {
-            const int q1 = (qt + 1) * BQ;
             const int nb = buf ^ 1;
-            attn_load_tile<HS, BQ>(Qs + nb * BQ * LD, base + (size_t)q1 * ld, T - q1, ld);
-            attn_load_tile<HS, BQ>(dOs + nb * BQ * LD, dbase + (size_t)q1 * C, T - q1, (size_t)C);
-            if (threadIdx.x < BQ) {
-                const int q = q1 + threadIdx.x;
-                Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
-                Ds[nb * BQ + threadIdx.x] = (q < T) ? drow[q] : 0.0f;
-            }
+            attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, nb, base, dbase, lrow, drow, (qt + 1) * BQ, T, C, ld);
             cp_async_commit();
         }
         const int q0 = qt * BQ;
@@ -818,14 +812,9 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         cp_async_wait_all();
         __syncthreads(); /* tile qt visible; every warp is done with tile qt-1 (its buffers, dSs and Ds) */
         if (qt + 1 < qt_end) {
-            const int q1 = (qt + 1) * BQ;
             const int nb = buf ^ 1;
-            attn_load_tile<HS, BQ>(Qs + nb * BQ * LD, base + (size_t)q1 * ld, T - q1, ld);
-            attn_load_tile<HS, BQ>(dOs + nb * BQ * LD, dbase + (size_t)q1 * C, T - q1, (size_t)C);
-            if (threadIdx.x < BQ) {
-                const int q = q1 + threadIdx.x;
-                Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
-            }
+            attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, nb, base, dbase, lrow, nullptr, (qt + 1) * BQ, T,
+                                                C, ld);
             cp_async_commit();
         }
         const int q0 = qt * BQ;
