@@ -370,8 +370,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 /* Steps shared by the two backward kernels that own a 64-key tile (attention_backward_kv_mma_kernel and
  * attention_backward_fa2_mma_kernel). Block-wide where they load, per warp (16 keys) where they compute. */
 
-/* Loads one query tile of BQ rows from q0: Q (qkv q part) and dO into smem [BQ][HS+8] (cp.async, not committed),
- * Ldst[BQ] = lse * log2(e) and, with WITH_D, Ddst[BQ] = D (rows >= T: 0). base/dbase: this (b, h)'s q / dO column. */
+/* Loads the query tile of BQ rows from q0 into double-buffer slot nb (0/1): Q (qkv q part) and dO into
+ * smem Qs/dOs [2][BQ][HS+8] (cp.async, the caller commits), Ls[2][BQ] = lse * log2(e) and, with WITH_D,
+ * Ds[2][BQ] = D (rows >= T: 0). base/dbase: this (b, h)'s q / dO column at t = 0; lrow/drow: its lse / D row. */
 template <int HS, int BQ, bool WITH_D>
 static __device__ __forceinline__ void attn_bwd_load_q_tile(floatX* Qs, floatX* dOs, float* Ls, float* Ds, int nb,
                                                             const floatX* base, const floatX* dbase,
@@ -385,18 +386,6 @@ static __device__ __forceinline__ void attn_bwd_load_q_tile(floatX* Qs, floatX* 
         Ls[nb * BQ + threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
         if (WITH_D) { Ds[nb * BQ + threadIdx.x] = (q < T) ? drow[q] : 0.0f; }
     }
-}
-/* Prologue loads: the 64-key tile's K and V from k0 into Ks, Vs [64][HS+8], then the first query tile (q0) into
- * buffer 0 (attn_bwd_load_q_tile); one cp.async group committed. */
-template <int HS, int BQ, bool WITH_D>
-static __device__ __forceinline__ void attn_bwd_load_first(floatX* Ks, floatX* Vs, floatX* Qs, floatX* dOs, float* Ls,
-                                                           float* Ds, const floatX* base, const floatX* dbase,
-                                                           const float* lrow, const float* drow, int k0, int q0,
-                                                           int T, int C, size_t ld) {
-    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
-    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    attn_bwd_load_q_tile<HS, BQ, WITH_D>(Qs, dOs, Ls, Ds, 0, base, dbase, lrow, drow, q0, T, C, ld);
-    cp_async_commit();
 }
 /* Zeroes the dK and dV accumulators (ON 16x8 fp32 tiles each: 16 keys x 8*ON head channels per warp) */
 template <int ON>
@@ -492,24 +481,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 
     attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
     attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    {
-        const int q0 = qt_begin * BQ;
-        attn_load_tile<HS, BQ>(Qs, base + (size_t)q0 * ld, T - q0, ld);
-        attn_load_tile<HS, BQ>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
-        if (threadIdx.x < BQ) {
-            const int q = q0 + threadIdx.x;
-            Ls[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
-            Ds[threadIdx.x] = (q < T) ? drow[q] : 0.0f;
-        }
-    }
+    attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, 0, base, dbase, lrow, drow, qt_begin * BQ, T, C, ld);
     cp_async_commit();
 
     float dk[ON][4], dv[ON][4];
-#pragma unroll
-    for (int n = 0; n < ON; n++) {
-        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
-        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
-    }
+    attn_bwd_zero_kv<ON>(dk, dv);
 
     for (int qt = qt_begin; qt < qt_end; qt++) {
         const int buf = (qt - qt_begin) & 1;
@@ -789,23 +765,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 
     attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
     attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    {
-        const int q0 = qt_begin * BQ;
-        attn_load_tile<HS, BQ>(Qs, base + (size_t)q0 * ld, T - q0, ld);
-        attn_load_tile<HS, BQ>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
-        if (threadIdx.x < BQ) {
-            const int q = q0 + threadIdx.x;
-            Ls[threadIdx.x] = (q < T) ? lrow[q] * ATTN_LOG2E : 0.0f;
-        }
-    }
+    attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, 0, base, dbase, lrow, nullptr, qt_begin * BQ, T, C, ld);
     cp_async_commit();
 
     float dk[ON][4], dv[ON][4];
-#pragma unroll
-    for (int n = 0; n < ON; n++) {
-        dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
-        dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
-    }
+    attn_bwd_zero_kv<ON>(dk, dv);
 
     for (int qt = qt_begin; qt < qt_end; qt++) {
         const int buf = (qt - qt_begin) & 1;
