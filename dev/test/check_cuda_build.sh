@@ -19,18 +19,40 @@ build() {
     fi
 }
 build "nvcc builds train_gpt (BF16, sm_80 + sm_90) warning-free" make -s train_gpt
-# the variants below overwrite ./train_gpt; the default build is kept aside and put back at the end (instead of
-# compiling it a second time), newer than its sources so that make sees it up to date
+# the default build is kept aside and put back at the end (the missing-NCCL check below runs make -B train_gpt),
+# newer than its sources so that make sees it up to date
 DEFAULT_BIN=$(mktemp)
 cp -p train_gpt "$DEFAULT_BIN" 2> /dev/null
-build "nvcc builds test_gpt (BF16, sm_80 + sm_90) warning-free" make -s test_gpt
-build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B train_gpt PRECISION=FP32 GPU_ARCH=90
-build "nvcc builds train_gpt in FP16 (sm_90)" make -s -B train_gpt PRECISION=FP16 GPU_ARCH=90
+# The builds below run in two lanes at once (a single-architecture nvcc is one process, so one lane alone leaves the
+# second core idle; the two cuDNN builds, ~3 minutes each, go one to each lane): lane 2 in a folder of its own whose
+# sources are links to these (its ./train_gpt, ./test_gpt and dev/cuda/bin are its own), lane 1 here. Lane 2's lines
+# are printed after lane 1's, in a fixed order.
+LANE=$(mktemp -d)
+trap 'rm -f "$LOG" "${DEFAULT_BIN:-}"; rm -rf "$LANE"' EXIT
+for f in Makefile train_gpt.cu test_gpt.cu llmc build; do ln -s "$PWD/$f" "$LANE/$f"; done
+mkdir -p "$LANE/dev/cuda"
+for f in dev/*; do [ "$f" = dev/cuda ] || ln -s "$PWD/$f" "$LANE/$f"; done
+for f in dev/cuda/*; do [ "$f" = dev/cuda/bin ] || ln -s "$PWD/$f" "$LANE/$f"; done
+(
+    LOG=$LANE/lane.log
+    build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
+        make -s -B -C "$LANE/dev/cuda" bin/attention USE_CUDNN=1 GPU_ARCH=90
+    build "nvcc builds test_gpt (BF16, sm_80 + sm_90) warning-free" make -s -C "$LANE" test_gpt
+    build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B -C "$LANE" train_gpt PRECISION=FP32 GPU_ARCH=90
+    # FP16 and USE_NCCL=0 in one build: the NCCL code does not depend on the precision
+    build "nvcc builds train_gpt in FP16 without NCCL (PRECISION=FP16 USE_NCCL=0, sm_90)" \
+        make -s -B -C "$LANE" train_gpt PRECISION=FP16 GPU_ARCH=90 USE_NCCL=0
+    if readelf -d "$LANE/train_gpt" 2>/dev/null | grep -q 'NEEDED.*libnccl'; then
+        echo "not ok - the USE_NCCL=0 build still needs libnccl"
+    else
+        echo "ok - the USE_NCCL=0 build does not need libnccl"
+    fi
+) > "$LANE/lane.out" 2>&1 &
+LANE_PID=$!
 build "nvcc builds train_gpt_cudnn (cuDNN attention, sm_90)" make -s -B train_gpt_cudnn GPU_ARCH=90
 rm -f train_gpt_cudnn
-build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
-    make -s -B -C dev/cuda bin/attention USE_CUDNN=1 GPU_ARCH=90
-rm -f dev/cuda/bin/attention # the default build below makes the flash-only one again
+wait "$LANE_PID"
+cat "$LANE/lane.out"
 
 # library discovery (llmc/cuda/libs.mk)
 make -s print-cuda-libs > "$LOG" 2>&1
@@ -62,12 +84,6 @@ else
     echo "not ok - wheel-style NCCL link: $(readelf -d "$WHEEL/probe" 2>&1 | grep -E 'NEEDED|RUNPATH' | tr '\n' ' ')"
 fi
 rm -rf "$WHEEL"
-build "nvcc builds train_gpt without NCCL (USE_NCCL=0, sm_90)" make -s -B train_gpt GPU_ARCH=90 USE_NCCL=0
-if readelf -d train_gpt 2>/dev/null | grep -q 'NEEDED.*libnccl'; then
-    echo "not ok - the USE_NCCL=0 build still needs libnccl"
-else
-    echo "ok - the USE_NCCL=0 build does not need libnccl"
-fi
 make -B train_gpt NCCL_HOME=/nonexistent > "$LOG" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && grep -q 'libnccl.so not found under /nonexistent.*set NCCL_HOME' "$LOG"; then
@@ -77,7 +93,7 @@ else
 fi
 if [ -s "$DEFAULT_BIN" ]; then mv -f "$DEFAULT_BIN" train_gpt && chmod +x train_gpt && touch train_gpt; fi
 build "train_gpt is the default BF16 build again (up to date for make)" make -s -q train_gpt
-build "make -C dev/cuda builds every kernel benchmark/check program" make -s -C dev/cuda
+build "make -C dev/cuda builds every kernel benchmark/check program" make -s -j2 -C dev/cuda
 n_src=$(ls dev/cuda/*.cu | wc -l)
 n_bin=$(ls dev/cuda/bin 2>/dev/null | wc -l)
 test "$n_bin" -eq "$n_src" -a "$n_src" -ge 8
