@@ -7,7 +7,7 @@
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
 #   make test-quick      host units, the CPU model test and the CLI tests (a few minutes; no nvcc, no emulator)
 #   make test-sanitize   ASan + UBSan build (build/asan/) of the CPU trainer and unit tests over the input-handling
-#                        tests, and a libFuzzer run of every file reader (dev/fuzz/; about 7 minutes; CI runs it first)
+#                        tests, and a libFuzzer run of every file reader (dev/fuzz/; 3-7 minutes; CI runs it first)
 #   make fuzz            the fuzzing of test-sanitize with a random seed for 5 minutes per file reader (exploration)
 #   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)

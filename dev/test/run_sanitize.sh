@@ -17,7 +17,7 @@
 # ours are not. The sanitizer trainer is a single-process build (OpenMPI's plugins keep allocations that LeakSanitizer
 # cannot attribute once they are unloaded), so the multi-process check of cli_reliability is left out here (it runs in
 # make test).
-# Ends with "N passed, M failed"; exits non-zero if anything failed. About 6-7 minutes on 2 cores.
+# Ends with "N passed, M failed"; exits non-zero if anything failed. About 3-7 minutes on 2 cores (with its builds).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
