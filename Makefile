@@ -252,7 +252,11 @@ unit-tests: $(TEST_BINS)
 MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp $(BUILD)/mpi_pipe_bubble train_gpt_emu_mpi \
                   train_gpt_emu_mpi_bf16)
 
-test: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
+# make test builds its programs TEST_JOBS at a time (the emulator builds are 1-2 minutes each), then runs the tests
+TEST_JOBS ?= 2
+test-programs: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
+test:
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-programs
 	bash dev/test/run_tests.sh
 
 # the quick tier (about 4 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test,
@@ -289,5 +293,5 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
+.PHONY: all test test-programs test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
         fuzz

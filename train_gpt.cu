@@ -110,7 +110,8 @@ typedef struct {
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
     const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
     int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
-    const char* cpu_matmul;    /* CPU build: fp32 (OpenBLAS sgemm, the reference) or bf16 (AVX512_BF16, llmc/cpu/matmul_bf16.h) */
+    const char* cpu_matmul;    /* CPU build: auto (bf16 where the CPU has AVX512_BF16, else fp32; resolved at start-up),
+                                * fp32 (OpenBLAS sgemm, the test reference) or bf16 (llmc/cpu/matmul_bf16.h) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
     int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
     const char* plan_device;
@@ -127,7 +128,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
     c->lr_schedule = "cosine";
     c->prompt = "";
-    c->B = 8;
+    c->B = 16;
     c->T = 64;
     c->total_batch_size = -1;
     c->learning_rate = 1e-3f;
@@ -139,9 +140,9 @@ static void train_config_defaults(TrainConfig* c) {
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
     c->grad_clip = 1.0f;
-    c->max_steps = 600;
+    c->max_steps = 1200;
     c->val_every = 50;
-    c->val_max_steps = 20;
+    c->val_max_steps = 10;
     c->val_tokens = 0;
     c->sample_every = 100;
     c->gen_tokens = 64;
@@ -193,7 +194,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->grad_compress_warmup = 0;
     c->grad_compress_freeze_v = 0;
     c->grad_compress_select = "magnitude";
-    c->cpu_matmul = "fp32";
+    c->cpu_matmul = "auto";
     c->grad_compress_block_v = 0;
     c->pp_trace_steps = 2;
 }
@@ -332,8 +333,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "--plan: network GB/s per GPU per direction (0 = the device table's)");
     SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
     SPEC(NULL, "cpu-matmul", ARG_STRING, cpu_matmul, NO_MIN, NO_MAX,
-         "CPU build: fp32 (OpenBLAS sgemm) or bf16 (the layers' and lm head's matmuls with operands rounded to "
-         "bf16 and fp32 sums, AVX512_BF16 CPUs only)");
+         "CPU build: auto (bf16 where the CPU has AVX512_BF16 instructions, else fp32), fp32 (OpenBLAS sgemm, the "
+         "tests' reference) or bf16 (the layers' and lm head's matmuls with operands rounded to bf16 and fp32 sums, "
+         "AVX512_BF16 CPUs only); the CUDA build ignores auto and fp32");
     SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
     SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
     SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
@@ -392,6 +394,7 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
+    int cpu_matmul_auto;       /* --cpu-matmul auto was resolved to cfg.cpu_matmul at start-up (CPU build) */
     int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
@@ -818,6 +821,8 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"recompute", "memory only: recomputed activations are the same"},
     {"recompute-every", "memory only: recomputed activations are the same"},
     {"gelu-fusion", "a kernel choice: the same function"},
+    {"cpu-matmul", "the CPU matmuls' operand rounding (bf16 or fp32; auto picks by the machine), like a build's precision: "
+                   "the data order and the schedule are the same"},
     {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
     {"exit-after-steps", "when this run stops"}, {"signal-checkpoint", "when this run stops"},
     {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
@@ -1120,8 +1125,8 @@ static void check_config(TrainSession* s) {
     if (strcmp(c->grad_compress_select, "magnitude") != 0 && strcmp(c->grad_compress_select, "adam") != 0) {
         CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
     }
-    if (strcmp(c->cpu_matmul, "fp32") != 0 && strcmp(c->cpu_matmul, "bf16") != 0) {
-        CONFIG_FATAL(s, "flag --cpu-matmul is '%s'; expected fp32 or bf16", c->cpu_matmul);
+    if (strcmp(c->cpu_matmul, "auto") != 0 && strcmp(c->cpu_matmul, "fp32") != 0 && strcmp(c->cpu_matmul, "bf16") != 0) {
+        CONFIG_FATAL(s, "flag --cpu-matmul is '%s'; expected auto, fp32 or bf16", c->cpu_matmul);
     }
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
     if (strcmp(c->cpu_matmul, "bf16") == 0) {
@@ -1132,6 +1137,10 @@ static void check_config(TrainSession* s) {
     if (strcmp(c->cpu_matmul, "bf16") == 0 && !cpu_bf16_matmul_supported()) {
         CONFIG_FATAL(s, "flag --cpu-matmul bf16 needs a CPU with AVX512_BF16 instructions (Intel Cooper Lake or "
               "Sapphire Rapids, AMD Zen 4 or later); this one has none: use --cpu-matmul fp32");
+    }
+    if (strcmp(c->cpu_matmul, "auto") == 0) { /* resolved here, so the header, log and checkpoints name the path */
+        s->cfg.cpu_matmul = cpu_bf16_matmul_supported() ? "bf16" : "fp32";
+        s->cpu_matmul_auto = 1;
     }
     cpu_set_matmul_bf16(strcmp(c->cpu_matmul, "bf16") == 0);
 #endif
@@ -1570,7 +1579,13 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     if (!is_rank0(s)) { return; } /* only rank 0 prints and logs */
     printf("+-----------------------+------------------------------------------------\n");
     printf("| device                | %s\n", backend_device_name());
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
     printf("| precision             | %s\n", PRECISION_NAME);
+#else
+    printf("| precision             | %s; matmuls %s (--cpu-matmul %s)\n", PRECISION_NAME,
+           strcmp(s->cfg.cpu_matmul, "bf16") == 0 ? "bf16 operands, fp32 sums (AVX512_BF16)" : "fp32 (OpenBLAS sgemm)",
+           s->cpu_matmul_auto ? "auto" : s->cfg.cpu_matmul);
+#endif
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     printf("| parameters            | %zu\n", s->model.num_parameters_full);

@@ -4,7 +4,7 @@ scripts/export_hf.py -- our model file -> a Hugging Face GPT2LMHeadModel directo
 
 Usage: python3 scripts/export_hf.py MODEL.bin OUTDIR [--dtype auto|fp32|bf16]
 
-Input: a model file of this project (fp32 version 3 or bf16 version 5; e.g. OUT/model_00000600.bin from
+Input: a model file of this project (fp32 version 3 or bf16 version 5; e.g. OUT/model_00001200.bin from
 `./train_gpt_cpu -o OUT`). Output: OUTDIR (must not exist, or be an empty directory), written as OUTDIR.tmp and
 renamed when complete, with
   config.json              GPT2LMHeadModel: n_layer, n_head, n_embd, n_positions = n_ctx = maxT, vocab_size = V

@@ -46,7 +46,7 @@ printf '%-5s | %-7s | %14s | %12s | %12s | %11s | %11s\n' round threads "llm.c m
     "bf16 ms/step" "llm.c/fp32" "llm.c/bf16"
 : > "$TMP/rows"
 for r in $(seq 1 "$ROUNDS"); do
-    l=$(llmc_ms); f=$(ours_ms "$TMP/fp32.$r"); b=nan
+    l=$(llmc_ms); f=$(ours_ms "$TMP/fp32.$r" --cpu-matmul fp32); b=nan
     [ "$BF16" = 1 ] && b=$(ours_ms "$TMP/bf16.$r" --cpu-matmul bf16)
     echo "$r $l $f $b" >> "$TMP/rows"
 done

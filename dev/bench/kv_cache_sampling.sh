@@ -12,7 +12,7 @@ export OMP_NUM_THREADS=${THREADS:-2}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 for kv in 0 1; do
-    ./train_gpt_cpu -e "$MODEL" -b 1 -t "$T" -x 1 -j '' -g "$GEN" -s 1 --temperature 0 --kv-cache $kv \
+    ./train_gpt_cpu -e "$MODEL" -b 1 -t "$T" -x 1 -j '' -g "$GEN" -s 1 --temperature 0 --kv-cache $kv --cpu-matmul fp32 \
         -i dev/data/tinyshakespeare/tiny_shakespeare_train.bin -o "$TMP/out$kv" > "$TMP/kv$kv.txt" 2>&1 || { tail -n 3 "$TMP/kv$kv.txt"; exit 1; }
 done
 rate() { sed -n 's/^(sampled \([0-9]*\) tokens in \([0-9.]*\) s: \([0-9.]*\) tokens\/s.*/\2 \3/p' "$1" | tail -n 1; }

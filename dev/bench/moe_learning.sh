@@ -13,7 +13,7 @@ OUT=${1:-/tmp/moe_learning}
 STEPS=${2:-150}
 RUNS="dense moe"
 [ "${NOAUX:-0}" = 1 ] && RUNS="$RUNS moe_noaux"
-COMMON=(-e d4 -b 4 -t 64 -x "$STEPS" -u 10 -v 50 --val-tokens 8192 -s 0 -g 0 --seed 1337)
+COMMON=(-e d4 -b 4 -t 64 -x "$STEPS" -u 10 -v 50 --val-tokens 8192 -s 0 -g 0 --seed 1337 --cpu-matmul fp32)
 if [ "${ANALYZE_ONLY:-0}" != 1 ]; then
     for run in $RUNS; do
         case $run in

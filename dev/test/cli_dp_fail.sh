@@ -13,7 +13,7 @@ export LLMC_TEST_TAG="$TMP"   # marks this job's ranks (found through /proc/PID/
 mpirun_pid=$!
 job_ranks() {   # pids of this job's ranks, optionally only rank $1
     local p
-    for p in $(pgrep -f "$TRAIN"); do
+    for p in $(pgrep -f "$TRAIN_BIN"); do
         tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx "LLMC_TEST_TAG=$TMP" || continue
         if [ -z "${1:-}" ] || tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then echo $p; fi
     done

@@ -6,7 +6,7 @@ source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 export OMP_NUM_THREADS=1
 echo "localhost slots=2" > "$TMP/hostfile"
-ARGS="-e d2 -b 4 -t 32 -g 0 -u 2 -l 1e-3 -x 3 -v 3 -m 2"
+ARGS="-e d2 -b 4 -t 32 -g 0 -u 2 -l 1e-3 -x 3 -v 3 -m 2 --cpu-matmul fp32"
 HOSTFILE="$TMP/hostfile" NP=2 PER_NODE=2 BIN=./train_gpt_cpu OUT="$TMP/recipe" \
     TRAIN_DATA=dev/data/tinyshakespeare/tiny_shakespeare_train.bin VAL_DATA=dev/data/tinyshakespeare/tiny_shakespeare_val.bin \
     MODEL_ARGS="$ARGS" MPIRUN_ARGS="--oversubscribe" bash scripts/multi_node/run_mpi.sh > "$TMP/recipe.log" 2>&1

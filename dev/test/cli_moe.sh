@@ -64,7 +64,7 @@ expect_error "without tensor or pipeline parallelism" "experts with --tp 2 are r
 # data parallelism: experts replicated, their gradients in the global bucket. 2 processes with ZeRO-2 against one
 # process accumulating the same two micro-batches (-d 128): the routing and capacity are per micro-batch, so the
 # same; only the order of the gradient sum differs (rounding: 1e-5 relative, as argued in dev/test/dp_lib.sh)
-if command -v mpirun > /dev/null 2>&1 && ldd "$TRAIN" 2> /dev/null | grep -q libmpi; then
+if command -v mpirun > /dev/null 2>&1 && ldd "$TRAIN_BIN" 2> /dev/null | grep -q libmpi; then
     DP=(-e d2 -b 2 -t 32 -d 128 -j '' -g 0 -u 2 -v 0 -x 3 --moe-experts 4 --moe-top-k 2)
     $TRAIN "${DP[@]}" > "$TMP/dp1.log" 2>&1
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \

@@ -1,7 +1,8 @@
 # dev/test/cli_options.sh -- options that must not change the numbers: recompute (-r) and GELU fusion (-ge)
 # give bit-identical losses on the CPU backend (same operations, same order); gradient accumulation gives
 # the same loss as one larger micro-batch over the same tokens (means over all tokens of the step); --cpu-matmul bf16
-# (an option that does change the numbers) stays within 1% of the fp32 losses.
+# (an option that does change the numbers) stays within 1% of the fp32 losses; the default --cpu-matmul auto trains
+# exactly as the path it picks for this CPU. (Every other test passes --cpu-matmul fp32: lib_cli.sh's $TRAIN.)
 source "$(dirname "$0")/lib_cli.sh"
 run() { local out="$1"; shift; $TRAIN "$@" > "$TMP/$out.txt" 2>&1 || echo "run $out failed: $(tail -n 3 "$TMP/$out.txt")"; grep -E '^step' "$TMP/$out.txt" | sed -E 's/[|] [0-9.]+ ms.*//' > "$TMP/$out.steps"; }
 run r0 "${FAST[@]}" -x 5 -r 0
@@ -47,4 +48,13 @@ PY
 else
     expect_error "AVX512_BF16" "--cpu-matmul bf16 on a CPU without AVX512_BF16 is refused" -- $TRAIN "${FAST[@]}" -x 1 --cpu-matmul bf16
 fi
+# the default, --cpu-matmul auto: bf16 where the CPU has AVX512_BF16, fp32 elsewhere, decided once at start-up; the
+# header names the path, and the checkpoint records the resolved value (a resume on the same machine matches it)
+if grep -q -w avx512_bf16 /proc/cpuinfo 2>/dev/null; then AUTO=bf16; else AUTO=fp32; fi
+AUTO_REF=$([ $AUTO = bf16 ] && echo bf16 || echo r0)
+$TRAIN_BIN "${FAST[@]}" -x 5 -o "$TMP/auto" > "$TMP/auto.txt" 2>&1
+grep -E '^step' "$TMP/auto.txt" | sed -E 's/[|] [0-9.]+ ms.*//' > "$TMP/auto.steps"
+test -s "$TMP/auto.steps" && cmp -s "$TMP/auto.steps" "$TMP/$AUTO_REF.steps" && \
+    grep -q "^| precision .*(--cpu-matmul auto)" "$TMP/auto.txt" && grep -qx "cpu-matmul	\"$AUTO\"" "$TMP/auto/DONE_00000005"
+check $? "no --cpu-matmul (auto) on this CPU trains exactly as --cpu-matmul $AUTO, says auto in the header and records $AUTO in the checkpoint"
 expect_error "cpu-matmul" "--cpu-matmul with an unknown value is refused" -- $TRAIN "${FAST[@]}" -x 1 --cpu-matmul fp16

@@ -4,7 +4,7 @@
 # kept, a warmup longer than the run is said, validation covers a fixed token budget (--val-tokens), resume
 # refuses every flag that is not on its list, and the data loader keeps only a few shards mapped.
 source "$(dirname "$0")/dp_lib.sh"   # lib_cli.sh and MPIRUN
-TRAIN_ABS=$(realpath "$TRAIN")
+TRAIN_ABS="$(realpath "$TRAIN_BIN") --cpu-matmul fp32" # unquoted where used, as $TRAIN (lib_cli.sh)
 # check_true VALUE "description": ok when VALUE (an arithmetic result) is non-zero
 check_true() { check $(( $1 ? 0 : 1 )) "${@:2}"; }
 

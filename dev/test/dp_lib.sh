@@ -74,8 +74,8 @@ dp_require_mpi() {
         echo "not ok - mpirun not found: install OpenMPI (scripts/install_deps.sh) to run the multi-process tests"
         exit 1
     fi
-    if ! ldd "$TRAIN" 2> /dev/null | grep -q libmpi; then
-        echo "not ok - $TRAIN is not an MPI build (make train_gpt_cpu needs mpicc)"
+    if ! ldd "$TRAIN_BIN" 2> /dev/null | grep -q libmpi; then
+        echo "not ok - $TRAIN_BIN is not an MPI build (make train_gpt_cpu needs mpicc)"
         exit 1
     fi
 }

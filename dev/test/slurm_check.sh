@@ -63,7 +63,7 @@ check $? "one-node Slurm up (slurmctld port $P1, slurmd port $P2): $(sinfo -h -o
 MPI=pmix
 srun --mpi=list 2>&1 | grep -qw pmix || MPI=pmi2
 export OMP_NUM_THREADS=1
-ARGS="-e d2 -b 4 -t 32 -g 0 -u 2 -l 1e-3 -x 3 -v 3 -m 2"
+ARGS="-e d2 -b 4 -t 32 -g 0 -u 2 -l 1e-3 -x 3 -v 3 -m 2 --cpu-matmul fp32"
 TR=dev/data/tinyshakespeare/tiny_shakespeare_train.bin VA=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 BIN=./train_gpt_cpu OUT="$TMP/sbatch" TRAIN_DATA=$TR VAL_DATA=$VA MODEL_ARGS="$ARGS" SRUN_MPI=$MPI \
     timeout 300 sbatch --wait --partition=debug --nodes=1 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 \
