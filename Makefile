@@ -20,7 +20,8 @@
 #
 # Variables: CC, NVCC, GPU_ARCH (e.g. GPU_ARCH=90), PRECISION (BF16|FP32|FP16 for CUDA builds), USE_CUDNN=1,
 #            USE_NCCL=0 (one-GPU build without NCCL), CUBLAS_HOME / CUDNN_HOME / NCCL_HOME (llmc/cuda/libs.mk),
-#            WERROR=0 (warnings stay warnings; default 1: every warning is an error, as CI builds).
+#            WERROR=0 (warnings stay warnings; default 1: every warning is an error, as CI builds),
+#            TEST_JOBS (make test builds its programs this many at a time, default 2; make -jN test uses N).
 
 CC        ?= gcc
 CXX       ?= g++
@@ -256,7 +257,7 @@ MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm
 TEST_JOBS ?= 2
 test-programs: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 test:
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-programs
+	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS)) test-programs
 	bash dev/test/run_tests.sh
 
 # the quick tier (about 4 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test,

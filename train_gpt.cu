@@ -1133,14 +1133,28 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --cpu-matmul bf16 selects the CPU build's matmul; this is the CUDA build (its precision "
               "is set at build time: PRECISION=BF16/FP32/FP16)");
     }
+#elif defined(LLMC_CPU_NAIVE)
+    if (strcmp(c->cpu_matmul, "bf16") == 0) {
+        CONFIG_FATAL(s, "flag --cpu-matmul bf16: this is the naive build (train_gpt_cpu_naive), whose matmuls are plain "
+              "fp32 loops; use --cpu-matmul fp32 or auto, or ./train_gpt_cpu");
+    }
+    if (strcmp(c->cpu_matmul, "auto") == 0) { s->cfg.cpu_matmul = "fp32"; s->cpu_matmul_auto = 1; }
 #else
     if (strcmp(c->cpu_matmul, "bf16") == 0 && !cpu_bf16_matmul_supported()) {
         CONFIG_FATAL(s, "flag --cpu-matmul bf16 needs a CPU with AVX512_BF16 instructions (Intel Cooper Lake or "
               "Sapphire Rapids, AMD Zen 4 or later); this one has none: use --cpu-matmul fp32");
     }
-    if (strcmp(c->cpu_matmul, "auto") == 0) { /* resolved here, so the header, log and checkpoints name the path */
-        s->cfg.cpu_matmul = cpu_bf16_matmul_supported() ? "bf16" : "fp32";
+    if (strcmp(c->cpu_matmul, "auto") == 0) {
+        /* resolved here, so the header, log and checkpoints name the path; bf16 only when every process's CPU has
+         * AVX512_BF16 (a collective: all processes then run, and record, the same arithmetic) */
+        double with_bf16 = cpu_bf16_matmul_supported() ? 1.0 : 0.0;
+        comm_all_reduce_host_f64(&s->world, &with_bf16, 1);
+        s->cfg.cpu_matmul = with_bf16 == (double)s->world.world ? "bf16" : "fp32";
         s->cpu_matmul_auto = 1;
+        if (is_rank0(s) && with_bf16 > 0.0 && with_bf16 < (double)s->world.world) {
+            printf("--cpu-matmul auto: %d of %d processes run on CPUs without AVX512_BF16, so every process uses fp32 "
+                   "matmuls\n", s->world.world - (int)with_bf16, s->world.world);
+        }
     }
     cpu_set_matmul_bf16(strcmp(c->cpu_matmul, "bf16") == 0);
 #endif
@@ -1574,6 +1588,11 @@ static void print_ledger_check(const TrainSession* s) {
     fflush(stdout);
 }
 
+#ifdef LLMC_CPU_NAIVE
+#define CPU_FP32_MATMUL_NAME "fp32 (plain loops: the naive build)"
+#else
+#define CPU_FP32_MATMUL_NAME "fp32 (OpenBLAS sgemm)"
+#endif
 static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     const GPT2Config* c = &s->model.config;
     if (!is_rank0(s)) { return; } /* only rank 0 prints and logs */
@@ -1583,7 +1602,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("| precision             | %s\n", PRECISION_NAME);
 #else
     printf("| precision             | %s; matmuls %s (--cpu-matmul %s)\n", PRECISION_NAME,
-           strcmp(s->cfg.cpu_matmul, "bf16") == 0 ? "bf16 operands, fp32 sums (AVX512_BF16)" : "fp32 (OpenBLAS sgemm)",
+           strcmp(s->cfg.cpu_matmul, "bf16") == 0 ? "bf16 operands, fp32 sums (AVX512_BF16)" : CPU_FP32_MATMUL_NAME,
            s->cpu_matmul_auto ? "auto" : s->cfg.cpu_matmul);
 #endif
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,

@@ -2,9 +2,9 @@
 # dev/bench/cpu_step.sh -- CPU training-step benchmark (a benchmark, not a test): ms/step and tokens/s of
 # ./train_gpt_cpu (OpenBLAS fp32 matmuls, blocked attention), of ./train_gpt_cpu --cpu-matmul bf16 (AVX512_BF16
 # matmuls; skipped on CPUs without it) and of ./train_gpt_cpu_naive (the same trainer with matmul and attention
-# as plain OpenMP loops, like llm.c's train_gpt2.c), for GPT-2 124M (d12, B=4, T=64) and the default small model
-# (d4, B=8, T=64). The three runs of a config are interleaved: ROUNDS rounds of (fp32, bf16, naive), one after
-# the other, so each ratio compares runs of the same minutes on a machine whose load may drift. Per run the
+# as plain OpenMP loops, like llm.c's train_gpt2.c), for GPT-2 124M (d12, B=4, T=64) and the small model d4 (B=8,
+# T=64: the default until 2026-12-01). The three runs of a config are interleaved: ROUNDS rounds of (fp32, bf16,
+# naive), one after the other, so each ratio compares runs of the same minutes on a machine whose load may drift. Per run the
 # median ms/step over the steps after the first two; per config the median over the rounds, and each round's
 # naive/ours ratios.
 # Usage: bash dev/bench/cpu_step.sh [steps] [rounds] [configs]   (defaults 8, 1, "d12:4:64 d4:8:64";

@@ -265,8 +265,10 @@ expect_error "was trained with --lr-schedule \"cosine\" but this run has \"wsd\"
     $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 -k wsd
 expect_error "was trained with --grad-clip 1 but this run has 0.5" "10: resume with another --grad-clip is refused" -- \
     $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 --grad-clip 0.5
-$TRAIN "${V1000[@]}" -g 2 -x 4 -o "$D" -y 1 -v 1 -n 3 --log-every 2 --max-bad-steps 4 --tokenizer "$TMP/ctl.bin" > "$TMP/out.txt" 2>&1
-check_true $(( $? == 0 && $(grep -c '^resume: continuing from step 2' "$TMP/out.txt") == 1 )) "10: flags on the list (-x, -v, -n, -g, --log-every, --max-bad-steps, --tokenizer) may change"
+# (--cpu-matmul auto: bf16 on an AVX512_BF16 CPU, a change from the fp32 the checkpoint was written with)
+$TRAIN "${V1000[@]}" -g 2 -x 4 -o "$D" -y 1 -v 1 -n 3 --log-every 2 --max-bad-steps 4 --tokenizer "$TMP/ctl.bin" \
+    --cpu-matmul auto > "$TMP/out.txt" 2>&1
+check_true $(( $? == 0 && $(grep -c '^resume: continuing from step 2' "$TMP/out.txt") == 1 )) "10: flags on the list (-x, -v, -n, -g, --log-every, --max-bad-steps, --tokenizer, --cpu-matmul) may change"
 # a checkpoint written before flags were recorded: resumed on the state's checks, said in one line
 printf 'done\n' > "$D/DONE_00000004"
 $TRAIN "${V1000[@]}" -g 0 -x 5 -o "$D" -y 1 -l 2e-3 > "$TMP/out.txt" 2>&1
@@ -288,7 +290,7 @@ expect_error "--val-tokens is 2000, which is not a multiple of the sequence leng
     $TRAIN "${VT[@]}" -b 2 --val-tokens 2000
 expect_error "holds only 127 such sequences" "9: a budget beyond the validation data is refused" -- $TRAIN "${VT[@]}" -b 2 --val-tokens 8192
 # the sanitizer tier (dev/test/run_sanitize.sh) runs this file on a single-process build: the MPI part is left out
-if [ -n "${LLMC_SANITIZE_SINGLE:-}" ]; then echo "# SKIP 9 under 2 and 3 processes: $TRAIN is a single-process build"; exit 0; fi
+if [ -n "${LLMC_SANITIZE_SINGLE:-}" ]; then echo "# SKIP 9 under 2 and 3 processes: $TRAIN_BIN is a single-process build"; exit 0; fi
 dp_require_mpi
 for np in 2 3; do MPIRUN $np $TRAIN "${VT[@]}" -b 3 -o "$TMP/vtn$np" > "$TMP/vtn$np.txt" 2>&1; done
 n2=$(val_at_step0 "$TMP/vtn2"); n3=$(val_at_step0 "$TMP/vtn3")

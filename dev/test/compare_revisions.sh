@@ -11,10 +11,12 @@
 # Both sides are built there by the same `make -j2 -k train_gpt_cpu test_gpt_cpu test_gpt_emu_bf16
 # train_gpt_emu_mpi_bf16` in the same environment (same compiler, same flags unless NEW's Makefile changes
 # them, in which case a note shows the first differing build command), then run with the same commands:
-#   1. the default CPU run: ./train_gpt_cpu -o DIR --exit-after-steps 50 (d4, every default flag; stops after
-#      50 steps with a checkpoint): the 50 step lines (loss, norm, lr), the val lines, log.jsonl, the step-50
-#      model file and state file;
-#   2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 (2 micro-steps) --comm-stats 1 for ZeRO-0, 1
+#   1. the default CPU run: ./train_gpt_cpu -o DIR --exit-after-steps 50 (d4, every default flag, so bf16 matmuls
+#      on AVX512_BF16 CPUs and fp32 elsewhere, and the defaults of each side: a REV older than the B=16 / 1200-step
+#      defaults differs here for that reason; stops after 50 steps with a checkpoint): the 50 step lines (loss,
+#      norm, lr), the val lines, log.jsonl, the step-50 model file and state file;
+#   2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --cpu-matmul fp32 (2 micro-steps; the fp32
+#      reference path on any CPU; REVs from 78d3459 on know the flag) --comm-stats 1 for ZeRO-0, 1
 #      and 2: step lines, the comm-stats lines (bytes sent/received and calls per rank per step), log.jsonl,
 #      the model file and every rank's state file;
 #   3. the GPU build's data-parallel path on the CUDA emulator with NCCL emulated over MPI, BF16
@@ -35,8 +37,8 @@
 # 1 something DIFFERENT, 2 bad input, 3 nothing different but some rows skipped (mpirun missing, a target
 # that builds on neither side). Rows that need mpirun are skipped, not failed, where it is missing.
 # Takes 5-7 minutes on 2 cores (measured 4m50s-7m00s: builds 25-50 s per side, the default run 35-115 s per
-# side depending on the load, test_gpt_emu_bf16 35 s per side; counting the differing floats of a run that
-# differs everywhere, in plain Python, adds about a minute); JOBS=N changes make's -j.
+# side depending on the load, measured with the old B=8 fp32 default (B=16 now: not re-measured), test_gpt_emu_bf16
+# 35 s per side; counting the differing floats of a run that differs everywhere, in plain Python, adds about a minute); JOBS=N changes make's -j.
 set -u
 
 usage() {
@@ -466,14 +468,14 @@ else
 fi
 
 # ---------------------------------------------------------------- 2. three processes, ZeRO-0/1/2
-echo "== 2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --comm-stats 1 -z 0/1/2 (2 micro-steps)"
+echo "== 2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --comm-stats 1 --cpu-matmul fp32 -z 0/1/2 (2 micro-steps)"
 for z in 0 1 2; do
     if [ $MPI_OK = 0 ] || ! built_both train_gpt_cpu; then
         row "np3 ZeRO-$z" skipped "${MPI_WHY:-$(not_built train_gpt_cpu)}"
         continue
     fi
     D="cmp_out/np3_z$z"
-    both "np3_z$z" 600 "${MPI[@]}" -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z $z -o "$D" --comm-stats 1
+    both "np3_z$z" 600 "${MPI[@]}" -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z $z -o "$D" --comm-stats 1 --cpu-matmul fp32
     compare_out "np3_z${z}_steps" "np3 ZeRO-$z: step lines (loss, norm, lr), exit status" steps "np3_z$z.log"
     compare_out "np3_z${z}_comm" "np3 ZeRO-$z: comm-stats bytes (every rank)" comm "np3_z$z.log"
     keep_log "np3_z$z" "$D"

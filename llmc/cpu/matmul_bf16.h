@@ -39,8 +39,8 @@
 #define LLMC_BF16_NC 512  /* columns per packed op(Bm) block */
 #define LLMC_BF16_MC 1536 /* rows per packed op(A) block: 1536 x 512 x 2 bytes = 1.5 MiB (one block for B*T <= 1536) */
 
-/* 0 = the fp32 OpenBLAS path (the default and the test reference), 1 = this BF16 path for the matmuls of
- * llmc/cpu/matmul.h (the layers' and the lm head's; attention's small products stay fp32). Set once by the
+/* 0 = the fp32 OpenBLAS path (the test reference; the default on CPUs without AVX512_BF16), 1 = this BF16 path
+ * for the matmuls of llmc/cpu/matmul.h (the layers' and the lm head's; attention's small products stay fp32). Set once by the
  * trainer before training (cpu_set_matmul_bf16). */
 static int cpu_matmul_bf16_on = 0;
 
