@@ -312,8 +312,9 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "square per block of C values (a weight row; P/C floats all-reduced per step), not the decoded gradient; "
          "clipping uses their uncompressed norms; not with --grad-compress-freeze-v");
     SPEC(NULL, "grad-compress-select", ARG_STRING, grad_compress_select, NO_MIN, NO_MAX,
-         "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps) with the frozen AdamW "
-         "variance v: error feedback in the coordinates where AdamW is SGD; needs --grad-compress-freeze-v 1, -z 0)");
+         "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps), v AdamW's frozen or block "
+         "variance: the values whose AdamW steps lower the loss most; needs --grad-compress-freeze-v 1 or "
+         "--grad-compress-block-v 1, and -z 0)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -1167,12 +1168,13 @@ static void check_config(TrainSession* s) {
     }
     s->compress.adam_beta2 = c->beta2;
     s->compress.adam_eps = c->eps;
-    if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK || !c->grad_compress_freeze_v ||
-                                     c->zero_stage != 0)) {
-        CONFIG_FATAL(s, "flag --grad-compress-select adam ranks top-k values by the frozen AdamW variance of every "
-              "element: it needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0 (this run: "
-              "--grad-compress %s --grad-compress-freeze-v %d -z %d)", c->grad_compress, c->grad_compress_freeze_v,
-              c->zero_stage);
+    if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK ||
+                                     !(c->grad_compress_freeze_v || c->grad_compress_block_v) || c->zero_stage != 0)) {
+        CONFIG_FATAL(s, "flag --grad-compress-select adam ranks top-k values by AdamW's variance of every element, "
+              "frozen or per block: it needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or "
+              "--grad-compress-block-v 1, and -z 0 (this run: --grad-compress %s --grad-compress-freeze-v %d "
+              "--grad-compress-block-v %d -z %d)", c->grad_compress, c->grad_compress_freeze_v,
+              c->grad_compress_block_v, c->zero_stage);
     }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {

@@ -5,7 +5,8 @@
  * --grad-compress-round nearest|stochastic, --grad-compress-ef 0|1, --grad-compress-warmup N (the first N optimizer
  * steps uncompressed), --grad-compress-freeze-v 0|1 (AdamW's variance frozen after the warm-up: see
  * grad_compress_v_frozen_t for why error feedback needs it under AdamW), --grad-compress-select magnitude|adam (top-k
- * by |x|, or in the frozen variance's metric: grad_compress_precond_scale says why), --grad-compress-block-v 0|1
+ * by |x|, or in the metric of AdamW's frozen or block variance: grad_compress_precond_scale says why),
+ * --grad-compress-block-v 0|1
  * (AdamW's variance from the ranks' own gradients per block of C: grad_compress_block_v_t says why).
  *
  * Methods. INT8: per-block absmax scaling (Dettmers 2016, "8-bit approximations for parallelism in deep learning");
@@ -86,7 +87,8 @@ typedef struct {
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
     int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
                              uses the ranks' uncompressed gradient norms */
-    int precondition;     /* top-k with freeze_v: select by |x| / sqrt(sqrt(vhat) + eps) (grad_compress_precond_scale) */
+    int precondition;     /* top-k with freeze_v or block_v: select by |x| / sqrt(sqrt(vhat) + eps)
+                             (grad_compress_precond_scale) */
     float adam_beta2, adam_eps; /* AdamW's beta2 and eps (the metric of `precondition`) */
     int block_v;          /* 1: on compressed steps AdamW's second moment comes from the ranks' own uncompressed
                              gradients, one mean square per block of vblock elements (grad_compress_block_v_t) */
@@ -149,15 +151,20 @@ static inline int grad_compress_block_v_t(const GradCompressSpec* s, int step) {
     return s->block_v && grad_compress_active_at(s, step) ? step + 1 : 0;
 }
 
-/* --grad-compress-select adam (spec->precondition): the bias correction 1/(1 - beta2^warmup) of the frozen second
- * moment. Why select in that metric: with v frozen, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
+/* --grad-compress-select adam (spec->precondition): the bias correction of the second moment v that the scores of
+ * optimizer step `step` (0-based) read -- 1/(1 - beta2^warmup) for v frozen after the warm-up (freeze_v), else
+ * 1/(1 - beta2^step): with block_v, v has been updated `step` times when this step's buckets are selected.
+ * Why select in that metric: with v fixed over a step, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
  * (P = 1/(sqrt(vhat) + eps), per element), whose gradient is P^(1/2) g; error feedback's top-k (Stich et al. 2018,
  * Lin et al. 2018) is a contraction -- its guarantees -- in the space where SGD runs, so each rank keeps the k values
- * of largest |x| P^(1/2) and sends them as they are (x, not the score). Selecting by raw |x| instead favours
- * tensors and rows with large gradients (frequent tokens' embedding rows, some layers' tensors), which AdamW
- * normalises anyway, and starves the rest: their residuals wait until they outgrow the others' raw scale. */
-static inline float grad_compress_precond_scale(const GradCompressSpec* s) {
-    return (float)(1.0 / (1.0 - pow((double)s->adam_beta2, (double)s->warmup)));
+ * of largest |x| P^(1/2) and sends them as they are (x, not the score). Equivalently, sending x_i lets AdamW move
+ * w_i by ~lr x_i P_i, which lowers the loss by ~lr x_i^2 P_i to first order: the k largest scores are the k values
+ * whose steps lower the loss most. Selecting by raw |x| instead favours tensors and rows with large gradients
+ * (frequent tokens' embedding rows, some layers' tensors), which AdamW normalises anyway, and starves the rest;
+ * selecting by the step |x| P (measured: worse than magnitude on d4) starves the rows with large gradients. */
+static inline float grad_compress_precond_scale(const GradCompressSpec* s, int step) {
+    int t = s->freeze_v ? s->warmup : step;
+    return (float)(1.0 / (1.0 - pow((double)s->adam_beta2, (double)(t > 0 ? t : 1))));
 }
 
 /* "int8 (nearest, error feedback)" etc. into buf */
@@ -229,8 +236,8 @@ typedef struct {
     float* residual;               /* (P) fp32 error-feedback residual (NULL without) */
     float* blk;                    /* (ceil(P/vblock)) fp32 block sums of squares, all-reduced (spec.block_v), or NULL */
     size_t nblk;
-    const float* v;                /* (P) AdamW's second moment (ZeRO-0's full state, frozen while compressing) for
-                                      spec.precondition; NULL otherwise */
+    const float* v;                /* (P) AdamW's second moment (ZeRO-0's full state: frozen, or per block, while
+                                      compressing) for spec.precondition; NULL otherwise */
     int8_t* send_q; float* send_s; int8_t* recv_q; float* recv_s;        /* INT8 */
     uint32_t* send_idx; float* send_val; uint32_t* recv_idx; float* recv_val; void* topk_scratch; /* top-k */
     size_t device_bytes;           /* everything above (the memory ledger) */
@@ -452,7 +459,8 @@ static inline void grad_compress_bucket(GradCompressor* g, int b, const CommSegm
         }
     } else if (g->v) { /* --grad-compress-select adam: the k largest |x| P^(1/2); the sent values are x */
         grad_compress_pack_v(g, k);
-        compress_precondition(g->sum, g->stage, g->sum, k->n, grad_compress_precond_scale(&g->spec), g->spec.adam_eps);
+        compress_precondition(g->sum, g->stage, g->sum, k->n, grad_compress_precond_scale(&g->spec, (int)g->step),
+                              g->spec.adam_eps);
         compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->sum, k->n, k->k, g->topk_scratch);
         compress_gather(g->send_val + k->t0, g->stage, g->send_idx + k->t0, k->k);
     } else {

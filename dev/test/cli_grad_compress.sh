@@ -20,10 +20,12 @@
 #     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
 #     warm-up boundary bit-identical, refused without a warm-up; --grad-compress-select adam (top-k in the frozen
 #     variance's metric): sends other values than magnitude top-k (other losses), the same bytes, resume across the
-#     warm-up boundary bit-identical, refused without the frozen variance or with -z 1; --grad-compress-block-v
+#     warm-up boundary bit-identical, refused without the frozen or block variance or with -z 1; --grad-compress-block-v
 #     (AdamW's variance from the ranks' own gradients per block of C): the bytes of a compressed step = top-k's + the
 #     ring all-reduce of ceil(P/C) fp32 block sums, exactly; ZeRO-1 trains as ZeRO-0; resume across the boundary
-#     bit-identical; refused with the frozen variance or without compression;
+#     bit-identical; refused with the frozen variance or without compression; --grad-compress-select adam with the
+#     block variance: other values than block-v's magnitude top-k, the same bytes, resume on a compressed step
+#     bit-identical, refused with -z 1;
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
 #   - a small learning check: 2 ranks, d2, 60 steps (-b 8 -t 64, lr 3e-3, warmup 10) on Tiny Shakespeare, validation
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
@@ -193,9 +195,9 @@ MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/far" --exit-after
 check $? "--grad-compress-select adam: 2 steps (the warm-up), checkpoint, resume"
 cmp -s <(steps "$TMP/fa.log" | tail -4) <(steps "$TMP/far2.log") && cmp -s "$TMP/fa/model_00000006.bin" "$TMP/far/model_00000006.bin"
 check $? "--grad-compress-select adam: resumed at the warm-up boundary, steps 3..6 and the final weights bit-identical to the straight run"
-dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0" "--grad-compress-select adam without the frozen variance" \
+dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam without the frozen or block variance" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-select adam
-dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 and -z 0" "--grad-compress-select adam with -z 1" \
+dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam with -z 1" \
     "${Z[@]}" -z 1 --grad-compress-select adam
 dp_refused 2 "expected magnitude or adam" "--grad-compress-select with a bad value" "${F[@]}" --grad-compress-select largest
 # --grad-compress-block-v: top-k's bytes + the block sums' all-reduce; ZeRO-1 = ZeRO-0; resume across the boundary
@@ -226,6 +228,25 @@ cmp -s <(steps "$TMP/bv.log" | tail -3) <(steps "$TMP/bvr2.log") && cmp -s "$TMP
 check $? "--grad-compress-block-v: resumed steps 4..6 and the final weights bit-identical to the straight run"
 cmp -s <(steps "$TMP/bv.log" | head -3) <(steps "$TMP/bvr1.log")
 check $? "top-k 5% + error feedback (block-v, warm-up 2): two runs with the same flags have the same steps 1-3 bit for bit, and with the resume above the same compressed steps 3-6 (residuals in play) and final weights"
+# --grad-compress-select adam with the block variance: block-v's bytes, other values sent, resume bit for bit
+MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bva" > "$TMP/bva.log" 2>&1
+check $? "--grad-compress-select adam with --grad-compress-block-v 1 (topk:0.05, warm-up 2): 6 steps"
+python3 - "$TMP/bv/log.jsonl" "$TMP/bva/log.jsonl" <<'PY'
+import json, math, sys
+m, a = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("losses magnitude", ["%.5f" % o["loss"] for o in m], "adam", ["%.5f" % o["loss"] for o in a])
+same3 = [o["loss"] for o in m[:3]] == [o["loss"] for o in a[:3]]
+differ = all(x["loss"] != y["loss"] for x, y in zip(m[3:], a[3:]))
+bytes_same = [o["grad_bytes_sent"] for o in m] == [o["grad_bytes_sent"] for o in a]
+sys.exit(0 if same3 and differ and bytes_same and all(math.isfinite(o["loss"]) for o in a) else 1)
+PY
+check $? "--grad-compress-select adam with block-v: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
+MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bvar" --exit-after-steps 4 > "$TMP/bvar1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bvar" -y 1 > "$TMP/bvar2.log" 2>&1
+check $? "--grad-compress-select adam with block-v: 4 steps, checkpoint, resume"
+cmp -s <(steps "$TMP/bva.log" | tail -2) <(steps "$TMP/bvar2.log") && cmp -s "$TMP/bva/model_00000006.bin" "$TMP/bvar/model_00000006.bin"
+check $? "--grad-compress-select adam with block-v: resumed steps 5..6 (selected in the block variance's metric) and the final weights bit-identical to the straight run"
+dp_refused 2 "and -z 0" "--grad-compress-select adam with block-v and -z 1" "${Y[@]}" -z 1 --grad-compress-select adam
 dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
 
