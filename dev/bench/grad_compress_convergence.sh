@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # dev/bench/grad_compress_convergence.sh -- the effect of gradient compression on the loss curve (llmc/README.md,
-# "Gradient compression"): the same training on 2 data-parallel processes seven times -- uncompressed, int8,
+# "Gradient compression"): the same training on 2 data-parallel processes nine times -- uncompressed, int8,
 # topk:RATIO with error feedback, topk:RATIO without, topk:RATIO with error feedback plus FIX (by default an
 # uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v), the same plus
 # --grad-compress-select adam (ADAM: top-k in the frozen variance's metric), and topk:RATIO with error feedback plus
 # BLOCKV (the warm-up, then AdamW's variance from the ranks' own gradients per block: --grad-compress-block-v 1),
-# and topk:RATIO with error feedback plus DECAY (BLOCKV with a decaying residual: --grad-compress-ef-decay) --
-# then a table of the final validation
+# topk:RATIO with error feedback plus DECAY (BLOCKV with a decaying residual: --grad-compress-ef-decay), and
+# topk:RATIO with error feedback plus SELECT (DECAY with top-k in the block variance's metric: --grad-compress-select
+# adam) -- then a table of the final validation
 # losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the mean over the
 # run), and one plot of the validation curves. RUNS="none topk_ef_adam" runs a subset (RUNS="": none, only the
 # table and plot of the runs OUTDIR holds); runs not finished in OUTDIR are left out of both.
@@ -20,6 +21,7 @@
 #   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
 #   BLOCKV="--grad-compress-warmup 60 --grad-compress-block-v 1": the flags of the seventh;
 #   DECAY="$BLOCKV --grad-compress-ef-decay 0.7": the flags of the eighth (topk_ef_decay; 0.9 was measured too);
+#   SELECT="$DECAY --grad-compress-select adam": the flags of the ninth (topk_ef_select);
 #   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
 #   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table; an entry
 #   name=STEP:VAL,STEP:VAL,... gives points of an earlier curve instead (drawn dashed; the last is its final).
@@ -32,7 +34,8 @@ FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
 ADAM=${ADAM:-$FIX --grad-compress-select adam}
 BLOCKV=${BLOCKV:---grad-compress-warmup 60 --grad-compress-block-v 1}
 DECAY=${DECAY:-$BLOCKV --grad-compress-ef-decay 0.7}
-RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv topk_ef_decay}
+SELECT=${SELECT:-$DECAY --grad-compress-select adam}
+RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv topk_ef_decay topk_ef_select}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
@@ -60,9 +63,11 @@ run topk_ef_adam --grad-compress "topk:$RATIO" --grad-compress-ef 1 $ADAM "$@"
 run topk_ef_blockv --grad-compress "topk:$RATIO" --grad-compress-ef 1 $BLOCKV "$@"
 # shellcheck disable=SC2086
 run topk_ef_decay --grad-compress "topk:$RATIO" --grad-compress-ef 1 $DECAY "$@"
-python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" "$DECAY" <<'PY'
+# shellcheck disable=SC2086
+run topk_ef_select --grad-compress "topk:$RATIO" --grad-compress-ef 1 $SELECT "$@"
+python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" "$DECAY" "$SELECT" <<'PY'
 import json, os, sys
-out, fix, adam, blockv, decay = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5], sys.argv[6]
+out, fix, adam, blockv, decay, select = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5], sys.argv[6], sys.argv[7]
 # REFERENCE entries: name=FINAL, or name=STEP:VAL,STEP:VAL,... (points of an earlier curve; the last is its final)
 refcurves = {kv.split("=")[0]: [(int(p.split(":")[0]), float(p.split(":")[1])) for p in kv.split("=")[1].split(",")]
              for kv in sys.argv[4].split() if ":" in kv}
@@ -70,7 +75,7 @@ refs = [(kv.split("=")[0], refcurves[kv.split("=")[0]][-1][1] if ":" in kv else 
         for kv in sys.argv[4].split()]
 # runs with a log; those without DONE_final were stopped early and are marked so (their last validation is shown)
 names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam", "topk_ef_blockv",
-                     "topk_ef_decay"]
+                     "topk_ef_decay", "topk_ef_select"]
          if os.path.exists(os.path.join(out, n, "log.jsonl"))]
 done = {n: os.path.exists(os.path.join(out, n, "DONE_final")) for n in names}
 rows = {}
@@ -90,7 +95,8 @@ elif "none" in dict(refs):
 else:
     sys.exit("no finished uncompressed run in %s and no REFERENCE none=...: nothing to compare with" % out)
 print("fifth run: topk_ef_fix = topk_ef + %s; sixth: topk_ef_adam = topk_ef + %s; seventh: topk_ef_blockv = "
-      "topk_ef + %s; eighth: topk_ef_decay = topk_ef + %s" % (fix, adam, blockv, decay))
+      "topk_ef + %s; eighth: topk_ef_decay = topk_ef + %s; ninth: topk_ef_select = topk_ef + %s"
+      % (fix, adam, blockv, decay, select))
 print("finished runs: %s; stopped early: %s" % (" ".join(n for n in names if done[n]),
                                                " ".join(n for n in names if not done[n]) or "none"))
 print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")
