@@ -177,10 +177,15 @@ cmp -s <(steps "$TMP/fz.log" | tail -3) <(steps "$TMP/fzr2.log") && cmp -s "$TMP
 check $? "--grad-compress-freeze-v: resumed steps 4..6 (frozen variance) and the final weights are bit-identical to the straight run"
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup" "--grad-compress-freeze-v 1 without a warm-up" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-freeze-v 1
-# --grad-compress-select adam: same bytes, other values sent (other losses from step 4 on), resume across the boundary
-MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/fa" > "$TMP/fa.log" 2>&1
-check $? "--grad-compress-select adam (topk:0.05, warm-up 2, frozen variance): 6 steps"
-python3 - "$TMP/fz/log.jsonl" "$TMP/fa/log.jsonl" <<'PY'
+# select_adam_case LABEL MAGNITUDE_DIR OUT N FLAGS...: a 6-step run of FLAGS (top-k with a warm-up of 2) plus
+# --grad-compress-select adam into OUT: steps 1-3 with MAGNITUDE_DIR's losses bit for bit, steps 4-6 other losses
+# (other values sent), every step the same bytes; then N steps, checkpoint, resume: the resumed steps and the final
+# weights bit-identical to the straight run
+select_adam_case() {
+    local label=$1 ref=$2 o=$3 n=$4; shift 4
+    MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "$o" > "$o.log" 2>&1
+    check $? "$label: 6 steps"
+    python3 - "$ref/log.jsonl" "$o/log.jsonl" <<'PY'
 import json, math, sys
 m, a = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
 print("losses magnitude", ["%.5f" % o["loss"] for o in m], "adam", ["%.5f" % o["loss"] for o in a])
@@ -189,12 +194,15 @@ differ = all(x["loss"] != y["loss"] for x, y in zip(m[3:], a[3:]))
 bytes_same = [o["grad_bytes_sent"] for o in m] == [o["grad_bytes_sent"] for o in a]
 sys.exit(0 if same3 and differ and bytes_same and all(math.isfinite(o["loss"]) for o in a) else 1)
 PY
-check $? "--grad-compress-select adam: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
-MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/far" --exit-after-steps 2 > "$TMP/far1.log" 2>&1 && \
-    MPIRUN 2 $TRAIN "${Z[@]}" --grad-compress-select adam -o "$TMP/far" -y 1 > "$TMP/far2.log" 2>&1
-check $? "--grad-compress-select adam: 2 steps (the warm-up), checkpoint, resume"
-cmp -s <(steps "$TMP/fa.log" | tail -4) <(steps "$TMP/far2.log") && cmp -s "$TMP/fa/model_00000006.bin" "$TMP/far/model_00000006.bin"
-check $? "--grad-compress-select adam: resumed at the warm-up boundary, steps 3..6 and the final weights bit-identical to the straight run"
+    check $? "$label: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
+    MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "${o}r" --exit-after-steps "$n" > "${o}r1.log" 2>&1 && \
+        MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "${o}r" -y 1 > "${o}r2.log" 2>&1
+    check $? "$label: $n steps, checkpoint, resume"
+    cmp -s <(steps "$o.log" | tail -$((6 - n))) <(steps "${o}r2.log") && cmp -s "$o/model_00000006.bin" "${o}r/model_00000006.bin"
+    check $? "$label: resumed steps $((n + 1))..6 and the final weights bit-identical to the straight run"
+}
+# --grad-compress-select adam with the frozen variance: resumed at the warm-up boundary
+select_adam_case "--grad-compress-select adam (topk:0.05, warm-up 2, frozen variance)" "$TMP/fz" "$TMP/fa" 2 "${Z[@]}"
 dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam without the frozen or block variance" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-select adam
 dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam with -z 1" \
@@ -228,24 +236,8 @@ cmp -s <(steps "$TMP/bv.log" | tail -3) <(steps "$TMP/bvr2.log") && cmp -s "$TMP
 check $? "--grad-compress-block-v: resumed steps 4..6 and the final weights bit-identical to the straight run"
 cmp -s <(steps "$TMP/bv.log" | head -3) <(steps "$TMP/bvr1.log")
 check $? "top-k 5% + error feedback (block-v, warm-up 2): two runs with the same flags have the same steps 1-3 bit for bit, and with the resume above the same compressed steps 3-6 (residuals in play) and final weights"
-# --grad-compress-select adam with the block variance: block-v's bytes, other values sent, resume bit for bit
-MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bva" > "$TMP/bva.log" 2>&1
-check $? "--grad-compress-select adam with --grad-compress-block-v 1 (topk:0.05, warm-up 2): 6 steps"
-python3 - "$TMP/bv/log.jsonl" "$TMP/bva/log.jsonl" <<'PY'
-import json, math, sys
-m, a = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
-print("losses magnitude", ["%.5f" % o["loss"] for o in m], "adam", ["%.5f" % o["loss"] for o in a])
-same3 = [o["loss"] for o in m[:3]] == [o["loss"] for o in a[:3]]
-differ = all(x["loss"] != y["loss"] for x, y in zip(m[3:], a[3:]))
-bytes_same = [o["grad_bytes_sent"] for o in m] == [o["grad_bytes_sent"] for o in a]
-sys.exit(0 if same3 and differ and bytes_same and all(math.isfinite(o["loss"]) for o in a) else 1)
-PY
-check $? "--grad-compress-select adam with block-v: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
-MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bvar" --exit-after-steps 4 > "$TMP/bvar1.log" 2>&1 && \
-    MPIRUN 2 $TRAIN "${Y[@]}" --grad-compress-select adam -o "$TMP/bvar" -y 1 > "$TMP/bvar2.log" 2>&1
-check $? "--grad-compress-select adam with block-v: 4 steps, checkpoint, resume"
-cmp -s <(steps "$TMP/bva.log" | tail -2) <(steps "$TMP/bvar2.log") && cmp -s "$TMP/bva/model_00000006.bin" "$TMP/bvar/model_00000006.bin"
-check $? "--grad-compress-select adam with block-v: resumed steps 5..6 (selected in the block variance's metric) and the final weights bit-identical to the straight run"
+# --grad-compress-select adam with the block variance: resumed on a compressed step (step 4 of 6)
+select_adam_case "--grad-compress-select adam with --grad-compress-block-v 1 (topk:0.05, warm-up 2)" "$TMP/bv" "$TMP/bva" 4 "${Y[@]}"
 dp_refused 2 "and -z 0" "--grad-compress-select adam with block-v and -z 1" "${Y[@]}" -z 1 --grad-compress-select adam
 dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
