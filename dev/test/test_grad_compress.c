@@ -235,6 +235,23 @@ static void test_topk_precondition_differs(void) {
                "%.3g) over 1.0 with v = 1 (score %.3g), which magnitude top-k sends", (double)score[1], (double)score[0]);
 }
 
+/* the bias correction of the metric's v: the frozen variance's (warm-up count) at every step; the block variance's
+ * the current count (v updated `step` times when step `step`'s buckets are selected) */
+static void test_precond_scale(void) {
+    GradCompressSpec s;
+    memset(&s, 0, sizeof(s));
+    s.kind = GRAD_COMPRESS_TOPK; s.adam_beta2 = 0.95f; s.warmup = 60; s.precondition = 1;
+    s.freeze_v = 1;
+    float f60 = grad_compress_precond_scale(&s, 60), f200 = grad_compress_precond_scale(&s, 200);
+    s.freeze_v = 0; s.block_v = 1;
+    float b60 = grad_compress_precond_scale(&s, 60), b200 = grad_compress_precond_scale(&s, 200);
+    double w60 = 1.0 / (1.0 - pow(0.95f, 60.0)), w200 = 1.0 / (1.0 - pow(0.95f, 200.0));
+    TEST_CHECK(f60 == (float)w60 && f200 == (float)w60 && b60 == (float)w60 && b200 == (float)w200 && b200 < b60,
+               "--grad-compress-select adam's bias correction: frozen v 1/(1-0.95^60) = %.6f at steps 60 and 200 (got "
+               "%.6f, %.6f); block v 1/(1-0.95^step): %.6f at 60, %.6f at 200", w60, (double)f60, (double)f200,
+               (double)b60, (double)b200);
+}
+
 static void test_block_v(size_t n, size_t B) {
     float* g = (float*)malloc(n * sizeof(float));
     fill(g, n);
@@ -308,6 +325,7 @@ int main(void) {
     test_topk_precondition(4099, 41);
     test_topk_precondition(100003, 1000);
     test_topk_precondition_differs();
+    test_precond_scale();
     test_block_v(256 * 50, 256);
     test_block_v(100003, 768);
     test_block_v(5, 8);
