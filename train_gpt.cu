@@ -108,7 +108,7 @@ typedef struct {
     const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
     int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
-    const char* grad_compress_select; /* top-k: magnitude, or adam (in the frozen variance's metric) */
+    const char* grad_compress_select; /* top-k: magnitude, or adam (in the metric of AdamW's frozen or block variance) */
     int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
     const char* cpu_matmul;    /* CPU build: auto (bf16 where the CPU has AVX512_BF16, else fp32; resolved at start-up),
                                 * fp32 (OpenBLAS sgemm, the test reference) or bf16 (llmc/cpu/matmul_bf16.h) */

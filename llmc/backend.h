@@ -202,7 +202,7 @@
  *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
  *                (distinct indices)
  *   compress_precondition(float* score(n), const float* x(n), const float* v(n), size_t n, float vscale, float eps)
- *                score = x / sqrt(sqrt(v * vscale) + eps), IEEE-rounded (top-k in AdamW's frozen-variance metric)
+ *                score = x / sqrt(sqrt(v * vscale) + eps), IEEE-rounded (top-k in the metric of AdamW's frozen or block variance)
  *   compress_gather(float* val(k), const float* x(n), const uint32_t* idx(k), size_t k)        val = x[idx]
  *   compress_block_sumsq(float* out(ceil(n/B)), const floatX* g(n), size_t n, size_t B)
  *                out[j] = sum of g^2 over [jB, min((j+1)B, n)) in fp32 in index order

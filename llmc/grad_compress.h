@@ -153,7 +153,9 @@ static inline int grad_compress_block_v_t(const GradCompressSpec* s, int step) {
 
 /* --grad-compress-select adam (spec->precondition): the bias correction of the second moment v that the scores of
  * optimizer step `step` (0-based) read -- 1/(1 - beta2^warmup) for v frozen after the warm-up (freeze_v), else
- * 1/(1 - beta2^step): with block_v, v has been updated `step` times when this step's buckets are selected.
+ * 1/(1 - beta2^step): with block_v, v has had `step` optimizer steps (skipped ones included: the count AdamW's
+ * own bias correction uses) when this step's buckets are selected; step 0 (no warm-up) reads v = 0 and is corrected
+ * as step 1 (scores x/sqrt(eps): magnitude order).
  * Why select in that metric: with v fixed over a step, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
  * (P = 1/(sqrt(vhat) + eps), per element), whose gradient is P^(1/2) g; error feedback's top-k (Stich et al. 2018,
  * Lin et al. 2018) is a contraction -- its guarantees -- in the space where SGD runs, so each rank keeps the k values

@@ -238,7 +238,9 @@ cmp -s <(steps "$TMP/bv.log" | head -3) <(steps "$TMP/bvr1.log")
 check $? "top-k 5% + error feedback (block-v, warm-up 2): two runs with the same flags have the same steps 1-3 bit for bit, and with the resume above the same compressed steps 3-6 (residuals in play) and final weights"
 # --grad-compress-select adam with the block variance: resumed on a compressed step (step 4 of 6)
 select_adam_case "--grad-compress-select adam with --grad-compress-block-v 1 (topk:0.05, warm-up 2)" "$TMP/bv" "$TMP/bva" 4 "${Y[@]}"
-dp_refused 2 "and -z 0" "--grad-compress-select adam with block-v and -z 1" "${Y[@]}" -z 1 --grad-compress-select adam
+SELECT_NEEDS="needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0"
+dp_refused 2 "$SELECT_NEEDS" "--grad-compress-select adam with block-v and -z 1" "${Y[@]}" -z 1 --grad-compress-select adam
+dp_refused 2 "$SELECT_NEEDS" "--grad-compress-select adam with block-v and int8" "${Y[@]}" --grad-compress int8 --grad-compress-select adam
 dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
 

@@ -6,10 +6,12 @@
  *   top-k: exactly the k largest magnitudes against a sort-based reference (ties: lower index first), in index
  *          order, at awkward sizes and with many ties; the error-feedback identity residual + sent == input, bit
  *          for bit; scatter-add of several ranks' lists.
- *   top-k in AdamW's frozen-variance metric (--grad-compress-select adam): compress_precondition against a double
+ *   top-k in the metric of AdamW's frozen or block variance (--grad-compress-select adam): compress_precondition against a double
  *          reference (within 2 ulps), the selection = exactly the k largest |x| / sqrt(sqrt(v s) + eps), the values
  *          sent are x itself (compress_gather), residual + sent == input bit for bit, and a case where it picks a
- *          small value over a 100x larger one whose variance is 10^8 times larger (magnitude top-k would not).
+ *          small value over a 100x larger one whose variance is 10^8 times larger (magnitude top-k would not);
+ *          the bias correction of its v: the warm-up's count for the frozen variance, the step's for the block
+ *          variance, finite at step 0.
  *   error-feedback decay (--grad-compress-ef-decay): compress_pack = g + decay * r bit for bit, and over 8 steps of
  *          top-k an element never sent accumulates c (1 - decay^t)/(1 - decay) of a constant gradient c.
  *   block second moments (--grad-compress-block-v): compress_block_sumsq against a double reference (relative 1e-5)
@@ -245,11 +247,14 @@ static void test_precond_scale(void) {
     float f60 = grad_compress_precond_scale(&s, 60), f200 = grad_compress_precond_scale(&s, 200);
     s.freeze_v = 0; s.block_v = 1;
     float b60 = grad_compress_precond_scale(&s, 60), b200 = grad_compress_precond_scale(&s, 200);
+    s.warmup = 0; /* block-v needs no warm-up: step 0 compresses with v = 0, corrected as step 1 */
+    float b0 = grad_compress_precond_scale(&s, 0);
     double w60 = 1.0 / (1.0 - pow(0.95f, 60.0)), w200 = 1.0 / (1.0 - pow(0.95f, 200.0));
-    TEST_CHECK(f60 == (float)w60 && f200 == (float)w60 && b60 == (float)w60 && b200 == (float)w200 && b200 < b60,
+    TEST_CHECK(f60 == (float)w60 && f200 == (float)w60 && b60 == (float)w60 && b200 == (float)w200 && b200 < b60 &&
+               isfinite(b0) && b0 == (float)(1.0 / (1.0 - (double)0.95f)),
                "--grad-compress-select adam's bias correction: frozen v 1/(1-0.95^60) = %.6f at steps 60 and 200 (got "
-               "%.6f, %.6f); block v 1/(1-0.95^step): %.6f at 60, %.6f at 200", w60, (double)f60, (double)f200,
-               (double)b60, (double)b200);
+               "%.6f, %.6f); block v 1/(1-0.95^step): %.6f at 60, %.6f at 200, finite at step 0 (%.1f)", w60,
+               (double)f60, (double)f200, (double)b60, (double)b200, (double)b0);
 }
 
 static void test_block_v(size_t n, size_t B) {

@@ -126,7 +126,7 @@ static inline void compress_scatter_add(float* out, const uint32_t* idx, const f
 }
 
 /* score[i] = x[i] / sqrt(sqrt(v[i] * vscale) + eps) for i < n (score may alias v, not x): the value expressed in the
- * coordinates in which AdamW with a frozen second moment v (bias correction vscale = 1/(1 - beta2^t)) is plain
+ * coordinates in which AdamW with a fixed (frozen or block) second moment v (bias correction vscale = 1/(1 - beta2^t)) is plain
  * momentum SGD (w = P^(1/2) z, P = 1/(sqrt(v*vscale) + eps)), where error feedback's top-k is analysed; v >= 0 */
 static inline void compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale,
                                          float eps) {
