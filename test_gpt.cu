@@ -233,7 +233,7 @@ static void run_adamw_steps(FixtureModel* fm, const Fixture* fx, float* losses) 
         AdamWStep st;
         st.learning_rate = fx->lr; st.beta1 = fx->beta1; st.beta2 = fx->beta2; st.eps = fx->eps;
         st.weight_decay = fx->weight_decay; st.grad_scale = clip_scale(norm, fx->grad_clip);
-        st.t = step + 1; st.seed = 42; st.v_frozen_t = 0;
+        st.t = step + 1; st.seed = 42;
         gpt2_update_range(&fm->m, 0, fm->m.num_parameters, fm->grads, &fm->opt, &st);
     }
 }
@@ -498,7 +498,6 @@ static StepResult reference_train_step(TrainSession* s) {
     memset(&r, 0, sizeof(r)); /* fields this loop does not use (skipped, compression bytes) stay 0, as in train_step */
     r.loss = (float)(loss_sum / s->grad_accum_steps);
     r.bubble = -1.0f; /* no pipeline */
-    r.clip_norm = -1.0f; /* clipped on grad_norm, as train_step without --grad-compress-freeze-v */
     float norm_sq = 0.0f;
     global_norm_squared(z->norm_partials, z->grads, P, 0);
     dev_memcpy_d2h(&norm_sq, z->norm_partials, sizeof(float));
@@ -507,7 +506,7 @@ static StepResult reference_train_step(TrainSession* s) {
     AdamWStep st;
     st.learning_rate = r.lr; st.beta1 = s->cfg.beta1; st.beta2 = s->cfg.beta2; st.eps = s->cfg.eps;
     st.weight_decay = s->cfg.weight_decay; st.grad_scale = clip_scale(r.grad_norm, s->cfg.grad_clip);
-    st.t = s->step + 1; st.seed = (unsigned int)s->cfg.seed; st.v_frozen_t = 0;
+    st.t = s->step + 1; st.seed = (unsigned int)s->cfg.seed;
     gpt2_update_range(m, 0, P, z->grads, &z->opt, &st);
     s->step++;
     return r;

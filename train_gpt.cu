@@ -107,9 +107,6 @@ typedef struct {
     const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
     const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
     int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
-    int grad_compress_freeze_v; /* 1 = AdamW's variance frozen while compressing (1-bit Adam) */
-    const char* grad_compress_select; /* top-k: magnitude, or adam (in the metric of AdamW's frozen or block variance) */
-    int grad_compress_block_v; /* 1 = AdamW's variance from the ranks' own gradients per block of C while compressing */
     const char* cpu_matmul;    /* CPU build: auto (bf16 where the CPU has AVX512_BF16, else fp32; resolved at start-up),
                                 * fp32 (OpenBLAS sgemm, the test reference) or bf16 (llmc/cpu/matmul_bf16.h) */
     /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
@@ -192,10 +189,7 @@ static void train_config_defaults(TrainConfig* c) {
     c->offload_optimizer = "none";
     c->offload_params = "none";
     c->grad_compress_warmup = 0;
-    c->grad_compress_freeze_v = 0;
-    c->grad_compress_select = "magnitude";
     c->cpu_matmul = "auto";
-    c->grad_compress_block_v = 0;
     c->pp_trace_steps = 2;
 }
 
@@ -304,17 +298,6 @@ static int train_config_specs(TrainConfig* c, ArgSpec* s) {
          "steps counts f^j, so stale gradients fade after ~1/(1-f) steps");
     SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
          "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
-    SPEC(NULL, "grad-compress-freeze-v", ARG_INT, grad_compress_freeze_v, 0, 1,
-         "1 = once compression starts, AdamW's second moment stays as the --grad-compress-warmup steps left it (1-bit "
-         "Adam; the embeddings' floored at their mean) and clipping uses the ranks' uncompressed gradient norms");
-    SPEC(NULL, "grad-compress-block-v", ARG_INT, grad_compress_block_v, 0, 1,
-         "1 = on compressed steps AdamW's second moment follows the processes' own uncompressed gradients, one mean "
-         "square per block of C values (a weight row; P/C floats all-reduced per step), not the decoded gradient; "
-         "clipping uses their uncompressed norms; not with --grad-compress-freeze-v");
-    SPEC(NULL, "grad-compress-select", ARG_STRING, grad_compress_select, NO_MIN, NO_MAX,
-         "top-k: magnitude (the largest |x|) or adam (the largest |x|/sqrt(sqrt(v)+eps), v AdamW's frozen or block "
-         "variance: the values whose AdamW steps lower the loss most; needs --grad-compress-freeze-v 1 or "
-         "--grad-compress-block-v 1, and -z 0)");
     SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
          "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
     SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
@@ -457,7 +440,6 @@ typedef struct {
     double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
     double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
     double off_d2h_streamed; /* of off_d2h, the gradient bytes copied down during backward (llmc/offload.h) */
-    float clip_norm;    /* the norm the clipping used when not grad_norm (--grad-compress-freeze-v), else -1 */
 } StepResult;
 
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
@@ -508,7 +490,6 @@ static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, 
     st.grad_scale = grad_scale;
     st.t = step + 1;
     st.seed = (unsigned int)cfg->seed;
-    st.v_frozen_t = 0;
     return st;
 }
 
@@ -542,7 +523,7 @@ static StepResult train_step(TrainSession* s) {
     unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
     moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
-    zero_compress_begin_step(&s->zero, s->step); /* --grad-compress: the step's clock; the frozen variance's floor */
+    zero_compress_begin_step(&s->zero, s->step); /* --grad-compress: the step's clock */
     double loss;
     if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
         pipeline_step_batches(s);
@@ -580,14 +561,8 @@ static StepResult train_step(TrainSession* s) {
      * (all-reduced), so every rank decides alike. */
     r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
-    /* global-norm clipping; with --grad-compress-freeze-v a compressed step clips on its ranks' uncompressed
-     * gradients (their root-sum-square), not on the decoded sums, whose error-feedback pulses (values held back
-     * for many steps) would inflate the norm and shrink every update */
-    r.clip_norm = cs.has_clip_norm ? (float)sqrt(cs.clip_norm_sq) / loss_scale : -1.0f;
-    float clip = clip_scale(cs.has_clip_norm ? r.clip_norm : r.grad_norm, cfg->grad_clip);
+    float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
     AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
-    update.v_frozen_t = grad_compress_v_frozen_t(&s->compress, s->step); /* --grad-compress-freeze-v */
-    if (grad_compress_block_v_t(&s->compress, s->step)) { update.v_frozen_t = grad_compress_block_v_t(&s->compress, s->step); }
     if (!r.skipped) {
         zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
         if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
@@ -839,9 +814,6 @@ static const char* const RESUME_MAY_CHANGE[][2] = {
     {"grad-compress-ef-decay", "how much of the residual (restored with the checkpoint) is re-added, from the resumed "
                                "step on"},
     {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
-    {"grad-compress-freeze-v", "whether AdamW's variance (saved in the state) keeps updating, from the resumed step on"},
-    {"grad-compress-select", "which values top-k sends, from the resumed step on (the residuals and v are in the state)"},
-    {"grad-compress-block-v", "where AdamW's variance (saved in the state) comes from, from the resumed step on"},
 };
 
 /* the reason flag `name` may change on resume, or NULL (it must not) */
@@ -1117,15 +1089,6 @@ static void check_config(TrainSession* s) {
               c->grad_compress, c->grad_compress_ef);
     }
     s->compress.warmup = c->grad_compress_warmup;
-    s->compress.freeze_v = c->grad_compress_freeze_v;
-    if (c->grad_compress_freeze_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_warmup < 1)) {
-        CONFIG_FATAL(s, "flag --grad-compress-freeze-v 1 keeps AdamW's variance as the uncompressed warm-up left it: it "
-              "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup N >= 1 (this run: --grad-compress %s "
-              "--grad-compress-warmup %d)", c->grad_compress, c->grad_compress_warmup);
-    }
-    if (strcmp(c->grad_compress_select, "magnitude") != 0 && strcmp(c->grad_compress_select, "adam") != 0) {
-        CONFIG_FATAL(s, "flag --grad-compress-select is '%s'; expected magnitude or adam", c->grad_compress_select);
-    }
     if (strcmp(c->cpu_matmul, "auto") != 0 && strcmp(c->cpu_matmul, "fp32") != 0 && strcmp(c->cpu_matmul, "bf16") != 0) {
         CONFIG_FATAL(s, "flag --cpu-matmul is '%s'; expected auto, fp32 or bf16", c->cpu_matmul);
     }
@@ -1159,23 +1122,6 @@ static void check_config(TrainSession* s) {
     }
     cpu_set_matmul_bf16(strcmp(c->cpu_matmul, "bf16") == 0);
 #endif
-    s->compress.precondition = strcmp(c->grad_compress_select, "adam") == 0;
-    s->compress.block_v = c->grad_compress_block_v;
-    if (c->grad_compress_block_v && (s->compress.kind == GRAD_COMPRESS_NONE || c->grad_compress_freeze_v)) {
-        CONFIG_FATAL(s, "flag --grad-compress-block-v 1 sets AdamW's variance on compressed steps from the processes' "
-              "own gradients: it needs --grad-compress int8 or topk:RATIO and not --grad-compress-freeze-v 1 (this run: "
-              "--grad-compress %s --grad-compress-freeze-v %d)", c->grad_compress, c->grad_compress_freeze_v);
-    }
-    s->compress.adam_beta2 = c->beta2;
-    s->compress.adam_eps = c->eps;
-    if (s->compress.precondition && (s->compress.kind != GRAD_COMPRESS_TOPK ||
-                                     !(c->grad_compress_freeze_v || c->grad_compress_block_v) || c->zero_stage != 0)) {
-        CONFIG_FATAL(s, "flag --grad-compress-select adam ranks top-k values by AdamW's variance of every element, "
-              "frozen or per block: it needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or "
-              "--grad-compress-block-v 1, and -z 0 (this run: --grad-compress %s --grad-compress-freeze-v %d "
-              "--grad-compress-block-v %d -z %d)", c->grad_compress, c->grad_compress_freeze_v,
-              c->grad_compress_block_v, c->zero_stage);
-    }
     if (s->compress.kind != GRAD_COMPRESS_NONE) {
         if (c->zero_stage > 1) {
             CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
@@ -1202,10 +1148,6 @@ static void check_config(TrainSession* s) {
         CONFIG_FATAL(s, "flag --offload-params %s moves ZeRO-3's parameter shard to host memory: it needs -z 3 (this run "
                      "has -z %d, whose parameters are not sharded); use -z 3 or --offload-params none",
                      c->offload_params, c->zero_stage);
-    }
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && (c->grad_compress_freeze_v || c->grad_compress_block_v)) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s runs AdamW on the host without --grad-compress-freeze-v's frozen or "
-                     "--grad-compress-block-v's block variance: use one of them", c->offload_optimizer);
     }
     if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
         CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
@@ -1501,7 +1443,6 @@ static void session_init(TrainSession* s) {
         zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
                           &s->offload);                       /* gradients, optimizer shard (device or offloaded) */
     }
-    s->compress.vblock = (size_t)s->model.config.channels; /* --grad-compress-block-v: a block is a weight row */
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;
@@ -1791,11 +1732,6 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
                  logger_json_number(mx, sizeof(mx), moe_max), moe_json);
         len = strlen(fields);
         free(moe_json);
-    }
-    if (r->clip_norm >= 0.0f) { /* --grad-compress-freeze-v: the norm the clipping used */
-        char cn[32];
-        snprintf(fields + len, fields_cap - len, ",\"clip_norm\":%s", logger_json_number(cn, sizeof(cn), r->clip_norm));
-        len = strlen(fields);
     }
     if (r->skipped) { snprintf(fields + len, fields_cap - len, ",\"skipped\":true"); }
     logger_log(&s->logger, "train", s->step, fields);

@@ -177,9 +177,6 @@
  *                g = grads*grad_scale; m,v updated; p -= lr*(mhat/(sqrt(vhat)+eps) + wd*p).
  *                If master != NULL the update runs on master (fp32) and params = round(master) (stochastic rounding
  *                for bf16 with a random stream keyed by (seed, t, global_offset + i)). t starts at 1.
- *   adamw_update_ex(... as adamw_update ..., int t, int v_frozen_t, unsigned int seed)
- *                v_frozen_t == 0: adamw_update bit for bit; v_frozen_t > 0: v is not updated (frozen variance,
- *                1-bit Adam, Tang et al. 2021) and vhat = v/(1-beta2^v_frozen_t); v_frozen_t < 0 exits.
  *   global_norm_squared(float* out(1) , const floatX* grads(n), size_t n, int accumulate)
  *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
@@ -201,13 +198,6 @@
  *   compress_zero_at(float* x(n), const uint32_t* idx(k), size_t k)                    x[idx] = 0
  *   compress_scatter_add(float* out(n), const uint32_t* idx(k), const float* val(k), size_t k)   out[idx] += val
  *                (distinct indices)
- *   compress_precondition(float* score(n), const float* x(n), const float* v(n), size_t n, float vscale, float eps)
- *                score = x / sqrt(sqrt(v * vscale) + eps), IEEE-rounded (top-k in the metric of AdamW's frozen or block variance)
- *   compress_gather(float* val(k), const float* x(n), const uint32_t* idx(k), size_t k)        val = x[idx]
- *   compress_block_sumsq(float* out(ceil(n/B)), const floatX* g(n), size_t n, size_t B)
- *                out[j] = sum of g^2 over [jB, min((j+1)B, n)) in fp32 in index order
- *   compress_v_from_blocks(float* v(n), const float* blk, size_t first, size_t n, size_t B, float beta2, float c)
- *                v[i] = beta2 v[i] + (1 - beta2) (c blk[(first+i)/B] / B)   (--grad-compress-block-v)
  * mixture of experts (llmc/moe.h; CPU: llmc/cpu/moe.h, CUDA: llmc/cuda/moe.cuh, deterministic, agreeing op for op).
  * E experts, k chosen per token,
  * R grouped rows (<= N*k); row(N,k) int: choice j of token n -> its row in the grouped buffers, -1 = dropped;

@@ -1502,8 +1502,6 @@ typedef struct {
     float grad_scale;   /* multiplies the gradient (clipping factor x 1/loss scale) */
     int t;              /* step number, from 1 */
     unsigned int seed;  /* stochastic-rounding seed */
-    int v_frozen_t;     /* 0: AdamW; > 0: the second moment frozen as after update v_frozen_t (adamw_update_ex;
-                           --grad-compress-freeze-v, llmc/grad_compress.h) */
 } AdamWStep;
 
 /* The fp32 optimizer state of the flat parameter range [first, first + n): AdamW moments m, v and (mixed
@@ -1534,9 +1532,8 @@ static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const fl
             float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
             size_t k = lo - opt->first;
             floatX* dst = opt->params ? opt->params + (lo - opt->first) : m->params_memory + lo;
-            adamw_update_ex(dst, opt->master ? opt->master + k : NULL, grad + (lo - start), opt->m + k, opt->v + k,
-                            hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps, wd, s->grad_scale, s->t,
-                            s->v_frozen_t, s->seed);
+            adamw_update(dst, opt->master ? opt->master + k : NULL, grad + (lo - start), opt->m + k, opt->v + k,
+                         hi - lo, lo, s->learning_rate, s->beta1, s->beta2, s->eps, wd, s->grad_scale, s->t, s->seed);
         }
         tensor_start = tensor_end;
     }

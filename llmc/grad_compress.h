@@ -3,11 +3,8 @@
  * the reducer of ZeRO-0/1 gradient buckets (llmc/zero.h) sends INT8 values or the top-k values instead of floatX,
  * with an optional error-feedback residual per rank. Flags: --grad-compress none|int8|topk:RATIO,
  * --grad-compress-round nearest|stochastic, --grad-compress-ef 0|1, --grad-compress-warmup N (the first N optimizer
- * steps uncompressed), --grad-compress-freeze-v 0|1 (AdamW's variance frozen after the warm-up: see
- * grad_compress_v_frozen_t for why error feedback needs it under AdamW), --grad-compress-select magnitude|adam (top-k
- * by |x|, or in the metric of AdamW's frozen or block variance: grad_compress_precond_scale says why),
- * --grad-compress-block-v 0|1
- * (AdamW's variance from the ranks' own gradients per block of C: grad_compress_block_v_t says why).
+ * steps uncompressed; Lin et al. 2018's warm-up), --grad-compress-ef-decay F (the residual re-added times F).
+ * Variants measured and removed (AdamW's variance frozen or per block, top-k in AdamW's metric): dev/bench/README.md.
  *
  * Methods. INT8: per-block absmax scaling (Dettmers 2016, "8-bit approximations for parallelism in deep learning");
  * blocks of COMPRESS_INT8_BLOCK = 2048 values: the scale costs 4/2048 = 0.2% of the payload, and one 256-thread GPU
@@ -85,14 +82,6 @@ typedef struct {
                              (--grad-compress-ef-decay: a value not sent for j steps counts ef_decay^j, see
                              grad_compress_move) */
     int warmup;           /* the first `warmup` optimizer steps (0-based steps < warmup) reduce uncompressed */
-    int freeze_v;         /* 1: once compression starts, AdamW's second moment stays as after the warm-up, and clipping
-                             uses the ranks' uncompressed gradient norms */
-    int precondition;     /* top-k with freeze_v or block_v: select by |x| / sqrt(sqrt(vhat) + eps)
-                             (grad_compress_precond_scale) */
-    float adam_beta2, adam_eps; /* AdamW's beta2 and eps (the metric of `precondition`) */
-    int block_v;          /* 1: on compressed steps AdamW's second moment comes from the ranks' own uncompressed
-                             gradients, one mean square per block of vblock elements (grad_compress_block_v_t) */
-    size_t vblock;        /* block_v's block size (the trainer: the model width C, so a block is a weight row) */
 } GradCompressSpec;
 
 /* Parses --grad-compress TEXT ("none", "int8", "topk:RATIO" with 0 < RATIO <= 1) into spec->kind/ratio. Returns 0,
@@ -123,52 +112,6 @@ static inline int grad_compress_active_at(const GradCompressSpec* s, int step) {
     return s->kind != GRAD_COMPRESS_NONE && step >= s->warmup;
 }
 
-/* The AdamWStep.v_frozen_t of optimizer step `step` (0-based; llmc/gpt2.h): with --grad-compress-freeze-v 1, every
- * compressed step leaves AdamW's second moment v as it was after the last uncompressed update (update number
- * `warmup`, 1-based), bias-corrected with that count -- 1-bit Adam's frozen variance (Tang et al. 2021). Why: with v
- * adapting, error feedback releases a value held back for K steps as one pulse of ~K times the gradient, which
- * raises v by ~K^2 g^2 and is normalised down to a few steps' worth (so every coordinate moves as if the learning
- * rate were ~sqrt(K) smaller); with v fixed the update is linear in the gradient history and a pulse moves the
- * coordinate as far as the K dense gradients would have. The embeddings' v is floored at its mean once, at the
- * freeze (zero_floor_embedding_variance, llmc/zero.h): a row whose token did not occur during the warm-up has a
- * variance far below its later gradients. 0 (v updated as usual) otherwise. The caller refuses freeze_v without a warm-up (v would be all zeros). */
-static inline int grad_compress_v_frozen_t(const GradCompressSpec* s, int step) {
-    return s->freeze_v && grad_compress_active_at(s, step) ? s->warmup : 0;
-}
-
-/* --grad-compress-block-v 1: the AdamWStep.v_frozen_t of a compressed step `step` (0-based) is step + 1 -- the
- * element kernel leaves v alone and bias-corrects with the current step -- because zero_update has already moved v
- * toward the block statistic (compress_v_from_blocks); 0 on the uncompressed (warm-up) steps. Why (Adam-mini, Zhang
- * et al. 2024, one second moment per block; the sum of squares all-reduced as in 1-bit Adam's separate variance
- * handling, Tang et al. 2021): the decoded top-k gradient carries error feedback's pulses (K steps' worth at once),
- * which inflate an element-wise v by ~K and slow every step ~sqrt(K) times; a v frozen after the warm-up does not
- * follow the gradients' later statistics. Each rank's own gradient has no pulses, and its squares summed per block
- * of C elements (a weight row, an embedding row) and over the ranks cost P/C floats -- an all-reduce of 4P/C bytes,
- * 0.4% of the fp32 ring's for C = 256 -- so v keeps tracking the true gradients at that resolution while top-k
- * sends the values. The sum over ranks of their own squares is E[(mean gradient)^2] when the ranks' gradients are
- * independent around the mean and up to N times lower when they agree (steps up to sqrt(N) larger). */
-static inline int grad_compress_block_v_t(const GradCompressSpec* s, int step) {
-    return s->block_v && grad_compress_active_at(s, step) ? step + 1 : 0;
-}
-
-/* --grad-compress-select adam (spec->precondition): the bias correction of the second moment v that the scores of
- * optimizer step `step` (0-based) read -- 1/(1 - beta2^warmup) for v frozen after the warm-up (freeze_v), else
- * 1/(1 - beta2^step): with block_v, v has had `step` optimizer steps (skipped ones included: the count AdamW's
- * own bias correction uses) when this step's buckets are selected; step 0 (no warm-up) reads v = 0 and is corrected
- * as step 1 (scores x/sqrt(eps): magnitude order).
- * Why select in that metric: with v fixed over a step, AdamW is momentum SGD in the coordinates z = P^(-1/2) w
- * (P = 1/(sqrt(vhat) + eps), per element), whose gradient is P^(1/2) g; error feedback's top-k (Stich et al. 2018,
- * Lin et al. 2018) is a contraction -- its guarantees -- in the space where SGD runs, so each rank keeps the k values
- * of largest |x| P^(1/2) and sends them as they are (x, not the score). Equivalently, sending x_i lets AdamW move
- * w_i by ~lr x_i P_i, which lowers the loss by ~lr x_i^2 P_i to first order: the k largest scores are the k values
- * whose steps lower the loss most. Selecting by raw |x| instead favours tensors and rows with large gradients
- * (frequent tokens' embedding rows, some layers' tensors), which AdamW normalises anyway, and starves the rest;
- * selecting by the step |x| P (measured: worse than magnitude on d4) starves the rows with large gradients. */
-static inline float grad_compress_precond_scale(const GradCompressSpec* s, int step) {
-    int t = s->freeze_v ? s->warmup : step;
-    return (float)(1.0 / (1.0 - pow((double)s->adam_beta2, (double)(t > 0 ? t : 1))));
-}
-
 /* "int8 (nearest, error feedback)" etc. into buf */
 static inline const char* grad_compress_describe(const GradCompressSpec* s, char* buf, size_t cap) {
     char extra[160] = "";
@@ -178,19 +121,6 @@ static inline const char* grad_compress_describe(const GradCompressSpec* s, char
     if (s->error_feedback && s->ef_decay != 1.0f) {
         size_t len = strlen(extra);
         snprintf(extra + len, sizeof(extra) - len, ", the residual re-added x%g per step", (double)s->ef_decay);
-    }
-    if (s->freeze_v) {
-        size_t len = strlen(extra);
-        snprintf(extra + len, sizeof(extra) - len, ", then AdamW's variance frozen");
-    }
-    if (s->block_v) {
-        size_t len = strlen(extra);
-        snprintf(extra + len, sizeof(extra) - len, ", AdamW's variance from the ranks' gradients per block of %zu",
-                 s->vblock);
-    }
-    if (s->precondition) {
-        size_t len = strlen(extra);
-        snprintf(extra + len, sizeof(extra) - len, ", selected by |x|/sqrt(sqrt(v)+eps)");
     }
     if (s->kind == GRAD_COMPRESS_NONE) { snprintf(buf, cap, "none"); }
     else if (s->kind == GRAD_COMPRESS_INT8) {
@@ -219,8 +149,6 @@ typedef struct {
 typedef struct {
     unsigned long long bytes_sent, bytes_recv;  /* gradient-reduction payload, from the group's counters */
     double fp32_ring_bytes;                     /* what the fp32 ring all-reduce of the same buckets sends */
-    int has_clip_norm;                          /* --grad-compress-freeze-v on a compressed step: clip_norm_sq set */
-    double clip_norm_sq;                        /* sum over ranks of |this rank's uncompressed gradient|^2 */
 } GradCompressStats;
 
 typedef struct {
@@ -236,10 +164,6 @@ typedef struct {
     float* stage;                  /* (max_n) fp32 packed bucket */
     float* sum;                    /* (max_n) fp32 decoded sums */
     float* residual;               /* (P) fp32 error-feedback residual (NULL without) */
-    float* blk;                    /* (ceil(P/vblock)) fp32 block sums of squares, all-reduced (spec.block_v), or NULL */
-    size_t nblk;
-    const float* v;                /* (P) AdamW's second moment (ZeRO-0's full state: frozen, or per block, while
-                                      compressing) for spec.precondition; NULL otherwise */
     int8_t* send_q; float* send_s; int8_t* recv_q; float* recv_s;        /* INT8 */
     uint32_t* send_idx; float* send_val; uint32_t* recv_idx; float* recv_val; void* topk_scratch; /* top-k */
     size_t device_bytes;           /* everything above (the memory ledger) */
@@ -311,10 +235,6 @@ static inline void grad_compress_allocate(GradCompressor* g) {
     g->stage = (float*)grad_compress_malloc(g, g->max_n * sizeof(float), "compression staging");
     g->sum = (float*)grad_compress_malloc(g, g->max_n * sizeof(float), "compression sums");
     if (g->spec.error_feedback) { g->residual = (float*)grad_compress_malloc(g, g->P * sizeof(float), "error-feedback residual"); }
-    if (g->spec.block_v) {
-        g->nblk = (g->P + g->spec.vblock - 1) / g->spec.vblock;
-        g->blk = (float*)grad_compress_malloc(g, g->nblk * sizeof(float), "block second moments");
-    }
     if (g->spec.kind == GRAD_COMPRESS_INT8) {
         size_t own = last->part[g->dp->rank + 1] - last->part[g->dp->rank];
         g->send_q = (int8_t*)grad_compress_malloc(g, last->q0 + last->n, "int8 gradients (send)");
@@ -333,7 +253,7 @@ static inline void grad_compress_allocate(GradCompressor* g) {
 }
 
 static inline void grad_compress_free(GradCompressor* g) {
-    void* bufs[] = {g->stage, g->sum, g->residual, g->blk, g->send_q, g->send_s, g->recv_q, g->recv_s,
+    void* bufs[] = {g->stage, g->sum, g->residual, g->send_q, g->send_s, g->recv_q, g->recv_s,
                     g->send_idx, g->send_val, g->recv_idx, g->recv_val, g->topk_scratch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { if (bufs[i]) { dev_free(bufs[i]); } }
     for (int b = 0; b < g->nb; b++) { free(g->b[b].part); free(g->b[b].spart); }
@@ -358,21 +278,6 @@ static inline void grad_compress_move(GradCompressor* g, const GradCompressBucke
             if (to == 1) { compress_pack(x + off, grad, g->residual ? g->residual + lo : NULL, g->spec.ef_decay, hi - lo); }
             else if (to == 0) { dev_copy_floats_to_floatX(grad, x + off, hi - lo); }
             else { dev_memcpy_d2d(g->residual + lo, x + off, (hi - lo) * sizeof(float)); }
-            off += hi - lo;
-        }
-    }
-}
-
-/* the bucket's second moment v (fp32, the optimizer state) packed like grad_compress_move packs its gradients, into
- * g->sum (free until grad_compress_finish) */
-static inline void grad_compress_pack_v(GradCompressor* g, const GradCompressBucket* k) {
-    for (int c = 0; c < g->dp->world; c++) {
-        size_t off = k->part[c];
-        for (int i = 0; i < k->nseg; i++) {
-            size_t lo, hi;
-            comm_chunk(k->seg[i].begin, k->seg[i].end, g->S, c, &lo, &hi);
-            if (hi == lo) { continue; }
-            dev_memcpy_d2d(g->sum + off, g->v + lo, (hi - lo) * sizeof(float));
             off += hi - lo;
         }
     }
@@ -459,12 +364,6 @@ static inline void grad_compress_bucket(GradCompressor* g, int b, const CommSegm
             CommP2P rs = {0, c, g->recv_s + k->rs0 + (size_t)c * ob, COMM_F32, ob, 4 * b + 1};
             grad_compress_pair(ops, &nops, me, c, sq, ss, rq, rs);
         }
-    } else if (g->v) { /* --grad-compress-select adam: the k largest |x| P^(1/2); the sent values are x */
-        grad_compress_pack_v(g, k);
-        compress_precondition(g->sum, g->stage, g->sum, k->n, grad_compress_precond_scale(&g->spec, (int)g->step),
-                              g->spec.adam_eps);
-        compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->sum, k->n, k->k, g->topk_scratch);
-        compress_gather(g->send_val + k->t0, g->stage, g->send_idx + k->t0, k->k);
     } else {
         compress_topk_select(g->send_idx + k->t0, g->send_val + k->t0, g->stage, k->n, k->k, g->topk_scratch);
     }
@@ -550,18 +449,6 @@ static inline void grad_compress_finish(GradCompressor* g) {
             grad_compress_move(g, k, g->sum, 0, 0, 0, N);
         }
     }
-}
-
-/* --grad-compress-block-v on a compressed step, before decoding overwrites this rank's own gradient `grad` (P
- * floatX): the sums of squares per block of vblock elements, all-reduced over the ranks into g->blk (fp32, the ring's
- * fixed order: every rank gets the same bits); its bytes count as the step's gradient bytes */
-static inline void grad_compress_block_stats(GradCompressor* g, const floatX* grad) {
-    compress_block_sumsq(g->blk, grad, g->P, g->spec.vblock);
-    unsigned long long s0 = g->dp->counters.bytes_sent, r0 = g->dp->counters.bytes_recv;
-    comm_all_reduce(g->dp, g->blk, COMM_F32, g->nblk);
-    comm_join(g->dp);
-    g->stats.bytes_sent += g->dp->counters.bytes_sent - s0;
-    g->stats.bytes_recv += g->dp->counters.bytes_recv - r0;
 }
 
 /* the step's figures, then zeroed for the next step */

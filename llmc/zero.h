@@ -437,27 +437,12 @@ static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressS
         grad_compress_plan_bucket(z->compress, b, seg, n);
     }
     grad_compress_allocate(z->compress);
-    if (spec->precondition) { /* --grad-compress-select adam reads the full second moment: ZeRO-0 only */
-        if (z->stage->stage != 0 || z->opt.v == NULL || z->opt.first != 0 || z->opt.n < z->P) {
-            FATAL("internal: --grad-compress-select adam needs ZeRO-0's full AdamW state on the device");
-        }
-        z->compress->v = z->opt.v;
-    }
 }
 
-/* --grad-compress-freeze-v: called at the start of optimizer step `step` (0-based, before its backward); at the first
- * compressed step, floors the embeddings' frozen variance once (zero_floor_embedding_variance), before the step's
- * buckets are selected (--grad-compress-select adam reads v) and updated */
-static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi);
-static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* hi);
+/* --grad-compress: called at the start of optimizer step `step` (0-based, before its backward): the stochastic-rounding
+ * stream's step and the warm-up's clock */
 static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
-    if (!z->compress) { return; }
-    z->compress->step = (uint32_t)step; /* the stochastic-rounding stream's step, the warm-up's clock */
-    if (grad_compress_v_frozen_t(&z->compress->spec, step) > 0 && step == z->compress->spec.warmup) {
-        size_t lo, hi;
-        zero_owned_range(z, &lo, &hi);
-        zero_floor_embedding_variance(z, lo, hi);
-    }
+    if (z->compress) { z->compress->step = (uint32_t)step; }
 }
 
 /* whether the optimizer state holds fp32 master weights (device or offloaded) */
@@ -536,17 +521,9 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 }
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
-static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z); /* below */
-static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i); /* below */
 static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
     if (z->experts) { comm_join(z->experts->dp); }
-    if (z->compress && (z->compress->spec.freeze_v || z->compress->spec.block_v) && grad_compress_active(z->compress)) {
-        zero_clip_norm_uncompressed(z);
-    }
-    if (z->compress && z->compress->spec.block_v && grad_compress_active(z->compress)) {
-        grad_compress_block_stats(z->compress, zero_grad_at(z, 0)); /* --grad-compress-block-v, before decoding */
-    }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
 }
 
@@ -643,12 +620,8 @@ static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss,
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
-    if (z->compress && z->compress->spec.block_v && s->v_frozen_t == s->t && hi > lo) { /* --grad-compress-block-v */
-        compress_v_from_blocks(z->opt.v + (lo - z->opt.first), z->compress->blk, lo, hi - lo, z->compress->spec.vblock,
-                               s->beta2, s->grad_scale * s->grad_scale);
-    }
     if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
-                       * (ZeRO-3: the shard, on the device or in host memory); not with a frozen variance (refused) */
+                       * (ZeRO-3: the shard, on the device or in host memory) */
         floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), first, s); }
     } else if (hi > lo) { /* ZeRO-3 with the shard in host memory: the kernel writes it through unified addressing */
@@ -709,45 +682,6 @@ static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
     return times * r * (double)z->P * (double)sizeof(floatX);
-}
-
-/* --grad-compress-freeze-v on a compressed step (llmc/grad_compress.h), before the decoded sums overwrite this rank's
- * own gradient: the clipping norm, sqrt of the sum over ranks of their own gradients' squared norms (one 8-byte
- * all-reduce; exact when the ranks' gradients are orthogonal, up to sqrt(N) low when they are parallel) */
-static inline void zero_clip_norm_uncompressed(ZeroOptimizer* z) {
-    zero_norm_partial(z, z->norm_partials, 0, z->P);
-    float local = 0.0f;
-    dev_memcpy_d2h(&local, z->norm_partials, sizeof(float));
-    double sq = (double)local;
-    comm_all_reduce_host_f64(z->dp, &sq, 1);
-    z->compress->stats.clip_norm_sq = sq;
-    z->compress->stats.has_clip_norm = 1;
-}
-
-/* --grad-compress-freeze-v, once, before the first update with the frozen variance (llmc/grad_compress.h): in the
- * embeddings (wte, wpe) a row gets an input gradient only when its token (position) occurs, so a row that did not
- * occur during the warm-up has a variance far below its later gradients, and a frozen v would turn them into steps
- * of hundreds of learning rates (measured: d4 diverged at the first compressed step). Each embedding's v is
- * floored at its mean over the owned range [lo, hi) (the rows that carry no information get the tensor's typical
- * variance). Host round trip of the embedding part of v, once per run; deterministic (fixed-order double sum). */
-static inline void zero_floor_embedding_variance(ZeroOptimizer* z, size_t lo, size_t hi) {
-    size_t t0 = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t t1 = t0 + z->model->param_sizes[i];
-        size_t a = lo > t0 ? lo : t0, b = hi < t1 ? hi : t1;
-        if ((i == P_WTE || i == P_WPE) && a < b) {
-            float* host = (float*)malloc_check((b - a) * sizeof(float), "embedding variance");
-            float* v = z->opt.v + (a - z->opt.first);
-            dev_memcpy_d2h(host, v, (b - a) * sizeof(float));
-            double sum = 0.0;
-            for (size_t k = 0; k < b - a; k++) { sum += (double)host[k]; }
-            float mean = (float)(sum / (double)(b - a));
-            for (size_t k = 0; k < b - a; k++) { host[k] = host[k] > mean ? host[k] : mean; }
-            dev_memcpy_h2d(v, host, (b - a) * sizeof(float));
-            free(host);
-        }
-        t0 = t1;
-    }
 }
 
 /* ---------------------------------------------------------------- memory ledger */

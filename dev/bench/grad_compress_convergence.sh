@@ -1,41 +1,31 @@
 #!/usr/bin/env bash
 # dev/bench/grad_compress_convergence.sh -- the effect of gradient compression on the loss curve (llmc/README.md,
-# "Gradient compression"): the same training on 2 data-parallel processes nine times -- uncompressed, int8,
-# topk:RATIO with error feedback, topk:RATIO without, topk:RATIO with error feedback plus FIX (by default an
-# uncompressed warm-up of 60 steps, then AdamW's variance frozen: --grad-compress-freeze-v), the same plus
-# --grad-compress-select adam (ADAM: top-k in the frozen variance's metric), and topk:RATIO with error feedback plus
-# BLOCKV (the warm-up, then AdamW's variance from the ranks' own gradients per block: --grad-compress-block-v 1),
-# topk:RATIO with error feedback plus DECAY (BLOCKV with a decaying residual: --grad-compress-ef-decay), and
-# topk:RATIO with error feedback plus SELECT (DECAY with top-k in the block variance's metric: --grad-compress-select
-# adam) -- then a table of the final validation
-# losses (relative to the uncompressed run) and gradient bytes per step (the last step's and the mean over the
-# run), and one plot of the validation curves. RUNS="none topk_ef_adam" runs a subset (RUNS="": none, only the
-# table and plot of the runs OUTDIR holds); runs not finished in OUTDIR are left out of both.
+# "Gradient compression"): the same training on 2 data-parallel processes five times -- uncompressed, int8,
+# topk:RATIO with error feedback, topk:RATIO without, and topk:RATIO with error feedback plus RECIPE (by default an
+# uncompressed warm-up of 60 steps and a residual re-added x0.7 per step: --grad-compress-warmup 60
+# --grad-compress-ef-decay 0.7) -- then a table of the final validation losses (relative to the uncompressed run) and
+# gradient bytes per step (the last step's and the mean over the run), and one plot of the validation curves.
+# RUNS="none topk_ef_recipe" runs a subset (RUNS="": none, only the table and plot of the runs OUTDIR holds); runs
+# not finished in OUTDIR are left out of both. The variants measured earlier and removed from the trainer (AdamW's
+# variance frozen or per block, top-k in AdamW's metric) and their numbers: dev/bench/README.md.
 #
 # Usage: dev/bench/grad_compress_convergence.sh [OUTDIR] [extra trainer flags...]
 #   defaults: OUTDIR=out/grad_compress, d4 on Tiny Shakespeare, B 8 x T 64 per process, 600 steps, -m 20, fp32 matmuls
 #   (the trainer's defaults when this was measured; stated in the command since), -v 50, no samples; later flags win.
-#   Result of the defaults on 2 CPU cores: README.md, "Gradient compression" (plot: dev/bench/grad_compress_d4_600steps.png; the sixth and seventh runs: dev/bench/README.md).
+#   Results on 2 CPU cores: dev/bench/README.md (plots: dev/bench/grad_compress_d4_600steps*.png).
 #   RATIO=0.01 NP=2 TRAIN=./train_gpt_cpu in the environment: the top-k ratio, the process count, the trainer;
-#   FIX="--grad-compress-warmup 60 --grad-compress-freeze-v 1": the flags of the fifth run;
-#   ADAM="$FIX --grad-compress-select adam": the flags of the sixth;
-#   BLOCKV="--grad-compress-warmup 60 --grad-compress-block-v 1": the flags of the seventh;
-#   DECAY="$BLOCKV --grad-compress-ef-decay 0.7": the flags of the eighth (topk_ef_decay; 0.9 was measured too);
-#   SELECT="$DECAY --grad-compress-select adam": the flags of the ninth (topk_ef_select);
+#   RECIPE="--grad-compress-warmup 60 --grad-compress-ef-decay 0.7": the flags of the fifth run (topk_ef_recipe);
 #   REFERENCE="int8=5.2004 topk_ef=6.0444": final validation losses of runs made elsewhere (another OUTDIR, an earlier
 #   measurement of the same flags), drawn as dashed horizontal lines and listed, marked, in the table; an entry
 #   name=STEP:VAL,STEP:VAL,... gives points of an earlier curve instead (drawn dashed; the last is its final).
-# Took 20-25 minutes per run on 2 CPU cores shared with other work (the fifth: 45 minutes, the seventh: 37, under heavier sharing). Needs mpirun and ./train_gpt_cpu; the plot needs matplotlib.
+# Took 6-25 minutes per run on 2 CPU cores (quiet to shared with other work). Needs mpirun and ./train_gpt_cpu; the
+# plot needs matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/grad_compress}; shift || true
 RATIO=${RATIO:-0.01}; NP=${NP:-2}; TRAIN=${TRAIN:-./train_gpt_cpu}
-FIX=${FIX:---grad-compress-warmup 60 --grad-compress-freeze-v 1}
-ADAM=${ADAM:-$FIX --grad-compress-select adam}
-BLOCKV=${BLOCKV:---grad-compress-warmup 60 --grad-compress-block-v 1}
-DECAY=${DECAY:-$BLOCKV --grad-compress-ef-decay 0.7}
-SELECT=${SELECT:-$DECAY --grad-compress-select adam}
-RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_fix topk_ef_adam topk_ef_blockv topk_ef_decay topk_ef_select}
+RECIPE=${RECIPE:---grad-compress-warmup 60 --grad-compress-ef-decay 0.7}
+RUNS=${RUNS-none int8 topk_ef topk_noef topk_ef_recipe}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run() {
@@ -56,26 +46,17 @@ run int8 --grad-compress int8 "$@"
 run topk_ef --grad-compress "topk:$RATIO" --grad-compress-ef 1 "$@"
 run topk_noef --grad-compress "topk:$RATIO" --grad-compress-ef 0 "$@"
 # shellcheck disable=SC2086
-run topk_ef_fix --grad-compress "topk:$RATIO" --grad-compress-ef 1 $FIX "$@"
-# shellcheck disable=SC2086
-run topk_ef_adam --grad-compress "topk:$RATIO" --grad-compress-ef 1 $ADAM "$@"
-# shellcheck disable=SC2086
-run topk_ef_blockv --grad-compress "topk:$RATIO" --grad-compress-ef 1 $BLOCKV "$@"
-# shellcheck disable=SC2086
-run topk_ef_decay --grad-compress "topk:$RATIO" --grad-compress-ef 1 $DECAY "$@"
-# shellcheck disable=SC2086
-run topk_ef_select --grad-compress "topk:$RATIO" --grad-compress-ef 1 $SELECT "$@"
-python3 - "$OUT" "$FIX" "$ADAM" "${REFERENCE:-}" "$BLOCKV" "$DECAY" "$SELECT" <<'PY'
+run topk_ef_recipe --grad-compress "topk:$RATIO" --grad-compress-ef 1 $RECIPE "$@"
+python3 - "$OUT" "$RECIPE" "${REFERENCE:-}" <<'PY'
 import json, os, sys
-out, fix, adam, blockv, decay, select = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5], sys.argv[6], sys.argv[7]
+out, recipe = sys.argv[1], sys.argv[2]
 # REFERENCE entries: name=FINAL, or name=STEP:VAL,STEP:VAL,... (points of an earlier curve; the last is its final)
 refcurves = {kv.split("=")[0]: [(int(p.split(":")[0]), float(p.split(":")[1])) for p in kv.split("=")[1].split(",")]
-             for kv in sys.argv[4].split() if ":" in kv}
+             for kv in sys.argv[3].split() if ":" in kv}
 refs = [(kv.split("=")[0], refcurves[kv.split("=")[0]][-1][1] if ":" in kv else float(kv.split("=")[1]))
-        for kv in sys.argv[4].split()]
+        for kv in sys.argv[3].split()]
 # runs with a log; those without DONE_final were stopped early and are marked so (their last validation is shown)
-names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_fix", "topk_ef_adam", "topk_ef_blockv",
-                     "topk_ef_decay", "topk_ef_select"]
+names = [n for n in ["none", "int8", "topk_ef", "topk_noef", "topk_ef_recipe"]
          if os.path.exists(os.path.join(out, n, "log.jsonl"))]
 done = {n: os.path.exists(os.path.join(out, n, "DONE_final")) for n in names}
 rows = {}
@@ -94,9 +75,7 @@ elif "none" in dict(refs):
     print("uncompressed final from REFERENCE: %.4f" % base)
 else:
     sys.exit("no finished uncompressed run in %s and no REFERENCE none=...: nothing to compare with" % out)
-print("fifth run: topk_ef_fix = topk_ef + %s; sixth: topk_ef_adam = topk_ef + %s; seventh: topk_ef_blockv = "
-      "topk_ef + %s; eighth: topk_ef_decay = topk_ef + %s; ninth: topk_ef_select = topk_ef + %s"
-      % (fix, adam, blockv, decay, select))
+print("fifth run: topk_ef_recipe = topk_ef + %s" % recipe)
 print("finished runs: %s; stopped early: %s" % (" ".join(n for n in names if done[n]),
                                                " ".join(n for n in names if not done[n]) or "none"))
 print("| run | final val loss | vs uncompressed | grad bytes sent per step (rank 0), last step | vs fp32 ring all-reduce | mean over the run |")

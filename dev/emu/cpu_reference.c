@@ -105,14 +105,6 @@ void ref_compress_topk_select(unsigned int* idx, float* val, const float* x, siz
 void ref_compress_scatter_add(float* out, const unsigned int* idx, const float* val, size_t k) {
     compress_scatter_add(out, idx, val, k);
 }
-void ref_compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale, float eps) {
-    compress_precondition(score, x, v, n, vscale, eps);
-}
-void ref_compress_block_sumsq(float* out, const float* g, size_t n, size_t B) { compress_block_sumsq(out, g, n, B); }
-void ref_compress_v_from_blocks(float* v, const float* blk, size_t first, size_t n, size_t B, float beta2, float c) {
-    compress_v_from_blocks(v, blk, first, n, B, beta2, c);
-}
-void ref_compress_gather(float* val, const float* x, const unsigned int* idx, size_t k) { compress_gather(val, x, idx, k); }
 void ref_moe_router_forward(float* probs, float* lse, int* choice, float* gate, const float* x, const float* w, int N,
                             int C, int E, int k) {
     moe_router_forward(probs, lse, choice, gate, x, w, N, C, E, k);

@@ -56,10 +56,6 @@ void ref_compress_dequantize_int8(float* out, const signed char* q, const float*
                                   int accumulate);
 void ref_compress_topk_select(unsigned int* idx, float* val, const float* x, size_t n, size_t k);
 void ref_compress_scatter_add(float* out, const unsigned int* idx, const float* val, size_t k);
-void ref_compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale, float eps);
-void ref_compress_block_sumsq(float* out, const float* g, size_t n, size_t B);
-void ref_compress_v_from_blocks(float* v, const float* blk, size_t first, size_t n, size_t B, float beta2, float c);
-void ref_compress_gather(float* val, const float* x, const unsigned int* idx, size_t k);
 /* mixture of experts (llmc/cpu/moe.h) */
 void ref_moe_router_forward(float* probs, float* lse, int* choice, float* gate, const float* x, const float* w, int N,
                             int C, int E, int k);

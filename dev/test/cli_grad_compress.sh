@@ -17,15 +17,7 @@
 #     same bytes, named in the header; refused without error feedback and at 0;
 #   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
 #   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
-#     3 compressed; --grad-compress-freeze-v: the clipping norm logged on compressed steps only, resume across the
-#     warm-up boundary bit-identical, refused without a warm-up; --grad-compress-select adam (top-k in the frozen
-#     variance's metric): sends other values than magnitude top-k (other losses), the same bytes, resume across the
-#     warm-up boundary bit-identical, refused without the frozen or block variance or with -z 1; --grad-compress-block-v
-#     (AdamW's variance from the ranks' own gradients per block of C): the bytes of a compressed step = top-k's + the
-#     ring all-reduce of ceil(P/C) fp32 block sums, exactly; ZeRO-1 trains as ZeRO-0; resume across the boundary
-#     bit-identical; refused with the frozen variance or without compression; --grad-compress-select adam with the
-#     block variance: other values than block-v's magnitude top-k, the same bytes, resume on a compressed step
-#     bit-identical, refused with -z 1;
+#     3 compressed; with --grad-compress-ef-decay 0.7 too, resume across the warm-up boundary bit-identical;
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
 #   - a small learning check: 2 ranks, d2, 60 steps (-b 8 -t 64, lr 3e-3, warmup 10) on Tiny Shakespeare, validation
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
@@ -158,91 +150,15 @@ print("ratios", r)
 sys.exit(0 if len(r) == 3 and r[0] == r[1] == 1.0 and r[2] <= 0.03 else 1)
 PY
 check $? "--grad-compress-warmup 2: steps 1-2 send 1x the fp32 ring bytes, step 3 <= 0.03x"
-# --grad-compress-freeze-v: resume across the warm-up boundary bit for bit; clip_norm logged on compressed steps only
-Z=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress topk:0.05 --grad-compress-warmup 2 --grad-compress-freeze-v 1)
-MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fz" > "$TMP/fz.log" 2>&1
-check $? "topk:0.05, warm-up 2, --grad-compress-freeze-v 1: 6 steps"
-python3 - "$TMP/fz/log.jsonl" <<'PY'
-import json, math, sys
-rs = [o for o in map(json.loads, open(sys.argv[1])) if o["kind"] == "train"]
-has = ["clip_norm" in o for o in rs]
-print("clip_norm logged:", has, "losses", ["%.4f" % o["loss"] for o in rs])
-sys.exit(0 if has == [False, False, True, True, True, True] and all(math.isfinite(o["loss"]) and o["loss"] < 11 for o in rs) else 1)
-PY
-check $? "--grad-compress-freeze-v: the clipping norm of the uncompressed gradients is logged on the compressed steps only; losses finite"
-MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fzr" --exit-after-steps 3 > "$TMP/fzr1.log" 2>&1 && \
-    MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/fzr" -y 1 > "$TMP/fzr2.log" 2>&1
-check $? "--grad-compress-freeze-v: 3 steps, checkpoint, resume"
-cmp -s <(steps "$TMP/fz.log" | tail -3) <(steps "$TMP/fzr2.log") && cmp -s "$TMP/fz/model_00000006.bin" "$TMP/fzr/model_00000006.bin"
-check $? "--grad-compress-freeze-v: resumed steps 4..6 (frozen variance) and the final weights are bit-identical to the straight run"
-dp_refused 2 "needs --grad-compress int8 or topk:RATIO and --grad-compress-warmup" "--grad-compress-freeze-v 1 without a warm-up" \
-    "${F[@]}" --grad-compress topk:0.01 --grad-compress-freeze-v 1
-# select_adam_case LABEL MAGNITUDE_DIR OUT N FLAGS...: a 6-step run of FLAGS (top-k with a warm-up of 2) plus
-# --grad-compress-select adam into OUT: steps 1-3 with MAGNITUDE_DIR's losses bit for bit, steps 4-6 other losses
-# (other values sent), every step the same bytes; then N steps, checkpoint, resume: the resumed steps and the final
-# weights bit-identical to the straight run
-select_adam_case() {
-    local label=$1 ref=$2 o=$3 n=$4; shift 4
-    MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "$o" > "$o.log" 2>&1
-    check $? "$label: 6 steps"
-    python3 - "$ref/log.jsonl" "$o/log.jsonl" <<'PY'
-import json, math, sys
-m, a = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
-print("losses magnitude", ["%.5f" % o["loss"] for o in m], "adam", ["%.5f" % o["loss"] for o in a])
-same3 = [o["loss"] for o in m[:3]] == [o["loss"] for o in a[:3]]
-differ = all(x["loss"] != y["loss"] for x, y in zip(m[3:], a[3:]))
-bytes_same = [o["grad_bytes_sent"] for o in m] == [o["grad_bytes_sent"] for o in a]
-sys.exit(0 if same3 and differ and bytes_same and all(math.isfinite(o["loss"]) for o in a) else 1)
-PY
-    check $? "$label: steps 1-3 as magnitude top-k bit for bit, steps 4-6 differ (other values sent), the same bytes per step"
-    MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "${o}r" --exit-after-steps "$n" > "${o}r1.log" 2>&1 && \
-        MPIRUN 2 $TRAIN "$@" --grad-compress-select adam -o "${o}r" -y 1 > "${o}r2.log" 2>&1
-    check $? "$label: $n steps, checkpoint, resume"
-    cmp -s <(steps "$o.log" | tail -$((6 - n))) <(steps "${o}r2.log") && cmp -s "$o/model_00000006.bin" "${o}r/model_00000006.bin"
-    check $? "$label: resumed steps $((n + 1))..6 and the final weights bit-identical to the straight run"
-}
-# --grad-compress-select adam with the frozen variance: resumed at the warm-up boundary
-select_adam_case "--grad-compress-select adam (topk:0.05, warm-up 2, frozen variance)" "$TMP/fz" "$TMP/fa" 2 "${Z[@]}"
-dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam without the frozen or block variance" \
-    "${F[@]}" --grad-compress topk:0.01 --grad-compress-select adam
-dp_refused 2 "needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0" "--grad-compress-select adam with -z 1" \
-    "${Z[@]}" -z 1 --grad-compress-select adam
-dp_refused 2 "expected magnitude or adam" "--grad-compress-select with a bad value" "${F[@]}" --grad-compress-select largest
-# --grad-compress-block-v: top-k's bytes + the block sums' all-reduce; ZeRO-1 = ZeRO-0; resume across the boundary
-Y=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress topk:0.05 --grad-compress-warmup 2 --grad-compress-block-v 1)
-MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bv" > "$TMP/bv.log" 2>&1 && MPIRUN 2 $TRAIN "${Y[@]}" -z 1 -o "$TMP/bv1" > "$TMP/bv1.log" 2>&1
-check $? "--grad-compress-block-v 1 (topk:0.05, warm-up 2), ZeRO-0 and ZeRO-1: 6 steps"
-python3 - "$TMP/fz/log.jsonl" "$TMP/bv/log.jsonl" "$TMP/bv1/log.jsonl" $P <<'PY'
-import json, math, sys
-fz, bv, bv1 = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:4])
-P, C, N = int(sys.argv[4]), 128, 2
-nblk = -(-P // C)
-ring = 2 * (N - 1) * 4 * (-(-nblk // N))   # reduce-scatter + all-gather of the fp32 block sums, ring shards
-extra = [b["grad_bytes_sent"] - f["grad_bytes_sent"] for f, b in zip(fz, bv)]
-print("block-v bytes minus top-k's per step:", extra, "expected on compressed steps", ring,
-      "ratio", ["%.4f" % o["grad_ratio"] for o in bv], "losses", ["%.5f" % o["loss"] for o in bv])
-# top-k 5% on 2 ranks is 0.1x; the block sums add 2 (N-1)/N 4 ceil(P/C) / (2 (N-1)/N 4 P) = 1/C = 0.0078x
-ok = [extra == [0, 0] + [ring] * 4, all(o["grad_ratio"] <= 0.1 + 1.0 / C + 1e-4 for o in bv[2:]),
-      [o["loss"] for o in bv] == [o["loss"] for o in bv1] and all(math.isfinite(o["loss"]) for o in bv),
-      ["clip_norm" in o for o in bv] == [False, False, True, True, True, True]]
-print("bytes exact, ratio <= 0.1 + 1/C, ZeRO-1 = ZeRO-0, clip norm logged:", ok)
-sys.exit(0 if all(ok) else 1)
-PY
-check $? "--grad-compress-block-v: compressed steps send top-k's bytes + the ring all-reduce of ceil(P/C) fp32 block sums exactly; ZeRO-1 losses = ZeRO-0's; clipping on the uncompressed norms"
-MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bvr" --exit-after-steps 3 > "$TMP/bvr1.log" 2>&1 && \
-    MPIRUN 2 $TRAIN "${Y[@]}" -o "$TMP/bvr" -y 1 > "$TMP/bvr2.log" 2>&1
-check $? "--grad-compress-block-v: 3 steps, checkpoint, resume"
-cmp -s <(steps "$TMP/bv.log" | tail -3) <(steps "$TMP/bvr2.log") && cmp -s "$TMP/bv/model_00000006.bin" "$TMP/bvr/model_00000006.bin"
-check $? "--grad-compress-block-v: resumed steps 4..6 and the final weights bit-identical to the straight run"
-cmp -s <(steps "$TMP/bv.log" | head -3) <(steps "$TMP/bvr1.log")
-check $? "top-k 5% + error feedback (block-v, warm-up 2): two runs with the same flags have the same steps 1-3 bit for bit, and with the resume above the same compressed steps 3-6 (residuals in play) and final weights"
-# --grad-compress-select adam with the block variance: resumed on a compressed step (step 4 of 6)
-select_adam_case "--grad-compress-select adam with --grad-compress-block-v 1 (topk:0.05, warm-up 2)" "$TMP/bv" "$TMP/bva" 4 "${Y[@]}"
-SELECT_NEEDS="needs --grad-compress topk:RATIO, --grad-compress-freeze-v 1 or --grad-compress-block-v 1, and -z 0"
-dp_refused 2 "$SELECT_NEEDS" "--grad-compress-select adam with block-v and -z 1" "${Y[@]}" -z 1 --grad-compress-select adam
-dp_refused 2 "$SELECT_NEEDS" "--grad-compress-select adam with block-v and int8" "${Y[@]}" --grad-compress int8 --grad-compress-select adam
-dp_refused 2 "and not --grad-compress-freeze-v 1" "--grad-compress-block-v 1 with --grad-compress-freeze-v 1" "${Z[@]}" --grad-compress-block-v 1
-dp_refused 2 "needs --grad-compress int8 or topk:RATIO" "--grad-compress-block-v 1 without compression" "${F[@]}" --grad-compress-block-v 1
+# the recipe's warm-up and decay together (topk:0.05, warm-up 2, decay 0.7): 3 steps, checkpoint, resume across the
+# warm-up boundary: the resumed steps 4..6 (residuals in play) and the final weights bit-identical to a straight run
+Z=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 512 --grad-compress topk:0.05 --grad-compress-warmup 2 --grad-compress-ef-decay 0.7)
+MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/wd" > "$TMP/wd.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/wdr" --exit-after-steps 3 > "$TMP/wdr1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${Z[@]}" -o "$TMP/wdr" -y 1 > "$TMP/wdr2.log" 2>&1
+check $? "topk:0.05, warm-up 2, decay 0.7: 6 steps straight; 3 steps, checkpoint, resume"
+cmp -s <(steps "$TMP/wd.log" | tail -3) <(steps "$TMP/wdr2.log") && cmp -s "$TMP/wd/model_00000006.bin" "$TMP/wdr/model_00000006.bin"
+check $? "topk:0.05, warm-up 2, decay 0.7: resumed steps 4..6 and the final weights bit-identical to the straight run"
 
 if [ "$QUICK" = 1 ]; then
     echo "# TESTS_QUICK=1: the emulated GPU build and the learning check are left out"
@@ -284,6 +200,6 @@ check $? "learning: topk:0.01 with error feedback $tk within 5% of uncompressed 
 # Not a check: the issue expected top-k without error feedback to be visibly worse. Measured here (60 steps) it is
 # not (6.734 without, 6.791 with); at 600 steps of d4 plain top-k with error feedback is 16% behind the uncompressed
 # run: the residual delivers stale accumulated gradients in rare large pulses, which AdamW's per-coordinate
-# normalisation turns into small steps (README.md, "Gradient compression": the recipe with a warm-up, a block second
-# moment and a decaying residual, and its measured curves). Printed for the record.
+# normalisation turns into small steps (dev/bench/README.md: the measured curves of the variants tried). Printed for
+# the record.
 echo "# learning: topk:0.01 without error feedback $ne, with $tk"

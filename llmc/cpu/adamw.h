@@ -8,31 +8,6 @@
 
 #include "adamw_range.h" /* adamw_range, adamw_bias_corrections */
 
-/* adamw_update with the second moment frozen when v_frozen_t > 0 (1-bit Adam's frozen variance, Tang et al.
- * 2021, "1-bit Adam: communication efficient large-scale training with Adam's convergence speed"): v is left as
- * it was after update v_frozen_t (beta2 = 1 in the element update: v = 1*v + 0*g^2, exact for finite g) and
- * vhat = v / (1 - beta2^v_frozen_t); m, the bias correction of m and the rest as adamw_update.
- * v_frozen_t == 0 is adamw_update bit for bit; v_frozen_t < 0 or t < 1 exits. */
-static inline void adamw_update_ex(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
-                                   size_t global_offset, float lr, float beta1, float beta2, float eps,
-                                   float weight_decay, float grad_scale, int t, int v_frozen_t, unsigned int seed) {
-    (void)global_offset;
-    (void)seed;
-    if (t < 1) { FATAL("adamw_update: step t=%d must start at 1", t); }
-    if (v_frozen_t < 0) { FATAL("adamw_update: v_frozen_t=%d must be >= 0", v_frozen_t); }
-    float bc1, bc2, unused;
-    adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
-    if (v_frozen_t > 0) { adamw_bias_corrections(beta1, beta2, v_frozen_t, &unused, &bc2); beta2 = 1.0f; }
-    float* p = master ? master : params;
-    #pragma omp parallel if(n >= LLMC_CPU_PAR_MIN)
-    {
-        long i0, i1;
-        cpu_partition((long)n, cpu_team_size(), cpu_thread_id(), 16, &i0, &i1);
-        adamw_range(p, grads, m, v, (size_t)i0, (size_t)i1, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
-    }
-    if (master) { dev_memcpy_d2d(params, master, n * sizeof(float)); } /* fp32: round(master) = master */
-}
-
 /* One AdamW step on n elements (t >= 1 is the 1-based step count):
  *   g = grads * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t);
@@ -44,8 +19,19 @@ static inline void adamw_update_ex(floatX* params, float* master, const floatX* 
 static inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                                 size_t global_offset, float lr, float beta1, float beta2, float eps,
                                 float weight_decay, float grad_scale, int t, unsigned int seed) {
-    adamw_update_ex(params, master, grads, m, v, n, global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
-                    0, seed);
+    (void)global_offset;
+    (void)seed;
+    if (t < 1) { FATAL("adamw_update: step t=%d must start at 1", t); }
+    float bc1, bc2;
+    adamw_bias_corrections(beta1, beta2, t, &bc1, &bc2);
+    float* p = master ? master : params;
+    #pragma omp parallel if(n >= LLMC_CPU_PAR_MIN)
+    {
+        long i0, i1;
+        cpu_partition((long)n, cpu_team_size(), cpu_thread_id(), 16, &i0, &i1);
+        adamw_range(p, grads, m, v, (size_t)i0, (size_t)i1, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+    }
+    if (master) { dev_memcpy_d2d(params, master, n * sizeof(float)); } /* fp32: round(master) = master */
 }
 
 #define LLMC_NORM_CHUNKS 64 /* fixed partition of global_norm_squared, independent of threads */

@@ -125,39 +125,4 @@ static inline void compress_scatter_add(float* out, const uint32_t* idx, const f
     for (size_t j = 0; j < k; j++) { out[idx[j]] += val[j]; }
 }
 
-/* score[i] = x[i] / sqrt(sqrt(v[i] * vscale) + eps) for i < n (score may alias v, not x): the value expressed in the
- * coordinates in which AdamW with a fixed (frozen or block) second moment v (bias correction vscale = 1/(1 - beta2^t)) is plain
- * momentum SGD (w = P^(1/2) z, P = 1/(sqrt(v*vscale) + eps)), where error feedback's top-k is analysed; v >= 0 */
-static inline void compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale,
-                                         float eps) {
-    for (size_t i = 0; i < n; i++) { score[i] = x[i] / sqrtf(sqrtf(v[i] * vscale) + eps); }
-}
-
-/* out[j] = sum of g[i]^2 over block j = [j*B, min((j+1)*B, n)), j < ceil(n/B), in fp32 in index order (the CUDA
- * kernel sums in the same order: one thread per block). --grad-compress-block-v's statistic of a rank's own
- * gradient. */
-static inline void compress_block_sumsq(float* out, const floatX* g, size_t n, size_t B) {
-    size_t nb = (n + B - 1) / B;
-#pragma omp parallel for
-    for (size_t j = 0; j < nb; j++) {
-        size_t e = (j + 1) * B < n ? (j + 1) * B : n;
-        float s = 0.0f;
-        for (size_t i = j * B; i < e; i++) { float x = (float)g[i]; s += x * x; }
-        out[j] = s;
-    }
-}
-
-/* v[i] = beta2 * v[i] + (1 - beta2) * (c * blk[(first + i) / B] / B) for i < n: AdamW's second moment of flat
- * elements [first, first + n) moved toward the mean square of their block (--grad-compress-block-v) */
-static inline void compress_v_from_blocks(float* v, const float* blk, size_t first, size_t n, size_t B, float beta2,
-                                          float c) {
-    const float one_minus = 1.0f - beta2, inv_b = 1.0f / (float)B;
-    for (size_t i = 0; i < n; i++) { v[i] = beta2 * v[i] + one_minus * ((c * blk[(first + i) / B]) * inv_b); }
-}
-
-/* val[j] = x[idx[j]] for j < k */
-static inline void compress_gather(float* val, const float* x, const uint32_t* idx, size_t k) {
-    for (size_t j = 0; j < k; j++) { val[j] = x[idx[j]]; }
-}
-
 #endif /* LLMC_CPU_COMPRESS_H */

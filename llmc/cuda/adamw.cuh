@@ -13,10 +13,6 @@
  *       Memory: 128-bit accesses (params/grads 8 bf16, master/m/v 2 x 4 fp32 per thread and iteration,
  *       streaming hints on the fp32 state) when n is a multiple of 8 and every pointer is 16-byte aligned,
  *       else one element at a time; both give the same bits.
- *   adamw_update_ex(... same ..., t, v_frozen_t, seed)
- *       v_frozen_t == 0: adamw_update. v_frozen_t > 0: the second moment frozen (1-bit Adam, Tang et al. 2021):
- *       v stays as after update v_frozen_t (the kernel runs with beta2 = 1: v = v + 0*g^2, exact for finite g)
- *       and vhat = v/(1-b2^v_frozen_t). v_frozen_t < 0 exits.
  *   global_norm_squared(out(1) fp32, grads(n) floatX, n, accumulate)
  *       out = (accumulate ? out : 0) + sum(grads^2). Deterministic two-pass: a FIXED grid of
  *       NORM_PARTIALS blocks (independent of the device) writes per-block partial sums in a fixed tree
@@ -99,15 +95,13 @@ static __global__ void adamw_update_kernel(floatX* params, float* master, const 
     }
 }
 
-static inline void adamw_update_ex(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
-                                   size_t global_offset, float lr, float beta1, float beta2, float eps,
-                                   float weight_decay, float grad_scale, int t, int v_frozen_t, unsigned int seed) {
+static inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+                                size_t global_offset, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float grad_scale, int t, unsigned int seed) {
     if (n == 0) { return; }
     if (t < 1) { FATAL("adamw_update: step t must start at 1 (got %d)", t); }
-    if (v_frozen_t < 0) { FATAL("adamw_update: v_frozen_t must be >= 0 (got %d)", v_frozen_t); }
     const float bc1 = 1.0f - powf(beta1, (float)t);
-    const float bc2 = 1.0f - powf(beta2, (float)(v_frozen_t > 0 ? v_frozen_t : t));
-    if (v_frozen_t > 0) { beta2 = 1.0f; } /* v = 1*v + 0*g^2: unchanged */
+    const float bc2 = 1.0f - powf(beta2, (float)t);
     const int block = 512;
     const int packed = n % X128_SIZE == 0 && ptr_aligned(params, 16) && ptr_aligned(grads, 16) && ptr_aligned(m, 16) &&
                        ptr_aligned(v, 16) && (!master || ptr_aligned(master, 16));
@@ -120,13 +114,6 @@ static inline void adamw_update_ex(floatX* params, float* master, const floatX* 
             global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, (unsigned int)t, seed);
     }
     CUDA_CHECK_LAUNCH();
-}
-
-static inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
-                                size_t global_offset, float lr, float beta1, float beta2, float eps,
-                                float weight_decay, float grad_scale, int t, unsigned int seed) {
-    adamw_update_ex(params, master, grads, m, v, n, global_offset, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
-                    0, seed);
 }
 
 /* pass 1: gridDim.x == NORM_PARTIALS blocks, grid-stride; partial[block] = sum of squares */

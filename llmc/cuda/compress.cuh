@@ -14,11 +14,7 @@
  *                            write (warp ballots) that keeps the output in increasing index order with the
  *                            lower index winning ties (Lin et al. 2018, Deep Gradient Compression, select the
  *                            largest values; here exactly, not by sampling)
- *   compress_zero_at, compress_scatter_add, compress_gather   one thread per selected index (indices distinct: no
- *                            races)
- *   compress_precondition    elementwise, IEEE-rounded intrinsics (the same bits as the CPU under fast math)
- *   compress_block_sumsq     one thread per block, summing in index order (the CPU's order: the same bits)
- *   compress_v_from_blocks   elementwise, IEEE-rounded
+ *   compress_zero_at, compress_scatter_add   one thread per selected index (indices distinct: no races)
  * All kernels are queued on main_stream(); no host synchronisation. Errors: launch errors exit via CUDA_CHECK_LAUNCH.
  */
 #ifndef LLMC_CUDA_COMPRESS_CUH
@@ -241,61 +237,6 @@ static __global__ void compress_scatter_add_kernel(float* out, const uint32_t* i
 static inline void compress_scatter_add(float* out, const uint32_t* idx, const float* val, size_t k) {
     if (k == 0) { return; }
     LAUNCH(grid_for(k, 256), 256, 0, main_stream(), compress_scatter_add_kernel)(out, idx, val, k);
-    CUDA_CHECK_LAUNCH();
-}
-
-static __global__ void compress_precondition_kernel(float* score, const float* x, const float* v, size_t n,
-                                                    float vscale, float eps) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        score[i] = __fdiv_rn(x[i], __fsqrt_rn(__fadd_rn(__fsqrt_rn(__fmul_rn(v[i], vscale)), eps)));
-    }
-}
-static inline void compress_precondition(float* score, const float* x, const float* v, size_t n, float vscale,
-                                         float eps) {
-    if (n == 0) { return; }
-    LAUNCH(grid_for(n, 256), 256, 0, main_stream(), compress_precondition_kernel)(score, x, v, n, vscale, eps);
-    CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-static __global__ void compress_block_sumsq_kernel(float* out, const T* g, size_t n, size_t B) {
-    size_t nb = (n + B - 1) / B;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nb; j += (size_t)gridDim.x * blockDim.x) {
-        size_t e = (j + 1) * B < n ? (j + 1) * B : n;
-        float s = 0.0f;
-        for (size_t i = j * B; i < e; i++) { float x = to_float(g[i]); s = __fadd_rn(s, __fmul_rn(x, x)); }
-        out[j] = s;
-    }
-}
-static inline void compress_block_sumsq(float* out, const floatX* g, size_t n, size_t B) {
-    if (n == 0) { return; }
-    size_t nb = (n + B - 1) / B;
-    LAUNCH(grid_for(nb, 256), 256, 0, main_stream(), compress_block_sumsq_kernel<floatX>)(out, g, n, B);
-    CUDA_CHECK_LAUNCH();
-}
-
-static __global__ void compress_v_from_blocks_kernel(float* v, const float* blk, size_t first, size_t n, size_t B,
-                                                     float beta2, float one_minus, float inv_b, float c) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        v[i] = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(one_minus, __fmul_rn(__fmul_rn(c, blk[(first + i) / B]), inv_b)));
-    }
-}
-static inline void compress_v_from_blocks(float* v, const float* blk, size_t first, size_t n, size_t B, float beta2,
-                                          float c) {
-    if (n == 0) { return; }
-    LAUNCH(grid_for(n, 256), 256, 0, main_stream(), compress_v_from_blocks_kernel)(v, blk, first, n, B, beta2,
-                                                                                   1.0f - beta2, 1.0f / (float)B, c);
-    CUDA_CHECK_LAUNCH();
-}
-
-static __global__ void compress_gather_kernel(float* val, const float* x, const uint32_t* idx, size_t k) {
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < k; j += (size_t)gridDim.x * blockDim.x) {
-        val[j] = x[idx[j]];
-    }
-}
-static inline void compress_gather(float* val, const float* x, const uint32_t* idx, size_t k) {
-    if (k == 0) { return; }
-    LAUNCH(grid_for(k, 256), 256, 0, main_stream(), compress_gather_kernel)(val, x, idx, k);
     CUDA_CHECK_LAUNCH();
 }
 
