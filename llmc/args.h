@@ -24,7 +24,6 @@
  *   "  -b, --batch-size <int>   micro-batch size per process (default: 4; range 1..inf)",
  *   defaults read from the current values at dest (NULL string: "none", empty string: '').
  *   String values may be empty ("-o ''"); what an empty string means is the caller's choice.
- * args_print_config(specs, n, out): "name = value" per spec (after parsing: the resolved config).
  * args_config_json(specs, n): malloc'd string of JSON members "\"batch-size\":4,..." (no braces;
  *   strings escaped per RFC 8259, invalid UTF-8 bytes as \ufffd) for the log's config line; caller frees.
  * args_flag_lines(specs, n): malloc'd "name<TAB>JSON value" lines, the flags a checkpoint records.
@@ -158,14 +157,6 @@ static inline void args_print_help(const ArgSpec* specs, int n, const char* prog
                 args_value_string(s, value, sizeof(value)), range);
     }
     fprintf(out, "  %-*s  %s\n", width, "-h, --help", "print this help and exit");
-}
-
-/* see header comment */
-static inline void args_print_config(const ArgSpec* specs, int n, FILE* out) {
-    char value[256];
-    for (int i = 0; i < n; i++) {
-        fprintf(out, "%-24s = %s\n", specs[i].long_name, args_value_string(&specs[i], value, sizeof(value)));
-    }
 }
 
 /* appends bytes to a growing malloc'd buffer */

@@ -222,6 +222,10 @@
 #ifndef LLMC_BACKEND_H
 #define LLMC_BACKEND_H
 
+/* the most experts a mixture-of-experts layer may have (the kernels keep per-expert counts and per-token arrays on
+ * the stack; llmc/moe.h and both backends' moe kernels use it) */
+#define MOE_MAX_EXPERTS 256
+
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
 #include "cuda/backend.cuh"
 #else

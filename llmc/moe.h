@@ -36,9 +36,6 @@
 #include "llmc/utils.h"
 #include "llmc/backend.h"
 
-#ifndef MOE_MAX_EXPERTS
-#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (the kernels keep per-expert counts on the stack) */
-#endif
 
 /* the model-file fields of a mixture-of-experts model (experts = 0: a dense model, the rest 0 too) */
 typedef struct {

@@ -17,9 +17,6 @@
 #include <math.h>
 #include <string.h>
 
-#ifndef MOE_MAX_EXPERTS
-#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (per-token arrays on the stack) */
-#endif
 
 /* Router forward: logits(N,E) = x(N,C) @ w(E,C)^T accumulated in fp32; probs = softmax(logits) (fp32), lse = log
  * sum exp(logits) (N) fp32; choice (N,k) the k most probable experts, most probable first (ties: lower index);

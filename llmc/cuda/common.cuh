@@ -11,7 +11,7 @@
  *   header already defined them (a runtime that runs kernels without nvcc, e.g. the tests' CPU execution
  *   layer, provides both; see llmc/README.md, "Tests").
  * - PackedN<T, N> / Packed128<T>: N elements loaded/stored as one aligned access (128-bit for
- *   Packed128), the llm.c idiom (llm.c llmc/cuda_common.h). load128/load128cs/store128/store128cs;
+ *   Packed128), the llm.c idiom (llm.c llmc/cuda_common.h). load128/store128;
  *   the "cs" variants use the streaming cache hint (__ldcs/__stcs, CUDA C Programming Guide,
  *   "Load Functions Using Cache Hints") for data touched once.
  * - Warp/block reductions with __shfl_xor_sync (no cooperative groups).
@@ -150,11 +150,7 @@ static __device__ __forceinline__ void store_packed_cs(T* p, const PackedN<T, N>
 template <class T>
 static __device__ __forceinline__ Packed128<T> load128(const T* p) { return load_packed<T, 16 / sizeof(T)>(p); }
 template <class T>
-static __device__ __forceinline__ Packed128<T> load128cs(const T* p) { return load_packed_cs<T, 16 / sizeof(T)>(p); }
-template <class T>
 static __device__ __forceinline__ void store128(T* p, const Packed128<T>& v) { store_packed<T, 16 / sizeof(T)>(p, v); }
-template <class T>
-static __device__ __forceinline__ void store128cs(T* p, const Packed128<T>& v) { store_packed_cs<T, 16 / sizeof(T)>(p, v); }
 
 /* 1 if every pointer is aligned to `bytes` */
 static inline int ptr_aligned(const void* p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }

@@ -16,9 +16,6 @@
 
 #include "common.cuh"
 
-#ifndef MOE_MAX_EXPERTS
-#define MOE_MAX_EXPERTS 256 /* the most experts a layer may have (the CPU kernels' per-token arrays) */
-#endif
 
 static __global__ void moe_router_forward_kernel(float* probs, float* lse, int* choice, float* gate, const floatX* x,
                                                  const floatX* w, int N, int C, int E, int k) {
