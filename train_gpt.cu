@@ -55,296 +55,7 @@
 #include "llmc/zero_experts.h"         /* defines: zero_init_experts (--ep: the experts' own ZeRO group), files */
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
-
-/* ============================================================ training configuration and flags */
-
-typedef struct {
-    const char* train_data;
-    const char* val_data;
-    const char* model;
-    const char* output_dir;
-    const char* tokenizer_path;
-    const char* lr_schedule;
-    const char* prompt;
-    int B, T, total_batch_size;
-    float learning_rate, final_lr_frac, wsd_decay_frac;
-    int warmup_steps;
-    float weight_decay, beta1, beta2, eps, grad_clip;
-    int max_steps;
-    int val_every, val_max_steps;
-    int val_tokens;            /* > 0: a validation budget of this many target tokens (replaces -m) */
-    int sample_every, gen_tokens, top_k, kv_cache;
-    float temperature;
-    int checkpoint_every, checkpoints_keep, resume;
-    int zero_stage, recompute, gelu_fusion, master_weights;
-    int recompute_every;       /* -r 3: layers per checkpointed segment (k) */
-    int seed;
-    int log_every;
-    int exit_after_steps;
-    const char* signal_checkpoint; /* term,usr1 (default), term, usr1 or none (llmc/preempt.h) */
-    int shuffle;
-    int max_bad_steps;         /* consecutive skipped (non-finite) steps before the run stops */
-    /* multi-process (llmc/comm.h) */
-    const char* nccl_init;
-    float comm_timeout;
-    int comm_stats;
-    int cuda_graphs;           /* 1 = replay one micro-step's forward+backward as a CUDA graph */
-    int tp;                    /* tensor-parallel size (llmc/tensor_parallel.h) */
-    int dry_run;               /* 1 = set up, print the header and memory ledger, exit before training */
-    int sequence_parallel;     /* 1 = sequence parallelism inside the tensor-parallel group */
-    int pp;                    /* pipeline-parallel size (llmc/pipeline_model.h) */
-    const char* pp_schedule;   /* gpipe, 1f1b, interleaved */
-    int pp_virtual;            /* model chunks per pipeline rank (interleaved) */
-    const char* pp_layers;     /* layers per stage "a,b,..." ('' = even split) */
-    int pp_trace_steps;        /* steps recorded in DIR/trace.json */
-    const char* grad_compress; /* none, int8, topk:RATIO (llmc/grad_compress.h) */
-    /* mixture of experts (llmc/moe.h) */
-    int moe_experts, moe_top_k, moe_every, moe_hidden, ep;
-    float moe_capacity_factor, moe_aux_coef, moe_z_coef;
-    const char* grad_compress_round; /* nearest, stochastic (INT8) */
-    int grad_compress_ef;      /* 1 = error feedback (residual kept per rank) */
-    float grad_compress_ef_decay; /* the residual re-added times this, (0, 1] */
-    const char* offload_optimizer; /* none, cpu, nvme:DIR (llmc/offload.h) */
-    const char* offload_params;    /* none, cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h) */
-    int grad_compress_warmup;  /* the first N optimizer steps uncompressed */
-    const char* cpu_matmul;    /* CPU build: auto (bf16 where the CPU has AVX512_BF16, else fp32; resolved at start-up),
-                                * fp32 (OpenBLAS sgemm, the test reference) or bf16 (llmc/cpu/matmul_bf16.h) */
-    /* the layout planner (llmc/planner.h): no training, nothing allocated on a device, no data read */
-    int plan, plan_search, plan_theory, gpus, gpus_per_node, offload;
-    const char* plan_device;
-    const char* plan_precision;
-    float gemm_eff, plan_mem_gb, plan_nvlink_gbs, plan_net_gbs;
-} TrainConfig;
-
-static void train_config_defaults(TrainConfig* c) {
-    memset(c, 0, sizeof(*c));
-    c->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-    c->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
-    c->model = "d4";
-    c->output_dir = "";
-    c->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
-    c->lr_schedule = "cosine";
-    c->prompt = "";
-    c->B = 16;
-    c->T = 64;
-    c->total_batch_size = -1;
-    c->learning_rate = 1e-3f;
-    c->final_lr_frac = 0.1f;
-    c->wsd_decay_frac = 0.2f;
-    c->warmup_steps = 20;
-    c->weight_decay = 0.1f;
-    c->beta1 = 0.9f;
-    c->beta2 = 0.95f;
-    c->eps = 1e-8f;
-    c->grad_clip = 1.0f;
-    c->max_steps = 1200;
-    c->val_every = 50;
-    c->val_max_steps = 10;
-    c->val_tokens = 0;
-    c->sample_every = 100;
-    c->gen_tokens = 64;
-    c->top_k = 0;
-    c->kv_cache = 1;
-    c->temperature = 1.0f;
-    c->checkpoint_every = 0;
-    c->checkpoints_keep = 2;
-    c->resume = 0;
-    c->zero_stage = 0;
-    c->recompute = 0;
-    c->recompute_every = 1;
-    c->gelu_fusion = 1;
-    c->master_weights = 1;
-    c->seed = 1337;
-    c->moe_top_k = 2;
-    c->moe_every = 1;
-    c->moe_capacity_factor = 1.25f;
-    c->moe_aux_coef = 0.01f;
-    c->ep = 1;
-    c->log_every = 1;
-    c->exit_after_steps = 0;
-    c->signal_checkpoint = "term,usr1";
-    c->shuffle = 1;
-    c->max_bad_steps = 10;
-    c->nccl_init = "auto";
-    c->comm_timeout = 600.0f;
-    c->comm_stats = 0;
-    c->cuda_graphs = 0;
-    c->tp = 1;
-    c->dry_run = 0;
-    c->plan_theory = 1;
-    c->gpus = 8;
-    c->gpus_per_node = 8;
-    c->plan_device = "h100";
-    c->plan_precision = "bf16";
-    c->gemm_eff = PLAN_DEFAULT_GEMM_EFF;
-    c->sequence_parallel = 0;
-    c->pp = 1;
-    c->pp_schedule = "1f1b";
-    c->pp_virtual = 1;
-    c->pp_layers = "";
-    c->grad_compress = "none";
-    c->grad_compress_round = "nearest";
-    c->grad_compress_ef = 1;
-    c->grad_compress_ef_decay = 1.0f;
-    c->offload_optimizer = "none";
-    c->offload_params = "none";
-    c->grad_compress_warmup = 0;
-    c->cpu_matmul = "auto";
-    c->pp_trace_steps = 2;
-}
-
-#define NO_MIN (-INFINITY)
-#define NO_MAX (INFINITY)
-
-/* the flag table: parser, --help and the logged config all come from it */
-static int train_config_specs(TrainConfig* c, ArgSpec* s) {
-    int n = 0;
-#define SPEC(SN, LN, TY, FIELD, LO, HI, HELP) \
-    do { s[n].short_name = SN; s[n].long_name = LN; s[n].type = TY; s[n].dest = (void*)&c->FIELD; \
-         s[n].min_value = LO; s[n].max_value = HI; s[n].help = HELP; n++; } while (0)
-    SPEC("i", "train-data", ARG_STRING, train_data, NO_MIN, NO_MAX, "glob pattern of training token shards");
-    SPEC("j", "val-data", ARG_STRING, val_data, NO_MIN, NO_MAX, "glob pattern of validation token shards ('' = none)");
-    SPEC("e", "model", ARG_STRING, model, NO_MIN, NO_MAX,
-         "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 (350M), d36 (774M), "
-         "d48 (1558M), a custom shape L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. "
-         "L96:C12288:NH96; V 50257 and T 1024 unless given; E and K: a mixture-of-experts model), or a model .bin file to "
-         "start from");
-    SPEC("o", "output-dir", ARG_STRING, output_dir, NO_MIN, NO_MAX, "output directory for log.jsonl and checkpoints ('' = none)");
-    SPEC(NULL, "tokenizer", ARG_STRING, tokenizer_path, NO_MIN, NO_MAX, "GPT-2 tokenizer file for printing samples");
-    SPEC("b", "batch-size", ARG_INT, B, 1, NO_MAX, "micro-batch size B (sequences per micro-step per process)");
-    SPEC("t", "seq-len", ARG_INT, T, 1, NO_MAX, "sequence length T (at most the model's context length)");
-    SPEC("d", "total-batch-size", ARG_INT, total_batch_size, -1, NO_MAX,
-         "tokens per optimizer step; -1 = B*T*processes (sets gradient accumulation)");
-    SPEC("l", "learning-rate", ARG_FLOAT, learning_rate, 0, NO_MAX, "peak learning rate");
-    SPEC("u", "warmup-steps", ARG_INT, warmup_steps, 0, NO_MAX, "linear warmup steps");
-    SPEC("q", "final-lr-frac", ARG_FLOAT, final_lr_frac, 0, 1, "final learning rate as a fraction of the peak");
-    SPEC("k", "lr-schedule", ARG_STRING, lr_schedule, NO_MIN, NO_MAX, "learning rate schedule: cosine, linear, constant, wsd");
-    SPEC(NULL, "wsd-decay-frac", ARG_FLOAT, wsd_decay_frac, 0, 1, "WSD: fraction of steps spent decaying");
-    SPEC("c", "weight-decay", ARG_FLOAT, weight_decay, 0, NO_MAX, "AdamW weight decay (2-D weights and embeddings only)");
-    SPEC(NULL, "beta1", ARG_FLOAT, beta1, 0, 0.999999, "AdamW beta1");
-    SPEC(NULL, "beta2", ARG_FLOAT, beta2, 0, 0.999999, "AdamW beta2");
-    SPEC(NULL, "eps", ARG_FLOAT, eps, 0, NO_MAX, "AdamW epsilon");
-    SPEC(NULL, "grad-clip", ARG_FLOAT, grad_clip, 0, NO_MAX, "clip the global gradient norm to this value (0 = off)");
-    SPEC("x", "max-steps", ARG_INT, max_steps, -1, NO_MAX, "optimizer steps to run; -1 = one epoch of the training data");
-    SPEC("v", "val-every", ARG_INT, val_every, 0, NO_MAX, "validation loss every N steps (0 = only at the end)");
-    SPEC("m", "val-max-steps", ARG_INT, val_max_steps, -1, NO_MAX, "validation windows (batches) per evaluation; -1 = all");
-    SPEC(NULL, "val-tokens", ARG_INT, val_tokens, 0, NO_MAX,
-         "validation budget in tokens: the first N/T sequences of the validation data, the same tokens for any -b, any "
-         "number of processes and any -t dividing N (replaces -m; a multiple of -t; 0 = use -m)");
-    SPEC("s", "sample-every", ARG_INT, sample_every, 0, NO_MAX, "print a sample every N steps (0 = only at the end)");
-    SPEC("g", "gen-tokens", ARG_INT, gen_tokens, 0, NO_MAX, "tokens to generate per sample (0 = no samples)");
-    SPEC(NULL, "temperature", ARG_FLOAT, temperature, 0, NO_MAX, "sampling temperature (0 = greedy)");
-    SPEC(NULL, "top-k", ARG_INT, top_k, 0, NO_MAX, "sample from the k most likely tokens (0 = all)");
-    SPEC(NULL, "kv-cache", ARG_INT, kv_cache, 0, 1, "1 = sampling keeps keys/values (one position per token), 0 = recomputes the window");
-    SPEC(NULL, "prompt", ARG_STRING, prompt, NO_MIN, NO_MAX, "text the samples continue ('' = start from end-of-text)");
-    SPEC("n", "checkpoint-every", ARG_INT, checkpoint_every, 0, NO_MAX, "write a checkpoint every N steps (0 = only at the end, if -o is set)");
-    SPEC("nk", "checkpoints-keep", ARG_INT, checkpoints_keep, 0, NO_MAX, "keep only the last N checkpoints (0 = keep all)");
-    SPEC("y", "resume", ARG_INT, resume, 0, 1, "1 = resume from the latest complete checkpoint in the output directory");
-    SPEC("z", "zero-stage", ARG_INT, zero_stage, 0, 3, "ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients, "
-         "3 also parameters (gathered per layer)");
-    SPEC(NULL, "tp", ARG_INT, tp, 1, NO_MAX,
-         "tensor-parallel size: every block split over this many processes (Megatron-LM); processes = tp x data parallel");
-    SPEC(NULL, "dry-run", ARG_INT, dry_run, 0, 1,
-         "1 = set up the model, data and optimizer state, print the header and memory ledger, and exit without training");
-    SPEC(NULL, "sequence-parallel", ARG_INT, sequence_parallel, 0, 1,
-         "1 = with --tp > 1, LayerNorm and residual activations split over the sequence too (T divisible by --tp)");
-    SPEC(NULL, "pp", ARG_INT, pp, 1, NO_MAX,
-         "pipeline-parallel size: the layers split into this many stages; processes = tp x dp x pp; the micro-batches "
-         "of a step are the gradient-accumulation steps that -d implies");
-    SPEC(NULL, "pp-schedule", ARG_STRING, pp_schedule, NO_MIN, NO_MAX,
-         "pipeline schedule: gpipe, 1f1b (PipeDream-Flush) or interleaved (1F1B over --pp-virtual chunks per stage)");
-    SPEC(NULL, "pp-virtual", ARG_INT, pp_virtual, 1, GPT2_MAX_CHUNKS,
-         "model chunks per pipeline stage (v) for --pp-schedule interleaved; L divisible by pp x v");
-    SPEC(NULL, "pp-layers", ARG_STRING, pp_layers, NO_MIN, NO_MAX,
-         "layers of each pipeline stage, comma-separated, e.g. 3,5 ('' = even split, the first (L mod pp) stages one more)");
-    SPEC(NULL, "pp-trace-steps", ARG_INT, pp_trace_steps, 0, NO_MAX,
-         "with --pp > 1 and -o: DIR/trace.json (Chrome trace format, one track per process) of the first N steps");
-    SPEC(NULL, "grad-compress", ARG_STRING, grad_compress, NO_MIN, NO_MAX,
-         "data-parallel gradient compression (-z 0/1): none, int8 (per-block INT8, ~0.25x the fp32 bytes) or topk:RATIO "
-         "(the RATIO largest values of each bucket, e.g. topk:0.01)");
-    SPEC(NULL, "grad-compress-round", ARG_STRING, grad_compress_round, NO_MIN, NO_MAX,
-         "INT8 rounding: nearest or stochastic (unbiased)");
-    SPEC(NULL, "grad-compress-ef", ARG_INT, grad_compress_ef, 0, 1,
-         "1 = error feedback: what compression did not send is added to the next step's gradient (kept per rank, "
-         "saved in checkpoints)");
-    SPEC(NULL, "offload-optimizer", ARG_STRING, offload_optimizer, NO_MIN, NO_MAX,
-         "optimizer state offload: none, cpu (fp32 weights and AdamW moments in pinned host memory, AdamW on the CPU; "
-         "ZeRO-Offload) or nvme:DIR (the same state in one file per process under DIR, streamed in chunks; "
-         "ZeRO-Infinity); with any -z");
-    SPEC(NULL, "offload-params", ARG_STRING, offload_params, NO_MIN, NO_MAX,
-         "parameter offload: none or cpu (needs -z 3: this process's parameter shard in pinned host memory, gathered "
-         "into the device's working buffer layer by layer; the update writes it where it lives)");
-    SPEC("r", "recompute", ARG_INT, recompute, 0, 3, "recompute in backward: 0 none, 1 GELU, 2 GELU and LayerNorm, 3 "
-         "activation checkpointing: keep each --recompute-every'th block's input, recompute the blocks between in backward");
-    SPEC(NULL, "recompute-every", ARG_INT, recompute_every, 1, NO_MAX, "-r 3: layers per checkpointed segment (k; 1 = "
-         "every block from its input, Megatron-LM's full recompute, the least memory; larger k recomputes fewer blocks)");
-    SPEC(NULL, "moe-experts", ARG_INT, moe_experts, 0, MOE_MAX_EXPERTS,
-         "mixture of experts: E experts replace the MLP of every --moe-every-th block (0 = a dense model)");
-    SPEC(NULL, "moe-top-k", ARG_INT, moe_top_k, 1, MOE_MAX_EXPERTS,
-         "experts per token (1 = Switch, gate = router probability; 2 = GShard/Mixtral, gates renormalised)");
-    SPEC(NULL, "moe-every", ARG_INT, moe_every, 1, NO_MAX, "blocks n-1, 2n-1, ... (every n-th block) get experts");
-    SPEC(NULL, "moe-hidden", ARG_INT, moe_hidden, 0, NO_MAX, "hidden width of each expert's MLP (0 = 4C)");
-    SPEC(NULL, "moe-capacity-factor", ARG_FLOAT, moe_capacity_factor, 0, NO_MAX,
-         "tokens per expert at most ceil(c*k*tokens/E) per micro-batch; the rest skip it (0 = no dropping)");
-    SPEC(NULL, "moe-aux-coef", ARG_FLOAT, moe_aux_coef, 0, NO_MAX,
-         "load-balancing loss coefficient alpha (alpha*E*sum f_i*P_i, Switch Transformer)");
-    SPEC(NULL, "moe-z-coef", ARG_FLOAT, moe_z_coef, 0, NO_MAX, "router z-loss coefficient (ST-MoE; 0 = off)");
-    SPEC(NULL, "ep", ARG_INT, ep, 1, NO_MAX,
-         "expert parallelism: the experts split over groups of N consecutive data-parallel processes, tokens moved "
-         "by all-to-all; each process holds only its E/N experts' weights, gradients and optimizer state (N divides "
-         "the data-parallel size and --moe-experts; 1 = every process holds and computes every expert)");
-    SPEC(NULL, "grad-compress-ef-decay", ARG_FLOAT, grad_compress_ef_decay, 0, 1,
-         "error feedback re-adds the residual times this factor (0 < f <= 1; 1 = all of it): a value not sent for j "
-         "steps counts f^j, so stale gradients fade after ~1/(1-f) steps");
-    SPEC(NULL, "grad-compress-warmup", ARG_INT, grad_compress_warmup, 0, NO_MAX,
-         "the first N optimizer steps reduce uncompressed (full bytes), compression starts at step N+1");
-    SPEC(NULL, "plan", ARG_INT, plan, 0, 1, "1 = print the layout plan (memory per GPU, communication, bubble, step time) for "
-         "--gpus/--device and the layout flags, and exit: no training, nothing allocated, no data read");
-    SPEC(NULL, "plan-search", ARG_INT, plan_search, 0, 1, "1 = like --plan, but enumerate the layouts and print the 10 best");
-    SPEC(NULL, "plan-theory", ARG_INT, plan_theory, 0, 1, "1 = --plan-search also ranks ZeRO-3 with --tp/--pp (theory)");
-    SPEC(NULL, "gpus", ARG_INT, gpus, 1, NO_MAX, "--plan: GPUs of the cluster (tp x pp x dp)");
-    SPEC(NULL, "gpus-per-node", ARG_INT, gpus_per_node, 1, NO_MAX, "--plan: GPUs per node (NVLink domain)");
-    SPEC(NULL, "device", ARG_STRING, plan_device, NO_MIN, NO_MAX, "--plan: h100, h200, a100-80gb or b200");
-    SPEC(NULL, "plan-precision", ARG_STRING, plan_precision, NO_MIN, NO_MAX, "--plan: bf16 (2-byte parameters and "
-         "gradients, fp32 master weights, the bf16 tensor-core peak) or fp32 (4-byte, no master copy, the TF32 peak)");
-    SPEC(NULL, "offload", ARG_INT, offload, 0, 1, "--plan: 1 = optimizer state in host memory (as --offload-optimizer "
-         "cpu, which --plan also reads)");
-    SPEC(NULL, "gemm-eff", ARG_FLOAT, gemm_eff, 0.01, 1, "--plan: achieved share of the tensor-core peak in the matmuls");
-    SPEC(NULL, "plan-mem-gb", ARG_FLOAT, plan_mem_gb, 0, NO_MAX, "--plan: device memory in GB (0 = the device table's)");
-    SPEC(NULL, "plan-nvlink-gbs", ARG_FLOAT, plan_nvlink_gbs, 0, NO_MAX,
-         "--plan: NVLink GB/s per GPU per direction (0 = the device table's)");
-    SPEC(NULL, "plan-net-gbs", ARG_FLOAT, plan_net_gbs, 0, NO_MAX,
-         "--plan: network GB/s per GPU per direction (0 = the device table's)");
-    SPEC("ge", "gelu-fusion", ARG_INT, gelu_fusion, 0, 1, "1 = fuse GELU into the matmul epilogue");
-    SPEC(NULL, "cpu-matmul", ARG_STRING, cpu_matmul, NO_MIN, NO_MAX,
-         "CPU build: auto (bf16 where the CPU has AVX512_BF16 instructions, else fp32), fp32 (OpenBLAS sgemm, the "
-         "tests' reference) or bf16 (the layers' and lm head's matmuls with operands rounded to bf16 and fp32 sums, "
-         "AVX512_BF16 CPUs only); the CUDA build ignores auto and fp32");
-    SPEC("w", "master-weights", ARG_INT, master_weights, 0, 1, "1 = keep fp32 master weights (mixed-precision builds)");
-    SPEC(NULL, "seed", ARG_INT, seed, 0, NO_MAX, "random seed (init, data shuffling, sampling)");
-    SPEC(NULL, "shuffle", ARG_INT, shuffle, 0, 1, "1 = shuffle training windows every epoch (seeded by --seed)");
-    SPEC(NULL, "max-bad-steps", ARG_INT, max_bad_steps, 1, NO_MAX,
-         "stop with an error after N consecutive steps whose loss or gradient norm is not finite (each is skipped, "
-         "never applied)");
-    SPEC(NULL, "log-every", ARG_INT, log_every, 1, NO_MAX, "print a training line every N steps");
-    SPEC(NULL, "exit-after-steps", ARG_INT, exit_after_steps, 0, NO_MAX,
-         "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = off)");
-    SPEC(NULL, "signal-checkpoint", ARG_STRING, signal_checkpoint, NO_MIN, NO_MAX,
-         "signals (term, usr1, comma-separated, or none) on which a run with -o finishes the current step, writes a "
-         "checkpoint and exits 0 (every process together); a second such signal stops at once");
-    SPEC(NULL, "nccl-init", ARG_STRING, nccl_init, NO_MIN, NO_MAX,
-         "GPU builds without MPI: NCCL id exchange, auto (fs:$LLMC_NCCL_ID_DIR or fs:.), fs:DIR or tcp:HOST:PORT");
-    SPEC(NULL, "comm-timeout", ARG_FLOAT, comm_timeout, 1, NO_MAX,
-         "seconds a collective may wait for a peer before the job aborts (NCCL watchdog, id exchange)");
-    SPEC(NULL, "comm-stats", ARG_INT, comm_stats, 0, 1, "1 = every process prints the bytes it sent/received per step, the ring theory of its ZeRO stage (and the "
-         "time in tp collectives)");
-    SPEC(NULL, "cuda-graphs", ARG_INT, cuda_graphs, 0, 1,
-         "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it "
-         "(CUDA build, one process, not with -z 2 or 3; micro-steps that issue gradient buckets run eagerly; same results)");
-#undef SPEC
-    return n;
-}
-#define MAX_SPECS 96
+#include "llmc/train_flags.h"      /* defines: TrainConfig (every flag, declared once), train_config_specs */
 
 /* ============================================================ the training session */
 
@@ -692,7 +403,7 @@ static void write_checkpoint(TrainSession* s) {
     if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
-        ArgSpec specs[MAX_SPECS];
+        ArgSpec specs[TRAIN_NUM_FLAGS];
         char* flags = args_flag_lines(specs, train_config_specs(&s->cfg, specs)); /* compared on resume */
         checkpoint_write_done(dir, s->step, flags);
         free(flags);
@@ -767,71 +478,14 @@ static void resume_residuals(TrainSession* s, int resume_step) {
     }
 }
 
-/* The flags a resume may change, each with the reason; every other flag must have the value the checkpoint was
- * written with (resume_check_flags), because it changes the data order or the training trajectory. A flag added
- * later is refused on resume until it is listed here with its reason. */
-static const char* const RESUME_MAY_CHANGE[][2] = {
-    {"train-data", "the shards are compared by content (names, sizes, first and last tokens), so they may move"},
-    {"val-data", "validation only reads the weights"},
-    {"model", "the weights come from the checkpoint; the model's shape is compared with it separately"},
-    {"output-dir", "the checkpoint directory itself, which may move"},
-    {"tokenizer", "samples only"},
-    {"batch-size", "checked with -t and -d as tokens per step (the processes may change, re-sharded)"},
-    {"seq-len", "checked with -b and -d as tokens per step"},
-    {"total-batch-size", "checked with -b and -t as tokens per step"},
-    {"max-steps", "the run's length: raise it to train further (the learning rate schedule then spans the new length)"},
-    {"val-every", "validation only"}, {"val-max-steps", "validation only"}, {"val-tokens", "validation only"},
-    {"sample-every", "samples only (their RNG is separate from training)"}, {"gen-tokens", "samples only"},
-    {"temperature", "samples only"}, {"top-k", "samples only"}, {"prompt", "samples only"},
-    {"kv-cache", "samples only: the same tokens, faster"},
-    {"checkpoint-every", "when checkpoints are written"}, {"checkpoints-keep", "how many checkpoints are kept"},
-    {"resume", "this very choice"},
-    {"zero-stage", "the optimizer state is re-sharded; the arithmetic is the same"},
-    {"ep", "where experts are held and computed: the model file is the full model, and a resume at another --ep (same "
-           "processes and ZeRO stage) rebuilds each rank's optimizer ranges from all state files (expert gradients are "
-           "then summed in another order)"},
-    {"tp", "the process layout: the state is re-sharded"}, {"sequence-parallel", "the process layout"},
-    {"pp", "the process layout: the state is re-sharded"}, {"pp-schedule", "the order of micro-batches, same sums"},
-    {"pp-virtual", "the process layout"}, {"pp-layers", "the process layout"}, {"pp-trace-steps", "diagnostics"},
-    {"dry-run", "exits before training"},
-    {"recompute", "memory only: recomputed activations are the same"},
-    {"recompute-every", "memory only: recomputed activations are the same"},
-    {"gelu-fusion", "a kernel choice: the same function"},
-    {"cpu-matmul", "the CPU matmuls' operand rounding (bf16 or fp32; auto picks by the machine), like a build's precision: "
-                   "the data order and the schedule are the same"},
-    {"max-bad-steps", "when a diverging run stops"}, {"log-every", "printing only"},
-    {"exit-after-steps", "when this run stops"}, {"signal-checkpoint", "when this run stops"},
-    {"nccl-init", "how processes find each other"}, {"comm-timeout", "how long collectives wait"},
-    {"comm-stats", "printing only"}, {"cuda-graphs", "replays the same kernels"},
-    {"grad-compress", "how gradients are exchanged: the error-feedback residuals are restored, start at zero or are "
-                      "dropped, said in one line (another process count with residuals is refused)"},
-    {"grad-compress-round", "the INT8 rounding of the gradient exchange"},
-    {"grad-compress-ef", "whether residuals are kept: restored, started at zero or dropped, said in one line"},
-    {"offload-optimizer", "where the optimizer state lives while training: checkpoints hold it in the same state files "
-                          "either way (the NVMe files are scratch), and the update is the same AdamW"},
-    {"offload-params", "where ZeRO-3's parameter shard lives while training: the gathered values and the update are the "
-                       "same, and checkpoints hold the whole model either way"},
-    {"grad-compress-ef-decay", "how much of the residual (restored with the checkpoint) is re-added, from the resumed "
-                               "step on"},
-    {"grad-compress-warmup", "which steps are exchanged uncompressed, from the resumed step on"},
-};
-
-/* the reason flag `name` may change on resume, or NULL (it must not) */
-static const char* resume_may_change(const char* name) {
-    for (size_t i = 0; i < sizeof(RESUME_MAY_CHANGE) / sizeof(RESUME_MAY_CHANGE[0]); i++) {
-        if (strcmp(RESUME_MAY_CHANGE[i][0], name) == 0) { return RESUME_MAY_CHANGE[i][1]; }
-    }
-    return NULL;
-}
-
 /* Refuses, with one line naming the flag and both values, a resume from checkpoint resume_step whose recorded
- * flags (its DONE marker) differ from this run's in a flag not on RESUME_MAY_CHANGE. A flag the checkpoint has no
+ * flags (its DONE marker) differ from this run's in a flag whose row says MUST_MATCH (llmc/train_flags.h). A flag the checkpoint has no
  * record of (written before it existed) must have its default. A checkpoint without any record (an earlier
  * version) is resumed with the checks of the training state only, said in one line. Every process reads the same
  * marker: FATAL_ALL. */
 static void resume_check_flags(TrainSession* s, int resume_step) {
     char* done = checkpoint_read_done(s->cfg.output_dir, resume_step);
-    ArgSpec specs[MAX_SPECS], defaults_specs[MAX_SPECS];
+    ArgSpec specs[TRAIN_NUM_FLAGS], defaults_specs[TRAIN_NUM_FLAGS];
     TrainConfig defaults;
     train_config_defaults(&defaults);
     int n = train_config_specs(&s->cfg, specs);
@@ -846,7 +500,7 @@ static void resume_check_flags(TrainSession* s, int resume_step) {
         return;
     }
     for (int i = 0; i < n; i++) {
-        if (resume_may_change(specs[i].long_name)) { continue; }
+        if (train_flag_resume_reason(specs[i].long_name)) { continue; }
         char *ours = NULL, *dflt = NULL;
         size_t ol = 0, oc = 0, dl = 0, dc = 0, len = 0;
         args_buf_append_value_json(&ours, &ol, &oc, &specs[i]);
@@ -1169,7 +823,7 @@ static void check_config(TrainSession* s) {
 /* hash of the resolved configuration (every flag's value, world size) and of the data (dataloader
  * fingerprints), so ranks started with different flags or data are refused at start */
 static uint64_t config_hash(TrainSession* s) {
-    ArgSpec specs[MAX_SPECS];
+    ArgSpec specs[TRAIN_NUM_FLAGS];
     int n = train_config_specs(&s->cfg, specs);
     char* json = args_config_json(specs, n);
     uint64_t h = comm_hash64(14695981039346656037ULL, json, strlen(json));
@@ -1907,7 +1561,7 @@ static int plan_main(const TrainConfig* cfg) {
 int main(int argc, char** argv) {
     TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session");
     train_config_defaults(&s->cfg);
-    ArgSpec specs[MAX_SPECS];
+    ArgSpec specs[TRAIN_NUM_FLAGS];
     int n_specs = train_config_specs(&s->cfg, specs);
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
