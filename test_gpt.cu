@@ -394,10 +394,11 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->cfg.output_dir = output_dir;
     s->cfg.train_data = shard;
     comm_init(&s->world, NULL, NULL, "auto", 600.0); /* one process, ZeRO-0: NCCL not started (as the trainer) */
-    grid_init(&s->grid, &s->world, grid_layout_for_world(1, 1, 1, 1), NULL, 0);
+    s->layout = grid_layout_for_world(1, 1, 1, 1);
+    s->layout.B = fx->B; s->layout.T = fx->T; s->layout.m = accum;
+    grid_init(&s->grid, &s->world, &s->layout);
     s->dp = s->grid.dp;
     gpt2_build_from_file(&s->model, model_path, NULL);
-    s->grad_accum_steps = accum;
     s->max_steps = max_steps;
     s->tp = s->grid.tp;
     s->pp = s->grid.pp;
@@ -482,11 +483,11 @@ static StepResult reference_train_step(TrainSession* s) {
     ZeroOptimizer* z = &s->zero;
     int B = s->cfg.B, T = s->cfg.T;
     size_t n = (size_t)B * T, P = m->num_parameters;
-    float dloss = 1.0f / ((float)B * (float)T * (float)s->grad_accum_steps);
+    float dloss = 1.0f / ((float)B * (float)T * (float)s->layout.m);
     GPT2GradTarget target = gpt2_grad_target_full(m, z->grads);
     dev_memset(z->grads, 0, P * sizeof(floatX));
     double loss_sum = 0.0;
-    for (int micro = 0; micro < s->grad_accum_steps; micro++) {
+    for (int micro = 0; micro < s->layout.m; micro++) {
         dataloader_next_batch(&s->train_loader);
         dev_memcpy_h2d(m->inputs, s->train_loader.inputs, n * sizeof(int));
         dev_memcpy_h2d(m->targets, s->train_loader.targets, n * sizeof(int));
@@ -496,7 +497,7 @@ static StepResult reference_train_step(TrainSession* s) {
     }
     StepResult r;
     memset(&r, 0, sizeof(r)); /* fields this loop does not use (skipped, compression bytes) stay 0, as in train_step */
-    r.loss = (float)(loss_sum / s->grad_accum_steps);
+    r.loss = (float)(loss_sum / s->layout.m);
     r.bubble = -1.0f; /* no pipeline */
     float norm_sq = 0.0f;
     global_norm_squared(z->norm_partials, z->grads, P, 0);

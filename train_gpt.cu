@@ -56,18 +56,20 @@
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
 #include "llmc/train_flags.h"      /* defines: TrainConfig (every flag, declared once), train_config_specs */
+#include "llmc/train_config.h"     /* defines: train_model_config, train_config_layout, train_config_check */
+#include "llmc/layout.h"           /* defines: Layout, layout_check (the compatibility table) */
 
 /* ============================================================ the training session */
 
 typedef struct {
     TrainConfig cfg;
     Comm world;                /* every process (llmc/comm.h) */
+    Layout layout;             /* the parallel layout and the step (llmc/layout.h): axes, ZeRO stage, schedule, B, T, m */
     ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h; --ep inside dp) */
     Comm* dp;                  /* the data-parallel group: grid.dp */
     Comm* tp;                  /* the tensor-parallel group: grid.tp */
     Comm* pp;                  /* the pipeline group: grid.pp */
     Pipeline pipe;             /* --pp > 1: the schedule and its executor over the model (llmc/pipeline_model.h) */
-    int pp_layers[64];         /* --pp-layers parsed (all 0: even split) */
     PipelineTrace trace;       /* --pp-trace-steps: the recorded steps of every rank */
     GPT2 model;
     ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
@@ -82,7 +84,6 @@ typedef struct {
     int sampling;              /* -g > 0 and a start token the model knows (setup_tokenizer) */
     LRScheduler scheduler;
     Logger logger;
-    int grad_accum_steps;
     int step;                  /* optimizer steps completed */
     int max_steps;
     uint64_t sample_rng;       /* xorshift state for sampling */
@@ -133,11 +134,11 @@ static void micro_step(TrainSession* s, float dloss, int last_micro_step) {
 
 /* --pp > 1: the step's m micro-batches into the pipeline's token store (every stage reads the same batches) */
 static void pipeline_step_batches(TrainSession* s) {
-    for (int i = 0; i < s->grad_accum_steps; i++) {
+    for (int i = 0; i < s->layout.m; i++) {
         int slot = batch_pipeline_take(&s->batches);
         pipeline_set_batch(&s->pipe, i, batch_pipeline_inputs(&s->batches, slot),
                            batch_pipeline_targets(&s->batches, slot), batch_pipeline_host_inputs(&s->batches, slot));
-        if (i < s->grad_accum_steps - 1 || s->step + 1 < s->max_steps) { batch_pipeline_load(&s->batches); }
+        if (i < s->layout.m - 1 || s->step + 1 < s->max_steps) { batch_pipeline_load(&s->batches); }
     }
 }
 
@@ -210,7 +211,7 @@ static void step_pcie_theory(const TrainSession* s, size_t* d2h, size_t* h2d) {
     size_t lo, hi;
     zero_owned_range(&s->zero, &lo, &hi);
     if (s->zero.params.host) {
-        ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->grad_accum_steps, s->zero.offload != NULL,
+        ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->layout.m, s->zero.offload != NULL,
                                          s->zero.opt.master != NULL, d2h, h2d);
     } else {
         ledger_offload_step_bytes(hi - lo, sizeof(floatX), d2h, h2d);
@@ -224,7 +225,7 @@ static StepResult train_step(TrainSession* s) {
     float loss_scale = s->loss_scaling ? s->scaler.scale : 1.0f;
     /* dloss: the loss is the mean over the global batch; FP16 scales it so small gradients do not flush to zero
      * (Micikevicius et al. 2018, "Mixed Precision Training") */
-    float dloss = 1.0f / ((float)cfg->B * (float)cfg->T * (float)s->grad_accum_steps * (float)s->dp->world);
+    float dloss = 1.0f / ((float)cfg->B * (float)cfg->T * (float)s->layout.m * (float)s->dp->world);
     dloss *= loss_scale;
     comm_counters_reset(s->dp);
     comm_counters_reset(s->tp);
@@ -245,14 +246,14 @@ static StepResult train_step(TrainSession* s) {
         s->pipe.opt_t0 = s->trace.steps_left > 0 ? pipeline_clock(NULL) : 0.0; /* the optimizer slice of the trace */
         zero_finish(&s->zero);
         GPT2* head = pipeline_head(&s->pipe);                    /* the loss lives on the last stage */
-        loss = head ? gpt2_loss_sum_read(head) / s->grad_accum_steps : 0.0;
+        loss = head ? gpt2_loss_sum_read(head) / s->layout.m : 0.0;
     } else {
         gpt2_loss_sum_reset(&s->model);
-        for (int micro = 0; micro < s->grad_accum_steps; micro++) {
-            micro_step(s, dloss, micro == s->grad_accum_steps - 1); /* load batch; forward; backward */
+        for (int micro = 0; micro < s->layout.m; micro++) {
+            micro_step(s, dloss, micro == s->layout.m - 1); /* load batch; forward; backward */
         }
         zero_finish(&s->zero);                                   /* every gradient bucket reduced */
-        loss = gpt2_loss_sum_read(&s->model) / s->grad_accum_steps; /* the step's one loss read (syncs) */
+        loss = gpt2_loss_sum_read(&s->model) / s->layout.m; /* the step's one loss read (syncs) */
     }
     GradCompressStats cs;
     memset(&cs, 0, sizeof(cs));
@@ -309,7 +310,7 @@ static StepResult train_step(TrainSession* s) {
         printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
                c->rank, s->step, n.bytes_sent, n.bytes_recv, n.calls, cfg->zero_stage,
                c->world, s->zero.P, s->zero.S);
-        if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->grad_accum_steps)); }
+        if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->layout.m)); }
         if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
             printf(" | offload PCIe %.0f+%.0f bytes (theory %.0f+%.0f)", r.off_d2h, r.off_h2d, r.off_d2h_theory,
                    r.off_h2d_theory);
@@ -352,7 +353,7 @@ static TrainState session_train_state(const TrainSession* s) {
     st.pp_rank = s->pp->rank;
     st.stage = s->model.stage;
     st.zero_stage = s->cfg.zero_stage;
-    st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->grad_accum_steps;
+    st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->layout.m;
     st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
     st.vocab_size = c->vocab_size; st.padded_vocab_size = c->padded_vocab_size; st.max_seq_len = c->max_seq_len;
     st.has_master = zero_has_master(&s->zero);
@@ -421,7 +422,7 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     TrainState h;
     train_state_read_header(path, &h);
     long long tokens = train_state_tokens_per_step(&h);
-    long long ours = (long long)s->cfg.B * s->cfg.T * s->grad_accum_steps * s->dp->world; /* dp: tp ranks share */
+    long long ours = (long long)s->cfg.B * s->cfg.T * s->layout.m * s->dp->world; /* dp: tp ranks share */
     if (h.B != s->cfg.B || h.T != s->cfg.T || tokens != ours) {
         /* one line from rank 0; the others wait for the launcher to end the job */
         if (is_rank0(s)) {
@@ -664,107 +665,33 @@ static void sample(TrainSession* s) {
 
 /* ---------------------------------------------------------------- setup */
 
-/* validates flag combinations that the per-flag ranges cannot express; sets grad_accum_steps */
-static void check_config(TrainSession* s) {
-    const TrainConfig* c = &s->cfg;
-    const GPT2Config* mc = &s->model.config;
-    int world = s->dp->world;
-    if (c->T > mc->max_seq_len) {
-        CONFIG_FATAL(s, "flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T, mc->max_seq_len,
-              mc->max_seq_len);
+/* the layout the flags describe (llmc/train_config.h), checked against the compatibility table (llmc/layout.h) and
+ * every other flag rule, then the process grid on its axes; one line from rank 0 for what cannot run */
+static void setup_layout(TrainSession* s, const GPT2Config* mc) {
+    char err[1024];
+    if (train_config_layout(&s->cfg, s->world.world, mc, &s->layout, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    LayoutModel md = ledger_layout_model(mc);
+    LayoutVerdict verdict = layout_check(&s->layout, &md, s->world.world, err, sizeof(err));
+    if (verdict == LAYOUT_THEORY) {
+        CONFIG_FATAL(s, "%s (a layout the trainer does not build; --plan 1 evaluates it)", err);
     }
-    long long tokens_per_micro = (long long)c->B * c->T * world;
-    long long total = c->total_batch_size == -1 ? tokens_per_micro : c->total_batch_size;
-    if (total <= 0 || total % tokens_per_micro != 0) {
-        CONFIG_FATAL(s, "flag -d (--total-batch-size) is %d, which is not a positive multiple of B*T*processes = %d*%d*%d = %lld",
-              c->total_batch_size, c->B, c->T, world, tokens_per_micro);
-    }
-    s->grad_accum_steps = (int)(total / tokens_per_micro);
-    if (c->max_steps == 0) {
-        CONFIG_FATAL(s, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
-    }
-    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
-        CONFIG_FATAL(s, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use --val-tokens "
-                     "%d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
-    }
-    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
-        CONFIG_FATAL(s, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
-    }
-    if (c->val_max_steps == 0) {
-        CONFIG_FATAL(s, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a positive "
-              "count, or -j '' to turn validation off");
-    }
-    if (!lr_schedule_is_known(c->lr_schedule)) {
-        CONFIG_FATAL(s, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
-    }
-    if (c->cuda_graphs && s->world.world > 1) {
-        CONFIG_FATAL(s, "flag --cuda-graphs 1 works with one process only (this run has %d): the data-parallel gradient hooks, "
-              "tensor-parallel collectives and pipeline transfers run during a micro-step, which a captured graph cannot "
-              "replay; use --cuda-graphs 0", s->world.world);
-    }
-    if (c->cuda_graphs && !dev_graphs_supported()) {
-        CONFIG_FATAL(s, "flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
-    }
-    if (c->cuda_graphs && zero_stage_info(c->zero_stage)->reduces_every_micro_step) {
-        CONFIG_FATAL(s, "flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands its "
-              "gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
-              c->zero_stage, c->zero_stage);
-    }
-    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1)) {
-        CONFIG_FATAL(s, "flag -z 3 (ZeRO-3) shards the whole model's parameters over data-parallel processes; it does not "
-              "combine with --tp %d --pp %d (their parts are not gathered per layer): use -z 2, or --tp 1 --pp 1",
-              c->tp, c->pp);
-    }
-    if (c->sequence_parallel && c->tp == 1) {
-        CONFIG_FATAL(s, "flag --sequence-parallel 1 splits the tensor-parallel group's rows: it needs --tp 2 or more (this run has "
-              "--tp 1)");
-    }
-    if (c->sequence_parallel && c->T % c->tp != 0) {
-        CONFIG_FATAL(s, "flag --sequence-parallel 1 needs the sequence length -t (%d) divisible by --tp (%d), so every rank holds "
-              "whole rows", c->T, c->tp);
-    }
-    char err[512];
-    PipelineFlags pf = {c->pp, c->pp_schedule, c->pp_virtual, c->pp_layers};
-    if (pipeline_check_step(&pf, s->grad_accum_steps, tokens_per_micro, c->zero_stage, err, sizeof(err))) {
-        CONFIG_FATAL(s, "%s", err);
-    }
-    if (grad_compress_parse(c->grad_compress, &s->compress, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
-    if (strcmp(c->grad_compress_round, "nearest") != 0 && strcmp(c->grad_compress_round, "stochastic") != 0) {
-        CONFIG_FATAL(s, "flag --grad-compress-round is '%s'; expected nearest or stochastic", c->grad_compress_round);
-    }
-    s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
-    s->compress.error_feedback = c->grad_compress_ef;
-    s->compress.ef_decay = c->grad_compress_ef_decay;
-    if (c->grad_compress_ef_decay <= 0.0f || (c->grad_compress_ef_decay != 1.0f && (!c->grad_compress_ef ||
-                                                                                   s->compress.kind == GRAD_COMPRESS_NONE))) {
-        CONFIG_FATAL(s, "flag --grad-compress-ef-decay is %g; expected a factor in (0, 1] for the error-feedback "
-              "residual, and a value other than 1 needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1 "
-              "(this run: --grad-compress %s --grad-compress-ef %d)", (double)c->grad_compress_ef_decay,
-              c->grad_compress, c->grad_compress_ef);
-    }
-    s->compress.warmup = c->grad_compress_warmup;
-    if (strcmp(c->cpu_matmul, "auto") != 0 && strcmp(c->cpu_matmul, "fp32") != 0 && strcmp(c->cpu_matmul, "bf16") != 0) {
-        CONFIG_FATAL(s, "flag --cpu-matmul is '%s'; expected auto, fp32 or bf16", c->cpu_matmul);
-    }
+    if (verdict != LAYOUT_BUILDABLE) { CONFIG_FATAL(s, "%s", err); }
+    if (train_config_check(&s->cfg, mc, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+    grid_init(&s->grid, &s->world, &s->layout);
+    s->dp = s->grid.dp;
+    s->tp = s->grid.tp;
+    s->pp = s->grid.pp;
+}
+
+/* --cpu-matmul auto on the CPU build: resolved once, so the header, log and checkpoints name the path; bf16 only
+ * when every process's CPU has AVX512_BF16 (a collective: all processes then run, and record, the same arithmetic) */
+static void resolve_cpu_matmul(TrainSession* s) {
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
-    if (strcmp(c->cpu_matmul, "bf16") == 0) {
-        CONFIG_FATAL(s, "flag --cpu-matmul bf16 selects the CPU build's matmul; this is the CUDA build (its precision "
-              "is set at build time: PRECISION=BF16/FP32/FP16)");
-    }
+    (void)s;
 #elif defined(LLMC_CPU_NAIVE)
-    if (strcmp(c->cpu_matmul, "bf16") == 0) {
-        CONFIG_FATAL(s, "flag --cpu-matmul bf16: this is the naive build (train_gpt_cpu_naive), whose matmuls are plain "
-              "fp32 loops; use --cpu-matmul fp32 or auto, or ./train_gpt_cpu");
-    }
-    if (strcmp(c->cpu_matmul, "auto") == 0) { s->cfg.cpu_matmul = "fp32"; s->cpu_matmul_auto = 1; }
+    if (strcmp(s->cfg.cpu_matmul, "auto") == 0) { s->cfg.cpu_matmul = "fp32"; s->cpu_matmul_auto = 1; }
 #else
-    if (strcmp(c->cpu_matmul, "bf16") == 0 && !cpu_bf16_matmul_supported()) {
-        CONFIG_FATAL(s, "flag --cpu-matmul bf16 needs a CPU with AVX512_BF16 instructions (Intel Cooper Lake or "
-              "Sapphire Rapids, AMD Zen 4 or later); this one has none: use --cpu-matmul fp32");
-    }
-    if (strcmp(c->cpu_matmul, "auto") == 0) {
-        /* resolved here, so the header, log and checkpoints name the path; bf16 only when every process's CPU has
-         * AVX512_BF16 (a collective: all processes then run, and record, the same arithmetic) */
+    if (strcmp(s->cfg.cpu_matmul, "auto") == 0) {
         double with_bf16 = cpu_bf16_matmul_supported() ? 1.0 : 0.0;
         comm_all_reduce_host_f64(&s->world, &with_bf16, 1);
         s->cfg.cpu_matmul = with_bf16 == (double)s->world.world ? "bf16" : "fp32";
@@ -774,50 +701,26 @@ static void check_config(TrainSession* s) {
                    "matmuls\n", s->world.world - (int)with_bf16, s->world.world);
         }
     }
-    cpu_set_matmul_bf16(strcmp(c->cpu_matmul, "bf16") == 0);
+    cpu_set_matmul_bf16(strcmp(s->cfg.cpu_matmul, "bf16") == 0);
 #endif
-    if (s->compress.kind != GRAD_COMPRESS_NONE) {
-        if (c->zero_stage > 1) {
-            CONFIG_FATAL(s, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
-                  "step; ZeRO-%d reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress none",
-                  c->grad_compress, c->zero_stage);
-        }
-        if (c->tp > 1 || c->pp > 1) {
-            CONFIG_FATAL(s, "flag --grad-compress %s compresses data-parallel gradient reductions only; tensor- and "
-                  "pipeline-parallel runs (--tp %d --pp %d) are not compressed: use --tp 1 --pp 1 or --grad-compress none",
-                  c->grad_compress, c->tp, c->pp);
-        }
-        if (s->world.world < 2) {
-            CONFIG_FATAL(s, "flag --grad-compress %s needs 2 or more data-parallel processes (this run has 1): one "
-                  "process reduces no gradients; run under mpirun -np N or use --grad-compress none", c->grad_compress);
-        }
-        if (c->cuda_graphs) {
-            CONFIG_FATAL(s, "flag --grad-compress %s does not combine with --cuda-graphs 1", c->grad_compress);
-        }
-    }
-    if (offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
+}
+
+/* what the validated flags ask for beyond the layout: the compression spec, the offload spec, the preemption
+ * signals and the CPU matmul path */
+static void setup_options(TrainSession* s) {
+    const TrainConfig* c = &s->cfg;
+    char err[512];
+    grad_compress_parse(c->grad_compress, &s->compress, err, sizeof(err)); /* validated by train_config_layout */
+    s->compress.stochastic = strcmp(c->grad_compress_round, "stochastic") == 0;
+    s->compress.error_feedback = c->grad_compress_ef;
+    s->compress.ef_decay = c->grad_compress_ef_decay;
+    s->compress.warmup = c->grad_compress_warmup;
+    offload_parse(c->offload_optimizer, &s->offload, err, sizeof(err));
     s->offload.rank = s->world.rank;
-    if (offload_params_parse(c->offload_params, &s->offload.params, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
-    if (s->offload.params && c->zero_stage != 3) {
-        CONFIG_FATAL(s, "flag --offload-params %s moves ZeRO-3's parameter shard to host memory: it needs -z 3 (this run "
-                     "has -z %d, whose parameters are not sharded); use -z 3 or --offload-params none",
-                     c->offload_params, c->zero_stage);
-    }
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && strcmp(PRECISION_NAME, "fp16") == 0) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s works with fp32 and bf16 builds; this fp16 build (loss scaling) "
-                     "is not supported: use --offload-optimizer none", c->offload_optimizer);
-    }
-    if (s->offload.kind != LEDGER_OFFLOAD_NONE && !FLOATX_IS_FLOAT && !c->master_weights) {
-        CONFIG_FATAL(s, "flag --offload-optimizer %s keeps fp32 master weights on the host; it does not combine with "
-                     "-w 0 (--master-weights) in this %s build: use -w 1", c->offload_optimizer, PRECISION_NAME);
-    }
+    s->offload.params = s->layout.offload_params;
     s->preempt_n = preempt_parse(c->signal_checkpoint, s->preempt_signals, 2, err, sizeof(err));
-    if (s->preempt_n < 0) { CONFIG_FATAL(s, "%s", err); }
     if (c->output_dir[0] == '\0') { s->preempt_n = 0; } /* no checkpoint to write: signals keep their default effect */
-    if (strlen(c->output_dir) > 900) {
-        CONFIG_FATAL(s, "flag -o (--output-dir) is %zu characters long; at most 900 are supported (checkpoint names are "
-              "appended)", strlen(c->output_dir));
-    }
+    resolve_cpu_matmul(s);
 }
 
 /* hash of the resolved configuration (every flag's value, world size) and of the data (dataloader
@@ -845,108 +748,12 @@ static void setup_processes(TrainSession* s) {
     if (zero_needs_collectives(cfg->zero_stage, s->world.world)) { comm_init_device(&s->world, cfg->nccl_init); }
 }
 
-/* the --moe-* and --ep flags against the model and the layout (one line for what is not possible) */
-static void moe_check_flags(const TrainConfig* cfg, const GPT2Config* mc) {
-    int planning = cfg->plan || cfg->plan_search; /* the planner checks its layout itself (ledger_check_layout) */
-    if (cfg->ep > 1 && mc->moe.experts == 0 && !planning) {
-        FATAL_ALL("flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts to "
-                  "split; use --ep 1", cfg->ep);
-    }
-    if (mc->moe.experts == 0) { return; }
-    if (mc->moe.experts % cfg->ep != 0) {
-        FATAL_ALL("flag --ep %d does not divide --moe-experts %d: each expert-parallel rank holds E/ep experts; expected "
-                  "--ep to divide %d", cfg->ep, mc->moe.experts, mc->moe.experts);
-    }
-    if (mc->moe.top_k > mc->moe.experts) {
-        FATAL_ALL("flag --moe-top-k %d is above --moe-experts %d: a token cannot choose more experts than there are",
-                  mc->moe.top_k, mc->moe.experts);
-    }
-    if (mc->moe.every > mc->num_layers) {
-        FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc->moe.every,
-                  mc->num_layers);
-    }
-    if (planning) { return; }
-    if (cfg->tp > 1 || cfg->pp > 1 || cfg->cuda_graphs) {
-        FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
-                  "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", mc->moe.experts,
-                  cfg->tp > 1 ? "--tp > 1" : cfg->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
-    }
-    if (cfg->ep > 1 && (strcmp(cfg->offload_optimizer, "none") != 0 || strcmp(cfg->grad_compress, "none") != 0)) {
-        FATAL_ALL("flag --ep %d with %s: expert parallelism keeps the experts' optimizer state in a second ZeRO group "
-                  "that optimizer offload and gradient compression do not cover; use --ep 1 or drop that flag", cfg->ep,
-                  strcmp(cfg->offload_optimizer, "none") != 0 ? "--offload-optimizer" : "--grad-compress");
-    }
-    if (cfg->zero_stage == 3 || cfg->recompute == 3) { /* the expert tensors are not per-layer units (llmc/README.md) */
-        FATAL_ALL("flag --moe-experts %d with %s: mixture-of-experts models run with -z 0/1/2 and -r 0/1/2 (the expert "
-                  "tensors are not per-layer units for ZeRO-3's gathers or -r 3's segments)", mc->moe.experts,
-                  cfg->zero_stage == 3 ? "-z 3" : "-r 3");
-    }
-}
-
-/* the model's configuration: a descriptor, or a model file's header (exits with one line for neither) */
-static GPT2Config model_config(const TrainConfig* cfg) {
-    GPT2Config mc;
-    char err[512];
-    if (gpt2_config_from_shape(&mc, cfg->model, err, sizeof(err)) < 0) { FATAL("%s", err); }
-    if (!gpt2_config_from_descriptor(&mc, cfg->model)) {
-        if (!file_exists(cfg->model)) {
-            FATAL("flag -e (--model) is '%s': neither a model descriptor (d2 d4 d6 d8 d12 d24 d36 d48) nor an existing "
-                  "model file", cfg->model);
-        }
-        gpt2_read_model_header(cfg->model, &mc);
-        if (mc.moe.experts != cfg->moe_experts || (mc.moe.experts > 0 &&
-            (mc.moe.top_k != cfg->moe_top_k || mc.moe.every != cfg->moe_every ||
-             mc.moe.hidden != (cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels)))) {
-            FATAL_ALL("model file '%s' is %s model (E=%d k=%d every=%d H=%d) but the --moe-* flags describe %s "
-                      "(--moe-experts %d --moe-top-k %d --moe-every %d --moe-hidden %d); give the file's values", cfg->model,
-                      mc.moe.experts ? "a mixture-of-experts" : "a dense", mc.moe.experts, mc.moe.top_k, mc.moe.every,
-                      mc.moe.hidden, cfg->moe_experts ? "a mixture-of-experts model" : "a dense model", cfg->moe_experts,
-                      cfg->moe_top_k, cfg->moe_every, cfg->moe_hidden);
-        }
-    } else if (mc.moe.experts > 0) { /* a shape with :E and :K (gpt2_config_from_shape): --moe-every, --moe-hidden apply */
-        TrainConfig def; /* a --moe-top-k other than its default must agree with the shape's K */
-        train_config_defaults(&def);
-        if ((cfg->moe_experts > 0 && cfg->moe_experts != mc.moe.experts) ||
-            (cfg->moe_top_k != def.moe_top_k && cfg->moe_top_k != mc.moe.top_k)) {
-            FATAL_ALL("flags --moe-experts %d --moe-top-k %d disagree with the shape '%s' (E=%d, K=%d); give the experts "
-                      "once", cfg->moe_experts, cfg->moe_top_k, cfg->model, mc.moe.experts, mc.moe.top_k);
-        }
-        mc.moe.every = cfg->moe_every;
-        mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
-    } else if (cfg->moe_experts > 0) {
-        mc.moe.experts = cfg->moe_experts;
-        mc.moe.top_k = cfg->moe_top_k;
-        mc.moe.every = cfg->moe_every;
-        mc.moe.hidden = cfg->moe_hidden ? cfg->moe_hidden : 4 * mc.channels;
-    }
-    mc.moe.ep = mc.moe.experts > 0 ? cfg->ep : 0; /* run-time fields (llmc/moe.h): they size the expert-side buffers */
-    mc.moe.ep_capacity = mc.moe.experts > 0 && cfg->ep > 1 ? cfg->moe_capacity_factor : 0.0f;
-    moe_check_flags(cfg, &mc);
-    return mc;
-}
-
-/* the process grid (llmc/process_grid.h): tp processes per tensor-parallel group, pp pipeline stages, the rest
- * data parallel; the layout is validated against the model (heads, channels, padded vocabulary divisible by --tp,
- * a layer per stage) with one line */
-static void setup_grid(TrainSession* s, const GPT2Config* mc) {
-    GridLayout layout = grid_layout_for_world(s->world.world, s->cfg.tp, s->cfg.pp, s->cfg.ep);
-    if (layout.dp == 0) { layout.tp = s->cfg.tp; layout.dp = 1; layout.pp = s->cfg.pp; layout.ep = 1; } /* refused below */
-    GridModelShape shape = {mc->num_heads, mc->channels, mc->padded_vocab_size, mc->num_layers};
-    grid_init(&s->grid, &s->world, layout, &shape, 0);
-    s->dp = s->grid.dp;
-    s->tp = s->grid.tp;
-    s->pp = s->grid.pp;
-    char err[512]; /* the pipeline flags that decide the stages (before the model is allocated) */
-    PipelineFlags pf = {s->cfg.pp, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_layers};
-    if (pipeline_check_layout(&pf, mc, s->pp_layers, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
-}
-
 /* the model (this process's tensor-parallel part of its pipeline stage): a descriptor (random init from --seed,
  * the same numbers for every layout) or a model file */
 static void setup_model(TrainSession* s, const GPT2Config* mc) {
     TensorParallel tp = tensor_parallel_on_comm(&s->tp_comm, s->tp, floatx_comm_dtype(), s->cfg.sequence_parallel,
                                                 s->cfg.comm_stats);
-    GPT2Stage stage = pipeline_stage_of(mc, s->pp->world, s->cfg.pp_virtual, s->pp_layers[0] ? s->pp_layers : NULL,
+    GPT2Stage stage = pipeline_stage_of(mc, s->pp->world, s->cfg.pp_virtual, s->layout.stage_layers[0] ? s->layout.stage_layers : NULL,
                                         s->pp->rank);
     GPT2Config run = *mc; /* --ep > 1: this process holds the experts of its ep rank (llmc/zero_experts.h) */
     run.moe.ep_rank = moe_ep_size(&run.moe) > 1 ? s->grid.ep->rank : 0;
@@ -1046,7 +853,7 @@ static void setup_data(TrainSession* s) {
     setup_tokenizer(s);
     s->max_steps = cfg->max_steps;
     if (s->max_steps == -1) {
-        size_t per_step = (size_t)s->grad_accum_steps * s->dp->world;
+        size_t per_step = (size_t)s->layout.m * s->dp->world;
         s->max_steps = (int)(dataloader_windows_per_epoch(&s->train_loader) / per_step);
         if (s->max_steps < 1) { s->max_steps = 1; }
     }
@@ -1058,10 +865,10 @@ static void setup_data(TrainSession* s) {
  * ledger counts it, llmc/offload.h); the first that fails prints the one error line, the others wait for the
  * launcher to end the job */
 static void check_offload_dir(TrainSession* s) {
-    if (s->offload.kind != LEDGER_OFFLOAD_NVME) { return; }
+    if (s->offload.kind != OFFLOAD_NVME) { return; }
     size_t P = s->model.num_parameters;
     size_t range = zero_stage_info(s->cfg.zero_stage)->shards_optimizer ? comm_shard_size(s->dp, P) : P;
-    LedgerOffload lo = ledger_offload(LEDGER_OFFLOAD_NVME, range, sizeof(floatX));
+    LedgerOffload lo = ledger_offload(OFFLOAD_NVME, range, sizeof(floatX));
     char err[1400];
     int bad = offload_check_dir(s->offload.dir, lo.nvme, err, sizeof(err));
     double* flags = (double*)calloc_check((size_t)s->world.world, sizeof(double), "offload check");
@@ -1077,10 +884,10 @@ static void check_offload_dir(TrainSession* s) {
 static void session_init(TrainSession* s) {
     TrainConfig* cfg = &s->cfg;
     setup_processes(s);
-    GPT2Config mc = model_config(cfg);
-    setup_grid(s, &mc);
+    GPT2Config mc = train_model_config(cfg);
+    setup_layout(s, &mc);                                    /* flags -> layout, the compatibility table, the grid */
+    setup_options(s);
     setup_model(s, &mc);
-    check_config(s);
     int resume_step = checkpoint_prepare_output_dir(cfg->output_dir, cfg->resume, cfg->max_steps, is_rank0(s));
     setup_data(s);
     /* every rank has the same flags, data and checkpoint to resume from */
@@ -1101,8 +908,8 @@ static void session_init(TrainSession* s) {
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         PipeScheduleKind kind;
         pipe_schedule_from_name(cfg->pp_schedule, &kind);
-        pipeline_init(&s->pipe, &s->model, s->pp, kind, s->grad_accum_steps, cfg->pp_virtual,
-                      s->pp_layers[0] ? s->pp_layers : NULL, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);
+        pipeline_init(&s->pipe, &s->model, s->pp, kind, s->layout.m, cfg->pp_virtual,
+                      s->layout.stage_layers[0] ? s->layout.stage_layers : NULL, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);
         s->pipe.gelu_fusion = cfg->gelu_fusion;
         pipeline_trace_init(&s->trace, &s->pipe, cfg->output_dir[0] ? cfg->pp_trace_steps : 0);
     } else {
@@ -1130,16 +937,10 @@ static void session_init(TrainSession* s) {
 static LedgerLayout session_ledger_layout(const TrainSession* s) {
     LedgerLayout l;
     memset(&l, 0, sizeof(l));
-    l.cfg = s->model.config; l.B = s->cfg.B; l.T = s->cfg.T; l.m = s->grad_accum_steps;
-    l.tp = s->tp->world; l.sp = s->cfg.sequence_parallel && s->tp->world > 1; l.pp = s->pp->world;
-    l.v = s->pp->world > 1 ? s->cfg.pp_virtual : 1;
-    pipe_schedule_from_name(s->cfg.pp_schedule, &l.sched);
-    l.pp_layers = s->pp_layers[0] ? s->pp_layers : NULL;
-    l.dp = s->dp->world; l.zero = s->cfg.zero_stage; l.recompute = s->cfg.recompute;
-    l.recompute_every = s->cfg.recompute_every;
-    l.pb = (int)sizeof(floatX); l.master = zero_has_master(&s->zero); l.offload = s->offload.kind;
-    l.offload_params = s->zero.params.host;
-    l.ep = s->zero.experts ? s->grid.ep->world : 1;
+    l.cfg = s->model.config;
+    l.layout = s->layout;
+    l.pb = (int)sizeof(floatX);
+    l.master = zero_has_master(&s->zero);
     return l;
 }
 
@@ -1173,7 +974,7 @@ static void print_ledger_check(const TrainSession* s) {
     }
     if (s->cfg.recompute == 3) { /* what checkpointing saves: the same layout without any recompute */
         LedgerLayout none = l;
-        none.recompute = 0;
+        none.layout.recompute = 0;
         size_t full = ledger_rank(&none, s->pp->rank).acts;
         int L = gpt2_stage_layers(&s->model.stage) / (s->pp->world > 1 ? s->cfg.pp_virtual : 1);
         int kk = gpt2_recompute_window(3, s->cfg.recompute_every, L);
@@ -1209,7 +1010,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
            dataloader_windows_per_epoch(&s->train_loader));
     printf("| val data              | %s\n", s->has_val ? s->cfg.val_data : "(none)");
     printf("| batch                 | B=%d T=%d x %d accumulation x %d processes = %d tokens/step\n", s->cfg.B,
-           s->cfg.T, s->grad_accum_steps, s->dp->world, s->cfg.B * s->cfg.T * s->grad_accum_steps * s->dp->world);
+           s->cfg.T, s->layout.m, s->dp->world, s->cfg.B * s->cfg.T * s->layout.m * s->dp->world);
     printf("| steps                 | %d (%s schedule, lr %.2e, warmup %d)\n", s->max_steps, s->cfg.lr_schedule,
            s->cfg.learning_rate, s->cfg.warmup_steps);
     printf("| processes / ZeRO      | %d / stage %d (collectives: %s)\n", s->world.world, s->cfg.zero_stage,
@@ -1223,7 +1024,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
         printf("| layout                | tensor parallel %d%s x data parallel %d x pipeline %d (%s, %d chunk%s per "
                "stage, %d micro-batches)\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "",
                s->dp->world, s->pp->world, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_virtual > 1 ? "s" : "",
-               s->grad_accum_steps);
+               s->layout.m);
     }
     printf("+-----------------------+------------------------------------------------\n");
     warn_if_warmup_covers_run(s);
@@ -1249,7 +1050,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     char more[256];
     snprintf(more, sizeof(more), ",\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
              "\"max_steps_resolved\":%d,\"device\":", s->model.num_parameters_full, s->world.world,
-             s->grad_accum_steps, PRECISION_NAME, s->max_steps);
+             s->layout.m, PRECISION_NAME, s->max_steps);
     args_buf_append(&json, &len, &cap, more, strlen(more));
     args_buf_append_json_string(&json, &len, &cap, backend_device_name()); /* escaped like every string */
     logger_log(&s->logger, "config", s->step, json);
@@ -1301,7 +1102,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
         if (s->ep_comm.active) { /* --ep: this rank's all-to-all bytes of the step, counted, beside the theory */
             const MoEEpComm* b = &s->ep_comm;
-            double balanced = moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k,
+            double balanced = moe_ep_balanced_bytes(Lm, s->layout.m, (size_t)s->cfg.B * s->cfg.T, moe->top_k,
                                                     b->ep.size, s->model.config.channels, sizeof(floatX));
             printf(" | a2a sent %llu B = rows %llu x C %d x %d B + counts %llu B (balanced routing, no drops: %.0f B)",
                    (unsigned long long)b->comm.counters.bytes_sent, b->ep.rows_sent, s->model.config.channels,
@@ -1361,7 +1162,7 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
         snprintf(fields + len, fields_cap - len, ",\"a2a_bytes_sent\":%llu,\"a2a_rows_sent\":%llu,"
                  "\"a2a_count_bytes_sent\":%llu,\"a2a_balanced_bytes\":%.0f", (unsigned long long)b->comm.counters.bytes_sent,
                  b->ep.rows_sent, b->count_bytes_sent,
-                 moe_ep_balanced_bytes(Lm, s->grad_accum_steps, (size_t)s->cfg.B * s->cfg.T, moe->top_k, b->ep.size,
+                 moe_ep_balanced_bytes(Lm, s->layout.m, (size_t)s->cfg.B * s->cfg.T, moe->top_k, b->ep.size,
                                        s->model.config.channels, sizeof(floatX)));
         len = strlen(fields);
     }
@@ -1430,7 +1231,7 @@ static void train(TrainSession* s) {
                s->model.num_parameters_full, active);
     }
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
-    int tokens_per_step = cfg->B * cfg->T * s->grad_accum_steps * s->dp->world;
+    int tokens_per_step = cfg->B * cfg->T * s->layout.m * s->dp->world;
     double train_seconds = 0.0;
     int start_step = s->step;
     float best_val = NAN;
@@ -1500,7 +1301,7 @@ static void train(TrainSession* s) {
 /* --plan / --plan-search: the model's shape, the layout flags and the cluster flags into the planner; prints and
  * returns the exit status. Reads a model file's header if -e names one; allocates nothing on a device. */
 static int plan_main(const TrainConfig* cfg) {
-    GPT2Config mc = model_config(cfg);
+    GPT2Config mc = train_model_config(cfg);
     if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
     const PlanDevice* dev = plan_device_find(cfg->plan_device);
     if (!dev) { FATAL("flag --device is '%s'; expected h100, h200, a100-80gb or b200", cfg->plan_device); }
@@ -1514,28 +1315,14 @@ static int plan_main(const TrainConfig* cfg) {
     if (cfg->plan_net_gbs > 0) { cl.dev.net_gbs = cfg->plan_net_gbs; }
     LedgerLayout l;
     memset(&l, 0, sizeof(l));
-    l.cfg = mc; l.B = cfg->B; l.T = cfg->T; l.tp = cfg->tp; l.sp = cfg->sequence_parallel; l.pp = cfg->pp;
-    l.v = cfg->pp_virtual; l.zero = cfg->zero_stage; l.recompute = cfg->recompute; l.ep = cfg->ep;
-    OffloadSpec off;
-    char off_err[1024];
-    if (offload_parse(cfg->offload_optimizer, &off, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
-    l.offload = off.kind != LEDGER_OFFLOAD_NONE ? off.kind : (cfg->offload ? LEDGER_OFFLOAD_CPU : LEDGER_OFFLOAD_NONE);
-    if (offload_params_parse(cfg->offload_params, &l.offload_params, off_err, sizeof(off_err))) { FATAL("%s", off_err); }
-    if (l.offload_params && l.zero != 3) {
-        FATAL("--plan with --offload-params %s: parameter offload moves ZeRO-3's shard; it needs -z 3 (this plan has -z %d)",
-              cfg->offload_params, l.zero);
-    }
-    l.recompute_every = cfg->recompute_every;
+    l.cfg = mc;
     l.pb = fp32 ? 4 : 2; l.master = !fp32 && cfg->master_weights;
-    PipelineFlags pf = {cfg->pp, cfg->pp_schedule, cfg->pp_virtual, cfg->pp_layers};
-    int layers[64] = {0};
-    char err[512];
-    if (pipeline_check_layout(&pf, &mc, layers, err, sizeof(err))) { FATAL("%s", err); }
-    pipe_schedule_from_name(cfg->pp_schedule, &l.sched);
-    l.pp_layers = layers[0] ? layers : NULL;
-    long long per = (long long)cfg->B * cfg->T;
-    long long tokens = cfg->total_batch_size > 0 ? cfg->total_batch_size : per * (cfg->gpus / (cfg->tp * cfg->pp));
+    char err[1024];
+    if (train_config_layout(cfg, cfg->gpus, &mc, &l.layout, err, sizeof(err))) { FATAL("%s", err); }
+    if (cfg->offload && l.layout.offload == OFFLOAD_NONE) { l.layout.offload = OFFLOAD_CPU; } /* --offload 1 */
     if (cfg->plan_search) {
+        long long per = (long long)cfg->B * cfg->T;
+        long long tokens = cfg->total_batch_size > 0 ? cfg->total_batch_size : per * (cfg->gpus / (cfg->tp * cfg->pp));
         int n;
         PlanResult* r = plan_search(&l, &cl, tokens, cfg->plan_theory, &n);
         plan_print_search(r, n, 10);
@@ -1543,16 +1330,11 @@ static int plan_main(const TrainConfig* cfg) {
         free(r);
         return n > 0 ? 0 : 1;
     }
-    if (cfg->gpus % (cfg->tp * cfg->pp)) {
-        FATAL("flag --gpus is %d, not a multiple of --tp x --pp = %d", cfg->gpus, cfg->tp * cfg->pp);
+    LayoutModel md = ledger_layout_model(&mc);
+    if (layout_check(&l.layout, &md, cfg->gpus, err, sizeof(err)) == LAYOUT_INVALID) {
+        FATAL("--plan: the layout cannot be built: %s", err);
     }
-    l.dp = cfg->gpus / (cfg->tp * cfg->pp);
-    if (tokens % (per * l.dp)) {
-        FATAL("flag -d (--total-batch-size) is %lld, not a multiple of B*T*dp = %lld", tokens, per * l.dp);
-    }
-    l.m = (int)(tokens / (per * l.dp));
-    if (ledger_check_layout(&l, err, sizeof(err))) { FATAL("--plan: the layout cannot be built: %s", err); }
-    PlanResult r = plan_evaluate(&l, &cl);
+    PlanResult r = plan_evaluate(&l, &cl); /* a theory-only layout is evaluated and marked so (plan_theory_note) */
     plan_print(&r, &cl);
     return 0;
 }
@@ -1566,13 +1348,6 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
-    if (s->cfg.recompute_every != 1 && s->cfg.recompute != 3) {
-        FATAL_ALL("flag --recompute-every is %d with -r %d; it sets the segment length of -r 3 (add -r 3 or drop it)",
-                  s->cfg.recompute_every, s->cfg.recompute);
-    }
-    if (s->cfg.offload) {
-        FATAL_ALL("--offload 1 is a planner flag (add --plan 1); the trainer's flag is --offload-optimizer cpu or nvme:DIR");
-    }
     session_init(s);
     print_header(s, specs, n_specs);
     if (s->dp->rank == 0 && s->tp->rank == 0) { print_ledger_check(s); } /* one line per pipeline stage */

@@ -41,12 +41,12 @@
  * dp/ep ranks holding the same experts (S_exp); parameters one unpadded buffer of P, gradients each group's padded
  * buffer (ZeRO-0/1) or its ZeRO-2 store; buffers add the all-to-all receive and send rows, 2 B T k C floatX (not
  * compared with the trainer). A mixture-of-experts layout needs tp 1, pp 1, ZeRO 0-2 and recompute 0-2
- * (ledger_check_layout), as the trainer.
+ * (layout_check, llmc/layout.h), as the trainer.
  * Activations are sized with pb (gpt2_activation_layout_x), the layout's element size, not the running binary's
  * floatX: the planner in the CPU build plans bf16 GPUs.
  * Model state at 16 bytes per parameter (ledger_model_state_16): the mixed-precision Adam formulas of Rajbhandari
  * et al. 2019 for N parameters split over tp * pp: ZeRO-0 16N, ZeRO-1 (4 + 12/dp)N, ZeRO-2 (2 + 14/dp)N, ZeRO-3 16N/dp.
- * Units: bytes (size_t). Errors: none (the caller validates the layout; ledger_check_layout says what is wrong).
+ * Units: bytes (size_t). Errors: none (the caller validates the layout with layout_check, llmc/layout.h).
  */
 #ifndef LLMC_LEDGER_H
 #define LLMC_LEDGER_H
@@ -56,29 +56,28 @@
 
 #include "llmc/gpt2.h"
 #include "llmc/pipeline.h"
+#include "llmc/layout.h"
 
 typedef struct {
-    GPT2Config cfg;
-    int B, T, m;              /* micro-batch, sequence length, micro-batches per optimizer step */
-    int tp, sp;               /* tensor-parallel size, 1 = sequence parallel */
-    int pp, v;                /* pipeline stages, model chunks per stage (interleaved) */
-    PipeScheduleKind sched;
-    const int* pp_layers;     /* layers per stage (pp ints) or NULL for the even split */
-    int dp, zero;             /* data-parallel size, ZeRO stage 0..3 */
-    int recompute;            /* 0 none, 1 GELU, 2 GELU + LayerNorm, 3 checkpoints every recompute_every layers */
-    int recompute_every;      /* k of -r 3 (0 is read as 1: every layer, Megatron-LM's full recompute) */
+    GPT2Config cfg;           /* the model */
+    Layout layout;            /* the parallel layout and the step (llmc/layout.h) */
     int pb;                   /* bytes per parameter / gradient element: sizeof(floatX) */
     int master;               /* 1 = fp32 master weights (mixed precision) */
-    int offload;              /* optimizer offload: 0 none, 1 host memory (cpu), 2 NVMe files (LEDGER_OFFLOAD_*) */
-    int offload_params;       /* 1 = ZeRO-3's parameter shard in host memory (--offload-params cpu; needs zero 3) */
     int flash;                /* 1 = count the CUDA kernels' attention state (B NH/tp T fp32, flash attention) even in
                                * the CPU build, whose kernels keep the B NH/tp T T matrix (the planner plans GPUs) */
-    int ep;                   /* expert parallelism (mixture of experts): the E experts of every MoE block split over
-                               * ep ranks of each data-parallel group (0 is read as 1; the trainer passes --ep) */
 } LedgerLayout;
 
 /* ep of a layout (0 read as 1) */
-static inline int ledger_ep(const LedgerLayout* l) { return l->ep > 1 ? l->ep : 1; }
+static inline int ledger_ep(const LedgerLayout* l) { return l->layout.ep > 1 ? l->layout.ep : 1; }
+
+/* the model numbers layout_check (llmc/layout.h) checks a layout against */
+static inline LayoutModel ledger_layout_model(const GPT2Config* c) {
+    LayoutModel md;
+    memset(&md, 0, sizeof(md));
+    md.NH = c->num_heads; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
+    md.experts = c->moe.experts;
+    return md;
+}
 
 /* the bytes of one process (pipeline stage `stage`) */
 typedef struct {
@@ -96,13 +95,12 @@ typedef struct {
                                  optimizer offload's fp32 weights: fp32 builds with --offload-optimizer cpu) */
 } LedgerRank;
 
-enum { LEDGER_OFFLOAD_NONE = 0, LEDGER_OFFLOAD_CPU = 1, LEDGER_OFFLOAD_NVME = 2 };
 
 /* the offload's unit of transfer: chunks of at most 2^20 elements (4 MiB per fp32 array), a multiple of 1024 elements
  * (4 KiB per fp32 section: O_DIRECT-aligned file offsets) */
-#define LEDGER_OFFLOAD_CHUNK_MAX ((size_t)1 << 20)
+#define OFFLOAD_CHUNK_MAX ((size_t)1 << 20)
 
-/* the bytes of an optimizer offload of `range` state elements (kind LEDGER_OFFLOAD_*, pb bytes per floatX) */
+/* the bytes of an optimizer offload of `range` state elements (kind OFFLOAD_*, pb bytes per floatX) */
 typedef struct {
     size_t chunk, nchunks;    /* elements per chunk, chunks covering the range */
     size_t host_state;        /* cpu: fp32 weights + m + v in host memory (12 bytes per element); nvme: 0 */
@@ -117,12 +115,12 @@ typedef struct {
 static inline LedgerOffload ledger_offload_ex(int kind, size_t range, size_t pb, int params_host) {
     LedgerOffload o;
     memset(&o, 0, sizeof(o));
-    if (kind == LEDGER_OFFLOAD_NONE) { return o; }
+    if (kind == OFFLOAD_NONE) { return o; }
     size_t r = (range + 1023) / 1024 * 1024;
-    o.chunk = r < LEDGER_OFFLOAD_CHUNK_MAX ? (r > 0 ? r : 1024) : LEDGER_OFFLOAD_CHUNK_MAX;
+    o.chunk = r < OFFLOAD_CHUNK_MAX ? (r > 0 ? r : 1024) : OFFLOAD_CHUNK_MAX;
     o.nchunks = (range + o.chunk - 1) / o.chunk;
     o.host_buffers = range * pb + (params_host ? 0 : 2) * o.chunk * pb + (pb != 4 ? o.chunk * 4 : 0);
-    if (kind == LEDGER_OFFLOAD_CPU) { o.host_state = 12 * range; }
+    if (kind == OFFLOAD_CPU) { o.host_state = 12 * range; }
     else { o.nvme = o.nchunks * o.chunk * 12; o.host_buffers += 2 * o.chunk * 12; }
     return o;
 }
@@ -153,42 +151,6 @@ static inline size_t ledger_total(const LedgerRank* r) {
     return r->params + r->grads + r->master + r->moments + r->acts + r->buffers;
 }
 
-/* One sentence in err (cap bytes) and 1 if the layout cannot be built: tp must divide NH, C and Vp, sequence
- * parallelism B*T; pp * v layers at least one each (v > 1: L divisible by pp*v, interleaved only); mixture of experts
- * only with tp 1, pp 1, ZeRO 0-2, recompute 0-2; ep > 1 only for a MoE model and dividing E and dp; 1f1b and
- * interleaved need m >= pp, interleaved m a multiple of pp. 0 if it can. */
-static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t cap) {
-    const GPT2Config* c = &l->cfg;
-    if (c->num_heads % l->tp || c->channels % l->tp || c->padded_vocab_size % l->tp) {
-        snprintf(err, cap, "tp %d does not divide NH=%d, C=%d and Vp=%d", l->tp, c->num_heads, c->channels,
-                 c->padded_vocab_size);
-        return 1;
-    }
-    if (l->sp && l->tp > 1 && (l->B * l->T) % l->tp) { snprintf(err, cap, "sequence parallel needs B*T divisible by tp"); return 1; }
-    if (l->pp * l->v > c->num_layers) { snprintf(err, cap, "pp %d x v %d exceeds L=%d layers", l->pp, l->v, c->num_layers); return 1; }
-    if (l->v > 1 && (l->sched != PIPE_INTERLEAVED || c->num_layers % (l->pp * l->v))) {
-        snprintf(err, cap, "v %d > 1 needs the interleaved schedule and L divisible by pp x v", l->v);
-        return 1;
-    }
-    int ep = ledger_ep(l);
-    if (c->moe.experts > 0 && (l->tp > 1 || l->pp > 1 || l->zero == 3 || l->recompute == 3)) {
-        snprintf(err, cap, "MoE needs tp 1, pp 1, ZeRO 0-2, recompute 0-2 (whole-model expert tensors, as the "
-                 "trainer); got tp %d, pp %d, ZeRO-%d, r %d", l->tp, l->pp, l->zero, l->recompute);
-        return 1;
-    }
-    if (ep > 1 && (c->moe.experts == 0 || c->moe.experts % ep || l->dp % ep)) {
-        snprintf(err, cap, "ep %d needs a MoE model whose E=%d experts and dp %d it divides", ep,
-                 c->moe.experts, l->dp);
-        return 1;
-    }
-    if (l->pp > 1 && l->sched != PIPE_GPIPE && l->m < l->pp) { snprintf(err, cap, "m %d < pp %d", l->m, l->pp); return 1; }
-    if (l->pp > 1 && l->sched == PIPE_INTERLEAVED && (l->m % l->pp || l->v < 2)) {
-        snprintf(err, cap, "interleaved needs m a multiple of pp and v >= 2");
-        return 1;
-    }
-    return 0;
-}
-
 /* the activation slots chunk k of stage s keeps (need, GPT2_MAX_CHUNKS ints): the schedule's peak per chunk, at
  * least 1; one table without pipelining. Uses the schedule generator (the trainer's count) when p*m*v <= 4096,
  * otherwise the generator's count in closed form for 1F1B (min(m, p) on stage 0, min(m, p - s + 1) on stage s > 0:
@@ -197,21 +159,21 @@ static inline int ledger_check_layout(const LedgerLayout* l, char* err, size_t c
  * interleaved schedule (an estimate). */
 static inline void ledger_slots(const LedgerLayout* l, int s, int* need) {
     for (int k = 0; k < GPT2_MAX_CHUNKS; k++) { need[k] = 1; }
-    if (l->pp <= 1) { return; }
-    if ((long long)l->pp * l->m * l->v <= 4096) {
-        PipeSchedule sc = pipe_schedule_build(l->sched, l->pp, l->m, l->v);
+    if (l->layout.pp <= 1) { return; }
+    if ((long long)l->layout.pp * l->layout.m * l->layout.v <= 4096) {
+        PipeSchedule sc = pipe_schedule_build(l->layout.schedule, l->layout.pp, l->layout.m, l->layout.v);
         pipe_slots_needed(&sc, s, need);
         pipe_schedule_free(&sc);
-        for (int k = 0; k < l->v; k++) { if (need[k] < 1) { need[k] = 1; } }
+        for (int k = 0; k < l->layout.v; k++) { if (need[k] < 1) { need[k] = 1; } }
         return;
     }
-    if (l->sched == PIPE_1F1B) { /* the generator's count: min(m, p) on stage 0, min(m, p - s + 1) after it */
-        int k = s == 0 ? l->pp : l->pp - s + 1;
-        need[0] = l->m < k ? l->m : k;
+    if (l->layout.schedule == PIPE_1F1B) { /* the generator's count: min(m, p) on stage 0, min(m, p - s + 1) after it */
+        int k = s == 0 ? l->layout.pp : l->layout.pp - s + 1;
+        need[0] = l->layout.m < k ? l->layout.m : k;
         return;
     }
-    int peak = pipe_peak_theory(l->sched, l->pp, l->m, l->v, s);
-    for (int k = 0; k < l->v; k++) { need[k] = (peak + l->v - 1 - k) / l->v; if (need[k] < 1) { need[k] = 1; } }
+    int peak = pipe_peak_theory(l->layout.schedule, l->layout.pp, l->layout.m, l->layout.v, s);
+    for (int k = 0; k < l->layout.v; k++) { need[k] = (peak + l->layout.v - 1 - k) / l->layout.v; if (need[k] < 1) { need[k] = 1; } }
 }
 
 /* the bytes of pipeline stage s's processes (every tp and dp rank of a stage holds the same sizes) */
@@ -220,17 +182,17 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     memset(&r, 0, sizeof(r));
     r.stage = s;
     const GPT2Config* c = &l->cfg;
-    GPT2Stage st = pipeline_stage_of(c, l->pp, l->v, l->pp_layers, s);
+    GPT2Stage st = pipeline_stage_of(c, l->layout.pp, l->layout.v, l->layout.stage_layers[0] ? l->layout.stage_layers : NULL, s);
     size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
     size_t ep = (size_t)ledger_ep(l);
     GPT2Config ce = *c; /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
     ce.moe.ep = ep > 1 ? (int)ep : 0;
-    gpt2_parameter_sizes_part(sizes, &ce, l->tp, &st);
+    gpt2_parameter_sizes_part(sizes, &ce, l->layout.tp, &st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
         if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
     }
-    size_t pb = (size_t)l->pb, dp = (size_t)l->dp;
+    size_t pb = (size_t)l->pb, dp = (size_t)l->layout.dp;
     r.S = (r.P + dp - 1) / dp;
     size_t Ppad = r.S * dp;
     if (ep > 1) { /* two ZeRO groups: the dense tensors sharded over dp, the local experts over the dp/ep ranks that
@@ -241,45 +203,45 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
         r.S_exp = (r.P_exp + edp - 1) / edp;
         r.S = Sd + r.S_exp;
         Ppad = Sd * dp + r.S_exp * edp;
-        size_t R = (size_t)l->B * (size_t)l->T * (size_t)c->moe.top_k; /* rows a rank sends (and, balanced, receives) */
+        size_t R = (size_t)l->layout.B * (size_t)l->layout.T * (size_t)c->moe.top_k; /* rows a rank sends (and, balanced, receives) */
         r.a2a = 2 * R * (size_t)c->channels * pb; /* receive of the dispatch, send of the combine */
     }
-    size_t range = l->zero >= 1 ? r.S : r.P;
+    size_t range = l->layout.zero >= 1 ? r.S : r.P;
     size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
     if (ep > 1) { /* the groups' ZeRO-2 globals are two allocations, each 256-byte aligned (llmc/zero_experts.h) */
         a_glob = (globals - r.P_exp + 127) / 128 * 128 + (r.P_exp + 127) / 128 * 128;
     }
     size_t held = ep > 1 ? r.P : Ppad; /* ep: one flat buffer of both groups, unpadded (the groups gather [0, P)) */
-    if (l->zero <= 1) { r.params = held * pb; r.grads = Ppad * pb; }
-    else if (l->zero == 2) { r.params = held * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
+    if (l->layout.zero <= 1) { r.params = held * pb; r.grads = Ppad * pb; }
+    else if (l->layout.zero == 2) { r.params = held * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
     else { r.params = (r.S + 2 * slot + globals) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
-    if (l->zero == 3 && l->offload_params) { /* the shard leaves the device; the working set stays */
+    if (l->layout.zero == 3 && l->layout.offload_params) { /* the shard leaves the device; the working set stays */
         r.params -= r.S * pb;
-        r.host_params = pb == 4 && l->offload == LEDGER_OFFLOAD_CPU ? 0 : r.S * pb;
+        r.host_params = pb == 4 && l->layout.offload == OFFLOAD_CPU ? 0 : r.S * pb;
     }
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
-    if (l->offload) {
-        LedgerOffload o = ledger_offload_ex(l->offload, range, pb, l->zero == 3 && l->offload_params);
+    if (l->layout.offload) {
+        LedgerOffload o = ledger_offload_ex(l->layout.offload, range, pb, l->layout.zero == 3 && l->layout.offload_params);
         r.host = o.host_state;
         r.host_buffers = o.host_buffers;
         r.nvme = o.nvme;
         r.master = r.moments = 0;
     }
     TensorParallel tp = tensor_parallel_none();
-    tp.size = l->tp;
-    tp.sequence_parallel = l->sp;
+    tp.size = l->layout.tp;
+    tp.sequence_parallel = l->layout.sp;
     int need[GPT2_MAX_CHUNKS];
     ledger_slots(l, s, need);
-    size_t BT = (size_t)l->B * (size_t)l->T;
+    size_t BT = (size_t)l->layout.B * (size_t)l->layout.T;
     for (int k = 0; k < st.n_chunks; k++) {
         GPT2Stage cs = gpt2_chunk_stage(&st, k);
         size_t counts[NUM_ACTIVATION_TENSORS];
-        int every = l->recompute_every > 0 ? l->recompute_every : 1;
-        gpt2_activation_sizes(counts, c, l->B, l->T, l->recompute, every, &tp, &cs);
+        int every = l->layout.recompute_every > 0 ? l->layout.recompute_every : 1;
+        gpt2_activation_sizes(counts, c, l->layout.B, l->layout.T, l->layout.recompute, every, &tp, &cs);
         if (l->flash) { /* per layer entry: B NH/tp T floats */
-            size_t entries = (size_t)gpt2_recompute_window(l->recompute, every, gpt2_stage_layers(&cs));
-            counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->tp);
+            size_t entries = (size_t)gpt2_recompute_window(l->layout.recompute, every, gpt2_stage_layers(&cs));
+            counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->layout.tp);
         }
         size_t table = gpt2_activation_layout_x(counts, NULL, pb); /* the planned precision, not this build's */
         r.acts += table * (size_t)need[k];
@@ -288,8 +250,8 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
         r.buffers += 2 * BT * sizeof(int) * (size_t)need[k];
     }
     r.buffers += r.a2a;
-    if (l->pp > 1) {
-        r.buffers += (size_t)l->m * 2 * BT * sizeof(int);
+    if (l->layout.pp > 1) {
+        r.buffers += (size_t)l->layout.m * 2 * BT * sizeof(int);
         if (st.has_embedding || st.has_head) { r.buffers += sizes[P_WTE] * pb; }
     }
     return r;
@@ -298,7 +260,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
 /* the stage whose processes hold the most bytes */
 static inline LedgerRank ledger_worst(const LedgerLayout* l) {
     LedgerRank best = ledger_rank(l, 0);
-    for (int s = 1; s < l->pp; s++) {
+    for (int s = 1; s < l->layout.pp; s++) {
         LedgerRank r = ledger_rank(l, s);
         if (ledger_total(&r) > ledger_total(&best)) { best = r; }
     }

@@ -74,7 +74,7 @@
 #define O_DIRECT 0
 #endif
 
-/* --offload-optimizer: kind LEDGER_OFFLOAD_NONE / _CPU / _NVME and, for nvme, the directory */
+/* --offload-optimizer: kind OFFLOAD_NONE / _CPU / _NVME and, for nvme, the directory */
 typedef struct {
     int kind;
     char dir[900];
@@ -88,9 +88,9 @@ typedef struct {
 static inline int offload_parse(const char* s, OffloadSpec* o, char* err, size_t cap) {
     memset(o, 0, sizeof(*o));
     if (strcmp(s, "none") == 0) { return 0; }
-    if (strcmp(s, "cpu") == 0) { o->kind = LEDGER_OFFLOAD_CPU; return 0; }
+    if (strcmp(s, "cpu") == 0) { o->kind = OFFLOAD_CPU; return 0; }
     if (strncmp(s, "nvme:", 5) == 0 && s[5] != '\0' && strlen(s + 5) < sizeof(o->dir)) {
-        o->kind = LEDGER_OFFLOAD_NVME;
+        o->kind = OFFLOAD_NVME;
         snprintf(o->dir, sizeof(o->dir), "%s", s + 5);
         return 0;
     }
@@ -300,7 +300,7 @@ static inline void offload_load_weights(Offload* o, const floatX* params_first, 
     size_t CH = o->lay.chunk;
     for (size_t c = 0; c < o->lay.nchunks; c++) {
         size_t k0 = c * CH, cnt = o->n - k0 < CH ? o->n - k0 : CH;
-        if (o->kind == LEDGER_OFFLOAD_CPU) {
+        if (o->kind == OFFLOAD_CPU) {
             offload_params_to_fp32(o->w + k0, params_first + k0, cnt, host);
             if (reset_moments) { memset(o->m + k0, 0, cnt * 4); memset(o->v + k0, 0, cnt * 4); }
             continue;
@@ -316,7 +316,7 @@ static inline void offload_load_weights(Offload* o, const floatX* params_first, 
  * host into the state, 0 reads the state into host */
 static inline void offload_state_io(void* ctx, int section, float* host, int to_state) {
     Offload* o = (Offload*)ctx;
-    if (o->kind == LEDGER_OFFLOAD_CPU) {
+    if (o->kind == OFFLOAD_CPU) {
         float* arr = section == 0 ? o->m : section == 1 ? o->v : o->w;
         if (to_state) { memcpy(arr, host, o->n * 4); } else { memcpy(host, arr, o->n * 4); }
         return;
@@ -372,7 +372,7 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
     o->s_h2d = dev_stream_create();
     const char* kill = getenv("LLMC_OFFLOAD_KILL_AT_STEP");
     o->kill_at_step = kill && kill[0] ? atoi(kill) : 0;
-    if (o->kind == LEDGER_OFFLOAD_CPU) {
+    if (o->kind == OFFLOAD_CPU) {
         o->w = (float*)host_malloc_pinned(n * 4, "offloaded fp32 weights");
         o->m = (float*)host_malloc_pinned(n * 4, "offloaded AdamW m");
         o->v = (float*)host_malloc_pinned(n * 4, "offloaded AdamW v");
@@ -399,7 +399,7 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
         pthread_cond_init(&o->cv, NULL);
     }
     offload_load_weights(o, params_first, 0, 1);
-    if (o->kind == LEDGER_OFFLOAD_NVME) {
+    if (o->kind == OFFLOAD_NVME) {
         struct stat st;
         o->file_bytes = fstat(o->fd, &st) == 0 ? (size_t)st.st_size : 0;
         if (pthread_create(&o->thread, NULL, offload_io_main, o) != 0) { FATAL("cannot start the offload I/O thread"); }
@@ -510,7 +510,7 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
     size_t nch = (hi - o->first + CH - 1) / CH;
     float bc1, bc2;
     adamw_bias_corrections(s->beta1, s->beta2, s->t, &bc1, &bc2);
-    int nvme = o->kind == LEDGER_OFFLOAD_NVME;
+    int nvme = o->kind == OFFLOAD_NVME;
     int streamed = o->streamed == hi - lo; /* every gradient came down during backward */
     if (!streamed && o->streamed) { /* part of them only (never expected): counted, then all downloaded again */
         o->streamed = 0;
@@ -588,7 +588,7 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
 /* one line: where the state lives, its bytes, the chunking and (nvme) the I/O mode */
 static inline void offload_print(const Offload* o) {
     double MiB = 1024.0 * 1024.0;
-    if (o->kind == LEDGER_OFFLOAD_CPU) {
+    if (o->kind == OFFLOAD_CPU) {
         printf("optimizer offload: cpu: fp32 weights + AdamW m, v of %zu parameters in pinned host memory (%.1f MiB), "
                "AdamW on the CPU; %zu chunks of %zu, host buffers %.1f MiB\n", o->n, o->host_bytes / MiB,
                o->lay.nchunks, o->lay.chunk, o->buffer_bytes / MiB);
@@ -609,7 +609,7 @@ static inline void offload_free(Offload* o) {
         pthread_mutex_unlock(&o->mu);
         pthread_join(o->thread, NULL);
     }
-    if (o->kind == LEDGER_OFFLOAD_NVME) {
+    if (o->kind == OFFLOAD_NVME) {
         pthread_mutex_destroy(&o->mu);
         pthread_cond_destroy(&o->cv);
     }

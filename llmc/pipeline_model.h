@@ -340,96 +340,6 @@ static inline double pipeline_bubble(Pipeline* pl) {
     return b;
 }
 
-/* Parses --pp-layers "a,b,..." into layers(p): 0 and all zero for ''; returns 1 with a sentence in err (cap bytes)
- * unless there are exactly p positive counts summing to L. */
-static inline int pipeline_parse_layers(const char* text, int p, int L, int* layers, char* err, size_t cap) {
-    for (int q = 0; q < p && q < 64; q++) { layers[q] = 0; }
-    if (text[0] == '\0') { return 0; }
-    int n = 0, sum = 0;
-    const char* c = text;
-    for (;;) { /* digits, one comma between counts, nothing else */
-        long x = 0;
-        const char* start = c;
-        while (*c >= '0' && *c <= '9' && x <= 1000000) { x = x * 10 + (*c - '0'); c++; }
-        if (c == start || x < 1 || x > 1000000 || (*c != ',' && *c != '\0') || n >= p || n >= 64) {
-            snprintf(err, cap, "flag --pp-layers is '%s'; expected %d positive layer counts separated by commas, one "
-                     "per pipeline stage (--pp %d), summing to L = %d", text, p, p, L);
-            return 1;
-        }
-        layers[n++] = (int)x;
-        sum += (int)x;
-        if (*c == '\0') { break; }
-        c++;
-    }
-    if (n != p || sum != L) {
-        snprintf(err, cap, "flag --pp-layers is '%s': %d counts summing to %d; expected %d counts (--pp %d) summing to "
-                 "the model's L = %d", text, n, sum, p, p, L);
-        return 1;
-    }
-    return 0;
-}
-
-/* the trainer's pipeline flags: --pp, --pp-schedule, --pp-virtual, --pp-layers */
-typedef struct {
-    int pp;
-    const char* schedule;
-    int virtual_chunks;
-    const char* layers;
-} PipelineFlags;
-
-/* Checks the flags that decide the stages, before the model is allocated: the schedule's name, v against the
- * schedule (interleaved: v >= 2, pp >= 2, L divisible by pp x v; the others v = 1), --pp-layers (parsed into
- * layers(pp), all 0 for the even split). Returns 0, or 1 with one sentence in err (cap bytes). Pure. */
-static inline int pipeline_check_layout(const PipelineFlags* f, const GPT2Config* c, int* layers, char* err,
-                                        size_t cap) {
-    PipeScheduleKind kind;
-    if (!pipe_schedule_from_name(f->schedule, &kind)) {
-        snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", f->schedule);
-        return 1;
-    }
-    if ((kind == PIPE_INTERLEAVED) != (f->virtual_chunks > 1)) {
-        snprintf(err, cap, "flag --pp-virtual %d with --pp-schedule %s: the interleaved schedule needs --pp-virtual 2 "
-                 "or more, the others exactly 1", f->virtual_chunks, f->schedule);
-        return 1;
-    }
-    if (kind == PIPE_INTERLEAVED && (f->pp < 2 || c->num_layers % (f->pp * f->virtual_chunks) != 0)) {
-        snprintf(err, cap, "flag --pp-schedule interleaved needs --pp 2 or more and the model's L = %d divisible by "
-                 "--pp x --pp-virtual = %d x %d", c->num_layers, f->pp, f->virtual_chunks);
-        return 1;
-    }
-    if (f->layers[0] && (f->virtual_chunks > 1 || f->pp > 64)) {
-        snprintf(err, cap, "flag --pp-layers needs --pp-virtual 1 and --pp at most 64");
-        return 1;
-    }
-    return pipeline_parse_layers(f->layers, f->pp, c->num_layers, layers, err, cap);
-}
-
-/* Checks what depends on the step's m micro-batches (the gradient-accumulation steps -d implies) and the ZeRO
- * stage (tokens_per_micro = B*T*dp, for the hint): 1f1b and interleaved need m >= pp, interleaved m a multiple of pp; ZeRO-2 is refused with pipelines (its
- * reused gradient slots assume one backward per layer per micro-step in layer order). Returns 0, or 1 with one
- * sentence in err. Pure. */
-static inline int pipeline_check_step(const PipelineFlags* f, int m, long long tokens_per_micro, int zero_stage,
-                                      char* err, size_t cap) {
-    if (f->pp == 1) { return 0; }
-    if (zero_stage == 2) {
-        snprintf(err, cap, "flag -z 2 does not combine with --pp %d: ZeRO-2 reduces every micro-step's gradients layer "
-                 "by layer in backward order, which the pipeline schedule interleaves; use -z 0 or -z 1", f->pp);
-        return 1;
-    }
-    if (strcmp(f->schedule, "gpipe") != 0 && m < f->pp) {
-        snprintf(err, cap, "flag --pp %d with %d micro-batches per step (the gradient-accumulation steps of -d): the %s "
-                 "schedule needs at least %d micro-batches; pass -d %lld (pp x B x T x data-parallel size) or more",
-                 f->pp, m, f->schedule, f->pp, (long long)tokens_per_micro * f->pp);
-        return 1;
-    }
-    if (f->virtual_chunks > 1 && m % f->pp != 0) {
-        snprintf(err, cap, "flag --pp-schedule interleaved runs the micro-batches in groups of --pp %d, but a step has "
-                 "%d (-d / (B*T*dp)); use a multiple of %d", f->pp, m, f->pp);
-        return 1;
-    }
-    return 0;
-}
-
 /* Loads one (B,T) window (host tokens) into the pipeline's token store and runs it forward through the pipeline
  * with targets; returns the sum of the per-token losses of its first `rows` rows (rows*T values; rows <= B, the
  * others are padding) on the stage with the head (0 elsewhere). Collective over the pp group (and tp). */
@@ -600,7 +510,7 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
 /* After a step while tr records (--pp-trace-steps): adds the step; after its last recorded step (or the run's last
  * step, `last`) writes DIR/trace.json with a track per world rank named by its grid coordinates, and world rank 0
  * says so. Collective over `world` when it writes. */
-static inline void pipeline_trace_step(PipelineTrace* tr, const Pipeline* pl, Comm* world, const GridLayout* layout,
+static inline void pipeline_trace_step(PipelineTrace* tr, const Pipeline* pl, Comm* world, const Layout* layout,
                                        const char* dir, int last) {
     pipeline_trace_add(tr, pl);
     if (tr->steps_left > 0 && !last) { return; }

@@ -43,7 +43,7 @@
  *   memory      ledger_worst (llmc/ledger.h, with the CUDA kernels' attention state) against the device memory
  *               less a reserve of 10% (CUDA context, cuBLAS and NCCL workspaces, allocator fragmentation).
  * Errors: plan_device_find returns NULL for an unknown name (the trainer names the flag); layouts are checked with
- * ledger_check_layout.
+ * layout_check (llmc/layout.h), the trainer's own compatibility table.
  */
 #ifndef LLMC_PLANNER_H
 #define LLMC_PLANNER_H
@@ -198,65 +198,65 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     r.mem_bytes = (double)ledger_total(&r.mem);
     r.mem_avail = cl->dev.mem_gb * 1e9 * (1.0 - cl->mem_reserve);
     r.fits = r.mem_bytes <= r.mem_avail;
-    int G = l->tp * l->pp * l->dp, gpn = cl->gpus_per_node;
-    r.tokens = (double)l->B * l->T * l->m * l->dp;
+    int G = l->layout.tp * l->layout.pp * l->layout.dp, gpn = cl->gpus_per_node;
+    r.tokens = (double)l->layout.B * l->layout.T * l->layout.m * l->layout.dp;
     r.active_params = (double)gpt2_active_parameters(c, ledger_model_parameters(c)); /* MoE: 6 N_active */
-    r.model_flops = gpt_flops_per_token((size_t)r.active_params, c->num_layers, c->channels, l->T) * r.tokens;
-    r.exec_flops = r.model_flops * (l->recompute == 3 ? 4.0 / 3.0 : 1.0);
+    r.model_flops = gpt_flops_per_token((size_t)r.active_params, c->num_layers, c->channels, l->layout.T) * r.tokens;
+    r.exec_flops = r.model_flops * (l->layout.recompute == 3 ? 4.0 / 3.0 : 1.0);
     double rate = cl->peak_tflops * 1e12 * cl->gemm_eff;
-    double t_micro = r.exec_flops / G / rate / l->m;  /* one micro-batch on one GPU */
-    r.t_compute = t_micro * l->m;
-    double pb = l->pb, btc = (double)l->B * l->T * c->channels * pb;
+    double t_micro = r.exec_flops / G / rate / l->layout.m;  /* one micro-batch on one GPU */
+    r.t_compute = t_micro * l->layout.m;
+    double pb = l->pb, btc = (double)l->layout.B * l->layout.T * c->channels * pb;
     /* tp */
-    r.tp_net = l->tp > gpn;
+    r.tp_net = l->layout.tp > gpn;
     double bw = r.tp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, lat = r.tp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    int per_layer = l->recompute == 3 ? 6 : 4;
-    double layers = (double)c->num_layers / l->pp;
-    double tp_micro = per_layer * layers * plan_allreduce(btc, l->tp, bw, lat);
-    r.t_tp = tp_micro * l->m;
-    r.b_tp = l->tp > 1 ? per_layer * layers * l->m * 2.0 * (l->tp - 1) / l->tp * btc : 0.0;
+    int per_layer = l->layout.recompute == 3 ? 6 : 4;
+    double layers = (double)c->num_layers / l->layout.pp;
+    double tp_micro = per_layer * layers * plan_allreduce(btc, l->layout.tp, bw, lat);
+    r.t_tp = tp_micro * l->layout.m;
+    r.b_tp = l->layout.tp > 1 ? per_layer * layers * l->layout.m * 2.0 * (l->layout.tp - 1) / l->layout.tp * btc : 0.0;
     /* pp */
-    r.pp_net = l->pp > 1 && G > gpn;
+    r.pp_net = l->layout.pp > 1 && G > gpn;
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double boundary = btc / (l->sp && l->tp > 1 ? l->tp : 1); /* sequence parallel: each tp rank its rows */
+    double boundary = btc / (l->layout.sp && l->layout.tp > 1 ? l->layout.tp : 1); /* sequence parallel: each tp rank its rows */
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
-    r.t_pp = l->pp > 1 ? 2.0 * (l->pp - 1) * l->v * t_p2p : 0.0;
-    r.b_pp = l->pp > 1 ? (2.0 * l->v - 2.0 / l->pp) * l->m * boundary : 0.0; /* mean: the ends send one way */
-    r.bubble = l->pp > 1 ? pipe_bubble_theory(l->sched, l->pp, l->m, l->v) : 0.0;
+    r.t_pp = l->layout.pp > 1 ? 2.0 * (l->layout.pp - 1) * l->layout.v * t_p2p : 0.0;
+    r.b_pp = l->layout.pp > 1 ? (2.0 * l->layout.v - 2.0 / l->layout.pp) * l->layout.m * boundary : 0.0; /* mean: the ends send one way */
+    r.bubble = l->layout.pp > 1 ? pipe_bubble_theory(l->layout.schedule, l->layout.pp, l->layout.m, l->layout.v) : 0.0;
     /* dp */
-    r.dp_net = l->tp * l->dp > gpn;
+    r.dp_net = l->layout.tp * l->layout.dp > gpn;
     double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
     double t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
-    int ep = ledger_ep(l), edp = l->dp / ep;
+    int ep = ledger_ep(l), edp = l->layout.dp / ep;
     double Sd = (double)(r.mem.S - r.mem.S_exp), Pd = (double)(r.mem.P - r.mem.P_exp); /* dense group (all: ep 1) */
     double t_dense, b_dense, t_exp = 0.0, b_exp = 0.0;
     /* with ep > 1 each group's buffer is unpadded (llmc/zero_experts.h): its all-gather covers the real values */
-    plan_dp_group(l->zero, l->m, l->dp, (ep > 1 ? Pd : Sd * l->dp) * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense,
+    plan_dp_group(l->layout.zero, l->layout.m, l->layout.dp, (ep > 1 ? Pd : Sd * l->layout.dp) * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense,
                   &b_dense);
     if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
-        plan_dp_group(l->zero, l->m, edp, (double)r.mem.P_exp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
+        plan_dp_group(l->layout.zero, l->layout.m, edp, (double)r.mem.P_exp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
                       t_bwd, &t_exp, &b_exp);
     }
     r.t_dp = t_dense + t_exp;
-    r.b_dp = l->dp > 1 ? b_dense + b_exp + 2.0 * ((l->dp - 1.0) / l->dp) * 8.0 * (l->zero >= 1 ? l->dp + 2 : 1) : 0.0;
+    r.b_dp = l->layout.dp > 1 ? b_dense + b_exp + 2.0 * ((l->layout.dp - 1.0) / l->layout.dp) * 8.0 * (l->layout.zero >= 1 ? l->layout.dp + 2 : 1) : 0.0;
     if (ep > 1) { /* the experts' step statistics over expert-dp, and their squared norm (2 fp64) summed over ep */
-        r.b_dp += (edp > 1 ? 2.0 * ((edp - 1.0) / edp) * 8.0 * (l->zero >= 1 ? edp + 2 : 1) : 0.0) +
+        r.b_dp += (edp > 1 ? 2.0 * ((edp - 1.0) / edp) * 8.0 * (l->layout.zero >= 1 ? edp + 2 : 1) : 0.0) +
                   2.0 * ((ep - 1.0) / ep) * 8.0 * 2.0;
     }
     /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
      * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
      * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
     if (ep > 1) {
-        r.ep_net = l->tp * ep > gpn;
+        r.ep_net = l->layout.tp * ep > gpn;
         double ebw = r.ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r.ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
-        double rows = (double)l->B * l->T * c->moe.top_k * c->channels * pb;
+        double rows = (double)l->layout.B * l->layout.T * c->moe.top_k * c->channels * pb;
         double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
-        r.t_ep = 4.0 * Lm * l->m * plan_all_to_all(rows, ep, ebw, elat);
-        r.b_ep = 4.0 * Lm * l->m * (ep - 1.0) / ep * rows;
+        r.t_ep = 4.0 * Lm * l->layout.m * plan_all_to_all(rows, ep, ebw, elat);
+        r.b_ep = 4.0 * Lm * l->layout.m * (ep - 1.0) / ep * rows;
     }
     /* optimizer: the owned range at HBM bandwidth */
-    double range = l->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
-    r.t_opt = l->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
+    double range = l->layout.zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
+    r.t_opt = l->layout.offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
     double pipe = (r.t_compute + r.t_tp) / (1.0 - r.bubble);
     r.t_step = pipe + r.t_pp + r.t_dp + r.t_ep + r.t_opt;
     r.tok_s = r.tokens / r.t_step;
@@ -269,9 +269,12 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     return r;
 }
 
+/* " [theory: ...]" for a layout the trainer does not build (layout_check's LAYOUT_THEORY), else "" */
 static inline const char* plan_theory_note(const LedgerLayout* l) {
-    if (l->zero == 3 && (l->tp > 1 || l->pp > 1)) { return " [theory: not implemented by the trainer]"; }
-    return "";
+    char err[512];
+    LayoutModel md = ledger_layout_model(&l->cfg);
+    return layout_check(&l->layout, &md, 0, err, sizeof(err)) == LAYOUT_THEORY ?
+           " [theory: not implemented by the trainer]" : "";
 }
 
 /* prints the full table of one layout */
@@ -284,19 +287,19 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            cl->gemm_eff, cl->dev.nvlink_gbs, cl->dev.net_name, cl->dev.net_gbs);
     printf("plan: model L=%d C=%d NH=%d V=%d: %zu parameters; B=%d T=%d m=%d micro-batches, %.0f tokens per step\n",
            l->cfg.num_layers, l->cfg.channels, l->cfg.num_heads, l->cfg.vocab_size, ledger_model_parameters(&l->cfg),
-           l->B, l->T, l->m, r->tokens);
+           l->layout.B, l->layout.T, l->layout.m, r->tokens);
     char every[48] = "";
-    if (l->recompute == 3) { snprintf(every, sizeof(every), " (checkpoints every %d layers)", l->recompute_every > 1 ? l->recompute_every : 1); }
-    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->tp, l->sp ? " (sp)" : "",
-           l->pp, pipe_schedule_name(l->sched), l->v, l->dp, l->zero, l->recompute, every,
-           l->offload ? ", optimizer offload" : "", plan_theory_note(l));
+    if (l->layout.recompute == 3) { snprintf(every, sizeof(every), " (checkpoints every %d layers)", l->layout.recompute_every > 1 ? l->layout.recompute_every : 1); }
+    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->layout.tp, l->layout.sp ? " (sp)" : "",
+           l->layout.pp, pipe_schedule_name(l->layout.schedule), l->layout.v, l->layout.dp, l->layout.zero, l->layout.recompute, every,
+           l->layout.offload ? ", optimizer offload" : "", plan_theory_note(l));
     if (l->cfg.moe.experts > 0) { /* mixture of experts: FLOPs from the active parameters, memory from all of them */
         const MoEConfig* e = &l->cfg.moe;
         printf("plan experts: E=%d top-%d every %d blocks (%d MoE blocks), hidden %d; %.0f active of %zu parameters "
                "(FLOPs 6 N_active + 6LCT); ep %d: %d experts per GPU, expert shard over %d ranks; all-to-all %.3f GB "
                "per step per GPU over %s (exposed %.3f s; 4 per MoE block and micro-batch), buffers %.3f GB%s\n",
                e->experts, e->top_k, e->every, moe_num_layers(e, l->cfg.num_layers), e->hidden, r->active_params,
-               ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), l->dp / ledger_ep(l),
+               ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), l->layout.dp / ledger_ep(l),
                r->b_ep / GB, r->ep_net ? "network" : "NVLink", r->t_ep, m->a2a / GB,
                ledger_ep(l) > 1 ? " [ep: planner only, the trainer replicates the experts]" : "");
     }
@@ -304,41 +307,41 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
            m->acts_slot / GB, m->buffers / GB, r->mem_bytes / GB, r->mem_avail / GB, r->fits ? "fits" : "DOES NOT FIT");
-    for (int st = 0; st < l->pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
+    for (int st = 0; st < l->layout.pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
         LedgerRank q = ledger_rank(l, st);
         printf("plan stage %d bytes per GPU: parameters %zu | gradients %zu | master %zu | AdamW m+v %zu | activations "
                "%zu\n", st, q.params, q.grads, q.master, q.moments, q.acts);
     }
     { /* activations of this layout's fullest stage with every recompute level, with/without sp */
         printf("plan activations (GB per GPU, stage %d):", m->stage);
-        for (int sp = 0; sp <= (l->tp > 1); sp++) {
-            for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (ledger_check_layout) */
+        for (int sp = 0; sp <= (l->layout.tp > 1); sp++) {
+            for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (layout_check) */
                 LedgerLayout v = *l;
-                v.recompute = rc; v.sp = sp;
+                v.layout.recompute = rc; v.layout.sp = sp;
                 printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
             }
         }
-        printf(" (r3: checkpoints every %d layer%s)\n", l->recompute_every > 1 ? l->recompute_every : 1,
-               l->recompute_every > 1 ? "s" : "");
+        printf(" (r3: checkpoints every %d layer%s)\n", l->layout.recompute_every > 1 ? l->layout.recompute_every : 1,
+               l->layout.recompute_every > 1 ? "s" : "");
     }
-    if (l->offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
-        size_t d2h, h2d, range = l->zero >= 1 ? m->S : m->P;
+    if (l->layout.offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
+        size_t d2h, h2d, range = l->layout.zero >= 1 ? m->S : m->P;
         ledger_offload_step_bytes(range, (size_t)l->pb, &d2h, &h2d);
-        if (l->offload_params) { h2d = 0; } /* the update writes the host shard; the gathers carry it up (below) */
+        if (l->layout.offload_params) { h2d = 0; } /* the update writes the host shard; the gathers carry it up (below) */
         printf("plan offload (%s): optimizer state %.3f GB off the device per GPU (host memory %.3f GB, NVMe %.3f GB, "
                "host buffers %.3f GB); PCIe per step %.3f GB down (gradients) + %.3f GB up (parameters)\n",
-               l->offload == LEDGER_OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
+               l->layout.offload == OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
                m->host_buffers / GB, d2h / GB, h2d / GB);
     }
-    if (l->offload_params) { /* --offload-params cpu (llmc/zero_params.h): ZeRO-3's shard in host memory */
+    if (l->layout.offload_params) { /* --offload-params cpu (llmc/zero_params.h): ZeRO-3's shard in host memory */
         size_t d2h, h2d;
-        ledger_offload_params_step_bytes(m->S, (size_t)l->pb, l->m, l->offload != 0, l->master && !l->offload, &d2h, &h2d);
+        ledger_offload_params_step_bytes(m->S, (size_t)l->pb, l->layout.m, l->layout.offload != 0, l->master && !l->layout.offload, &d2h, &h2d);
         printf("plan parameter offload (cpu): the parameter shard %.3f GB off the device per GPU (host memory %.3f GB); "
                "PCIe per step %.3f GB down + %.3f GB up (the gathers' own parts); transfer time not modelled\n",
                (double)m->S * l->pb / GB, m->host_params / GB, d2h / GB, h2d / GB);
     }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
-           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->tp, l->pp, l->dp, l->zero) / GB);
+           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->layout.tp, l->layout.pp, l->layout.dp, l->layout.zero) / GB);
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
@@ -346,11 +349,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan assumptions: one GEMM efficiency for all matmuls; collectives ring or tree (the faster), latency "
            "NVLink %.0f us, network %.0f us per step; exposed: tp 100%%, dp reductions beyond one micro-batch's "
            "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
-           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, l->sched == PIPE_INTERLEAVED ? "v" : "",
+           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, l->layout.schedule == PIPE_INTERLEAVED ? "v" : "",
            100.0 * cl->mem_reserve);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
-           100.0 * r->mfu, r->model_flops / r->t_step / (l->tp * l->pp * l->dp) / 1e12, r->limit);
+           100.0 * r->mfu, r->model_flops / r->t_step / (l->layout.tp * l->layout.pp * l->layout.dp) / 1e12, r->limit);
 }
 
 static inline int plan_cmp(const void* a, const void* b) {
@@ -362,11 +365,10 @@ static inline int plan_cmp(const void* a, const void* b) {
 }
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
- * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer, >= pp), ZeRO 0-3 (ZeRO-2
- * only without pipelines, ZeRO-3 only without tp and pp, as the trainer), recompute 0, 2 and 3 (base's
- * recompute_every), the 1f1b schedule and interleaved with v 2 (where L and m allow it), sequence parallel with tp > 1,
- * and for a mixture-of-experts model ep (powers of two dividing E and dp; tp 1, pp 1, ZeRO 0-2, as
- * ledger_check_layout allows); with theory = 1 also ZeRO-3 with tp or pp. Returns the count in *n of a malloc'd
+ * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
+ * and 3 (base's recompute_every), the 1f1b schedule and interleaved with v 2, sequence parallel with tp > 1, and for
+ * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
+ * invalid ones are skipped, theory-only ones (ZeRO-3 with tp or pp, ZeRO-2 with pp) kept with theory = 1. Returns the count in *n of a malloc'd
  * array sorted best first (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp, ep) (its
  * best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
@@ -374,26 +376,26 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
     int cap = 64, cnt = 0;
     PlanResult* out = (PlanResult*)malloc_check((size_t)cap * sizeof(PlanResult), "plan search");
     const GPT2Config* c = &base->cfg;
+    LayoutModel md = ledger_layout_model(c);
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= cl->gpus; tp *= 2) {
         for (int pp = 1; pp <= c->num_layers && tp * pp <= cl->gpus; pp++) {
             if (cl->gpus % (tp * pp)) { continue; }
             int dp = cl->gpus / (tp * pp);
-            long long per = (long long)base->B * base->T * dp;
+            long long per = (long long)base->layout.B * base->layout.T * dp;
             if (tokens % per) { continue; }
             int m = (int)(tokens / per);
             for (int ep = 1; ep <= (c->moe.experts > 0 ? dp : 1); ep *= 2) { /* MoE: ep dividing dp and E */
             for (int z = 0; z <= 3; z++) {
-                if (z == 2 && pp > 1) { continue; }
-                if (z == 3 && (tp > 1 || pp > 1) && !theory) { continue; }
                 for (int k = 0; k < 8; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2 */
                     int rc = k % 4, inter = k / 4;
                     if (rc == 1 || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
-                    l.tp = tp; l.sp = tp > 1; l.pp = pp; l.v = inter ? 2 : 1; l.sched = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
-                    l.pp_layers = NULL; l.dp = dp; l.zero = z; l.recompute = rc; l.m = m; l.offload = 0; l.ep = ep;
-                    l.offload_params = 0;
-                    char err[320];
-                    if (ledger_check_layout(&l, err, sizeof(err))) { continue; }
+                    l.layout.tp = tp; l.layout.sp = tp > 1; l.layout.pp = pp; l.layout.v = inter ? 2 : 1; l.layout.schedule = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
+                    memset(l.layout.stage_layers, 0, sizeof(l.layout.stage_layers)); l.layout.dp = dp; l.layout.zero = z; l.layout.recompute = rc; l.layout.m = m; l.layout.offload = 0; l.layout.ep = ep;
+                    l.layout.offload_params = 0;
+                    char err[512];
+                    LayoutVerdict verdict = layout_check(&l.layout, &md, 0, err, sizeof(err));
+                    if (verdict == LAYOUT_INVALID || (verdict == LAYOUT_THEORY && !theory)) { continue; }
                     if (cnt == cap) { cap *= 2; out = (PlanResult*)realloc(out, (size_t)cap * sizeof(PlanResult)); }
                     if (!out) { FATAL("out of host memory in the plan search"); }
                     out[cnt++] = plan_evaluate(&l, cl);
@@ -407,7 +409,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
     for (int i = 0; i < cnt; i++) {
         int dup = 0;
         for (int j = 0; j < kept && !dup; j++) {
-            dup = out[j].lay.tp == out[i].lay.tp && out[j].lay.pp == out[i].lay.pp && out[j].lay.ep == out[i].lay.ep;
+            dup = out[j].lay.layout.tp == out[i].lay.layout.tp && out[j].lay.layout.pp == out[i].lay.layout.pp && out[j].lay.layout.ep == out[i].lay.layout.ep;
         }
         if (!dup) { out[kept++] = out[i]; }
     }
@@ -422,7 +424,7 @@ static inline void plan_print_search(const PlanResult* r, int n, int top) {
     for (int i = 0; i < n && i < top; i++) {
         const LedgerLayout* l = &r[i].lay;
         printf("%4d | %3d | %3d | %4d | %3d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n",
-               i + 1, l->tp, l->pp, l->dp, ledger_ep(l), l->zero, l->recompute, l->v, l->m, r[i].mem_bytes / 1e9,
+               i + 1, l->layout.tp, l->layout.pp, l->layout.dp, ledger_ep(l), l->layout.zero, l->layout.recompute, l->layout.v, l->layout.m, r[i].mem_bytes / 1e9,
                r[i].t_step, r[i].tok_s, 100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
     }
 }

@@ -391,7 +391,7 @@ static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* 
     z->opt.n = n;
     z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
     int params_host = z->stage->shards_params && offload && offload->params;
-    if (offload && offload->kind != LEDGER_OFFLOAD_NONE) {
+    if (offload && offload->kind != OFFLOAD_NONE) {
         z->offload = (Offload*)calloc_check(1, sizeof(Offload), "optimizer offload");
         offload_init(z->offload, offload, z->own_start, n, !FLOATX_IS_FLOAT && keep_master, offload->rank,
                      model->params_memory + z->own_start, params_host);
@@ -402,7 +402,7 @@ static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* 
         zero_alloc_device_state(z, n, keep_master);
     }
     if (z->stage->shards_params) { /* ZeRO-3: from here on the model holds gathered layers only */
-        int borrow = params_host && FLOATX_IS_FLOAT && z->offload && z->offload->kind == LEDGER_OFFLOAD_CPU;
+        int borrow = params_host && FLOATX_IS_FLOAT && z->offload && z->offload->kind == OFFLOAD_CPU;
         zero_params_init(&z->params, model, dp, z->dtype, z->S, z->own_start, params_host,
                          borrow ? (floatX*)z->offload->w : NULL);
         z->opt.params = z->params.shard;

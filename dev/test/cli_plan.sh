@@ -31,7 +31,7 @@ rc=$?
 test $rc -eq 0 && test "$(grep -cE '^ +[0-9]+ \| +[0-9]+ \| +[0-9]+ \| +[0-9]+ \|' "$TMP/search.txt")" -eq 10
 check $? "--plan-search 70B on 64 A100 80GB: 10 ranked layouts ($(grep -E '^ +1 \|' "$TMP/search.txt" | tr -s ' '))"
 expect_error "flag --device is 'v100'" "--plan with an unknown device" -- $TRAIN --plan 1 --device v100
-expect_error "not a multiple of --tp x --pp" "--plan with --gpus not divisible by tp x pp" -- $TRAIN --plan 1 --gpus 12 --tp 8
+expect_error "--tp 8 x --pp 1 = 8 does not divide the world size 12" "--plan with --gpus not divisible by tp x pp" -- $TRAIN --plan 1 --gpus 12 --tp 8
 expect_error "flag --plan-precision is 'fp8'" "--plan with an unknown precision" -- $TRAIN --plan 1 --plan-precision fp8
 
 # custom shapes

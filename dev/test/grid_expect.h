@@ -13,14 +13,14 @@
 #include "llmc/process_grid.h"
 
 /* coordinates (t, d, p) of world rank r */
-static inline void expect_decompose(const GridLayout* L, int r, int* t, int* d, int* p) {
+static inline void expect_decompose(const Layout* L, int r, int* t, int* d, int* p) {
     *t = r % L->tp;
     *d = (r / L->tp) % L->dp;
     *p = r / (L->tp * L->dp);
 }
 
 /* whether world rank b is in world rank a's group of kind k; *pos = b's rank in that group */
-static inline int expect_member(const GridLayout* L, GridGroup k, int a, int b, int* pos) {
+static inline int expect_member(const Layout* L, GridGroup k, int a, int b, int* pos) {
     int ta, da, pa, tb, db, pb;
     expect_decompose(L, a, &ta, &da, &pa);
     expect_decompose(L, b, &tb, &db, &pb);

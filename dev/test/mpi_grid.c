@@ -29,7 +29,7 @@
 static Comm g_world;
 /* the layout under test, spelled out independently of the grid */
 typedef struct {
-    GridLayout L;
+    Layout L;
     char name[64];
 } Spec;
 
@@ -96,7 +96,7 @@ static void check_pipeline(const ProcessGrid* g, const Spec* s, int pp_ok) {
 
 static void run_layout(const Spec* s) {
     ProcessGrid g;
-    grid_init(&g, &g_world, s->L, NULL, 0);
+    grid_init(&g, &g_world, &s->L);
     int me = g_world.rank, W = g_world.world, t, d, p;
     expect_decompose(&s->L, me, &t, &d, &p);
     int ok = g.world_rank == me && g.world_size == W && g.world == &g_world && g.coord.tp == t && g.coord.dp == d &&
@@ -139,19 +139,20 @@ static void run_layout(const Spec* s) {
 static Spec parse_spec(const char* arg, int world) {
     Spec s;
     memset(&s, 0, sizeof(s));
-    s.L.tp = s.L.pp = s.L.ep = 1;
+    s.L = grid_layout_for_world(world, 1, 1, 1);
     snprintf(s.name, sizeof(s.name), "%s", arg);
     char buf[64];
+    int dp_given = 0;
     snprintf(buf, sizeof(buf), "%s", arg);
     for (char* tok = strtok(buf, ".,"); tok; tok = strtok(NULL, ".,")) {
         int v = atoi(tok + 2);
         if (strncmp(tok, "tp", 2) == 0) { s.L.tp = v; }
-        else if (strncmp(tok, "dp", 2) == 0) { s.L.dp = v; }
+        else if (strncmp(tok, "dp", 2) == 0) { s.L.dp = v; dp_given = 1; }
         else if (strncmp(tok, "pp", 2) == 0) { s.L.pp = v; }
         else if (strncmp(tok, "ep", 2) == 0) { s.L.ep = v; }
         else { FATAL("mpi_grid: bad layout '%s' (expected e.g. tp2.dp2.pp2)", arg); }
     }
-    if (s.L.dp == 0) { s.L.dp = grid_layout_for_world(world, s.L.tp, s.L.pp, s.L.ep).dp; }
+    if (dp_given == 0) { s.L.dp = grid_layout_for_world(world, s.L.tp, s.L.pp, s.L.ep).dp; }
     return s;
 }
 
