@@ -240,8 +240,8 @@ static void run_adamw_steps(FixtureModel* fm, const Fixture* fx, float* losses) 
 
 static void test_init_matches_reference(const GPT2* ref) {
     GPT2 m;
-    gpt2_allocate_weights(&m, &ref->config);
-    gpt2_init_random(&m, 1337);
+    shard_allocate_weights(&m, &ref->config, NULL, NULL);
+    shard_init_random(&m, 1337);
     float* a = (float*)malloc_check(m.num_parameters * sizeof(float), "init a");
     float* b = (float*)malloc_check(m.num_parameters * sizeof(float), "init b");
     dev_download_floats(a, m.params_memory, m.num_parameters);
@@ -587,7 +587,7 @@ static void gather_tp_logits(GPT2* m, Comm* group, int N, float* host) {
 static double gathered_rel_diff(GPT2* tp_model, const floatX* tp_buf, const floatX* ref_buf, int rank0, int rms) {
     size_t P = tp_model->num_parameters_full;
     float* a = rank0 ? (float*)malloc_check(P * sizeof(float), "gathered") : NULL;
-    gpt2_gather_full_from(tp_model, tp_buf, a);
+    shard_gather_full_from(tp_model, tp_buf, a);
     double err = 0.0, ref = 0.0;
     if (rank0) {
         float* b = (float*)malloc_check(P * sizeof(float), "reference");
@@ -637,7 +637,7 @@ static void test_tensor_parallel(Comm* world, const char* model_path, const Fixt
         gather_tp_logits(m, world, (int)BT, logits);
         float loss = run_forward_backward(&fm, fx);
         float* grads = rank0 ? (float*)malloc_check(m->num_parameters_full * sizeof(float), "tp grads") : NULL;
-        gpt2_gather_full_from(m, fm.grads, grads);
+        shard_gather_full_from(m, fm.grads, grads);
         if (rank0) {
             double err, refmax;
             compare_arrays(logits, fx->logits, BT * V, &err, &refmax);

@@ -54,7 +54,7 @@
 #include "llmc/moe_ep_comm.h"          /* defines: MoEEpComm, moe_ep_comm_init (--ep's all-to-all) */
 #include "llmc/zero_experts.h"         /* defines: zero_init_experts (--ep: the experts' own ZeRO group), files */
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
-#include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, pipeline_stage_of, the pipeline trace */
+#include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, the pipeline trace */
 #include "llmc/train_flags.h"      /* defines: TrainConfig (every flag, declared once), train_config_specs */
 #include "llmc/train_config.h"     /* defines: train_model_config, train_config_layout, train_config_check */
 #include "llmc/layout.h"           /* defines: Layout, layout_check (the compatibility table) */
@@ -670,7 +670,7 @@ static void sample(TrainSession* s) {
 static void setup_layout(TrainSession* s, const GPT2Config* mc) {
     char err[1024];
     if (train_config_layout(&s->cfg, s->world.world, mc, &s->layout, err, sizeof(err))) { CONFIG_FATAL(s, "%s", err); }
-    LayoutModel md = ledger_layout_model(mc);
+    LayoutModel md = shard_layout_model(mc);
     LayoutVerdict verdict = layout_check(&s->layout, &md, s->world.world, err, sizeof(err));
     if (verdict == LAYOUT_THEORY) {
         CONFIG_FATAL(s, "%s (a layout the trainer does not build; --plan 1 evaluates it)", err);
@@ -753,13 +753,12 @@ static void setup_processes(TrainSession* s) {
 static void setup_model(TrainSession* s, const GPT2Config* mc) {
     TensorParallel tp = tensor_parallel_on_comm(&s->tp_comm, s->tp, floatx_comm_dtype(), s->cfg.sequence_parallel,
                                                 s->cfg.comm_stats);
-    GPT2Stage stage = pipeline_stage_of(mc, s->pp->world, s->cfg.pp_virtual, s->layout.stage_layers[0] ? s->layout.stage_layers : NULL,
-                                        s->pp->rank);
+    GPT2Stage stage = shard_stage_of(&s->layout, mc, s->pp->rank);
     GPT2Config run = *mc; /* --ep > 1: this process holds the experts of its ep rank (llmc/zero_experts.h) */
     run.moe.ep_rank = moe_ep_size(&run.moe) > 1 ? s->grid.ep->rank : 0;
     if (is_model_descriptor(s->cfg.model)) {
-        gpt2_allocate_weights_part(&s->model, &run, &tp, &stage);
-        gpt2_init_random(&s->model, (uint64_t)s->cfg.seed);
+        shard_allocate_weights(&s->model, &run, &tp, &stage);
+        shard_init_random(&s->model, (uint64_t)s->cfg.seed);
     } else {
         gpt2_build_from_file_run(&s->model, s->cfg.model, &tp, &stage, &run.moe);
     }
@@ -906,10 +905,7 @@ static void session_init(TrainSession* s) {
     }
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
-        PipeScheduleKind kind;
-        pipe_schedule_from_name(cfg->pp_schedule, &kind);
-        pipeline_init(&s->pipe, &s->model, s->pp, kind, s->layout.m, cfg->pp_virtual,
-                      s->layout.stage_layers[0] ? s->layout.stage_layers : NULL, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);
+        pipeline_init(&s->pipe, &s->model, s->pp, &s->layout);
         s->pipe.gelu_fusion = cfg->gelu_fusion;
         pipeline_trace_init(&s->trace, &s->pipe, cfg->output_dir[0] ? cfg->pp_trace_steps : 0);
     } else {
@@ -1039,7 +1035,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
                "%zu)\n", s->grid.ep->rank * E / p, (s->grid.ep->rank + 1) * E / p - 1, E, s->grid.ep->rank, p, d->P,
                d->dp->world, d->own_end - d->own_start, e->P, e->dp->world, e->own_end - e->own_start);
     }
-    if (s->tp->world > 1 || s->cfg.dry_run) { gpt2_print_tp_ledger(&s->model); }
+    if (s->tp->world > 1 || s->cfg.dry_run) { shard_print_tp_ledger(&s->model); }
     int nd, no;
     size_t vd, vo;
     gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
@@ -1330,7 +1326,7 @@ static int plan_main(const TrainConfig* cfg) {
         free(r);
         return n > 0 ? 0 : 1;
     }
-    LayoutModel md = ledger_layout_model(&mc);
+    LayoutModel md = shard_layout_model(&mc);
     if (layout_check(&l.layout, &md, cfg->gpus, err, sizeof(err)) == LAYOUT_INVALID) {
         FATAL("--plan: the layout cannot be built: %s", err);
     }

@@ -45,6 +45,26 @@
 
 /* ============================================================ configuration */
 
+/* The architecture knobs, as data (llmc/README.md, "The model's architecture as data"). GPT-2's values are the
+ * defaults (gpt2_arch_default) and the only ones this model implements: gpt2_arch_check refuses every other value
+ * with one line. The parameter table below already sizes tensors from them (grouped-query attention's qkv rows, the
+ * MLP width, the biases and the learned positions present or not), so a variant arrives as table rows, a dimension
+ * and kernels, not as branches through the trainer. */
+typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } GPT2Norm;  /* LayerNorm (Ba et al. 2016) | RMSNorm (Zhang & Sennrich 2019) */
+typedef enum { POS_LEARNED = 0, POS_ROPE } GPT2Pos;           /* learned table | rotary (Su et al. 2021) */
+typedef enum { MLP_GELU = 0, MLP_SWIGLU, MLP_RELU2 } GPT2Mlp;   /* GELU | SwiGLU (Shazeer 2020) | ReLU^2 (So et al. 2021) */
+typedef struct {
+    GPT2Norm norm;
+    GPT2Pos pos;
+    float rope_theta;      /* rotary base (read with POS_ROPE) */
+    GPT2Mlp mlp;
+    int ffn_hidden;        /* the dense MLP's hidden width (GPT-2: 4C) */
+    int n_kv_head;         /* key/value heads (GPT-2: NH; grouped-query attention: fewer, dividing NH) */
+    int bias;              /* 1 = linear layers (and LayerNorm) have biases */
+    int tied_head;         /* 1 = the LM head is the token embedding (wte) */
+    int qk_norm;           /* 1 = RMSNorm on q and k per head */
+} GPT2Arch;
+
 /* GPT-2 hyperparameters. Vp = vocab_size rounded up to a multiple of 128. */
 typedef struct {
     int max_seq_len;       /* maxT: rows of wpe */
@@ -54,7 +74,38 @@ typedef struct {
     int num_heads;         /* NH */
     int channels;          /* C */
     MoEConfig moe;         /* mixture of experts (llmc/moe.h); moe.experts = 0: a dense model */
+    GPT2Arch arch;         /* normalisation, positions, MLP, key/value heads, biases, head, QK-norm */
 } GPT2Config;
+
+/* GPT-2's architecture for a model of C channels and NH heads: LayerNorm, learned positions, a GELU MLP of 4C,
+ * NH key/value heads, biases, the head tied to wte, no QK-norm */
+static inline void gpt2_arch_default(GPT2Arch* a, int C, int NH) {
+    memset(a, 0, sizeof(*a));
+    a->norm = NORM_LAYERNORM;
+    a->pos = POS_LEARNED;
+    a->rope_theta = 10000.0f;
+    a->mlp = MLP_GELU;
+    a->ffn_hidden = 4 * C;
+    a->n_kv_head = NH;
+    a->bias = 1;
+    a->tied_head = 1;
+    a->qk_norm = 0;
+}
+
+/* 0 when c's architecture is GPT-2's (the one this model implements); else 1 with one sentence in err naming the
+ * knob, its value and what is built */
+static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
+    const GPT2Arch* a = &c->arch;
+    const char* what = a->norm != NORM_LAYERNORM ? "norm=rms (RMSNorm)" : a->pos != POS_LEARNED ? "pos=rope (rotary)"
+                     : a->mlp == MLP_SWIGLU ? "mlp=swiglu" : a->mlp == MLP_RELU2 ? "mlp=relu2"
+                     : a->ffn_hidden != 4 * c->channels ? "FF (an MLP width other than 4C)"
+                     : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
+                     : !a->bias ? "bias=0" : !a->tied_head ? "tied=0 (an untied head)" : a->qk_norm ? "qknorm=1" : NULL;
+    if (!what) { return 0; }
+    snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
+             "(LayerNorm, learned positions, GELU MLP of 4C, KV = NH, biases, tied head, no QK-norm)", what);
+    return 1;
+}
 
 /* the model sizes selectable with -e dN */
 typedef struct { const char* name; int L, C, NH, maxT; const char* note; } ModelDescriptor;
@@ -74,29 +125,72 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
 
 static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
 
-/* Custom model shapes "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>]", fields in
- * any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's tokenizer), T (maxT, the
- * rows of wpe) 1024. Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not starting with
- * 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a malformed one:
- * an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, E without K (or K
- * without E), E above MOE_MAX_EXPERTS or K above E. E and K make a mixture-of-experts model (llmc/moe.h): E experts
- * of hidden width 4C in every block, top-K routing; the trainer applies --moe-every and --moe-hidden to it. */
+/* the architecture words of a shape: name=value, value one of the listed words (index = the enum's value) or, for
+ * bias, tied and qknorm, 0/1; theta a positive number. Returns 1 and sets the field for a known word, 0 otherwise. */
+static inline int gpt2_shape_arch_word(GPT2Arch* a, const char* word, size_t n) {
+    static const char* const norms[] = {"ln", "rms"}, *const poss[] = {"learned", "rope"},
+                             *const mlps[] = {"gelu", "swiglu", "relu2"}, *const bits[] = {"0", "1"};
+    static const struct { const char* key; const char* const* words; int nwords; } keys[] = {
+        {"norm=", norms, 2}, {"pos=", poss, 2}, {"mlp=", mlps, 3}, {"bias=", bits, 2}, {"tied=", bits, 2},
+        {"qknorm=", bits, 2}};
+    for (int k = 0; k < 6; k++) {
+        size_t kl = strlen(keys[k].key);
+        if (n <= kl || strncmp(word, keys[k].key, kl) != 0) { continue; }
+        for (int w = 0; w < keys[k].nwords; w++) {
+            if (strlen(keys[k].words[w]) == n - kl && strncmp(word + kl, keys[k].words[w], n - kl) == 0) {
+                int* field[6] = {(int*)&a->norm, (int*)&a->pos, (int*)&a->mlp, &a->bias, &a->tied_head, &a->qk_norm};
+                *field[k] = w;
+                return 1;
+            }
+        }
+    }
+    if (n > 6 && strncmp(word, "theta=", 6) == 0) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%.*s", (int)(n - 6 < 31 ? n - 6 : 31), word + 6);
+        char* end;
+        double t = strtod(buf, &end);
+        if (*end == '\0' && t > 0.0 && t < 1e12) { a->rope_theta = (float)t; return 1; }
+    }
+    return 0;
+}
+
+/* Custom model shapes "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>]
+ * [:FF<mlp width>][:norm=ln|rms][:pos=learned|rope][:theta=BASE][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1]
+ * [:qknorm=0|1]", fields in any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's
+ * tokenizer), T (maxT, the rows of wpe) 1024, GPT-2's architecture (gpt2_arch_default; the trainer refuses other
+ * values with gpt2_arch_check). Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not
+ * starting with 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a
+ * malformed one: an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, KV not
+ * dividing NH, E without K (or K without E), E above MOE_MAX_EXPERTS or K above E. E and K make a mixture-of-experts
+ * model (llmc/moe.h): E experts of hidden width 4C in every block, top-K routing; the trainer applies --moe-every
+ * and --moe-hidden to it. */
 static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
     if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
-    static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K"}; /* NH before single letters */
-    long val[7] = {0, 0, 0, GPT2_VOCAB_SIZE, 1024, 0, 0};
-    int seen[7] = {0};
+    static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K", "KV", "FF"}; /* NH before single letters */
+    enum { NK = 9 };
+    long val[NK] = {0, 0, 0, GPT2_VOCAB_SIZE, 1024, 0, 0, 0, 0};
+    int seen[NK] = {0};
+    GPT2Arch arch;
+    gpt2_arch_default(&arch, 0, 0);
     const char* p = name;
     while (*p) {
+        size_t wl = strcspn(p, ":");
         int k = -1;
-        for (int q = 0; q < 7 && k < 0; q++) {
+        for (int q = 0; q < NK; q++) { /* the longest key that matches, followed by a digit */
             size_t n = strlen(keys[q]);
-            if (strncmp(p, keys[q], n) == 0 && p[n] >= '0' && p[n] <= '9') { k = q; }
+            if (strncmp(p, keys[q], n) == 0 && p[n] >= '0' && p[n] <= '9' && (k < 0 || n > strlen(keys[k]))) { k = q; }
         }
         if (k < 0) {
-            snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:NH<heads>"
-                     "[:V<vocab>][:T<context>][:E<experts>:K<top-k>], e.g. L96:C12288:NH96", name, p);
-            return -1;
+            if (!gpt2_shape_arch_word(&arch, p, wl)) {
+                snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:"
+                         "NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>][:FF<mlp width>]"
+                         "[:norm=ln|rms][:pos=learned|rope][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1][:qknorm=0|1], "
+                         "e.g. L96:C12288:NH96", name, p);
+                return -1;
+            }
+            p += wl;
+            p = *p == ':' ? p + 1 : p;
+            continue;
         }
         char* end;
         long v = strtol(p + strlen(keys[k]), &end, 10);
@@ -117,18 +211,25 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         snprintf(err, cap, "flag -e (--model) '%s': C=%ld is not divisible by NH=%ld heads", name, val[2], val[0]);
         return -1;
     }
+    if (seen[7] && val[0] % val[7] != 0) {
+        snprintf(err, cap, "flag -e (--model) '%s': KV=%ld key/value heads do not divide NH=%ld", name, val[7], val[0]);
+        return -1;
+    }
     if (seen[5] != seen[6] || (seen[5] && (val[5] > MOE_MAX_EXPERTS || val[6] > val[5]))) {
         snprintf(err, cap, "flag -e (--model) '%s': a mixture-of-experts shape needs both E<experts> (at most %d) and "
                  "K<top-k> (at most E), e.g. L24:C1024:NH16:E8:K2", name, MOE_MAX_EXPERTS);
         return -1;
     }
+    memset(cfg, 0, sizeof(*cfg));
     cfg->num_layers = (int)val[1];
     cfg->channels = (int)val[2];
     cfg->num_heads = (int)val[0];
     cfg->vocab_size = (int)val[3];
     cfg->padded_vocab_size = round_up_int((int)val[3], 128);
     cfg->max_seq_len = (int)val[4];
-    memset(&cfg->moe, 0, sizeof(cfg->moe));
+    cfg->arch = arch;
+    cfg->arch.ffn_hidden = seen[8] ? (int)val[8] : 4 * cfg->channels;
+    cfg->arch.n_kv_head = seen[7] ? (int)val[7] : cfg->num_heads;
     if (seen[5]) { /* experts in every block, each a 4C-wide MLP (--moe-every and --moe-hidden may change these) */
         cfg->moe.experts = (int)val[5];
         cfg->moe.top_k = (int)val[6];
@@ -141,17 +242,18 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
 /* returns 1 and fills cfg if `name` is a descriptor like "d12" or a valid custom shape (gpt2_config_from_shape);
  * 0 (cfg untouched) otherwise */
 static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name) {
-    char err[512];
+    char err[1024];
     if (gpt2_config_from_shape(cfg, name, err, sizeof(err)) == 1) { return 1; }
     for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
         if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
+            memset(cfg, 0, sizeof(*cfg));
             cfg->num_layers = MODEL_DESCRIPTORS[i].L;
             cfg->channels = MODEL_DESCRIPTORS[i].C;
             cfg->num_heads = MODEL_DESCRIPTORS[i].NH;
             cfg->max_seq_len = MODEL_DESCRIPTORS[i].maxT;
             cfg->vocab_size = GPT2_VOCAB_SIZE;
             cfg->padded_vocab_size = round_up_int(GPT2_VOCAB_SIZE, 128);
-            memset(&cfg->moe, 0, sizeof(cfg->moe));
+            gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads);
             return 1;
         }
     }
@@ -171,13 +273,13 @@ static inline size_t gpt2_active_parameters(const GPT2Config* c, size_t total) {
     return total - Lm * (size_t)(c->moe.experts - c->moe.top_k) * moe_expert_params(&c->moe, c->channels);
 }
 
-/* ============================================================ pipeline stages */
+/* ============================================================ the layers an instance holds */
 
-/* The layers an instance holds (pipeline parallelism, llmc/pipeline.h): n_chunks model chunks of contiguous layers
- * (one chunk unless the interleaved schedule gives a rank several), stored one after the other, so local layer j is
- * layer j of the first chunk, then of the second, ... The first pipeline stage embeds the tokens (wte, wpe), the
- * last one holds lnf and the tied LM head (wte again: its gradient is summed between the two ends by the caller).
- * gpt2_stage_whole is the whole model (both ends, all layers). */
+/* The layers an instance holds: n_chunks model chunks of contiguous layers (one chunk unless the interleaved pipeline
+ * schedule gives a rank several), stored one after the other, so local layer j is layer j of the first chunk, then of
+ * the second, ... An instance with the embedding starts from the tokens (wte, wpe); one with the head ends in the
+ * logits and the loss (lnf and the tied wte). gpt2_stage_whole is the whole model. Which layers a pipeline rank holds
+ * is the layout's to say (llmc/sharding.h, shard_stage_of). */
 #define GPT2_MAX_CHUNKS 16
 typedef struct {
     int n_chunks;
@@ -225,27 +327,6 @@ static inline GPT2Stage gpt2_chunk_stage(const GPT2Stage* st, int k) {
     return c;
 }
 
-/* the layers of pipeline rank s of p with v chunks (llmc/pipeline_model.h): layers (p ints, NULL = even split) gives each stage's layer count
- * for v = 1 */
-static inline GPT2Stage pipeline_stage_of(const GPT2Config* c, int p, int v, const int* layers, int s) {
-    GPT2Stage st;
-    memset(&st, 0, sizeof(st));
-    int L = c->num_layers;
-    st.n_chunks = v;
-    st.has_embedding = s == 0;
-    st.has_head = s == p - 1;
-    if (v > 1) {
-        int Lc = L / (p * v);
-        for (int k = 0; k < v; k++) { st.chunk_first[k] = (k * p + s) * Lc; st.chunk_layers[k] = Lc; }
-        return st;
-    }
-    int first = 0;
-    for (int q = 0; q < s; q++) { first += layers ? layers[q] : L / p + (q < L % p); }
-    st.chunk_first[0] = first;
-    st.chunk_layers[0] = layers ? layers[s] : L / p + (s < L % p);
-    return st;
-}
-
 /* the local index of chunk k's first layer */
 static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
     int j = 0;
@@ -255,7 +336,7 @@ static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
 
 /* ============================================================ parameter table */
 
-/* parameter tensors in file order (llmc/README.md, "File formats") */
+/* parameter tensors in file order (llmc/README.md, "File formats"); the order is the table's, GPT2_PARAMS */
 enum {
     P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
@@ -263,71 +344,118 @@ enum {
     P_ROUTERW, P_EFCW, P_EFCB, P_EFCPROJW, P_EFCPROJB,
     NUM_PARAMETER_TENSORS
 };
-static inline const char* parameter_name(int i) {
-    static const char* const names[NUM_PARAMETER_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
-    "routerw", "efcw", "efcb", "efcprojw", "efcprojb"};
-    return names[i];
+
+/* how a tensor is stacked in the flat buffer: one tensor, a slice per transformer block, per block without experts
+ * (every block of a dense model), per mixture-of-experts block */
+typedef enum { SLICES_ONE = 0, SLICES_LAYERS, SLICES_DENSE, SLICES_MOE } GPT2Slices;
+/* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the MLP width, Vp,
+ * maxT, E experts, the experts' hidden width H */
+typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_FF, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
+/* initialisation (gpt2_init_host): zeros, ones, normal(0, 0.02), normal(0, 0.02/sqrt(2L)) (residual projections),
+ * normal(0, 0.02) over the first V rows only (the padded vocabulary rows stay 0) */
+typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL, INIT_VOCAB } GPT2Init;
+/* when a tensor exists (0 elements otherwise), by the architecture knobs */
+typedef enum { WHEN_ALWAYS = 0, WHEN_BIAS, WHEN_NORM_BIAS, WHEN_LEARNED_POS } GPT2When;
+
+/* one row per parameter tensor: its name, stacking, one slice's shape (outermost first; a weight is (out, in)),
+ * weight decay (2-D weights and embeddings only), initialisation, presence. A new tensor is one row here (and one in
+ * llmc/sharding.h's GPT2_SHARDING: how the parallel layout splits it). */
+typedef struct {
+    const char* name;
+    GPT2Slices slices;
+    GPT2Dim dims[3];
+    int decay;
+    GPT2Init init;
+    GPT2When when;
+} GPT2ParamSpec;
+
+static const GPT2ParamSpec GPT2_PARAMS[NUM_PARAMETER_TENSORS] = {
+    /* name       stacking        one slice                      decay init           present */
+    {"wte",      SLICES_ONE,    {DIM_VP, DIM_C, DIM_1},      1, INIT_VOCAB,    WHEN_ALWAYS},
+    {"wpe",      SLICES_ONE,    {DIM_MAXT, DIM_C, DIM_1},    1, INIT_NORMAL,   WHEN_LEARNED_POS},
+    {"ln1w",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
+    {"ln1b",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
+    {"qkvw",     SLICES_LAYERS, {DIM_QKV, DIM_C, DIM_1},     1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"qkvb",     SLICES_LAYERS, {DIM_QKV, DIM_1, DIM_1},     0, INIT_ZERO,     WHEN_BIAS},
+    {"attprojw", SLICES_LAYERS, {DIM_C, DIM_C, DIM_1},       1, INIT_RESIDUAL, WHEN_ALWAYS},
+    {"attprojb", SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
+    {"ln2w",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
+    {"ln2b",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
+    {"fcw",      SLICES_DENSE,  {DIM_FF, DIM_C, DIM_1},      1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"fcb",      SLICES_DENSE,  {DIM_FF, DIM_1, DIM_1},      0, INIT_ZERO,     WHEN_BIAS},
+    {"fcprojw",  SLICES_DENSE,  {DIM_C, DIM_FF, DIM_1},      1, INIT_RESIDUAL, WHEN_ALWAYS},
+    {"fcprojb",  SLICES_DENSE,  {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
+    {"lnfw",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
+    {"lnfb",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
+    {"routerw",  SLICES_MOE,    {DIM_E, DIM_C, DIM_1},       1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"efcw",     SLICES_MOE,    {DIM_E, DIM_H, DIM_C},       1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"efcb",     SLICES_MOE,    {DIM_E, DIM_H, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
+    {"efcprojw", SLICES_MOE,    {DIM_E, DIM_C, DIM_H},       1, INIT_RESIDUAL, WHEN_ALWAYS},
+    {"efcprojb", SLICES_MOE,    {DIM_E, DIM_C, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
+};
+
+static inline const char* parameter_name(int i) { return GPT2_PARAMS[i].name; }
+
+/* 1 for tensors that get weight decay: 2-D weight matrices and the embeddings (never biases or norms) */
+static inline int parameter_is_decayed(int i) { return GPT2_PARAMS[i].decay; }
+
+/* the size of dimension d for model c */
+static inline size_t gpt2_dim(const GPT2Config* c, GPT2Dim d) {
+    size_t C = (size_t)c->channels, hd = (size_t)(c->channels / c->num_heads);
+    switch (d) {
+    case DIM_C: return C;
+    case DIM_QKV: return (size_t)(c->num_heads + 2 * c->arch.n_kv_head) * hd;
+    case DIM_FF: return (size_t)c->arch.ffn_hidden;
+    case DIM_VP: return (size_t)c->padded_vocab_size;
+    case DIM_MAXT: return (size_t)c->max_seq_len;
+    case DIM_E: return (size_t)c->moe.experts;
+    case DIM_H: return (size_t)c->moe.hidden;
+    default: return 1;
+    }
 }
 
-/* element counts of the tensors: wte (Vp,C), wpe (maxT,C), per-layer tensors stacked over L, the dense MLP tensors
- * (fcw .. fcprojb) over the Ld = L - Lm blocks without experts, the expert tensors over the Lm MoE blocks:
- * routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C) */
-static inline void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
-    size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
-    size_t L = (size_t)c->num_layers, maxT = (size_t)c->max_seq_len;
-    size_t Lm = (size_t)moe_num_layers(&c->moe, c->num_layers), Ld = L - Lm;
-    size_t E = (size_t)c->moe.experts, H = (size_t)c->moe.hidden;
-    sizes[P_WTE] = Vp * C;
-    sizes[P_WPE] = maxT * C;
-    sizes[P_LN1W] = L * C;
-    sizes[P_LN1B] = L * C;
-    sizes[P_QKVW] = L * 3 * C * C;
-    sizes[P_QKVB] = L * 3 * C;
-    sizes[P_ATTPROJW] = L * C * C;
-    sizes[P_ATTPROJB] = L * C;
-    sizes[P_LN2W] = L * C;
-    sizes[P_LN2B] = L * C;
-    sizes[P_FCW] = Ld * 4 * C * C;
-    sizes[P_FCB] = Ld * 4 * C;
-    sizes[P_FCPROJW] = Ld * C * 4 * C;
-    sizes[P_FCPROJB] = Ld * C;
-    sizes[P_LNFW] = C;
-    sizes[P_LNFB] = C;
-    sizes[P_ROUTERW] = Lm * E * C;
-    sizes[P_EFCW] = Lm * E * H * C;
-    sizes[P_EFCB] = Lm * E * H;
-    sizes[P_EFCPROJW] = Lm * E * C * H;
-    sizes[P_EFCPROJB] = Lm * E * C;
+/* 1 when tensor i exists in model c (GPT2_PARAMS[i].when against the architecture knobs) */
+static inline int gpt2_tensor_present(const GPT2Config* c, int i) {
+    switch (GPT2_PARAMS[i].when) {
+    case WHEN_BIAS: return c->arch.bias;
+    case WHEN_NORM_BIAS: return c->arch.bias && c->arch.norm == NORM_LAYERNORM;
+    case WHEN_LEARNED_POS: return c->arch.pos == POS_LEARNED;
+    default: return 1;
+    }
 }
 
-/* 1 for tensors that are stacked per layer (ln1w .. fcprojb), 0 for wte, wpe, lnfw, lnfb and the expert tensors */
-static inline int parameter_is_per_layer(int i) { return i >= P_LN1W && i <= P_FCPROJB; }
-
-/* 1 for the dense MLP tensors fcw, fcb, fcprojw, fcprojb */
-static inline int parameter_is_mlp(int i) { return i >= P_FCW && i <= P_FCPROJB; }
-
-/* 1 for tensors of model c stacked over all L layers with one slice per layer (llmc/zero.h's layer buckets): the
- * per-layer tensors, except in a mixture-of-experts model the dense MLP tensors (only the blocks without experts
- * have them), which are then held, like the expert tensors, in the global bucket */
-static inline int gpt2_is_per_layer(const GPT2Config* c, int i) {
-    return parameter_is_per_layer(i) && !(c->moe.experts > 0 && parameter_is_mlp(i));
-}
-
-/* the number of slices tensor i of model c is stacked over: L per layer, the dense blocks (MLP tensors of a MoE
- * model), the MoE blocks (expert tensors), 1 otherwise */
+/* the number of slices tensor i of model c is stacked over: L per layer, the dense blocks (the MLP tensors), the MoE
+ * blocks (expert tensors), 1 otherwise */
 static inline size_t gpt2_tensor_slices(const GPT2Config* c, int i) {
     int Lm = moe_num_layers(&c->moe, c->num_layers);
-    if (i >= P_ROUTERW) { return (size_t)Lm; }
-    if (parameter_is_mlp(i)) { return (size_t)(c->num_layers - Lm); }
-    return parameter_is_per_layer(i) ? (size_t)c->num_layers : 1;
+    switch (GPT2_PARAMS[i].slices) {
+    case SLICES_LAYERS: return (size_t)c->num_layers;
+    case SLICES_DENSE: return (size_t)(c->num_layers - Lm);
+    case SLICES_MOE: return (size_t)Lm;
+    default: return 1;
+    }
 }
 
-/* 1 for tensors that get weight decay: 2-D weight matrices and the embeddings (never biases or LayerNorm) */
-static inline int parameter_is_decayed(int i) {
-    return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW || i == P_FCPROJW ||
-           i == P_ROUTERW || i == P_EFCW || i == P_EFCPROJW;
+/* 1 for tensors of model c stacked over all L layers with one slice per layer (llmc/zero.h's layer buckets): the
+ * per-layer tensors, and the dense MLP tensors of a model without experts (in a mixture-of-experts model only the
+ * blocks without experts have them, so they are held, like the expert tensors, in the global bucket) */
+static inline int gpt2_is_per_layer(const GPT2Config* c, int i) {
+    GPT2Slices s = GPT2_PARAMS[i].slices;
+    return s == SLICES_LAYERS || (s == SLICES_DENSE && c->moe.experts == 0);
+}
+
+/* elements of one slice of tensor i (0 when the tensor is not present) */
+static inline size_t gpt2_slice_elems(const GPT2Config* c, int i) {
+    if (!gpt2_tensor_present(c, i)) { return 0; }
+    const GPT2Dim* d = GPT2_PARAMS[i].dims;
+    return gpt2_dim(c, d[0]) * gpt2_dim(c, d[1]) * gpt2_dim(c, d[2]);
+}
+
+/* element counts of the full model's tensors: one slice's elements times the slices (wte (Vp,C), wpe (maxT,C), the
+ * per-layer tensors stacked over L, the dense MLP tensors over the L - Lm blocks without experts, the expert tensors
+ * over the Lm MoE blocks: routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C)) */
+static inline void gpt2_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { sizes[i] = gpt2_tensor_slices(c, i) * gpt2_slice_elems(c, i); }
 }
 
 /* A view of one flat buffer as the tensors (same layout as the model file). */
@@ -338,78 +466,6 @@ typedef struct {
 static inline void parameter_tensors_point(ParameterTensors* p, floatX* base, const size_t sizes[NUM_PARAMETER_TENSORS]) {
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
-}
-
-/* 1 for tensors split over the tensor-parallel ranks (wte by vocabulary rows, qkv and fc by output features,
- * attproj and fcproj by input features); the others are replicated on every tp rank */
-static inline int parameter_is_tp_sharded(int i) {
-    return i == P_WTE || i == P_QKVW || i == P_QKVB || i == P_ATTPROJW || i == P_FCW || i == P_FCB || i == P_FCPROJW;
-}
-
-/* How tensor-parallel rank r of p holds tensor i: its per-layer slice (the whole tensor for wte, wpe, lnfw, lnfb)
- * is `blocks` blocks of `len` elements; block b lies at offset start + b*stride of the full model's slice and at
- * offset b*len of this rank's. qkvw (3C,C) keeps rows [r*C/p, (r+1)*C/p) of each of q, k, v (its heads); qkvb
- * likewise; fcw (4C,C) and fcb rows [r*4C/p, ...); attprojw (C,C) and fcprojw (C,4C) columns [r*C/p, ...) resp.
- * [r*4C/p, ...) of every row; wte rows [r*Vp/p, ...). p = 1 gives the full slice. */
-typedef struct {
-    size_t blocks, len, stride, start;
-} TPSlice;
-
-static inline TPSlice gpt2_tp_slice(const GPT2Config* c, int i, int p, int r) {
-    size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, P = (size_t)p, R = (size_t)r;
-    size_t full[NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(full, c);
-    TPSlice s;
-    s.blocks = 1; s.stride = 0; s.start = 0;
-    s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
-    if (p == 1 || !parameter_is_tp_sharded(i)) { return s; }
-    switch (i) {
-    case P_WTE: s.len = Vp / P * C; break;
-    case P_QKVW: s.blocks = 3; s.len = C / P * C; s.stride = C * C; break;
-    case P_QKVB: s.blocks = 3; s.len = C / P; s.stride = C; break;
-    case P_ATTPROJW: s.blocks = C; s.len = C / P; s.stride = C; break;
-    case P_FCW: s.len = 4 * C / P * C; break;
-    case P_FCB: s.len = 4 * C / P; break;
-    default: s.blocks = C; s.len = 4 * C / P; s.stride = 4 * C; break; /* P_FCPROJW */
-    }
-    s.start = R * s.len;
-    return s;
-}
-
-/* 1 if a stage holds global tensor i (wte at either end, wpe on the first stage, lnf on the last); per-layer
- * tensors: always (for its layers) */
-static inline int gpt2_stage_holds(const GPT2Stage* st, int i) {
-    if (parameter_is_per_layer(i) || i >= P_ROUTERW) { return 1; } /* mixture of experts: whole models only */
-    if (i == P_WTE) { return st->has_embedding || st->has_head; }
-    if (i == P_WPE) { return st->has_embedding; }
-    return st->has_head; /* lnfw, lnfb */
-}
-
-/* 1 for the expert tensors that expert parallelism splits (efcw, efcb, efcprojw, efcprojb; not the router) when
- * model c runs with c->moe.ep > 1: each ep rank holds E/ep experts of every MoE block (llmc/README.md, "Expert
- * parallelism") */
-static inline int gpt2_ep_splits(const GPT2Config* c, int i) {
-    return moe_ep_size(&c->moe) > 1 && i >= P_EFCW && i <= P_EFCPROJB;
-}
-
-/* element counts of the tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st
- * (NULL: the whole model); tensors a stage does not hold have 0 elements; with expert parallelism (c->moe.ep > 1)
- * the split expert tensors hold this rank's E/ep experts of each MoE block (gpt2_ep_splits) */
-static inline void gpt2_parameter_sizes_part(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p,
-                                             const GPT2Stage* st) {
-    GPT2Stage whole = gpt2_stage_whole(c);
-    if (!st) { st = &whole; }
-    size_t layers = (size_t)gpt2_stage_layers(st);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        TPSlice s = gpt2_tp_slice(c, i, p, 0);
-        sizes[i] = gpt2_stage_holds(st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
-        if (gpt2_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
-    }
-}
-
-/* element counts of this tensor-parallel rank's 16 tensors of the whole model */
-static inline void gpt2_parameter_sizes_tp(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p) {
-    gpt2_parameter_sizes_part(sizes, c, p, NULL);
 }
 
 /* ============================================================ activation table */
@@ -578,8 +634,8 @@ typedef struct {
     TensorParallel tp;          /* this instance's tensor-parallel rank (size 1: the whole model) */
     GPT2Stage stage;            /* the layers held (pipeline parallelism; gpt2_stage_whole: all) */
     int n_layers;               /* gpt2_stage_layers(&stage): the layers this instance runs */
-    size_t param_sizes[NUM_PARAMETER_TENSORS]; /* this rank's tensors (gpt2_parameter_sizes_tp) */
-    size_t num_parameters;      /* P: elements of this rank's 16 tensors (the whole model when tp.size = 1) */
+    size_t param_sizes[NUM_PARAMETER_TENSORS]; /* this instance's tensors (llmc/sharding.h, shard_parameter_sizes) */
+    size_t num_parameters;      /* P: elements of this instance's tensors (the whole model without tp, pp, ep) */
     size_t num_parameters_full; /* elements of the full model */
     size_t params_capacity;     /* elements allocated for params_memory (>= P; the tail is zero, see gpt2_pad_parameters) */
     ParameterTensors params;    /* floatX, device, views into params_memory */
@@ -607,11 +663,12 @@ typedef struct {
     double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
 } GPT2;
 
-/* allocates the parameter buffer (zeroed) of tensor-parallel rank tp->rank of tp->size, pipeline stage st, for the
- * model cfg (tp NULL: no tensor parallelism; st NULL: all layers); exits with one line if cfg cannot be split
- * that way (the process grid validates layouts first, so this is an internal check) */
-static inline void gpt2_allocate_weights_part(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp,
-                                              const GPT2Stage* st) {
+/* allocates the parameter buffer (zeroed) of an instance of model cfg holding the tensors of sizes[] (this
+ * tensor-parallel rank's part of stage st: llmc/sharding.h, shard_allocate_weights; tp NULL: no tensor parallelism;
+ * st NULL: all layers); exits with one line if cfg cannot be split that way (layouts are checked first, so this is
+ * an internal check) */
+static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp,
+                                         const GPT2Stage* st, const size_t sizes[NUM_PARAMETER_TENSORS]) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->tp = tp ? *tp : tensor_parallel_none();
@@ -623,25 +680,17 @@ static inline void gpt2_allocate_weights_part(GPT2* model, const GPT2Config* cfg
               cfg->channels, cfg->padded_vocab_size, p);
     }
     if (model->n_layers < 1) { FATAL("internal: a pipeline stage without layers"); }
-    gpt2_parameter_sizes_part(model->param_sizes, cfg, p, &model->stage);
     size_t full[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(full, cfg);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        model->num_parameters += model->param_sizes[i];
+        model->param_sizes[i] = sizes[i];
+        model->num_parameters += sizes[i];
         model->num_parameters_full += full[i];
     }
     model->params_capacity = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
-
-/* all layers on tensor-parallel rank tp->rank of tp->size */
-static inline void gpt2_allocate_weights_tp(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp) {
-    gpt2_allocate_weights_part(model, cfg, tp, NULL);
-}
-
-/* the whole model, no tensor parallelism */
-static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg) { gpt2_allocate_weights_part(model, cfg, NULL, NULL); }
 
 /* grows the parameter buffer to `capacity` elements (>= P), keeping the parameters and zeroing the tail, so
  * that collectives may treat it as `capacity` equal shards (the ZeRO layout, llmc/zero.h) */
@@ -655,128 +704,16 @@ static inline void gpt2_pad_parameters(GPT2* model, size_t capacity) {
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
 }
 
-/* calls fn(ctx, tensor, full_offset, local_offset, n) for every contiguous piece of the parameters of
- * tensor-parallel rank r of p holding stage st (NULL: all layers), in its flat order: n elements of tensor `tensor`
- * at full_offset in the full model's flat order are that rank's elements at local_offset (gpt2_tp_slice; local
- * layer j is global layer gpt2_stage_global_layer(st, j)) */
-static inline void gpt2_part_for_each_piece(const GPT2Config* c, int p, int r, const GPT2Stage* st,
-                                            void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
-                                                       size_t n),
-                                            void* ctx) {
-    GPT2Stage whole = gpt2_stage_whole(c);
-    if (!st) { st = &whole; }
-    size_t full[NUM_PARAMETER_TENSORS], local[NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes(full, c);
-    gpt2_parameter_sizes_part(local, c, p, st);
-    size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (gpt2_ep_splits(c, i) && local[i]) { /* expert parallelism: ep rank q's experts of each MoE block */
-            size_t Lm = gpt2_tensor_slices(c, i), fb = full[i] / Lm, lb = local[i] / Lm, q = (size_t)c->moe.ep_rank;
-            for (size_t j = 0; j < Lm; j++) { fn(ctx, i, foff + j * fb + q * lb, loff + j * lb, lb); }
-            foff += full[i];
-            loff += local[i];
-            continue;
-        }
-        int per_layer = gpt2_is_per_layer(c, i);
-        size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
-        TPSlice s = gpt2_tp_slice(c, i, p, r);
-        for (size_t j = 0; j < layers; j++) {
-            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : 0;
-            size_t fl = foff + g * (full[i] / (per_layer ? L : 1)), ll = loff + j * (local[i] / layers);
-            for (size_t b = 0; b < s.blocks; b++) { fn(ctx, i, fl + s.start + b * s.stride, ll + b * s.len, s.len); }
-        }
-        foff += full[i];
-        loff += local[i];
-    }
-}
-
-/* gpt2_part_for_each_piece of all layers */
-static inline void gpt2_tp_for_each_piece(const GPT2Config* c, int p, int r,
-                                          void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
-                                                     size_t n),
-                                          void* ctx) {
-    gpt2_part_for_each_piece(c, p, r, NULL, fn, ctx);
-}
-
-typedef struct { float* dst; const float* src; } GPT2CopyPieces;
-static inline void gpt2_copy_full_to_local(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
-    GPT2CopyPieces* c = (GPT2CopyPieces*)ctx;
-    (void)tensor;
-    memcpy(c->dst + local_offset, c->src + full_offset, n * sizeof(float));
-}
-static inline void gpt2_copy_local_to_full(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
-    GPT2CopyPieces* c = (GPT2CopyPieces*)ctx;
-    (void)tensor;
-    memcpy(c->dst + full_offset, c->src + local_offset, n * sizeof(float));
-}
-
-/* sets this rank's parameters from the full model `host_full` (num_parameters_full fp32 on the host, file order),
- * converted to floatX (round to nearest) */
-static inline void gpt2_upload_full(GPT2* model, const float* host_full) {
-    if (model->tp.size == 1 && model->num_parameters == model->num_parameters_full) {
-        dev_upload_floats(model->params_memory, host_full, model->num_parameters);
-        return;
-    }
-    float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this rank");
-    GPT2CopyPieces cp = {host, host_full};
-    gpt2_part_for_each_piece(&model->config, model->tp.size, model->tp.rank, &model->stage, gpt2_copy_full_to_local, &cp);
-    dev_upload_floats(model->params_memory, host, model->num_parameters);
-    free(host);
-}
-
-/* a buffer in this rank's parameter layout (src: P floatX on the device, e.g. the parameters or their gradients) as
- * the full model's (fp32, file order) in host_full (num_parameters_full floats) on the caller that passes it (NULL
- * elsewhere): collective over the tensor-parallel group (every rank of it calls; each rank's part is all-gathered,
- * replicated tensors come from rank 0); without tensor parallelism a download. Of a pipeline stage only its own
- * tensors and layers are written (the rest of host_full is left as it was). */
-static inline void gpt2_gather_full_from(GPT2* model, const floatX* src, float* host_full) {
-    int p = model->tp.size;
-    if (p == 1) {
-        if (!host_full) { return; }
-        if (model->num_parameters == model->num_parameters_full) {
-            dev_download_floats(host_full, src, model->num_parameters);
-            return;
-        }
-        float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this stage");
-        dev_download_floats(host, src, model->num_parameters);
-        GPT2CopyPieces cp = {host_full, host};
-        gpt2_part_for_each_piece(&model->config, 1, 0, &model->stage, gpt2_copy_local_to_full, &cp);
-        free(host);
-        return;
-    }
-    /* every rank's flat buffer side by side, then each rank's pieces put in place (rank 0's last for what all share) */
-    size_t P = model->num_parameters;
-    floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file)");
-    dev_memcpy_d2d(all + (size_t)model->tp.rank * P, src, P * sizeof(floatX));
-    model->tp.all_gather(model->tp.ctx, all, P);
-    if (host_full) {
-        float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
-        dev_download_floats(host, all, (size_t)p * P);
-        for (int r = p - 1; r >= 0; r--) {
-            GPT2CopyPieces cp = {host_full, host + (size_t)r * P};
-            gpt2_part_for_each_piece(&model->config, p, r, &model->stage, gpt2_copy_local_to_full, &cp);
-        }
-        free(host);
-    }
-    dev_free(all);
-}
-
-/* the full model's parameters (see gpt2_gather_full_from): collective over the tensor-parallel group */
-static inline void gpt2_gather_full(GPT2* model, float* host_full) {
-    gpt2_gather_full_from(model, model->params_memory, host_full);
-}
-
-/* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that
- * train_gpt.py produces identical weights: for each tensor in file order and each of its slices (gpt2_tensor_slices:
- * the layers; the dense blocks for a MoE model's MLP tensors; the MoE blocks, all experts at once, for the expert
- * tensors), normal(0, 0.02) for wte (first V rows), wpe, qkvw, fcw, routerw, efcw; normal(0, 0.02/sqrt(2L)) for
- * the residual projections attprojw, fcprojw, efcprojw; LayerNorm weights 1; biases 0. The full model is drawn on the host
- * (the same numbers for every tensor-parallel layout), then this rank's part uploaded. */
-static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
-    const GPT2Config* c = &model->config;
+/* GPT-2 init from `seed` with the torch.manual_seed-compatible mt19937 (llmc/rand.h), so that train_gpt.py produces
+ * identical weights: the full model of c into host (num_parameters_full fp32, zeroed by the caller), for each tensor in
+ * file order and each of its slices (gpt2_tensor_slices: the layers; the dense blocks for a MoE model's MLP tensors;
+ * the MoE blocks, all experts at once, for the expert tensors) as GPT2_PARAMS[i].init says: normal(0, 0.02) for wte
+ * (first V rows), wpe, qkvw, fcw, routerw, efcw; normal(0, 0.02/sqrt(2L)) for the residual projections attprojw,
+ * fcprojw, efcprojw; norm weights 1; biases 0 (nothing drawn). The same numbers for every parallel layout: each rank
+ * takes its part (llmc/sharding.h, shard_init_random). */
+static inline void gpt2_init_host(const GPT2Config* c, float* host, uint64_t seed) {
     size_t sizes[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(sizes, c);
-    float* host = (float*)calloc_check(model->num_parameters_full, sizeof(float), "host init weights");
     mt19937_state rng;
     manual_seed(&rng, seed);
     size_t C = (size_t)c->channels;
@@ -786,22 +723,18 @@ static inline void gpt2_init_random(GPT2* model, uint64_t seed) {
         size_t n = sizes[i];
         size_t layers = gpt2_tensor_slices(c, i);
         size_t per = layers ? n / layers : 0;
-        for (size_t l = 0; l < layers; l++) {
+        for (size_t l = 0; l < layers && n > 0; l++) {
             float* t = host + off + l * per;
-            if (i == P_WTE) {
-                normal_(&rng, t, (size_t)c->vocab_size * C, 0.0, 0.02);
-            } else if (i == P_WPE || i == P_QKVW || i == P_FCW || i == P_ROUTERW || i == P_EFCW) {
-                normal_(&rng, t, per, 0.0, 0.02);
-            } else if (i == P_ATTPROJW || i == P_FCPROJW || i == P_EFCPROJW) {
-                normal_(&rng, t, per, 0.0, residual_std);
-            } else if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
-                for (size_t k = 0; k < per; k++) { t[k] = 1.0f; }
-            } /* biases stay 0 */
+            switch (GPT2_PARAMS[i].init) {
+            case INIT_VOCAB: normal_(&rng, t, (size_t)c->vocab_size * C, 0.0, 0.02); break;
+            case INIT_NORMAL: normal_(&rng, t, per, 0.0, 0.02); break;
+            case INIT_RESIDUAL: normal_(&rng, t, per, 0.0, residual_std); break;
+            case INIT_ONE: for (size_t k = 0; k < per; k++) { t[k] = 1.0f; } break;
+            default: break; /* zeros */
+            }
         }
         off += n;
     }
-    gpt2_upload_full(model, host);
-    free(host);
 }
 
 /* the byte offsets (offsets, each 256-byte aligned; NULL: not wanted) of the activation tensors of counts in one
@@ -994,40 +927,6 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
 static inline floatX* gpt2_stage_input(const GPT2* m) { return (floatX*)m->acts.t[A_ENCODED]; }
 static inline floatX* gpt2_stage_dinput(const GPT2* m) { return (floatX*)m->acts.t[A_DRESIDUAL]; }
 static inline floatX* gpt2_stage_output(const GPT2* m);
-
-/* 1 if tensor i of this instance counts in the full model's gradient norm here: split tensors on every tensor-parallel
- * rank, replicated ones on tp rank 0 only; the tied wte only on the stage with the embedding (the last stage's
- * copy holds the same summed gradient) */
-static inline int gpt2_counts_in_norm(const GPT2* m, int i) {
-    if (i == P_WTE && !m->stage.has_embedding) { return 0; }
-    return parameter_is_tp_sharded(i) || m->tp.rank == 0;
-}
-
-/* A view of model chunk k of `rank_model` (interleaved pipeline schedule: a rank holds several chunks) as a model of
- * its own: its layers' parameters point into rank_model's buffer (no copy), the global tensors it holds (the
- * embedding on the first chunk of the first stage, the head on the last chunk of the last) too; activations are the
- * view's own (allocate them). Not for the optimizer or files: those use rank_model. */
-static inline GPT2 gpt2_chunk_view(const GPT2* rank_model, int k) {
-    GPT2 v;
-    memset(&v, 0, sizeof(v));
-    const GPT2Stage* st = &rank_model->stage;
-    v.config = rank_model->config;
-    v.tp = rank_model->tp;
-    v.stage = gpt2_chunk_stage(st, k);
-    v.n_layers = st->chunk_layers[k];
-    size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        int per_layer = gpt2_is_per_layer(&rank_model->config, i);
-        size_t per = per_layer ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
-        int held = per_layer || gpt2_stage_holds(&v.stage, i);
-        v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
-        v.params.t[i] = rank_model->params.t[i] + j0 * per;
-        v.num_parameters += v.param_sizes[i];
-    }
-    v.num_parameters_full = rank_model->num_parameters_full;
-    v.params_memory = NULL; /* not owned */
-    return v;
-}
 
 /* ============================================================ forward */
 
@@ -1548,27 +1447,6 @@ static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors,
         int tensors = (int)gpt2_tensor_slices(&m->config, i);
         if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
         else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }
-    }
-}
-
-/* prints the tensor-parallel split of this process's parameters and activations (every rank holds the same sizes):
- * block weights (1/tp), vocabulary rows (1/tp), replicated tensors, activation bytes; warns above tp 8 (the
- * per-layer collectives would leave the node) */
-static inline void gpt2_print_tp_ledger(const GPT2* m) {
-    size_t split = 0, vocab = 0, replicated = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (!parameter_is_tp_sharded(i)) { replicated += m->param_sizes[i]; }
-        else if (i == P_WTE) { vocab += m->param_sizes[i]; }
-        else { split += m->param_sizes[i]; }
-    }
-    int p = m->tp.size;
-    printf("tensor parallel %d: each process holds %zu of the model's %zu parameters: block weights %zu (1/%d), "
-           "vocabulary rows %zu (1/%d), replicated %zu (wpe, LayerNorms, row-parallel biases); activations %zu bytes"
-           "%s\n", p, m->num_parameters, m->num_parameters_full, split, p, vocab, p, replicated, m->acts_bytes,
-           p > 1 && m->tp.sequence_parallel ? " (LayerNorm and residual regions: B*T/tp rows)" : "");
-    if (p > 8) {
-        printf("tensor parallel %d: more than the 8 GPUs of a typical node; its per-layer collectives would cross the "
-               "network\n", p);
     }
 }
 

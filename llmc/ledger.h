@@ -10,7 +10,7 @@
  * optimizer offload.
  *
  * What the trainer allocates (stages 0-3, recompute 0-3; offload's host and NVMe bytes below): every count below is the one the trainer's
- * allocation code computes, from the same functions (gpt2_parameter_sizes_part, gpt2_activation_sizes,
+ * allocation code computes, from the same functions (shard_parameter_sizes, gpt2_activation_sizes,
  * gpt2_activation_layout, pipe_slots_needed), so the two cannot drift:
  *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S;
  *               ZeRO-3: (S + 2 layers + wte/wpe/lnf) * pb, the shard and the working set (llmc/zero_params.h)
@@ -57,6 +57,7 @@
 #include "llmc/gpt2.h"
 #include "llmc/pipeline.h"
 #include "llmc/layout.h"
+#include "llmc/sharding.h"
 
 typedef struct {
     GPT2Config cfg;           /* the model */
@@ -69,15 +70,6 @@ typedef struct {
 
 /* ep of a layout (0 read as 1) */
 static inline int ledger_ep(const LedgerLayout* l) { return l->layout.ep > 1 ? l->layout.ep : 1; }
-
-/* the model numbers layout_check (llmc/layout.h) checks a layout against */
-static inline LayoutModel ledger_layout_model(const GPT2Config* c) {
-    LayoutModel md;
-    memset(&md, 0, sizeof(md));
-    md.NH = c->num_heads; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
-    md.experts = c->moe.experts;
-    return md;
-}
 
 /* the bytes of one process (pipeline stage `stage`) */
 typedef struct {
@@ -182,12 +174,12 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     memset(&r, 0, sizeof(r));
     r.stage = s;
     const GPT2Config* c = &l->cfg;
-    GPT2Stage st = pipeline_stage_of(c, l->layout.pp, l->layout.v, l->layout.stage_layers[0] ? l->layout.stage_layers : NULL, s);
+    GPT2Stage st = shard_stage_of(&l->layout, c, s);
     size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
     size_t ep = (size_t)ledger_ep(l);
     GPT2Config ce = *c; /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
     ce.moe.ep = ep > 1 ? (int)ep : 0;
-    gpt2_parameter_sizes_part(sizes, &ce, l->layout.tp, &st);
+    shard_parameter_sizes(sizes, &ce, l->layout.tp, &st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
         if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }

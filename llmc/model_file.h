@@ -26,6 +26,7 @@
 #include "llmc/utils.h"
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2.h"
+#include "llmc/sharding.h"
 
 static inline int precision_is_bf16(void) { return strcmp(PRECISION_NAME, "bf16") == 0; }
 
@@ -86,7 +87,7 @@ static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
         return;
     }
     float* host = writer ? (float*)malloc_check(m->num_parameters_full * sizeof(float), "host copy of weights") : NULL;
-    gpt2_gather_full(m, host);
+    shard_gather_full(m, host);
     if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
     free(host);
 }
@@ -131,6 +132,7 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     cfg->num_heads = header[5];
     cfg->channels = header[6];
     cfg->padded_vocab_size = header[7];
+    gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads); /* versions 3/5/7/8 hold GPT-2's architecture */
     /* upper bounds far above any GPT-2 (maxT 1M, Vp 16M, L 4096, C 128K) keep every size product below 2^63 */
     if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
         cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0 ||
@@ -203,7 +205,7 @@ static inline void gpt2_build_from_file_run(GPT2* m, const char* path, const Ten
     size_t elem = model_file_version_is_bf16(version) ? 2 : 4;
     checkpoint_check_size(path, (long long)(FILE_HEADER_INTS * sizeof(int) + P * elem), "model file",
                           "regenerate it");
-    gpt2_allocate_weights_part(m, &cfg, tp, st);
+    shard_allocate_weights(m, &cfg, tp, st);
     if (m->num_parameters_full != P) {
         FATAL("internal: model file parameter count %zu != %zu", P, m->num_parameters_full);
     }
@@ -226,7 +228,7 @@ static inline void gpt2_build_from_file_run(GPT2* m, const char* path, const Ten
             fread_check(host, sizeof(float), P, f, path);
         }
         model_file_check_finite(path, &cfg, host, NULL, P, host);
-        gpt2_upload_full(m, host);
+        shard_upload_full(m, host);
         free(host);
     }
     fclose(f);

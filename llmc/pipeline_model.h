@@ -31,6 +31,7 @@
 #include "llmc/pipeline.h"
 #include "llmc/model_file.h"
 #include "llmc/process_grid.h"
+#include "llmc/sharding.h"
 
 /* a gradient target of one chunk: the store's buffer at the chunk's layers, with the store's hooks translated to
  * the rank's layer numbers; the global tensors' hook (layer -1) is held back until the pipeline step ends */
@@ -41,14 +42,14 @@ typedef struct {
 } PipelineHookCtx;
 
 struct Pipeline {
-    int p, rank, v, m, B, T, recompute, recompute_every;
-    int layers[64];                 /* v = 1: each stage's layer count (--pp-layers), or all 0: the even split */
+    int p, rank, v, m, B, T, recompute, recompute_every; /* from the layout */
+    Layout layout;                  /* the run's layout (llmc/layout.h): stages, schedule, micro-batches, recompute */
     Comm* pp;                       /* the process grid's pipeline group (rank = pipeline rank) */
     PipeSchedule sched;
     PipeSlots slots;
     int need[GPT2_MAX_CHUNKS];      /* activation slots per chunk */
     GPT2* model;                    /* the rank's model: parameters, optimizer, files */
-    GPT2 views[GPT2_MAX_CHUNKS];    /* v > 1: the chunks (gpt2_chunk_view) */
+    GPT2 views[GPT2_MAX_CHUNKS];    /* v > 1: the chunks (pipeline_chunk_view) */
     GPT2* chunk[GPT2_MAX_CHUNKS];   /* chunk k's model: model itself when v = 1 */
     int* tokens;                    /* (m, 2, B, T) device: inputs, targets of the step's micro-batches */
     int* host_inputs;               /* (m, B, T) host: the inputs (the deterministic encoder backward reads them) */
@@ -152,18 +153,43 @@ static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n)
     comm_p2p_batch(pl->pp, ops, n);
 }
 
-/* Sets up rank pl->pp->rank's part of the pipeline over `model` (allocated with this rank's stage, its ZeRO store
- * initialised, so that the parameter buffer no longer moves): the schedule `kind` for m micro-batches and v chunks,
- * the chunk views, each chunk's activation slots for micro-batches (B,T), the token store. layers: as for
- * pipeline_stage_of (the stage layout the model was allocated with). recompute, every: -r and, for -r 3, the
- * layers per checkpointed segment (within each chunk; gpt2_recompute_window). */
-static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeScheduleKind kind, int m, int v,
-                                 const int* layers, int B, int T, int recompute, int every) {
+/* A view of model chunk k of `rank_model` (interleaved pipeline schedule: a rank holds several chunks) as a model of
+ * its own: its layers' parameters point into rank_model's buffer (no copy), the global tensors it holds (the
+ * embedding on the first chunk of the first stage, the head on the last chunk of the last) too; activations are the
+ * view's own (allocate them). Not for the optimizer or files: those use rank_model. */
+static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
+    GPT2 v;
+    memset(&v, 0, sizeof(v));
+    const GPT2Stage* st = &rank_model->stage;
+    v.config = rank_model->config;
+    v.tp = rank_model->tp;
+    v.stage = gpt2_chunk_stage(st, k);
+    v.n_layers = st->chunk_layers[k];
+    size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        int per_layer = gpt2_is_per_layer(&rank_model->config, i);
+        size_t per = per_layer ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
+        int held = per_layer || shard_stage_holds(&v.stage, i);
+        v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
+        v.params.t[i] = rank_model->params.t[i] + j0 * per;
+        v.num_parameters += v.param_sizes[i];
+    }
+    v.num_parameters_full = rank_model->num_parameters_full;
+    v.params_memory = NULL; /* not owned */
+    return v;
+}
+
+/* Sets up rank pl->pp->rank's part of the pipeline over `model` (allocated with this rank's stage, shard_stage_of of
+ * layout l; its ZeRO store initialised, so that the parameter buffer no longer moves): l's schedule for its m
+ * micro-batches and v chunks, the chunk views, each chunk's activation slots for micro-batches (B,T) with l's
+ * recompute (-r 3: segments of recompute_every layers within each chunk; gpt2_recompute_window), the token store. */
+static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layout* l) {
     memset(pl, 0, sizeof(*pl));
+    int m = l->m, v = l->v, B = l->B, T = l->T, recompute = l->recompute, every = l->recompute_every;
+    PipeScheduleKind kind = l->schedule;
+    pl->layout = *l;
     pl->p = pp->world; pl->rank = pp->rank; pl->v = v; pl->m = m; pl->B = B; pl->T = T; pl->recompute = recompute;
     pl->recompute_every = every;
-    if (pl->p > 64) { FATAL("--pp %d: at most 64 pipeline stages", pl->p); }
-    for (int s = 0; layers && s < pl->p; s++) { pl->layers[s] = layers[s]; }
     pl->pp = pp;
     pl->model = model;
     pl->sched = pipe_schedule_build(kind, pl->p, m, v);
@@ -171,7 +197,7 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, PipeSchedu
     int most = 0;
     for (int k = 0; k < v; k++) {
         pl->chunk[k] = model;
-        if (v > 1) { pl->views[k] = gpt2_chunk_view(model, k); pl->chunk[k] = &pl->views[k]; }
+        if (v > 1) { pl->views[k] = pipeline_chunk_view(model, k); pl->chunk[k] = &pl->views[k]; }
         if (pl->need[k] < 1) { pl->need[k] = 1; } /* validation and sampling use slot 0 */
         gpt2_allocate_activation_slots(pl->chunk[k], B, T, recompute, every, pl->need[k]);
         if (pl->need[k] > most) { most = pl->need[k]; }
@@ -282,7 +308,7 @@ static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits
 }
 
 /* The full model's parameters (fp32, file order) into host_full on pipeline rank 0's tp rank 0 (NULL elsewhere):
- * each stage gathers its part over tp (gpt2_gather_full) and its tp rank 0 sends it, in the stage's own order, to
+ * each stage gathers its part over tp (shard_gather_full) and its tp rank 0 sends it, in the stage's own order, to
  * pipeline rank 0, which puts every stage's pieces in place. Collective over the pp and tp groups. */
 static inline void pipeline_gather_model(Pipeline* pl, float* host_full) {
     GPT2* m = pl->model;
@@ -290,17 +316,17 @@ static inline void pipeline_gather_model(Pipeline* pl, float* host_full) {
     int tp0 = m->tp.rank == 0;
     float* mine = tp0 && pl->rank != 0 ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (gather)")
                                         : NULL;
-    gpt2_gather_full(m, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
+    shard_gather_full(m, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
     if (pl->p > 1 && tp0) {
         for (int s = 1; s < pl->p; s++) {
             if (pl->rank != 0 && pl->rank != s) { continue; }
-            GPT2Stage st = pipeline_stage_of(c, pl->p, pl->v, pl->layers[0] ? pl->layers : NULL, s);
+            GPT2Stage st = shard_stage_of(&pl->layout, c, s);
             size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
-            gpt2_parameter_sizes_part(sizes, c, 1, &st);
+            shard_parameter_sizes(sizes, c, 1, &st);
             for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
             float* part = (float*)malloc_check(n * sizeof(float), "host stage parameters");
-            GPT2CopyPieces cp = {part, mine};
-            if (pl->rank == s) { gpt2_part_for_each_piece(c, 1, 0, &st, gpt2_copy_full_to_local, &cp); }
+            ShardCopy cp = {part, mine};
+            if (pl->rank == s) { shard_for_each_piece(c, 1, 0, &st, shard_copy_full_to_local, &cp); }
             float* dev = (float*)dev_malloc(n * sizeof(float), "stage parameters (gather)");
             if (pl->rank == s) { dev_memcpy_h2d(dev, part, n * sizeof(float)); }
             CommP2P op = {pl->rank == s, pl->rank == s ? 0 : s, dev, COMM_F32, n, 0};
@@ -308,8 +334,8 @@ static inline void pipeline_gather_model(Pipeline* pl, float* host_full) {
             comm_join(pl->pp);
             if (pl->rank == 0) {
                 dev_memcpy_d2h(part, dev, n * sizeof(float));
-                GPT2CopyPieces back = {host_full, part};
-                if (host_full) { gpt2_part_for_each_piece(c, 1, 0, &st, gpt2_copy_local_to_full, &back); }
+                ShardCopy back = {host_full, part};
+                if (host_full) { shard_for_each_piece(c, 1, 0, &st, shard_copy_local_to_full, &back); }
             }
             dev_free(dev);
             free(part);
@@ -385,9 +411,9 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
     const GPT2Config* c = &pl->model->config;
     PipeScheduleKind kind = pl->sched.kind;
     for (int s = 0; s < pl->p; s++) {
-        GPT2Stage st = pipeline_stage_of(c, pl->p, pl->v, pl->layers[0] ? pl->layers : NULL, s);
+        GPT2Stage st = shard_stage_of(&pl->layout, c, s);
         size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
-        gpt2_parameter_sizes_part(sizes, c, tp, &st);
+        shard_parameter_sizes(sizes, c, tp, &st);
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
         int need[GPT2_MAX_CHUNKS], slots = 0;
         pipe_slots_needed(&pl->sched, s, need);

@@ -272,7 +272,7 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
 /* " [theory: ...]" for a layout the trainer does not build (layout_check's LAYOUT_THEORY), else "" */
 static inline const char* plan_theory_note(const LedgerLayout* l) {
     char err[512];
-    LayoutModel md = ledger_layout_model(&l->cfg);
+    LayoutModel md = shard_layout_model(&l->cfg);
     return layout_check(&l->layout, &md, 0, err, sizeof(err)) == LAYOUT_THEORY ?
            " [theory: not implemented by the trainer]" : "";
 }
@@ -376,7 +376,7 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
     int cap = 64, cnt = 0;
     PlanResult* out = (PlanResult*)malloc_check((size_t)cap * sizeof(PlanResult), "plan search");
     const GPT2Config* c = &base->cfg;
-    LayoutModel md = ledger_layout_model(c);
+    LayoutModel md = shard_layout_model(c);
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= cl->gpus; tp *= 2) {
         for (int pp = 1; pp <= c->num_layers && tp * pp <= cl->gpus; pp++) {
             if (cl->gpus % (tp * pp)) { continue; }

@@ -23,6 +23,7 @@
 #include "llmc/backend.h"
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2.h"
+#include "llmc/sharding.h"
 #include <stdlib.h>
 
 /* One rank's training state at a checkpoint (the header of its state file). */
@@ -408,12 +409,12 @@ typedef struct {
     int tp, pp, has_embedding;
 } TrainStatePieces;
 
-/* gpt2_part_for_each_piece callback: keeps the pieces of split tensors, of the replicated ones (the same on every
+/* shard_for_each_piece callback: keeps the pieces of split tensors, of the replicated ones (the same on every
  * tp rank) only tp rank 0's, and of the tied wte (the same on the first and last pipeline stage) only the first
  * stage's, so that the pieces tile the full model once */
 static inline void train_state_collect_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
     TrainStatePieces* ps = (TrainStatePieces*)ctx;
-    if (ps->tp != 0 && !parameter_is_tp_sharded(tensor)) { return; }
+    if (ps->tp != 0 && !shard_tp_split(tensor)) { return; }
     if (tensor == P_WTE && !ps->has_embedding) { return; }
     if (ps->count == ps->cap) {
         ps->cap = ps->cap ? 2 * ps->cap : 1024;
@@ -465,7 +466,7 @@ static inline void train_state_copy_old(TrainStateReshard* rs, int tp, int pp, s
     }
 }
 
-/* gpt2_tp_for_each_piece callback over the new rank's pieces: the part of each piece inside [lo, hi), resolved
+/* shard_for_each_piece callback over the new rank's pieces: the part of each piece inside [lo, hi), resolved
  * run by run to the old tp rank and local offset that hold its full-model elements */
 static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
     TrainStateReshard* rs = (TrainStateReshard*)ctx;
@@ -488,7 +489,7 @@ static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full,
 
 /* Resume with another number of processes, ZeRO stage, tensor-parallel or pipeline layout (re-sharding): loads into
  * opt (device) this rank's part of the old optimizer state, element by element through the full model's flat order
- * (llmc/gpt2.h, gpt2_part_for_each_piece: how each rank's parameters are cut from the full model), so m, v and
+ * (llmc/gpt2.h, shard_for_each_piece: how each rank's parameters are cut from the full model), so m, v and
  * master weights continue exactly; and returns in *found the header to continue from: the old rank 0's (step, RNG,
  * loss scale) with the data position this rank continues at. Data: the old data-parallel ranks stood at
  * consecutive global positions p0, p0+1, ... of one epoch; new data-parallel rank d continues at p0 + d (wrapping
@@ -516,6 +517,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     memset(&cfg, 0, sizeof(cfg));
     cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
+    gpt2_arch_default(&cfg.arch, cfg.channels, cfg.num_heads);
     int per_stage = old_world / rs.old[0].pp_size;
     for (int pp = 0; pp < rs.old[0].pp_size; pp++) {
         for (int r = 0; r < rs.old[0].tp_size; r++) {
@@ -523,14 +525,14 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
             rs.old_pieces.tp = r;
             rs.old_pieces.pp = pp;
             rs.old_pieces.has_embedding = h->stage.has_embedding;
-            gpt2_part_for_each_piece(&cfg, rs.old[0].tp_size, r, &h->stage, train_state_collect_piece, &rs.old_pieces);
+            shard_for_each_piece(&cfg, rs.old[0].tp_size, r, &h->stage, train_state_collect_piece, &rs.old_pieces);
         }
     }
     qsort(rs.old_pieces.v, rs.old_pieces.count, sizeof(TrainStatePiece), train_state_piece_cmp);
     rs.host = (float*)calloc_check(n * (size_t)sections, sizeof(float), "host optimizer state (re-sharding)");
     rs.lo = start < P ? start : P;
     rs.hi = start + n < P ? start + n : P;
-    gpt2_part_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, &ours->stage, train_state_reshard_piece, &rs);
+    shard_for_each_piece(&cfg, ours->tp_size, ours->tp_rank, &ours->stage, train_state_reshard_piece, &rs);
     char what[1100];
     snprintf(what, sizeof(what), "the training state of checkpoint step %d in '%s' (re-sharded)", step, ctx->output_dir);
     for (int k = 0; k < sections; k++) {

@@ -537,11 +537,11 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
 /* the squared norm of the reduced gradients of flat range [a, b) in fp32 into out(1) (device). With tensor or
- * pipeline parallelism only what this rank contributes to the full model's norm (gpt2_counts_in_norm: split tensors,
+ * pipeline parallelism only what this rank contributes to the full model's norm (shard_counts_in_norm: split tensors,
  * the replicated ones on tp rank 0, the tied wte on the first pipeline stage). */
 static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, size_t b) {
     int all = 1;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { all &= z->model->param_sizes[i] == 0 || gpt2_counts_in_norm(z->model, i); }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { all &= z->model->param_sizes[i] == 0 || shard_counts_in_norm(z->model, i); }
     if (all) {
         global_norm_squared(out, zero_grad_at(z, a), b - a, 0);
         return;
@@ -551,7 +551,7 @@ static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, siz
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t t1 = t0 + z->model->param_sizes[i];
         size_t lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
-        if (lo < hi && gpt2_counts_in_norm(z->model, i)) {
+        if (lo < hi && shard_counts_in_norm(z->model, i)) {
             global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1);
         }
         t0 = t1;
@@ -736,7 +736,7 @@ static inline void zero_print_ledger(const ZeroOptimizer* z) {
     if (z->stage->shards_params) {
         const ZeroParamStore* ps = &z->params;
         size_t slot = 0, L = (size_t)m->n_layers;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (parameter_is_per_layer(i)) { slot += m->param_sizes[i] / L; } }
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (gpt2_is_per_layer(&m->config, i)) { slot += m->param_sizes[i] / L; } }
         printf("ZeRO-3 parameters: own shard %zu + working set (2 layers of %zu + wte/wpe/lnf %zu, gathered per layer) "
                "= %zu values, against %zu for the full buffer of ZeRO-0/1/2\n", ps->S, slot,
                ps->work_elems - 2 * slot, ps->S + ps->work_elems, np);

@@ -3,7 +3,7 @@
  * the parameters, gradients and optimizer state of a rank's E/p experts only, over two ZeRO groups (llmc/zero.h).
  *
  * Layout. With c->moe.ep = p and c->moe.ep_rank = q the model (llmc/gpt2.h) holds every dense tensor and the router
- * whole, and of the split expert tensors (efcw, efcb, efcprojw, efcprojb; gpt2_ep_splits) experts [q*E/p,
+ * whole, and of the split expert tensors (efcw, efcb, efcprojw, efcprojb; shard_ep_splits) experts [q*E/p,
  * (q+1)*E/p) of every MoE block: P = Pd + Pe elements, the dense part [0, Pd) first, the local experts [Pd, P) after
  * it (the file order with the other experts left out). Two parameter groups, each a ZeroOptimizer on its own view of
  * the model (zero_init_ex with group = 1, no padding inside the flat buffer):
@@ -50,7 +50,7 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
     *ev = *model;
     size_t Pd = 0, Pe = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (gpt2_ep_splits(&model->config, i)) { dv->param_sizes[i] = 0; Pe += model->param_sizes[i]; }
+        if (shard_ep_splits(&model->config, i)) { dv->param_sizes[i] = 0; Pe += model->param_sizes[i]; }
         else { ev->param_sizes[i] = 0; Pd += model->param_sizes[i]; }
     }
     if (Pd + Pe != model->num_parameters || model->params_capacity != model->num_parameters) {
@@ -70,7 +70,7 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
     z->experts = e;
     z->ep = ep;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { /* backward writes the expert gradients into e's buffer */
-        if (gpt2_ep_splits(&model->config, i)) {
+        if (shard_ep_splits(&model->config, i)) {
             z->target.base.t[i] = e->target.base.t[i];
             z->target.layer_stride[i] = 0;
         }
@@ -129,7 +129,7 @@ static inline AdamWState zero_checkpoint_state(const ZeroOptimizer* z, ZeroGroup
 
 /* Writes the full model file at `path` from the ep group's ranks (each holds E/p experts): the parameters of every
  * rank of `ep` are all-gathered (p x P floatX, device), then the one with `writer` set puts each rank's pieces in the
- * full model's order (gpt2_part_for_each_piece with that rank's ep_rank; the dense tensors are the same on all) and
+ * full model's order (shard_for_each_piece with that rank's ep_rank; the dense tensors are the same on all) and
  * writes (gpt2_write_model_file, atomic). Collective over ep: every rank of the group calls it. */
 static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
     size_t P = m->num_parameters;
@@ -145,8 +145,8 @@ static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char*
         for (int r = 0; r < p; r++) {
             GPT2Config c = m->config;
             c.moe.ep_rank = r;
-            GPT2CopyPieces cp = {full, host + (size_t)r * P};
-            gpt2_part_for_each_piece(&c, 1, 0, &m->stage, gpt2_copy_local_to_full, &cp);
+            ShardCopy cp = {full, host + (size_t)r * P};
+            shard_for_each_piece(&c, 1, 0, &m->stage, shard_copy_local_to_full, &cp);
         }
         gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path);
         free(full);
@@ -171,15 +171,15 @@ static inline size_t* zero_experts_index_map(const GPT2Config* c0, int p, int q,
     c.moe.ep = p > 1 ? p : 0;
     c.moe.ep_rank = p > 1 ? q : 0;
     size_t sizes[NUM_PARAMETER_TENSORS];
-    gpt2_parameter_sizes_part(sizes, &c, 1, NULL);
+    shard_parameter_sizes(sizes, &c, 1, NULL);
     *P_local = 0;
     *Pd = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         *P_local += sizes[i];
-        if (!gpt2_ep_splits(&c, i)) { *Pd += sizes[i]; }
+        if (!shard_ep_splits(&c, i)) { *Pd += sizes[i]; }
     }
     ZeroExpertsIndexMap m = {(size_t*)malloc_check(*P_local * sizeof(size_t), "expert index map")};
-    gpt2_part_for_each_piece(&c, 1, 0, NULL, zero_experts_map_piece, &m);
+    shard_for_each_piece(&c, 1, 0, NULL, zero_experts_map_piece, &m);
     return m.map;
 }
 

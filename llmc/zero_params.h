@@ -164,7 +164,7 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
     size_t sizes[NUM_PARAMETER_TENSORS], L = (size_t)model->n_layers;
     ps->work_elems = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        sizes[i] = parameter_is_per_layer(i) ? 2 * (model->param_sizes[i] / L) : model->param_sizes[i];
+        sizes[i] = gpt2_is_per_layer(&model->config, i) ? 2 * (model->param_sizes[i] / L) : model->param_sizes[i];
         ps->work_elems += sizes[i];
     }
     ps->work = (floatX*)dev_malloc(ps->work_elems * sizeof(floatX), "parameters (ZeRO-3 working set: 2 layers + wte/wpe/lnf)");
@@ -177,7 +177,7 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
     ps->pieces.base = model->params;
     ps->pieces.layer_slots = 2;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        ps->pieces.layer_stride[i] = parameter_is_per_layer(i) ? model->param_sizes[i] / L : 0;
+        ps->pieces.layer_stride[i] = gpt2_is_per_layer(&model->config, i) ? model->param_sizes[i] / L : 0;
     }
     model->param_source.layer_slots = 2;
     model->param_source.layer_needed = zero_params_layer_needed;

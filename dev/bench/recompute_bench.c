@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
     }
     /* one set of weights; each configuration is a shallow copy with its own activation table */
     GPT2 base;
-    gpt2_allocate_weights(&base, &cfg);
-    gpt2_init_random(&base, 1337);
+    shard_allocate_weights(&base, &cfg, NULL, NULL);
+    shard_init_random(&base, 1337);
     size_t P = base.num_parameters, BT = (size_t)B * T;
     int* tokens = (int*)malloc_check(2 * BT * sizeof(int), "tokens");
     srand(7);

@@ -23,9 +23,10 @@ static void write_seed(const char* seed) {
     GPT2Config c;
     memset(&c, 0, sizeof(c));
     c.max_seq_len = 4; c.vocab_size = 8; c.padded_vocab_size = 8; c.num_layers = 1; c.num_heads = 1; c.channels = 4;
+    gpt2_arch_default(&c.arch, c.channels, c.num_heads);
     GPT2 m;
     memset(&m, 0, sizeof(m));
-    gpt2_allocate_weights_part(&m, &c, NULL, NULL);
+    shard_allocate_weights(&m, &c, NULL, NULL);
     float* host = (float*)calloc(m.num_parameters_full, sizeof(float));
     for (size_t i = 0; i < m.num_parameters_full; i++) { host[i] = 0.01f * (float)(i % 17) - 0.08f; }
     gpt2_write_model_file(&c, m.num_parameters_full, host, NULL, seed);

@@ -45,7 +45,7 @@ static LedgerLayout base_layout(const char* shape, int B, int T) {
 
 /* 1 when the compatibility table (llmc/layout.h) says layout l cannot exist (err: why) */
 static int refused(const LedgerLayout* l, char* err, size_t cap) {
-    LayoutModel md = ledger_layout_model(&l->cfg);
+    LayoutModel md = shard_layout_model(&l->cfg);
     return layout_check(&l->layout, &md, 0, err, cap) == LAYOUT_INVALID;
 }
 
@@ -328,8 +328,8 @@ static void check_moe(void) {
     z.layout.schedule = PIPE_GPIPE;
     LedgerRank zr = ledger_rank(&z, 1);
     size_t sizes[NUM_PARAMETER_TENSORS], Pp = 0, slot = 0, glob = 0;
-    GPT2Stage st = pipeline_stage_of(&z.cfg, 2, 1, NULL, 1);
-    gpt2_parameter_sizes_part(sizes, &z.cfg, 2, &st);
+    GPT2Stage st = shard_stage_of(&z.layout, &z.cfg, 1);
+    shard_parameter_sizes(sizes, &z.cfg, 2, &st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         Pp += sizes[i];
         if (gpt2_is_per_layer(&z.cfg, i)) { slot += sizes[i] / 4; } else { glob += sizes[i]; }

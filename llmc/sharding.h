@@ -1,0 +1,310 @@
+/*
+ * llmc/sharding.h -- how the parallel layout splits the model's parameters: one row per parameter tensor, beside the
+ * model's own parameter table (llmc/README.md, "The sharding table"; the idea of torchtitan's sharding plans: the
+ * model holds no parallel code, a spec beside it says how each tensor is split).
+ *
+ * GPT2_SHARDING[i] (i the tensor of llmc/gpt2.h's GPT2_PARAMS) says:
+ *   tp         how tensor parallelism (Shoeybi et al. 2019) cuts one slice (rows x cols, rows = the first dimension):
+ *              replicated; column-parallel (the output rows split: qkv per q/k/v block, so each rank holds its heads;
+ *              fc and its bias); row-parallel (the input columns split: attproj, fcproj); vocabulary-parallel (wte's
+ *              rows, for the embedding and the tied LM head with vocabulary-parallel cross-entropy)
+ *   tp_blocks  column-parallel: the rows form this many blocks, each split (qkv: 3)
+ *   stage      which pipeline stages hold it: the stage of each layer (per-layer tensors), the first (wpe), the last
+ *              (lnf), both ends (the tied wte: its two copies' gradients are summed between them)
+ *   ep_split   expert parallelism splits it over the ep ranks (each holds E/ep experts of every MoE block)
+ * and from the rows follow who counts a tensor in the global gradient norm (shard_counts_in_norm: a split tensor on
+ * every rank of the split, a replicated one on tp rank 0, the tied wte on the first stage) and who owns each element
+ * exactly once (dev/test/test_sharding.c walks the layout grid and checks that every parameter element is owned by
+ * exactly one rank of a data-parallel replica, and that each rank's pieces tile its own buffer).
+ * What this module computes from the rows: a rank's tensor sizes, its pieces in the full model's flat order
+ * (model files, resharded resume, gathers), its upload from and gather to the full model, the pipeline stage of a
+ * rank in a layout, and the tensor-parallel print-out of the trainer's header.
+ * Shapes: P elements of a rank's flat buffer (file order, its tensors only); full offsets index the full model's
+ * flat order. floatX on the device, fp32 on the host. Errors: allocation failures exit with one line.
+ */
+#ifndef LLMC_SHARDING_H
+#define LLMC_SHARDING_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/utils.h"
+#include "llmc/backend.h"
+#include "llmc/gpt2.h"
+#include "llmc/layout.h"
+
+typedef enum { TP_REPLICATED = 0, TP_COLUMN, TP_ROW, TP_VOCAB } ShardTP;
+typedef enum { HELD_BY_LAYER = 0, HELD_FIRST, HELD_LAST, HELD_ENDS } ShardStage;
+
+typedef struct {
+    ShardTP tp;
+    int tp_blocks;
+    ShardStage stage;
+    int ep_split;
+} ShardRow;
+
+/* one row per parameter tensor, in GPT2_PARAMS's order */
+static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
+    /* tp              blocks  pipeline stage  ep split */
+    {TP_VOCAB,         1,      HELD_ENDS,      0},  /* wte */
+    {TP_REPLICATED,    1,      HELD_FIRST,     0},  /* wpe */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln1w */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln1b */
+    {TP_COLUMN,        3,      HELD_BY_LAYER,  0},  /* qkvw */
+    {TP_COLUMN,        3,      HELD_BY_LAYER,  0},  /* qkvb */
+    {TP_ROW,           1,      HELD_BY_LAYER,  0},  /* attprojw */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* attprojb: added once, by tp rank 0 */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2w */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2b */
+    {TP_COLUMN,        1,      HELD_BY_LAYER,  0},  /* fcw */
+    {TP_COLUMN,        1,      HELD_BY_LAYER,  0},  /* fcb */
+    {TP_ROW,           1,      HELD_BY_LAYER,  0},  /* fcprojw */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* fcprojb: added once, by tp rank 0 */
+    {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfw */
+    {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfb */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* routerw: every ep rank routes its own tokens */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcw */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcb */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcprojw */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcprojb */
+};
+
+/* 1 for tensors split over the tensor-parallel ranks */
+static inline int shard_tp_split(int i) { return GPT2_SHARDING[i].tp != TP_REPLICATED; }
+
+/* 1 when expert parallelism splits tensor i of model c (c->moe.ep > 1) */
+static inline int shard_ep_splits(const GPT2Config* c, int i) {
+    return moe_ep_size(&c->moe) > 1 && GPT2_SHARDING[i].ep_split;
+}
+
+/* 1 if stage st holds tensor i (its layers' slices of a per-layer tensor; wpe on the first stage, lnf on the last,
+ * wte at either end) */
+static inline int shard_stage_holds(const GPT2Stage* st, int i) {
+    switch (GPT2_SHARDING[i].stage) {
+    case HELD_FIRST: return st->has_embedding;
+    case HELD_LAST: return st->has_head;
+    case HELD_ENDS: return st->has_embedding || st->has_head;
+    default: return 1;
+    }
+}
+
+/* How tensor-parallel rank r of p holds tensor i: its slice (one layer's, or the whole tensor when it is not stacked
+ * per layer) is `blocks` blocks of `len` elements; block b lies at offset start + b*stride of the full model's slice
+ * and at offset b*len of this rank's. From the row: column-parallel with k blocks keeps rows [r R/(k p), (r+1) R/(k p))
+ * of each of the k blocks of R/k rows (qkv: its heads' q, k and v rows); vocabulary-parallel and column-parallel
+ * with one block rows [r R/p, (r+1) R/p); row-parallel columns [r K/p, (r+1) K/p) of every row; p = 1 or a
+ * replicated tensor: the whole slice. */
+typedef struct {
+    size_t blocks, len, stride, start;
+} TPSlice;
+
+static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
+    size_t full[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(full, c);
+    TPSlice s;
+    s.blocks = 1; s.stride = 0; s.start = 0;
+    s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
+    const ShardRow* row = &GPT2_SHARDING[i];
+    if (p == 1 || row->tp == TP_REPLICATED) { return s; }
+    const GPT2Dim* d = GPT2_PARAMS[i].dims;
+    size_t R = gpt2_dim(c, d[0]), K = gpt2_dim(c, d[1]) * gpt2_dim(c, d[2]), P = (size_t)p;
+    if (row->tp == TP_ROW) {
+        s.blocks = R; s.len = K / P; s.stride = K;
+    } else { /* column- or vocabulary-parallel: rows */
+        size_t k = (size_t)row->tp_blocks;
+        s.blocks = k; s.len = R / (k * P) * K; s.stride = k > 1 ? R / k * K : 0;
+    }
+    s.start = (size_t)r * s.len;
+    return s;
+}
+
+/* element counts of the tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st (NULL:
+ * the whole model); tensors a stage does not hold have 0 elements; with expert parallelism (c->moe.ep > 1) the split
+ * expert tensors hold this rank's E/ep experts of each MoE block */
+static inline void shard_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c, int p,
+                                         const GPT2Stage* st) {
+    GPT2Stage whole = gpt2_stage_whole(c);
+    if (!st) { st = &whole; }
+    size_t layers = (size_t)gpt2_stage_layers(st);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        TPSlice s = shard_tp_slice(c, i, p, 0);
+        sizes[i] = shard_stage_holds(st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
+        if (shard_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
+    }
+}
+
+/* allocates the parameter buffer (zeroed) of tensor-parallel rank tp->rank of tp->size (NULL: no tensor
+ * parallelism) holding stage st (NULL: all layers) of model cfg (its experts: cfg->moe.ep_rank's with ep > 1) */
+static inline void shard_allocate_weights(GPT2* model, const GPT2Config* cfg, const TensorParallel* tp,
+                                          const GPT2Stage* st) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    GPT2Stage whole = gpt2_stage_whole(cfg);
+    shard_parameter_sizes(sizes, cfg, tp ? tp->size : 1, st ? st : &whole);
+    gpt2_allocate_weights(model, cfg, tp, st, sizes);
+}
+
+/* calls fn(ctx, tensor, full_offset, local_offset, n) for every contiguous piece of the parameters of
+ * tensor-parallel rank r of p holding stage st (NULL: all layers), in its flat order: n elements of tensor `tensor`
+ * at full_offset in the full model's flat order are that rank's elements at local_offset (shard_tp_slice; local
+ * layer j is global layer gpt2_stage_global_layer(st, j); expert parallelism: ep rank c->moe.ep_rank's experts) */
+static inline void shard_for_each_piece(const GPT2Config* c, int p, int r, const GPT2Stage* st,
+                                        void (*fn)(void* ctx, int tensor, size_t full_offset, size_t local_offset,
+                                                   size_t n),
+                                        void* ctx) {
+    GPT2Stage whole = gpt2_stage_whole(c);
+    if (!st) { st = &whole; }
+    size_t full[NUM_PARAMETER_TENSORS], local[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(full, c);
+    shard_parameter_sizes(local, c, p, st);
+    size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (shard_ep_splits(c, i) && local[i]) { /* expert parallelism: ep rank q's experts of each MoE block */
+            size_t Lm = gpt2_tensor_slices(c, i), fb = full[i] / Lm, lb = local[i] / Lm, q = (size_t)c->moe.ep_rank;
+            for (size_t j = 0; j < Lm; j++) { fn(ctx, i, foff + j * fb + q * lb, loff + j * lb, lb); }
+            foff += full[i];
+            loff += local[i];
+            continue;
+        }
+        int per_layer = gpt2_is_per_layer(c, i);
+        size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
+        TPSlice s = shard_tp_slice(c, i, p, r);
+        for (size_t j = 0; j < layers; j++) {
+            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : 0;
+            size_t fl = foff + g * (full[i] / (per_layer ? L : 1)), ll = loff + j * (local[i] / layers);
+            for (size_t b = 0; b < s.blocks; b++) { fn(ctx, i, fl + s.start + b * s.stride, ll + b * s.len, s.len); }
+        }
+        foff += full[i];
+        loff += local[i];
+    }
+}
+
+/* shard_for_each_piece callbacks copying fp32 between a rank's buffer and the full model's */
+typedef struct { float* dst; const float* src; } ShardCopy;
+static inline void shard_copy_full_to_local(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
+    ShardCopy* c = (ShardCopy*)ctx;
+    (void)tensor;
+    memcpy(c->dst + local_offset, c->src + full_offset, n * sizeof(float));
+}
+static inline void shard_copy_local_to_full(void* ctx, int tensor, size_t full_offset, size_t local_offset, size_t n) {
+    ShardCopy* c = (ShardCopy*)ctx;
+    (void)tensor;
+    memcpy(c->dst + full_offset, c->src + local_offset, n * sizeof(float));
+}
+
+/* sets this rank's parameters from the full model `host_full` (num_parameters_full fp32 on the host, file order),
+ * converted to floatX (round to nearest) */
+static inline void shard_upload_full(GPT2* model, const float* host_full) {
+    if (model->tp.size == 1 && model->num_parameters == model->num_parameters_full) {
+        dev_upload_floats(model->params_memory, host_full, model->num_parameters);
+        return;
+    }
+    float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this rank");
+    ShardCopy cp = {host, host_full};
+    shard_for_each_piece(&model->config, model->tp.size, model->tp.rank, &model->stage, shard_copy_full_to_local, &cp);
+    dev_upload_floats(model->params_memory, host, model->num_parameters);
+    free(host);
+}
+
+/* a buffer in this rank's parameter layout (src: P floatX on the device, e.g. the parameters or their gradients) as
+ * the full model's (fp32, file order) in host_full (num_parameters_full floats) on the caller that passes it (NULL
+ * elsewhere): collective over the tensor-parallel group (every rank of it calls; each rank's part is all-gathered,
+ * replicated tensors come from rank 0); without tensor parallelism a download. Of a pipeline stage only its own
+ * tensors and layers are written (the rest of host_full is left as it was). */
+static inline void shard_gather_full_from(GPT2* model, const floatX* src, float* host_full) {
+    int p = model->tp.size;
+    if (p == 1) {
+        if (!host_full) { return; }
+        if (model->num_parameters == model->num_parameters_full) {
+            dev_download_floats(host_full, src, model->num_parameters);
+            return;
+        }
+        float* host = (float*)malloc_check(model->num_parameters * sizeof(float), "host parameters of this stage");
+        dev_download_floats(host, src, model->num_parameters);
+        ShardCopy cp = {host_full, host};
+        shard_for_each_piece(&model->config, 1, 0, &model->stage, shard_copy_local_to_full, &cp);
+        free(host);
+        return;
+    }
+    /* every rank's flat buffer side by side, then each rank's pieces put in place (rank 0's last for what all share) */
+    size_t P = model->num_parameters;
+    floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file)");
+    dev_memcpy_d2d(all + (size_t)model->tp.rank * P, src, P * sizeof(floatX));
+    model->tp.all_gather(model->tp.ctx, all, P);
+    if (host_full) {
+        float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
+        dev_download_floats(host, all, (size_t)p * P);
+        for (int r = p - 1; r >= 0; r--) {
+            ShardCopy cp = {host_full, host + (size_t)r * P};
+            shard_for_each_piece(&model->config, p, r, &model->stage, shard_copy_local_to_full, &cp);
+        }
+        free(host);
+    }
+    dev_free(all);
+}
+
+/* the full model's parameters (see shard_gather_full_from): collective over the tensor-parallel group */
+static inline void shard_gather_full(GPT2* model, float* host_full) {
+    shard_gather_full_from(model, model->params_memory, host_full);
+}
+
+/* GPT-2's random init (gpt2_init_host) of the full model, then this rank's part uploaded: the same numbers for every
+ * layout */
+static inline void shard_init_random(GPT2* model, uint64_t seed) {
+    float* host = (float*)calloc_check(model->num_parameters_full, sizeof(float), "host init weights");
+    gpt2_init_host(&model->config, host, seed);
+    shard_upload_full(model, host);
+    free(host);
+}
+
+/* 1 if tensor i of this instance counts in the full model's gradient norm here: split tensors on every
+ * tensor-parallel rank, replicated ones on tp rank 0 only; the tied wte only on the stage with the embedding (the
+ * last stage's copy holds the same summed gradient) */
+static inline int shard_counts_in_norm(const GPT2* m, int i) {
+    if (GPT2_SHARDING[i].stage == HELD_ENDS && !m->stage.has_embedding) { return 0; }
+    return shard_tp_split(i) || m->tp.rank == 0;
+}
+
+/* the layers pipeline rank s holds in layout l of model c: its chunks (layout_chunk_layers), the embedding on the
+ * first rank, the head on the last */
+static inline GPT2Stage shard_stage_of(const Layout* l, const GPT2Config* c, int s) {
+    GPT2Stage st;
+    memset(&st, 0, sizeof(st));
+    st.n_chunks = l->v > 1 ? l->v : 1;
+    st.has_embedding = s == 0;
+    st.has_head = s == l->pp - 1;
+    for (int k = 0; k < st.n_chunks; k++) { layout_chunk_layers(l, c->num_layers, s, k, &st.chunk_first[k], &st.chunk_layers[k]); }
+    return st;
+}
+
+/* the model numbers layout_check (llmc/layout.h) checks a layout against */
+static inline LayoutModel shard_layout_model(const GPT2Config* c) {
+    LayoutModel md;
+    memset(&md, 0, sizeof(md));
+    md.NH = c->num_heads; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
+    md.experts = c->moe.experts;
+    return md;
+}
+
+/* prints the tensor-parallel split of this process's parameters and activations (every rank holds the same sizes):
+ * split block weights (1/tp), vocabulary rows (1/tp), replicated tensors, activation bytes; warns above tp 8 (the
+ * per-layer collectives would leave the node) */
+static inline void shard_print_tp_ledger(const GPT2* m) {
+    size_t split = 0, vocab = 0, replicated = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!shard_tp_split(i)) { replicated += m->param_sizes[i]; }
+        else if (GPT2_SHARDING[i].tp == TP_VOCAB) { vocab += m->param_sizes[i]; }
+        else { split += m->param_sizes[i]; }
+    }
+    int p = m->tp.size;
+    printf("tensor parallel %d: each process holds %zu of the model's %zu parameters: block weights %zu (1/%d), "
+           "vocabulary rows %zu (1/%d), replicated %zu (wpe, LayerNorms, row-parallel biases); activations %zu bytes"
+           "%s\n", p, m->num_parameters, m->num_parameters_full, split, p, vocab, p, replicated, m->acts_bytes,
+           p > 1 && m->tp.sequence_parallel ? " (LayerNorm and residual regions: B*T/tp rows)" : "");
+    if (p > 8) {
+        printf("tensor parallel %d: more than the 8 GPUs of a typical node; its per-layer collectives would cross the "
+               "network\n", p);
+    }
+}
+
+#endif /* LLMC_SHARDING_H */
