@@ -402,7 +402,8 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
     s->max_steps = max_steps;
     s->tp = s->grid.tp;
     s->pp = s->grid.pp;
-    zero_init(&s->zero, 0, &s->model, s->dp, s->tp, s->pp, 1);
+    zero_init(&s->zero, 0, &s->model, s->dp, 1);
+    step_stats_init(&s->stats, &s->zero, s->tp, s->pp, NULL);
     gpt2_allocate_activations(&s->model, fx->B, fx->T, 0, 1);
     dataloader_init(&s->train_loader, shard, fx->B, fx->T, 0, 1, 1, 7);
     batch_pipeline_init(&s->batches, &s->train_loader, fx->B, fx->T);
@@ -414,6 +415,7 @@ static TrainSession* test_session_open(const char* model_path, const Fixture* fx
 static void test_session_close(TrainSession* s) {
     graphs_free(&s->graphs);
     batch_pipeline_free(&s->batches);
+    step_stats_free(&s->stats);
     zero_free(&s->zero);
     gpt2_free(&s->model);
     dataloader_free(&s->train_loader);
@@ -500,8 +502,8 @@ static StepResult reference_train_step(TrainSession* s) {
     r.loss = (float)(loss_sum / s->layout.m);
     r.bubble = -1.0f; /* no pipeline */
     float norm_sq = 0.0f;
-    global_norm_squared(z->norm_partials, z->grads, P, 0);
-    dev_memcpy_d2h(&norm_sq, z->norm_partials, sizeof(float));
+    global_norm_squared(s->stats.partials, z->grads, P, 0);
+    dev_memcpy_d2h(&norm_sq, s->stats.partials, sizeof(float));
     r.grad_norm = (float)sqrt((double)norm_sq);
     r.lr = lr_scheduler_get(&s->scheduler, s->step);
     AdamWStep st;

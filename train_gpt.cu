@@ -45,6 +45,7 @@
 #include "llmc/gpt2.h"             /* defines: GPT2, gpt2_forward, gpt2_backward, AdamWStep */
 #include "llmc/model_file.h"       /* defines: gpt2_write_model, gpt2_build_from_file */
 #include "llmc/zero.h"             /* defines: ZeroOptimizer */
+#include "llmc/step_stats.h"       /* defines: StepStats, step_stats (global loss, gradient norm, overflow) */
 #include "llmc/checkpoint.h"       /* defines: checkpoint paths, checkpoint_prepare_output_dir, checkpoint_prune */
 #include "llmc/train_state.h"      /* defines: TrainState, train_state_write/read/read_resharded */
 #include "llmc/batch_pipeline.h"   /* defines: BatchPipeline */
@@ -58,58 +59,9 @@
 #include "llmc/train_flags.h"      /* defines: TrainConfig (every flag, declared once), train_config_specs */
 #include "llmc/train_config.h"     /* defines: train_model_config, train_config_layout, train_config_check */
 #include "llmc/layout.h"           /* defines: Layout, layout_check (the compatibility table) */
-
-/* ============================================================ the training session */
-
-typedef struct {
-    TrainConfig cfg;
-    Comm world;                /* every process (llmc/comm.h) */
-    Layout layout;             /* the parallel layout and the step (llmc/layout.h): axes, ZeRO stage, schedule, B, T, m */
-    ProcessGrid grid;          /* coordinates and groups of every dimension (llmc/process_grid.h; --ep inside dp) */
-    Comm* dp;                  /* the data-parallel group: grid.dp */
-    Comm* tp;                  /* the tensor-parallel group: grid.tp */
-    Comm* pp;                  /* the pipeline group: grid.pp */
-    Pipeline pipe;             /* --pp > 1: the schedule and its executor over the model (llmc/pipeline_model.h) */
-    PipelineTrace trace;       /* --pp-trace-steps: the recorded steps of every rank */
-    GPT2 model;
-    ZeroOptimizer zero;        /* gradients, their reduction and the optimizer shard (llmc/zero.h) */
-    GradCompressSpec compress; /* --grad-compress* (llmc/grad_compress.h) */
-    OffloadSpec offload;       /* --offload-optimizer (llmc/offload.h) */
-    DataLoader train_loader;
-    DataLoader val_loader;
-    int has_val;
-    BatchPipeline batches;     /* double-buffered uploads of the training batches */
-    Tokenizer tokenizer;
-    int has_tokenizer;
-    int sampling;              /* -g > 0 and a start token the model knows (setup_tokenizer) */
-    LRScheduler scheduler;
-    Logger logger;
-    int step;                  /* optimizer steps completed */
-    int max_steps;
-    uint64_t sample_rng;       /* xorshift state for sampling */
-    int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
-    LossScaler scaler;
-    int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
-    int cpu_matmul_auto;       /* --cpu-matmul auto was resolved to cfg.cpu_matmul at start-up (CPU build) */
-    int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
-    MicroStepGraphs graphs;    /* --cuda-graphs */
-    TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
-    MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */
-} TrainSession;
-
-/* process 0 prints, logs, samples and writes the model file */
-static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }
-/* the tensor-parallel group of process 0 (data-parallel coordinate 0) samples and gathers the model file */
-static inline int in_first_tp_group(const TrainSession* s) { return s->grid.coord.dp == 0; }
-
-/* a configuration error every process finds: process 0 prints the one line and exits; the others wait for the
- * launcher to end the job (so one line is printed, not one per process) */
-#define CONFIG_FATAL(s, ...)                                        \
-    do {                                                            \
-        if (is_rank0(s)) { FATAL(__VA_ARGS__); }                    \
-        comm_barrier(&(s)->world);                                  \
-        exit(EXIT_FAILURE);                                         \
-    } while (0)
+#include "llmc/train_session.h"    /* defines: TrainSession, CONFIG_FATAL */
+#include "llmc/train_report.h"     /* defines: StepResult, step counters, the step line, header, memory ledger check */
+#include "llmc/train_checkpoint.h" /* defines: write_checkpoint, resume_from_checkpoint */
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -142,18 +94,6 @@ static void pipeline_step_batches(TrainSession* s) {
     }
 }
 
-/* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
- * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
- * bytes sent (the counters) and grad_fp32: what the fp32 ring all-reduce of the same buckets sends (else both 0) */
-typedef struct {
-    float loss, grad_norm, lr, bubble; int skipped; double grad_sent, grad_fp32;
-    /* --offload-optimizer: this rank's PCIe bytes of the step (counted; theory: ledger_offload_step_bytes) and, for
-     * nvme, the bytes read and written and the seconds the I/O thread spent on them */
-    double off_d2h, off_h2d, off_d2h_theory, off_h2d_theory, nvme_read, nvme_write, nvme_seconds;
-    double off_seconds; /* the offloaded update's wall time (transfers, CPU AdamW, NVMe I/O) */
-    double off_d2h_streamed; /* of off_d2h, the gradient bytes copied down during backward (llmc/offload.h) */
-} StepResult;
-
 /* gradient multiplier for global-norm clipping, as torch.nn.utils.clip_grad_norm_: min(1, clip/(norm+1e-6)) */
 static float clip_scale(float grad_norm, float grad_clip) {
     if (grad_clip <= 0.0f) { return 1.0f; }
@@ -167,21 +107,17 @@ static int step_is_bad(float loss, float grad_norm, int overflow) {
     return overflow || !isfinite(loss) || !isfinite(grad_norm);
 }
 
-/* after step s->step (1-based, just counted): counts consecutive skipped steps; the first of a run of them is
- * reported on rank 0 (one warning line on stdout, with the step lines) with what was not finite */
-static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) {
-    if (!r->skipped) { s->bad_steps = 0; return; }
-    s->bad_steps++;
-    if (is_rank0(s) && s->loss_scaling) {
-        printf("loss scaling: inf/NaN gradients at step %d, update skipped, scale now %.0f\n", s->step, s->scaler.scale);
-    }
-    if (is_rank0(s) && s->bad_steps == 1) {
-        printf("warning: step %d not applied: loss %s, gradient norm %s%s; the weights are those of step %d "
-                "(the run stops after --max-bad-steps %d such steps in a row)\n", s->step,
-                isfinite(r->loss) ? "finite" : (isnan(r->loss) ? "NaN" : "infinite"),
-                isfinite(r->grad_norm) ? "finite" : (isnan(r->grad_norm) ? "NaN" : "infinite"),
-                overflow ? " (a gradient overflowed the loss scale)" : "", s->step - 1, s->cfg.max_bad_steps);
-    }
+/* the step's reported numbers from its global statistics: loss, gradient norm (unscaled), learning rate; skipped
+ * when the loss or the norm is not finite or (FP16) a gradient overflowed; bubble -1 (no pipeline measure yet) */
+static StepResult step_result(TrainSession* s, const StepStats* st, float loss_scale) {
+    StepResult r;
+    memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
+    r.loss = st->loss;
+    r.grad_norm = (float)sqrt(st->norm_sq) / loss_scale;
+    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    r.bubble = -1.0f;
+    r.skipped = step_is_bad(r.loss, r.grad_norm, st->overflow);
+    return r;
 }
 
 /* after the step's line is logged: --max-bad-steps skipped steps in a row stop the run with one error line */
@@ -205,387 +141,55 @@ static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, 
     return st;
 }
 
-/* this process's PCIe bytes per optimizer step (llmc/ledger.h's theory): --offload-params cpu (ZeRO-3's gathers
- * and the update of the host shard), else --offload-optimizer (gradients down, parameters up) */
-static void step_pcie_theory(const TrainSession* s, size_t* d2h, size_t* h2d) {
-    size_t lo, hi;
-    zero_owned_range(&s->zero, &lo, &hi);
-    if (s->zero.params.host) {
-        ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->layout.m, s->zero.offload != NULL,
-                                         s->zero.opt.master != NULL, d2h, h2d);
-    } else {
-        ledger_offload_step_bytes(hi - lo, sizeof(floatX), d2h, h2d);
-    }
+/* --pp > 1: the step's m micro-batches through this stage's schedule (llmc/pipeline_model.h), timed (a device
+ * synchronisation per action) on steps that print a line or are traced, free-running otherwise */
+static void pipeline_micro_steps(TrainSession* s, float dloss) {
+    pipeline_step_batches(s);
+    int shown = (s->step + 1) % s->cfg.log_every == 0 || s->step + 1 == s->max_steps || s->trace.steps_left > 0;
+    s->pipe.clock = shown ? pipeline_clock : NULL;
+    pipeline_step(&s->pipe, &s->zero, dloss, s->cfg.gelu_fusion);
+    s->pipe.opt_t0 = s->trace.steps_left > 0 ? pipeline_clock(NULL) : 0.0; /* the optimizer slice of the trace */
 }
 
-/* one optimizer step: grad_accum_steps micro-steps, the gradient reduction of the ZeRO stage, clipping and one
- * AdamW update; returns the global loss and gradient norm */
+/* the step's m micro-steps on this rank: next batch; forward; backward (the gradient store issues the buckets) */
+static void micro_steps(TrainSession* s, float dloss) {
+    gpt2_loss_sum_reset(&s->model);
+    for (int micro = 0; micro < s->layout.m; micro++) { micro_step(s, dloss, micro == s->layout.m - 1); }
+}
+
+/* this rank's mean loss over the step's micro-steps: the step's one loss read (synchronises); on a pipeline the last
+ * stage holds the loss (0 elsewhere) */
+static double local_loss(TrainSession* s) {
+    GPT2* head = s->pp->world > 1 ? pipeline_head(&s->pipe) : &s->model;
+    return head ? gpt2_loss_sum_read(head) / s->layout.m : 0.0;
+}
+
+/* One optimizer step (llmc/README.md, "The trainer"): the micro-batches forward and backward, every gradient bucket
+ * reduced, the global loss and norm, clipping and one AdamW update; returns what the step line reports. dloss: the
+ * loss is the mean over the global batch; FP16 scales it so small gradients do not flush to zero (Micikevicius et
+ * al. 2018, "Mixed Precision Training"). A step whose loss or norm is not finite (or, FP16, whose gradients
+ * overflowed) is never applied: the numbers are global, so every rank decides alike. */
 static StepResult train_step(TrainSession* s) {
-    const TrainConfig* cfg = &s->cfg;
     float loss_scale = s->loss_scaling ? s->scaler.scale : 1.0f;
-    /* dloss: the loss is the mean over the global batch; FP16 scales it so small gradients do not flush to zero
-     * (Micikevicius et al. 2018, "Mixed Precision Training") */
-    float dloss = 1.0f / ((float)cfg->B * (float)cfg->T * (float)s->layout.m * (float)s->dp->world);
+    float dloss = 1.0f / ((float)s->layout.B * (float)s->layout.T * (float)s->layout.m * (float)s->dp->world);
     dloss *= loss_scale;
-    comm_counters_reset(s->dp);
-    comm_counters_reset(s->tp);
-    comm_counters_reset(s->pp);
-    if (s->zero.experts) { comm_counters_reset(s->zero.experts->dp); comm_counters_reset(s->zero.ep); } /* --ep */
-    s->tp_comm.seconds = 0.0;
-    unsigned long long pcie_h2d0 = s->zero.params.pcie_h2d, pcie_d2h0 = s->zero.params.pcie_d2h; /* --offload-params */
-    moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
+    step_counters_begin(s);                                      /* this step's comm, PCIe and all-to-all counters */
     zero_begin_step(&s->zero);                                   /* accumulated gradients start at zero */
-    zero_compress_begin_step(&s->zero, s->step); /* --grad-compress: the step's clock */
-    double loss;
-    if (s->pp->world > 1) {                                      /* the micro-batches through the pipeline schedule */
-        pipeline_step_batches(s);
-        /* timed (a device synchronisation per action) on steps that print a line or are traced, free-running else */
-        int shown = (s->step + 1) % cfg->log_every == 0 || s->step + 1 == s->max_steps || s->trace.steps_left > 0;
-        s->pipe.clock = shown ? pipeline_clock : NULL;
-        pipeline_step(&s->pipe, &s->zero, dloss, cfg->gelu_fusion);
-        s->pipe.opt_t0 = s->trace.steps_left > 0 ? pipeline_clock(NULL) : 0.0; /* the optimizer slice of the trace */
-        zero_finish(&s->zero);
-        GPT2* head = pipeline_head(&s->pipe);                    /* the loss lives on the last stage */
-        loss = head ? gpt2_loss_sum_read(head) / s->layout.m : 0.0;
-    } else {
-        gpt2_loss_sum_reset(&s->model);
-        for (int micro = 0; micro < s->layout.m; micro++) {
-            micro_step(s, dloss, micro == s->layout.m - 1); /* load batch; forward; backward */
-        }
-        zero_finish(&s->zero);                                   /* every gradient bucket reduced */
-        loss = gpt2_loss_sum_read(&s->model) / s->layout.m; /* the step's one loss read (syncs) */
-    }
-    GradCompressStats cs;
-    memset(&cs, 0, sizeof(cs));
-    if (s->zero.compress) { cs = grad_compress_take_stats(s->zero.compress); }
-    ZeroStepStats st = zero_step_stats(&s->zero, loss, s->loss_scaling); /* global loss, norm, inf/NaN */
-    StepResult r;
-    memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
-    r.loss = st.loss;
-    r.grad_norm = (float)sqrt(st.norm_sq) / loss_scale;
-    r.lr = lr_scheduler_get(&s->scheduler, s->step);
-    r.bubble = -1.0f;
-    r.grad_sent = (double)cs.bytes_sent;
-    r.grad_fp32 = cs.fp32_ring_bytes;
-    if (s->pipe.clock) { r.bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
-    /* one skip path for every build: a step whose loss or gradient norm is not finite (or, FP16, whose gradients
-     * overflowed) is never applied; the loss scaler halves its scale on the same verdict. The numbers are global
-     * (all-reduced), so every rank decides alike. */
-    r.skipped = step_is_bad(r.loss, r.grad_norm, st.overflow);
-    if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); }
-    float clip = clip_scale(r.grad_norm, cfg->grad_clip);        /* global-norm clipping */
-    AdamWStep update = adamw_step(cfg, r.lr, clip / loss_scale, s->step);
-    if (!r.skipped) {
-        zero_update(&s->zero, &update);                          /* AdamW on the owned range, then all-gather */
-        if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
-            const Offload* o = s->zero.offload;
-            size_t d2h, h2d;
-            step_pcie_theory(s, &d2h, &h2d);
-            r.off_d2h = (double)(o ? o->step_d2h : 0) + (double)(s->zero.params.pcie_d2h - pcie_d2h0);
-            r.off_h2d = (double)(o ? o->step_h2d : 0) + (double)(s->zero.params.pcie_h2d - pcie_h2d0);
-            r.off_d2h_theory = (double)d2h; r.off_h2d_theory = (double)h2d;
-        }
-        if (s->zero.offload) {
-            const Offload* o = s->zero.offload;
-            r.nvme_read = (double)o->step_read; r.nvme_write = (double)o->step_write; r.nvme_seconds = o->io_seconds;
-            r.off_seconds = o->step_seconds;
-            r.off_d2h_streamed = (double)o->step_d2h_streamed;
-        }
-        if (s->pipe.opt_t0 > 0.0) { s->pipe.opt_t1 = pipeline_clock(NULL); }
-    }
+    zero_compress_begin_step(&s->zero, s->step);                 /* --grad-compress: the step's clock */
+    if (s->pp->world > 1) { pipeline_micro_steps(s, dloss); }    /* the micro-batches through the schedule */
+    else { micro_steps(s, dloss); }                              /* next batch; forward; backward (+ buckets) */
+    zero_finish(&s->zero);                                       /* every gradient bucket reduced */
+    StepStats st = step_stats(&s->stats, &s->zero, local_loss(s), s->loss_scaling); /* global loss, norm, inf/NaN */
+    StepResult r = step_result(s, &st, loss_scale);              /* loss, norm, lr; skipped when not finite */
+    if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); } /* FP16: back off on the same verdict */
+    float clip = clip_scale(r.grad_norm, s->cfg.grad_clip);      /* global-norm clipping */
+    AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, s->step);
+    if (!r.skipped) { zero_update(&s->zero, &update); }          /* AdamW on the owned range, then all-gather */
     s->step++;
+    step_counters_end(s, &r);                                    /* compression, offload and pipeline figures */
     report_bad_step(s, &r, st.overflow);
-    if (cfg->comm_stats) {
-        const Comm* c = s->dp;
-        CommCounters n = c->counters;
-        if (s->zero.experts) { /* --ep: + the experts' group (expert-dp) and their norm's sum over ep, once per comm */
-            const Comm* more[2] = {s->zero.experts->dp, s->zero.ep};
-            for (int k = 0; k < 2; k++) {
-                if (more[k] == c || (k == 1 && more[1] == more[0])) { continue; }
-                n.bytes_sent += more[k]->counters.bytes_sent;
-                n.bytes_recv += more[k]->counters.bytes_recv;
-                n.calls += more[k]->counters.calls;
-            }
-        }
-        printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
-               c->rank, s->step, n.bytes_sent, n.bytes_recv, n.calls, cfg->zero_stage,
-               c->world, s->zero.P, s->zero.S);
-        if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->layout.m)); }
-        if (r.off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
-            printf(" | offload PCIe %.0f+%.0f bytes (theory %.0f+%.0f)", r.off_d2h, r.off_h2d, r.off_d2h_theory,
-                   r.off_h2d_theory);
-        }
-        if (s->tp->world > 1) {
-            printf(" | tp rank %d sent %llu recv %llu bytes in %llu calls, %.1f ms (tp %d, world %d)", s->tp->rank,
-                   s->tp->counters.bytes_sent, s->tp->counters.bytes_recv, s->tp->counters.calls,
-                   s->tp_comm.seconds * 1000.0, s->tp->world, s->world.world);
-        }
-        if (s->pp->world > 1) {
-            printf(" | pp rank %d boundary sent %llu recv %llu bytes; sent %llu recv %llu bytes in %llu calls (pp %d)",
-                   s->pp->rank, s->pipe.boundary_sent, s->pipe.boundary_recv, s->pp->counters.bytes_sent,
-                   s->pp->counters.bytes_recv, s->pp->counters.calls, s->pp->world);
-        }
-        if (s->ep_comm.active) { /* --ep: this rank's all-to-all (the step line prints rank 0's with the theory) */
-            const MoEEpComm* b = &s->ep_comm;
-            printf(" | ep rank %d all-to-all sent %llu recv %llu bytes in %llu calls, rows sent %llu recv %llu (ep %d)",
-                   b->ep.rank, b->comm.counters.bytes_sent, b->comm.counters.bytes_recv, b->comm.counters.calls,
-                   b->ep.rows_sent, b->ep.rows_recv, b->ep.size);
-        }
-        printf("\n");
-        fflush(stdout);
-    }
+    if (s->cfg.comm_stats) { print_comm_stats(s, &r); }          /* every rank: its bytes beside the theory */
     return r;
-}
-
-/* ---------------------------------------------------------------- checkpoints */
-
-/* this rank's training state now (what a checkpoint saves, and what a resume must match) */
-static TrainState session_train_state(const TrainSession* s) {
-    const GPT2Config* c = &s->model.config;
-    TrainState st;
-    memset(&st, 0, sizeof(st));
-    st.step = s->step;
-    st.rank = s->world.rank;
-    st.world = s->world.world;
-    st.tp_size = s->tp->world;
-    st.tp_rank = s->tp->rank;
-    st.pp_size = s->pp->world;
-    st.pp_rank = s->pp->rank;
-    st.stage = s->model.stage;
-    st.zero_stage = s->cfg.zero_stage;
-    st.B = s->cfg.B; st.T = s->cfg.T; st.grad_accum_steps = s->layout.m;
-    st.num_layers = c->num_layers; st.channels = c->channels; st.num_heads = c->num_heads;
-    st.vocab_size = c->vocab_size; st.padded_vocab_size = c->padded_vocab_size; st.max_seq_len = c->max_seq_len;
-    st.has_master = zero_has_master(&s->zero);
-    st.num_parameters = s->zero.experts ? s->model.num_parameters_full : s->model.num_parameters;
-    st.shard_start = s->zero.opt.first;
-    st.shard_size = s->zero.opt.n;
-    st.ep_size = 1;
-    if (s->zero.experts) { /* --ep: the experts' range follows the dense one (llmc/zero_experts.h) */
-        st.ep_size = s->grid.ep->world;
-        st.ep_rank = s->grid.ep->rank;
-        st.expert_start = s->zero.experts->opt.first;
-        st.expert_size = s->zero.experts->opt.n;
-        st.shard_size += st.expert_size;
-    }
-    DataLoaderState ls;
-    batch_pipeline_data_state(&s->batches, &ls);
-    st.data_epoch = ls.epoch;
-    st.data_position = ls.position;
-    st.sample_rng = s->sample_rng;
-    st.floatx_bytes = (int)sizeof(floatX);
-    st.seed = s->cfg.seed;
-    st.loss_scale = s->scaler.scale;
-    st.loss_scale_good_steps = s->scaler.good_steps;
-    st.data_fingerprint = dataloader_fingerprint(&s->train_loader);
-    return st;
-}
-
-/* writes checkpoint `step` (model by rank 0, state by every rank, then the DONE marker) and prunes old ones */
-static void write_checkpoint(TrainSession* s) {
-    const char* dir = s->cfg.output_dir;
-    char path[1024];
-    if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
-        checkpoint_model_path(path, sizeof(path), dir, s->step);
-        zero_write_model(&s->zero, path, is_rank0(s));
-    } else if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts, rank 0 writes */
-        checkpoint_model_path(path, sizeof(path), dir, s->step);
-        if (s->grid.coord.dp / s->grid.ep->world == 0) { zero_experts_write_model(&s->model, s->grid.ep, path, is_rank0(s)); }
-    } else if (in_first_tp_group(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
-        checkpoint_model_path(path, sizeof(path), dir, s->step);
-        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, path, is_rank0(s)); } /* every stage sends its part */
-        else { gpt2_write_model(&s->model, path, is_rank0(s)); }
-    }
-    checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);
-    TrainState st = session_train_state(s);
-    ZeroGroupsState groups;
-    AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
-    train_state_write(path, &st, &opt);
-    if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
-    comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
-    if (is_rank0(s)) {
-        ArgSpec specs[TRAIN_NUM_FLAGS];
-        char* flags = args_flag_lines(specs, train_config_specs(&s->cfg, specs)); /* compared on resume */
-        checkpoint_write_done(dir, s->step, flags);
-        free(flags);
-        printf("checkpoint: wrote step %d to %s\n", s->step, dir);
-        checkpoint_prune(dir, s->step, s->cfg.checkpoints_keep, s->world.world);
-    }
-}
-
-/* The number of processes that wrote checkpoint resume_step if the layout (processes or ZeRO stage) differs,
- * so the optimizer state must be re-sharded (one line says so); 0 for the same layout. Refuses, one line from
- * rank 0, a checkpoint of another micro-batch, sequence length or number of tokens per step. */
-static int checkpoint_layout_change(TrainSession* s, int resume_step) {
-    char path[1024];
-    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
-    TrainState h;
-    train_state_read_header(path, &h);
-    long long tokens = train_state_tokens_per_step(&h);
-    long long ours = (long long)s->cfg.B * s->cfg.T * s->layout.m * s->dp->world; /* dp: tp ranks share */
-    if (h.B != s->cfg.B || h.T != s->cfg.T || tokens != ours) {
-        /* one line from rank 0; the others wait for the launcher to end the job */
-        if (is_rank0(s)) {
-            train_state_expect(path, "micro-batch B", "-b", h.B, s->cfg.B);
-            train_state_expect(path, "sequence length T", "-t", h.T, s->cfg.T);
-            FATAL("cannot resume from '%s': checkpoint step %d was trained with %lld tokens per optimizer step "
-                  "(B=%d T=%d x %d accumulation x %d data-parallel processes), this run has %lld; resume with -d %lld",
-                  s->cfg.output_dir, resume_step, tokens, h.B, h.T, h.grad_accum_steps, train_state_dp_size(&h), ours,
-                  tokens);
-        }
-        comm_barrier(&s->world);
-        exit(EXIT_FAILURE);
-    }
-    int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world ||
-                  h.pp_size != s->pp->world, stages_changed = 0;
-    if (h.pp_size == s->pp->world && h.world == s->world.world && s->pp->world > 1) {
-        /* the same sizes but other stages (--pp-layers, --pp-virtual)? every rank looks at its own file */
-        TrainState mine;
-        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
-        train_state_read_header(path, &mine);
-        double differs = memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
-        comm_all_reduce_host_f64(&s->world, &differs, 1);
-        stages_changed = differs > 0.0;
-        changed |= stages_changed;
-    }
-    if (changed && is_rank0(s)) {
-        printf("resume: checkpoint step %d was written by %d processes with ZeRO stage %d; re-sharding the optimizer "
-               "state for %d processes with ZeRO stage %d", resume_step, h.world, h.zero_stage, s->world.world,
-               s->cfg.zero_stage);
-        if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
-        if (h.pp_size != s->pp->world) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
-        else if (stages_changed) { printf(" (other pipeline stages: --pp-layers or --pp-virtual)"); }
-        printf("\n");
-    }
-    return changed ? h.world : 0;
-}
-
-/* --grad-compress error feedback: this rank's residuals of checkpoint resume_step (a file of another data-parallel
- * size is refused with one line); one line says when they start at zero or are dropped */
-static void resume_residuals(TrainSession* s, int resume_step) {
-    char path[1024];
-    checkpoint_residual_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
-    int saved = file_exists(path);
-    int restored = s->zero.compress ? grad_compress_read_residual(s->zero.compress, s->cfg.output_dir, resume_step,
-                                                                  s->world.rank) : 0;
-    int wanted = s->zero.compress && s->compress.error_feedback;
-    if (!is_rank0(s)) { return; }
-    if (wanted && !restored) {
-        printf("resume: checkpoint step %d holds no error-feedback residuals (written without --grad-compress); they "
-               "start at zero\n", resume_step);
-    } else if (!wanted && saved) {
-        printf("resume: checkpoint step %d holds error-feedback residuals; this run has --grad-compress %s "
-               "--grad-compress-ef %d, so they are dropped\n", resume_step, s->cfg.grad_compress, s->cfg.grad_compress_ef);
-    }
-}
-
-/* Refuses, with one line naming the flag and both values, a resume from checkpoint resume_step whose recorded
- * flags (its DONE marker) differ from this run's in a flag whose row says MUST_MATCH (llmc/train_flags.h). A flag the checkpoint has no
- * record of (written before it existed) must have its default. A checkpoint without any record (an earlier
- * version) is resumed with the checks of the training state only, said in one line. Every process reads the same
- * marker: FATAL_ALL. */
-static void resume_check_flags(TrainSession* s, int resume_step) {
-    char* done = checkpoint_read_done(s->cfg.output_dir, resume_step);
-    ArgSpec specs[TRAIN_NUM_FLAGS], defaults_specs[TRAIN_NUM_FLAGS];
-    TrainConfig defaults;
-    train_config_defaults(&defaults);
-    int n = train_config_specs(&s->cfg, specs);
-    train_config_specs(&defaults, defaults_specs);
-    size_t dummy;
-    if (checkpoint_flag_value(done, "seed", &dummy) == NULL) {
-        if (is_rank0(s)) {
-            printf("resume: checkpoint step %d has no record of its flags (an earlier version); only its seed, data, "
-                   "model and batch are compared\n", resume_step);
-        }
-        free(done);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        if (train_flag_resume_reason(specs[i].long_name)) { continue; }
-        char *ours = NULL, *dflt = NULL;
-        size_t ol = 0, oc = 0, dl = 0, dc = 0, len = 0;
-        args_buf_append_value_json(&ours, &ol, &oc, &specs[i]);
-        args_buf_append_value_json(&dflt, &dl, &dc, &defaults_specs[i]);
-        const char* theirs = checkpoint_flag_value(done, specs[i].long_name, &len);
-        if (theirs == NULL) { theirs = dflt; len = dl; }
-        if (len != ol || memcmp(theirs, ours, len) != 0) {
-            FATAL_ALL("cannot resume from '%s': checkpoint step %d was trained with --%s %.*s but this run has %s, which "
-                      "changes the training; resume with the checkpoint's value (the flags a resume may change are "
-                      "listed in README, \"Checkpoints\")", s->cfg.output_dir, resume_step,
-                      specs[i].long_name, (int)(len > 200 ? 200 : len), theirs,
-                      ol > 200 ? "another value" : ours);
-        }
-        free(ours);
-        free(dflt);
-    }
-    free(done);
-}
-
-/* continues from checkpoint resume_step: the weights, then this rank's optimizer shard (re-sharded from
- * reshard_from old processes when > 0), data position, step, sampling RNG and loss scale */
-static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard_from) {
-    const TrainConfig* cfg = &s->cfg;
-    const GPT2Config* mc = &s->model.config;
-    char path[1024];
-    checkpoint_model_path(path, sizeof(path), cfg->output_dir, resume_step);
-    GPT2Config file_cfg;
-    gpt2_read_model_header(path, &file_cfg);
-    file_cfg.moe.ep = mc->moe.ep; /* not in the file: the checkpoint holds the full model for any --ep */
-    file_cfg.moe.ep_capacity = mc->moe.ep_capacity;
-    file_cfg.moe.ep_rank = mc->moe.ep_rank;
-    if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
-        FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
-              "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
-              file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
-              mc->vocab_size, mc->max_seq_len);
-    }
-    resume_check_flags(s, resume_step); /* the flags that must not change */
-    if (s->zero.experts) { gpt2_load_weights(&s->model, path); } /* --ep: this rank's experts of the full model */
-    else { zero_load_weights(&s->zero, path); }                  /* ZeRO-3: this rank's shard */
-    zero_params_changed(&s->zero);     /* --offload-optimizer: its fp32 copy of the weights follows them */
-    TrainState ours = session_train_state(s), found;
-    TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
-    /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
-     * launcher when rank 0 exits) */
-    int files = reshard_from > 0 ? reshard_from : s->world.world;
-    if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
-    comm_barrier(&s->world);
-    if (reshard_from > 0 && mc->moe.experts > 0) {
-        FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s' on %d processes: it was written by %d; "
-                  "re-sharding MoE optimizer state is not implemented, resume on %d processes", cfg->output_dir,
-                  s->world.world, reshard_from, reshard_from);
-    }
-    if (reshard_from > 0) {
-        train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
-                                   dataloader_windows_per_epoch(&s->train_loader), &found);
-    } else {
-        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
-        TrainState mine;
-        train_state_read_header(path, &mine);
-        ZeroGroupsState groups;
-        AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
-        if (mc->moe.experts > 0 && mine.ep_size != ours.ep_size) { /* written with another --ep: rebuilt from all */
-            if (is_rank0(s)) {
-                printf("resume: checkpoint step %d was written with --ep %d; rebuilding the optimizer state for --ep "
-                       "%d from its %d state files\n", resume_step, mine.ep_size, ours.ep_size, s->world.world);
-            }
-            zero_experts_read_other_ep(cfg->output_dir, resume_step, s->world.world, mc, &ours, &ctx, &opt, &found);
-        } else {
-            train_state_read(path, resume_step, &ours, &ctx, &opt, &found);
-        }
-    }
-    DataLoaderState ls;
-    ls.epoch = found.data_epoch;
-    ls.position = found.data_position;
-    dataloader_set_state(&s->train_loader, &ls);
-    batch_pipeline_drop_pending(&s->batches); /* a batch loaded ahead (none at start) would belong to the old position */
-    s->step = found.step;
-    s->sample_rng = found.sample_rng;
-    s->scaler.scale = found.loss_scale;
-    s->scaler.good_steps = found.loss_scale_good_steps;
-    resume_residuals(s, resume_step);
-    comm_barrier(&s->world); /* every rank has its state before rank 0 says so */
-    if (is_rank0(s)) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }
 }
 
 /* ---------------------------------------------------------------- evaluation and sampling */
@@ -772,22 +376,6 @@ static void setup_model(TrainSession* s, const GPT2Config* mc) {
     s->model.moe_opt.ep = moe_ep_comm_init(&s->ep_comm, s->grid.ep, floatx_comm_dtype());
 }
 
-/* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
- * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach */
-static void warn_if_warmup_covers_run(TrainSession* s) {
-    const TrainConfig* cfg = &s->cfg;
-    if (!is_rank0(s) || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
-    float top = 0.0f;
-    for (int k = 0; k < s->max_steps; k++) {
-        float lr = lr_scheduler_get(&s->scheduler, k);
-        if (lr > top) { top = lr; }
-    }
-    fprintf(stderr, "warning: flag -u (--warmup-steps) is %d but the run has %d steps: the learning rate only warms up "
-            "(%s schedule never decays) and reaches %.3g, %.0f%% of the peak -l %.3g; use -u below %d\n",
-            cfg->warmup_steps, s->max_steps, cfg->lr_schedule, (double)top, 100.0 * top / cfg->learning_rate,
-            (double)cfg->learning_rate, s->max_steps);
-}
-
 /* the tokenizer (--tokenizer) and whether samples can be drawn: a damaged tokenizer file stops the run (its one
  * error line printed by tokenizer_init); a tokenizer whose vocabulary differs from the model's is an error when
  * given with --tokenizer, and turns samples off with one warning when it is the default one; without a
@@ -897,13 +485,12 @@ static void session_init(TrainSession* s) {
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
     if (moe_ep_size(&s->model.config.moe) > 1) { /* --ep: the dense group over dp, the experts over expert-dp */
-        zero_init_experts(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, s->grid.expert_dp, s->grid.ep,
-                          cfg->master_weights);
+        zero_init_experts(&s->zero, cfg->zero_stage, &s->model, s->dp, s->grid.expert_dp, cfg->master_weights);
     } else {
-        zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, s->tp, s->pp, cfg->master_weights,
-                          &s->offload);                       /* gradients, optimizer shard (device or offloaded) */
+        zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, cfg->master_weights, &s->offload);
     }
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
+    step_stats_init(&s->stats, &s->zero, s->tp, s->pp, s->grid.ep); /* the norm partials; the groups it sums over */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         pipeline_init(&s->pipe, &s->model, s->pp, &s->layout);
         s->pipe.gelu_fusion = cfg->gelu_fusion;
@@ -929,133 +516,10 @@ static void session_init(TrainSession* s) {
     logger_init(&s->logger, cfg->output_dir, s->world.rank, resume_step >= 0);
 }
 
-/* the layout of this process as the ledger (llmc/ledger.h) describes it */
-static LedgerLayout session_ledger_layout(const TrainSession* s) {
-    LedgerLayout l;
-    memset(&l, 0, sizeof(l));
-    l.cfg = s->model.config;
-    l.layout = s->layout;
-    l.pb = (int)sizeof(floatX);
-    l.master = zero_has_master(&s->zero);
-    return l;
-}
-
-/* one line: the ledger's bytes for this process's stage beside what the session allocated (they must be equal;
- * dev/test/cli_plan.sh checks it for every layout the multi-process tests run) */
-static void print_ledger_check(const TrainSession* s) {
-    LedgerLayout l = session_ledger_layout(s);
-    LedgerRank r = ledger_rank(&l, s->pp->rank);
-    size_t st[4];
-    zero_state_bytes(&s->zero, st); /* --ep: both groups */
-    size_t got[5] = {st[0], st[1], st[2], st[3], s->model.acts_bytes_held};
-    size_t want[5] = {r.params, r.grads, r.master, r.moments, r.acts};
-    int same = memcmp(got, want, sizeof(got)) == 0;
-    printf("memory ledger (llmc/ledger.h, bytes, pipeline stage %d): parameters %zu | gradients %zu | master %zu | "
-           "AdamW m+v %zu | activations %zu; allocated: %zu | %zu | %zu | %zu | %zu -> %s\n", s->pp->rank, want[0],
-           want[1], want[2], want[3], want[4], got[0], got[1], got[2], got[3], got[4], same ? "equal" : "DIFFERENT");
-    if (s->zero.offload || s->zero.params.host) { /* --offload-optimizer / --offload-params: host memory, host
-                                                   * buffers, the NVMe file and the host parameter shard */
-        const Offload* o = s->zero.offload;
-        size_t og[4] = {o ? o->host_bytes : 0, o ? o->buffer_bytes : 0, o ? o->file_bytes : 0,
-                        zero_params_host_bytes(&s->zero.params)};
-        size_t ow[4] = {r.host, r.host_buffers, r.nvme, r.host_params};
-        size_t d2h, h2d;
-        step_pcie_theory(s, &d2h, &h2d);
-        printf("offload ledger (llmc/ledger.h, bytes, pipeline stage %d): host state %zu | host buffers %zu | nvme %zu | "
-               "host parameters %zu; allocated: %zu | %zu | %zu | %zu -> %s; PCIe per step (theory): %zu down (%s) + "
-               "%zu up (parameters%s)\n", s->pp->rank, ow[0], ow[1], ow[2], ow[3], og[0], og[1], og[2], og[3],
-               memcmp(og, ow, sizeof(og)) == 0 ? "equal" : "DIFFERENT", d2h,
-               o ? "gradients" : "updated parameters", h2d, !s->zero.params.host ? "" : o || s->zero.opt.master ?
-               ": the gathers' own parts" : ": the gathers' own parts + the update's reads");
-    }
-    if (s->cfg.recompute == 3) { /* what checkpointing saves: the same layout without any recompute */
-        LedgerLayout none = l;
-        none.layout.recompute = 0;
-        size_t full = ledger_rank(&none, s->pp->rank).acts;
-        int L = gpt2_stage_layers(&s->model.stage) / (s->pp->world > 1 ? s->cfg.pp_virtual : 1);
-        int kk = gpt2_recompute_window(3, s->cfg.recompute_every, L);
-        printf("activation checkpointing (-r 3, pipeline stage %d): segments of k=%d of the %d layers per model "
-               "chunk: kept %d segment input(s) + %d layer(s) of activations; activations %zu bytes, %zu without "
-               "recompute (%.1f%%)\n", s->pp->rank, kk, L, gpt2_recompute_segments(3, kk, L), kk, r.acts, full,
-               100.0 * (double)r.acts / (double)full);
-    }
-    fflush(stdout);
-}
-
-#ifdef LLMC_CPU_NAIVE
-#define CPU_FP32_MATMUL_NAME "fp32 (plain loops: the naive build)"
-#else
-#define CPU_FP32_MATMUL_NAME "fp32 (OpenBLAS sgemm)"
-#endif
-static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
-    const GPT2Config* c = &s->model.config;
-    if (!is_rank0(s)) { return; } /* only rank 0 prints and logs */
-    printf("+-----------------------+------------------------------------------------\n");
-    printf("| device                | %s\n", backend_device_name());
-#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
-    printf("| precision             | %s\n", PRECISION_NAME);
-#else
-    printf("| precision             | %s; matmuls %s (--cpu-matmul %s)\n", PRECISION_NAME,
-           strcmp(s->cfg.cpu_matmul, "bf16") == 0 ? "bf16 operands, fp32 sums (AVX512_BF16)" : CPU_FP32_MATMUL_NAME,
-           s->cpu_matmul_auto ? "auto" : s->cfg.cpu_matmul);
-#endif
-    printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
-           c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
-    printf("| parameters            | %zu\n", s->model.num_parameters_full);
-    printf("| train data            | %s (%zu windows of B*T+1 tokens per epoch)\n", s->cfg.train_data,
-           dataloader_windows_per_epoch(&s->train_loader));
-    printf("| val data              | %s\n", s->has_val ? s->cfg.val_data : "(none)");
-    printf("| batch                 | B=%d T=%d x %d accumulation x %d processes = %d tokens/step\n", s->cfg.B,
-           s->cfg.T, s->layout.m, s->dp->world, s->cfg.B * s->cfg.T * s->layout.m * s->dp->world);
-    printf("| steps                 | %d (%s schedule, lr %.2e, warmup %d)\n", s->max_steps, s->cfg.lr_schedule,
-           s->cfg.learning_rate, s->cfg.warmup_steps);
-    printf("| processes / ZeRO      | %d / stage %d (collectives: %s)\n", s->world.world, s->cfg.zero_stage,
-           s->world.backend);
-    if (s->tp->world > 1 && s->pp->world == 1) {
-        printf("| layout                | tensor parallel %d%s x data parallel %d; %zu of the model's %zu parameters "
-               "on each process\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "", s->dp->world,
-               s->model.num_parameters, s->model.num_parameters_full);
-    }
-    if (s->pp->world > 1) {
-        printf("| layout                | tensor parallel %d%s x data parallel %d x pipeline %d (%s, %d chunk%s per "
-               "stage, %d micro-batches)\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "",
-               s->dp->world, s->pp->world, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_virtual > 1 ? "s" : "",
-               s->layout.m);
-    }
-    printf("+-----------------------+------------------------------------------------\n");
-    warn_if_warmup_covers_run(s);
-    if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
-    zero_print_ledger(&s->zero);
-    if (s->zero.experts) { /* --ep: the two groups (llmc/zero_experts.h) */
-        const ZeroOptimizer* d = &s->zero;
-        const ZeroOptimizer* e = s->zero.experts;
-        int E = s->model.config.moe.experts, p = s->grid.ep->world;
-        printf("expert parallelism: experts %d..%d of %d held here (ep rank %d of %d); dense group %zu parameters over "
-               "%d processes (optimizer range %zu), expert group %zu parameters over %d processes (optimizer range "
-               "%zu)\n", s->grid.ep->rank * E / p, (s->grid.ep->rank + 1) * E / p - 1, E, s->grid.ep->rank, p, d->P,
-               d->dp->world, d->own_end - d->own_start, e->P, e->dp->world, e->own_end - e->own_start);
-    }
-    if (s->tp->world > 1 || s->cfg.dry_run) { shard_print_tp_ledger(&s->model); }
-    int nd, no;
-    size_t vd, vo;
-    gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
-    printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
-           vd, no, vo);
-    char* json = args_config_json(specs, n_specs);
-    size_t len = strlen(json), cap = len + 1;
-    char more[256];
-    snprintf(more, sizeof(more), ",\"num_parameters\":%zu,\"processes\":%d,\"grad_accum_steps\":%d,\"precision\":\"%s\","
-             "\"max_steps_resolved\":%d,\"device\":", s->model.num_parameters_full, s->world.world,
-             s->layout.m, PRECISION_NAME, s->max_steps);
-    args_buf_append(&json, &len, &cap, more, strlen(more));
-    args_buf_append_json_string(&json, &len, &cap, backend_device_name()); /* escaped like every string */
-    logger_log(&s->logger, "config", s->step, json);
-    free(json);
-}
-
 static void session_free(TrainSession* s) {
     graphs_free(&s->graphs);
     batch_pipeline_free(&s->batches);
+    step_stats_free(&s->stats);
     zero_free(&s->zero);
     if (s->pp->world > 1) { pipeline_free(&s->pipe); free(s->trace.ev); }
     gpt2_free(&s->model);
@@ -1071,124 +535,6 @@ static void session_free(TrainSession* s) {
 
 /* ---------------------------------------------------------------- the training loop */
 
-/* prints (rank 0, every --log-every steps and the last) and logs the step's line; after the timings: the run's
- * elapsed wall time and the time left (llmc/progress.h), and on CUDA builds the device memory in use / total */
-static void log_step(TrainSession* s, const StepResult* r, double ms, double tok_s, double mfu, const Progress* pg) {
-    /* mixture of experts: the routing of this step's last micro-batch on this process (llmc/moe.h) */
-    const MoEConfig* moe = &s->model.config.moe;
-    int Lm = moe_num_layers(moe, s->model.config.num_layers);
-    float moe_aux = 0.0f, moe_drop = 0.0f, moe_max = 0.0f;
-    char* moe_json = NULL;
-    if (Lm > 0) {
-        float* stats = (float*)malloc_check((size_t)Lm * moe_stats_floats(moe) * sizeof(float), "MoE statistics");
-        int blocks[1024];
-        for (int l = 0, b = 0; l < s->model.config.num_layers && b < 1024; l++) { if (moe_is_layer(moe, l)) { blocks[b++] = l; } }
-        gpt2_moe_stats(&s->model, stats);
-        moe_stats_summary(moe, stats, Lm < 1024 ? Lm : 1024, blocks, &moe_aux, &moe_drop, &moe_max, &moe_json);
-        free(stats);
-    }
-    if (is_rank0(s) && (s->step % s->cfg.log_every == 0 || s->step == s->max_steps)) {
-        double now = wall_seconds();
-        char elapsed[32], eta[32];
-        progress_format_duration(progress_elapsed(pg, now), elapsed, sizeof(elapsed));
-        progress_format_duration(progress_eta(pg, now, s->max_steps - s->step), eta, sizeof(eta));
-        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", s->step, s->max_steps,
-               r->loss, r->grad_norm, r->lr, ms, tok_s);
-        if (mfu >= 0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-        if (Lm > 0) { printf(" | moe aux %.4f drop %.1f%% max load %.2f", moe_aux, 100.0 * moe_drop, moe_max); }
-        if (s->ep_comm.active) { /* --ep: this rank's all-to-all bytes of the step, counted, beside the theory */
-            const MoEEpComm* b = &s->ep_comm;
-            double balanced = moe_ep_balanced_bytes(Lm, s->layout.m, (size_t)s->cfg.B * s->cfg.T, moe->top_k,
-                                                    b->ep.size, s->model.config.channels, sizeof(floatX));
-            printf(" | a2a sent %llu B = rows %llu x C %d x %d B + counts %llu B (balanced routing, no drops: %.0f B)",
-                   (unsigned long long)b->comm.counters.bytes_sent, b->ep.rows_sent, s->model.config.channels,
-                   (int)sizeof(floatX), b->count_bytes_sent, balanced);
-        }
-        if (r->bubble >= 0) { printf(" | bubble %.1f%%", 100.0 * r->bubble); }
-        if (r->grad_fp32 > 0) {
-            printf(" | grad comm %.2f MB = %.3fx fp32 %.2f MB", r->grad_sent / 1e6, r->grad_sent / r->grad_fp32,
-                   r->grad_fp32 / 1e6);
-        }
-        if (r->off_d2h_theory > 0) {
-            printf(" | offload PCIe %.2f+%.2f MB (theory %.2f+%.2f)", r->off_d2h / 1e6, r->off_h2d / 1e6,
-                   r->off_d2h_theory / 1e6, r->off_h2d_theory / 1e6);
-            if (s->zero.offload) { /* the CPU AdamW's wall time; the gradients that came down during backward */
-                printf(" update %.1f ms, %.0f%% of the gradients down in backward", r->off_seconds * 1e3,
-                       r->off_d2h > 0 ? 100.0 * r->off_d2h_streamed / r->off_d2h : 0.0);
-            }
-        }
-        if (r->nvme_read + r->nvme_write > 0) {
-            printf(" | nvme %.1f MB %.2f GB/s", (r->nvme_read + r->nvme_write) / 1e6,
-                   r->nvme_seconds > 0 ? (r->nvme_read + r->nvme_write) / r->nvme_seconds / 1e9 : 0.0);
-        }
-        if (r->skipped) { printf(" | skipped (not finite)"); }
-        printf(" | %s elapsed | eta %s", elapsed, eta);
-#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
-        size_t free_b, total_b;
-        dev_memory_info(&free_b, &total_b);
-        printf(" | mem %.1f/%.1f GiB", (double)(total_b - free_b) / (1 << 30), (double)total_b / (1 << 30));
-#endif
-        printf("\n");
-        fflush(stdout);
-    }
-    /* JSON numbers: NaN and infinities are written as null (RFC 8259 has no other spelling for them) */
-    size_t fields_cap = 1024 + (moe_json ? strlen(moe_json) + 64 : 0);
-    char* fields = (char*)malloc_check(fields_cap, "log line");
-    char loss[32], norm[32], lr[32], ms_s[32], tok[32], mfu_s[32], bubble[32];
-    snprintf(fields, fields_cap, "\"loss\":%s,\"grad_norm\":%s,\"lr\":%s,\"ms\":%s,\"tokens_per_s\":%s",
-             logger_json_number(loss, sizeof(loss), r->loss), logger_json_number(norm, sizeof(norm), r->grad_norm),
-             logger_json_number(lr, sizeof(lr), r->lr), logger_json_number(ms_s, sizeof(ms_s), ms),
-             logger_json_number(tok, sizeof(tok), tok_s));
-    size_t len = strlen(fields);
-    if (mfu >= 0) {
-        snprintf(fields + len, fields_cap - len, ",\"mfu\":%s", logger_json_number(mfu_s, sizeof(mfu_s), mfu));
-        len = strlen(fields);
-    }
-    if (r->bubble >= 0) {
-        snprintf(fields + len, fields_cap - len, ",\"bubble\":%s", logger_json_number(bubble, sizeof(bubble), r->bubble));
-        len = strlen(fields);
-    }
-    if (r->grad_fp32 > 0) {
-        snprintf(fields + len, fields_cap - len, ",\"grad_bytes_sent\":%.0f,\"grad_bytes_fp32\":%.0f,\"grad_ratio\":%.5f",
-                 r->grad_sent, r->grad_fp32, r->grad_sent / r->grad_fp32);
-        len = strlen(fields);
-    }
-    if (s->ep_comm.active) { /* --ep: this rank's all-to-all of the step (as printed on the step line) */
-        const MoEEpComm* b = &s->ep_comm;
-        snprintf(fields + len, fields_cap - len, ",\"a2a_bytes_sent\":%llu,\"a2a_rows_sent\":%llu,"
-                 "\"a2a_count_bytes_sent\":%llu,\"a2a_balanced_bytes\":%.0f", (unsigned long long)b->comm.counters.bytes_sent,
-                 b->ep.rows_sent, b->count_bytes_sent,
-                 moe_ep_balanced_bytes(Lm, s->layout.m, (size_t)s->cfg.B * s->cfg.T, moe->top_k, b->ep.size,
-                                       s->model.config.channels, sizeof(floatX)));
-        len = strlen(fields);
-    }
-    if (r->off_d2h_theory > 0) {
-        snprintf(fields + len, fields_cap - len, ",\"offload_d2h_bytes\":%.0f,\"offload_h2d_bytes\":%.0f,"
-                 "\"offload_d2h_theory\":%.0f,\"offload_h2d_theory\":%.0f,\"offload_ms\":%.3f,"
-                 "\"offload_d2h_streamed_bytes\":%.0f", r->off_d2h, r->off_h2d, r->off_d2h_theory, r->off_h2d_theory,
-                 r->off_seconds * 1e3, r->off_d2h_streamed);
-        len = strlen(fields);
-    }
-    if (r->nvme_read + r->nvme_write > 0) {
-        char gbs[32];
-        snprintf(fields + len, fields_cap - len, ",\"nvme_read_bytes\":%.0f,\"nvme_write_bytes\":%.0f,\"nvme_gbs\":%s",
-                 r->nvme_read, r->nvme_write, logger_json_number(gbs, sizeof(gbs), r->nvme_seconds > 0 ?
-                 (r->nvme_read + r->nvme_write) / r->nvme_seconds / 1e9 : 0.0));
-        len = strlen(fields);
-    }
-    if (moe_json) {
-        char a[32], d[32], mx[32];
-        snprintf(fields + len, fields_cap - len, ",\"moe_aux\":%s,\"moe_drop\":%s,\"moe_max_load\":%s,\"moe\":%s",
-                 logger_json_number(a, sizeof(a), moe_aux), logger_json_number(d, sizeof(d), moe_drop),
-                 logger_json_number(mx, sizeof(mx), moe_max), moe_json);
-        len = strlen(fields);
-        free(moe_json);
-    }
-    if (r->skipped) { snprintf(fields + len, fields_cap - len, ",\"skipped\":true"); }
-    logger_log(&s->logger, "train", s->step, fields);
-    free(fields);
-}
-
 /* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
  * there was no validation */
 static float evaluate_if_due(TrainSession* s, int last) {
@@ -1201,7 +547,7 @@ static float evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
-    if (s->sampling && (in_first_tp_group(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
+    if (s->sampling && (in_first_dp_replica(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
                         s->ep_comm.active) &&                                   /* --ep: all exchange tokens */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
         sample(s);

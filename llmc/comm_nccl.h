@@ -39,7 +39,7 @@
 #include <nccl.h>
 
 /* doubles of device scratch behind comm_all_reduce_host_f64 (one chunk): at least 64, and world + 2 so that the
- * per-step statistics (loss, overflow flag, one norm partial per rank: zero_step_stats) take one all-reduce at
+ * per-step statistics (loss, overflow flag, one norm partial per rank: step_stats) take one all-reduce at
  * any scale */
 #define COMM_NCCL_HOST_SCRATCH_MIN 64
 

@@ -184,7 +184,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
             if (!gpt2_shape_arch_word(&arch, p, wl)) {
                 snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:"
                          "NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>][:FF<mlp width>]"
-                         "[:norm=ln|rms][:pos=learned|rope][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1][:qknorm=0|1], "
+                         "[:norm=ln|rms][:pos=learned|rope][:theta=BASE][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1][:qknorm=0|1], "
                          "e.g. L96:C12288:NH96", name, p);
                 return -1;
             }

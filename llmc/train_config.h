@@ -72,6 +72,7 @@ static inline GPT2Config train_model_config(const TrainConfig* cfg) {
         FATAL_ALL("flag --moe-every %d is above the model's %d layers: no block would get experts", mc.moe.every,
                   mc.num_layers);
     }
+    if (gpt2_arch_check(&mc, err, sizeof(err))) { FATAL_ALL("%s", err); } /* GPT-2's architecture only, for now */
     mc.moe.ep = mc.moe.experts > 0 ? cfg->ep : 0; /* run-time fields (llmc/moe.h): they size the expert-side buffers */
     mc.moe.ep_capacity = mc.moe.experts > 0 && cfg->ep > 1 ? cfg->moe_capacity_factor : 0.0f;
     return mc;
@@ -122,38 +123,9 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
     return 0;
 }
 
-/* the flag rules that are not about the layout: the sequence length against the model's context, steps, validation,
- * schedule and signal names, the CPU matmul choice on this build and CPU, compression rounding and decay, offload in
- * this build's precision, --cuda-graphs on this build, the output directory's length. Returns 0, or 1 with one
- * sentence in err. */
-static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc, char* err, size_t cap) {
-    if (c->T > mc->max_seq_len) {
-        snprintf(err, cap, "flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T,
-                 mc->max_seq_len, mc->max_seq_len);
-        return 1;
-    }
-    if (c->max_steps == 0) {
-        snprintf(err, cap, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
-        return 1;
-    }
-    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
-        snprintf(err, cap, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use "
-                 "--val-tokens %d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
-        return 1;
-    }
-    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
-        snprintf(err, cap, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
-        return 1;
-    }
-    if (c->val_max_steps == 0) {
-        snprintf(err, cap, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a "
-                 "positive count, or -j '' to turn validation off");
-        return 1;
-    }
-    if (!lr_schedule_is_known(c->lr_schedule)) {
-        snprintf(err, cap, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
-        return 1;
-    }
+/* what this build and this CPU can run: --cuda-graphs (CUDA build), the CPU matmul choice, compression's rounding and
+ * decay, optimizer offload in this build's precision. Returns 0, or 1 with one sentence in err. */
+static inline int train_config_check_build(const TrainConfig* c, char* err, size_t cap) {
     if (c->cuda_graphs && !dev_graphs_supported()) {
         snprintf(err, cap, "flag --cuda-graphs 1 needs the CUDA build (./train_gpt); the CPU backend has no graphs");
         return 1;
@@ -204,6 +176,41 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
                  "-w 0 (--master-weights) in this %s build: use -w 1", c->offload_optimizer, PRECISION_NAME);
         return 1;
     }
+    return 0;
+}
+
+/* the flag rules that are not about the layout (llmc/layout.h's): the sequence length against the model's context,
+ * steps, validation, the schedule's name, train_config_check_build's, the signal names, the output directory's
+ * length, and the planner's --offload (without --plan). Returns 0, or 1 with one sentence in err. */
+static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc, char* err, size_t cap) {
+    if (c->T > mc->max_seq_len) {
+        snprintf(err, cap, "flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T,
+                 mc->max_seq_len, mc->max_seq_len);
+        return 1;
+    }
+    if (c->max_steps == 0) {
+        snprintf(err, cap, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+        return 1;
+    }
+    if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
+        snprintf(err, cap, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use "
+                 "--val-tokens %d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);
+        return 1;
+    }
+    if (c->val_tokens > 0 && c->val_data[0] == '\0') {
+        snprintf(err, cap, "flag --val-tokens %d needs validation data, but -j (--val-data) is ''", c->val_tokens);
+        return 1;
+    }
+    if (c->val_max_steps == 0) {
+        snprintf(err, cap, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a "
+                 "positive count, or -j '' to turn validation off");
+        return 1;
+    }
+    if (!lr_schedule_is_known(c->lr_schedule)) {
+        snprintf(err, cap, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
+        return 1;
+    }
+    if (train_config_check_build(c, err, cap)) { return 1; }
     int signals[2];
     if (preempt_parse(c->signal_checkpoint, signals, 2, err, cap) < 0) { return 1; }
     if (strlen(c->output_dir) > 900) {

@@ -30,12 +30,7 @@
  *           of its shard (S floatX) and gathers the layers the model needs, through its GPT2ParamSource hook, into a
  *           working buffer of two layer slots + wte/wpe/lnf; AdamW updates the shard in place, nothing is gathered
  *           after the update. Arithmetic identical to ZeRO-2 (the gathered values are the owners' bit for bit).
- * Gradient norm, the same for every stage bit for bit: the squared norm of each shard's real range
- * [q*S, min((q+1)*S, P)) in fp32 (global_norm_squared), the N partials summed in double in shard order. ZeRO-0
- * computes every partial from its full reduced gradient; ZeRO-1/2 compute their own one and exchange them as
- * a one-hot vector (an all-reduce of x + 0 + ... + 0 is exact in any order). With tensor parallelism each shard's
- * partial is summed over the tp ranks too (replicated tensors counted on tp rank 0 only). FP16 overflow check: over
- * the owned range, all-reduced, so every rank's loss scaler takes the same decision.
+ The step's global loss, gradient norm and overflow flag are computed from the reduced gradients by llmc/step_stats.h.
  *
  * Optimizer offload (--offload-optimizer, llmc/offload.h): zero_init_offload puts the owned range's fp32 state in
  * host memory or an NVMe file instead of the device, and zero_update runs its AdamW on the CPU (offload_update);
@@ -84,8 +79,6 @@ struct ZeroOptimizer {
     const ZeroStage* stage;
     GPT2* model;
     Comm* dp;                      /* the data-parallel group */
-    Comm* tp;                      /* the tensor-parallel group (NULL or one process: none); only the norm uses it */
-    Comm* pp;                      /* the pipeline group (NULL or one process: none); the loss and the norm use it */
     CommDtype dtype;               /* floatX as a comm dtype */
     size_t P, S, Ppad;             /* parameters, shard size ceil(P/N), padded length N*S */
     size_t own_start, own_end;     /* optimizer-state range: [0, P) for ZeRO-0, [r*S, (r+1)*S) otherwise */
@@ -103,7 +96,6 @@ struct ZeroOptimizer {
     floatX* grad_shard;            /* reduced gradients of [own_start, own_end), summed over the micro-steps */
     size_t grads_bytes;            /* gradient storage allocated (memory ledger) */
     AdamWState opt;                /* fp32 m, v (and master) of [own_start, own_end) */
-    float* norm_partials;          /* (N) device fp32: squared norms of the shards' real ranges */
     GradCompressor* compress;      /* ZeRO-0/1 gradient compression (llmc/grad_compress.h); NULL: floatX collectives */
     Offload* offload;              /* --offload-optimizer (llmc/offload.h): opt lives in host memory or NVMe; NULL: device */
     ZeroParamStore params;         /* ZeRO-3: the parameter shard and the working buffer (shard NULL otherwise) */
@@ -112,7 +104,6 @@ struct ZeroOptimizer {
      * expert-dp group); each group works on its own view of the model (`view`, owned) */
     int group;                     /* 1: a parameter group (not padded: the all-gather covers [0, P) of the view) */
     ZeroOptimizer* experts;        /* the experts' group, or NULL (no expert parallelism) */
-    Comm* ep;                      /* with experts: the ep group, over which the experts' squared norm is summed */
     GPT2* view;                    /* the group's view of the model (z->model points at it), or NULL */
 };
 
@@ -340,19 +331,18 @@ static inline int zero_needs_collectives(int stage, int world) {
 
 /* ---------------------------------------------------------------- lifetime */
 
-static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
-                                     int keep_master, const OffloadSpec* offload);
-static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
-                                int keep_master, const OffloadSpec* offload, int group);
+static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master,
+                                     const OffloadSpec* offload);
+static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master,
+                                const OffloadSpec* offload, int group);
 static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_master);
 
-/* Sets up ZeRO stage `stage` for `model` (this tensor-parallel rank's parameters) over the data-parallel group dp
- * (tp: the tensor-parallel group, NULL for none; the gradient norm sums over it): pads the parameter buffer to Ppad,
- * allocates the gradient storage of the stage, the fp32 optimizer state of the owned range (m, v zero; master
- * weights, in mixed precision with keep_master, initialised from the parameters: floatX -> fp32 is exact) and
- * the norm partials. Exits with one line for an unknown stage. */
-static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, int keep_master) {
-    zero_init_offload(z, stage, model, dp, tp, pp, keep_master, NULL);
+/* Sets up ZeRO stage `stage` for `model` (this rank's part of the model: its tensor-parallel slices, its pipeline
+ * stage) over the data-parallel group dp: pads the parameter buffer to Ppad, allocates the gradient storage of the
+ * stage and the fp32 optimizer state of the owned range (m, v zero; master weights, in mixed precision with
+ * keep_master, initialised from the parameters: floatX -> fp32 is exact). Exits with one line for an unknown stage. */
+static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master) {
+    zero_init_offload(z, stage, model, dp, keep_master, NULL);
 }
 
 /* zero_init with the optimizer state offloaded (llmc/offload.h) when offload is non-NULL and not none: m, v and the
@@ -360,20 +350,18 @@ static inline void zero_init(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp,
  * device (opt.m, v, master stay NULL; opt.io reaches them). ZeRO-3 with offload->params (--offload-params cpu):
  * the parameter shard goes to pinned host memory (llmc/zero_params.h); in fp32 builds with cpu optimizer offload
  * it is the offload's fp32 weights themselves (one copy of the values on the host, none on the device). */
-static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
-                                     int keep_master, const OffloadSpec* offload) {
-    zero_init_ex(z, stage, model, dp, tp, pp, keep_master, offload, 0);
+static inline void zero_init_offload(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master,
+                                     const OffloadSpec* offload) {
+    zero_init_ex(z, stage, model, dp, keep_master, offload, 0);
 }
 
 /* zero_init_offload; group = 1 sets up one parameter group of a model split into groups (llmc/zero_experts.h):
  * `model` is the group's view (its parameters are not padded: the collectives cover [0, P) with uneven last
  * chunks, so the group's buffer may be followed by another group's parameters) */
-static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp,
-                                int keep_master, const OffloadSpec* offload, int group) {
+static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, int keep_master,
+                                const OffloadSpec* offload, int group) {
     memset(z, 0, sizeof(*z));
     z->group = group;
-    z->tp = tp;
-    z->pp = pp;
     z->stage = zero_stage_info(stage);
     if (!z->stage) { FATAL("ZeRO stage %d does not exist; expected 0, 1, 2 or 3 (-z)", stage); }
     z->model = model;
@@ -389,7 +377,6 @@ static inline void zero_init_ex(ZeroOptimizer* z, int stage, GPT2* model, Comm* 
     size_t n = z->own_end - z->own_start;
     z->opt.first = z->own_start;
     z->opt.n = n;
-    z->norm_partials = (float*)dev_malloc((size_t)dp->world * sizeof(float), "grad norm partials");
     int params_host = z->stage->shards_params && offload && offload->params;
     if (offload && offload->kind != OFFLOAD_NONE) {
         z->offload = (Offload*)calloc_check(1, sizeof(Offload), "optimizer offload");
@@ -466,7 +453,6 @@ static inline void zero_free(ZeroOptimizer* z) {
     if (z->opt.m) { dev_free(z->opt.m); }
     if (z->opt.v) { dev_free(z->opt.v); }
     if (z->opt.master) { dev_free(z->opt.master); }
-    if (z->norm_partials) { dev_free(z->norm_partials); }
     zero_params_free(&z->params);
     if (z->experts) { zero_free(z->experts); free(z->experts); }
     free(z->view);
@@ -535,84 +521,6 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
-
-/* the squared norm of the reduced gradients of flat range [a, b) in fp32 into out(1) (device). With tensor or
- * pipeline parallelism only what this rank contributes to the full model's norm (shard_counts_in_norm: split tensors,
- * the replicated ones on tp rank 0, the tied wte on the first pipeline stage). */
-static inline void zero_norm_partial(ZeroOptimizer* z, float* out, size_t a, size_t b) {
-    int all = 1;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { all &= z->model->param_sizes[i] == 0 || shard_counts_in_norm(z->model, i); }
-    if (all) {
-        global_norm_squared(out, zero_grad_at(z, a), b - a, 0);
-        return;
-    }
-    dev_memset(out, 0, sizeof(float));
-    size_t t0 = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t t1 = t0 + z->model->param_sizes[i];
-        size_t lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
-        if (lo < hi && shard_counts_in_norm(z->model, i)) {
-            global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1);
-        }
-        t0 = t1;
-    }
-}
-
-typedef struct {
-    float loss;         /* mean loss over ranks and micro-steps */
-    double norm_sq;     /* squared global gradient norm (of the loss-scaled gradients) */
-    int overflow;       /* FP16: inf/NaN somewhere in the reduced gradients */
-} ZeroStepStats;
-
-/* The step's global numbers, one host all-reduce: the loss (`local_loss`, this rank's mean over its micro-steps,
- * averaged over ranks), the squared gradient norm (see the header: the same for every stage bit for bit) and,
- * with check_overflow, whether any reduced gradient is inf/NaN. Synchronises. */
-static inline ZeroStepStats zero_step_stats(ZeroOptimizer* z, double local_loss, int check_overflow) {
-    int N = z->dp->world;
-    size_t lo, hi;
-    zero_owned_range(z, &lo, &hi);
-    int sharded = z->stage->shards_optimizer;
-    /* squared norms of the shards' real ranges, in fp32 on the device: every shard (ZeRO-0) or the own one */
-    for (int q = sharded ? z->dp->rank : 0; q < (sharded ? z->dp->rank + 1 : N); q++) {
-        size_t a = (size_t)q * z->S, b = a + z->S;
-        a = a < z->P ? a : z->P;
-        b = b < z->P ? b : z->P;
-        if (b > a) { zero_norm_partial(z, z->norm_partials + q, a, b); }
-    }
-    float* partials = (float*)calloc_check((size_t)N, sizeof(float), "grad norm partials");
-    if (sharded) {
-        if (hi > lo) { dev_memcpy_d2h(&partials[z->dp->rank], z->norm_partials + z->dp->rank, sizeof(float)); }
-    } else {
-        dev_memcpy_d2h(partials, z->norm_partials, (size_t)N * sizeof(float));
-        for (int q = 0; q < N; q++) { if ((size_t)q * z->S >= z->P) { partials[q] = 0.0f; } }
-    }
-    /* [0] loss, [1] inf/NaN flag, [2 + q] shard q's partial (one-hot: only the owner's slot is non-zero) */
-    double* red = (double*)calloc_check((size_t)N + 2, sizeof(double), "step statistics");
-    red[0] = local_loss;
-    red[1] = (check_overflow && hi > lo) ? (double)has_inf_or_nan(zero_grad_at(z, lo), hi - lo) : 0.0;
-    for (int q = 0; q < N; q++) { red[2 + q] = (double)partials[q]; }
-    /* ZeRO-0 holds every partial and the full gradient: only the loss needs the other ranks */
-    comm_all_reduce_host_f64(z->dp, red, sharded ? N + 2 : 1);
-    /* tensor parallelism: every tp rank holds part of each shard's gradient (the loss is the same on all of them) */
-    if (z->tp && z->tp->world > 1) { comm_all_reduce_host_f64(z->tp, red + 1, N + 1); }
-    /* pipeline parallelism: every stage holds other layers; the loss is on the last stage only (0 elsewhere) */
-    if (z->pp && z->pp->world > 1) { comm_all_reduce_host_f64(z->pp, red, N + 2); }
-    ZeroStepStats st;
-    st.loss = (float)(red[0] / N);
-    st.overflow = red[1] > 0.0;
-    st.norm_sq = 0.0;
-    for (int q = 0; q < N; q++) { st.norm_sq += red[2 + q]; }
-    free(red);
-    free(partials);
-    if (z->experts) { /* each ep rank's experts once: their norm over the expert-dp group, summed over the ep group */
-        ZeroStepStats e = zero_step_stats(z->experts, 0.0, check_overflow);
-        double x[2] = {e.norm_sq, (double)e.overflow};
-        comm_all_reduce_host_f64(z->ep, x, 2);
-        st.norm_sq += x[0];
-        st.overflow |= x[1] > 0.0;
-    }
-    return st;
-}
 
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
  * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the

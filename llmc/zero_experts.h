@@ -40,10 +40,9 @@
 #include "llmc/zero.h"
 
 /* Sets up ZeRO stage `stage` (0, 1 or 2) for `model` (holding this ep rank's experts, model->config.moe.ep > 1) as the
- * two groups above: z is the dense group over dp (tp, pp: as zero_init, NULL or one process), z->experts the
- * experts' group over edp (the expert-dp group); ep: the ep group (the experts' norm). keep_master as zero_init. */
-static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* tp, Comm* pp, Comm* edp,
-                                     Comm* ep, int keep_master) {
+ * two groups above: z is the dense group over dp, z->experts the experts' group over edp (the expert-dp group).
+ * keep_master as zero_init. */
+static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* edp, int keep_master) {
     GPT2* dv = (GPT2*)malloc_check(sizeof(GPT2), "dense parameter group view");
     GPT2* ev = (GPT2*)malloc_check(sizeof(GPT2), "expert parameter group view");
     *dv = *model;
@@ -62,13 +61,12 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
     ev->params_memory = model->params_memory + Pd;
     parameter_tensors_point(&dv->params, dv->params_memory, dv->param_sizes);
     parameter_tensors_point(&ev->params, ev->params_memory, ev->param_sizes);
-    zero_init_ex(z, stage, dv, dp, tp, pp, keep_master, NULL, 1);
+    zero_init_ex(z, stage, dv, dp, keep_master, NULL, 1);
     z->view = dv;
     ZeroOptimizer* e = (ZeroOptimizer*)calloc_check(1, sizeof(ZeroOptimizer), "expert ZeRO group");
-    zero_init_ex(e, stage, ev, edp, NULL, NULL, keep_master, NULL, 1);
+    zero_init_ex(e, stage, ev, edp, keep_master, NULL, 1);
     e->view = ev;
     z->experts = e;
-    z->ep = ep;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { /* backward writes the expert gradients into e's buffer */
         if (shard_ep_splits(&model->config, i)) {
             z->target.base.t[i] = e->target.base.t[i];
