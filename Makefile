@@ -175,14 +175,16 @@ train_gpt_cudnn: USE_CUDNN = 1
 train_gpt_cudnn: train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
 
-# copies the header-only cudnn-frontend (pip's nvidia-cudnn-frontend) into build/cudnn-frontend/include, where
-# llmc/cuda/libs.mk looks when Python cannot import it: a folder to take along to a machine without the package
+# copies the header-only cudnn-frontend (pip's nvidia-cudnn-frontend) into .gpu_carry/cudnn-frontend/include
+# (git-ignored; scripts/gpu_prepare.sh), where llmc/cuda/libs.mk looks when Python cannot import it: a folder to take
+# along to a machine without the package. Nothing to do when that copy is the only one found.
 cudnn-frontend-headers:
 	@test -n "$(CUDNN_FRONTEND_PATH)" || { echo "error: cudnn-frontend headers not found: pip install nvidia-cudnn-frontend"; exit 1; }
-	@mkdir -p $(BUILD)/cudnn-frontend
-	@cp -r "$(CUDNN_FRONTEND_PATH)/." $(BUILD)/cudnn-frontend/include.tmp && rm -rf $(BUILD)/cudnn-frontend/include && \
-	    mv $(BUILD)/cudnn-frontend/include.tmp $(BUILD)/cudnn-frontend/include
-	@echo "cudnn-frontend headers in $(BUILD)/cudnn-frontend/include (from $(CUDNN_FRONTEND_PATH))"
+	@if [ "$(abspath $(CUDNN_FRONTEND_PATH))" != "$(CUDNN_FRONTEND_CARRY)" ]; then \
+	    rm -rf "$(CUDNN_FRONTEND_CARRY).tmp" && mkdir -p "$(dir $(CUDNN_FRONTEND_CARRY))" && \
+	    cp -r "$(CUDNN_FRONTEND_PATH)/." "$(CUDNN_FRONTEND_CARRY).tmp" && rm -rf "$(CUDNN_FRONTEND_CARRY)" && \
+	    mv "$(CUDNN_FRONTEND_CARRY).tmp" "$(CUDNN_FRONTEND_CARRY)"; fi
+	@echo "cudnn-frontend headers in $(CUDNN_FRONTEND_CARRY) (from $(CUDNN_FRONTEND_PATH))"
 
 test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
