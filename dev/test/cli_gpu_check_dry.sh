@@ -62,8 +62,7 @@ pid=$!
 wait_for "$TMP/kill/all.log" '^fake-partial-output$'
 sleep 0.5
 pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
-[ -n "$pgid" ] && kill -KILL -- "-$pgid"
-wait "$pid" 2> /dev/null
+{ [ -n "$pgid" ] && kill -KILL -- "-$pgid"; wait "$pid"; } 2> /dev/null # (bash's "Killed" notice too)
 [ -s "$TMP/fake2.pid" ] && kill -KILL "$(cat "$TMP/fake2.pid")" 2> /dev/null # the stage's command (own group)
 grep -q '^fake-partial-output$' "$TMP/kill/all.log" && grep -q '^===== fake (stage fake' "$TMP/kill/all.log" &&
     ! grep -q '^===== fake: exit' "$TMP/kill/all.log"
