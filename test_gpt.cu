@@ -48,11 +48,18 @@ typedef struct {
 /* GELU in the fixture's forwards: fused into the fc matmul's epilogue, except in FP32 CUDA builds, where the 1e-5
  * tolerances would measure cuBLASLt's own GELU epilogue (an approximation whose precision NVIDIA does not document)
  * instead of our code; there our GELU kernel (precise tanhf in FP32 builds) runs, and the fused path is compared to
- * it as a printed diagnostic only (test_fused_gelu_diagnostic). */
+ * it as a printed diagnostic only (test_fused_gelu_diagnostic). The backward's GELU derivative likewise: the Makefile
+ * builds test_gpt_fp32 with LLMC_GELU_BWD_EPILOGUE=0 (our fc dbias pass, not cuBLASLt's DGELU epilogue); the first
+ * line printed says which one a build has. */
 #if (defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)) && defined(ENABLE_FP32)
 #define FIXTURE_GELU_FUSION 0
 #else
 #define FIXTURE_GELU_FUSION 1
+#endif
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
+#define TEST_GELU_BWD (LLMC_GELU_BWD_EPILOGUE ? ", GELU backward in cuBLASLt's DGELU epilogue" : ", GELU backward in our dbias pass")
+#else
+#define TEST_GELU_BWD ""
 #endif
 
 static Tolerances tolerances_for_precision(void) {
@@ -753,7 +760,7 @@ int main(int argc, char** argv) {
     comm_init(&world, &argc, &argv, "auto", 600.0);
     backend_init(world.local_rank, world.rank == 0);
     Tolerances tol = tolerances_for_precision();
-    if (world.rank == 0) { printf("# test_gpt: precision %s, device %s\n", PRECISION_NAME, backend_device_name()); }
+    if (world.rank == 0) { printf("# test_gpt: precision %s, device %s%s\n", PRECISION_NAME, backend_device_name(), TEST_GELU_BWD); }
     GPT2 header_model; /* the fixture's sizes come from the model file */
     gpt2_build_from_file(&header_model, model_path, NULL);
     Fixture fx;

@@ -450,7 +450,8 @@ static inline void comm_require_same(Comm* c, uint64_t value, const char* what, 
  *   init_method (NCCL builds without MPI only; used by comm_init_device): "" or "auto" = world of one unless
  *     LLMC_WORLD_SIZE / SLURM_NTASKS says otherwise (then "fs:$LLMC_NCCL_ID_DIR" or, if unset, "fs:."),
  *     "fs:DIR" shared-filesystem id exchange, "tcp:HOST:PORT" TCP id exchange. Run id for the id file:
- *     $LLMC_RUN_ID, else $SLURM_JOB_ID, else "default".
+ *     $LLMC_RUN_ID, else $SLURM_JOB_ID, else "default". Every build without OpenSSL refuses "tcp:..." here
+ *     with one line (comm_bootstrap_require_tcp), whether or not it would use it.
  *   timeout_s: bootstrap wait and NCCL watchdog (seconds; <= 0 means 600).
  * MPI builds: MPI_Init_thread (singleton when not started by mpirun), a private duplicate of
  * MPI_COMM_WORLD with MPI_ERRORS_RETURN (so our checks print file:line before MPI_Abort), local rank from
@@ -460,7 +461,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv, const char* init_
     c->rank = 0; c->world = 1; c->local_rank = 0;
     c->backend = "single";
     c->timeout_s = timeout_s > 0 ? timeout_s : 600.0;
-    (void)init_method;
+    comm_bootstrap_require_tcp(init_method); /* a build without OpenSSL refuses tcp: before the device starts */
 #ifdef USE_MPI
     comm_mpi_init(&c->mpi, argc, argv, &c->rank, &c->world, &c->local_rank);
     c->backend = "mpi";

@@ -11,7 +11,8 @@
  * Errors: an exchange that fails or times out prints one line "error: NCCL id exchange: ... [file:line]" naming
  * the path or HOST:PORT and what to check, and exits with status 1 (FATAL, llmc/utils.h). A TCP peer that does not
  * prove the per-run secret (HMAC-SHA256 challenge-response, OpenSSL libcrypto: link -lcrypto where
- * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can write is refused.
+ * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can write is refused. A build
+ * without OpenSSL (COMM_BOOT_HAVE_OPENSSL 0) has no TCP exchange: "tcp:" refuses with one line naming what is missing.
  * Header-only: static inline functions, no globals. Included by llmc/comm.h; usable on its own.
  */
 #ifndef LLMC_COMM_BOOTSTRAP_H
@@ -32,10 +33,28 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+
+/* COMM_BOOT_HAVE_OPENSSL: 1 when the TCP exchange's HMAC-SHA256 and random nonces come from OpenSSL's libcrypto; 0
+ * when the build has no OpenSSL (the Makefile passes -DLLMC_NO_OPENSSL when it cannot preprocess <openssl/hmac.h>;
+ * builds without that flag ask the preprocessor). Without it the TCP exchange is not compiled at all and every
+ * entry to it refuses with one line (comm_bootstrap_require_tcp); the filesystem exchange and MPI work as ever. */
+#if defined(LLMC_NO_OPENSSL)
+#define COMM_BOOT_HAVE_OPENSSL 0
+#elif defined(__has_include)
+#if __has_include(<openssl/hmac.h>)
+#define COMM_BOOT_HAVE_OPENSSL 1
+#else
+#define COMM_BOOT_HAVE_OPENSSL 0
+#endif
+#else
+#define COMM_BOOT_HAVE_OPENSSL 1
+#endif
+#if COMM_BOOT_HAVE_OPENSSL
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#endif
 
 #include "utils.h"
 
@@ -227,6 +246,22 @@ typedef struct {
 #define COMM_BOOT_MAX_BLOB 4096
 enum { COMM_BOOT_OK = 0, COMM_BOOT_BAD_MAC = 1, COMM_BOOT_DUP_RANK = 2, COMM_BOOT_BAD_RANK = 3 };
 
+/* Refuses, with one line for the job (FATAL_ALL), a "tcp:..." method in a build without OpenSSL: the TCP exchange
+ * is offered only authenticated. No-op for other methods and in builds with OpenSSL. Called by comm_init (before
+ * the device starts) and by comm_bootstrap_tcp. */
+static inline void comm_bootstrap_require_tcp(const char* method) {
+#if !COMM_BOOT_HAVE_OPENSSL
+    if (method && strncmp(method, "tcp:", 4) == 0) {
+        FATAL_ALL("--nccl-init %s: this build has no OpenSSL (openssl/hmac.h not found, or USE_OPENSSL=0, when "
+                  "built), which the authenticated TCP exchange needs; install libssl-dev (or openssl-devel) and "
+                  "rebuild, or use --nccl-init fs:DIR (a shared directory) or an MPI build", method);
+    }
+#else
+    (void)method;
+#endif
+}
+
+#if COMM_BOOT_HAVE_OPENSSL
 /* HMAC-SHA256 (RFC 2104, FIPS 180-4; OpenSSL's libcrypto) of label || nonce_s || nonce_c || rank (4 bytes, little
  * endian) || counter (4 bytes, little endian) under the secret: the client's proof (label "llmc-client"), rank 0's
  * proof ("llmc-server") and the key stream that masks the blob ("llmc-blob", counter = block index). */
@@ -512,6 +547,16 @@ static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int 
     if (rank == 0) { comm_bootstrap_tcp_serve(&o, world, blob, n); } else { comm_bootstrap_tcp_join(&o, rank, blob, n); }
     OPENSSL_cleanse(secret, sizeof(secret));
 }
+#else
+/* no OpenSSL: no TCP exchange; refuses with one line */
+static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int world, void* blob, size_t n,
+                                      double timeout_s) {
+    char spec[300];
+    snprintf(spec, sizeof(spec), "tcp:%s:%d", host, port);
+    (void)rank; (void)world; (void)blob; (void)n; (void)timeout_s;
+    comm_bootstrap_require_tcp(spec);
+}
+#endif /* COMM_BOOT_HAVE_OPENSSL */
 
 /* ---------------------------------------------------------------- the --nccl-init methods */
 

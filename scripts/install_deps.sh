@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh -- installs the Debian packages the CPU build and its tests need
-# (compiler, OpenMP, OpenBLAS, OpenSSL's libcrypto for the TCP bootstrap's HMAC, OpenMPI, python3 for the test
-# scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer (libclang-rt-14-dev, Debian 12) for the fuzzers
-# of make test-sanitize), and
-# for the python3 on PATH, from pip (Debian has no safetensors or tiktoken package): numpy + safetensors
-# (scripts/export_hf.py, import_hf.py, dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py,
-# dev/test/cli_fineweb.sh). Skips what is installed.
+# (compiler, OpenMP, OpenBLAS, OpenSSL's libcrypto for the TCP bootstrap's HMAC (optional: builds without it have no
+# --nccl-init tcp:), OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer
+# (libclang-rt-14-dev, Debian 12) for the fuzzers of make test-sanitize), and for the python3 on PATH, from pip
+# (Debian has no safetensors or tiktoken package): numpy + safetensors (scripts/export_hf.py, import_hf.py,
+# dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail

@@ -25,7 +25,10 @@
  * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
  * the dense BF16 peak of an H100/H200 SXM. The flash backward's row-dot pass (D = rowsum(dO*O)) is also timed
  * alone, in GB/s against 4.8 TB/s. Each backward also prints "time attention_backward IMPL B= T= C= NH= X ms"
- * (median), which scripts/gpu_check.sh puts in its table (three-pass vs FA2).
+ * (median), which scripts/gpu_check.sh puts in its table (three-pass vs FA2). Timing shapes: the training shape
+ * B=64 T=1024 C=768 first (dO and O 100 MB each, larger than L2: the row-dot pass reads them from HBM as in
+ * training), then B=16 (a quarter of it), T=2048 and hs=128. The timings are printed even when a check failed
+ * (with a note saying so), and the exit status still says it failed.
  */
 #include <float.h>
 #include <math.h>
@@ -436,15 +439,18 @@ int main(int argc, char** argv) {
             if (check_shape(impls[k], shapes[i])) { passed++; } else { failed++; }
         }
     printf("attention checks: %d passed, %d failed\n", passed, failed);
-    if (!check_only && failed == 0) {
+    if (!check_only) {
+        if (failed) { printf("note: %d check(s) FAILED above; the times below are of kernels with wrong output\n", failed); }
         printf("timing (median of 50 after 5 warm-up; %% of %.0f TFLOP/s dense BF16 H100/H200 SXM):\n", PEAK_TFLOPS);
         const Shape tshapes[] = {
-            {16, 1024, 768, 12},  /* GPT-2 124M, hs 64 */
+            {64, 1024, 768, 12},  /* GPT-2 124M's training micro-batch, hs 64 */
+            {16, 1024, 768, 12},  /* a quarter of it */
             {8, 2048, 768, 12},   /* longer context */
             {16, 1024, 1536, 12}, /* hs 128 */
         };
+        const int ntshapes = (int)(sizeof(tshapes) / sizeof(tshapes[0]));
         for (int k = 0; k < NIMPLS; k++)
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < ntshapes; i++) {
                 if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
                 time_shape(impls[k], tshapes[i]);
             }

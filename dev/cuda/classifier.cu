@@ -11,6 +11,8 @@
  * with the same tolerances (the only extra rounding, the fp32 sum of tp partial exp sums, is (tp-1)*2^-24
  * relative: far inside them); every rank's losses must be the same bits, and the chain bit-identical on a second
  * run. Rank 0 is timed (each rank runs on its own GPU; the last one has the padding).
+ * fused_classifier is also timed at the training shape B=64 T=1024 (N = 65,536 rows: 6.6 GB of bf16 logits, as the
+ * trainer's one call per micro-step), logits tiled from the checked ones.
  */
 #include "common.h"
 
@@ -156,6 +158,20 @@ int main(void) {
               2.0 * NV * eb + 8.0 * N);
     report_bw("fused_classifier (loss only)", bench_ms([&] { fused_classifier(logits, losses, dloss, dtg, N, V, Vp, 0); }),
               1.0 * NV * eb + 8.0 * N);
+    {
+        const int NT = TRAIN_B * TRAIN_T;
+        const size_t NTV = (size_t)NT * Vp;
+        note_shapes("N=4096 rows", "B=64 T=1024 (N=65536 rows)");
+        floatX* tl = tiled_copy(logits, NV, NTV, "logits (training shape)");
+        int* ttg = tiled_copy(dtg, (size_t)N, (size_t)NT, "targets (training shape)");
+        float* tlosses = (float*)dev_malloc((size_t)NT * sizeof(float), "losses (training shape)");
+        const float tdloss = 1.0f / NT;
+        report_bw("fused_classifier (loss only) B=64 T=1024",
+                  bench_ms([&] { fused_classifier(tl, tlosses, tdloss, ttg, NT, V, Vp, 0); }), 1.0 * NTV * eb + 8.0 * NT);
+        report_bw("fused_classifier (dlogits) B=64 T=1024",
+                  bench_ms([&] { fused_classifier(tl, tlosses, tdloss, ttg, NT, V, Vp, 1); }), 2.0 * NTV * eb + 8.0 * NT);
+        dev_free(tl); dev_free(ttg); dev_free(tlosses);
+    }
     dev_free(logits); dev_free(work); dev_free(dtg); dev_free(losses);
     backend_shutdown();
     return finish("classifier");

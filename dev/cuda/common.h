@@ -17,7 +17,15 @@
  * - bench_ms(): median of `reps` timed runs (CUDA events on main_stream()) after `warmup` runs.
  *   report_bw() / report_flops() print GB/s or TFLOP/s and the fraction of the H200 peak
  *   (4.8 TB/s HBM3e, 989 TFLOP/s dense BF16; override with env PEAK_GBS / PEAK_TFLOPS).
- * - finish(): prints "<program>: N checks, M failed" and returns the exit status (non-zero on failure).
+ * - finish(): prints "<program>: N checks, M failed" and returns the exit status (non-zero on failure). Every
+ *   program checks first and times afterwards, and times whether or not a check failed (a failed check's timing
+ *   is still the kernel's speed; the exit status says it failed).
+ * - Training shapes: TRAIN_B x TRAIN_T (64 x 1024, GPT-2 124M's micro-batch, dev/cuda/NOTES.md's floors). There every
+ *   activation tensor (100 MB and up in bf16) is larger than the H100/H200 L2 (50-60 MB), so the time is HBM's, as in
+ *   training; at the programs' check shapes (B = 8) some tensors fit in L2 and the time flatters the kernel. Where an
+ *   fp64 reference at the training shape would take too long or too much host memory, a program checks at the small
+ *   shape, times at both, fills the training-shape inputs with tile_fill() copies of the checked inputs, and says
+ *   so in a "note:" line (note_shapes()).
  * Error behaviour: CUDA errors exit via CUDA_CHECK (file:line); no GPU -> the backend's one-line error.
  */
 #ifndef DEV_CUDA_COMMON_H
@@ -77,6 +85,33 @@ static inline std::vector<float> download_f32(const float* d, size_t n) {
     std::vector<float> h(n);
     dev_memcpy_d2h(h.data(), d, n * sizeof(float));
     return h;
+}
+
+/* the training shape's micro-batch (see the header comment) */
+#define TRAIN_B 64
+#define TRAIN_T 1024
+/* dst(n) <- copies of src(n_src) back to back (device to device, doubling the filled part each time): inputs at the
+ * training shape with the values of the checked ones, without a host pass over hundreds of MB */
+template <class T>
+static inline void tile_fill(T* dst, size_t n, const T* src, size_t n_src) {
+    size_t done = n < n_src ? n : n_src;
+    dev_memcpy_d2d(dst, src, done * sizeof(T));
+    while (done < n) {
+        size_t k = done < n - done ? done : n - done;
+        dev_memcpy_d2d(dst + done, dst, k * sizeof(T));
+        done += k;
+    }
+}
+/* a new device buffer of n elements filled by tile_fill from src(n_src) */
+template <class T>
+static inline T* tiled_copy(const T* src, size_t n_src, size_t n, const char* what) {
+    T* d = (T*)dev_malloc(n * sizeof(T), what);
+    tile_fill(d, n, src, n_src);
+    return d;
+}
+static inline void note_shapes(const char* checked, const char* timed) {
+    printf("note: checked at %s (fp64 CPU reference); timed at %s too, inputs tiled from the checked ones "
+           "(tensors larger than the 50-60 MB L2)\n", checked, timed);
 }
 
 /* NaN bytes in every element (fp32, bf16 and fp16 all read 0xFF.. as NaN) */

@@ -12,6 +12,8 @@
  * encoder_backward's, bit for bit (the same kernels and arithmetic; llmc/cuda/encoder.cuh); rank 0 is timed.
  * Skewed tokens at B=64 (skewed_backward): the dwte gradient with and without splitting a frequent token's
  * positions into chunks, checked and timed side by side.
+ * Training shape (time_training_shape): encoder_forward and encoder_backward timed at B=64 T=1024 (out and dout 100 MB
+ * each in bf16, larger than L2) with the check's token distribution and dout tiled from the checked one.
  */
 #include "common.h"
 
@@ -65,15 +67,44 @@ static void skewed_backward(const std::vector<float>& hwte, const std::vector<fl
     dev_free(dtok); dev_free(dout); dev_free(dwte); dev_free(dwpe);
 }
 
+/* half the tokens from 64 ids, the others uniform over the vocabulary (the check's distribution) */
+static std::vector<int> skewed_tokens(size_t N, int V, uint64_t seed) {
+    std::vector<int> tok(N);
+    uint64_t s = seed;
+    for (size_t i = 0; i < N; i++) {
+        tok[i] = (rng_next(&s) & 1) ? (int)(rng_next(&s) % 64) : (int)(rng_next(&s) % V);
+    }
+    return tok;
+}
+
+/* encoder_forward / encoder_backward at B=64 T=1024 (timing only; checked at B=8 and, for the backward, in
+ * skewed_backward at B=64); dout(n_dout) is tiled to the training shape, wte/wpe are the check's */
+static void time_training_shape(const floatX* wte, const floatX* wpe, size_t n_wte, size_t n_wpe, const floatX* dout,
+                                size_t n_dout, int C, int V) {
+    const int B = TRAIN_B, T = TRAIN_T;
+    const size_t N = (size_t)B * T;
+    note_shapes("B=8 T=1024", "B=64 T=1024");
+    std::vector<int> tok = skewed_tokens(N, V, 9);
+    int* dtok = (int*)dev_malloc(N * sizeof(int), "tokens (training shape)");
+    dev_memcpy_h2d(dtok, tok.data(), N * sizeof(int));
+    floatX* tout = (floatX*)dev_malloc(N * C * sizeof(floatX), "out (training shape)");
+    floatX* tdout = tiled_copy(dout, n_dout, N * C, "dout (training shape)");
+    floatX* dwte = tiled_copy(wte, n_wte, n_wte, "dwte (training shape)");
+    floatX* dwpe = tiled_copy(wpe, n_wpe, n_wpe, "dwpe (training shape)");
+    const double eb = sizeof(floatX);
+    report_bw("encoder_forward B=64 T=1024", bench_ms([&] { encoder_forward(tout, dtok, wte, wpe, B, T, C); }),
+              eb * (2.0 * N * C + (double)T * C) + 4.0 * N);
+    report_bw("encoder_backward B=64 T=1024 (incl. host bucketing)",
+              bench_ms([&] { encoder_backward(dwte, dwpe, tdout, dtok, tok.data(), B, T, C); }),
+              eb * (2.0 * N * C + 2.0 * (double)T * C));
+    dev_free(dtok); dev_free(tout); dev_free(tdout); dev_free(dwte); dev_free(dwpe);
+}
+
 int main(void) {
     backend_init(0, 1);
     const int B = 8, T = 1024, C = 768, V = 50257, Vp = 50304, maxT = 1024;
     const size_t N = (size_t)B * T;
-    std::vector<int> tok(N);
-    uint64_t s = 7;
-    for (size_t i = 0; i < N; i++) {
-        tok[i] = (rng_next(&s) & 1) ? (int)(rng_next(&s) % 64) : (int)(rng_next(&s) % V);
-    }
+    std::vector<int> tok = skewed_tokens(N, V, 7);
     int* dtok = (int*)dev_malloc(N * sizeof(int), "tokens");
     dev_memcpy_h2d(dtok, tok.data(), N * sizeof(int));
     std::vector<float> hwte((size_t)Vp * C), hwpe((size_t)maxT * C), hdout(N * C);
@@ -163,6 +194,7 @@ int main(void) {
     report_bw("encoder_backward (incl. host bucketing)",
               bench_ms([&] { encoder_backward(dwte, dwpe, dout, dtok, tok.data(), B, T, C); }),
               eb * (2.0 * N * C + 2.0 * (double)T * C));
+    time_training_shape(wte, wpe, hwte.size(), hwpe.size(), dout, N * C, C, V);
     dev_free(dtok); dev_free(wte); dev_free(wpe); dev_free(dout); dev_free(out);
     dev_free(dwte); dev_free(dwpe); dev_free(dwte2); dev_free(dwpe2);
     skewed_backward(hwte, hwpe, C);

@@ -7,6 +7,8 @@
  * mean/rstd are fp32: 1e-5 relative. Backward dw/db sum N=8192 rows in fp32 (error ~ sqrt(N) 2^-24
  * relative to sum|terms|), then one rounding when accumulated into floatX.
  * Determinism: two backward runs are bitwise identical.
+ * Timed at the check shape and at the training shape B=64 T=1024 (N = 65,536 rows, 100 MB per bf16 tensor: larger than
+ * L2), with inputs tiled from the checked ones (the fp64 reference at N = 65,536 would be 8x the host work).
  */
 #include "common.h"
 
@@ -100,6 +102,31 @@ int main(void) {
               4.0 * NC * eb + 8.0 * N);
     report_bw("layernorm_backward", bench_ms([&] { layernorm_backward(dinp, dw, db, scratch, dout, x, w, mean, rstd, N, C); }),
               4.0 * NC * eb + 8.0 * N);
+
+    /* the training shape: forward first, so that mean/rstd are those of the tiled x */
+    const int NT = TRAIN_B * TRAIN_T;
+    const size_t NTC = (size_t)NT * C;
+    note_shapes("N=8192 rows", "B=64 T=1024 (N=65536)");
+    floatX* tx = tiled_copy(x, NC, NTC, "x (training shape)");
+    floatX* tx2 = tiled_copy(x2, NC, NTC, "x2 (training shape)");
+    floatX* tdout = tiled_copy(dout, NC, NTC, "dout (training shape)");
+    floatX* tdinp = tiled_copy(dinp, NC, NTC, "dinp (training shape)");
+    floatX* tout = (floatX*)dev_malloc(NTC * sizeof(floatX), "out (training shape)");
+    floatX* tresid = (floatX*)dev_malloc(NTC * sizeof(floatX), "resid (training shape)");
+    float* tmean = (float*)dev_malloc((size_t)NT * sizeof(float), "mean (training shape)");
+    float* trstd = (float*)dev_malloc((size_t)NT * sizeof(float), "rstd (training shape)");
+    float* tscratch = (float*)dev_malloc(layernorm_scratch_floats(NT, C) * sizeof(float), "scratch (training shape)");
+    report_bw("layernorm_forward B=64 T=1024", bench_ms([&] { layernorm_forward(tout, tmean, trstd, tx, w, b, NT, C); }),
+              2.0 * NTC * eb + 8.0 * NT);
+    report_bw("fused_residual_layernorm_forward B=64 T=1024",
+              bench_ms([&] { fused_residual_layernorm_forward(tresid, tout, tmean, trstd, tx, tx2, w, b, NT, C); }),
+              4.0 * NTC * eb + 8.0 * NT);
+    layernorm_forward(tout, tmean, trstd, tx, w, b, NT, C);
+    report_bw("layernorm_backward B=64 T=1024",
+              bench_ms([&] { layernorm_backward(tdinp, dw2, db2, tscratch, tdout, tx, w, tmean, trstd, NT, C); }),
+              4.0 * NTC * eb + 8.0 * NT);
+    dev_free(tx); dev_free(tx2); dev_free(tdout); dev_free(tdinp); dev_free(tout); dev_free(tresid);
+    dev_free(tmean); dev_free(trstd); dev_free(tscratch);
     dev_free(x); dev_free(x2); dev_free(w); dev_free(b); dev_free(dout); dev_free(dinp); dev_free(dw); dev_free(db);
     dev_free(out); dev_free(resid); dev_free(mean); dev_free(rstd); dev_free(scratch);
     dev_free(dinp2); dev_free(dw2); dev_free(db2);

@@ -8,6 +8,11 @@
  * dbias: fixed-order fp32 sums of N terms rounded once into floatX. Determinism of dbias checked bitwise.
  * The MLP backward pair is also timed both ways (GELU's derivative in the dbias pass, or cuBLASLt's DGELU epilogue:
  * matmul_backward_dgelu, whose output is checked first).
+ * Training shape B=64 T=1024 (N = 65,536; lm_head_and_layers): the LM head (768 -> Vp = 50304, the tied wte, no bias,
+ * 5.06 TFLOP forward) checked on 8 sampled rows of logits and of dinp against fp64 with the tolerances above, then
+ * timed forward and backward (dinp and dwte); the four layer GEMMs (qkv, attention projection, fc with its GELU
+ * epilogue, fc projection) timed forward and backward. Inputs tiled from the checked ones (x repeats every 8192 rows,
+ * the weights every 3072 rows), so the sampled references come from the host copies.
  */
 #include "common.h"
 
@@ -15,6 +20,95 @@ static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.79788456080286
 static double gelu_grad_ref(double x) {
     double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), th = tanh(u);
     return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* the LM head and the layer GEMMs at the training shape; x(Ns, C), w(OCs, C) (OCs = 3072), b(OCs) and their host
+ * copies hx, hw are the check's */
+static void lm_head_and_layers(const floatX* x, const floatX* w, const floatX* b, const std::vector<float>& hx,
+                               const std::vector<float>& hw, int Ns, int C, int OCs) {
+    const int N = TRAIN_B * TRAIN_T, Vp = 50304;
+    const size_t NC = (size_t)N * C, NV = (size_t)N * Vp, VC = (size_t)Vp * C;
+    const double acc_eps = 1.0 / 4194304.0; /* 2^-22, as main's */
+    note_shapes("N=8192 (the MLP shape)", "B=64 T=1024 (N=65536), the LM head also checked on sampled rows");
+    floatX* tx = tiled_copy(x, (size_t)Ns * C, NC, "lnf (training shape)");
+    floatX* wte = tiled_copy(w, (size_t)OCs * C, VC, "wte (training shape)");
+    floatX* dwte = (floatX*)dev_malloc(VC * sizeof(floatX), "dwte (training shape)");
+    floatX* logits = (floatX*)dev_malloc(NV * sizeof(floatX), "logits (training shape)");
+    floatX* dinp = (floatX*)dev_malloc(NC * sizeof(floatX), "dlnf (training shape)");
+    /* sampled rows, spread over the whole batch (row r's input is x's row r % Ns, wte's row o is w's row o % OCs) */
+    const int SR = 8;
+    int rows[SR];
+    for (int i = 0; i < SR; i++) { rows[i] = (int)(((size_t)i * 2654435761u + 12345u) % (size_t)N); }
+    poison(logits, NV * sizeof(floatX));
+    matmul_forward(logits, tx, wte, NULL, N, C, Vp, NULL);
+    std::vector<float> got((size_t)SR * Vp);
+    for (int i = 0; i < SR; i++) { dev_download_floats(&got[(size_t)i * Vp], logits + (size_t)rows[i] * Vp, Vp); }
+    std::vector<double> ref((size_t)SR * Vp);
+    double max_absdot = 0;
+    for (int i = 0; i < SR; i++) {
+        const float* xr = &hx[(size_t)(rows[i] % Ns) * C];
+        for (int o = 0; o < Vp; o++) {
+            const float* wr = &hw[(size_t)(o % OCs) * C];
+            double sum = 0, sa = 0;
+            for (int c = 0; c < C; c++) { double p = (double)xr[c] * wr[c]; sum += p; sa += fabs(p); }
+            ref[(size_t)i * Vp + o] = sum;
+            max_absdot = std::max(max_absdot, sa);
+        }
+    }
+    check_close("lm head forward B=64 (8 sampled rows)", got.data(), ref.data(), ref.size(), C * acc_eps * max_absdot + 1e-6,
+                UNIT_ROUNDOFF);
+    /* backward with the logits as dlogits: dinp row r = dlogits(r, :) @ wte, from the rounded logits just downloaded */
+    poison(dinp, NC * sizeof(floatX));
+    matmul_backward(dinp, dwte, NULL, logits, tx, wte, NULL, N, C, Vp, NULL);
+    std::vector<float> gotd((size_t)SR * C);
+    for (int i = 0; i < SR; i++) { dev_download_floats(&gotd[(size_t)i * C], dinp + (size_t)rows[i] * C, C); }
+    std::vector<double> refd((size_t)SR * C, 0.0);
+    double max_abs2 = 0;
+    for (int i = 0; i < SR; i++) {
+        for (int c = 0; c < C; c++) {
+            double sum = 0, sa = 0;
+            for (int o = 0; o < Vp; o++) { double p = (double)got[(size_t)i * Vp + o] * hw[(size_t)(o % OCs) * C + c]; sum += p; sa += fabs(p); }
+            refd[(size_t)i * C + c] = sum;
+            max_abs2 = std::max(max_abs2, sa);
+        }
+    }
+    /* K = Vp = 50304 terms: main's worst-case allowance K 2^-22 sum|terms| would be 1.2% of sum|terms|, which the
+     * cancelling terms leave near |dinp| itself, so it would check little. With independent rounding errors the fp32
+     * sum errs by about sqrt(K) 2^-24 sum|terms| (Higham & Mary 2019, "A New Approach to Probabilistic Rounding Error
+     * Analysis"; the argument of dev/test/dp_lib.sh); allowed: 16 times that (products of bf16 inputs are exact) */
+    check_close("lm head backward dinp B=64 (8 sampled rows)", gotd.data(), refd.data(), refd.size(),
+                16.0 * sqrt((double)Vp) / 16777216.0 * max_abs2 + 1e-6, UNIT_ROUNDOFF);
+    const double flops_lm = 2.0 * N * C * Vp;
+    report_flops("matmul_forward lm head B=64 T=1024 (768->50304)",
+                 bench_ms([&] { matmul_forward(logits, tx, wte, NULL, N, C, Vp, NULL); }), flops_lm);
+    report_flops("matmul_backward lm head B=64 T=1024 (dinp, dwte)",
+                 bench_ms([&] { matmul_backward(dinp, dwte, NULL, logits, tx, wte, NULL, N, C, Vp, NULL); }), 2.0 * flops_lm);
+
+    /* the layer GEMMs: inputs and outputs are slices of the logits buffer (N x 3072 each, disjoint), weights of wte */
+    const size_t N4 = (size_t)N * OCs;
+    floatX* act = logits;          /* fc projection input / fc output (N, 3072) */
+    floatX* pre = logits + N4;     /* fc pre-GELU (N, 3072) */
+    floatX* dout = logits + 2 * N4; /* output gradients (N, <= 3072) */
+    tile_fill(dout, N4, x, (size_t)Ns * C);
+    float* scratch = (float*)dev_malloc(matmul_scratch_floats(N, C, OCs) * sizeof(float), "scratch (training shape)");
+    floatX* db = (floatX*)dev_malloc((size_t)OCs * sizeof(floatX), "dbias (training shape)");
+    struct { const char* name; int in, out, gelu; } layers[4] = {
+        {"qkv (768->2304)", C, 3 * C, 0}, {"attn proj (768->768)", C, C, 0}, {"fc+gelu (768->3072)", C, OCs, 1},
+        {"fc proj (3072->768)", OCs, C, 0}};
+    for (int k = 0; k < 4; k++) {
+        const int in = layers[k].in, out = layers[k].out;
+        const floatX* inp = in == C ? tx : act;
+        floatX* o = in == C ? act : dinp;
+        floatX* pg = layers[k].gelu ? pre : NULL;
+        floatX* di = in == C ? dinp : pre; /* (N, in): not the input itself */
+        char name[96];
+        snprintf(name, sizeof name, "matmul_forward %s B=64 T=1024", layers[k].name);
+        report_flops(name, bench_ms([&] { matmul_forward(o, inp, wte, b, N, in, out, pg); }), 2.0 * N * in * out);
+        snprintf(name, sizeof name, "matmul_backward %s B=64 T=1024", layers[k].name);
+        report_flops(name, bench_ms([&] { matmul_backward(di, dwte, db, dout, inp, wte, scratch, N, in, out, NULL); }),
+                     4.0 * N * in * out);
+    }
+    dev_free(tx); dev_free(wte); dev_free(dwte); dev_free(logits); dev_free(dinp); dev_free(scratch); dev_free(db);
 }
 
 int main(void) {
@@ -181,6 +275,7 @@ int main(void) {
     }
     /* the attention projection and lm-head shapes */
     report_flops("matmul_forward qkv (768->2304)", bench_ms([&] { matmul_forward(out, x, w, b, N, C, 2304, NULL); }), 2.0 * N * C * 2304);
+    lm_head_and_layers(x, w, b, hx, hw, N, C, OC);
     dev_free(x); dev_free(w); dev_free(b); dev_free(dout); dev_free(dw); dev_free(db); dev_free(db2);
     dev_free(out); dev_free(pre); dev_free(dinp); dev_free(dout2); dev_free(scratch);
     backend_shutdown();

@@ -23,7 +23,7 @@
 EMU_CXX      ?= $(CXX)
 EMU_CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda_bf16.h) /usr/local/cuda/include/cuda_bf16.h)
 EMU_COMMON   := -std=c++17 -O2 -g -DLLMC_BACKEND_CUDA -Wall -Wextra -Wno-unused-function -Wno-class-memaccess \
-                -Wno-unknown-pragmas
+                -Wno-unknown-pragmas $(OPENSSL_CFLAGS)
 EMU_CXXFLAGS      := $(EMU_COMMON) -DLLMC_NO_NCCL -I. -Idev/emu/include -I$(dir $(EMU_CUDA_INC))
 EMU_NCCL_CXXFLAGS := $(EMU_COMMON) -I. -Idev/emu/include -Idev/emu/nccl -I$(dir $(EMU_CUDA_INC))
 EMU_LIBS     := -lm -lpthread

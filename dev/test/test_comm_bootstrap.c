@@ -9,6 +9,8 @@
  *     one bound) the real ranks still get the id, within the timeout, and the bad clients fail with one clear
  *     line each; rank 0 with a rank that never comes fails with one line naming it; the secret read from a mode-0600
  *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line.
+ *   - a build without OpenSSL (COMM_BOOT_HAVE_OPENSSL 0; dev/test/cli_no_openssl.sh builds one): instead of the
+ *     TCP tests, the tcp: exchange and comm_init refuse with one error line; the filesystem tests run as ever;
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
@@ -48,6 +50,7 @@ static int fs_reader_short_timeout(int rank) {
     comm_bootstrap_fs(g_dir, "job43", rank, got, sizeof(got), 1.0, 0.0);
     return 0; /* not reached: the stale file is ignored and the wait times out (exit 1) */
 }
+#if COMM_BOOT_HAVE_OPENSSL
 static int g_port;
 static int tcp_reader(int rank) {
     unsigned char got[128];
@@ -55,6 +58,7 @@ static int tcp_reader(int rank) {
     comm_bootstrap_tcp("127.0.0.1", g_port, rank, 4, got, sizeof(got), 10.0);
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
 }
+#endif
 
 /* runs fn(arg) in a child process with stderr to errfile (NULL: /dev/null); returns its pid */
 static pid_t spawn(int (*fn)(int), int arg, const char* errfile) {
@@ -86,6 +90,7 @@ static int one_error_line(const char* file, const char* want) {
     }
     return 1;
 }
+#if COMM_BOOT_HAVE_OPENSSL
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -174,6 +179,29 @@ static int tcp_delayed(int rank_and_delay_ms) {
     usleep((useconds_t)(rank_and_delay_ms / 10) * 1000);
     return tcp_client(rank_and_delay_ms % 10);
 }
+static int tcp_init_accepted(int unused) {
+    (void)unused;
+    Comm c;
+    comm_init(&c, NULL, NULL, "tcp:127.0.0.1:29123", 1.0);
+    comm_finalize(&c);
+    return c.world == 1 ? 0 : 1;
+}
+#else
+/* a build without OpenSSL: the TCP exchange (as comm_init_device calls it) and comm_init refuse tcp: */
+static int tcp_exchange_refused(int rank) {
+    unsigned char got[128];
+    char fsdir[64];
+    setenv("LLMC_BOOTSTRAP_SECRET", "0123456789abcdef-test-secret", 1);
+    comm_bootstrap_exchange("tcp:127.0.0.1:29123", "job45", rank, 2, got, sizeof(got), 1.0, fsdir, sizeof(fsdir));
+    return 0; /* not reached */
+}
+static int tcp_init_refused(int unused) {
+    (void)unused;
+    Comm c;
+    comm_init(&c, NULL, NULL, "tcp:127.0.0.1:29123", 1.0);
+    return 0; /* not reached */
+}
+#endif
 static int fs_open_dir(int rank) {
     unsigned char got[128];
     comm_bootstrap_fs(g_dir, "job44", rank, got, sizeof(got), 1.0, 120.0);
@@ -225,6 +253,7 @@ int main(void) {
                "fs exchange: a directory others can write is refused by rank 0 and the readers (one error line)");
     chmod(g_dir, 0700);
 
+#if COMM_BOOT_HAVE_OPENSSL
     /* TCP: rank 0 serves 3 clients, secret from the environment */
     setenv("LLMC_BOOTSTRAP_SECRET", GOOD_SECRET, 1);
     g_port = 20000 + (int)(getpid() % 20000);
@@ -298,7 +327,19 @@ int main(void) {
     TEST_CHECK(exit_code(spawn(tcp_secret_file, 1, errf)) == 1 && one_error_line(errf, "readable by nobody else"),
                "tcp: a secret file others can read (mode 0644) is refused with one error line");
     remove(g_secret_file);
-    remove(errf); remove(err_wrong); remove(err_dup); remove(errd);
+    remove(err_wrong); remove(err_dup);
+    /* with OpenSSL, naming tcp: to comm_init is no error (a world of one never uses it) */
+    TEST_CHECK(exit_code(spawn(tcp_init_accepted, 0, NULL)) == 0, "tcp: accepted by comm_init in a build with OpenSSL");
+#else
+    /* without OpenSSL (a build that did not find <openssl/hmac.h>): no TCP exchange, one line naming what is missing */
+    TEST_CHECK(exit_code(spawn(tcp_exchange_refused, 0, errf)) == 1 && one_error_line(errf, "this build has no OpenSSL"),
+               "no OpenSSL: rank 0's tcp: exchange refuses with one error line naming OpenSSL");
+    TEST_CHECK(exit_code(spawn(tcp_exchange_refused, 1, errf)) == 1 && one_error_line(errf, "--nccl-init tcp:127.0.0.1:29123"),
+               "no OpenSSL: a client's tcp: exchange refuses with one error line naming the flag");
+    TEST_CHECK(exit_code(spawn(tcp_init_refused, 0, errf)) == 1 && one_error_line(errf, "install libssl-dev"),
+               "no OpenSSL: comm_init refuses tcp: with one error line saying what to install");
+#endif
+    remove(errf); remove(errd);
     rmdir(g_dir);
 
     /* single-process backend */

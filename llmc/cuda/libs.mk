@@ -32,8 +32,11 @@ cuda_need = $(if $(1),$(1),$(error $(2) not found (looked in $(CUDA_HOME), /usr,
 
 # attention through cuDNN's SDPA graph (USE_CUDNN=1, llmc/cuda/attention_cudnn.cuh) also needs the header-only
 # cudnn-frontend, from the PyPI package nvidia-cudnn-frontend (its headers in <site-packages>/include); where Python
-# cannot import it, the copy that `make cudnn-frontend-headers` leaves in build/cudnn-frontend/include
-CUDNN_FRONTEND_PATH ?= $(or $(shell $(PYTHON) -c "import cudnn,os;print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)),'include'))" 2>/dev/null),$(wildcard $(CURDIR)/build/cudnn-frontend/include))
+# cannot import it, the copy that scripts/gpu_prepare.sh (`make cudnn-frontend-headers`) leaves in the repository's
+# .gpu_carry/cudnn-frontend/include (git-ignored, a folder to take along to a GPU machine whose image lacks it)
+LLMC_REPO_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../..)
+CUDNN_FRONTEND_CARRY := $(LLMC_REPO_ROOT)/.gpu_carry/cudnn-frontend/include
+CUDNN_FRONTEND_PATH ?= $(or $(shell $(PYTHON) -c "import cudnn,os;print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)),'include'))" 2>/dev/null),$(wildcard $(CUDNN_FRONTEND_CARRY)))
 
 CUBLAS_HOME ?= $(call cuda_lib_home,cublasLt.h,cu13 cublas)
 CUDNN_HOME  ?= $(call cuda_lib_home,cudnn.h,cudnn)
