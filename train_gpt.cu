@@ -67,10 +67,12 @@
 
 /* one micro-step on the next batch: forward (loss and dlogits scaled by dloss), backward into the gradient
  * store, which issues the gradient buckets when this micro-step reduces them (llmc/zero.h) */
-static void micro_step(TrainSession* s, float dloss, int last_micro_step) {
+static void micro_step(TrainSession* s, float dloss, int micro) {
+    int last_micro_step = micro == s->layout.m - 1;
     GPT2* m = &s->model;
     int B = s->cfg.B, T = s->cfg.T, reduces = 0;
     int slot = batch_pipeline_take(&s->batches);               /* uploaded while the previous micro-step computed */
+    if (micro == 0) { debug_keep_tokens(s, slot); }             /* --debug-checksums: the step's first micro-batch */
     const GPT2GradTarget* grads = zero_micro_step(&s->zero, last_micro_step, &reduces);
     int load_next = !last_micro_step || s->step + 1 < s->max_steps; /* nothing is loaded beyond the last step */
     /* collectives issued from backward are not captured: a reducing micro-step always runs eagerly */
@@ -88,6 +90,7 @@ static void micro_step(TrainSession* s, float dloss, int last_micro_step) {
 static void pipeline_step_batches(TrainSession* s) {
     for (int i = 0; i < s->layout.m; i++) {
         int slot = batch_pipeline_take(&s->batches);
+        if (i == 0) { debug_keep_tokens(s, slot); }              /* --debug-checksums: the step's first micro-batch */
         pipeline_set_batch(&s->pipe, i, batch_pipeline_inputs(&s->batches, slot),
                            batch_pipeline_targets(&s->batches, slot), batch_pipeline_host_inputs(&s->batches, slot));
         if (i < s->layout.m - 1 || s->step + 1 < s->max_steps) { batch_pipeline_load(&s->batches); }
@@ -154,7 +157,7 @@ static void pipeline_micro_steps(TrainSession* s, float dloss) {
 /* the step's m micro-steps on this rank: next batch; forward; backward (the gradient store issues the buckets) */
 static void micro_steps(TrainSession* s, float dloss) {
     gpt2_loss_sum_reset(&s->model);
-    for (int micro = 0; micro < s->layout.m; micro++) { micro_step(s, dloss, micro == s->layout.m - 1); }
+    for (int micro = 0; micro < s->layout.m; micro++) { micro_step(s, dloss, micro); }
 }
 
 /* this rank's mean loss over the step's micro-steps: the step's one loss read (synchronises); on a pipeline the last
@@ -180,6 +183,7 @@ static StepResult train_step(TrainSession* s) {
     else { micro_steps(s, dloss); }                              /* next batch; forward; backward (+ buckets) */
     zero_finish(&s->zero);                                       /* every gradient bucket reduced */
     StepStats st = step_stats(&s->stats, &s->zero, local_loss(s), s->loss_scaling); /* global loss, norm, inf/NaN */
+    if (s->step < s->cfg.debug_checksums) { debug_checksums_step(s); } /* per-layer checksums of grads and acts */
     StepResult r = step_result(s, &st, loss_scale);              /* loss, norm, lr; skipped when not finite */
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); } /* FP16: back off on the same verdict */
     float clip = clip_scale(r.grad_norm, s->cfg.grad_clip);      /* global-norm clipping */
@@ -520,6 +524,7 @@ static void session_free(TrainSession* s) {
     graphs_free(&s->graphs);
     batch_pipeline_free(&s->batches);
     step_stats_free(&s->stats);
+    free(s->debug_tokens);
     zero_free(&s->zero);
     if (s->pp->world > 1) { pipeline_free(&s->pipe); free(s->trace.ev); }
     gpt2_free(&s->model);

@@ -307,6 +307,11 @@
       "1 = every process prints the bytes it sent/received per step, the ring theory of its ZeRO stage (and the " \
       "time in tp collectives)", \
       MAY_CHANGE("printing only")) \
+    X(INT, debug_checksums, 0, NULL, "debug-checksums", 0, NO_MAX, \
+      "print per-layer checksums (sum, sum of |x|) of the full activations and parameter gradients during optimizer " \
+      "steps 1..N, the same for layouts that compute the same thing (scripts/compare_checksums.py finds the first " \
+      "layer and tensor where two runs differ; 0 = off)", \
+      MAY_CHANGE("diagnostics")) \
     X(INT, cuda_graphs, 0, NULL, "cuda-graphs", 0, 1, \
       "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it " \
       "(CUDA build, one process, not with -z 2 or 3; micro-steps that issue gradient buckets run eagerly; same " \

@@ -19,6 +19,7 @@
 #include "llmc/progress.h"
 #include "llmc/sharding.h"
 #include "llmc/zero_experts.h"
+#include "llmc/debug_checksums.h"
 
 /* bubble: --pp > 1 on timed steps, over all stages, else -1; skipped: 1 when the update was not applied (a
  * non-finite loss or gradient norm, or an FP16 overflow); grad_sent: --grad-compress, this rank's gradient-reduction
@@ -427,6 +428,54 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     }
     log_step_record(s, r, ms, tok_s, mfu, &moe);
     free(moe.json);
+}
+
+/* --debug-checksums: keeps the host copy of batch slot `slot` (inputs then targets, llmc/batch_pipeline.h) for the
+ * step's checksum forward, on the steps that print checksums */
+static void debug_keep_tokens(TrainSession* s, int slot) {
+    if (s->step >= s->cfg.debug_checksums) { return; }
+    size_t n = 2 * (size_t)s->layout.B * s->layout.T;
+    if (!s->debug_tokens) { s->debug_tokens = (int*)malloc_check(n * sizeof(int), "checksum tokens"); }
+    memcpy(s->debug_tokens, batch_pipeline_host_inputs(&s->batches, slot), n * sizeof(int));
+}
+
+/* --debug-checksums N, optimizer steps 1..N, after the reduction and before the update (llmc/debug_checksums.h): the
+ * parameter gradients' checksums, then a forward of the step's first micro-batch (saved in s->debug_tokens) through
+ * the layout's forward path (the pipeline's with --pp > 1; ZeRO-3's gathers, --ep's all-to-all: every process runs
+ * it) and its activations' checksums; printed by tp rank 0 and dp rank 0 of every pipeline stage. The routing
+ * statistics of the step line are then those of this forward. */
+static void debug_checksums_step(TrainSession* s) {
+    ChecksumList grads = {NULL, 0, 0}, acts = {NULL, 0, 0};
+    checksum_gradients(&grads, &s->zero);
+    if (s->zero.experts) { /* the experts' group: each ep rank's experts, summed over the ep group */
+        int first = grads.n;
+        checksum_gradients(&grads, s->zero.experts);
+        checksum_reduce(&grads, first, s->grid.ep);
+    }
+    checksum_reduce(&grads, 0, s->tp);
+    int B = s->layout.B, T = s->layout.T;
+    size_t BT = (size_t)B * T;
+    if (s->pp->world > 1) {
+        dev_memcpy_h2d(s->pipe.tokens, s->debug_tokens, 2 * BT * sizeof(int));
+        pipeline_forward_only(&s->pipe, s->pipe.tokens, s->pipe.tokens + BT, B, T, s->cfg.gelu_fusion);
+        for (int k = 0; k < s->pipe.v; k++) {
+            gpt2_use_slot(s->pipe.chunk[k], 0);
+            checksum_activations(&acts, s->pipe.chunk[k], B, T);
+        }
+    } else {
+        dev_memcpy_h2d(s->model.inputs, s->debug_tokens, BT * sizeof(int));
+        dev_memcpy_h2d(s->model.targets, s->debug_tokens + BT, BT * sizeof(int));
+        gpt2_forward(&s->model, s->model.inputs, s->model.targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+        checksum_activations(&acts, &s->model, B, T);
+    }
+    checksum_reduce(&acts, 0, s->tp);
+    if (s->tp->rank == 0 && s->dp->rank == 0) {
+        if (s->model.recompute == 3) { printf("checksum step %d: -r 3 keeps only segment inputs; no per-layer activations\n", s->step + 1); }
+        checksum_print(&acts, s->step + 1, "act");
+        checksum_print(&grads, s->step + 1, "grad");
+    }
+    free(grads.e);
+    free(acts.e);
 }
 
 #endif /* LLMC_TRAIN_REPORT_H */

@@ -68,6 +68,7 @@ typedef struct {
     int cpu_matmul_auto;       /* --cpu-matmul auto was resolved to cfg.cpu_matmul at start-up (CPU build) */
     int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     unsigned long long pcie_h2d0, pcie_d2h0; /* --offload-params: the PCIe counters at the start of the step */
+    int* debug_tokens;         /* --debug-checksums: the step's first micro-batch, inputs then targets (2,B,T) host */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
     MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */

@@ -1,0 +1,27 @@
+# dev/test/cli_checksums.sh -- --debug-checksums (llmc/debug_checksums.h) and scripts/compare_checksums.py: one step
+# of d2 on one process and on tp 2 x pp 2 with sequence parallelism (4 processes, the same global batch) prints every
+# layer's activations and every parameter tensor's gradient once, of full shape (the element counts of the full
+# tensors), and the two agree within rtol 3e-5: the layouts reorder fp32 dot products of at most K = 4C = 512 terms,
+# which moves a value by at most K 2^-24 = 3.1e-5 relative to the sum of |terms| (the tool compares on the scale of the
+# tensor's sum of |x|). A run whose weights differ (another --seed) is reported at the first tensor it touches, the
+# embedding output; a gradient scaled by a wrong factor would be reported at the first gradient in backward order.
+source "$(dirname "$0")/dp_lib.sh"
+F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
+$TRAIN "${F[@]}" > "$TMP/one.log" 2>&1
+check $? "one process, --debug-checksums 1: runs"
+MPIRUN 4 $TRAIN "${F[@]}" --tp 2 --pp 2 --sequence-parallel 1 > "$TMP/3d.log" 2>&1
+check $? "tp 2 x pp 2 + sequence parallel, --debug-checksums 1: runs"
+# d2: per layer 8 activations (ln1 qkv atty residual2 ln2 fch fch_gelu out) x 2 + encoded, lnf, logits, losses = 20;
+# gradients: 12 per-layer tensors x 2 + wte, wpe, lnfw, lnfb = 28
+for f in one 3d; do
+    test "$(grep -c '^checksum step 1 act' "$TMP/$f.log")" -eq 20 && test "$(grep -c '^checksum step 1 grad' "$TMP/$f.log")" -eq 28 &&
+        grep -q '^checksum step 1 grad -1 wte sum=.* n=6438912$' "$TMP/$f.log" && grep -q '^checksum step 1 act 1 qkv .* n=49152$' "$TMP/$f.log"
+    check $? "$f: 20 activation and 28 gradient checksums of step 1, full shapes (wte 6438912 elements, qkv B*T*3C = 49152)"
+done
+out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/3d.log" --rtol 3e-5)
+check $? "tp 2 x pp 2 + sp agrees with one process within rtol 3e-5 (K 2^-24, K = 512): $out"
+$TRAIN "${F[@]}" --seed 7 > "$TMP/seed.log" 2>&1
+out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/seed.log" --rtol 3e-5)
+rc=$?
+test $rc -eq 1 && [[ "$out" == "first difference: step 1 activation layer -1 encoded:"* ]]
+check $? "another --seed (other initial weights): exit $rc, the first difference is the embedding output: $out"
