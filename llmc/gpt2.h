@@ -20,9 +20,13 @@
  * NH/tp heads), attproj and fcproj row-parallel (C/tp resp. 4C/tp input features; their bias added by rank 0 only),
  * wte is split by vocabulary rows (Vp/tp; embedding and tied LM head use the same shard, cross-entropy is
  * vocabulary-parallel), everything else is replicated. The parameter buffer holds this rank's tensors in the
- * usual order (gpt2_tp_slice says how each is cut from the full model); gpt2_upload_full / gpt2_gather_full
- * convert from / to the full model. With sequence parallelism the LayerNorm and residual activations hold this
- * rank's N/tp rows.
+ * usual order; how each is cut from the full model, which pipeline stage and expert-parallel rank holds it, and the
+ * conversions from / to the full model are the sharding table's (llmc/sharding.h), not the model's. With sequence
+ * parallelism the LayerNorm and residual activations hold this rank's N/tp rows.
+ * The parameter table (GPT2_PARAMS: name, stacking, one slice's dimensions, decay, init, presence) and the
+ * architecture knobs (GPT2Arch; GPT-2's values only, gpt2_arch_check) make the model data: llmc/README.md, "The
+ * model's architecture as data", says how a variant (RMSNorm, rotary positions, SwiGLU, grouped-query attention)
+ * plugs in.
  * Shapes: B micro-batch, T sequence length, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary,
  * maxT context length, N = B*T rows; Cl = C/tp, NHl = NH/tp, Vs = Vp/tp, Nl = N/tp (sequence parallel) or N. All device buffers are floatX unless stated (backend.h). Written in the
  * common subset of C11 and C++17 (nvcc and gcc both compile it). Errors: allocation failures and internal

@@ -23,7 +23,7 @@
  * Expert parallelism (MoEExpertParallel, llmc/README.md "Expert parallelism"): the grouped rows go to the ranks
  * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
  * and backward; the expert side holds Rr = moe_recv_rows rows. The layer's expert tensors are then those of this
- * rank's E/ep experts only (local index 0..E/ep-1; llmc/gpt2.h gpt2_parameter_sizes_part, llmc/zero_experts.h).
+ * rank's E/ep experts only (local index 0..E/ep-1; llmc/sharding.h shard_parameter_sizes, llmc/zero_experts.h).
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
@@ -48,7 +48,7 @@ typedef struct {
     float ep_capacity; /* ... the capacity factor it runs with (MoEOptions.capacity_factor); both size the
                         * receive-side expert buffers (moe_recv_rows). Readers of a file leave them 0. */
     int ep_rank; /* not in the model file: this process's rank q in its ep group; with ep > 1 the model holds only
-                  * experts [q*E/ep, (q+1)*E/ep) of every MoE block (llmc/gpt2.h, gpt2_parameter_sizes_part) */
+                  * experts [q*E/ep, (q+1)*E/ep) of every MoE block (llmc/sharding.h, shard_parameter_sizes) */
 } MoEConfig;
 
 /* Expert parallelism as the layer sees it (llmc/README.md, "Expert parallelism"): this process is rank `rank` of

@@ -9,7 +9,7 @@
  * next training batch uploads while the current micro-step computes.
  * Host synchronisation points that remain in a training step (train_gpt.cu, CUDA path):
  *   - the loss read (gpt2_loss_sum_read, one fp64 per optimizer step, where the loss is printed);
- *   - the gradient-norm read (zero_step_stats: the per-shard sums of squares copied to the host; the clip
+ *   - the gradient-norm read (step_stats, llmc/step_stats.h: the per-shard sums of squares copied to the host; the clip
  *     factor and the printed norm need it) and,
  *     in FP16 builds, has_inf_or_nan (the loss scaler decides on the host whether to skip the update);
  *   - comm_all_reduce_host_f64 (multi-process: the reduced loss/norm on the host);
