@@ -1,17 +1,20 @@
 /*
- * train_gpt.cu -- GPT-2 pretraining: flags, setup, the optimizer step and the training loop (validation,
- * sampling, checkpoints), in the spirit of llm.c's train_gpt2.cu. The architecture is described in
- * llmc/README.md; what this file uses:
- *   llmc/gpt2.h            the model: parameter/activation tables, forward, backward, AdamW over a range
- *   llmc/model_file.h      model files (llm.c format)
- *   llmc/zero.h            data parallelism, ZeRO-0/1/2: gradient store, bucket reductions, optimizer shard
+ * train_gpt.cu -- GPT-2 pretraining: setup, the optimizer step and the training loop (validation, sampling,
+ * checkpoints), in the spirit of llm.c's train_gpt2.cu. The architecture is described in llmc/README.md; what this
+ * file uses:
+ *   llmc/train_flags.h     every flag, one row each; llmc/train_config.h: flags -> model, layout and their checks
+ *   llmc/train_session.h   the trainer's state; llmc/train_report.h: counters and print lines;
+ *   llmc/train_checkpoint.h checkpoint writes and resumes
+ *   llmc/layout.h          the parallel layout and its compatibility table (layout_check)
+ *   llmc/process_grid.h    the process grid on the layout's axes: coordinates and groups
+ *   llmc/gpt2.h            the model: configuration, parameter/activation tables, forward, backward, AdamW
+ *   llmc/sharding.h        how the layout splits the parameters (tp, pipeline stage, experts)
+ *   llmc/zero.h            data parallelism with ZeRO-0/1/2/3: gradient store, bucket reductions, optimizer shard
+ *   llmc/step_stats.h      the step's global loss and gradient norm
+ *   llmc/pipeline_model.h  pipeline parallelism over the model (schedules: llmc/pipeline.h)
  *   llmc/offload.h         --offload-optimizer: the optimizer shard in host memory or NVMe, AdamW on the CPU
- *   llmc/zero_params.h     ZeRO-3's parameter shard and per-layer gathers (--offload-params cpu: shard on the host)
- *   llmc/train_state.h     per-rank training-state files, re-sharded resume
- *   llmc/checkpoint.h      checkpoint directory: naming, lock, pruning
  *   llmc/batch_pipeline.h  double-buffered batch uploads
  *   llmc/comm.h            collectives (MPI on the CPU build, NCCL on the GPU build)
- *   llmc/process_grid.h    the process grid: coordinates and groups of every parallel dimension
  *   llmc/backend.h         the compute backend, chosen at compile time
  *
  * One source, two backends (llmc/backend.h):
