@@ -171,11 +171,18 @@ static inline LayoutVerdict layout_say(LayoutVerdict v, char* err, size_t cap, c
     return v;
 }
 
-/* expert parallelism against the model: experts to split, and E/ep of them on every ep rank */
+/* experts against the layout, checked first (a combination that never runs is named before the world-size
+ * arithmetic): no tp, pp or CUDA graphs with experts; experts to split, and E/ep of them on every ep rank */
 static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     if (l->ep > 1 && md->experts == 0) {
         snprintf(err, cap, "flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts "
                  "to split; use --ep 1", l->ep);
+        return LAYOUT_INVALID;
+    }
+    if (md->experts > 0 && (l->tp > 1 || l->pp > 1 || l->cuda_graphs)) {
+        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
+                 "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", md->experts,
+                 l->tp > 1 ? "--tp > 1" : l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && l->ep >= 1 && md->experts % l->ep != 0) {
@@ -291,12 +298,6 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
     if (l->recompute_every != 1 && l->recompute != 3) {
         snprintf(err, cap, "flag --recompute-every is %d with -r %d; it sets the segment length of -r 3 (add -r 3 or "
                  "drop it)", l->recompute_every, l->recompute);
-        return LAYOUT_INVALID;
-    }
-    if (md->experts > 0 && (l->tp > 1 || l->pp > 1 || l->cuda_graphs)) {
-        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
-                 "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", md->experts,
-                 l->tp > 1 ? "--tp > 1" : l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
         return LAYOUT_INVALID;
     }
     if (l->ep > 1 && (l->offload != OFFLOAD_NONE || l->compress)) {

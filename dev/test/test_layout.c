@@ -51,8 +51,8 @@ static void test_axes(void) {
            NEEDLES("dp 2", "= 8 processes", "has 16", "dp = 16 / (tp x pp) = 4"));
     LayoutModel e6 = MOE;
     e6.experts = 6;
-    l = base(4); l.tp = 2; l.ep = 3;
-    expect("ep 3 with dp 4 (6 experts)", &l, &e6, 8, LAYOUT_INVALID, NEEDLES("--ep 3", "dp = 4", "divide 4"));
+    l = base(4); l.ep = 3;
+    expect("ep 3 with dp 4 (6 experts)", &l, &e6, 4, LAYOUT_INVALID, NEEDLES("--ep 3", "dp = 4", "divide 4"));
     l = base(4); l.ep = 2;
     expect("ep 2 with dp 4 and 4 experts", &l, &MOE, 4, LAYOUT_BUILDABLE, NULL);
     l = base(8); l.tp = 2; l.dp = 4;
@@ -118,6 +118,8 @@ static void test_options(void) {
     expect("--ep 4 with 6 experts", &l, &e6, 4, LAYOUT_INVALID, NEEDLES("--ep 4 does not divide --moe-experts 6"));
     l = base(1); l.tp = 2;
     expect("MoE with tp 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --tp > 1"));
+    /* on one process: the never-supported combination is named, not the world-size arithmetic (rule order) */
+    expect("MoE with tp 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --tp > 1"));
     l = base(1); l.pp = 2; l.m = 2;
     expect("MoE with pp 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --pp > 1"));
     l = base(2); l.zero = 3;
