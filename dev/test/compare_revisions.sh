@@ -15,11 +15,12 @@
 #      on AVX512_BF16 CPUs and fp32 elsewhere, and the defaults of each side: a REV older than the B=16 / 1200-step
 #      defaults differs here for that reason; stops after 50 steps with a checkpoint): the 50 step lines (loss,
 #      norm, lr), the val lines, log.jsonl, the step-50 model file and state file;
-#   then the parallel and memory-saving paths, each the smallest run the command-line tests use for it, with
-#   --cpu-matmul fp32 (the fp32 reference path on any CPU; REVs from 78d3459 on know the flag) and --comm-stats 1,
-#   under mpirun with one OpenMP thread per process, 2 steps unless said (-j '' -g 0 -u 2 -l 1e-3 -x 2: no
-#   validation or sampling), ending with a checkpoint:
-#   2. mpirun -np 3, d2, B=4 T=32, -d 768 (2 micro-steps), 6 steps with validation, for ZeRO-0, 1, 2 and 3;
+#   then the parallel and memory-saving paths of the CPU build, each the smallest run the command-line tests use
+#   for it, with --cpu-matmul fp32 (the fp32 reference path on any CPU; REVs from 78d3459 on know the flag),
+#   --comm-stats 1 under mpirun (one OpenMP thread per process), and unless said 2 steps without validation or
+#   sampling (-j '' -g 0 -u 2 -l 1e-3 -x 2), ending with a checkpoint:
+#   2. mpirun -np 3, d2, B=4 T=32, -d 768 (2 micro-steps), 6 steps with the default validation, warm-up and
+#      learning rate, for ZeRO-0, 1, 2 and 3;
 #   3. tensor parallelism: mpirun -np 2 --tp 2, d2, B=4 T=32, -d 256 (2 micro-steps), with and without
 #      --sequence-parallel 1 (dev/test/cli_tp.sh's model);
 #   4. pipeline parallelism: mpirun -np 2 --pp 2 with each schedule (gpipe, 1f1b, interleaved with --pp-virtual 2),
@@ -29,11 +30,12 @@
 #      3D run);
 #   6. a mixture of experts with expert parallelism: mpirun -np 2 --ep 2, d2 with 4 experts top-2, B=1 T=16
 #      (dev/test/cli_moe_ep.sh's model);
-#   7. optimizer offload: --offload-optimizer cpu on one process (OMP_NUM_THREADS as the default run) and
-#      nvme:DIR (DIR inside each side's tree) on mpirun -np 2 with ZeRO-2 and 2 micro-steps, model L1:C32:NH2
-#      (dev/test/cli_offload.sh's);
+#   7. optimizer offload: --offload-optimizer cpu on one process (OMP_NUM_THREADS as the default run, no
+#      comm-stats) and nvme:DIR (DIR inside each side's tree) on mpirun -np 2 with ZeRO-2 and 2 micro-steps,
+#      model L1:C32:NH2 (dev/test/cli_offload.sh's);
 #   8. the GPU build's data-parallel path on the CUDA emulator with NCCL emulated over MPI, BF16
-#      (train_gpt_emu_mpi_bf16, mpirun -np 2, d2, 2 steps, ZeRO-1, as dev/test/cli_dp_nccl_emu.sh runs it);
+#      (train_gpt_emu_mpi_bf16, mpirun -np 2, d2, 2 steps, ZeRO-1, --comm-stats 1, as dev/test/cli_dp_nccl_emu.sh
+#      runs it);
 #   9. the output of ./test_gpt_cpu and ./test_gpt_emu_bf16 (every check, its numbers and the error counts).
 # Rows of runs 2-8: the step lines and exit status, the comm-stats lines (bytes sent/received and calls per rank
 # per step, with the tp, pp-boundary, all-to-all and offload bytes where the run has them), log.jsonl's config
@@ -61,9 +63,11 @@
 # 0 everything compared and identical or an expected difference, 1 something DIFFERENT that --expect does not
 # name, 2 bad input, 3 no unexpected difference but some rows skipped (mpirun missing, a target that builds on
 # neither side). Rows that need mpirun are skipped, not failed, where it is missing.
-# Takes 5-7 minutes on 2 cores (measured 4m50s-7m00s: builds 25-50 s per side, the default run 35-115 s per
-# side depending on the load, measured with the old B=8 fp32 default (B=16 now: not re-measured), test_gpt_emu_bf16
-# 35 s per side; counting the differing floats of a run that differs everywhere, in plain Python, adds about a minute); JOBS=N changes make's -j.
+# Takes 18-22 minutes of CPU time (user + sys, measured; so about 10 minutes on 2 idle cores, not measured), 30-43
+# minutes measured on 2 cores shared with other jobs at load 8-12. Of it the two builds take about a quarter, the default run's 50
+# steps a quarter (B=16 T=64 d4), test_gpt_emu_bf16 a sixth, runs 2-7 a quarter (each 5-30 s per side); counting
+# the differing floats of runs that differ everywhere, in plain Python, adds a minute or more. An older measure,
+# on an idle machine with the B=8 default and without runs 3-7 and ZeRO-3: 4m50s-7m00s. JOBS=N changes make's -j.
 set -u
 
 usage() {
