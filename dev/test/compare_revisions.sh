@@ -2,7 +2,7 @@
 # dev/test/compare_revisions.sh -- shows that a change (typically a refactor) left the trainer's behaviour bit
 # for bit as it was, by building two versions of the code and running the same commands with both.
 #
-#   dev/test/compare_revisions.sh [--keep] REV [NEW]
+#   dev/test/compare_revisions.sh [--keep] [--expect FILE] REV [NEW]
 #
 # REV is any git revision. NEW defaults to the working tree (HEAD plus uncommitted changes, tracked and
 # untracked-but-not-ignored files); it may also be a revision. REV is checked out with `git worktree add
@@ -15,59 +15,129 @@
 #      on AVX512_BF16 CPUs and fp32 elsewhere, and the defaults of each side: a REV older than the B=16 / 1200-step
 #      defaults differs here for that reason; stops after 50 steps with a checkpoint): the 50 step lines (loss,
 #      norm, lr), the val lines, log.jsonl, the step-50 model file and state file;
-#   2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --cpu-matmul fp32 (2 micro-steps; the fp32
-#      reference path on any CPU; REVs from 78d3459 on know the flag) --comm-stats 1 for ZeRO-0, 1
-#      and 2: step lines, the comm-stats lines (bytes sent/received and calls per rank per step), log.jsonl,
-#      the model file and every rank's state file;
-#   3. the GPU build's data-parallel path on the CUDA emulator with NCCL emulated over MPI, BF16
-#      (train_gpt_emu_mpi_bf16, mpirun -np 2, d2, 2 steps, ZeRO-1, as dev/test/cli_dp_nccl_emu.sh runs it):
-#      step lines, comm-stats lines, log.jsonl, the model file and both state files;
-#   4. the output of ./test_gpt_cpu and ./test_gpt_emu_bf16 (every check, its numbers and the error counts).
+#   then the parallel and memory-saving paths of the CPU build, each the smallest run the command-line tests use
+#   for it, with --cpu-matmul fp32 (the fp32 reference path on any CPU; REVs from 78d3459 on know the flag),
+#   --comm-stats 1 under mpirun (one OpenMP thread per process), and unless said 2 steps without validation or
+#   sampling (-j '' -g 0 -u 2 -l 1e-3 -x 2), ending with a checkpoint:
+#   2. mpirun -np 3, d2, B=4 T=32, -d 768 (2 micro-steps), 6 steps with the default validation, warm-up and
+#      learning rate, for ZeRO-0, 1, 2 and 3;
+#   3. tensor parallelism: mpirun -np 2 --tp 2, d2, B=4 T=32, -d 256 (2 micro-steps), with and without
+#      --sequence-parallel 1 (dev/test/cli_tp.sh's model);
+#   4. pipeline parallelism: mpirun -np 2 --pp 2 with each schedule (gpipe, 1f1b, interleaved with --pp-virtual 2),
+#      d8 (8 layers, so 2 stages x 2 virtual stages divide it), B=2 T=16, -d 128 (4 micro-batches), validation on
+#      2 windows at steps 0 and 2 (dev/test/cli_pp.sh's model);
+#   5. tp 2 x pp 2 x dp 2 with ZeRO-1: mpirun -np 8 (oversubscribed), d8, B=2 T=16, -d 256 (dev/test/cli_pp.sh's
+#      3D run);
+#   6. a mixture of experts with expert parallelism: mpirun -np 2 --ep 2, d2 with 4 experts top-2, B=1 T=16
+#      (dev/test/cli_moe_ep.sh's model);
+#   7. optimizer offload: --offload-optimizer cpu on one process (OMP_NUM_THREADS as the default run, no
+#      comm-stats) and nvme:DIR (DIR inside each side's tree) on mpirun -np 2 with ZeRO-2 and 2 micro-steps,
+#      model L1:C32:NH2 (dev/test/cli_offload.sh's);
+#   8. the GPU build's data-parallel path on the CUDA emulator with NCCL emulated over MPI, BF16
+#      (train_gpt_emu_mpi_bf16, mpirun -np 2, d2, 2 steps, ZeRO-1, --comm-stats 1, as dev/test/cli_dp_nccl_emu.sh
+#      runs it);
+#   9. the output of ./test_gpt_cpu and ./test_gpt_emu_bf16 (every check, its numbers and the error counts).
+# Rows of runs 2-8: the step lines and exit status, the comm-stats lines (bytes sent/received and calls per rank
+# per step, with the tp, pp-boundary, all-to-all and offload bytes where the run has them), log.jsonl's config
+# record, its other records, the model file of the final checkpoint and every rank's state file.
 # Each comparison prints one row, `identical` or `DIFFERENT` with the first differing line (text) or the first
 # differing byte offset and both bytes (binary files; for model files, version 3 = fp32 / 5 = bf16 from the
 # 256-int32 header, and state files, fp32 bodies, also the tensor and value there, how many values differ and
 # the largest absolute difference). Step lines and exit statuses are compared as text; log.jsonl records as
-# JSON with their keys in order.
-# Timing is excluded -- the ms, tok/s, MFU, elapsed, eta and mem fields of step lines, "ms", "tokens_per_s" and "mfu" in
-# log.jsonl -- because it changes from run to run on the same binary; so is the rest of the trainer's output
-# (the header and memory ledger, which show the free memory of the moment). Temporary paths in the tests'
-# output are masked for the same reason. Everything else must match exactly: the CPU and emulator runs are
-# deterministic for a fixed thread count (OMP_NUM_THREADS, default 2, 1 per process under mpirun).
-# Ends with "N identical, M different[, K skipped]". Exit status: 0 everything compared and identical,
-# 1 something DIFFERENT, 2 bad input, 3 nothing different but some rows skipped (mpirun missing, a target
-# that builds on neither side). Rows that need mpirun are skipped, not failed, where it is missing.
-# Takes 5-7 minutes on 2 cores (measured 4m50s-7m00s: builds 25-50 s per side, the default run 35-115 s per
-# side depending on the load, measured with the old B=8 fp32 default (B=16 now: not re-measured), test_gpt_emu_bf16
-# 35 s per side; counting the differing floats of a run that differs everywhere, in plain Python, adds about a minute); JOBS=N changes make's -j.
+# JSON with their keys in order; the config record (the run's flags) key by key, so that its row names the keys
+# removed, added and changed (`config: keys removed: a, b; keys added: c; values changed: d (REV 1, NEW 2)`), or
+# says that only their order changed.
+# --expect FILE names the differences a change makes on purpose: one a line, `ROW-REGEX<TAB>reason` (blank lines
+# and lines starting with # are skipped), ROW-REGEX an extended regular expression (bash =~) matched anywhere in a
+# row's name, e.g. `log.jsonl config record<TAB>the flag table writes the config line`. A DIFFERENT row whose
+# name matches a line (the first one that matches) is printed `different (expected: reason)` and counted apart;
+# a line that names no DIFFERENT row gets a note at the end (it may be stale).
+# Timing is excluded because it changes from run to run on the same binary: the ms, tok/s, MFU, elapsed, eta, mem
+# and (pipeline) bubble fields of step lines, the offload's "update N ms," and NVMe GB/s inside theirs, the tp
+# collectives' ms in comm-stats lines, "ms", "tokens_per_s", "mfu", "bubble", "offload_ms" and "nvme_gbs" in
+# log.jsonl, the pipeline runs' trace.json; so is the rest of the trainer's output (the header and memory ledger,
+# which show the free memory of the moment). Temporary paths in the tests' output are masked for the same reason.
+# Everything else must match exactly: the CPU and emulator runs are deterministic for a fixed thread count
+# (OMP_NUM_THREADS, default 2, 1 per process under mpirun).
+# Ends with "N identical, M different[, E expected-different][, K skipped]" (E shown with --expect). Exit status:
+# 0 everything compared and identical or an expected difference, 1 something DIFFERENT that --expect does not
+# name, 2 bad input, 3 no unexpected difference but some rows skipped (mpirun missing, a target that builds on
+# neither side). Rows that need mpirun are skipped, not failed, where it is missing.
+# Takes 18-22 minutes of CPU time (user + sys, measured; so about 10 minutes on 2 idle cores, not measured), 30-43
+# minutes measured on 2 cores shared with other jobs at load 8-12. Of it the two builds take about a quarter, the default run's 50
+# steps a quarter (B=16 T=64 d4), test_gpt_emu_bf16 a sixth, runs 2-7 a quarter (each 5-30 s per side); counting
+# the differing floats of runs that differ everywhere, in plain Python, adds a minute or more. An older measure,
+# on an idle machine with the B=8 default and without runs 3-7 and ZeRO-3: 4m50s-7m00s. JOBS=N changes make's -j.
 set -u
 
 usage() {
     cat <<'EOF'
-usage: dev/test/compare_revisions.sh [--keep] REV [NEW]
+usage: dev/test/compare_revisions.sh [--keep] [--expect FILE] REV [NEW]
 Builds the CPU and emulator trainers of git revision REV and of NEW (default: the working tree, i.e. HEAD
-plus uncommitted changes; or another revision) in a temporary directory, runs the same trainings and tests
-with both and compares step lines (loss, norm, lr; not timing), logs, comm-stats byte counts, model and
-state files, and test output. One row per comparison, then "N identical, M different".
-  --keep     keep the temporary directory (builds, run outputs, logs) and print its path
-  -h, --help this text
-Exit status: 0 all identical, 1 something different, 2 bad input, 3 no difference but rows skipped.
+plus uncommitted changes; or another revision) in a temporary directory, runs the same trainings (the default
+run; ZeRO-0/1/2/3 on 3 processes; tp 2 with and without sequence parallelism; pp 2 with each schedule;
+tp 2 x pp 2 x dp 2; MoE with ep 2; optimizer offload to cpu and nvme; the emulated BF16 data-parallel run) and
+tests with both and compares step lines (loss, norm, lr; not timing), logs (the config record key by key),
+comm-stats byte counts, model and state files, and test output. One row per comparison, then
+"N identical, M different[, E expected-different][, K skipped]".
+  --expect FILE  differences made on purpose, one a line: ROW-REGEX<TAB>reason (an extended regular
+                 expression matched anywhere in a row's name; blank and # lines skipped), e.g.
+                 "log.jsonl config record<TAB>the new flag table". A DIFFERENT row it matches is printed
+                 "different (expected: reason)" and counted as expected-different
+  --keep         keep the temporary directory (builds, run outputs, logs) and print its path
+  -h, --help     this text
+Exit status: 0 all identical or expected, 1 an unexpected difference, 2 bad input, 3 no unexpected
+difference but rows skipped (mpirun missing, a target that builds on neither side).
 Environment: JOBS (make -j, default 2), OMP_NUM_THREADS (single-process runs, default 2).
 EOF
 }
 
+SYNOPSIS="usage: dev/test/compare_revisions.sh [--keep] [--expect FILE] REV [NEW]"
 KEEP=0
+EXPECT=""
 ARGS=()
-for a in "$@"; do
-    case "$a" in
+while [ $# -gt 0 ]; do
+    case "$1" in
         -h|--help) usage; exit 0 ;;
         --keep) KEEP=1 ;;
-        -*) echo "error: unknown option '$a' (usage: dev/test/compare_revisions.sh [--keep] REV [NEW])" >&2; exit 2 ;;
-        *) ARGS+=("$a") ;;
+        --expect)
+            if [ $# -lt 2 ]; then echo "error: --expect needs a FILE ($SYNOPSIS)" >&2; exit 2; fi
+            EXPECT=$2; shift ;;
+        -*) echo "error: unknown option '$1' ($SYNOPSIS)" >&2; exit 2 ;;
+        *) ARGS+=("$1") ;;
     esac
+    shift
 done
 if [ "${#ARGS[@]}" -lt 1 ] || [ "${#ARGS[@]}" -gt 2 ]; then
-    echo "error: expected REV and optionally NEW, got ${#ARGS[@]} arguments (usage: dev/test/compare_revisions.sh [--keep] REV [NEW])" >&2
+    echo "error: expected REV and optionally NEW, got ${#ARGS[@]} arguments ($SYNOPSIS)" >&2
     exit 2
+fi
+# --expect FILE: the differences a change makes on purpose, one a line: ROW-REGEX<TAB>reason
+EXP_RE=() EXP_WHY=() EXP_LINE=() EXP_USED=()
+if [ -n "$EXPECT" ]; then
+    if [ ! -f "$EXPECT" ] || [ ! -r "$EXPECT" ]; then
+        echo "error: --expect $EXPECT: no such readable file" >&2
+        exit 2
+    fi
+    n=0
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        line=${line%$'\r'}
+        [[ "$line" =~ ^[[:space:]]*(#|$) ]] && continue
+        re=${line%%$'\t'*}
+        why=${line#*$'\t'}
+        if [[ "$line" != *$'\t'* ]] || [ -z "$re" ] || [ -z "${why//[[:space:]]/}" ]; then
+            echo "error: --expect $EXPECT line $n: expected 'ROW-REGEX<TAB>reason' (an extended regular expression" \
+                "matched against the row's name, a tab, a non-empty reason), got '$line'" >&2
+            exit 2
+        fi
+        [[ "" =~ $re ]]
+        if [ $? = 2 ]; then
+            echo "error: --expect $EXPECT line $n: '$re' is not a valid extended regular expression" >&2
+            exit 2
+        fi
+        EXP_RE+=("$re") EXP_WHY+=("$why") EXP_LINE+=("$n") EXP_USED+=(0)
+    done < "$EXPECT"
 fi
 for tool in git make python3 tar; do
     if ! command -v "$tool" > /dev/null 2>&1; then echo "error: '$tool' not found on PATH" >&2; exit 2; fi
@@ -152,17 +222,30 @@ else
 fi
 
 # ---------------------------------------------------------------- comparison helpers
-N_SAME=0 N_DIFF=0 N_SKIP=0
-row() {  # row LABEL STATUS [DETAIL [CONTINUATION LINES]]
-    case "$2" in
+N_SAME=0 N_DIFF=0 N_EXP=0 N_SKIP=0
+# row LABEL STATUS [DETAIL [CONTINUATION LINES]]: prints and counts one row; a DIFFERENT row whose LABEL matches
+# the first possible --expect line's regex is printed "different (expected: reason)" and counted apart
+row() {
+    local status="$2" i
+    if [ "$status" = DIFFERENT ]; then
+        for i in "${!EXP_RE[@]}"; do
+            if [[ "$1" =~ ${EXP_RE[$i]} ]]; then
+                status="different (expected: ${EXP_WHY[$i]})"
+                EXP_USED[i]=1
+                break
+            fi
+        done
+    fi
+    case "$status" in
         identical) N_SAME=$((N_SAME + 1)) ;;
         DIFFERENT) N_DIFF=$((N_DIFF + 1)) ;;
+        different*) N_EXP=$((N_EXP + 1)) ;;
         *) N_SKIP=$((N_SKIP + 1)) ;;
     esac
-    if [ "$2" = identical ]; then
-        printf '  %-54s %s\n' "$1" "$2${3:+ ($3)}"
+    if [ "$status" = identical ]; then
+        printf '  %-60s %s\n' "$1" "$status${3:+ ($3)}"
     else
-        printf '  %-54s %s\n' "$1" "$2${3:+: $3}"
+        printf '  %-60s %s\n' "$1" "$status${3:+: $3}"
     fi
     if [ -n "${4:-}" ]; then printf '%s\n' "$4"; fi
 }
@@ -173,7 +256,17 @@ cat > "$PY" <<'PY'
 # under the row (the two differing lines of a text file)
 import array, json, math, os, re, struct, sys
 
-TIMING_KEYS = ("ms", "tokens_per_s", "mfu")
+TIMING_KEYS = ("ms", "tokens_per_s", "mfu", "bubble", "offload_ms", "nvme_gbs")
+# step-line fields that are timings (dropped), and timings inside a field (cut out of it)
+TIMING_FIELD = re.compile(r"(^[\d.]+ ms$)|(tok/s$)|(^MFU)|(^mfu)|( elapsed$)|(^eta )|(^mem )|(^bubble [\d.]+%$)")
+TIMING_PART = [(re.compile(r" update [\d.]+ ms,"), ""),             # the CPU AdamW's time under optimizer offload
+               (re.compile(r"(nvme [\d.]+ MB) [\d.]+ GB/s"), r"\1"),  # the NVMe throughput
+               (re.compile(r" calls, [\d.]+ ms \("), " calls (")]     # comm-stats: the time in tp collectives
+
+def untime(text):
+    for pat, rep in TIMING_PART:
+        text = pat.sub(rep, text)
+    return text
 
 def lines(path):
     with open(path, errors="replace") as f:
@@ -185,23 +278,29 @@ def norm(kind, src, dst, extra):
     if kind == "steps":  # step lines without the timing fields
         for l in text:
             if re.match(r"step\s+\d+", l):
-                keep = [f for f in l.split(" | ") if not re.search(r"(^[\d.]+ ms$)|(tok/s$)|(^MFU)|(^mfu)|( elapsed$)|(^eta )|(^mem )", f.strip())]
+                keep = [untime(f) for f in l.split(" | ") if not TIMING_FIELD.search(f.strip())]
                 out.append(" | ".join(keep))
         if extra:
             out = out[: int(extra)]
     elif kind == "val":
         out = [l for l in text if l.startswith("val loss")]
-    elif kind == "comm":  # every rank's lines; ranks print concurrently, so ordered by rank and step
-        rows = [l for l in text if re.match(r"comm: rank \d+ step \d+ ", l)]
-        out = sorted(rows, key=lambda l: tuple(int(x) for x in re.match(r"comm: rank (\d+) step (\d+)", l).groups()))
-    elif kind == "jsonl":
+    elif kind == "comm":  # every rank's lines; ranks print concurrently, so ordered by rank, step and text (the
+        # rank is the data-parallel one: the tp/pp/ep ranks of one dp rank print lines that differ further on)
+        rows = [untime(l) for l in text if re.match(r"comm: rank \d+ step \d+ ", l)]
+        out = sorted(rows, key=lambda l: tuple(int(x) for x in re.match(r"comm: rank (\d+) step (\d+)", l).groups()) + (l,))
+    elif kind in ("jsonl", "config"):  # the config records (compared key by key), or every other record
         for l in text:
             try:
                 o = json.loads(l)
             except ValueError:
+                o = None
+            is_config = isinstance(o, dict) and o.get("kind") == "config"
+            if is_config != (kind == "config"):
+                continue
+            if o is None:
                 out.append(l)
                 continue
-            if isinstance(o, dict):
+            if isinstance(o, dict) and not is_config:
                 for k in TIMING_KEYS:
                     o.pop(k, None)
             out.append(json.dumps(o, separators=(",", ":")))
@@ -211,7 +310,7 @@ def norm(kind, src, dst, extra):
         out = [pat.sub("<tmpdir>", l) for l in text]
     if kind in ("steps", "test") and os.path.exists(src + ".rc"):
         out.append("exit status: " + open(src + ".rc").read().strip())
-    if kind != "jsonl" or os.path.exists(src):
+    if kind not in ("jsonl", "config") or os.path.exists(src):
         with open(dst, "w") as f:
             f.write("".join(l + "\n" for l in out))
 
@@ -242,6 +341,40 @@ def cmp_text(a, b):
         ra = repr(la[i][:130]) if i < len(la) else "(none: REV has %d lines)" % len(la)
         rb = repr(lb[i][:130]) if i < len(lb) else "(none: NEW has %d lines)" % len(lb)
     return "DIFFERENT", where, "      REV: %s\n      NEW: %s" % (ra, rb)
+
+def short(v, n=40):
+    t = json.dumps(v)
+    return t if len(t) <= n else t[:n - 3] + "..."
+
+def cmp_config(a, b):
+    """the config records (one JSON object a line) key by key: which keys were removed, added, changed"""
+    r = cmp_text(a, b)
+    if r[0] != "DIFFERENT" or not os.path.exists(a) or not os.path.exists(b):
+        if r[0] == "identical":
+            ca = [json.loads(l) for l in lines(a)]
+            return "identical", "%d record%s, %d keys" % (len(ca), "" if len(ca) == 1 else "s", len(ca[0]))
+        return r
+    ca, cb = [json.loads(l) for l in lines(a)], [json.loads(l) for l in lines(b)]
+    parts = []
+    if len(ca) != len(cb):
+        parts.append("%d config records in REV, %d in NEW" % (len(ca), len(cb)))
+    for i, (x, y) in enumerate(zip(ca, cb)):
+        removed = [k for k in x if k not in y]
+        added = [k for k in y if k not in x]
+        changed = ["%s (REV %s, NEW %s)" % (k, short(x[k]), short(y[k])) for k in x if k in y and x[k] != y[k]]
+        what = []
+        if removed:
+            what.append("keys removed: " + ", ".join(removed))
+        if added:
+            what.append("keys added: " + ", ".join(added))
+        if changed:
+            what.append("values changed: " + ", ".join(changed))
+        if not what and list(x) != list(y):
+            k = next(j for j in range(len(x)) if list(x)[j] != list(y)[j])
+            what.append("same keys and values, another order (key %d: REV %s, NEW %s)" % (k + 1, list(x)[k], list(y)[k]))
+        if what:
+            parts.append(("record %d: " % (i + 1) if len(ca) > 1 or len(cb) > 1 else "") + "; ".join(what))
+    return "DIFFERENT", "config: " + ("; ".join(parts) or "the same records, written differently")
 
 def missing(ea, eb):
     if not ea and not eb:
@@ -348,7 +481,7 @@ if __name__ == "__main__":
     if mode == "norm":
         norm(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else "")
     else:
-        r = (cmp_text if mode == "text" else cmp_bin)(sys.argv[2], sys.argv[3])
+        r = {"text": cmp_text, "config": cmp_config, "bin": cmp_bin}[mode](sys.argv[2], sys.argv[3])
         print(r[0] + "\t" + (r[1] if len(r) > 1 else ""))
         if len(r) > 2:
             print(r[2])
@@ -368,13 +501,14 @@ compare() {
 }
 # keep_log NAME DIR: copies DIR/log.jsonl of both sides' runs to $LOGS/SIDE/NAME.jsonl
 keep_log() { local s; for s in rev new; do cp "$(side_dir $s)/$2/log.jsonl" "$LOGS/$s/$1.jsonl" 2> /dev/null; done; }
-# compare_out NAME LABEL KIND LOGNAME [EXTRA]: normalize $LOGS/{rev,new}/LOGNAME and compare
+# compare_out NAME LABEL KIND LOGNAME [EXTRA]: normalize $LOGS/{rev,new}/LOGNAME and compare (as text; the
+# config records of log.jsonl key by key)
 compare_out() {
     local name="$1" label="$2" kind="$3" log="$4" extra="${5:-}" s
     for s in rev new; do
         python3 "$PY" norm "$kind" "$LOGS/$s/$log" "$LOGS/$s/$name.txt" "$extra"
     done
-    compare text "$label" "$LOGS/rev/$name.txt" "$LOGS/new/$name.txt"
+    compare "$([ "$kind" = config ] && echo config || echo text)" "$label" "$LOGS/rev/$name.txt" "$LOGS/new/$name.txt"
 }
 
 # ---------------------------------------------------------------- build
@@ -451,61 +585,100 @@ fi
 # one OpenMP thread per process; a command array, not a function, so that timeout can run it
 MPI=(env OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
 
+# train_case NAME LABEL TARGET NP STEP ARGS...: runs ./TARGET ARGS -o cmp_out/NAME on both sides (NP processes under
+# mpirun, one OpenMP thread each; NP = 0: one process with OMP_NUM_THREADS=$THREADS), then compares its step lines and
+# exit status, its comm-stats lines (when ARGS has --comm-stats), log.jsonl, the model file of step STEP (the last: a
+# run writes a checkpoint when it ends) and every rank's state file. Skipped when mpirun or TARGET is missing.
+train_case() {
+    local name="$1" label="$2" target="$3" np="$4" step="$5" D="cmp_out/$1" why=""
+    shift 5
+    if [ "$np" -gt 0 ] && [ $MPI_OK = 0 ]; then
+        why=$MPI_WHY
+    elif ! built_both "$target"; then
+        why=$(not_built "$target")
+    fi
+    if [ -n "$why" ]; then row "$label" skipped "$why"; return; fi
+    if [ "$np" -gt 0 ]; then
+        both "$name" 900 "${MPI[@]}" -np "$np" "./$target" "$@" -o "$D"
+    else
+        both "$name" 900 env OMP_NUM_THREADS="$THREADS" "./$target" "$@" -o "$D"
+    fi
+    compare_out "${name}_steps" "$label: step lines (no timing), exit status" steps "$name.log"
+    if [[ " $* " == *" --comm-stats "* ]]; then
+        compare_out "${name}_comm" "$label: comm-stats bytes (every rank)" comm "$name.log"
+    fi
+    compare_run "$name" "$label" "$D" "$step" $((np > 0 ? np : 1))
+}
+# compare_run NAME LABEL DIR STEP NRANKS: DIR/log.jsonl's config records key by key and its other records without
+# their timing fields; DIR's model file of step STEP and the state files of ranks 0..NRANKS-1
+compare_run() {
+    local name="$1" label="$2" D="$3" step r f
+    step=$(printf '%08d' "$4")
+    keep_log "$name" "$D"
+    compare_out "${name}_config" "$label: log.jsonl config record" config "$name.jsonl"
+    compare_out "${name}_jsonl" "$label: log.jsonl other records (no timing)" jsonl "$name.jsonl"
+    for f in "model_$step.bin" $(for ((r = 0; r < $5; r++)); do printf 'state_%s_%05d.bin ' "$step" $r; done); do
+        compare bin "$label: $f" "$OLD/$D/$f" "$NEWD/$D/$f"
+    done
+}
+CPU=train_gpt_cpu
+FP32=(--cpu-matmul fp32 --comm-stats 1)  # the fp32 reference path on any CPU (REVs from 78d3459 on know the flag)
+FAST=(-j '' -g 0 -u 2 -l 1e-3 -x 2)      # no validation or sampling, 2 warm-up steps, 2 steps (dev/test/lib_cli.sh)
+
 # ---------------------------------------------------------------- 1. default CPU run
 echo "== 1. default CPU run: ./train_gpt_cpu -o DIR --exit-after-steps 50 (d4, OMP_NUM_THREADS=$THREADS)"
 if built_both train_gpt_cpu; then
     both default 1200 env OMP_NUM_THREADS="$THREADS" ./train_gpt_cpu -o cmp_out/default --exit-after-steps 50
     compare_out default_steps "default: step lines 1-50 (loss, norm, lr), exit status" steps default.log 50
     compare_out default_val "default: val lines" val default.log
-    keep_log default cmp_out/default
-    compare_out default_jsonl "default: log.jsonl without timing fields" jsonl default.jsonl
-    f=model_00000050.bin
-    compare bin "default: $f" "$OLD/cmp_out/default/$f" "$NEWD/cmp_out/default/$f"
-    f=state_00000050_00000.bin
-    compare bin "default: $f" "$OLD/cmp_out/default/$f" "$NEWD/cmp_out/default/$f"
+    compare_run default default cmp_out/default 50 1
 else
     row "default CPU run" skipped "$(not_built train_gpt_cpu)"
 fi
 
-# ---------------------------------------------------------------- 2. three processes, ZeRO-0/1/2
-echo "== 2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 --comm-stats 1 --cpu-matmul fp32 -z 0/1/2 (2 micro-steps)"
-for z in 0 1 2; do
-    if [ $MPI_OK = 0 ] || ! built_both train_gpt_cpu; then
-        row "np3 ZeRO-$z" skipped "${MPI_WHY:-$(not_built train_gpt_cpu)}"
-        continue
-    fi
-    D="cmp_out/np3_z$z"
-    both "np3_z$z" 600 "${MPI[@]}" -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z $z -o "$D" --comm-stats 1 --cpu-matmul fp32
-    compare_out "np3_z${z}_steps" "np3 ZeRO-$z: step lines (loss, norm, lr), exit status" steps "np3_z$z.log"
-    compare_out "np3_z${z}_comm" "np3 ZeRO-$z: comm-stats bytes (every rank)" comm "np3_z$z.log"
-    keep_log "np3_z$z" "$D"
-    compare_out "np3_z${z}_jsonl" "np3 ZeRO-$z: log.jsonl without timing fields" jsonl "np3_z$z.jsonl"
-    for f in model_00000006.bin state_00000006_0000{0,1,2}.bin; do
-        compare bin "np3 ZeRO-$z: $f" "$OLD/$D/$f" "$NEWD/$D/$f"
-    done
+# ---------------------------------------------------------------- 2. three processes, ZeRO-0/1/2/3
+echo "== 2. mpirun -np 3 ./train_gpt_cpu -e d2 -b 4 -t 32 -d 768 -x 6 -z 0/1/2/3 (2 micro-steps)"
+for z in 0 1 2 3; do
+    train_case "np3_z$z" "np3 ZeRO-$z" $CPU 3 6 -e d2 -b 4 -t 32 -d 768 -x 6 -z $z "${FP32[@]}"
 done
 
-# ---------------------------------------------------------------- 3. emulated NCCL, BF16
-echo "== 3. mpirun -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -d 256 -x 2 -z 1 (CUDA emulator, NCCL over MPI)"
-if [ $MPI_OK = 0 ]; then
-    row "emulated NCCL BF16 run" skipped "$MPI_WHY"
-elif ! built_both train_gpt_emu_mpi_bf16; then
-    row "emulated NCCL BF16 run" skipped "$(not_built train_gpt_emu_mpi_bf16)"
-else
-    D=cmp_out/emu_bf16
-    both emu_bf16 900 "${MPI[@]}" -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 -z 1 -d 256 \
-        -o "$D" --comm-stats 1
-    compare_out emu_steps "emu BF16 np2 ZeRO-1: step lines, exit status" steps emu_bf16.log
-    compare_out emu_comm "emu BF16 np2 ZeRO-1: comm-stats bytes (every rank)" comm emu_bf16.log
-    keep_log emu_bf16 "$D"
-    compare_out emu_jsonl "emu BF16 np2 ZeRO-1: log.jsonl without timing fields" jsonl emu_bf16.jsonl
-    for f in model_00000002.bin state_00000002_0000{0,1}.bin; do
-        compare bin "emu BF16 np2 ZeRO-1: $f" "$OLD/$D/$f" "$NEWD/$D/$f"
-    done
-fi
+# ---------------------------------------------------------------- 3. tensor parallelism
+echo "== 3. mpirun -np 2 ./train_gpt_cpu --tp 2 [--sequence-parallel 1] -e d2 -b 4 -t 32 -d 256 -x 2 (2 micro-steps)"
+train_case tp2 "tp2" $CPU 2 2 -e d2 -b 4 -t 32 -d 256 "${FAST[@]}" --tp 2 "${FP32[@]}"
+train_case tp2_sp "tp2 SP" $CPU 2 2 -e d2 -b 4 -t 32 -d 256 "${FAST[@]}" --tp 2 --sequence-parallel 1 "${FP32[@]}"
 
-# ---------------------------------------------------------------- 4. model tests
-echo "== 4. ./test_gpt_cpu and ./test_gpt_emu_bf16 (output with temporary paths masked, exit status)"
+# ---------------------------------------------------------------- 4. pipeline parallelism
+echo "== 4. mpirun -np 2 ./train_gpt_cpu --pp 2 --pp-schedule gpipe/1f1b/interleaved (v 2) -e d8 -b 2 -t 16 -d 128 -x 2 (4 micro-batches, validation)"
+PP=(-e d8 -b 2 -t 16 -d 128 -j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 2 -v 2 -g 0 -u 2 -l 1e-3 -x 2)
+for sched in gpipe 1f1b interleaved; do
+    v=1; [ $sched = interleaved ] && v=2
+    train_case "pp2_$sched" "pp2 $sched$([ $v = 2 ] && echo " v2")" $CPU 2 2 "${PP[@]}" --pp 2 --pp-schedule $sched \
+        --pp-virtual $v "${FP32[@]}"
+done
+
+# ---------------------------------------------------------------- 5. tp x pp x dp
+echo "== 5. mpirun -np 8 ./train_gpt_cpu --tp 2 --pp 2 -z 1 -e d8 -b 2 -t 16 -d 256 -x 2 (tp 2 x pp 2 x dp 2, ZeRO-1)"
+train_case tp2pp2dp2 "tp2 x pp2 x dp2 ZeRO-1" $CPU 8 2 -e d8 -b 2 -t 16 -d 256 "${FAST[@]}" --tp 2 --pp 2 -z 1 "${FP32[@]}"
+
+# ---------------------------------------------------------------- 6. mixture of experts, expert parallelism
+echo "== 6. mpirun -np 2 ./train_gpt_cpu --ep 2 -e d2 --moe-experts 4 --moe-top-k 2 -b 1 -t 16 -x 2 (dev/test/cli_moe_ep.sh's model)"
+train_case moe_ep2 "MoE ep2" $CPU 2 2 -e d2 -b 1 -t 16 "${FAST[@]}" -v 0 --moe-experts 4 --moe-top-k 2 \
+    --moe-capacity-factor 1.0 --moe-z-coef 0.001 --ep 2 "${FP32[@]}"
+
+# ---------------------------------------------------------------- 7. optimizer offload
+echo "== 7. --offload-optimizer cpu (1 process) and nvme:DIR (mpirun -np 2, ZeRO-2, 2 micro-steps) -e L1:C32:NH2 -b 2 -t 16 -x 2"
+mkdir -p "$OLD/cmp_out/nvme" "$NEWD/cmp_out/nvme"
+OFF=(-e L1:C32:NH2 -b 2 -t 16 "${FAST[@]}")  # dev/test/cli_offload.sh's model: 1.66M parameters, 2 offload chunks
+train_case offload_cpu "offload cpu" $CPU 0 2 "${OFF[@]}" --offload-optimizer cpu --cpu-matmul fp32
+train_case offload_nvme "offload nvme np2 ZeRO-2" $CPU 2 2 "${OFF[@]}" -d 128 -z 2 --offload-optimizer nvme:cmp_out/nvme \
+    "${FP32[@]}"
+
+# ---------------------------------------------------------------- 8. emulated NCCL, BF16
+echo "== 8. mpirun -np 2 ./train_gpt_emu_mpi_bf16 -e d2 -b 4 -t 32 -d 256 -x 2 -z 1 (CUDA emulator, NCCL over MPI)"
+train_case emu_bf16 "emu BF16 np2 ZeRO-1" train_gpt_emu_mpi_bf16 2 2 -e d2 -b 4 -t 32 -d 256 "${FAST[@]}" -z 1 --comm-stats 1
+
+# ---------------------------------------------------------------- 9. model tests
+echo "== 9. ./test_gpt_cpu and ./test_gpt_emu_bf16 (output with temporary paths masked, exit status)"
 for t in test_gpt_cpu test_gpt_emu_bf16; do
     if built_both $t; then
         both $t 900 env OMP_NUM_THREADS="$THREADS" ./$t
@@ -516,7 +689,10 @@ for t in test_gpt_cpu test_gpt_emu_bf16; do
 done
 
 say "done"
-echo "$N_SAME identical, $N_DIFF different$([ $N_SKIP -gt 0 ] && echo ", $N_SKIP skipped")"
+for i in "${!EXP_RE[@]}"; do
+    [ "${EXP_USED[$i]}" = 1 ] || say "note: $EXPECT line ${EXP_LINE[$i]} ('${EXP_RE[$i]}') named no DIFFERENT row"
+done
+echo "$N_SAME identical, $N_DIFF different$([ -n "$EXPECT" ] || [ $N_EXP -gt 0 ] && echo ", $N_EXP expected-different")$([ $N_SKIP -gt 0 ] && echo ", $N_SKIP skipped")"
 if [ $N_DIFF -gt 0 ]; then exit 1; fi
 if [ $N_SKIP -gt 0 ]; then exit 3; fi
 exit 0
