@@ -73,7 +73,7 @@ static void step_counters_begin(TrainSession* s) {
     s->tp_comm.seconds = 0.0;
     s->pcie_h2d0 = s->zero.params.pcie_h2d;
     s->pcie_d2h0 = s->zero.params.pcie_d2h;
-    moe_ep_comm_reset(&s->ep_comm);                              /* --ep: this step's all-to-all counters */
+    if (s->ep_comm.active) { moe_ep_comm_reset(&s->ep_comm); }   /* --ep: this step's all-to-all counters */
 }
 
 /* after the update: the step's compression bytes, the pipeline's measured bubble (a pp all-reduce, on timed steps)
