@@ -491,6 +491,35 @@ static inline void offload_stream_end_bucket(Offload* o) {
     o->issued++;
 }
 
+/* chunk k0..k0+cnt of the downloaded gradients as fp32: the host buffer itself (fp32 builds) or its BF16 values
+ * widened into o->gfp32 */
+static inline const float* offload_chunk_grad(Offload* o, size_t k0, size_t cnt) {
+#if FLOATX_IS_FLOAT
+    (void)cnt;
+    return (const float*)((const char*)o->hgrad + k0 * sizeof(floatX));
+#else
+    const uint16_t* gb = (const uint16_t*)((const char*)o->hgrad + k0 * sizeof(floatX));
+    #pragma omp parallel for schedule(static)
+    for (long q = 0; q < (long)cnt; q++) { o->gfp32[q] = bf16_bits_to_float(gb[q]); }
+    return o->gfp32;
+#endif
+}
+
+/* the updated fp32 parameters w of elements a..a+cnt as floatX into dst: a copy (fp32 builds; none when dst is w)
+ * or BF16 with stochastic rounding seeded by (seed, step, element index), as the device's AdamW kernel rounds */
+static inline void offload_chunk_params(floatX* dst, const float* w, size_t a, size_t cnt, const AdamWStep* s) {
+#if FLOATX_IS_FLOAT
+    (void)a; (void)s;
+    if ((const void*)dst != (const void*)w) { memcpy(dst, w, cnt * 4); } /* the same memory: the shard is w */
+#else
+    uint16_t* pb16 = (uint16_t*)dst;
+    #pragma omp parallel for schedule(static)
+    for (long q = 0; q < (long)cnt; q++) {
+        pb16[q] = offload_round_bf16(w[q], random_u32_counter(s->seed, (uint32_t)s->t, (uint64_t)(a + (size_t)q)));
+    }
+#endif
+}
+
 /* One optimizer step of the offloaded state: AdamW over the real owned range [lo, hi) (first == lo, hi <= first + n)
  * with grad = the reduced gradients of element lo onward (device floatX, hi - lo values), writing the updated
  * parameters into params_first (the parameter of element `first` onward: device memory, uploaded from the staging
@@ -543,30 +572,11 @@ static inline void offload_update(Offload* o, const GPT2* model, size_t lo, size
         } else {
             w = o->w + k0; m = o->m + k0; v = o->v + k0;
         }
-        const float* g = (const float*)((const char*)o->hgrad + k0 * pb);
-#if !FLOATX_IS_FLOAT
-        {
-            const uint16_t* gb = (const uint16_t*)((const char*)o->hgrad + k0 * pb);
-            #pragma omp parallel for schedule(static)
-            for (long q = 0; q < (long)cnt; q++) { o->gfp32[q] = bf16_bits_to_float(gb[q]); }
-            g = o->gfp32;
-        }
-#endif
-        offload_adamw_chunk(model, a, cnt, w, g, m, v, s, bc1, bc2);
+        offload_adamw_chunk(model, a, cnt, w, offload_chunk_grad(o, k0, cnt), m, v, s, bc1, bc2);
         /* the parameters in floatX: into the staging chunk for the upload, or (params_host) in place */
         floatX* dst = o->params_host ? params_first + (a - o->first) : (floatX*)o->pstage[b];
         if (!o->params_host) { dev_event_synchronize(o->ev_h2d[b]); } /* the upload of chunk j - 2 from it is done */
-#if FLOATX_IS_FLOAT
-        if ((void*)dst != (void*)w) { memcpy(dst, w, cnt * 4); } /* the same memory: the shard is w */
-#else
-        {
-            uint16_t* pb16 = (uint16_t*)dst;
-            #pragma omp parallel for schedule(static)
-            for (long q = 0; q < (long)cnt; q++) {
-                pb16[q] = offload_round_bf16(w[q], random_u32_counter(s->seed, (uint32_t)s->t, (uint64_t)(a + (size_t)q)));
-            }
-        }
-#endif
+        offload_chunk_params(dst, w, a, cnt, s);
         if (!o->params_host) {
             dev_memcpy_h2d_on(params_first + (a - o->first), o->pstage[b], cnt * pb, o->s_h2d);
             dev_event_record_on(o->ev_h2d[b], o->s_h2d);
