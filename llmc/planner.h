@@ -186,6 +186,55 @@ typedef struct {
     const char* limit;
 } PlanResult;
 
+/* plan_evaluate's data-parallel share of the step (time t_dp, bytes b_dp, dp_net), from the memory rows already in
+ * r->mem and one micro-batch's compute time t_micro (backward 2/3 of it, forward 1/3: what ZeRO-3's gathers and
+ * ZeRO-2's reduce-scatters hide behind) */
+static inline void plan_evaluate_dp(PlanResult* r, const PlanCluster* cl, double t_micro) {
+    const LedgerLayout* l = &r->lay;
+    const Layout* ly = &l->layout;
+    int gpn = cl->gpus_per_node;
+    double pb = l->pb;
+    r->dp_net = ly->tp * ly->dp > gpn;
+    double dbw = r->dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r->dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
+    double t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
+    int ep = ledger_ep(l), edp = ly->dp / ep;
+    double Sd = (double)(r->mem.S - r->mem.S_exp), Pd = (double)(r->mem.P - r->mem.P_exp); /* dense group (all: ep 1) */
+    double t_dense, b_dense, t_exp = 0.0, b_exp = 0.0;
+    /* with ep > 1 each group's buffer is unpadded (llmc/zero_experts.h): its all-gather covers the real values */
+    int zero = ly->zero, m = ly->m, dp = ly->dp;
+    plan_dp_group(zero, m, dp, (ep > 1 ? Pd : Sd * dp) * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense, &b_dense);
+    if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
+        double Pe = (double)r->mem.P_exp * pb;
+        plan_dp_group(zero, m, edp, Pe, Pe, dbw, dlat, t_fwd, t_bwd, &t_exp, &b_exp);
+    }
+    r->t_dp = t_dense + t_exp;
+    r->b_dp = dp > 1 ? b_dense + b_exp + 2.0 * ((dp - 1.0) / dp) * 8.0 * (zero >= 1 ? dp + 2 : 1) : 0.0;
+    if (ep > 1) { /* the experts' step statistics over expert-dp, and their squared norm (2 fp64) summed over ep */
+        r->b_dp += (edp > 1 ? 2.0 * ((edp - 1.0) / edp) * 8.0 * (zero >= 1 ? edp + 2 : 1) : 0.0) +
+                  2.0 * ((ep - 1.0) / ep) * 8.0 * 2.0;
+    }
+}
+
+/* plan_evaluate's expert-parallel all-to-all (t_ep, b_ep, ep_net; zero without ep) */
+static inline void plan_evaluate_ep(PlanResult* r, const PlanCluster* cl) {
+    const LedgerLayout* l = &r->lay;
+    const Layout* ly = &l->layout;
+    const GPT2Config* c = &l->cfg;
+    int gpn = cl->gpus_per_node, ep = ledger_ep(l);
+    double pb = l->pb;
+    /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
+     * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
+     * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
+    if (ep > 1) {
+        r->ep_net = ly->tp * ep > gpn;
+        double ebw = r->ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r->ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
+        double rows = (double)ly->B * ly->T * c->moe.top_k * c->channels * pb;
+        double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
+        r->t_ep = 4.0 * Lm * ly->m * plan_all_to_all(rows, ep, ebw, elat);
+        r->b_ep = 4.0 * Lm * ly->m * (ep - 1.0) / ep * rows;
+    }
+}
+
 /* predicts one layout (lay.flash is set); see the header comment for every term */
 static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluster* cl) {
     PlanResult r;
@@ -193,70 +242,42 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     r.lay = *lay;
     r.lay.flash = 1;
     const LedgerLayout* l = &r.lay;
+    const Layout* ly = &l->layout;
     const GPT2Config* c = &l->cfg;
     r.mem = ledger_worst(l);
     r.mem_bytes = (double)ledger_total(&r.mem);
     r.mem_avail = cl->dev.mem_gb * 1e9 * (1.0 - cl->mem_reserve);
     r.fits = r.mem_bytes <= r.mem_avail;
-    int G = l->layout.tp * l->layout.pp * l->layout.dp, gpn = cl->gpus_per_node;
-    r.tokens = (double)l->layout.B * l->layout.T * l->layout.m * l->layout.dp;
+    int G = ly->tp * ly->pp * ly->dp, gpn = cl->gpus_per_node;
+    r.tokens = (double)ly->B * ly->T * ly->m * ly->dp;
     r.active_params = (double)gpt2_active_parameters(c, ledger_model_parameters(c)); /* MoE: 6 N_active */
-    r.model_flops = gpt_flops_per_token((size_t)r.active_params, c->num_layers, c->channels, l->layout.T) * r.tokens;
-    r.exec_flops = r.model_flops * (l->layout.recompute == 3 ? 4.0 / 3.0 : 1.0);
+    r.model_flops = gpt_flops_per_token((size_t)r.active_params, c->num_layers, c->channels, ly->T) * r.tokens;
+    r.exec_flops = r.model_flops * (ly->recompute == 3 ? 4.0 / 3.0 : 1.0);
     double rate = cl->peak_tflops * 1e12 * cl->gemm_eff;
-    double t_micro = r.exec_flops / G / rate / l->layout.m;  /* one micro-batch on one GPU */
-    r.t_compute = t_micro * l->layout.m;
-    double pb = l->pb, btc = (double)l->layout.B * l->layout.T * c->channels * pb;
+    double t_micro = r.exec_flops / G / rate / ly->m;  /* one micro-batch on one GPU */
+    r.t_compute = t_micro * ly->m;
+    double pb = l->pb, btc = (double)ly->B * ly->T * c->channels * pb;
     /* tp */
-    r.tp_net = l->layout.tp > gpn;
+    r.tp_net = ly->tp > gpn;
     double bw = r.tp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, lat = r.tp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    int per_layer = l->layout.recompute == 3 ? 6 : 4;
-    double layers = (double)c->num_layers / l->layout.pp;
-    double tp_micro = per_layer * layers * plan_allreduce(btc, l->layout.tp, bw, lat);
-    r.t_tp = tp_micro * l->layout.m;
-    r.b_tp = l->layout.tp > 1 ? per_layer * layers * l->layout.m * 2.0 * (l->layout.tp - 1) / l->layout.tp * btc : 0.0;
+    int per_layer = ly->recompute == 3 ? 6 : 4;
+    double layers = (double)c->num_layers / ly->pp;
+    double tp_micro = per_layer * layers * plan_allreduce(btc, ly->tp, bw, lat);
+    r.t_tp = tp_micro * ly->m;
+    r.b_tp = ly->tp > 1 ? per_layer * layers * ly->m * 2.0 * (ly->tp - 1) / ly->tp * btc : 0.0;
     /* pp */
-    r.pp_net = l->layout.pp > 1 && G > gpn;
+    r.pp_net = ly->pp > 1 && G > gpn;
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double boundary = btc / (l->layout.sp && l->layout.tp > 1 ? l->layout.tp : 1); /* sequence parallel: each tp rank its rows */
+    double boundary = btc / (ly->sp && ly->tp > 1 ? ly->tp : 1); /* sequence parallel: each tp rank its rows */
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
-    r.t_pp = l->layout.pp > 1 ? 2.0 * (l->layout.pp - 1) * l->layout.v * t_p2p : 0.0;
-    r.b_pp = l->layout.pp > 1 ? (2.0 * l->layout.v - 2.0 / l->layout.pp) * l->layout.m * boundary : 0.0; /* mean: the ends send one way */
-    r.bubble = l->layout.pp > 1 ? pipe_bubble_theory(l->layout.schedule, l->layout.pp, l->layout.m, l->layout.v) : 0.0;
-    /* dp */
-    r.dp_net = l->layout.tp * l->layout.dp > gpn;
-    double dbw = r.dp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, dlat = r.dp_net ? cl->net_lat_us : cl->nvlink_lat_us;
-    double t_bwd = t_micro * 2.0 / 3.0, t_fwd = t_micro / 3.0;
-    int ep = ledger_ep(l), edp = l->layout.dp / ep;
-    double Sd = (double)(r.mem.S - r.mem.S_exp), Pd = (double)(r.mem.P - r.mem.P_exp); /* dense group (all: ep 1) */
-    double t_dense, b_dense, t_exp = 0.0, b_exp = 0.0;
-    /* with ep > 1 each group's buffer is unpadded (llmc/zero_experts.h): its all-gather covers the real values */
-    plan_dp_group(l->layout.zero, l->layout.m, l->layout.dp, (ep > 1 ? Pd : Sd * l->layout.dp) * pb, Pd * pb, dbw, dlat, t_fwd, t_bwd, &t_dense,
-                  &b_dense);
-    if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
-        plan_dp_group(l->layout.zero, l->layout.m, edp, (double)r.mem.P_exp * pb, (double)r.mem.P_exp * pb, dbw, dlat, t_fwd,
-                      t_bwd, &t_exp, &b_exp);
-    }
-    r.t_dp = t_dense + t_exp;
-    r.b_dp = l->layout.dp > 1 ? b_dense + b_exp + 2.0 * ((l->layout.dp - 1.0) / l->layout.dp) * 8.0 * (l->layout.zero >= 1 ? l->layout.dp + 2 : 1) : 0.0;
-    if (ep > 1) { /* the experts' step statistics over expert-dp, and their squared norm (2 fp64) summed over ep */
-        r.b_dp += (edp > 1 ? 2.0 * ((edp - 1.0) / edp) * 8.0 * (l->layout.zero >= 1 ? edp + 2 : 1) : 0.0) +
-                  2.0 * ((ep - 1.0) / ep) * 8.0 * 2.0;
-    }
-    /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
-     * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
-     * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
-    if (ep > 1) {
-        r.ep_net = l->layout.tp * ep > gpn;
-        double ebw = r.ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r.ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
-        double rows = (double)l->layout.B * l->layout.T * c->moe.top_k * c->channels * pb;
-        double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
-        r.t_ep = 4.0 * Lm * l->layout.m * plan_all_to_all(rows, ep, ebw, elat);
-        r.b_ep = 4.0 * Lm * l->layout.m * (ep - 1.0) / ep * rows;
-    }
+    r.t_pp = ly->pp > 1 ? 2.0 * (ly->pp - 1) * ly->v * t_p2p : 0.0;
+    r.b_pp = ly->pp > 1 ? (2.0 * ly->v - 2.0 / ly->pp) * ly->m * boundary : 0.0; /* mean: the ends send one way */
+    r.bubble = ly->pp > 1 ? pipe_bubble_theory(ly->schedule, ly->pp, ly->m, ly->v) : 0.0;
+    plan_evaluate_dp(&r, cl, t_micro);
+    plan_evaluate_ep(&r, cl);
     /* optimizer: the owned range at HBM bandwidth */
-    double range = l->layout.zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
-    r.t_opt = l->layout.offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
+    double range = ly->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
+    r.t_opt = ly->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
     double pipe = (r.t_compute + r.t_tp) / (1.0 - r.bubble);
     r.t_step = pipe + r.t_pp + r.t_dp + r.t_ep + r.t_opt;
     r.tok_s = r.tokens / r.t_step;
@@ -280,6 +301,7 @@ static inline const char* plan_theory_note(const LedgerLayout* l) {
 /* prints the full table of one layout */
 static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     const LedgerLayout* l = &r->lay;
+    const Layout* ly = &l->layout;
     const LedgerRank* m = &r->mem;
     double GB = 1e9;
     printf("plan: %d x %s (%d per node; %.0f GB, %.0f TFLOP/s dense, gemm efficiency %.2f, NVLink %.0f GB/s, %s %.0f "
@@ -287,19 +309,21 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            cl->gemm_eff, cl->dev.nvlink_gbs, cl->dev.net_name, cl->dev.net_gbs);
     printf("plan: model L=%d C=%d NH=%d V=%d: %zu parameters; B=%d T=%d m=%d micro-batches, %.0f tokens per step\n",
            l->cfg.num_layers, l->cfg.channels, l->cfg.num_heads, l->cfg.vocab_size, ledger_model_parameters(&l->cfg),
-           l->layout.B, l->layout.T, l->layout.m, r->tokens);
+           ly->B, ly->T, ly->m, r->tokens);
     char every[48] = "";
-    if (l->layout.recompute == 3) { snprintf(every, sizeof(every), " (checkpoints every %d layers)", l->layout.recompute_every > 1 ? l->layout.recompute_every : 1); }
-    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", l->layout.tp, l->layout.sp ? " (sp)" : "",
-           l->layout.pp, pipe_schedule_name(l->layout.schedule), l->layout.v, l->layout.dp, l->layout.zero, l->layout.recompute, every,
-           l->layout.offload ? ", optimizer offload" : "", plan_theory_note(l));
+    if (ly->recompute == 3) {
+        snprintf(every, sizeof(every), " (checkpoints every %d layers)", ly->recompute_every > 1 ? ly->recompute_every : 1);
+    }
+    printf("plan: layout tp %d%s x pp %d (%s, v %d) x dp %d, ZeRO-%d, recompute %d%s%s%s\n", ly->tp, ly->sp ? " (sp)" : "",
+           ly->pp, pipe_schedule_name(ly->schedule), ly->v, ly->dp, ly->zero, ly->recompute, every,
+           ly->offload ? ", optimizer offload" : "", plan_theory_note(l));
     if (l->cfg.moe.experts > 0) { /* mixture of experts: FLOPs from the active parameters, memory from all of them */
         const MoEConfig* e = &l->cfg.moe;
         printf("plan experts: E=%d top-%d every %d blocks (%d MoE blocks), hidden %d; %.0f active of %zu parameters "
                "(FLOPs 6 N_active + 6LCT); ep %d: %d experts per GPU, expert shard over %d ranks; all-to-all %.3f GB "
                "per step per GPU over %s (exposed %.3f s; 4 per MoE block and micro-batch), buffers %.3f GB%s\n",
                e->experts, e->top_k, e->every, moe_num_layers(e, l->cfg.num_layers), e->hidden, r->active_params,
-               ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), l->layout.dp / ledger_ep(l),
+               ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), ly->dp / ledger_ep(l),
                r->b_ep / GB, r->ep_net ? "network" : "NVLink", r->t_ep, m->a2a / GB,
                ledger_ep(l) > 1 ? " [ep: planner only, the trainer replicates the experts]" : "");
     }
@@ -307,41 +331,41 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,
            m->params / GB, m->grads / GB, m->master / GB, m->moments / GB, m->acts / GB, m->slots, m->slots > 1 ? "s" : "",
            m->acts_slot / GB, m->buffers / GB, r->mem_bytes / GB, r->mem_avail / GB, r->fits ? "fits" : "DOES NOT FIT");
-    for (int st = 0; st < l->layout.pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
+    for (int st = 0; st < ly->pp; st++) { /* exact bytes per stage (the trainer's 'memory ledger' lines) */
         LedgerRank q = ledger_rank(l, st);
         printf("plan stage %d bytes per GPU: parameters %zu | gradients %zu | master %zu | AdamW m+v %zu | activations "
                "%zu\n", st, q.params, q.grads, q.master, q.moments, q.acts);
     }
     { /* activations of this layout's fullest stage with every recompute level, with/without sp */
         printf("plan activations (GB per GPU, stage %d):", m->stage);
-        for (int sp = 0; sp <= (l->layout.tp > 1); sp++) {
+        for (int sp = 0; sp <= (ly->tp > 1); sp++) {
             for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (layout_check) */
                 LedgerLayout v = *l;
                 v.layout.recompute = rc; v.layout.sp = sp;
                 printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
             }
         }
-        printf(" (r3: checkpoints every %d layer%s)\n", l->layout.recompute_every > 1 ? l->layout.recompute_every : 1,
-               l->layout.recompute_every > 1 ? "s" : "");
+        printf(" (r3: checkpoints every %d layer%s)\n", ly->recompute_every > 1 ? ly->recompute_every : 1,
+               ly->recompute_every > 1 ? "s" : "");
     }
-    if (l->layout.offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
-        size_t d2h, h2d, range = l->layout.zero >= 1 ? m->S : m->P;
+    if (ly->offload) { /* --offload-optimizer (llmc/offload.h): what leaves the device, and the PCIe bytes per step */
+        size_t d2h, h2d, range = ly->zero >= 1 ? m->S : m->P;
         ledger_offload_step_bytes(range, (size_t)l->pb, &d2h, &h2d);
-        if (l->layout.offload_params) { h2d = 0; } /* the update writes the host shard; the gathers carry it up (below) */
+        if (ly->offload_params) { h2d = 0; } /* the update writes the host shard; the gathers carry it up (below) */
         printf("plan offload (%s): optimizer state %.3f GB off the device per GPU (host memory %.3f GB, NVMe %.3f GB, "
                "host buffers %.3f GB); PCIe per step %.3f GB down (gradients) + %.3f GB up (parameters)\n",
-               l->layout.offload == OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
+               ly->offload == OFFLOAD_NVME ? "nvme" : "cpu", 12.0 * range / GB, m->host / GB, m->nvme / GB,
                m->host_buffers / GB, d2h / GB, h2d / GB);
     }
-    if (l->layout.offload_params) { /* --offload-params cpu (llmc/zero_params.h): ZeRO-3's shard in host memory */
+    if (ly->offload_params) { /* --offload-params cpu (llmc/zero_params.h): ZeRO-3's shard in host memory */
         size_t d2h, h2d;
-        ledger_offload_params_step_bytes(m->S, (size_t)l->pb, l->layout.m, l->layout.offload != 0, l->master && !l->layout.offload, &d2h, &h2d);
+        ledger_offload_params_step_bytes(m->S, (size_t)l->pb, ly->m, ly->offload != 0, l->master && !ly->offload, &d2h, &h2d);
         printf("plan parameter offload (cpu): the parameter shard %.3f GB off the device per GPU (host memory %.3f GB); "
                "PCIe per step %.3f GB down + %.3f GB up (the gathers' own parts); transfer time not modelled\n",
                (double)m->S * l->pb / GB, m->host_params / GB, d2h / GB, h2d / GB);
     }
     printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
-           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), l->layout.tp, l->layout.pp, l->layout.dp, l->layout.zero) / GB);
+           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), ly->tp, ly->pp, ly->dp, ly->zero) / GB);
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);
@@ -349,11 +373,11 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan assumptions: one GEMM efficiency for all matmuls; collectives ring or tree (the faster), latency "
            "NVLink %.0f us, network %.0f us per step; exposed: tp 100%%, dp reductions beyond one micro-batch's "
            "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
-           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, l->layout.schedule == PIPE_INTERLEAVED ? "v" : "",
+           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, ly->schedule == PIPE_INTERLEAVED ? "v" : "",
            100.0 * cl->mem_reserve);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
-           100.0 * r->mfu, r->model_flops / r->t_step / (l->layout.tp * l->layout.pp * l->layout.dp) / 1e12, r->limit);
+           100.0 * r->mfu, r->model_flops / r->t_step / (ly->tp * ly->pp * ly->dp) / 1e12, r->limit);
 }
 
 static inline int plan_cmp(const void* a, const void* b) {
@@ -368,9 +392,9 @@ static inline int plan_cmp(const void* a, const void* b) {
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
  * and 3 (base's recompute_every), the 1f1b schedule and interleaved with v 2, sequence parallel with tp > 1, and for
  * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
- * invalid ones are skipped, theory-only ones (ZeRO-3 with tp or pp, ZeRO-2 with pp) kept with theory = 1. Returns the count in *n of a malloc'd
- * array sorted best first (fitting layouts first, then by tokens/s, then by less memory), one per (tp, pp, ep) (its
- * best ZeRO stage and recompute). tokens: tokens per step. */
+ * invalid ones are skipped, theory-only ones (ZeRO-3 with tp or pp, ZeRO-2 with pp) kept with theory = 1. Returns
+ * the count in *n of a malloc'd array sorted best first (fitting layouts first, then by tokens/s, then by less
+ * memory), one per (tp, pp, ep) (its best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,
                                       int* n) {
     int cap = 64, cnt = 0;
@@ -390,9 +414,10 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
                     int rc = k % 4, inter = k / 4;
                     if (rc == 1 || (inter && pp < 2)) { continue; }
                     LedgerLayout l = *base;
-                    l.layout.tp = tp; l.layout.sp = tp > 1; l.layout.pp = pp; l.layout.v = inter ? 2 : 1; l.layout.schedule = inter ? PIPE_INTERLEAVED : PIPE_1F1B;
-                    memset(l.layout.stage_layers, 0, sizeof(l.layout.stage_layers)); l.layout.dp = dp; l.layout.zero = z; l.layout.recompute = rc; l.layout.m = m; l.layout.offload = 0; l.layout.ep = ep;
-                    l.layout.offload_params = 0;
+                    Layout* ly = &l.layout;
+                    ly->tp = tp; ly->sp = tp > 1; ly->pp = pp; ly->dp = dp; ly->ep = ep; ly->zero = z; ly->recompute = rc;
+                    ly->v = inter ? 2 : 1; ly->schedule = inter ? PIPE_INTERLEAVED : PIPE_1F1B; ly->m = m;
+                    memset(ly->stage_layers, 0, sizeof(ly->stage_layers)); ly->offload = 0; ly->offload_params = 0;
                     char err[512];
                     LayoutVerdict verdict = layout_check(&l.layout, &md, 0, err, sizeof(err));
                     if (verdict == LAYOUT_INVALID || (verdict == LAYOUT_THEORY && !theory)) { continue; }
@@ -409,7 +434,8 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
     for (int i = 0; i < cnt; i++) {
         int dup = 0;
         for (int j = 0; j < kept && !dup; j++) {
-            dup = out[j].lay.layout.tp == out[i].lay.layout.tp && out[j].lay.layout.pp == out[i].lay.layout.pp && out[j].lay.layout.ep == out[i].lay.layout.ep;
+            const Layout *a = &out[j].lay.layout, *b = &out[i].lay.layout;
+            dup = a->tp == b->tp && a->pp == b->pp && a->ep == b->ep;
         }
         if (!dup) { out[kept++] = out[i]; }
     }
@@ -423,8 +449,9 @@ static inline void plan_print_search(const PlanResult* r, int n, int top) {
     printf("rank |  tp |  pp |   dp |  ep | ZeRO | r | v |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
     for (int i = 0; i < n && i < top; i++) {
         const LedgerLayout* l = &r[i].lay;
+        const Layout* ly = &l->layout;
         printf("%4d | %3d | %3d | %4d | %3d | %4d | %d | %d | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n",
-               i + 1, l->layout.tp, l->layout.pp, l->layout.dp, ledger_ep(l), l->layout.zero, l->layout.recompute, l->layout.v, l->layout.m, r[i].mem_bytes / 1e9,
+               i + 1, ly->tp, ly->pp, ly->dp, ledger_ep(l), ly->zero, ly->recompute, ly->v, ly->m, r[i].mem_bytes / 1e9,
                r[i].t_step, r[i].tok_s, 100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
     }
 }
