@@ -209,8 +209,7 @@ static inline void args_buf_append_value_json(char** buf, size_t* len, size_t* c
         snprintf(value, sizeof(value), "%d", *(const int*)s->dest);
         args_buf_append(buf, len, cap, value, strlen(value));
     } else if (s->type == ARG_FLOAT) {
-        float v = *(const float*)s->dest;
-        if (isfinite(v)) { snprintf(value, sizeof(value), "%.9g", (double)v); } else { snprintf(value, sizeof(value), "null"); }
+        json_number(value, sizeof(value), (double)*(const float*)s->dest); /* llmc/utils.h: null if not finite */
         args_buf_append(buf, len, cap, value, strlen(value));
     } else {
         const char* v = *(char* const*)s->dest;

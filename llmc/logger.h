@@ -72,12 +72,8 @@ static inline void logger_write_json_string(FILE* f, const char* text, size_t n)
     fputc('"', f);
 }
 
-/* formats a float as a JSON number into buf ("null" for NaN/inf); returns buf */
-static inline const char* logger_json_number(char* buf, size_t cap, double v) {
-    if (isnan(v) || isinf(v)) { snprintf(buf, cap, "null"); }
-    else { snprintf(buf, cap, "%.9g", v); }
-    return buf;
-}
+/* formats a float as a JSON number into buf ("null" for NaN/inf; json_number, llmc/utils.h); returns buf */
+static inline const char* logger_json_number(char* buf, size_t cap, double v) { return json_number(buf, cap, v); }
 
 /* Renames a non-empty `path` (DIR/log.jsonl) to the first free DIR/log.N.jsonl and says so in one line; no-op
  * for a missing or empty file. Rename failure -> FATAL naming both paths. */

@@ -13,7 +13,8 @@
  * file-size limit) removes the temp file, leaves <path> untouched and exits.
  * Writers never leave a half-written file under the real name.
  *
- * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer),
+ * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer), json_number
+ * (every JSON number: null when not finite),
  * fwrite_terminal_safe (control characters escaped before they reach a terminal) and absolute_path (paths in
  * messages made absolute).
  *
@@ -24,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +56,15 @@ static inline int utf8_valid_len(const unsigned char* s, size_t n) {
     if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
     if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
     return len;
+}
+
+/* a double as a JSON number into buf (RFC 8259 has no spelling for NaN or infinity: those are written as null; %.9g
+ * otherwise, enough digits to give a float back exactly); returns buf. Every number the log holds goes through it
+ * (logger_json_number, llmc/logger.h), nested ones included. */
+static inline const char* json_number(char* buf, size_t cap, double v) {
+    if (!isfinite(v)) { snprintf(buf, cap, "null"); }
+    else { snprintf(buf, cap, "%.9g", v); }
+    return buf;
 }
 
 /* Writes n bytes of text to a terminal stream f so that no byte can act on the terminal: newline and tab pass,
