@@ -48,9 +48,10 @@
  * open FILE positioned after the header; exits with a clear message on any mismatch. */
 static inline FILE* checkpoint_open_checked(const char* path, int header[FILE_HEADER_INTS], int magic, int version_a,
                                             int version_b, const char* what, const char* regen) {
-    FILE* f = fopen(path, "rb");
+    char why[128];
+    FILE* f = fopen_regular(path, "rb", why, sizeof(why)); /* a FIFO or device is refused, never waited on */
     if (f == NULL) {
-        FATAL("cannot open %s '%s': %s (%s)", what, path, strerror(errno), regen);
+        FATAL("cannot open %s '%s': %s (%s)", what, path, why, regen);
     }
     size_t got = fread(header, sizeof(int), FILE_HEADER_INTS, f);
     if (got != FILE_HEADER_INTS) {
@@ -206,8 +207,9 @@ static inline void checkpoint_prune(const char* dir, int step, int keep, int wor
 static inline void checkpoint_lock_dir(const char* dir) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDWR | O_CREAT, 0644, why, sizeof(why));
+    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, why); }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         FATAL("output directory '%s' is in use by another running training process (lock '%s' is held); wait for "
               "it to finish or choose another -o", dir, path);

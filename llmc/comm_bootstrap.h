@@ -118,7 +118,8 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
     }
     time_t start = time(NULL);
     for (;;) {
-        FILE* f = fopen(path, "rb");
+        char why[128];
+        FILE* f = fopen_regular(path, "rb", why, sizeof(why)); /* a FIFO planted there is skipped, never waited on */
         struct stat st;
         if (f && (fstat(fileno(f), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0)) {
             fclose(f); /* not written by this user's rank 0 (or readable by others): never trusted */
@@ -179,11 +180,11 @@ static inline size_t comm_bootstrap_secret(unsigned char* out, size_t cap) {
         if (len > cap) { FATAL("LLMC_BOOTSTRAP_SECRET: %zu characters, at most %zu", len, cap); }
         memcpy(out, v, len);
     } else if (file && file[0]) {
-        int fd = open(file, O_RDONLY | O_NOFOLLOW);
+        char why[128];
+        int fd = open_regular(file, O_RDONLY | O_NOFOLLOW, 0, why, sizeof(why)); /* a FIFO is refused, never waited on */
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno));
-        }
+        if (fd < 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, why); }
+        if (fstat(fd, &st) != 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno)); }
         if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
             close(fd);
             FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': must be a regular file owned by you and readable by nobody else "

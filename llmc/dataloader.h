@@ -172,8 +172,9 @@ static inline void dataloader_pread(int fd, void* buf, size_t n, off_t off, cons
 static inline void dataloader_open_shard(DataLoader* dl, int i) {
     const char* path = dl->shard_paths[i];
     const char* regen = "regenerate with the data preparation script prepare.py; README, \"Data\"";
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDONLY, 0, why, sizeof(why)); /* a FIFO or device is refused, never waited on */
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, why); }
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); FATAL("cannot stat token shard '%s': %s", path, strerror(errno)); }
     size_t bytes = (size_t)st.st_size;
@@ -236,8 +237,9 @@ static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
     if (dl->cache_shard[slot] >= 0) { munmap(dl->cache_map[slot], dl->cache_bytes[slot]); dl->cache_shard[slot] = -1; }
     const char* path = dl->shard_paths[s];
     size_t bytes = DATALOADER_HEADER_BYTES + 2 * dl->shard_num_tokens[s];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDONLY, 0, why, sizeof(why));
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, why); }
     void* map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);

@@ -166,6 +166,16 @@ static int tcp_secret_file(int rank) {
     comm_bootstrap_tcp("127.0.0.1", g_port + 4, rank, 2, got, sizeof(got), 5.0);
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
 }
+/* reads the secret from LLMC_BOOTSTRAP_SECRET_FILE (set by the caller to a FIFO); SIGALRM ends a wait in open() */
+static int secret_from_file(int unused) {
+    (void)unused;
+    alarm(10);
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char secret[COMM_BOOT_SECRET_MAX];
+    comm_bootstrap_secret(secret, sizeof(secret));
+    return 0;
+}
 static int tcp_server_missing_rank(int world) {
     comm_bootstrap_tcp_serve(&g_tcp, world, g_blob, sizeof(g_blob));
     return 0;
@@ -297,6 +307,11 @@ int main(void) {
     chmod(g_secret_file, 0644);
     TEST_CHECK(exit_code(spawn(tcp_secret_file, 1, errf)) == 1 && one_error_line(errf, "readable by nobody else"),
                "tcp: a secret file others can read (mode 0644) is refused with one error line");
+    remove(g_secret_file);
+    /* a FIFO as the secret file: refused at once, never waited on in open() (the child's alarm would end a wait) */
+    mkfifo(g_secret_file, 0600);
+    TEST_CHECK(exit_code(spawn(secret_from_file, 0, errf)) == 1 && one_error_line(errf, "not a regular file but a FIFO"),
+               "a FIFO as LLMC_BOOTSTRAP_SECRET_FILE is refused at once with one error line");
     remove(g_secret_file);
     remove(errf); remove(err_wrong); remove(err_dup); remove(errd);
     rmdir(g_dir);
