@@ -11,7 +11,7 @@
  * Errors: an exchange that fails or times out prints one line "error: NCCL id exchange: ... [file:line]" naming
  * the path or HOST:PORT and what to check, and exits with status 1 (FATAL, llmc/utils.h). A TCP peer that does not
  * prove the per-run secret (HMAC-SHA256 challenge-response, OpenSSL libcrypto: link -lcrypto where
- * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can write is refused.
+ * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can enter is refused.
  * Header-only: static inline functions, no globals. Included by llmc/comm.h; usable on its own.
  */
 #ifndef LLMC_COMM_BOOTSTRAP_H
@@ -75,24 +75,49 @@ static inline const char* comm_bootstrap_run_id(void) {
 
 /* ---------------------------------------------------------------- shared filesystem */
 
+/* A tag of this launch of the job, the same on every process of one launch and different on the next (a restart,
+ * a Slurm requeue, a second srun or mpirun): FNV-1a of the per-launch variables the launchers set, of those present:
+ * $LLMC_LAUNCH_ID (for launchers of your own), Slurm's SLURM_JOB_ID, SLURM_STEP_ID and SLURM_RESTART_COUNT (a requeue
+ * keeps the job id and raises the count), PMIx's PMIX_NAMESPACE and Open MPI's OMPI_MCA_ess_base_jobid (new for every
+ * mpirun). 0 when none is set: then only the age of an id file tells an earlier launch's (see comm_bootstrap_fs). */
+static inline uint64_t comm_bootstrap_launch_tag(void) {
+    static const char* const vars[] = {"LLMC_LAUNCH_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_RESTART_COUNT",
+                                       "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", NULL};
+    uint64_t h = 14695981039346656037ULL;
+    int any = 0;
+    for (int i = 0; vars[i]; i++) {
+        const char* v = getenv(vars[i]);
+        if (!v || !v[0]) { continue; }
+        h = fnv1a64(h, vars[i], strlen(vars[i]) + 1);
+        h = fnv1a64(h, v, strlen(v) + 1);
+        any = 1;
+    }
+    return any ? (h ? h : 1) : 0;
+}
+
 /* Shared-filesystem exchange of a blob (the NCCL unique id) from rank 0 to every rank.
  * Rank 0 removes any old "DIR/llmc_nccl_id_<run_id>" and writes a new one atomically (tmp + rename) holding
- * magic, rank-0 wall time (s) and the blob. Other ranks poll for it for up to timeout_s seconds and reject a
- * file written more than stale_s seconds before they started waiting (a leftover of an earlier run with the
- * same run id). Returns once the blob is read; on timeout FATAL with the path. Rank 0 should remove the file with
- * comm_bootstrap_fs_cleanup after every rank has joined (after the first collective).
- * The id is a capability (whoever has it can join the communicator): DIR must be a directory owned by this user
- * that nobody else can write (comm_bootstrap_private_dir; FATAL otherwise), the file is created with mode 0600, and
- * readers accept only a file owned by this user that nobody else can read. */
-/* FATAL unless dir is a directory owned by the effective user without group or other write permission */
+ * magic, rank-0 wall time (s), the launch tag (comm_bootstrap_launch_tag) and the blob. Other ranks poll for it for
+ * up to timeout_s seconds and accept only a file of their own launch: the same launch tag, and written at most stale_s
+ * seconds before they started waiting (without a launch tag the age is the only guard; a leftover of an earlier
+ * launch with the same run id, e.g. a Slurm requeue, is otherwise ignored however young). Returns once the blob is
+ * read; on timeout FATAL with the path. Rank 0 should remove the file with comm_bootstrap_fs_cleanup after every rank
+ * has joined (after the first collective).
+ * The id is a capability (whoever has it can join the communicator), so it is never where anyone else could read it:
+ * DIR must be a directory owned by this user that nobody else can enter, read or write (mode 0700;
+ * comm_bootstrap_private_dir, FATAL otherwise), the file is created with mode 0600 (never wider, not even for a
+ * moment: atomic_file_open_private), and readers accept only a regular file owned by this user that nobody else can
+ * read. Why the directory too: a directory others may enter exposes every file in it whose mode is ever wider
+ * (the old 0644-then-chmod window let another user read 75 of 100 ids) and tells them the run ids and timing. */
+/* FATAL unless dir is a directory owned by the effective user with no group or other permission at all */
 static inline void comm_bootstrap_private_dir(const char* dir) {
     struct stat st;
     if (stat(dir, &st) != 0) { FATAL("--nccl-init fs:%s: cannot use the directory: %s", dir, strerror(errno)); }
     if (!S_ISDIR(st.st_mode)) { FATAL("--nccl-init fs:%s: not a directory", dir); }
-    if (st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
-        FATAL("--nccl-init fs:%s: the NCCL id must go in a directory only you can write (owner uid %u, mode %04o; "
-              "expected your own, without group/other write: chmod go-w, or choose another with fs:DIR / "
-              "LLMC_NCCL_ID_DIR)", dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        FATAL("--nccl-init fs:%s: the NCCL id must go in a directory only you can enter (owner uid %u, mode %04o; "
+              "expected your own with mode 0700: chmod 700 '%s', or mkdir -m 700 another and name it with fs:DIR / "
+              "LLMC_NCCL_ID_DIR)", dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), dir);
     }
 }
 static inline void comm_bootstrap_fs_path(char* out, size_t cap, const char* dir, const char* run_id) {
@@ -102,16 +127,16 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
                                      double timeout_s, double stale_s) {
     char path[1024];
     comm_bootstrap_fs_path(path, sizeof(path), dir, run_id);
-    uint64_t magic = COMM_BOOT_MAGIC;
+    uint64_t magic = COMM_BOOT_MAGIC, tag = comm_bootstrap_launch_tag();
     comm_bootstrap_private_dir(dir);
     if (rank == 0) {
         remove(path);
         int64_t now = (int64_t)time(NULL);
         AtomicFile af;
-        atomic_file_open(&af, path);
-        if (fchmod(fileno(af.f), 0600) != 0) { FATAL("NCCL id exchange: chmod 600 '%s': %s", af.tmp_path, strerror(errno)); }
+        atomic_file_open_private(&af, path); /* mode 0600 from its creation on */
         atomic_file_write(&af, &magic, sizeof(magic), 1);
         atomic_file_write(&af, &now, sizeof(now), 1);
+        atomic_file_write(&af, &tag, sizeof(tag), 1);
         atomic_file_write(&af, blob, 1, n);
         atomic_file_commit(&af);
         return;
@@ -126,15 +151,17 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
             f = NULL;
         }
         if (f) {
-            uint64_t m = 0; int64_t written = 0;
+            uint64_t m = 0, t = 0;
+            int64_t written = 0;
             int ok = fread(&m, sizeof(m), 1, f) == 1 && fread(&written, sizeof(written), 1, f) == 1 &&
-                     fread(blob, 1, n, f) == n && m == COMM_BOOT_MAGIC;
+                     fread(&t, sizeof(t), 1, f) == 1 && fread(blob, 1, n, f) == n && m == COMM_BOOT_MAGIC;
             fclose(f);
-            if (ok && (double)written >= (double)start - stale_s) { return; }
+            if (ok && t == tag && (double)written >= (double)start - stale_s) { return; }
         }
         if (difftime(time(NULL), start) > timeout_s) {
-            FATAL("NCCL id exchange: no fresh id file '%s' from rank 0 within %.0f s (an older file is ignored as "
-                  "stale); check that every rank sees the same shared directory and run id", path, timeout_s);
+            FATAL("NCCL id exchange: no id file '%s' of this launch from rank 0 within %.0f s (a file of an earlier "
+                  "launch or older than %.0f s is ignored); check that every rank sees the same shared directory and "
+                  "run id", path, timeout_s, stale_s);
         }
         usleep(50000);
     }
@@ -518,7 +545,8 @@ static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int 
 
 /* Sends blob(n) from rank 0 to every rank by `method` (world > 1):
  *   "" or "auto"     the filesystem exchange in $LLMC_NCCL_ID_DIR, or "." if unset;
- *   "fs:DIR"         the filesystem exchange in DIR (comm_bootstrap_fs, stale after 120 s);
+ *   "fs:DIR"         the filesystem exchange in DIR (comm_bootstrap_fs: DIR mode 0700, ids of another launch or older
+ *                    than 120 s ignored);
  *   "tcp:HOST:PORT"  the TCP exchange (comm_bootstrap_tcp; needs LLMC_BOOTSTRAP_SECRET or _FILE).
  * The id file is named after run_id (comm_bootstrap_run_id). fsdir(cap) receives the directory used by a
  * filesystem exchange ("" for TCP), which rank 0 passes to comm_bootstrap_fs_cleanup once every rank has joined.

@@ -10,7 +10,8 @@
  * Opening files: open_regular / fopen_regular never block in open() and refuse anything but a regular file (a FIFO
  * named as a model or shard would otherwise wait forever); fopen_check is fopen_regular that exits on failure.
  *
- * Atomic writes: atomic_file_open(path) creates "<path>.tmp" afresh (O_EXCL); atomic_file_commit()
+ * Atomic writes: atomic_file_open(path) creates "<path>.tmp" afresh (O_EXCL; atomic_file_open_private: mode 0600 from
+ * its first moment, for secrets); atomic_file_commit()
  * flushes, fsyncs, closes and renames it over <path>, then fsyncs the directory so the
  * rename itself survives a crash (best effort: a directory that cannot be opened or
  * synced, e.g. on some network filesystems, is not an error); any write error (disk full,
@@ -344,6 +345,8 @@ static inline void atomic_file_open_mode_at(AtomicFile* af, const char* path, un
     }
 }
 #define atomic_file_open(af, path) atomic_file_open_mode_at((af), (path), 0666, __FILE__, __LINE__)
+/* a file that holds a secret (the NCCL id, llmc/comm_bootstrap.h): mode 0600 from its first moment, never widened */
+#define atomic_file_open_private(af, path) atomic_file_open_mode_at((af), (path), 0600, __FILE__, __LINE__)
 
 /* removes the temp file and exits with a message naming the file and the errno text */
 static inline void atomic_file_fail_at(AtomicFile* af, const char* what, int err, const char* file, int line) {

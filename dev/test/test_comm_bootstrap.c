@@ -1,8 +1,13 @@
 /*
  * dev/test/test_comm_bootstrap.c -- host-only parts of llmc/comm.h, in the single-process build (no MPI):
  *   - NCCL unique-id exchange through a shared directory: rank 0 writes, three forked "ranks" read the same
- *     blob; a stale id file (older than stale_s) is ignored and the reader times out with a FATAL;
- *   - the filesystem exchange refuses a directory others can write and writes the id file with mode 0600;
+ *     blob; a stale id file (older than stale_s) is ignored and the reader times out with a FATAL; so is a young
+ *     file of an earlier launch with the same run id (another launch tag: a Slurm requeue), while a reader of the
+ *     same launch takes it;
+ *   - the filesystem exchange refuses a directory others can write or enter (0777, 0755, 0711) and the id file has
+ *     mode 0600 at every moment: a watcher stat()s the temp and final names in a tight loop while rank 0 writes
+ *     the id 300 times and must see the file, always with mode 0600 (umask 0 during the writes, so a file created
+ *     wider and narrowed afterwards would show);
  *   - the TCP exchange: rank 0 serves three forked clients on a local port; with a per-run secret missing, a
  *     client fails with one line; under attack (an idle client, a flood of 200 connections, a client with a wrong
  *     secret, a second process claiming an already served rank, a connection to another local address than the
@@ -12,6 +17,7 @@
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
 #include "dev/test/testing.h"
@@ -41,6 +47,35 @@ static int fs_reader(int rank) {
     memset(got, 0, sizeof(got));
     comm_bootstrap_fs(g_dir, "job42", rank, got, sizeof(got), 10.0, 120.0);
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+/* a reader of another launch of the same job (a Slurm requeue: SLURM_RESTART_COUNT raised), stale_s = 120 s */
+static int fs_reader_requeued(int rank) {
+    unsigned char got[128];
+    if (!freopen("/dev/null", "w", stderr)) { return 99; }
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    comm_bootstrap_fs(g_dir, "job45", rank, got, sizeof(got), 1.0, 120.0);
+    return 0; /* not reached: the earlier launch's id is ignored and the wait times out (exit 1) */
+}
+static int fs_reader_same_launch(int rank) {
+    unsigned char got[128];
+    memset(got, 0, sizeof(got));
+    comm_bootstrap_fs(g_dir, "job45", rank, got, sizeof(got), 1.0, 120.0);
+    return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+/* what the mode watcher saw: how often the id file (temp or final name) existed, and with another mode than 0600 */
+typedef struct { volatile int stop; long seen, wrong; unsigned wrong_mode; } ModeWatch;
+static void watch_modes(ModeWatch* w, const char* path) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    while (!w->stop) {
+        struct stat a;
+        for (int k = 0; k < 2; k++) {
+            if (stat(k ? path : tmp, &a) == 0) {
+                w->seen++;
+                if ((a.st_mode & 0777) != 0600) { w->wrong++; w->wrong_mode = (unsigned)(a.st_mode & 0777); }
+            }
+        }
+    }
 }
 static int fs_reader_short_timeout(int rank) {
     unsigned char got[128];
@@ -211,28 +246,57 @@ int main(void) {
     /* a stale file: written "long ago" (stale_s = 0 and a timestamp in the past) is rejected */
     comm_bootstrap_fs_path(path, sizeof(path), g_dir, "job43");
     FILE* f = fopen(path, "wb");
-    uint64_t magic = COMM_BOOT_MAGIC;
+    uint64_t magic = COMM_BOOT_MAGIC, tag = comm_bootstrap_launch_tag();
     int64_t old = (int64_t)time(NULL) - 3600;
-    fwrite(&magic, sizeof(magic), 1, f); fwrite(&old, sizeof(old), 1, f); fwrite(g_blob, 1, sizeof(g_blob), f);
+    fwrite(&magic, sizeof(magic), 1, f); fwrite(&old, sizeof(old), 1, f); fwrite(&tag, sizeof(tag), 1, f);
+    fwrite(g_blob, 1, sizeof(g_blob), f);
     fclose(f);
+    chmod(path, 0600);
     TEST_CHECK(fork_ranks(1, 1, fs_reader_short_timeout) == 0, "fs exchange: a stale id file of an earlier run is ignored (reader times out with an error)");
     remove(path);
 
-    /* the id file is private: mode 0600; a directory others can write is refused with one line */
+    /* a young id file of an earlier launch with the same run id (a requeued Slurm job keeps SLURM_JOB_ID and raises
+     * SLURM_RESTART_COUNT): ignored by the requeued launch's readers, taken by a reader of the same launch */
+    setenv("SLURM_JOB_ID", "4242", 1);
+    unsetenv("SLURM_RESTART_COUNT");
+    comm_bootstrap_fs(g_dir, "job45", 0, g_blob, sizeof(g_blob), 10.0, 120.0);
+    TEST_CHECK(fork_ranks(1, 1, fs_reader_requeued) == 0,
+               "fs exchange: a 0 s old id file of the launch before a requeue (same run id) is ignored (times out)");
+    TEST_CHECK(fork_ranks(1, 1, fs_reader_same_launch) == 1, "fs exchange: ... while a reader of that launch takes it");
+    comm_bootstrap_fs_cleanup(g_dir, "job45");
+    unsetenv("SLURM_JOB_ID");
+
+    /* the id file is private at every moment of its creation: a watcher stat()s both names in a tight loop while rank
+     * 0 writes the id 300 times; umask 0, so a file created with fopen's 0666 and narrowed afterwards would show */
     char errf[512];
     snprintf(errf, sizeof(errf), "%s/err", g_dir);
-    comm_bootstrap_fs(g_dir, "job44", 0, g_blob, sizeof(g_blob), 10.0, 120.0);
     comm_bootstrap_fs_path(path, sizeof(path), g_dir, "job44");
+    ModeWatch* w = (ModeWatch*)mmap(NULL, sizeof(ModeWatch), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(w, 0, sizeof(*w));
+    pid_t watcher = fork();
+    if (watcher == 0) { watch_modes(w, path); _exit(0); }
+    mode_t old_mask = umask(0);
+    for (int i = 0; i < 300; i++) { comm_bootstrap_fs(g_dir, "job44", 0, g_blob, sizeof(g_blob), 10.0, 120.0); }
+    umask(old_mask);
+    w->stop = 1;
+    waitpid(watcher, &st, 0);
     struct stat fst;
-    TEST_CHECK(stat(path, &fst) == 0 && (fst.st_mode & 0777) == 0600, "fs exchange: the id file has mode 0600 (%o)",
-               (unsigned)(fst.st_mode & 0777));
+    TEST_CHECK(stat(path, &fst) == 0 && (fst.st_mode & 0777) == 0600 && w->seen > 0 && w->wrong == 0,
+               "fs exchange: the id file had mode 0600 at every moment of 300 writes (seen %ld times, %ld with another "
+               "mode, e.g. %04o)", w->seen, w->wrong, w->wrong_mode);
+    munmap(w, sizeof(ModeWatch));
     comm_bootstrap_fs_cleanup(g_dir, "job44");
-    chmod(g_dir, 0777);
+    /* a directory others can write, read or enter is refused, by rank 0 and the readers alike, with one line */
     char errd[512];
     snprintf(errd, sizeof(errd), "/tmp/llmc_boot_err.%d", (int)getpid());
-    int rc0 = exit_code(spawn(fs_open_dir, 0, errd)), rc1 = exit_code(spawn(fs_open_dir, 1, errd));
-    TEST_CHECK(rc0 == 1 && rc1 == 1 && one_error_line(errd, "only you can write"),
-               "fs exchange: a directory others can write is refused by rank 0 and the readers (one error line)");
+    const unsigned modes[3] = {0777, 0755, 0711};
+    for (int i = 0; i < 3; i++) {
+        chmod(g_dir, modes[i]);
+        int rc0 = exit_code(spawn(fs_open_dir, 0, errd)), rc1 = exit_code(spawn(fs_open_dir, 1, errd));
+        TEST_CHECK(rc0 == 1 && rc1 == 1 && one_error_line(errd, "only you can enter") && !file_exists(path),
+                   "fs exchange: a directory of mode %04o is refused by rank 0 and the readers (one error line, no id "
+                   "file written)", modes[i]);
+    }
     chmod(g_dir, 0700);
 
     /* TCP: rank 0 serves 3 clients, secret from the environment */
