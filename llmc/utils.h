@@ -112,13 +112,36 @@ static inline void fatal_error_at(const char* file, int line, const char* fmt, .
     exit(EXIT_FAILURE);
 }
 
+/* Parses `s` as a decimal integer in [lo, hi]: ASCII digits only (a leading '-' only when lo < 0), nothing before or
+ * after them, no overflow. Returns 1 with the value in *out, or 0 (empty, not a number, trailing text, out of
+ * range). For every number the trainer reads outside its flag table (environment variables, ports in a spec) so
+ * that "abc" is not 0 and 99999 is not a port (flags: llmc/args.h). */
+static inline int parse_int_range(const char* s, long long lo, long long hi, long long* out) {
+    const char* p = s;
+    int neg = 0;
+    if (*p == '-' && lo < 0) { neg = 1; p++; }
+    if (*p < '0' || *p > '9') { return 0; }
+    long long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (9223372036854775807LL - (*p - '0')) / 10) { return 0; } /* would overflow */
+        v = v * 10 + (*p - '0');
+    }
+    if (*p != '\0') { return 0; }
+    if (neg) { v = -v; }
+    if (v < lo || v > hi) { return 0; }
+    *out = v;
+    return 1;
+}
+
 /* The job's rank as the launcher sets it in the environment (Open MPI, PMI / PMIx, Slurm), before MPI starts; 0
- * when none is set (one process). */
+ * when none is set (one process) or the first one set is not a rank (then this process prints its errors rather
+ * than staying silent) */
 static inline int launcher_rank(void) {
     const char* names[4] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
     for (int i = 0; i < 4; i++) {
         const char* v = getenv(names[i]);
-        if (v && v[0]) { return atoi(v); }
+        long long r = 0;
+        if (v && v[0]) { return parse_int_range(v, 0, 1 << 30, &r) ? (int)r : 0; }
     }
     return 0;
 }

@@ -13,7 +13,12 @@
  *     secret, a second process claiming an already served rank, a connection to another local address than the
  *     one bound) the real ranks still get the id, within the timeout, and the bad clients fail with one clear
  *     line each; rank 0 with a rank that never comes fails with one line naming it; the secret read from a mode-0600
- *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line.
+ *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line;
+ *   - every number and every deadline of the bootstrap's input: a secret file of 1,024 bytes and a newline is taken
+ *     whole, one of 1,025 is refused (never cut); a port that is not an integer in 1..65535 (abc, 99999, 0, -1,
+ *     empty) is refused naming the port; a rank variable that is not an integer (LLMC_WORLD_SIZE=2x) is refused
+ *     naming it; a fake rank 0 that sends its challenge one byte every 0.4 s cannot hold a client (timeout 3 s,
+ *     1 s per connection) much past its timeout.
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
@@ -211,6 +216,55 @@ static int secret_from_file(int unused) {
     comm_bootstrap_secret(secret, sizeof(secret));
     return 0;
 }
+/* the secret file holds 1,024 bytes and a newline: read whole (exit 0 when all 1,024 bytes came back) */
+static int secret_1024(int unused) {
+    (void)unused;
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char secret[COMM_BOOT_SECRET_MAX];
+    size_t len = comm_bootstrap_secret(secret, sizeof(secret));
+    return len == 1024 && secret[0] == 'a' && secret[1023] == 'z' ? 0 : 1;
+}
+static const char* g_spec; /* an --nccl-init value for exchange_spec */
+static int exchange_spec(int rank) {
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    unsetenv("LLMC_BOOTSTRAP_SECRET_FILE");
+    unsigned char got[128];
+    char fsdir[256];
+    comm_bootstrap_exchange(g_spec, "job46", rank, 2, got, sizeof(got), 1.0, fsdir, sizeof(fsdir));
+    return 0;
+}
+static int init_group(int unused) {
+    (void)unused;
+    setenv("LLMC_WORLD_SIZE", "2x", 1);
+    Comm c;
+    comm_init(&c, NULL, NULL, "", 1.0);
+    return 0;
+}
+/* a fake rank 0 on g_tcp.port: sends each connection its 40-byte challenge one byte every 0.4 s (until killed) */
+static int tcp_slowloris(int unused) {
+    (void)unused;
+    int srv = socket(AF_INET, SOCK_STREAM, 0), yes = 1;
+    setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_tcp.port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (bind(srv, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(srv, 16) != 0) { return 1; }
+    unsigned char hello[COMM_BOOT_HELLO];
+    uint64_t magic = COMM_BOOT_MAGIC;
+    memcpy(hello, &magic, 8);
+    memset(hello + 8, 7, COMM_BOOT_NONCE);
+    for (;;) {
+        int fd = accept(srv, NULL, NULL);
+        for (int i = 0; fd >= 0 && i < COMM_BOOT_HELLO; i++) {
+            if (send(fd, hello + i, 1, MSG_NOSIGNAL) != 1) { break; }
+            usleep(400000);
+        }
+        if (fd >= 0) { close(fd); }
+    }
+}
 static int tcp_server_missing_rank(int world) {
     comm_bootstrap_tcp_serve(&g_tcp, world, g_blob, sizeof(g_blob));
     return 0;
@@ -377,6 +431,50 @@ int main(void) {
     TEST_CHECK(exit_code(spawn(secret_from_file, 0, errf)) == 1 && one_error_line(errf, "not a regular file but a FIFO"),
                "a FIFO as LLMC_BOOTSTRAP_SECRET_FILE is refused at once with one error line");
     remove(g_secret_file);
+    /* the secret file is taken whole: 1,024 bytes and a newline are the secret, one byte more is refused */
+    sf = fopen(g_secret_file, "w");
+    for (int i = 0; i < 1024; i++) { fputc(i == 1023 ? 'z' : 'a', sf); }
+    fputc('\n', sf);
+    fclose(sf);
+    chmod(g_secret_file, 0600);
+    TEST_CHECK(exit_code(spawn(secret_1024, 0, NULL)) == 0, "a secret file of 1,024 bytes and a newline is read whole");
+    sf = fopen(g_secret_file, "a");
+    fputc('x', sf);
+    fclose(sf);
+    TEST_CHECK(exit_code(spawn(secret_from_file, 0, errf)) == 1 && one_error_line(errf, "more than 1024 bytes"),
+               "a secret file of 1,026 bytes is refused with one error line, not cut to its first 1,024");
+    remove(g_secret_file);
+    /* every number of the input in range: the port of tcp:HOST:PORT, the group size from the environment */
+    const char* bad_ports[5] = {"abc", "99999", "0", "-1", ""};
+    for (int i = 0; i < 5; i++) {
+        char spec[64], want[64];
+        snprintf(spec, sizeof(spec), "tcp:127.0.0.1:%s", bad_ports[i]);
+        snprintf(want, sizeof(want), "port '%s' is not an integer in 1..65535", bad_ports[i]);
+        g_spec = spec;
+        TEST_CHECK(exit_code(spawn(exchange_spec, 1, errf)) == 1 && one_error_line(errf, want),
+                   "--nccl-init %s is refused with one line naming the port", spec);
+    }
+    TEST_CHECK(exit_code(spawn(init_group, 0, errf)) == 1 && one_error_line(errf, "LLMC_WORLD_SIZE is '2x'"),
+               "LLMC_WORLD_SIZE=2x is refused with one line naming the variable (not read as 2)");
+    /* a fake rank 0 trickling its challenge (one byte every 0.4 s: 16 s for 40 bytes, each byte well inside a
+     * per-read timeout) cannot keep a client past its whole-exchange deadline */
+    memset(&g_tcp, 0, sizeof(g_tcp));
+    g_tcp.host = "127.0.0.1";
+    g_tcp.port = g_port + 5;
+    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
+    g_tcp.secret_len = strlen(GOOD_SECRET);
+    g_tcp.timeout_s = 3.0;
+    g_tcp.io_timeout_s = 1.0;
+    pid_t slow = spawn(tcp_slowloris, 0, NULL);
+    usleep(200000);
+    t0 = now_s();
+    int slow_rc = exit_code(spawn(tcp_client, 1, errf));
+    took = now_s() - t0;
+    kill(slow, SIGKILL);
+    exit_code(slow);
+    TEST_CHECK(slow_rc == 1 && took < 4.5 && one_error_line(errf, "could not get the id"),
+               "tcp: a fake rank 0 sending one byte every 0.4 s: the client gives up after %.1f s (timeout 3 s) with one "
+               "error line", took);
     remove(errf); remove(err_wrong); remove(err_dup); remove(errd);
     rmdir(g_dir);
 
