@@ -1976,7 +1976,6 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
-    preempt_install_early(s->cfg.signal_checkpoint, s->cfg.output_dir); /* a signal during start-up: recorded */
     if (s->cfg.recompute_every != 1 && s->cfg.recompute != 3) {
         FATAL_ALL("flag --recompute-every is %d with -r %d; it sets the segment length of -r 3 (add -r 3 or drop it)",
                   s->cfg.recompute_every, s->cfg.recompute);
