@@ -135,3 +135,4 @@ expect_error "not a regular file but a FIFO" "a FIFO as the checkpoint's DONE ma
 mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/log.jsonl"
 expect_error "not a regular file but a FIFO" "a FIFO in place of the output directory's log.jsonl is refused" -- \
     "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -o "$TMP/fifo_log"
+expect_error "flag -i (--train-data) is empty" "-i '' is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 1 -i ''
