@@ -122,6 +122,18 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
                  "K<top-k> (at most E), e.g. L24:C1024:NH16:E8:K2", name, MOE_MAX_EXPERTS);
         return -1;
     }
+    /* every size the model derives from the shape must be representable: an upper bound of the parameter count
+     * (embeddings, 12C^2 + 16C per block, 8C^2 + 6C per expert with H = 4C), computed in double before any integer
+     * product is formed, at most 2^48: byte counts of the weights and optimizer state stay far inside 64 bits and
+     * 4C (the MLP and expert width, an int) inside 31 */
+    double Cd = (double)val[2], Ld = (double)val[1], Ed = seen[5] ? (double)val[5] : 0.0;
+    double params = ((double)val[3] + 128.0 + (double)val[4] + 2.0) * Cd + Ld * (12.0 * Cd * Cd + 16.0 * Cd) +
+                    Ed * Ld * (8.0 * Cd * Cd + 6.0 * Cd);
+    if (params > 281474976710656.0) {
+        snprintf(err, cap, "flag -e (--model) '%s': about %.3g parameters, more than the 2^48 this trainer can size; "
+                 "choose a smaller L, C, V or T", name, params);
+        return -1;
+    }
     cfg->num_layers = (int)val[1];
     cfg->channels = (int)val[2];
     cfg->num_heads = (int)val[0];

@@ -136,3 +136,9 @@ mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/log.jsonl"
 expect_error "not a regular file but a FIFO" "a FIFO in place of the output directory's log.jsonl is refused" -- \
     "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -o "$TMP/fifo_log"
 expect_error "flag -i (--train-data) is empty" "-i '' is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 1 -i ''
+# a model shape whose sizes do not fit (4C and the parameter count overflow) is refused with one line before any
+# arithmetic on it (the sanitizer tier runs this on the UBSan build: no signed overflow on the way)
+expect_error "more than the 2^48 this trainer can size" "a model shape too large to size (L1:C600000000:NH1:E1:K1) is refused" -- \
+    $TRAIN -e L1:C600000000:NH1:E1:K1 -b 1 -t 8 -j '' -g 0 -x 1
+expect_error "more than the 2^48 this trainer can size" "a model shape too large to size (L1000000000:C1000000:NH1) is refused" -- \
+    $TRAIN -e L1000000000:C1000000:NH1 -b 1 -t 8 -j '' -g 0 -x 1
