@@ -1910,10 +1910,6 @@ static void train(TrainSession* s) {
 /* --plan / --plan-search: the model's shape, the layout flags and the cluster flags into the planner; prints and
  * returns the exit status. Reads a model file's header if -e names one; allocates nothing on a device. */
 static int plan_main(const TrainConfig* cfg) {
-    if ((long long)cfg->B * cfg->T > INT_MAX) { /* B*T is an int in the ledger and the kernels; tokens then fit 63 bits */
-        FATAL("--plan: -b %d x -t %d = %lld tokens per micro-batch; at most %d", cfg->B, cfg->T,
-              (long long)cfg->B * cfg->T, INT_MAX);
-    }
     GPT2Config mc = model_config(cfg);
     if (cfg->T > mc.max_seq_len && is_model_descriptor(cfg->model)) { mc.max_seq_len = cfg->T; } /* planning only */
     const PlanDevice* dev = plan_device_find(cfg->plan_device);
