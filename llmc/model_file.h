@@ -133,7 +133,6 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     cfg->num_heads = header[5];
     cfg->channels = header[6];
     cfg->padded_vocab_size = header[7];
-    gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads); /* versions 3/5/7/8 hold GPT-2's architecture */
     /* upper bounds far above any GPT-2 (maxT 1M, Vp 16M, L 4096, C 128K) keep every size product below 2^63 */
     if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
         cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0 ||
@@ -143,6 +142,7 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
               "Vp >= V, C divisible by NH, maxT <= 2^20, Vp <= 2^24, L <= 4096, C <= 2^17)", path, cfg->max_seq_len, cfg->vocab_size, cfg->num_layers,
               cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
     }
+    gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads); /* versions 3/5/7/8 hold GPT-2's architecture */
     return header[1];
 }
 

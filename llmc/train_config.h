@@ -228,6 +228,12 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
                  "or nvme:DIR");
         return 1;
     }
+    const char* plan_flag = c->plan || c->plan_search ? NULL : train_flag_planner_only_set(c);
+    if (plan_flag) {
+        snprintf(err, cap, "flag --%s is a planner flag (it describes the cluster or the search of --plan and "
+                 "--plan-search) and this run trains; add --plan 1 or --plan-search 1, or drop it", plan_flag);
+        return 1;
+    }
     return 0;
 }
 

@@ -234,7 +234,7 @@
       "1 = like --plan, but enumerate the layouts and print the 10 best", \
       MUST_MATCH) \
     X(INT, plan_theory, 1, NULL, "plan-theory", 0, 1, \
-      "1 = --plan-search also ranks the layouts the trainer does not build yet (theory: ZeRO-3 with --tp/--pp, -z 2 " \
+      "--plan-search: 1 = also rank the layouts the trainer does not build yet (theory: ZeRO-3 with --tp/--pp, -z 2 " \
       "with --pp)", \
       MUST_MATCH) \
     X(INT, gpus, 8, NULL, "gpus", 1, NO_MAX, \
@@ -351,6 +351,23 @@ static inline int train_config_specs(TrainConfig* c, ArgSpec* s) {
     TRAIN_FLAGS(X)
 #undef X
     return n;
+}
+
+#define TRAIN_FLAG_DIFFERS_INT(a, b) ((a) != (b))
+#define TRAIN_FLAG_DIFFERS_FLOAT(a, b) ((a) != (b))
+#define TRAIN_FLAG_DIFFERS_STRING(a, b) (strcmp((a), (b)) != 0)
+
+/* The long name of the first planner-only flag (a row whose help begins with "--plan": it describes the cluster or
+ * the search of --plan / --plan-search) that c sets to a value other than its default, or NULL: a trainer run
+ * refuses such a flag instead of ignoring it (train_config_check). */
+static inline const char* train_flag_planner_only_set(const TrainConfig* c) {
+    TrainConfig d;
+    train_config_defaults(&d);
+#define X(T, field, dflt, sn, ln, lo, hi, hp, resume) \
+    if (strncmp(hp, "--plan", 6) == 0 && TRAIN_FLAG_DIFFERS_##T(c->field, d.field)) { return ln; }
+    TRAIN_FLAGS(X)
+#undef X
+    return NULL;
 }
 
 /* the reason flag `long_name` may change on resume, or NULL (it must keep the checkpoint's value, or is unknown) */

@@ -1,5 +1,5 @@
 /* dev/emu/cpu_reference.c -- see dev/emu/cpu_reference.h. One C11 translation unit with the CPU backend. */
-#include "llmc/cpu/backend.h"
+#include "llmc/backend.h" /* the CPU backend (this file is built without LLMC_BACKEND_CUDA) */
 #include "dev/emu/cpu_reference.h"
 
 void ref_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {

@@ -150,3 +150,8 @@ expect_error "tokens per micro-batch; expected at most 2147483647" "--plan 1 -b 
     $TRAIN --plan 1 -b 65536 -t 32768 --tp 2 --sequence-parallel 1
 expect_error "tokens per micro-batch; expected at most 2147483647" "the trainer with -b 65536 -t 32768 is refused with one line" -- \
     $TRAIN -b 65536 -t 32768 -j '' -g 0 -x 1
+# a planner flag (the cluster or the search of --plan) on a training run is refused, not silently ignored
+expect_error "flag --gpus is a planner flag" "--gpus 16 without --plan is refused naming the flag" -- \
+    $TRAIN "${FAST[@]}" --gpus 16 -x 1
+expect_error "flag --device is a planner flag" "--device b200 without --plan is refused naming the flag" -- \
+    $TRAIN "${FAST[@]}" --device b200 -x 1
