@@ -701,6 +701,71 @@ static void test_weight_decay_groups_d12(void) {
     TEST_CHECK(vd + vo == 124475904, "d12 parameter count %zu (expected 124475904)", vd + vo);
 }
 
+/* the per-token losses (first n) of a forward-only pass over the fixture batch whose last `pad` tokens are padding:
+ * not routed (MoEOptions.pad_tokens) unless `routed`, and replaced by other ids when `other` */
+static void moe_padded_losses(GPT2* m, const Fixture* fx, int pad, int routed, int other, float* losses, size_t n) {
+    size_t N = (size_t)fx->B * fx->T;
+    int* in = (int*)malloc_check(N * sizeof(int), "padded inputs");
+    for (size_t i = 0; i < N; i++) { in[i] = other && i >= N - (size_t)pad ? (fx->inputs[i] + 7) % m->config.vocab_size : fx->inputs[i]; }
+    dev_memcpy_h2d(m->inputs, in, N * sizeof(int));
+    dev_memcpy_h2d(m->targets, fx->targets, N * sizeof(int));
+    m->moe_opt.pad_tokens = routed ? 0 : pad;
+    gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, FIXTURE_GELU_FUSION, 0.0f, 0);
+    m->moe_opt.pad_tokens = 0;
+    dev_memcpy_d2h(losses, m->acts.t[A_LOSSES], n * sizeof(float));
+    free(in);
+}
+
+/* Padding takes no expert capacity (llmc/moe.h, MoEOptions.pad_tokens; a partial validation batch, a sample
+ * window's tail): with the last T+5 of the fixture's B*T tokens marked as padding (Nr real tokens; capacity
+ * ceil(0.75*2*Nr/3) = 46, not an integer before the ceiling), every MoE block's plan routes exactly Nr*k choices and
+ * keeps at most the capacity of Nr (at least one expert full, so the capacity binds), and the real tokens' losses are
+ * bit-identical whatever ids the padding holds (same shapes, so the same kernels and orders; attention is causal
+ * within a row). Not vacuous: routing the same two paddings gives the real tokens different losses. A forward of
+ * padding only leaves the statistics as they were. Bugs caught: padding routed or counted in the capacity (on
+ * either backend), the capacity of N instead of Nr, padding rows given expert output, statistics of no tokens. */
+static void test_moe_padding(GPT2* m, const Fixture* fx) {
+    const MoEConfig* mc = &m->config.moe;
+    int N = fx->B * fx->T, pad = fx->T + 5, Nr = N - pad, E = mc->experts, k = mc->top_k;
+    int Lm = moe_num_layers(mc, m->config.num_layers), cap = moe_capacity(mc, &m->moe_opt, Nr);
+    float* l = (float*)malloc_check(4 * (size_t)Nr * sizeof(float), "padded losses");
+    moe_padded_losses(m, fx, pad, 0, 0, l, (size_t)Nr);
+    int* plan = (int*)malloc_check((size_t)Lm * 3 * E * sizeof(int), "MoE plans");
+    dev_memcpy_d2h(plan, m->acts.t[A_MOE_PLAN], (size_t)Lm * 3 * E * sizeof(int));
+    int routed_ok = 1, kept_ok = 1, full = 0;
+    for (int j = 0; j < Lm; j++) {
+        const int* pj = plan + (size_t)j * 3 * E;
+        int routed = 0;
+        for (int e = 0; e < E; e++) {
+            routed += pj[e];
+            kept_ok = kept_ok && pj[E + e] == (pj[e] < cap ? pj[e] : cap);
+            full = full || pj[E + e] == cap;
+        }
+        routed_ok = routed_ok && routed == Nr * k;
+    }
+    TEST_CHECK(routed_ok && kept_ok && full && cap == 46, "MoE padding: %d of %d tokens padding; every block routes "
+               "%d choices and keeps min(routed, %d) per expert (the capacity of the real tokens; one expert full)",
+               pad, N, Nr * k, cap);
+    moe_padded_losses(m, fx, pad, 0, 1, l + Nr, (size_t)Nr);
+    TEST_CHECK(memcmp(l, l + Nr, (size_t)Nr * sizeof(float)) == 0,
+               "MoE padding: the %d real tokens' losses are bit-identical for two different paddings", Nr);
+    moe_padded_losses(m, fx, pad, 1, 0, l + 2 * (size_t)Nr, (size_t)Nr);
+    moe_padded_losses(m, fx, pad, 1, 1, l + 3 * (size_t)Nr, (size_t)Nr);
+    TEST_CHECK(memcmp(l + 2 * (size_t)Nr, l + 3 * (size_t)Nr, (size_t)Nr * sizeof(float)) != 0,
+               "MoE padding: routed, the same two paddings would change the real tokens' losses (the check above "
+               "can fail)");
+    size_t S = (size_t)Lm * moe_stats_floats(mc);
+    float* stats = (float*)malloc_check(2 * S * sizeof(float), "MoE statistics");
+    gpt2_moe_stats(m, stats);
+    moe_padded_losses(m, fx, N, 0, 1, l, 1);
+    gpt2_moe_stats(m, stats + S);
+    TEST_CHECK(memcmp(stats, stats + S, S * sizeof(float)) == 0,
+               "MoE padding: a forward of padding only runs and leaves the routing statistics as they were");
+    free(stats);
+    free(plan);
+    free(l);
+}
+
 /* The mixture-of-experts fixture (python3 train_gpt.py --write-moe-fixture; llmc/moe.h): L=4 with experts in blocks
  * 1 and 3, E=3 top-2, H=48, capacity factor 0.75 (a quarter of the choices dropped), load-balancing and z-loss on.
  * Checks init from the seed, logits, the language loss, the MoE loss (load-balancing + z) and every gradient (the
@@ -747,6 +812,7 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
         TEST_CHECK(stats[j * S + 2 * mc->experts + 2] > 0.0f, "MoE block %d drops some choices (%.1f%%), so the "
                    "capacity path is exercised", j, 100.0 * stats[j * S + 2 * mc->experts + 2]);
     }
+    test_moe_padding(&fm.m, &fx);
     free_fixture_model(&fm);
     test_adamw_steps(model_path, &fx, tol);
     fixture_free(&fx);
