@@ -14,7 +14,8 @@
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
  * file + training state) restores bit-identical weights and optimizer state; train_step (batches uploaded
  * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; sampling's
- * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); weight-decay
+ * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); a skipped
+ * (non-finite) step advances neither AdamW's t nor the schedule, also across a resume (test_skipped_step); weight-decay
  * grouping of d12. Under mpirun (an MPI build, build/mpi_test_gpt_tp): the fixture model split over the processes by
  * tensor parallelism, with and without sequence parallelism (test_tensor_parallel).
  *
@@ -568,6 +569,62 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
     remove_test_dir(dir);
 }
 
+/* the first element of the final LayerNorm's weight, which every logit reads: poison = 1 saves it into *saved and
+ * writes NaN (all bits set: NaN in fp32, bf16 and fp16), poison = 0 writes *saved back */
+static void poison_lnfw(TrainSession* s, floatX* saved, int poison) {
+    floatX* w = s->model.params.t[P_LNFW];
+    if (poison) {
+        floatX nan;
+        memset(&nan, 0xff, sizeof(nan));
+        dev_memcpy_d2h(saved, w, sizeof(floatX));
+        dev_memcpy_h2d(w, &nan, sizeof(floatX));
+    } else {
+        dev_memcpy_h2d(w, saved, sizeof(floatX));
+    }
+}
+
+/* A skipped step advances neither AdamW's t nor the learning-rate schedule (llmc/README.md, "Skipped steps: the
+ * update count"). Run a: step 1 applied; step 2 made non-finite (one weight NaN during it, restored after: the skip
+ * leaves the weights and m, v as they were); step 3 applied. Reference: step 1, the skipped step's batch consumed
+ * without an update, then its second update (t = 2, lr of schedule step 1). Step 3 of a must report that lr and give
+ * bit-identical weights and m, v: with t = 3 (bias correction of the step count) or lr(2) (the cosine schedule moves
+ * between steps 1 and 2) they differ. Then a checkpoint after step 3 resumed by a fresh session: the skipped count is
+ * restored and step 4 is bit-identical on both (a checkpoint that lost the count would resume with t = 4). */
+static void test_skipped_step(const char* model_path, const Fixture* fx) {
+    char dir[] = "/tmp/llmc_test_skip_XXXXXX";
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    char shard[1100];
+    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
+    write_test_shard(shard, 5 * fx->B * fx->T + 1);
+    TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
+    TrainSession* ref = test_session_open(model_path, fx, shard, 1, 10, "");
+    train_step(a);
+    reference_train_step(ref);
+    floatX saved;
+    poison_lnfw(a, &saved, 1);
+    StepResult skip = train_step(a);
+    poison_lnfw(a, &saved, 0);
+    dataloader_next_batch(&ref->train_loader); /* the reference skips the batch, not an update */
+    StepResult ra = train_step(a), rr = reference_train_step(ref);
+    TEST_CHECK(skip.skipped && !ra.skipped && a->step == 3 && a->skipped_steps == 1, "skipped step: step 2 with a NaN "
+               "weight is skipped (loss %g), step 3 is applied", (double)skip.loss);
+    TEST_CHECK(ra.lr == rr.lr && ra.lr != lr_scheduler_get(&a->scheduler, 2), "skipped step: the next update's lr %.9g "
+               "is the schedule's value after 1 update (%.9g), not after 2 steps (%.9g)", (double)ra.lr, (double)rr.lr,
+               (double)lr_scheduler_get(&a->scheduler, 2));
+    TEST_CHECK(sessions_equal(a, ref), "skipped step: weights and AdamW m, v after it and one more update are "
+               "bit-identical to 2 updates without it (t = 2, lr of update 2)");
+    write_checkpoint(a);
+    TrainSession* b = test_session_open(model_path, fx, shard, 1, 10, dir);
+    resume_from_checkpoint(b, 3, 0);
+    StepResult r4a = train_step(a), r4b = train_step(b);
+    TEST_CHECK(b->skipped_steps == 1 && r4a.lr == r4b.lr && sessions_equal(a, b), "skipped step: a checkpoint keeps "
+               "the count (1 skipped of 3); the resumed step 4 is bit-identical (lr, weights, m, v)");
+    test_session_close(a);
+    test_session_close(ref);
+    test_session_close(b);
+    remove_test_dir(dir);
+}
+
 /* ---------------------------------------------------------------- tensor parallelism (under mpirun) */
 
 /* the fixture's logits over the real vocabulary (N,V) from this tensor-parallel rank's columns (N,Vs) of the last
@@ -851,6 +908,7 @@ int main(int argc, char** argv) {
     test_checkpoint_round_trip(model_path, &fx);
     test_train_step_pipeline(model_path, &fx, 0);
     if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
+    test_skipped_step(model_path, &fx);
     test_weight_decay_groups_d12();
     fixture_free(&fx);
     if (argc <= 1) {

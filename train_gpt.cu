@@ -113,14 +113,15 @@ static int step_is_bad(float loss, float grad_norm, int overflow) {
     return overflow || !isfinite(loss) || !isfinite(grad_norm);
 }
 
-/* the step's reported numbers from its global statistics: loss, gradient norm (unscaled), learning rate; skipped
- * when the loss or the norm is not finite or (FP16) a gradient overflowed; bubble -1 (no pipeline measure yet) */
+/* the step's reported numbers from its global statistics: loss, gradient norm (unscaled), learning rate (of the
+ * update count, session_updates); skipped when the loss or the norm is not finite or (FP16) a gradient overflowed;
+ * bubble -1 (no pipeline measure yet) */
 static StepResult step_result(TrainSession* s, const StepStats* st, float loss_scale) {
     StepResult r;
     memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
     r.loss = st->loss;
     r.grad_norm = (float)sqrt(st->norm_sq) / loss_scale;
-    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    r.lr = lr_scheduler_get(&s->scheduler, session_updates(s));
     r.bubble = -1.0f;
     r.skipped = step_is_bad(r.loss, r.grad_norm, st->overflow);
     return r;
@@ -136,13 +137,13 @@ static void stop_if_bad_steps(TrainSession* s) {
     }
 }
 
-/* the AdamW hyperparameters of the update after step `step` (0-based) */
-static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, int step) {
+/* the AdamW hyperparameters of the update after `updates` applied ones (0-based; skipped steps not counted) */
+static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, int updates) {
     AdamWStep st;
     st.learning_rate = lr;
     st.beta1 = cfg->beta1; st.beta2 = cfg->beta2; st.eps = cfg->eps; st.weight_decay = cfg->weight_decay;
     st.grad_scale = grad_scale;
-    st.t = step + 1;
+    st.t = updates + 1;
     st.seed = (unsigned int)cfg->seed;
     return st;
 }
@@ -190,8 +191,9 @@ static StepResult train_step(TrainSession* s) {
     StepResult r = step_result(s, &st, loss_scale);              /* loss, norm, lr; skipped when not finite */
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); } /* FP16: back off on the same verdict */
     float clip = clip_scale(r.grad_norm, s->cfg.grad_clip);      /* global-norm clipping */
-    AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, s->step);
+    AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, session_updates(s));
     if (!r.skipped) { zero_update(&s->zero, &update); }          /* AdamW on the owned range, then all-gather */
+    else { s->skipped_steps++; }                                 /* neither t nor the schedule advances */
     s->step++;
     step_counters_end(s, &r);                                    /* compression, offload and pipeline figures */
     report_bad_step(s, &r, st.overflow);
