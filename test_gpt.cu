@@ -451,6 +451,14 @@ static int sessions_equal(const TrainSession* a, const TrainSession* b) {
            device_equal(a->zero.opt.v, b->zero.opt.v, P * sizeof(float));
 }
 
+/* a fresh temporary directory from the template `dir` (overwritten with its name) holding a test shard of ntok
+ * tokens, whose path goes to shard */
+static void test_dir_with_shard(char* dir, char* shard, size_t cap, int ntok) {
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    snprintf(shard, cap, "%s/shard.bin", dir);
+    write_test_shard(shard, ntok);
+}
+
 static void remove_test_dir(const char* dir) {
     char cmd[1200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -460,11 +468,8 @@ static void remove_test_dir(const char* dir) {
 /* checkpoint round trip through the trainer's own functions: 3 steps, write_checkpoint, then a fresh session
  * resumes it (resume_from_checkpoint) and must hold everything bit-identical and read the same next batch */
 static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx) {
-    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    char shard[1100];
-    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
-    write_test_shard(shard, 4 * fx->B * fx->T + 1);
+    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 4 * fx->B * fx->T + 1);
     TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
     for (int k = 0; k < 3; k++) { train_step(a); }
     a->sample_rng = 12345;
@@ -530,11 +535,8 @@ static StepResult reference_train_step(TrainSession* s) {
  * cuda_graphs = 1 (CUDA backend, also under the CPU execution layer): the same with --cuda-graphs 1, i.e. one eager
  * warm-up micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
 static void test_train_step_pipeline(const char* model_path, const Fixture* fx, int cuda_graphs) {
-    char dir[] = "/tmp/llmc_test_pipe_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    char shard[1100];
-    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
-    write_test_shard(shard, 5 * fx->B * fx->T + 1);
+    char dir[] = "/tmp/llmc_test_pipe_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 5 * fx->B * fx->T + 1);
     const int steps = 3, accum = 2;
     TrainSession* a = test_session_open(model_path, fx, shard, accum, steps, "");
     TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps, "");
@@ -591,11 +593,8 @@ static void poison_lnfw(TrainSession* s, floatX* saved, int poison) {
  * between steps 1 and 2) they differ. Then a checkpoint after step 3 resumed by a fresh session: the skipped count is
  * restored and step 4 is bit-identical on both (a checkpoint that lost the count would resume with t = 4). */
 static void test_skipped_step(const char* model_path, const Fixture* fx) {
-    char dir[] = "/tmp/llmc_test_skip_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    char shard[1100];
-    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
-    write_test_shard(shard, 5 * fx->B * fx->T + 1);
+    char dir[] = "/tmp/llmc_test_skip_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 5 * fx->B * fx->T + 1);
     TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
     TrainSession* ref = test_session_open(model_path, fx, shard, 1, 10, "");
     train_step(a);
