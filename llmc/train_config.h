@@ -94,6 +94,11 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
     l->recompute_every = c->recompute_every;
     l->cuda_graphs = c->cuda_graphs;
     l->B = c->B; l->T = c->T; l->m = 1;
+    if ((long long)c->B * c->T > INT_MAX) { /* B*T is an int in the kernels and the ledger; tokens then fit 63 bits */
+        snprintf(err, cap, "flags -b %d x -t %d = %lld tokens per micro-batch; expected at most %d", c->B, c->T,
+                 (long long)c->B * c->T, INT_MAX);
+        return 1;
+    }
     if (!pipe_schedule_from_name(c->pp_schedule, &l->schedule)) {
         snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
         return 1;

@@ -142,3 +142,11 @@ expect_error "more than the 2^48 this trainer can size" "a model shape too large
     $TRAIN -e L1:C600000000:NH1:E1:K1 -b 1 -t 8 -j '' -g 0 -x 1
 expect_error "more than the 2^48 this trainer can size" "a model shape too large to size (L1000000000:C1000000:NH1) is refused" -- \
     $TRAIN -e L1000000000:C1000000:NH1 -b 1 -t 8 -j '' -g 0 -x 1
+# the token arithmetic of the trainer and the planner (train_config_layout): a micro-batch of more than 2^31-1 tokens
+# is refused before any product of it
+expect_error "tokens per micro-batch; expected at most 2147483647" "--plan 1 -b 2147483647 -t 2147483647 is refused with one line" -- \
+    $TRAIN --plan 1 -b 2147483647 -t 2147483647
+expect_error "tokens per micro-batch; expected at most 2147483647" "--plan 1 -b 65536 -t 32768 --tp 2 --sequence-parallel 1 is refused" -- \
+    $TRAIN --plan 1 -b 65536 -t 32768 --tp 2 --sequence-parallel 1
+expect_error "tokens per micro-batch; expected at most 2147483647" "the trainer with -b 65536 -t 32768 is refused with one line" -- \
+    $TRAIN -b 65536 -t 32768 -j '' -g 0 -x 1
