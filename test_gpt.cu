@@ -14,7 +14,8 @@
  * with weight decay and clipping; two identical runs are bit-identical; a checkpoint round trip (model
  * file + training state) restores bit-identical weights and optimizer state; train_step (batches uploaded
  * ahead, and with --cuda-graphs 1 on the CUDA backend) bit-identical to the synchronous eager loop; sampling's
- * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); weight-decay
+ * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); a skipped
+ * (non-finite) step advances neither AdamW's t nor the schedule, also across a resume (test_skipped_step); weight-decay
  * grouping of d12. Under mpirun (an MPI build, build/mpi_test_gpt_tp): the fixture model split over the processes by
  * tensor parallelism, with and without sequence parallelism (test_tensor_parallel).
  *
@@ -450,6 +451,14 @@ static int sessions_equal(const TrainSession* a, const TrainSession* b) {
            device_equal(a->zero.opt.v, b->zero.opt.v, P * sizeof(float));
 }
 
+/* a fresh temporary directory from the template `dir` (overwritten with its name) holding a test shard of ntok
+ * tokens, whose path goes to shard */
+static void test_dir_with_shard(char* dir, char* shard, size_t cap, int ntok) {
+    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
+    snprintf(shard, cap, "%s/shard.bin", dir);
+    write_test_shard(shard, ntok);
+}
+
 static void remove_test_dir(const char* dir) {
     char cmd[1200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -459,11 +468,8 @@ static void remove_test_dir(const char* dir) {
 /* checkpoint round trip through the trainer's own functions: 3 steps, write_checkpoint, then a fresh session
  * resumes it (resume_from_checkpoint) and must hold everything bit-identical and read the same next batch */
 static void test_checkpoint_round_trip(const char* model_path, const Fixture* fx) {
-    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    char shard[1100];
-    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
-    write_test_shard(shard, 4 * fx->B * fx->T + 1);
+    char dir[] = "/tmp/llmc_test_ckpt_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 4 * fx->B * fx->T + 1);
     TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
     for (int k = 0; k < 3; k++) { train_step(a); }
     a->sample_rng = 12345;
@@ -529,11 +535,8 @@ static StepResult reference_train_step(TrainSession* s) {
  * cuda_graphs = 1 (CUDA backend, also under the CPU execution layer): the same with --cuda-graphs 1, i.e. one eager
  * warm-up micro-step, then each batch slot's forward+backward captured once and replayed (5 replays). */
 static void test_train_step_pipeline(const char* model_path, const Fixture* fx, int cuda_graphs) {
-    char dir[] = "/tmp/llmc_test_pipe_XXXXXX";
-    if (mkdtemp(dir) == NULL) { FATAL("mkdtemp failed"); }
-    char shard[1100];
-    snprintf(shard, sizeof(shard), "%s/shard.bin", dir);
-    write_test_shard(shard, 5 * fx->B * fx->T + 1);
+    char dir[] = "/tmp/llmc_test_pipe_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 5 * fx->B * fx->T + 1);
     const int steps = 3, accum = 2;
     TrainSession* a = test_session_open(model_path, fx, shard, accum, steps, "");
     TrainSession* ref = test_session_open(model_path, fx, shard, accum, steps, "");
@@ -565,6 +568,59 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
                how, steps);
     test_session_close(a);
     test_session_close(ref);
+    remove_test_dir(dir);
+}
+
+/* the first element of the final LayerNorm's weight, which every logit reads: poison = 1 saves it into *saved and
+ * writes NaN (all bits set: NaN in fp32, bf16 and fp16), poison = 0 writes *saved back */
+static void poison_lnfw(TrainSession* s, floatX* saved, int poison) {
+    floatX* w = s->model.params.t[P_LNFW];
+    if (poison) {
+        floatX nan;
+        memset(&nan, 0xff, sizeof(nan));
+        dev_memcpy_d2h(saved, w, sizeof(floatX));
+        dev_memcpy_h2d(w, &nan, sizeof(floatX));
+    } else {
+        dev_memcpy_h2d(w, saved, sizeof(floatX));
+    }
+}
+
+/* A skipped step advances neither AdamW's t nor the learning-rate schedule (llmc/README.md, "Skipped steps: the
+ * update count"). Run a: step 1 applied; step 2 made non-finite (one weight NaN during it, restored after: the skip
+ * leaves the weights and m, v as they were); step 3 applied. Reference: step 1, the skipped step's batch consumed
+ * without an update, then its second update (t = 2, lr of schedule step 1). Step 3 of a must report that lr and give
+ * bit-identical weights and m, v: with t = 3 (bias correction of the step count) or lr(2) (the cosine schedule moves
+ * between steps 1 and 2) they differ. Then a checkpoint after step 3 resumed by a fresh session: the skipped count is
+ * restored and step 4 is bit-identical on both (a checkpoint that lost the count would resume with t = 4). */
+static void test_skipped_step(const char* model_path, const Fixture* fx) {
+    char dir[] = "/tmp/llmc_test_skip_XXXXXX", shard[1100];
+    test_dir_with_shard(dir, shard, sizeof(shard), 5 * fx->B * fx->T + 1);
+    TrainSession* a = test_session_open(model_path, fx, shard, 1, 10, dir);
+    TrainSession* ref = test_session_open(model_path, fx, shard, 1, 10, "");
+    train_step(a);
+    reference_train_step(ref);
+    floatX saved;
+    poison_lnfw(a, &saved, 1);
+    StepResult skip = train_step(a);
+    poison_lnfw(a, &saved, 0);
+    dataloader_next_batch(&ref->train_loader); /* the reference skips the batch, not an update */
+    StepResult ra = train_step(a), rr = reference_train_step(ref);
+    TEST_CHECK(skip.skipped && !ra.skipped && a->step == 3 && a->skipped_steps == 1, "skipped step: step 2 with a NaN "
+               "weight is skipped (loss %g), step 3 is applied", (double)skip.loss);
+    TEST_CHECK(ra.lr == rr.lr && ra.lr != lr_scheduler_get(&a->scheduler, 2), "skipped step: the next update's lr %.9g "
+               "is the schedule's value after 1 update (%.9g), not after 2 steps (%.9g)", (double)ra.lr, (double)rr.lr,
+               (double)lr_scheduler_get(&a->scheduler, 2));
+    TEST_CHECK(sessions_equal(a, ref), "skipped step: weights and AdamW m, v after it and one more update are "
+               "bit-identical to 2 updates without it (t = 2, lr of update 2)");
+    write_checkpoint(a);
+    TrainSession* b = test_session_open(model_path, fx, shard, 1, 10, dir);
+    resume_from_checkpoint(b, 3, 0);
+    StepResult r4a = train_step(a), r4b = train_step(b);
+    TEST_CHECK(b->skipped_steps == 1 && r4a.lr == r4b.lr && sessions_equal(a, b), "skipped step: a checkpoint keeps "
+               "the count (1 skipped of 3); the resumed step 4 is bit-identical (lr, weights, m, v)");
+    test_session_close(a);
+    test_session_close(ref);
+    test_session_close(b);
     remove_test_dir(dir);
 }
 
@@ -701,6 +757,71 @@ static void test_weight_decay_groups_d12(void) {
     TEST_CHECK(vd + vo == 124475904, "d12 parameter count %zu (expected 124475904)", vd + vo);
 }
 
+/* the per-token losses (first n) of a forward-only pass over the fixture batch whose last `pad` tokens are padding:
+ * not routed (MoEOptions.pad_tokens) unless `routed`, and replaced by other ids when `other` */
+static void moe_padded_losses(GPT2* m, const Fixture* fx, int pad, int routed, int other, float* losses, size_t n) {
+    size_t N = (size_t)fx->B * fx->T;
+    int* in = (int*)malloc_check(N * sizeof(int), "padded inputs");
+    for (size_t i = 0; i < N; i++) { in[i] = other && i >= N - (size_t)pad ? (fx->inputs[i] + 7) % m->config.vocab_size : fx->inputs[i]; }
+    dev_memcpy_h2d(m->inputs, in, N * sizeof(int));
+    dev_memcpy_h2d(m->targets, fx->targets, N * sizeof(int));
+    m->moe_opt.pad_tokens = routed ? 0 : pad;
+    gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, FIXTURE_GELU_FUSION, 0.0f, 0);
+    m->moe_opt.pad_tokens = 0;
+    dev_memcpy_d2h(losses, m->acts.t[A_LOSSES], n * sizeof(float));
+    free(in);
+}
+
+/* Padding takes no expert capacity (llmc/moe.h, MoEOptions.pad_tokens; a partial validation batch, a sample
+ * window's tail): with the last T+5 of the fixture's B*T tokens marked as padding (Nr real tokens; capacity
+ * ceil(0.75*2*Nr/3) = 46, not an integer before the ceiling), every MoE block's plan routes exactly Nr*k choices and
+ * keeps at most the capacity of Nr (at least one expert full, so the capacity binds), and the real tokens' losses are
+ * bit-identical whatever ids the padding holds (same shapes, so the same kernels and orders; attention is causal
+ * within a row). Not vacuous: routing the same two paddings gives the real tokens different losses. A forward of
+ * padding only leaves the statistics as they were. Bugs caught: padding routed or counted in the capacity (on
+ * either backend), the capacity of N instead of Nr, padding rows given expert output, statistics of no tokens. */
+static void test_moe_padding(GPT2* m, const Fixture* fx) {
+    const MoEConfig* mc = &m->config.moe;
+    int N = fx->B * fx->T, pad = fx->T + 5, Nr = N - pad, E = mc->experts, k = mc->top_k;
+    int Lm = moe_num_layers(mc, m->config.num_layers), cap = moe_capacity(mc, &m->moe_opt, Nr);
+    float* l = (float*)malloc_check(4 * (size_t)Nr * sizeof(float), "padded losses");
+    moe_padded_losses(m, fx, pad, 0, 0, l, (size_t)Nr);
+    int* plan = (int*)malloc_check((size_t)Lm * 3 * E * sizeof(int), "MoE plans");
+    dev_memcpy_d2h(plan, m->acts.t[A_MOE_PLAN], (size_t)Lm * 3 * E * sizeof(int));
+    int routed_ok = 1, kept_ok = 1, full = 0;
+    for (int j = 0; j < Lm; j++) {
+        const int* pj = plan + (size_t)j * 3 * E;
+        int routed = 0;
+        for (int e = 0; e < E; e++) {
+            routed += pj[e];
+            kept_ok = kept_ok && pj[E + e] == (pj[e] < cap ? pj[e] : cap);
+            full = full || pj[E + e] == cap;
+        }
+        routed_ok = routed_ok && routed == Nr * k;
+    }
+    TEST_CHECK(routed_ok && kept_ok && full && cap == 46, "MoE padding: %d of %d tokens padding; every block routes "
+               "%d choices and keeps min(routed, %d) per expert (the capacity of the real tokens; one expert full)",
+               pad, N, Nr * k, cap);
+    moe_padded_losses(m, fx, pad, 0, 1, l + Nr, (size_t)Nr);
+    TEST_CHECK(memcmp(l, l + Nr, (size_t)Nr * sizeof(float)) == 0,
+               "MoE padding: the %d real tokens' losses are bit-identical for two different paddings", Nr);
+    moe_padded_losses(m, fx, pad, 1, 0, l + 2 * (size_t)Nr, (size_t)Nr);
+    moe_padded_losses(m, fx, pad, 1, 1, l + 3 * (size_t)Nr, (size_t)Nr);
+    TEST_CHECK(memcmp(l + 2 * (size_t)Nr, l + 3 * (size_t)Nr, (size_t)Nr * sizeof(float)) != 0,
+               "MoE padding: routed, the same two paddings would change the real tokens' losses (the check above "
+               "can fail)");
+    size_t S = (size_t)Lm * moe_stats_floats(mc);
+    float* stats = (float*)malloc_check(2 * S * sizeof(float), "MoE statistics");
+    gpt2_moe_stats(m, stats);
+    moe_padded_losses(m, fx, N, 0, 1, l, 1);
+    gpt2_moe_stats(m, stats + S);
+    TEST_CHECK(memcmp(stats, stats + S, S * sizeof(float)) == 0,
+               "MoE padding: a forward of padding only runs and leaves the routing statistics as they were");
+    free(stats);
+    free(plan);
+    free(l);
+}
+
 /* The mixture-of-experts fixture (python3 train_gpt.py --write-moe-fixture; llmc/moe.h): L=4 with experts in blocks
  * 1 and 3, E=3 top-2, H=48, capacity factor 0.75 (a quarter of the choices dropped), load-balancing and z-loss on.
  * Checks init from the seed, logits, the language loss, the MoE loss (load-balancing + z) and every gradient (the
@@ -747,6 +868,7 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
         TEST_CHECK(stats[j * S + 2 * mc->experts + 2] > 0.0f, "MoE block %d drops some choices (%.1f%%), so the "
                    "capacity path is exercised", j, 100.0 * stats[j * S + 2 * mc->experts + 2]);
     }
+    test_moe_padding(&fm.m, &fx);
     free_fixture_model(&fm);
     test_adamw_steps(model_path, &fx, tol);
     fixture_free(&fx);
@@ -785,6 +907,7 @@ int main(int argc, char** argv) {
     test_checkpoint_round_trip(model_path, &fx);
     test_train_step_pipeline(model_path, &fx, 0);
     if (dev_graphs_supported()) { test_train_step_pipeline(model_path, &fx, 1); }
+    test_skipped_step(model_path, &fx);
     test_weight_decay_groups_d12();
     fixture_free(&fx);
     if (argc <= 1) {

@@ -113,14 +113,15 @@ static int step_is_bad(float loss, float grad_norm, int overflow) {
     return overflow || !isfinite(loss) || !isfinite(grad_norm);
 }
 
-/* the step's reported numbers from its global statistics: loss, gradient norm (unscaled), learning rate; skipped
- * when the loss or the norm is not finite or (FP16) a gradient overflowed; bubble -1 (no pipeline measure yet) */
+/* the step's reported numbers from its global statistics: loss, gradient norm (unscaled), learning rate (of the
+ * update count, session_updates); skipped when the loss or the norm is not finite or (FP16) a gradient overflowed;
+ * bubble -1 (no pipeline measure yet) */
 static StepResult step_result(TrainSession* s, const StepStats* st, float loss_scale) {
     StepResult r;
     memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
     r.loss = st->loss;
     r.grad_norm = (float)sqrt(st->norm_sq) / loss_scale;
-    r.lr = lr_scheduler_get(&s->scheduler, s->step);
+    r.lr = lr_scheduler_get(&s->scheduler, session_updates(s));
     r.bubble = -1.0f;
     r.skipped = step_is_bad(r.loss, r.grad_norm, st->overflow);
     return r;
@@ -136,13 +137,13 @@ static void stop_if_bad_steps(TrainSession* s) {
     }
 }
 
-/* the AdamW hyperparameters of the update after step `step` (0-based) */
-static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, int step) {
+/* the AdamW hyperparameters of the update after `updates` applied ones (0-based; skipped steps not counted) */
+static AdamWStep adamw_step(const TrainConfig* cfg, float lr, float grad_scale, int updates) {
     AdamWStep st;
     st.learning_rate = lr;
     st.beta1 = cfg->beta1; st.beta2 = cfg->beta2; st.eps = cfg->eps; st.weight_decay = cfg->weight_decay;
     st.grad_scale = grad_scale;
-    st.t = step + 1;
+    st.t = updates + 1;
     st.seed = (unsigned int)cfg->seed;
     return st;
 }
@@ -190,8 +191,9 @@ static StepResult train_step(TrainSession* s) {
     StepResult r = step_result(s, &st, loss_scale);              /* loss, norm, lr; skipped when not finite */
     if (s->loss_scaling) { loss_scaler_update(&s->scaler, r.skipped); } /* FP16: back off on the same verdict */
     float clip = clip_scale(r.grad_norm, s->cfg.grad_clip);      /* global-norm clipping */
-    AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, s->step);
+    AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, session_updates(s));
     if (!r.skipped) { zero_update(&s->zero, &update); }          /* AdamW on the owned range, then all-gather */
+    else { s->skipped_steps++; }                                 /* neither t nor the schedule advances */
     s->step++;
     step_counters_end(s, &r);                                    /* compression, offload and pipeline figures */
     report_bad_step(s, &r, st.overflow);
@@ -201,8 +203,9 @@ static StepResult train_step(TrainSession* s) {
 
 /* ---------------------------------------------------------------- evaluation and sampling */
 
-/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding) of the validation
- * loader's batch (inputs/targets on the host), forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
+/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding, which a mixture of experts
+ * does not route: llmc/moe.h, MoEOptions.pad_tokens) of the validation loader's batch (inputs/targets on the host),
+ * forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
 static double val_batch_loss_sum(TrainSession* s, int rows) {
     GPT2* m = &s->model;
     DataLoader* vl = &s->val_loader;
@@ -210,7 +213,9 @@ static double val_batch_loss_sum(TrainSession* s, int rows) {
     if (s->pp->world > 1) { return pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion, rows); }
     dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
     dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
+    m->moe_opt.pad_tokens = (B - rows) * T;
     gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
+    m->moe_opt.pad_tokens = 0;
     dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < rows * T; i++) { sum += m->host_losses[i]; }
@@ -220,9 +225,10 @@ static double val_batch_loss_sum(TrainSession* s, int rows) {
 /* Mean validation loss (unshuffled validation data), every rank's sums all-reduced, so the value does not depend
  * on the number of processes:
  *   --val-tokens N > 0: the first N/T sequences of T+1 tokens of the validation shards (dataloader_sequences:
- *     numbered independently of B and of the processes), sequence j on data-parallel rank j % world, B at a time
- *     (a last partial batch padded, the padding's losses not counted). The same N target tokens for any B, any
- *     number of processes and any T dividing N.
+ *     numbered independently of B and of the processes) in batches of B consecutive sequences, batch b on
+ *     data-parallel rank b % world (a last partial batch padded, the padding neither counted nor routed). The same
+ *     N target tokens for any B, any number of processes and any T dividing N; and the same batches for any
+ *     number of processes, so a mixture of experts (whose capacity is per batch) gives the same loss too.
  *   else -m: the first val_max_steps windows of B*T+1 tokens (all with -1), window k on rank k % world. */
 static float validate(TrainSession* s) {
     DataLoader* vl = &s->val_loader;
@@ -232,14 +238,15 @@ static float validate(TrainSession* s) {
     double sum = 0.0;
     size_t count = 0;
     if (s->cfg.val_tokens > 0) {
-        size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T;
-        size_t mine = nseq > (size_t)rank ? (nseq - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
+        size_t nseq = (size_t)s->cfg.val_tokens / (size_t)T, nb = (nseq + (size_t)B - 1) / (size_t)B;
+        size_t mine = nb > (size_t)rank ? (nb - (size_t)rank + (size_t)world - 1) / (size_t)world : 0;
         /* ZeRO-3: every rank runs rank 0's number of forwards (each gathers layers from all); the extra ones count 0 rows */
-        size_t limit = same_count ? (nseq + (size_t)world - 1) / (size_t)world : mine;
-        for (size_t k0 = 0; k0 < limit; k0 += (size_t)B) { /* this rank's sequences k0 .. k0+B-1 */
-            int rows = k0 >= mine ? 0 : mine - k0 < (size_t)B ? (int)(mine - k0) : B;
+        size_t limit = same_count ? (nb + (size_t)world - 1) / (size_t)world : mine;
+        for (size_t i = 0; i < limit; i++) { /* this rank's i-th batch: sequences first .. first+B-1 */
+            size_t first = ((size_t)rank + i * (size_t)world) * (size_t)B;
+            int rows = i >= mine ? 0 : nseq - first < (size_t)B ? (int)(nseq - first) : B;
             for (int r = 0; r < B; r++) { /* padding rows repeat the first row; their losses are not counted */
-                dataloader_load_sequence(vl, rows == 0 ? 0 : (size_t)rank + (k0 + (size_t)(r < rows ? r : 0)) * (size_t)world, r);
+                dataloader_load_sequence(vl, rows == 0 ? 0 : first + (size_t)(r < rows ? r : 0), r);
             }
             sum += val_batch_loss_sum(s, rows);
             count += (size_t)rows * T;

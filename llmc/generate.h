@@ -105,7 +105,8 @@ static inline int generate_forward_len(const GPT2* m, const GenerateConfig* g, i
 
 /* the logits (Vp, fp32) of the last of the n tokens into host_logits: a forward at batch 1 and length fwd
  * (1 <= fwd <= T) over the last min(n, fwd) tokens, padded at the end to fwd with copies of the last token (a
- * valid id of any vocabulary); the row of the last real token is read. Collective over the tp group. */
+ * valid id of any vocabulary; a mixture of experts does not route the padding, llmc/moe.h MoEOptions.pad_tokens);
+ * the row of the last real token is read. Collective over the tp group. */
 static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* tokens, int n, int fwd,
                                    float* host_logits) {
     if (fwd < 1 || fwd > m->T) { FATAL("generate_logits: forward length %d outside [1, T=%d]", fwd, m->T); }
@@ -119,7 +120,9 @@ static inline void generate_logits(GPT2* m, const GenerateConfig* g, const int* 
     }
     dev_memcpy_h2d(m->inputs, host, (size_t)fwd * sizeof(int));
     free(host);
+    m->moe_opt.pad_tokens = fwd - len;
     gpt2_forward(m, m->inputs, NULL, 1, fwd, g->gelu_fusion, 0.0f, 0);
+    m->moe_opt.pad_tokens = 0;
     gpt2_logits_row(m, len - 1, host_logits);
 }
 

@@ -7,8 +7,9 @@
  * linear C->E with fp32 logits, softmax, the top-k experts per token, gates renormalised over the k chosen
  * (GShard, Lepikhin et al. 2020; Mixtral) or, for k = 1, the router probability itself (Switch Transformer,
  * Fedus et al. 2021). Capacity ceil(c*k*N/E) tokens per expert and micro-batch of N tokens (c =
- * --moe-capacity-factor; 0 = no limit); a choice over capacity is dropped (the token's residual stream carries it
- * past the experts), served in a fixed order: every first choice before any second choice, then token order.
+ * --moe-capacity-factor; 0 = no limit; N counts real tokens only: padding is not routed, MoEOptions.pad_tokens);
+ * a choice over capacity is dropped (the token's residual stream carries it past the experts), served in a fixed
+ * order: every first choice before any second choice, then token order.
  * Losses added to the language loss: the load-balancing loss aux_coef * E * sum_i f_i P_i (Switch; f_i the
  * fraction of the N*k choices routed to expert i before capacity, P_i the mean router probability) and the router
  * z-loss z_coef * mean(logsumexp(logits)^2) (ST-MoE, Zoph et al. 2022).
@@ -71,10 +72,16 @@ typedef struct {
 } MoEExpertParallel;
 
 /* training-time settings that are not part of the model (flags): capacity factor c (0 = no dropping),
- * load-balancing and z-loss coefficients; ep: expert parallelism (NULL, or size 1: every expert computed here) */
+ * load-balancing and z-loss coefficients; ep: expert parallelism (NULL, or size 1: every expert computed here).
+ * pad_tokens (0 for training; set around a forward-only pass by its caller): the last pad_tokens of the forward's
+ * N tokens are padding (a partial validation batch's rows, a sample window's tail) and are not routed: they take no
+ * capacity (the capacity is that of the N - pad_tokens real tokens), get no expert output (0: their residual stream
+ * passes the block unchanged) and enter no statistic, so the real tokens' outputs do not depend on the padding
+ * (llmc/README.md, "Mixture of experts"). All N may be padding (an expert-parallel rank's uncounted forward). */
 typedef struct {
     float capacity_factor, aux_coef, z_coef;
     MoEExpertParallel* ep;
+    int pad_tokens;
 } MoEOptions;
 
 /* 1 if block l has experts */
@@ -90,6 +97,11 @@ static inline int moe_capacity(const MoEConfig* c, const MoEOptions* o, int N) {
     if (o->capacity_factor <= 0.0f) { return N; }
     double cap = ceil((double)o->capacity_factor * c->top_k * (double)N / c->experts);
     return cap > N ? N : (int)cap;
+}
+/* the tokens of a forward over N that are routed: the first N - o->pad_tokens (clamped to [0, N]) */
+static inline int moe_routed_tokens(const MoEOptions* o, int N) {
+    int pad = o->pad_tokens < 0 ? 0 : o->pad_tokens > N ? N : o->pad_tokens;
+    return N - pad;
 }
 /* the expert-parallel size of c (1 when none) */
 static inline int moe_ep_size(const MoEConfig* c) { return c->ep > 1 ? c->ep : 1; }
@@ -238,16 +250,19 @@ static inline void moe_ep_route(MoERoute* r, const MoELayer* a, const MoEConfig*
 }
 
 /* Forward of one MoE MLP: y(N,C) (overwritten) = sum over the kept choices of gate * expert(x(N,C)); fills the
- * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. With expert
+ * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. With
+ * o->pad_tokens, only the first N - pad_tokens tokens are routed (capacity, plan and statistics of those; the
+ * padding's rows of y are 0; a forward of padding only leaves the statistics as they were). With expert
  * parallelism (o->ep of size > 1; every rank of the group calls this together) the grouped rows go to the ranks
  * holding their experts (all-to-all), come back as expert outputs (the reverse all-to-all) and are combined here. */
 static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
                                      const floatX* x, int N, int C) {
     int E = c->experts, k = c->top_k, H = c->hidden;
-    moe_router_forward(a->probs, a->lse, a->choice, a->gate, x, a->routerw, N, C, E, k);
-    moe_dispatch_plan(a->row, a->plan, a->choice, N, E, k, moe_capacity(c, o, N));
-    moe_route_stats(a->stats, a->probs, a->lse, a->plan, N, E, k, o->aux_coef, o->z_coef);
-    moe_permute(a->xe, x, a->row, N, C, k);
+    int Nr = moe_routed_tokens(o, N); /* the real tokens [0, Nr); the padding after them is not routed */
+    moe_router_forward(a->probs, a->lse, a->choice, a->gate, x, a->routerw, Nr, C, E, k);
+    moe_dispatch_plan(a->row, a->plan, a->choice, Nr, E, k, moe_capacity(c, o, Nr));
+    if (Nr > 0) { moe_route_stats(a->stats, a->probs, a->lse, a->plan, Nr, E, k, o->aux_coef, o->z_coef); }
+    moe_permute(a->xe, x, a->row, Nr, C, k);
     if (o->ep && o->ep->size > 1) {
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 1);
@@ -259,7 +274,8 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
         dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
         moe_experts_forward(a, a->out, a->xe, plan + E, E, E, 0, C, H);
     }
-    moe_combine(y, a->out, a->row, a->gate, N, C, k);
+    moe_combine(y, a->out, a->row, a->gate, Nr, C, k);
+    if (Nr < N) { dev_memset(y + (size_t)Nr * C, 0, (size_t)(N - Nr) * C * sizeof(floatX)); }
 }
 
 /* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
@@ -272,6 +288,7 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
                                       const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
                                       float dloss) {
     int E = c->experts, k = c->top_k, H = c->hidden;
+    if (o->pad_tokens != 0) { FATAL("internal: MoE backward of a forward with %d padding tokens", o->pad_tokens); }
     moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
     if (o->ep && o->ep->size > 1) {
         MoERoute r;

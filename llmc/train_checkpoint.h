@@ -57,6 +57,7 @@ static TrainState session_train_state(const TrainSession* s) {
     st.seed = s->cfg.seed;
     st.loss_scale = s->scaler.scale;
     st.loss_scale_good_steps = s->scaler.good_steps;
+    st.skipped_steps = s->skipped_steps;
     st.data_fingerprint = dataloader_fingerprint(&s->train_loader);
     return st;
 }
@@ -263,6 +264,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     s->sample_rng = found.sample_rng;
     s->scaler.scale = found.loss_scale;
     s->scaler.good_steps = found.loss_scale_good_steps;
+    s->skipped_steps = found.skipped_steps;
     resume_residuals(s, resume_step);
     comm_barrier(&s->world); /* every rank has its state before rank 0 says so */
     if (is_rank0(s)) { printf("resume: continuing from step %d of %s\n", s->step, cfg->output_dir); }

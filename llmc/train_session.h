@@ -65,6 +65,8 @@ typedef struct {
     int loss_scaling;          /* dynamic loss scaling on (FP16 builds) */
     LossScaler scaler;
     int bad_steps;             /* consecutive steps skipped because the loss or gradient norm was not finite */
+    int skipped_steps;         /* all steps skipped so far (a checkpoint saves it): step - skipped_steps updates were
+                                * applied, and that count drives AdamW's t and the learning rate (session_updates) */
     int cpu_matmul_auto;       /* --cpu-matmul auto was resolved to cfg.cpu_matmul at start-up (CPU build) */
     int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     unsigned long long pcie_h2d0, pcie_d2h0; /* --offload-params: the PCIe counters at the start of the step */
@@ -73,6 +75,10 @@ typedef struct {
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
     MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */
 } TrainSession;
+
+/* the optimizer updates applied so far: what AdamW's bias correction and the learning-rate schedule count (a skipped,
+ * non-finite step advances neither; llmc/README.md, "Skipped steps: the update count") */
+static inline int session_updates(const TrainSession* s) { return s->step - s->skipped_steps; }
 
 /* process 0 prints, logs, samples and writes the model file */
 static inline int is_rank0(const TrainSession* s) { return s->world.rank == 0; }

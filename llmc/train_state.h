@@ -52,6 +52,8 @@ typedef struct {
                                   * values followed by the expert group's range [expert_start, + expert_size) of this
                                   * ep rank's experts (indices of the local expert part), in every section */
     uint64_t expert_start, expert_size;
+    int skipped_steps;           /* steps skipped as not finite before `step` (files of earlier versions: 0, which is how
+                                  * they counted: every step advanced AdamW's t and the schedule) */
 } TrainState;
 
 /* what the error messages of the readers name besides the file */
@@ -76,7 +78,8 @@ static inline uint64_t header_get_u64(const int* h, int i) {
  * rank [36] pipeline size (0 without pipeline parallelism) [37] pipeline rank [38] the stage's chunks (0: all
  * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k
  * [100] expert-parallel size (0 without --ep) [101] ep rank [102,103] expert shard start [104,105] expert shard size
- * (llmc/zero_experts.h: the body's sections then hold the dense range followed by the expert range) */
+ * (llmc/zero_experts.h: the body's sections then hold the dense range followed by the expert range) [106] steps
+ * skipped as not finite (0 in the files of earlier versions) */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
@@ -114,6 +117,7 @@ static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]
         header_put_u64(h, 102, s->expert_start);
         header_put_u64(h, 104, s->expert_size);
     }
+    h[106] = s->skipped_steps;
 }
 static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
     memset(s, 0, sizeof(*s));
@@ -153,6 +157,7 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
     s->ep_rank = h[101];
     s->expert_start = header_get_u64(h, 102);
     s->expert_size = header_get_u64(h, 104);
+    s->skipped_steps = h[106];
 }
 
 /* the data-parallel size of the run a state describes, and the data-parallel coordinate of its world rank q (the
@@ -179,14 +184,14 @@ static inline FILE* train_state_open(const char* path, TrainState* s) {
         s->pp_size > s->world || s->world % ((long long)s->tp_size * s->pp_size) != 0 || s->B < 1 || s->T < 1 || s->grad_accum_steps < 1 ||
         s->B > (1 << 20) || s->T > (1 << 20) || s->grad_accum_steps > (1 << 20) ||
         s->has_master < 0 || s->has_master > 1 || s->ep_size > s->world || s->ep_rank < 0 || s->ep_rank >= s->ep_size ||
-        s->expert_size > s->shard_size ||
+        s->expert_size > s->shard_size || s->skipped_steps < 0 || s->skipped_steps > s->step ||
         (long long)s->B * s->T * s->grad_accum_steps > (1LL << 40)) { /* with dp <= 2^20: tokens/step < 2^60 */
         fclose(f);
         FATAL("training state file '%s' has an invalid header: rank %d of world %d (tp %d, pp %d), B=%d T=%d "
-              "accumulation %d, master %d (expected 0 <= rank < world, tp*pp dividing world, sizes 1..2^20, B*T*accumulation "
-              "<= 2^40); the "
-              "checkpoint is damaged: resume from another one", path, s->rank, s->world, s->tp_size, s->pp_size,
-              s->B, s->T, s->grad_accum_steps, s->has_master);
+              "accumulation %d, master %d, %d of %d steps skipped (expected 0 <= rank < world, tp*pp dividing world, "
+              "sizes 1..2^20, B*T*accumulation <= 2^40, 0 <= skipped <= steps); the checkpoint is damaged: resume "
+              "from another one", path, s->rank, s->world, s->tp_size, s->pp_size, s->B, s->T, s->grad_accum_steps,
+              s->has_master, s->skipped_steps, s->step);
     }
     return f;
 }

@@ -2,7 +2,8 @@
 # tiny batches: two identical runs are bit-identical; 6 steps straight == 3 steps, checkpoint, resume, 3 more
 # (losses, MoE statistics, weights and optimizer state); the step line and log.jsonl carry the routing statistics; the
 # model file is version 7 with the MoE header; refusals are one line (--ep above the processes, k > E, a dense/MoE
-# mismatch between a model file and the --moe-* flags, --tp with experts). Expert parallelism: dev/test/cli_moe_ep.sh.
+# mismatch between a model file and the --moe-* flags, --tp with experts). Under mpirun: data parallelism against one
+# process, and validation (--val-tokens) identical on 1, 2 and 3 processes. Expert parallelism: dev/test/cli_moe_ep.sh.
 source "$(dirname "$0")/lib_cli.sh"
 MOE=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -v 0 --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 1.0
      --moe-z-coef 0.001)
@@ -78,6 +79,28 @@ print("# 1 process:", a, "\n# 2 processes, ZeRO-2:", b)
 sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for p, q in zip(a, b) for x, y in zip(p, q)) else 1)
 PY
     check $? "MoE under data parallelism: 2 processes with ZeRO-2 equal one process accumulating the same micro-batches (loss and norm, 3 steps, 1e-5)"
+    # validation of a MoE model is layout-independent (llmc/README.md, "Mixture of experts"): --val-tokens 84 = 7
+    # sequences of T=12 in batches of B=3 (the last one row + two padding rows), capacity 1.25 (ceil(22.5) = 23 per
+    # expert of a full batch, ceil(7.5) = 8 of the partial one). The capacity is per batch, so the batches must be the
+    # same sequences on any number of processes and the padding must take no capacity. 1 process; 2 with --ep 2 (one
+    # rank also runs a forward of padding only, for the other's all-to-all); 3 processes. The full-precision val loss
+    # of step 0 from log.jsonl must be equal, as it is for a dense model. Bugs caught: batches dealt by sequence
+    # (measured before the fix: 2.0e-4 relative between 1 and 2 processes), the padding routed (with the per-padding unit
+    # test in test_gpt.cu), a rank of padding only that hangs or crashes the exchange.
+    VT=(-e L1:C64:NH4:E4:K2 -b 3 -t 12 -j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -g 0 -x 1 -v 1 -d 216
+        --val-tokens 84 --moe-capacity-factor 1.25)
+    $TRAIN "${VT[@]}" -o "$TMP/vt1" > "$TMP/vt1.log" 2>&1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS $TRAIN "${VT[@]}" --ep 2 -o "$TMP/vt2" > "$TMP/vt2.log" 2>&1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS $TRAIN "${VT[@]}" -o "$TMP/vt3" > "$TMP/vt3.log" 2>&1
+    python3 - "$TMP"/vt{1,2,3}/log.jsonl <<'PY'
+import json, sys
+v = [[r["val_loss"] for r in map(json.loads, open(p)) if r["kind"] == "val" and r["step"] == 0] for p in sys.argv[1:]]
+print("# MoE val loss at step 0 on 1, 2 (--ep 2) and 3 processes:", v)
+sys.exit(0 if all(len(x) == 1 and isinstance(x[0], float) for x in v) and v[0] == v[1] == v[2] else 1)
+PY
+    check $? "MoE validation (--val-tokens, a padded last batch, capacity 1.25) is identical on 1, 2 (--ep 2) and 3 processes"
 else
     echo "# SKIP MoE data-parallel check: no mpirun or no MPI build"
 fi
