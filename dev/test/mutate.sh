@@ -114,6 +114,7 @@ targets_of() {
             build/*) out="$out $t" ;;
             cli_tp.sh) out="$out build/mpi_test_gpt_tp" ;;
             cli_pp.sh) out="$out build/mpi_pipe_bubble" ;;
+            cli_step_stats.sh) out="$out build/mpi_step_stats" ;;
         esac
     done
     echo "$out"
