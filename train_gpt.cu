@@ -43,7 +43,7 @@
 #include "llmc/progress.h"         /* defines: Progress (elapsed, ETA), progress_format_duration */
 #include "llmc/loss_scaler.h"      /* defines: LossScaler (FP16) */
 #include "llmc/comm.h"             /* defines: Comm, collectives */
-#include "llmc/preempt.h"          /* defines: preempt_parse, preempt_install, preempt_agree (--signal-checkpoint) */
+#include "llmc/preempt.h"          /* defines: preempt_install_early, preempt_install, preempt_agree (--signal-checkpoint) */
 #include "llmc/process_grid.h"     /* defines: ProcessGrid (tp x dp x pp, ep inside dp) */
 #include "llmc/gpt2.h"             /* defines: GPT2, gpt2_forward, gpt2_backward, AdamWStep */
 #include "llmc/model_file.h"       /* defines: gpt2_write_model, gpt2_build_from_file */
@@ -698,6 +698,7 @@ int main(int argc, char** argv) {
     const char* usage = "Trains a GPT-2 language model. Every flag has a short (llm.c) and a long form.";
     if (args_parse(specs, n_specs, argc, argv, argv[0], usage) == 1) { free(s); return 0; }
     if (s->cfg.plan || s->cfg.plan_search) { int rc = plan_main(&s->cfg); free(s); return rc; }
+    preempt_install_early(s->cfg.signal_checkpoint, s->cfg.output_dir); /* a signal during start-up: recorded */
     session_init(s);
     print_header(s, specs, n_specs);
     if (s->dp->rank == 0 && s->tp->rank == 0) { print_ledger_check(s); } /* one line per pipeline stage */

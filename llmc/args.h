@@ -12,6 +12,9 @@
  *
  * args_parse(specs, n_specs, argc, argv, program_name, usage_header):
  *   Stores each given value through spec.dest (int*, float*, or char** pointing into argv).
+ *   A flag given more than once takes its last value (so a script may override defaults it passes first: the
+ *   tests' and benchmarks' "${DEFAULTS[@]}" -x 8), each value checked; that is never silent: one line per such flag
+ *   on stdout, "note: flag -x, --max-steps was given 2 times; the last value, 8, is used" (launcher rank 0 only).
  *   Returns 0 normally; 1 if -h/--help was given (help printed to stdout; caller exits 0).
  *   On any user error prints ONE line to stderr ("error: ...") and exits with status 1 (under a launcher only its
  *   rank 0 prints: FATAL_ALL in llmc/utils.h, every process has the same flags):
@@ -200,8 +203,7 @@ static inline void args_buf_append_value_json(char** buf, size_t* len, size_t* c
         snprintf(value, sizeof(value), "%d", *(const int*)s->dest);
         args_buf_append(buf, len, cap, value, strlen(value));
     } else if (s->type == ARG_FLOAT) {
-        float v = *(const float*)s->dest;
-        if (isfinite(v)) { snprintf(value, sizeof(value), "%.9g", (double)v); } else { snprintf(value, sizeof(value), "null"); }
+        json_number(value, sizeof(value), (double)*(const float*)s->dest); /* llmc/utils.h: null if not finite */
         args_buf_append(buf, len, cap, value, strlen(value));
     } else {
         const char* v = *(char* const*)s->dest;
@@ -332,6 +334,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
     /* "-": non-options are returned in order as code 1 (no permutation), ":" missing value -> ':' */
     const char* shortopts = "-:";
     int want_help = 0;
+    int* times = (int*)calloc_check((size_t)n_specs, sizeof(int), "flag counts"); /* how often each flag was given */
     for (;;) {
         int token_index = optind < 1 ? 1 : optind;
         int longindex = -1;
@@ -349,6 +352,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         name[nl] = '\0';
         if (c == 1) {
             free(opts);
+            free(times);
             FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, optarg);
         }
         if (c == 999 && (strcmp(name, "h") == 0 || strcmp(name, "help") == 0)) { want_help = 1; continue; }
@@ -357,19 +361,23 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
             char label[2 * ARGS_NAME_MAX + 16]; /* the flag as typed (-b, --batch-size), without "=value" */
             snprintf(label, sizeof(label), "%.*s", (int)(strlen(token) - strlen(p) + nl), token);
             args_store_value(&specs[exact], label, optarg ? optarg : "", program);
+            times[exact]++;
             continue;
         }
         /* error paths: missing value, unknown, abbreviated or ambiguous flag */
         if (exact >= 0 && strchr(token, '=') == NULL && token_index + 1 >= argc) {
             free(opts);
+            free(times);
             FATAL_ALL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
         }
         if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
             free(opts);
+            free(times);
             FATAL_ALL("%s: flag '%s' takes no value", program, token);
         }
         int guess = args_closest(specs, n_specs, name);
         free(opts);
+        free(times);
         if (guess >= 0) {
             char label[2 * ARGS_NAME_MAX + 16];
             FATAL_ALL("%s: unknown flag '%s'; did you mean %s? (see --help)", program, token,
@@ -380,8 +388,18 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
     int rest = optind;
     free(opts);
     if (rest < argc) {
+        free(times);
         FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, argv[rest]);
     }
+    for (int i = 0; i < n_specs && !want_help && launcher_rank() == 0; i++) { /* repeated flags: said, not silent */
+        if (times[i] > 1) {
+            char label[2 * ARGS_NAME_MAX + 16], value[256];
+            printf("note: flag %s was given %d times; the last value, %s, is used\n",
+                   args_flag_label(&specs[i], label, sizeof(label)), times[i], args_value_string(&specs[i], value, sizeof(value)));
+        }
+    }
+    fflush(stdout);
+    free(times);
     if (want_help) {
         args_print_help(specs, n_specs, program, usage_header, stdout);
         return 1;

@@ -9,7 +9,7 @@
  *   state file   magic 20241129 (ours), version 1: training state of one rank (llmc/train_state.h)
  *   debug state  magic 20240327, version 2: test fixture (see train_gpt.py)
  *
- * Checkpoint directory layout (inside -o DIR), for step S and rank R:
+ * Checkpoint directory layout (inside -o DIR), for step S (at least 8 digits; more from step 10^8 on) and rank R:
  *   DIR/model_SSSSSSSS.bin        weights (rank 0)
  *   DIR/state_SSSSSSSS_RRRRR.bin  optimizer shard, step, RNG, data position (every rank)
  *   DIR/gradres_SSSSSSSS_RRRRR.bin  --grad-compress error-feedback residual (every rank; llmc/grad_compress.h)
@@ -48,9 +48,10 @@
  * open FILE positioned after the header; exits with a clear message on any mismatch. */
 static inline FILE* checkpoint_open_checked(const char* path, int header[FILE_HEADER_INTS], int magic, int version_a,
                                             int version_b, const char* what, const char* regen) {
-    FILE* f = fopen(path, "rb");
+    char why[128];
+    FILE* f = fopen_regular(path, "rb", why, sizeof(why)); /* a FIFO or device is refused, never waited on */
     if (f == NULL) {
-        FATAL("cannot open %s '%s': %s (%s)", what, path, strerror(errno), regen);
+        FATAL("cannot open %s '%s': %s (%s)", what, path, why, regen);
     }
     size_t got = fread(header, sizeof(int), FILE_HEADER_INTS, f);
     if (got != FILE_HEADER_INTS) {
@@ -92,8 +93,39 @@ static inline void checkpoint_done_path(char* out, size_t cap, const char* dir, 
     snprintf(out, cap, "%s/DONE_%08d", dir, step);
 }
 
-/* scans dir for files named "<prefix>%08d..." and returns the largest step (-1 if none).
- * If `count` is not NULL it receives the number of matching files. */
+/* The step of a checkpoint file named `name` (no directory) or -1 when it is not one: DONE_S, model_S.bin,
+ * state_S_R.bin or gradres_S_R.bin with S the step in at least 8 digits (%08d: 9 or 10 from step 10^8 on; all of
+ * them are read, up to INT_MAX) and R the rank in at least 5; anything else (a ".tmp" of a write in progress, a
+ * name of someone else's) is -1. *kind receives 0 for a DONE marker, 1 for a data file. */
+static inline int checkpoint_name_step(const char* name, int* kind) {
+    static const char* const prefixes[4] = {"DONE_", "model_", "state_", "gradres_"};
+    for (int k = 0; k < 4; k++) {
+        size_t pl = strlen(prefixes[k]);
+        if (strncmp(name, prefixes[k], pl) != 0) { continue; }
+        const char* s = name + pl;
+        long long step = 0;
+        int digits = 0;
+        for (; *s >= '0' && *s <= '9'; s++, digits++) {
+            step = step * 10 + (*s - '0');
+            if (step > 2147483647LL) { return -1; }
+        }
+        if (digits < 8) { return -1; }
+        if (k >= 2) { /* _R: the rank */
+            int rd = 0;
+            if (*s++ != '_') { return -1; }
+            for (; *s >= '0' && *s <= '9'; s++) { rd++; }
+            if (rd < 5) { return -1; }
+        }
+        if (strcmp(s, k == 0 ? "" : ".bin") != 0) { return -1; }
+        if (kind) { *kind = k == 0 ? 0 : 1; }
+        return (int)step;
+    }
+    return -1;
+}
+
+/* scans dir for checkpoint files (checkpoint_name_step) whose names start with `prefix` ("DONE_", "model_",
+ * "state_") and returns the largest step (-1 if none). If `count` is not NULL it receives the number of matching
+ * files. */
 static inline int checkpoint_latest_step(const char* dir, const char* prefix, int* count) {
     DIR* d = opendir(dir);
     int best = -1, n = 0;
@@ -103,15 +135,8 @@ static inline int checkpoint_latest_step(const char* dir, const char* prefix, in
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, prefix, plen) != 0) { continue; }
-        const char* s = e->d_name + plen;
-        if (strlen(s) < 8) { continue; }
-        int ok = 1, step = 0;
-        for (int i = 0; i < 8; i++) {
-            if (s[i] < '0' || s[i] > '9') { ok = 0; break; }
-            step = step * 10 + (s[i] - '0');
-        }
-        if (!ok) { continue; }
-        if (strstr(s, ".tmp") != NULL) { continue; }
+        int step = checkpoint_name_step(e->d_name, NULL);
+        if (step < 0) { continue; }
         n++;
         if (step > best) { best = step; }
     }
@@ -170,35 +195,72 @@ static inline const char* checkpoint_flag_value(const char* done_text, const cha
     return NULL;
 }
 
-/* removes the files of checkpoint `step` (model, DONE marker, and the states of ranks 0..world-1 and of any
- * further consecutive ranks: a checkpoint written before a re-sharded resume may have more) */
-static inline void checkpoint_remove(const char* dir, int step, int world) {
-    char path[1024];
-    checkpoint_done_path(path, sizeof(path), dir, step);
-    remove(path); /* the marker first: a half-removed checkpoint is never taken as complete */
-    fsync_parent_dir(path); /* ... even after a power loss: the unlink is on disk before the files go */
-    checkpoint_model_path(path, sizeof(path), dir, step);
-    remove(path);
-    for (int r = 0;; r++) {
-        checkpoint_residual_path(path, sizeof(path), dir, step, r);
-        int residual_removed = remove(path) == 0;
-        checkpoint_state_path(path, sizeof(path), dir, step, r);
-        if (remove(path) != 0 && !residual_removed && r >= world) { break; }
-    }
+static inline int checkpoint_step_desc(const void* a, const void* b) {
+    int x = *(const int*)a, y = *(const int*)b;
+    return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* removes the complete checkpoints (those with a DONE marker) older than the newest `keep`, scanning back from
- * `step`; keep = 0 keeps all */
-static inline void checkpoint_prune(const char* dir, int step, int keep, int world) {
-    if (keep <= 0) { return; }
-    int kept = 0;
-    for (int st = step; st >= 0; st--) {
-        char done[1024];
-        checkpoint_done_path(done, sizeof(done), dir, st);
-        if (!file_exists(done)) { continue; }
-        kept++;
-        if (kept > keep) { checkpoint_remove(dir, st, world); }
+/* whether checkpoint_prune removes the files of step st (done[0..ndone): the complete steps, newest first) */
+static inline int checkpoint_prune_doomed(int st, const int* done, int ndone, int keep, int newest) {
+    if (st >= newest) { return 0; } /* the newest complete checkpoint and anything newer (being written) */
+    for (int i = 0; i < ndone; i++) {
+        if (done[i] == st) { return keep > 0 && i >= keep; }
     }
+    return 1; /* no marker and older than the newest complete checkpoint: never resumable */
+}
+
+/* removes the checkpoint files of dir (checkpoint_name_step) of the given kind (0 markers, 1 data files) whose step
+ * checkpoint_prune_doomed dooms */
+static inline void checkpoint_prune_pass(const char* dir, int kind, const int* done, int ndone, int keep, int newest) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    char path[2048];
+    while ((e = readdir(d)) != NULL) {
+        int k = 0, st = checkpoint_name_step(e->d_name, &k);
+        if (st < 0 || k != kind || !checkpoint_prune_doomed(st, done, ndone, keep, newest)) { continue; }
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        remove(path);
+    }
+    closedir(d);
+}
+
+/* Called by rank 0 after checkpoint `step` is complete (its DONE marker written). Removes
+ *   - the complete checkpoints (those with a DONE marker) older than the newest `keep` (keep = 0 keeps all);
+ *   - the files of every step older than the newest complete checkpoint that has no DONE marker: a prune killed
+ *     between removing a marker and the files, or a write killed before its marker. No resume can use them (a
+ *     resume takes the newest marker), and without this they would never go: the directory would grow past -nk.
+ * Markers go first and the directory is synced before any data file goes, so a half-removed checkpoint is never
+ * taken as complete, even after a power loss; the files removed are those the directory lists (every rank's, of
+ * whatever process count wrote them). Never touched: the newest complete checkpoint and anything newer (a
+ * checkpoint being written), temp files (checkpoint_prepare_output_dir removes an interrupted run's), files not
+ * named like ours. `world` is not needed (kept for the callers). */
+static inline void checkpoint_prune(const char* dir, int step, int keep, int world) {
+    (void)world;
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    int cap = 64, ndone = 0;
+    int* done = (int*)malloc_check((size_t)cap * sizeof(int), "checkpoint steps");
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int kind = 1, st = checkpoint_name_step(e->d_name, &kind);
+        if (st < 0 || kind != 0) { continue; }
+        if (ndone == cap) {
+            int* bigger = (int*)realloc(done, (size_t)(cap *= 2) * sizeof(int));
+            if (!bigger) { FATAL("out of host memory listing the checkpoints of '%s'", dir); }
+            done = bigger;
+        }
+        done[ndone++] = st;
+    }
+    closedir(d);
+    qsort(done, (size_t)ndone, sizeof(int), checkpoint_step_desc);
+    int newest = ndone > 0 && done[0] > step ? done[0] : step;
+    char probe[1024];
+    checkpoint_done_path(probe, sizeof(probe), dir, newest);
+    checkpoint_prune_pass(dir, 0, done, ndone, keep, newest); /* the markers first ... */
+    fsync_parent_dir(probe);                                   /* ... on disk before the files go */
+    checkpoint_prune_pass(dir, 1, done, ndone, keep, newest);
+    free(done);
 }
 
 /* holds an exclusive lock on DIR/.lock for the life of the process (rank 0), so two runs can never write
@@ -206,8 +268,9 @@ static inline void checkpoint_prune(const char* dir, int step, int keep, int wor
 static inline void checkpoint_lock_dir(const char* dir) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDWR | O_CREAT, 0644, why, sizeof(why));
+    if (fd < 0) { FATAL("cannot create lock file '%s': %s", path, why); }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         FATAL("output directory '%s' is in use by another running training process (lock '%s' is held); wait for "
               "it to finish or choose another -o", dir, path);

@@ -11,7 +11,7 @@
  * Errors: an exchange that fails or times out prints one line "error: NCCL id exchange: ... [file:line]" naming
  * the path or HOST:PORT and what to check, and exits with status 1 (FATAL, llmc/utils.h). A TCP peer that does not
  * prove the per-run secret (HMAC-SHA256 challenge-response, OpenSSL libcrypto: link -lcrypto where
- * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can write is refused. A build
+ * comm_bootstrap_tcp is called) is refused; a filesystem id in a directory others can enter is refused. A build
  * without OpenSSL (COMM_BOOT_HAVE_OPENSSL 0) has no TCP exchange: "tcp:" refuses with one line naming what is missing.
  * Header-only: static inline functions, no globals. Included by llmc/comm.h; usable on its own.
  */
@@ -65,11 +65,17 @@ static inline uint64_t comm_hash64(uint64_t h, const void* data, size_t n) { ret
 
 /* ---------------------------------------------------------------- the environment */
 
-/* reads an int from the first set environment variable of names (NULL-terminated); -1 if none */
+/* reads an int in [0, 2^24] from the first set environment variable of names (NULL-terminated); -1 if none is set;
+ * FATAL naming the variable when its value is not such an integer (parse_int_range, llmc/utils.h) */
 static inline int comm_env_int(const char* const* names) {
     for (int i = 0; names[i]; i++) {
         const char* v = getenv(names[i]);
-        if (v && v[0]) { return atoi(v); }
+        long long x = 0;
+        if (!v || !v[0]) { continue; }
+        if (!parse_int_range(v, 0, 1 << 24, &x)) {
+            FATAL("process group: environment variable %s is '%s'; expected an integer in 0..%d", names[i], v, 1 << 24);
+        }
+        return (int)x;
     }
     return -1;
 }
@@ -94,24 +100,49 @@ static inline const char* comm_bootstrap_run_id(void) {
 
 /* ---------------------------------------------------------------- shared filesystem */
 
+/* A tag of this launch of the job, the same on every process of one launch and different on the next (a restart,
+ * a Slurm requeue, a second srun or mpirun): FNV-1a of the per-launch variables the launchers set, of those present:
+ * $LLMC_LAUNCH_ID (for launchers of your own), Slurm's SLURM_JOB_ID, SLURM_STEP_ID and SLURM_RESTART_COUNT (a requeue
+ * keeps the job id and raises the count), PMIx's PMIX_NAMESPACE and Open MPI's OMPI_MCA_ess_base_jobid (new for every
+ * mpirun). 0 when none is set: then only the age of an id file tells an earlier launch's (see comm_bootstrap_fs). */
+static inline uint64_t comm_bootstrap_launch_tag(void) {
+    static const char* const vars[] = {"LLMC_LAUNCH_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_RESTART_COUNT",
+                                       "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", NULL};
+    uint64_t h = 14695981039346656037ULL;
+    int any = 0;
+    for (int i = 0; vars[i]; i++) {
+        const char* v = getenv(vars[i]);
+        if (!v || !v[0]) { continue; }
+        h = fnv1a64(h, vars[i], strlen(vars[i]) + 1);
+        h = fnv1a64(h, v, strlen(v) + 1);
+        any = 1;
+    }
+    return any ? (h ? h : 1) : 0;
+}
+
 /* Shared-filesystem exchange of a blob (the NCCL unique id) from rank 0 to every rank.
  * Rank 0 removes any old "DIR/llmc_nccl_id_<run_id>" and writes a new one atomically (tmp + rename) holding
- * magic, rank-0 wall time (s) and the blob. Other ranks poll for it for up to timeout_s seconds and reject a
- * file written more than stale_s seconds before they started waiting (a leftover of an earlier run with the
- * same run id). Returns once the blob is read; on timeout FATAL with the path. Rank 0 should remove the file with
- * comm_bootstrap_fs_cleanup after every rank has joined (after the first collective).
- * The id is a capability (whoever has it can join the communicator): DIR must be a directory owned by this user
- * that nobody else can write (comm_bootstrap_private_dir; FATAL otherwise), the file is created with mode 0600, and
- * readers accept only a file owned by this user that nobody else can read. */
-/* FATAL unless dir is a directory owned by the effective user without group or other write permission */
+ * magic, rank-0 wall time (s), the launch tag (comm_bootstrap_launch_tag) and the blob. Other ranks poll for it for
+ * up to timeout_s seconds and accept only a file of their own launch: the same launch tag, and written at most stale_s
+ * seconds before they started waiting (without a launch tag the age is the only guard; a leftover of an earlier
+ * launch with the same run id, e.g. a Slurm requeue, is otherwise ignored however young). Returns once the blob is
+ * read; on timeout FATAL with the path. Rank 0 should remove the file with comm_bootstrap_fs_cleanup after every rank
+ * has joined (after the first collective).
+ * The id is a capability (whoever has it can join the communicator), so it is never where anyone else could read it:
+ * DIR must be a directory owned by this user that nobody else can enter, read or write (mode 0700;
+ * comm_bootstrap_private_dir, FATAL otherwise), the file is created with mode 0600 (never wider, not even for a
+ * moment: atomic_file_open_private), and readers accept only a regular file owned by this user that nobody else can
+ * read. Why the directory too: a directory others may enter exposes every file in it whose mode is ever wider
+ * (the old 0644-then-chmod window let another user read 75 of 100 ids) and tells them the run ids and timing. */
+/* FATAL unless dir is a directory owned by the effective user with no group or other permission at all */
 static inline void comm_bootstrap_private_dir(const char* dir) {
     struct stat st;
     if (stat(dir, &st) != 0) { FATAL("--nccl-init fs:%s: cannot use the directory: %s", dir, strerror(errno)); }
     if (!S_ISDIR(st.st_mode)) { FATAL("--nccl-init fs:%s: not a directory", dir); }
-    if (st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
-        FATAL("--nccl-init fs:%s: the NCCL id must go in a directory only you can write (owner uid %u, mode %04o; "
-              "expected your own, without group/other write: chmod go-w, or choose another with fs:DIR / "
-              "LLMC_NCCL_ID_DIR)", dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        FATAL("--nccl-init fs:%s: the NCCL id must go in a directory only you can enter (owner uid %u, mode %04o; "
+              "expected your own with mode 0700: chmod 700 '%s', or mkdir -m 700 another and name it with fs:DIR / "
+              "LLMC_NCCL_ID_DIR)", dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), dir);
     }
 }
 static inline void comm_bootstrap_fs_path(char* out, size_t cap, const char* dir, const char* run_id) {
@@ -121,38 +152,41 @@ static inline void comm_bootstrap_fs(const char* dir, const char* run_id, int ra
                                      double timeout_s, double stale_s) {
     char path[1024];
     comm_bootstrap_fs_path(path, sizeof(path), dir, run_id);
-    uint64_t magic = COMM_BOOT_MAGIC;
+    uint64_t magic = COMM_BOOT_MAGIC, tag = comm_bootstrap_launch_tag();
     comm_bootstrap_private_dir(dir);
     if (rank == 0) {
         remove(path);
         int64_t now = (int64_t)time(NULL);
         AtomicFile af;
-        atomic_file_open(&af, path);
-        if (fchmod(fileno(af.f), 0600) != 0) { FATAL("NCCL id exchange: chmod 600 '%s': %s", af.tmp_path, strerror(errno)); }
+        atomic_file_open_private(&af, path); /* mode 0600 from its creation on */
         atomic_file_write(&af, &magic, sizeof(magic), 1);
         atomic_file_write(&af, &now, sizeof(now), 1);
+        atomic_file_write(&af, &tag, sizeof(tag), 1);
         atomic_file_write(&af, blob, 1, n);
         atomic_file_commit(&af);
         return;
     }
     time_t start = time(NULL);
     for (;;) {
-        FILE* f = fopen(path, "rb");
+        char why[128];
+        FILE* f = fopen_regular(path, "rb", why, sizeof(why)); /* a FIFO planted there is skipped, never waited on */
         struct stat st;
         if (f && (fstat(fileno(f), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0)) {
             fclose(f); /* not written by this user's rank 0 (or readable by others): never trusted */
             f = NULL;
         }
         if (f) {
-            uint64_t m = 0; int64_t written = 0;
+            uint64_t m = 0, t = 0;
+            int64_t written = 0;
             int ok = fread(&m, sizeof(m), 1, f) == 1 && fread(&written, sizeof(written), 1, f) == 1 &&
-                     fread(blob, 1, n, f) == n && m == COMM_BOOT_MAGIC;
+                     fread(&t, sizeof(t), 1, f) == 1 && fread(blob, 1, n, f) == n && m == COMM_BOOT_MAGIC;
             fclose(f);
-            if (ok && (double)written >= (double)start - stale_s) { return; }
+            if (ok && t == tag && (double)written >= (double)start - stale_s) { return; }
         }
         if (difftime(time(NULL), start) > timeout_s) {
-            FATAL("NCCL id exchange: no fresh id file '%s' from rank 0 within %.0f s (an older file is ignored as "
-                  "stale); check that every rank sees the same shared directory and run id", path, timeout_s);
+            FATAL("NCCL id exchange: no id file '%s' of this launch from rank 0 within %.0f s (a file of an earlier "
+                  "launch or older than %.0f s is ignored); check that every rank sees the same shared directory and "
+                  "run id", path, timeout_s, stale_s);
         }
         usleep(50000);
     }
@@ -165,28 +199,63 @@ static inline void comm_bootstrap_fs_cleanup(const char* dir, const char* run_id
 
 /* ---------------------------------------------------------------- TCP */
 
-/* writes (writing = 1) or reads exactly n bytes of p (retrying on EINTR); 0 on success, -1 on error, timeout
- * (SO_RCVTIMEO / SO_SNDTIMEO) or end of stream */
-static inline int comm_io_all(int fd, void* p, size_t n, int writing) {
+/* writes (writing = 1) or reads exactly n bytes of p before `deadline` (seconds on wall_seconds' monotonic clock,
+ * llmc/utils.h): poll for the time left, then a non-blocking send / recv of what is ready, so a peer that trickles
+ * one byte at a time cannot stretch the exchange past the deadline (a per-call timeout would restart with every
+ * byte). 0 on success, -1 on error, end of stream or the deadline. */
+static inline int comm_io_all(int fd, void* p, size_t n, int writing, double deadline) {
     char* b = (char*)p;
     while (n > 0) {
-        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : read(fd, b, n);
-        if (k < 0 && errno == EINTR) { continue; }
+        double left = deadline - wall_seconds();
+        if (left <= 0) { return -1; }
+        struct pollfd q;
+        q.fd = fd; q.events = writing ? POLLOUT : POLLIN; q.revents = 0;
+        int pr = poll(&q, 1, (int)(left * 1000.0) + 1);
+        if (pr < 0 && errno == EINTR) { continue; }
+        if (pr < 0) { return -1; }
+        if (pr == 0) { continue; } /* the deadline check above ends it */
+        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, b, n, MSG_DONTWAIT);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) { continue; }
         if (k <= 0) { return -1; }
         b += k; n -= (size_t)k;
     }
     return 0;
 }
-static inline int comm_write_all(int fd, const void* p, size_t n) { return comm_io_all(fd, (void*)p, n, 1); }
-static inline int comm_read_all(int fd, void* p, size_t n) { return comm_io_all(fd, p, n, 0); }
+static inline int comm_write_all(int fd, const void* p, size_t n, double deadline) {
+    return comm_io_all(fd, (void*)p, n, 1, deadline);
+}
+static inline int comm_read_all(int fd, void* p, size_t n, double deadline) { return comm_io_all(fd, p, n, 0, deadline); }
+
+/* connects fd to addr before `deadline` (a non-blocking connect, then poll for the time left); 0 or -1 */
+static inline int comm_connect_by(int fd, const struct sockaddr* addr, socklen_t len, double deadline) {
+    int fl = fcntl(fd, F_GETFL, 0);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) { return -1; }
+    if (connect(fd, addr, len) == 0) { return 0; }
+    if (errno != EINPROGRESS && errno != EINTR) { return -1; }
+    for (;;) {
+        double left = deadline - wall_seconds();
+        if (left <= 0) { return -1; }
+        struct pollfd q;
+        q.fd = fd; q.events = POLLOUT; q.revents = 0;
+        int pr = poll(&q, 1, (int)(left * 1000.0) + 1);
+        if (pr < 0 && errno == EINTR) { continue; }
+        if (pr < 0) { return -1; }
+        if (pr == 0) { continue; }
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) { return -1; }
+        return 0;
+    }
+}
 
 /* The TCP exchange is authenticated by a per-run secret that every process of the job knows and nobody else
  * does (the launch scripts generate one; llmc/README.md, "The process bootstrap"):
  *   $LLMC_BOOTSTRAP_SECRET       the secret itself (at least 16 characters), or
  *   $LLMC_BOOTSTRAP_SECRET_FILE  a regular file owned by this user and readable by nobody else (mode 0600 or
  *                                0400) holding it (16..1024 bytes; one trailing newline is dropped).
- * Reads it into out (cap >= 1024 bytes) and returns its length. No secret, a short one, or a file that others can
- * read is FATAL, naming the variable or file and what is expected. */
+ * Reads it into out (cap >= 1024 bytes) and returns its length. No secret, a short or a long one (more than cap
+ * bytes: refused, never cut, so two secrets that share their first cap bytes never both authenticate), or a file
+ * that others can read is FATAL, naming the variable or file and what is expected. */
 #define COMM_BOOT_SECRET_MIN 16
 #define COMM_BOOT_SECRET_MAX 1024
 static inline size_t comm_bootstrap_secret(unsigned char* out, size_t cap) {
@@ -198,21 +267,37 @@ static inline size_t comm_bootstrap_secret(unsigned char* out, size_t cap) {
         if (len > cap) { FATAL("LLMC_BOOTSTRAP_SECRET: %zu characters, at most %zu", len, cap); }
         memcpy(out, v, len);
     } else if (file && file[0]) {
-        int fd = open(file, O_RDONLY | O_NOFOLLOW);
+        char why[128];
+        int fd = open_regular(file, O_RDONLY | O_NOFOLLOW, 0, why, sizeof(why)); /* a FIFO is refused, never waited on */
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno));
-        }
+        if (fd < 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, why); }
+        if (fstat(fd, &st) != 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno)); }
         if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
             close(fd);
             FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': must be a regular file owned by you and readable by nobody else "
                   "(mode %04o; expected 0600: chmod 600 '%s')", file, (unsigned)(st.st_mode & 07777), file);
         }
-        ssize_t k = read(fd, out, cap);
+        /* the whole file: up to cap bytes into out, anything beyond into extra; one byte more than the secret and a
+         * newline is refused, never cut */
+        unsigned char extra[2];
+        size_t more = 0;
+        for (;;) {
+            unsigned char* dst = len < cap ? out + len : extra + more;
+            size_t room = len < cap ? cap - len : sizeof(extra) - more;
+            if (room == 0) { break; }
+            ssize_t k = read(fd, dst, room);
+            if (k < 0 && errno == EINTR) { continue; }
+            if (k < 0) { close(fd); FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno)); }
+            if (k == 0) { break; }
+            if (len < cap) { len += (size_t)k; } else { more += (size_t)k; }
+        }
         close(fd);
-        if (k < 0) { FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': %s", file, strerror(errno)); }
-        len = (size_t)k;
-        if (len > 0 && out[len - 1] == '\n') { len--; }
+        if (more == 1 && extra[0] == '\n') { more = 0; }                         /* cap bytes and a newline */
+        else if (more == 0 && len > 0 && out[len - 1] == '\n') { len--; }        /* one trailing newline dropped */
+        if (more > 0) {
+            FATAL("LLMC_BOOTSTRAP_SECRET_FILE '%s': more than %zu bytes; a secret has at most %zu (a longer one is "
+                  "refused, not cut)", file, cap, cap);
+        }
     } else {
         FATAL("NCCL id exchange over TCP needs a per-run secret: set LLMC_BOOTSTRAP_SECRET (the same on every rank, "
               "e.g. export LLMC_BOOTSTRAP_SECRET=$(openssl rand -hex 32)) or LLMC_BOOTSTRAP_SECRET_FILE (a mode-0600 file)");
@@ -227,8 +312,8 @@ static inline size_t comm_bootstrap_secret(unsigned char* out, size_t cap) {
 /* Parameters of the TCP exchange. host:port is rank 0's address as the other ranks reach it; rank 0 binds to
  * bind_host (NULL or "": to host's address, so it listens on the interface that routes to the job, not on all;
  * $LLMC_BOOTSTRAP_BIND sets it, e.g. 0.0.0.0 behind NAT). timeout_s bounds the whole exchange, io_timeout_s each
- * connection (a client that does not answer within it is dropped by rank 0; rank 0 not answering makes a client
- * reconnect). */
+ * connection's whole conversation, not each read (a client that has not answered within it is dropped by rank 0;
+ * rank 0 not done within it makes a client reconnect). */
 typedef struct {
     const char* host;
     int port;
@@ -295,18 +380,7 @@ static inline void comm_boot_mask(const CommBootTcp* o, const unsigned char* non
 static inline void comm_boot_random(unsigned char* p, size_t n) {
     if (RAND_bytes(p, (int)n) != 1) { FATAL("NCCL id exchange: no random bytes from OpenSSL (RAND_bytes)"); }
 }
-static inline double comm_boot_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static inline void comm_boot_sock_timeouts(int fd, double s) {
-    struct timeval tv;
-    tv.tv_sec = (time_t)s;
-    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
+static inline double comm_boot_now(void) { return wall_seconds(); }
 
 /* one connection rank 0 is talking to: its challenge, what it has sent so far and when it is dropped */
 typedef struct {
@@ -344,10 +418,9 @@ static inline int comm_boot_serve(const CommBootTcp* o, CommBootConn* c, int wor
         comm_boot_mask(o, c->nonce_s, nonce_c, rank, reply + 4 + COMM_BOOT_MAC, n);
         len += COMM_BOOT_MAC + n;
     }
-    comm_boot_sock_timeouts(c->fd, o->io_timeout_s);
-    int flags = fcntl(c->fd, F_GETFL, 0);
-    fcntl(c->fd, F_SETFL, flags & ~O_NONBLOCK);
-    if (comm_write_all(c->fd, reply, len) != 0 || status != COMM_BOOT_OK) { return -1; }
+    /* the reply (at most 4 KiB, normally one send into an empty socket buffer) within io_timeout_s, whatever the
+     * client reads at */
+    if (comm_write_all(c->fd, reply, len, comm_boot_now() + o->io_timeout_s) != 0 || status != COMM_BOOT_OK) { return -1; }
     return rank;
 }
 
@@ -459,8 +532,10 @@ static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, con
 
 /* Rank `rank` (> 0): connects to host:port (retrying for up to timeout_s: rank 0 may start later, or drop this
  * connection when it is flooded), answers rank 0's challenge with its rank and HMAC proof, checks rank 0's proof
- * and unmasks the blob(n). FATAL with one line when rank 0 rejects the secret or the rank (another process
- * already claimed it), when rank 0 cannot prove the secret, or on timeout. */
+ * and unmasks the blob(n). Every deadline is a whole-exchange deadline: each connection's whole conversation
+ * (connect, challenge, answer, status, proof, blob) must end within io_timeout_s and all of them within timeout_s,
+ * however slowly a peer trickles its bytes. FATAL with one line when rank 0 rejects the secret or the rank (another
+ * process already claimed it), when rank 0 cannot prove the secret, or on timeout. */
 static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void* blob, size_t n) {
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%d", o->port);
@@ -473,11 +548,12 @@ static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void*
         hints.ai_socktype = SOCK_STREAM;
         if (getaddrinfo(o->host, portstr, &hints, &res) == 0 && res) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
-            if (fd >= 0) { comm_boot_sock_timeouts(fd, o->io_timeout_s); }
-            if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+            double by = comm_boot_now() + o->io_timeout_s; /* this connection's whole conversation */
+            if (by > end) { by = end; }
+            if (fd >= 0 && comm_connect_by(fd, res->ai_addr, res->ai_addrlen, by) == 0) {
                 unsigned char hello[COMM_BOOT_HELLO], answer[COMM_BOOT_ANSWER], st[4], proof[COMM_BOOT_MAC];
                 uint64_t m = 0;
-                int ok = comm_read_all(fd, hello, sizeof(hello)) == 0;
+                int ok = comm_read_all(fd, hello, sizeof(hello), by) == 0;
                 memcpy(&m, hello, 8);
                 if (ok && m == COMM_BOOT_MAGIC) {
                     const unsigned char* nonce_s = hello + 8;
@@ -486,7 +562,7 @@ static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void*
                     for (int i = 0; i < 4; i++) { answer[8 + i] = (unsigned char)((uint32_t)rank >> (8 * i)); }
                     comm_boot_random(nonce_c, COMM_BOOT_NONCE);
                     comm_boot_mac(o, "llmc-client", nonce_s, nonce_c, rank, 0, answer + 12 + COMM_BOOT_NONCE);
-                    if (comm_write_all(fd, answer, sizeof(answer)) == 0 && comm_read_all(fd, st, 4) == 0) {
+                    if (comm_write_all(fd, answer, sizeof(answer), by) == 0 && comm_read_all(fd, st, 4, by) == 0) {
                         int32_t status = (int32_t)((uint32_t)st[0] | ((uint32_t)st[1] << 8) | ((uint32_t)st[2] << 16) |
                                                    ((uint32_t)st[3] << 24));
                         if (status == COMM_BOOT_BAD_MAC) {
@@ -501,8 +577,8 @@ static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void*
                             FATAL("NCCL id exchange: rank 0 at %s:%d has no rank %d in its group (check LLMC_WORLD_SIZE)",
                                   o->host, o->port, rank);
                         }
-                        if (status == COMM_BOOT_OK && comm_read_all(fd, proof, sizeof(proof)) == 0 &&
-                            comm_read_all(fd, blob, n) == 0) {
+                        if (status == COMM_BOOT_OK && comm_read_all(fd, proof, sizeof(proof), by) == 0 &&
+                            comm_read_all(fd, blob, n, by) == 0) {
                             unsigned char want[COMM_BOOT_MAC];
                             comm_boot_mac(o, "llmc-server", nonce_s, nonce_c, rank, 0, want);
                             if (CRYPTO_memcmp(want, proof, COMM_BOOT_MAC) != 0) {
@@ -520,11 +596,12 @@ static inline void comm_bootstrap_tcp_join(const CommBootTcp* o, int rank, void*
             if (fd >= 0) { close(fd); }
             freeaddrinfo(res);
         }
-        if (comm_boot_now() > end) {
+        double now = comm_boot_now();
+        if (now >= end) {
             FATAL("NCCL id exchange: could not get the id from rank 0 at %s:%d within %.0f s (is rank 0 running and "
                   "is the address reachable?)", o->host, o->port, o->timeout_s);
         }
-        usleep(100000);
+        usleep(now + 0.1 < end ? 100000 : (useconds_t)((end - now) * 1e6) + 1);
     }
 }
 
@@ -562,7 +639,8 @@ static inline void comm_bootstrap_tcp(const char* host, int port, int rank, int 
 
 /* Sends blob(n) from rank 0 to every rank by `method` (world > 1):
  *   "" or "auto"     the filesystem exchange in $LLMC_NCCL_ID_DIR, or "." if unset;
- *   "fs:DIR"         the filesystem exchange in DIR (comm_bootstrap_fs, stale after 120 s);
+ *   "fs:DIR"         the filesystem exchange in DIR (comm_bootstrap_fs: DIR mode 0700, ids of another launch or older
+ *                    than 120 s ignored);
  *   "tcp:HOST:PORT"  the TCP exchange (comm_bootstrap_tcp; needs LLMC_BOOTSTRAP_SECRET or _FILE).
  * The id file is named after run_id (comm_bootstrap_run_id). fsdir(cap) receives the directory used by a
  * filesystem exchange ("" for TCP), which rank 0 passes to comm_bootstrap_fs_cleanup once every rank has joined.
@@ -579,9 +657,14 @@ static inline void comm_bootstrap_exchange(const char* method, const char* run_i
     } else if (strncmp(m, "tcp:", 4) == 0) {
         char host[256];
         const char* colon = strrchr(m + 4, ':');
+        long long port = 0;
         if (!colon || colon == m + 4) { FATAL("--nccl-init '%s': expected tcp:HOST:PORT", m); }
+        if ((size_t)(colon - (m + 4)) >= sizeof(host)) { FATAL("--nccl-init '%s': the host name is too long", m); }
+        if (!parse_int_range(colon + 1, 1, 65535, &port)) {
+            FATAL("--nccl-init '%s': port '%s' is not an integer in 1..65535; expected tcp:HOST:PORT", m, colon + 1);
+        }
         snprintf(host, sizeof(host), "%.*s", (int)(colon - (m + 4)), m + 4);
-        comm_bootstrap_tcp(host, atoi(colon + 1), rank, world, blob, n, timeout_s);
+        comm_bootstrap_tcp(host, (int)port, rank, world, blob, n, timeout_s);
     } else {
         FATAL("--nccl-init '%s': expected auto, fs:DIR or tcp:HOST:PORT", m);
     }

@@ -26,7 +26,8 @@
  *
  * API (dl fields B, T, inputs, targets, num_windows_total are public and read-only):
  *   dataloader_init(dl, glob_pattern, B, T, process_rank, num_processes, shuffle, seed)
- *       B, T >= 1, 0 <= rank < num_processes; no shard matching the glob(3) pattern -> error naming it.
+ *       B, T >= 1, 0 <= rank < num_processes; no shard matching the glob(3) pattern -> error naming it; an empty
+ *       pattern -> error naming the trainer's flag -i (an empty -j means no validation and never reaches here).
  *   dataloader_next_batch(dl)         fills inputs[B*T], targets[B*T] (host int32) with the next window.
  *   dataloader_reset(dl)              back to epoch 0, position = rank.
  *   dataloader_windows_per_epoch(dl)  total windows over all shards (= num_windows_total).
@@ -172,8 +173,9 @@ static inline void dataloader_pread(int fd, void* buf, size_t n, off_t off, cons
 static inline void dataloader_open_shard(DataLoader* dl, int i) {
     const char* path = dl->shard_paths[i];
     const char* regen = "regenerate with the data preparation script prepare.py; README, \"Data\"";
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDONLY, 0, why, sizeof(why)); /* a FIFO or device is refused, never waited on */
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, why); }
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); FATAL("cannot stat token shard '%s': %s", path, strerror(errno)); }
     size_t bytes = (size_t)st.st_size;
@@ -236,8 +238,9 @@ static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
     if (dl->cache_shard[slot] >= 0) { munmap(dl->cache_map[slot], dl->cache_bytes[slot]); dl->cache_shard[slot] = -1; }
     const char* path = dl->shard_paths[s];
     size_t bytes = DATALOADER_HEADER_BYTES + 2 * dl->shard_num_tokens[s];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, strerror(errno)); }
+    char why[128];
+    int fd = open_regular(path, O_RDONLY, 0, why, sizeof(why));
+    if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, why); }
     void* map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);
@@ -319,7 +322,9 @@ static inline void dataloader_reset(DataLoader* dl) {
 static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int B, int T, int process_rank,
                                    int num_processes, int shuffle, uint64_t seed) {
     memset(dl, 0, sizeof(*dl));
-    if (glob_pattern == NULL || glob_pattern[0] == '\0') { FATAL("dataloader: empty token-shard file pattern"); }
+    if (glob_pattern == NULL || glob_pattern[0] == '\0') { /* the trainer passes -j '' as "no validation", never here */
+        FATAL("flag -i (--train-data) is empty; expected a glob(3) pattern of token shards, e.g. -i 'data/train_*.bin'");
+    }
     if (B < 1 || T < 1) { FATAL("dataloader: batch size B=%d and sequence length T=%d must both be >= 1", B, T); }
     if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
         FATAL("dataloader: process rank %d is not in [0, %d)", process_rank, num_processes);

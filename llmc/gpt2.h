@@ -158,6 +158,43 @@ static inline int gpt2_shape_arch_word(GPT2Arch* a, const char* word, size_t n) 
     return 0;
 }
 
+/* gpt2_config_from_shape's checks of the parsed fields (val/seen indexed as its keys: NH L C V T E K KV FF): L, C
+ * and NH given, NH divides C, KV divides NH, E and K together, and every size the model derives from the shape
+ * representable: an upper bound of the parameter count (embeddings; 4C^2 + 2CH + 10C + H per block and 2CH + H + 2C
+ * per expert, H the MLP width, 4C unless FF gives it), computed in double before any integer product is formed, at
+ * most 2^48, so byte counts of the weights and optimizer state stay far inside 64 bits and 4C (4C^2 <= 2^48 gives
+ * C <= 2^23) and every int-typed width inside 31 bits. Returns 0, or -1 with one line in err. */
+static inline int gpt2_shape_check(const char* name, const long* val, const int* seen, char* err, size_t cap) {
+    if (!seen[0] || !seen[1] || !seen[2]) {
+        snprintf(err, cap, "flag -e (--model) '%s': L, C and NH are required, e.g. L96:C12288:NH96", name);
+        return -1;
+    }
+    if (val[2] % val[0] != 0) {
+        snprintf(err, cap, "flag -e (--model) '%s': C=%ld is not divisible by NH=%ld heads", name, val[2], val[0]);
+        return -1;
+    }
+    if (seen[7] && val[0] % val[7] != 0) {
+        snprintf(err, cap, "flag -e (--model) '%s': KV=%ld key/value heads do not divide NH=%ld", name, val[7], val[0]);
+        return -1;
+    }
+    if (seen[5] != seen[6] || (seen[5] && (val[5] > MOE_MAX_EXPERTS || val[6] > val[5]))) {
+        snprintf(err, cap, "flag -e (--model) '%s': a mixture-of-experts shape needs both E<experts> (at most %d) and "
+                 "K<top-k> (at most E), e.g. L24:C1024:NH16:E8:K2", name, MOE_MAX_EXPERTS);
+        return -1;
+    }
+    double Cd = (double)val[2], Ld = (double)val[1], Ed = seen[5] ? (double)val[5] : 0.0;
+    double Hd = seen[8] ? (double)val[8] : 4.0 * Cd;
+    double params = ((double)val[3] + 128.0 + (double)val[4] + 2.0) * Cd + /* wte (padded), wpe, final norm */
+                    Ld * (4.0 * Cd * Cd + 2.0 * Cd * Hd + 10.0 * Cd + Hd) +    /* attention, MLP, norms, biases */
+                    Ed * Ld * (2.0 * Cd * Hd + Hd + 2.0 * Cd);                  /* experts and their router rows */
+    if (params > 281474976710656.0) {
+        snprintf(err, cap, "flag -e (--model) '%s': about %.3g parameters, more than the 2^48 this trainer can size; "
+                 "choose a smaller L, C, V or T", name, params);
+        return -1;
+    }
+    return 0;
+}
+
 /* Custom model shapes "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>]
  * [:FF<mlp width>][:norm=ln|rms][:pos=learned|rope][:theta=BASE][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1]
  * [:qknorm=0|1]", fields in any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's
@@ -165,9 +202,9 @@ static inline int gpt2_shape_arch_word(GPT2Arch* a, const char* word, size_t n) 
  * values with gpt2_arch_check). Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not
  * starting with 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a
  * malformed one: an unknown or repeated field, a value that is not a positive integer, C not divisible by NH, KV not
- * dividing NH, E without K (or K without E), E above MOE_MAX_EXPERTS or K above E. E and K make a mixture-of-experts
- * model (llmc/moe.h): E experts of hidden width 4C in every block, top-K routing; the trainer applies --moe-every
- * and --moe-hidden to it. */
+ * dividing NH, E without K (or K without E), E above MOE_MAX_EXPERTS or K above E, more than about 2^48 parameters
+ * (gpt2_shape_check). E and K make a mixture-of-experts model (llmc/moe.h): E experts of hidden width 4C in every
+ * block, top-K routing; the trainer applies --moe-every and --moe-hidden to it. */
 static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char* err, size_t cap) {
     if (!strchr(name, ':') || name[0] != 'L' || name[1] < '0' || name[1] > '9') { return 0; }
     static const char* const keys[] = {"NH", "L", "C", "V", "T", "E", "K", "KV", "FF"}; /* NH before single letters */
@@ -207,23 +244,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
         val[k] = v;
         p = *end == ':' ? end + 1 : end;
     }
-    if (!seen[0] || !seen[1] || !seen[2]) {
-        snprintf(err, cap, "flag -e (--model) '%s': L, C and NH are required, e.g. L96:C12288:NH96", name);
-        return -1;
-    }
-    if (val[2] % val[0] != 0) {
-        snprintf(err, cap, "flag -e (--model) '%s': C=%ld is not divisible by NH=%ld heads", name, val[2], val[0]);
-        return -1;
-    }
-    if (seen[7] && val[0] % val[7] != 0) {
-        snprintf(err, cap, "flag -e (--model) '%s': KV=%ld key/value heads do not divide NH=%ld", name, val[7], val[0]);
-        return -1;
-    }
-    if (seen[5] != seen[6] || (seen[5] && (val[5] > MOE_MAX_EXPERTS || val[6] > val[5]))) {
-        snprintf(err, cap, "flag -e (--model) '%s': a mixture-of-experts shape needs both E<experts> (at most %d) and "
-                 "K<top-k> (at most E), e.g. L24:C1024:NH16:E8:K2", name, MOE_MAX_EXPERTS);
-        return -1;
-    }
+    if (gpt2_shape_check(name, val, seen, err, cap) != 0) { return -1; }
     memset(cfg, 0, sizeof(*cfg));
     cfg->num_layers = (int)val[1];
     cfg->channels = (int)val[2];

@@ -3,8 +3,9 @@
  *
  * One JSON object per line, always starting with "kind" and "step":
  *   {"kind":"train","step":12,"loss":3.1,"lr":1e-4}
- * Only process rank 0 writes; on other ranks every call is a no-op. Each line is flushed
- * (fflush) as soon as it is written, so a crash loses at most the line being written.
+ * Only process rank 0 writes; on other ranks every call is a no-op. Each line is formatted in memory and written
+ * whole with write(2) as soon as it is logged, so a crash loses at most the line being written, and a write that
+ * fails (disk full, file-size limit) is cut back: the log never ends in a torn line (logger_write_line).
  *
  * logger_init(lg, output_dir, process_rank, append):
  *   output_dir NULL or "" -> logging disabled (all calls no-ops). Otherwise (rank 0) the
@@ -72,12 +73,8 @@ static inline void logger_write_json_string(FILE* f, const char* text, size_t n)
     fputc('"', f);
 }
 
-/* formats a float as a JSON number into buf ("null" for NaN/inf); returns buf */
-static inline const char* logger_json_number(char* buf, size_t cap, double v) {
-    if (isnan(v) || isinf(v)) { snprintf(buf, cap, "null"); }
-    else { snprintf(buf, cap, "%.9g", v); }
-    return buf;
-}
+/* formats a float as a JSON number into buf ("null" for NaN/inf; json_number, llmc/utils.h); returns buf */
+static inline const char* logger_json_number(char* buf, size_t cap, double v) { return json_number(buf, cap, v); }
 
 /* Renames a non-empty `path` (DIR/log.jsonl) to the first free DIR/log.N.jsonl and says so in one line; no-op
  * for a missing or empty file. Rename failure -> FATAL naming both paths. */
@@ -108,34 +105,70 @@ static inline void logger_init(Logger* lg, const char* output_dir, int process_r
               sizeof(lg->path) - 1 - strlen("/log.jsonl"), output_dir);
     }
     ensure_dir_writable(output_dir);
+#ifdef SIGXFSZ
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit must fail the write (EFBIG, cut back), not kill the process */
+#endif
     snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", output_dir);
     if (!append) { logger_rotate(lg->path); }
     lg->file = fopen_check(lg->path, append ? "ab" : "wb");
 }
 
-/* writes {"kind":kind,"step":step[,extra]} + newline and flushes; see header comment */
+/* Appends one complete line (the memory stream m, which the caller has filled; closed here) to the log with write(2):
+ * all of it or nothing. A write that fails (disk full, the file-size limit) is cut back to the log's length before the
+ * line (ftruncate), so the log ends with its last complete line, and the run stops with one error line. */
+static inline void logger_write_line(Logger* lg, FILE* m, char** buf, size_t* n) {
+    if (fclose(m) != 0 || *buf == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
+    int fd = fileno(lg->file);
+    struct stat st;
+    off_t before = fstat(fd, &st) == 0 ? st.st_size : (off_t)-1;
+    size_t done = 0;
+    while (done < *n) {
+        ssize_t k = write(fd, *buf + done, *n - done);
+        if (k < 0 && errno == EINTR) { continue; }
+        if (k <= 0) {
+            int err = k < 0 ? errno : EIO;
+            int cut = before >= 0 && ftruncate(fd, before) == 0;
+            free(*buf);
+            FATAL("cannot write log file '%s': %s (%s)", lg->path, strerror(err),
+                  cut ? "the incomplete line was removed: the log ends with its last complete line"
+                      : "the last line may be incomplete");
+        }
+        done += (size_t)k;
+    }
+    free(*buf);
+}
+
+/* writes {"kind":kind,"step":step[,extra]} + newline, whole (logger_write_line); see header comment */
 static inline void logger_log(Logger* lg, const char* kind, int step, const char* extra_json_fields) {
     if (lg->file == NULL) { return; }
-    fputs("{\"kind\":", lg->file);
-    logger_write_json_string(lg->file, kind ? kind : "", kind ? strlen(kind) : 0);
-    fprintf(lg->file, ",\"step\":%d", step);
-    if (extra_json_fields && extra_json_fields[0]) { fprintf(lg->file, ",%s", extra_json_fields); }
-    fputs("}\n", lg->file);
-    if (fflush(lg->file) != 0) { FATAL("cannot write log file '%s': %s", lg->path, strerror(errno)); }
+    char* buf = NULL;
+    size_t n = 0;
+    FILE* m = open_memstream(&buf, &n);
+    if (m == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
+    fputs("{\"kind\":", m);
+    logger_write_json_string(m, kind ? kind : "", kind ? strlen(kind) : 0);
+    fprintf(m, ",\"step\":%d", step);
+    if (extra_json_fields && extra_json_fields[0]) { fprintf(m, ",%s", extra_json_fields); }
+    fputs("}\n", m);
+    logger_write_line(lg, m, &buf, &n);
 }
 
 /* like logger_log_text but with an explicit byte length (text may contain NUL bytes) */
 static inline void logger_log_text_n(Logger* lg, const char* kind, int step, const char* key,
                                      const char* text, size_t n) {
     if (lg->file == NULL) { return; }
-    fputs("{\"kind\":", lg->file);
-    logger_write_json_string(lg->file, kind ? kind : "", kind ? strlen(kind) : 0);
-    fprintf(lg->file, ",\"step\":%d,", step);
-    logger_write_json_string(lg->file, key ? key : "text", key ? strlen(key) : 4);
-    fputc(':', lg->file);
-    logger_write_json_string(lg->file, text ? text : "", text ? n : 0);
-    fputs("}\n", lg->file);
-    if (fflush(lg->file) != 0) { FATAL("cannot write log file '%s': %s", lg->path, strerror(errno)); }
+    char* buf = NULL;
+    size_t len = 0;
+    FILE* m = open_memstream(&buf, &len);
+    if (m == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
+    fputs("{\"kind\":", m);
+    logger_write_json_string(m, kind ? kind : "", kind ? strlen(kind) : 0);
+    fprintf(m, ",\"step\":%d,", step);
+    logger_write_json_string(m, key ? key : "text", key ? strlen(key) : 4);
+    fputc(':', m);
+    logger_write_json_string(m, text ? text : "", text ? n : 0);
+    fputs("}\n", m);
+    logger_write_line(lg, m, &buf, &len);
 }
 
 /* {"kind":kind,"step":step,key:"<escaped text>"}; see header comment */

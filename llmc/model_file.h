@@ -103,7 +103,8 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     int header[FILE_HEADER_INTS];
     const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
     int peek[2] = {0, 0};
-    FILE* pf = fopen(path, "rb");
+    char why[128];
+    FILE* pf = fopen_regular(path, "rb", why, sizeof(why)); /* errors: checkpoint_open_checked below names them */
     if (pf) {
         if (fread(peek, sizeof(int), 2, pf) != 2) { peek[1] = 0; }
         fclose(pf);

@@ -299,7 +299,7 @@ static inline void moe_stats_summary(const MoEConfig* c, const float* stats, int
                                      float* drop, float* max_load, char** json) {
     int E = c->experts, S = moe_stats_floats(c);
     *aux = 0.0f; *drop = 0.0f; *max_load = 0.0f;
-    size_t cap = (size_t)Lm * ((size_t)E * 16 + 128) + 8, len = 0;
+    size_t cap = (size_t)Lm * ((size_t)E * 24 + 160) + 8, len = 0;
     char* j = json ? (char*)malloc_check(cap, "MoE statistics JSON") : NULL;
     if (j) { len += (size_t)snprintf(j + len, cap - len, "["); }
     for (int b = 0; b < Lm; b++) {
@@ -308,10 +308,15 @@ static inline void moe_stats_summary(const MoEConfig* c, const float* stats, int
         *drop += st[2 * E + 2] / (float)Lm;
         for (int e = 0; e < E; e++) { if (st[e] * E > *max_load) { *max_load = st[e] * E; } }
         if (!j) { continue; }
+        /* every number through json_number (llmc/utils.h): a non-finite step's aux and z are null, not -nan */
+        char n1[32], n2[32], n3[32];
         len += (size_t)snprintf(j + len, cap - len, "%s{\"block\":%d,\"f\":[", b ? "," : "", blocks[b]);
-        for (int e = 0; e < E; e++) { len += (size_t)snprintf(j + len, cap - len, "%s%.5f", e ? "," : "", (double)st[e]); }
-        len += (size_t)snprintf(j + len, cap - len, "],\"drop\":%.5f,\"aux\":%.7g,\"z\":%.7g}", (double)st[2 * E + 2],
-                                (double)st[2 * E], (double)st[2 * E + 1]);
+        for (int e = 0; e < E; e++) {
+            len += (size_t)snprintf(j + len, cap - len, "%s%s", e ? "," : "", json_number(n1, sizeof(n1), (double)st[e]));
+        }
+        len += (size_t)snprintf(j + len, cap - len, "],\"drop\":%s,\"aux\":%s,\"z\":%s}",
+                                json_number(n1, sizeof(n1), (double)st[2 * E + 2]),
+                                json_number(n2, sizeof(n2), (double)st[2 * E]), json_number(n3, sizeof(n3), (double)st[2 * E + 1]));
     }
     if (j) { snprintf(j + len, cap - len, "]"); *json = j; }
 }

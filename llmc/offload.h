@@ -385,10 +385,11 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
         }
         o->buffer_bytes += 2 * CH * 12;
         offload_file_path(o->path, sizeof(o->path), spec->dir, rank);
-        o->fd = open(o->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+        char why[128]; /* open_regular: a FIFO or device in its place is refused, never waited on */
+        o->fd = open_regular(o->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600, why, sizeof(why));
         o->direct = o->fd >= 0 && O_DIRECT != 0;
-        if (o->fd < 0 && errno == EINVAL) { o->fd = open(o->path, O_RDWR | O_CREAT | O_TRUNC, 0600); }
-        if (o->fd < 0) { FATAL("--offload-optimizer: cannot create '%s': %s", o->path, strerror(errno)); }
+        if (o->fd < 0 && errno == EINVAL) { o->fd = open_regular(o->path, O_RDWR | O_CREAT | O_TRUNC, 0600, why, sizeof(why)); }
+        if (o->fd < 0) { FATAL("--offload-optimizer: cannot create '%s': %s", o->path, why); }
         int e = posix_fallocate(o->fd, 0, (off_t)o->lay.nvme);
         if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
             close(o->fd);

@@ -7,7 +7,10 @@
  * ranks finish the same step, write the same checkpoint and exit 0 together.
  *   - preempt_parse: the flag's value ("term,usr1" by default, "term", "usr1" or "none") into a signal list;
  *   - preempt_install: handlers for those signals (SA_RESETHAND: a second signal of the same kind has its default
- *     effect, so a user who insists still stops the process at once);
+ *     effect, so a user who insists still stops the process at once; never re-armed once a signal has arrived);
+ *   - preempt_install_early: the same from the raw flag values, as soon as the flags are parsed, so a signal during
+ *     start-up (MPI, data, model, a resume's reads) is recorded too instead of ending the run with status 143: the
+ *     loop stops after its first step with a checkpoint, as for a signal during training;
  *   - preempt_pending / preempt_signal: whether / which signal arrived in this process;
  *   - preempt_agree: the OR over the group (units: none; 1 = stop after this step).
  * Host-only C11 + POSIX sigaction. Errors: preempt_parse returns -1 with a message naming the flag and the accepted
@@ -54,14 +57,31 @@ static inline int preempt_parse(const char* spec, int* sigs, int cap, char* err,
     return n;
 }
 
-/* installs the recording handler for sigs[0..n) (system calls restart; the handler resets after one delivery) */
+/* installs the recording handler for sigs[0..n) (system calls restart; the handler resets after one delivery); a
+ * no-op once a signal has arrived, so a handler reset by its delivery is not re-armed (the second signal keeps its
+ * default effect). Calling it again (preempt_install_early, then the training loop's call) is harmless. */
 static inline void preempt_install(const int* sigs, int n) {
+    if (preempt_received) { return; }
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = preempt_handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_RESETHAND;
     for (int i = 0; i < n; i++) { sigaction(sigs[i], &sa, NULL); }
+}
+
+/* Start-up's install: call it right after the flags are parsed, before any start-up work, with the raw values of
+ * --signal-checkpoint (spec) and -o (output_dir). Installs what preempt_install would install for them: nothing
+ * without an output directory (nothing to save: the default effect) or for "none", and nothing for a spec
+ * preempt_parse refuses (the session's own check reports it with one line). Returns the number of signals handled. */
+static inline int preempt_install_early(const char* spec, const char* output_dir) {
+    int sigs[2];
+    char err[256];
+    if (!spec || !output_dir || !output_dir[0]) { return 0; }
+    int n = preempt_parse(spec, sigs, 2, err, sizeof(err));
+    if (n <= 0) { return 0; }
+    preempt_install(sigs, n);
+    return n;
 }
 
 static inline int preempt_pending(void) { return preempt_received != 0; }

@@ -114,9 +114,10 @@ static inline int tokenizer_fail(Tokenizer* t, FILE* f, const char* path, const 
 static inline int tokenizer_init(Tokenizer* t, const char* path) {
     char why[256];
     memset(t, 0, sizeof(*t));
-    FILE* f = fopen(path, "rb");
+    char open_why[128];
+    FILE* f = fopen_regular(path, "rb", open_why, sizeof(open_why)); /* a FIFO or device is refused, never waited on */
     if (f == NULL) {
-        snprintf(why, sizeof(why), "cannot be opened (%s)", strerror(errno));
+        snprintf(why, sizeof(why), "cannot be opened (%s)", open_why);
         return tokenizer_fail(t, NULL, path, why, 0);
     }
     int32_t header[256];

@@ -4,16 +4,22 @@
  *
  * Error behaviour: every wrapper that fails prints ONE line to stderr of the form
  *   "error: <what failed> (<path or detail>): <strerror>  [file:line]"
- * and calls exit(EXIT_FAILURE). Nothing here returns an error code.
+ * and calls exit(EXIT_FAILURE). Nothing here returns an error code, except open_regular / fopen_regular (-1 / NULL
+ * with the reason in a buffer, for callers that say more or carry on).
  *
- * Atomic writes: atomic_file_open(path) opens "<path>.tmp"; atomic_file_commit()
+ * Opening files: open_regular / fopen_regular never block in open() and refuse anything but a regular file (a FIFO
+ * named as a model or shard would otherwise wait forever); fopen_check is fopen_regular that exits on failure.
+ *
+ * Atomic writes: atomic_file_open(path) creates "<path>.tmp" afresh (O_EXCL; atomic_file_open_private: mode 0600 from
+ * its first moment, for secrets); atomic_file_commit()
  * flushes, fsyncs, closes and renames it over <path>, then fsyncs the directory so the
  * rename itself survives a crash (best effort: a directory that cannot be opened or
  * synced, e.g. on some network filesystems, is not an error); any write error (disk full,
  * file-size limit) removes the temp file, leaves <path> untouched and exits.
  * Writers never leave a half-written file under the real name.
  *
- * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer),
+ * Text for people and logs: utf8_valid_len (RFC 3629 validation, used by every JSON string writer), json_number
+ * (every JSON number: null when not finite),
  * fwrite_terminal_safe (control characters escaped before they reach a terminal) and absolute_path (paths in
  * messages made absolute).
  *
@@ -24,6 +30,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +61,15 @@ static inline int utf8_valid_len(const unsigned char* s, size_t n) {
     if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) { return 0; }
     if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) { return 0; }
     return len;
+}
+
+/* a double as a JSON number into buf (RFC 8259 has no spelling for NaN or infinity: those are written as null; %.9g
+ * otherwise, enough digits to give a float back exactly); returns buf. Every number the log holds goes through it
+ * (logger_json_number, llmc/logger.h), nested ones included. */
+static inline const char* json_number(char* buf, size_t cap, double v) {
+    if (!isfinite(v)) { snprintf(buf, cap, "null"); }
+    else { snprintf(buf, cap, "%.9g", v); }
+    return buf;
 }
 
 /* Writes n bytes of text to a terminal stream f so that no byte can act on the terminal: newline and tab pass,
@@ -96,13 +112,36 @@ static inline void fatal_error_at(const char* file, int line, const char* fmt, .
     exit(EXIT_FAILURE);
 }
 
+/* Parses `s` as a decimal integer in [lo, hi]: ASCII digits only (a leading '-' only when lo < 0), nothing before or
+ * after them, no overflow. Returns 1 with the value in *out, or 0 (empty, not a number, trailing text, out of
+ * range). For every number the trainer reads outside its flag table (environment variables, ports in a spec) so
+ * that "abc" is not 0 and 99999 is not a port (flags: llmc/args.h). */
+static inline int parse_int_range(const char* s, long long lo, long long hi, long long* out) {
+    const char* p = s;
+    int neg = 0;
+    if (*p == '-' && lo < 0) { neg = 1; p++; }
+    if (*p < '0' || *p > '9') { return 0; }
+    long long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (9223372036854775807LL - (*p - '0')) / 10) { return 0; } /* would overflow */
+        v = v * 10 + (*p - '0');
+    }
+    if (*p != '\0') { return 0; }
+    if (neg) { v = -v; }
+    if (v < lo || v > hi) { return 0; }
+    *out = v;
+    return 1;
+}
+
 /* The job's rank as the launcher sets it in the environment (Open MPI, PMI / PMIx, Slurm), before MPI starts; 0
- * when none is set (one process). */
+ * when none is set (one process) or the first one set is not a rank (then this process prints its errors rather
+ * than staying silent) */
 static inline int launcher_rank(void) {
     const char* names[4] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
     for (int i = 0; i < 4; i++) {
         const char* v = getenv(names[i]);
-        if (v && v[0]) { return atoi(v); }
+        long long r = 0;
+        if (v && v[0]) { return parse_int_range(v, 0, 1 << 30, &r) ? (int)r : 0; }
     }
     return 0;
 }
@@ -148,10 +187,75 @@ static inline void* calloc_check_at(size_t n, size_t size, const char* what, con
 
 /* ---------------------------------------------------------------- files */
 
-static inline FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line) {
-    FILE* f = fopen(path, mode);
+/* what a non-regular file is, for messages ("a FIFO", "a directory", ...) */
+static inline const char* file_kind_name(mode_t m) {
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+/* Opens `path` like open(path, flags, mode) for a file the trainer reads or writes in place (a model, shard,
+ * tokenizer, state or secret file, the log), but never blocks in open(): O_NONBLOCK is added (opening a FIFO waits
+ * for the other end forever; a device may wait too), the descriptor is fstat'ed and anything but a regular file is
+ * refused, then O_NONBLOCK is cleared (it has no effect on regular files anyway). O_CLOEXEC is added. Returns the
+ * descriptor, or -1 with errno set and the reason in why[cap] (strerror, or e.g. "not a regular file but a FIFO").
+ * Every reader of the trainer opens its files through this function or fopen_regular (llmc/README.md, "Layers":
+ * errors). */
+static inline int open_regular(const char* path, int flags, unsigned mode, char* why, size_t cap) {
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, (mode_t)mode);
+    struct stat st;
+    if (fd < 0) {
+        int err = errno;
+        /* a FIFO opened for writing without a reader fails with ENXIO: name what it is */
+        if (err == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            snprintf(why, cap, "not a regular file but %s", file_kind_name(st.st_mode));
+        } else {
+            snprintf(why, cap, "%s", strerror(err));
+        }
+        errno = err;
+        return -1;
+    }
+    int fl = -1, err = 0;
+    if (fstat(fd, &st) != 0) { err = errno; snprintf(why, cap, "%s", strerror(err)); }
+    else if (!S_ISREG(st.st_mode)) { err = EINVAL; snprintf(why, cap, "not a regular file but %s", file_kind_name(st.st_mode)); }
+    else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        err = errno;
+        snprintf(why, cap, "%s", strerror(err));
+    }
+    if (err != 0) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* fopen(path, mode) through open_regular (mode "r", "w" or "a", optionally with "b" and "+"; files created 0666 less
+ * the umask, as fopen does): NULL with errno set and the reason in why[cap] when it cannot be opened or is not a
+ * regular file */
+static inline FILE* fopen_regular(const char* path, const char* mode, char* why, size_t cap) {
+    int plus = strchr(mode, '+') != NULL;
+    int flags = mode[0] == 'r' ? (plus ? O_RDWR : O_RDONLY)
+                : mode[0] == 'w' ? (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC
+                : mode[0] == 'a' ? (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND : -1;
+    if (flags == -1) { snprintf(why, cap, "bad fopen mode '%s'", mode); errno = EINVAL; return NULL; }
+    int fd = open_regular(path, flags, 0666, why, cap);
+    if (fd < 0) { return NULL; }
+    FILE* f = fdopen(fd, mode);
     if (f == NULL) {
-        fatal_error_at(file, line, "cannot open file '%s' (mode %s): %s", path, mode, strerror(errno));
+        int err = errno;
+        snprintf(why, cap, "%s", strerror(err));
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
+/* fopen_regular that exits naming the file, the mode and the reason */
+static inline FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line) {
+    char why[128];
+    FILE* f = fopen_regular(path, mode, why, sizeof(why));
+    if (f == NULL) {
+        fatal_error_at(file, line, "cannot open file '%s' (mode %s): %s", path, mode, why);
     }
     return f;
 }
@@ -240,8 +344,11 @@ typedef struct {
     char tmp_path[1040];  /* path + ".tmp" */
 } AtomicFile;
 
-/* opens path.tmp for writing; exits if it cannot be created */
-static inline void atomic_file_open_at(AtomicFile* af, const char* path, const char* file, int line) {
+/* opens path.tmp for writing, created afresh with permissions `mode` less the umask (0666: a data file; 0600: a file
+ * only this user may read, from its first moment): a leftover path.tmp is removed first and the new one is created
+ * with O_EXCL | O_NOFOLLOW, so whatever stood there (a FIFO, a symlink, a file of other permissions) is never
+ * opened; exits if it cannot be created */
+static inline void atomic_file_open_mode_at(AtomicFile* af, const char* path, unsigned mode, const char* file, int line) {
     if (strlen(path) >= sizeof(af->path)) {
         fatal_error_at(file, line, "path too long (%zu bytes, max %zu): '%s'", strlen(path), sizeof(af->path) - 1, path);
     }
@@ -251,12 +358,18 @@ static inline void atomic_file_open_at(AtomicFile* af, const char* path, const c
 #endif
     strcpy(af->path, path);
     snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp", path);
-    af->f = fopen(af->tmp_path, "wb");
+    (void)unlink(af->tmp_path); /* a leftover of an interrupted write (or anything else): never opened */
+    int fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+    af->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (af->f == NULL) {
-        fatal_error_at(file, line, "cannot create file '%s': %s", af->tmp_path, strerror(errno));
+        int err = errno;
+        if (fd >= 0) { close(fd); unlink(af->tmp_path); }
+        fatal_error_at(file, line, "cannot create file '%s': %s", af->tmp_path, strerror(err));
     }
 }
-#define atomic_file_open(af, path) atomic_file_open_at((af), (path), __FILE__, __LINE__)
+#define atomic_file_open(af, path) atomic_file_open_mode_at((af), (path), 0666, __FILE__, __LINE__)
+/* a file that holds a secret (the NCCL id, llmc/comm_bootstrap.h): mode 0600 from its first moment, never widened */
+#define atomic_file_open_private(af, path) atomic_file_open_mode_at((af), (path), 0600, __FILE__, __LINE__)
 
 /* removes the temp file and exits with a message naming the file and the errno text */
 static inline void atomic_file_fail_at(AtomicFile* af, const char* what, int err, const char* file, int line) {

@@ -21,12 +21,13 @@ NGPU=${NGPU:-$(nvidia-smi -L 2> /dev/null | wc -l)}
 DATA_DIR=${DATA_DIR:-dev/data/fineweb10B}
 OUT=${OUT:-log_gpt2_124M}
 B=${B:-64}
-export LLMC_NCCL_ID_DIR=${LLMC_NCCL_ID_DIR:-$OUT}
+export LLMC_NCCL_ID_DIR=${LLMC_NCCL_ID_DIR:-$OUT/nccl_id} # only you may enter it (mode 0700, llmc/comm_bootstrap.h)
 export LLMC_RUN_ID=${LLMC_RUN_ID:-gpt2_124M_$$}
 # the per-run secret for --nccl-init tcp:HOST:PORT (llmc/comm_bootstrap.h), should you switch to it
 export LLMC_BOOTSTRAP_SECRET=${LLMC_BOOTSTRAP_SECRET:-$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}
 mkdir -p "$OUT" "$LLMC_NCCL_ID_DIR"
-chmod go-w "$OUT" "$LLMC_NCCL_ID_DIR"
+chmod go-w "$OUT"
+chmod 700 "$LLMC_NCCL_ID_DIR"
 make train_gpt
 mpirun -np "$NGPU" --bind-to none -x LLMC_NCCL_ID_DIR -x LLMC_RUN_ID -x LLMC_BOOTSTRAP_SECRET ./train_gpt \
     -i "$DATA_DIR/fineweb_train_*.bin" \

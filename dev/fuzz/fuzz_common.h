@@ -4,7 +4,7 @@
  *   - the fuzz input is written to a temp file (the readers take paths): fuzz_input_path(data, size);
  *   - the readers end a bad input with FATAL, i.e. exit(1); here `exit` is a macro for fuzz_exit, which jumps back
  *     into the harness (FUZZ_TRY), so one process can run millions of inputs;
- *   - every malloc/calloc/realloc/posix_memalign/strdup/free, fopen/fclose, open/close and mmap/munmap made by the llmc code
+ *   - every malloc/calloc/realloc/posix_memalign/strdup/free, fopen/fdopen/fclose, open/close and mmap/munmap made by the llmc code
  *     below this header is tracked, and what an input left behind when it failed is released (a FATAL in the real
  *     program ends the process, which releases it);
  *   - stderr is captured per input and checked: an input that fails must print exactly one line, starting with
@@ -120,13 +120,32 @@ static inline int fuzz_fclose(FILE* f) {
     return fclose(f);
 }
 static inline int fuzz_open(const char* path, int flags, ...) {
-    int fd = open(path, flags);
+    mode_t mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    int fd = open(path, flags, mode);
     if (fd >= 0 && fuzz_nfds < 256) { fuzz_fds[fuzz_nfds++] = fd; }
     return fd;
 }
-static inline int fuzz_close(int fd) {
+static inline void fuzz_untrack_fd(int fd) {
     for (int i = 0; i < fuzz_nfds; i++) { if (fuzz_fds[i] == fd) { fuzz_fds[i] = fuzz_fds[--fuzz_nfds]; break; } }
+}
+static inline int fuzz_close(int fd) {
+    fuzz_untrack_fd(fd);
     return close(fd);
+}
+/* a descriptor turned into a FILE (fopen_regular, llmc/utils.h) is tracked as the FILE from then on */
+static inline FILE* fuzz_fdopen(int fd, const char* mode) {
+    FILE* f = fdopen(fd, mode);
+    if (f) {
+        fuzz_untrack_fd(fd);
+        if (fuzz_nfiles < 256) { fuzz_files[fuzz_nfiles++] = f; }
+    }
+    return f;
 }
 static inline void* fuzz_mmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
     void* p = mmap(a, n, prot, flags, fd, off);
@@ -249,6 +268,7 @@ static inline void fuzz_end(int failed) {
 #define posix_memalign(o, a, n) fuzz_posix_memalign(o, a, n)
 #define free(p) fuzz_free(p)
 #define fopen(p, m) fuzz_fopen(p, m)
+#define fdopen(fd, m) fuzz_fdopen(fd, m)
 #define fclose(f) fuzz_fclose(f)
 #define open(...) fuzz_open(__VA_ARGS__)
 #define close(fd) fuzz_close(fd)

@@ -108,3 +108,37 @@ expect_error "other data" "resume with different training data is refused" -- $T
 expect_error "nothing is left to do" "resume with -x at or below the checkpoint step is refused" -- $TRAIN "${FAST[@]}" -x 2 -o "$D" -y 1
 # --cuda-graphs 1 needs the CUDA backend (the multi-process refusal is in cli_dp_fail.sh)
 expect_error "--cuda-graphs 1 needs the CUDA build" "--cuda-graphs 1 on the CPU build is refused" -- $TRAIN "${FAST[@]}" -x 1 --cuda-graphs 1
+
+# a FIFO (or any file that is not a regular file) named as an input is refused at once, never waited on in open():
+# each run gets 30 s (timeout), so a regression fails here instead of hanging the suite
+mkfifo "$TMP/fifo"
+T30=(timeout -k 5 30)
+expect_error "not a regular file but a FIFO" "a FIFO as the model file (-e) is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -e "$TMP/fifo"
+expect_error "not a regular file but a FIFO" "a FIFO as a training shard (-i) is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -i "$TMP/fifo"
+expect_error "not a regular file but a FIFO" "a FIFO as a validation shard (-j) is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -j "$TMP/fifo"
+"${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -g 8 --tokenizer "$TMP/fifo" > "$TMP/tok.out" 2> "$TMP/tok.err"
+rc=$?
+test $rc -eq 0 && grep -q "not a regular file but a FIFO" "$TMP/tok.err" "$TMP/tok.out"
+check $? "a FIFO as the tokenizer: refused with a message, training still runs (exit $rc)"
+P="$TMP/fifo_state"
+$TRAIN "${FAST[@]}" -x 2 -o "$P" > /dev/null 2>&1
+mv "$P/state_00000002_00000.bin" "$TMP/state.keep" && mkfifo "$P/state_00000002_00000.bin"
+expect_error "not a regular file but a FIFO" "a FIFO as the state file of the checkpoint resumed is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 4 -o "$P" -y 1
+rm "$P/state_00000002_00000.bin" && mv "$TMP/state.keep" "$P/state_00000002_00000.bin"
+rm "$P/DONE_00000002" && mkfifo "$P/DONE_00000002"
+expect_error "not a regular file but a FIFO" "a FIFO as the checkpoint's DONE marker is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 4 -o "$P" -y 1
+mkdir -p "$TMP/fifo_log" && mkfifo "$TMP/fifo_log/log.jsonl"
+expect_error "not a regular file but a FIFO" "a FIFO in place of the output directory's log.jsonl is refused" -- \
+    "${T30[@]}" $TRAIN "${FAST[@]}" -x 1 -o "$TMP/fifo_log"
+expect_error "flag -i (--train-data) is empty" "-i '' is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 1 -i ''
+# a model shape whose sizes do not fit (4C and the parameter count overflow) is refused with one line before any
+# arithmetic on it (the sanitizer tier runs this on the UBSan build: no signed overflow on the way)
+expect_error "more than the 2^48 this trainer can size" "a model shape too large to size (L1:C600000000:NH1:E1:K1) is refused" -- \
+    $TRAIN -e L1:C600000000:NH1:E1:K1 -b 1 -t 8 -j '' -g 0 -x 1
+expect_error "more than the 2^48 this trainer can size" "a model shape too large to size (L1000000000:C1000000:NH1) is refused" -- \
+    $TRAIN -e L1000000000:C1000000:NH1 -b 1 -t 8 -j '' -g 0 -x 1

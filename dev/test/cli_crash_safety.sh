@@ -8,7 +8,9 @@
 #     and the next run starts from step 0) and the leftover temp files are removed;
 #   - at least half the kills landed inside a checkpoint write (temp files or files of a step newer than the newest
 #     DONE left behind), so the test exercises what it claims;
-#   - the final resume runs to the end, and the whole chain's train records (loss, grad norm, lr of every step) and
+#   - the final resume runs to the end and leaves only the newest -nk 2 complete checkpoints (pruning leaked nothing:
+#     a prune killed between removing a marker and the files leaves them to the next prune);
+#   - the whole chain's train records (loss, grad norm, lr of every step) and
 #     final model are bit-identical to an uninterrupted run.
 # Every other run is killed only after it completed a checkpoint of its own, so at least 8 of the runs after it
 # resume from a DONE checkpoint (the others may be killed inside their first write and start from the last DONE).
@@ -66,5 +68,12 @@ $TRAIN "${F[@]}" -o "$D" -y 1 > "$TMP/last.log" 2>&1  # (without -n 1: only the 
 check $? "the last resume (from step $from) runs to step $STEPS"
 ! compgen -G "$D/*.tmp" > /dev/null
 check $? "no temp file is left after a completed run"
+# pruning leaks nothing, whatever the kills interrupted (a prune killed between removing a marker and the files
+# leaves files the next prune must remove): only the -nk 2 newest complete checkpoints' files remain
+dones=$(ls "$D" | sed -n 's/^DONE_0*\([0-9]\+\)$/\1/p' | sort -n | tr '\n' ' ')
+orphans=$(ls "$D" | sed -n 's/^\(model\|state\)_0*\([0-9]\+\).*/\2/p' | sort -un | while read -r st; do
+    [ -f "$D/DONE_$(printf %08d "$st")" ] || echo -n "$st "; done)
+test "$(echo $dones | wc -w)" -le 2 && test -z "$orphans"
+check $? "after the chain only the newest -nk 2 complete checkpoints remain (DONE: $dones; steps without a marker: ${orphans:-none})"
 out=$(dp_same_training "$TMP/ref" "$D" $STEPS)
 check $? "losses, norms and lr of all $STEPS steps and the final model bit-identical to the uninterrupted run: $out"

@@ -85,3 +85,15 @@ rc=$?
 test $rc -eq 143 && test -z "$(newest_done "$TMP/none")"
 check $? "--signal-checkpoint none: SIGTERM stops the run at once (exit $rc), no checkpoint"
 expect_error "signal-checkpoint" "a bad --signal-checkpoint value is refused" -- $TRAIN "${F[@]}" -o "$TMP/bad" --signal-checkpoint term,hup
+
+# a SIGTERM during start-up (here once the output directory's lock exists: flags parsed, model and data not yet
+# built) is recorded: the run stops after its first step with a checkpoint and exit 0, not with status 143
+S="$TMP/startup"
+env OMP_NUM_THREADS=1 $TRAIN "${F[@]}" -o "$S" > "$TMP/startup.log" 2>&1 &
+p=$!
+until [ -e "$S/.lock" ] || ! kill -0 $p 2> /dev/null; do sleep 0.002; done
+kill -TERM $p
+wait $p
+rc=$?
+test $rc -eq 0 && grep -q "^preempted: SIGTERM received; stopped after step 1 " "$TMP/startup.log" && test -f "$S/DONE_00000001"
+check $? "SIGTERM during start-up: the run stops after step 1 with a checkpoint and exit 0 (exit $rc)"

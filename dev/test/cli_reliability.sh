@@ -88,6 +88,15 @@ r=[json.loads(l) for l in open('$D/log.jsonl')]
 t=[x for x in r if x['kind']=='train']
 sys.exit(0 if t[1]['loss'] is None and t[1]['grad_norm'] is None and t[0]['loss'] > 0 else 1)"
 check $? "the skipped step's loss and grad_norm are null, the first step's a number"
+# ... also the numbers nested in a mixture-of-experts step's per-block statistics (aux and z of a NaN router)
+$TRAIN -e d2 -b 2 -t 16 -j '' -g 0 -u 0 -l 1e30 -x 3 --max-bad-steps 10 --moe-experts 2 --moe-top-k 1 \
+    -o "$TMP/nan_moe" > /dev/null 2>&1
+strict_json "$TMP/nan_moe/log.jsonl" 2> "$TMP/json_err.txt" && python3 -c "
+import json,sys
+t=[x for x in map(json.loads, open('$TMP/nan_moe/log.jsonl')) if x['kind']=='train']
+sys.exit(0 if t[-1].get('skipped') and all(b['aux'] is None and b['z'] is None for b in t[-1]['moe'])
+         and all(b['aux'] > 0 for b in t[0]['moe']) else 1)"
+check $? "a diverged MoE run's log is strict JSON: a skipped step's per-block aux and z are null $(tail -c 200 "$TMP/json_err.txt")"
 # a run that ends inside a streak of bad steps fails too (no silent exit 0, no final checkpoint)
 $TRAIN "${V1000[@]}" -g 0 -x 3 -l 1e30 -o "$TMP/nan2" > /dev/null 2> "$TMP/err.txt"
 rc=$?

@@ -129,6 +129,20 @@ int main(void) {
       int r = parse_list(&c, a);
       TEST_CHECK(r == 0 && c.seqlen == 12, "explicit + sign accepted"); }
 
+    /* a repeated flag: the last value is used, and one note line on stdout says so (never silent) */
+    {
+        const char* a[] = {"-b", "4", "--batch-size", "8", "-batch-size=16", "-l", "0.5", NULL};
+        char err[4096], out[4096];
+        int rc = parse_in_child(a, err, sizeof(err), out, sizeof(out));
+        int r = parse_list(&c, a);
+        int one_note = count_lines(out) == 1 &&
+                       strcmp(out, "note: flag -b, --batch-size was given 3 times; the last value, 16, is used\n") == 0;
+        out[strcspn(out, "\n")] = '\0';
+        TEST_CHECK(rc == 0 && r == 0 && c.batch == 16 && err[0] == '\0' && one_note,
+                   "a flag given 3 times (-b, --batch-size, -batch-size=): the last value, one note line naming the flag "
+                   "(stdout: '%s')", out);
+    }
+
     /* help */
     {
         const char* a[] = {"-b", "12", "--help", NULL};

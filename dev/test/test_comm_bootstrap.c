@@ -1,19 +1,30 @@
 /*
  * dev/test/test_comm_bootstrap.c -- host-only parts of llmc/comm.h, in the single-process build (no MPI):
  *   - NCCL unique-id exchange through a shared directory: rank 0 writes, three forked "ranks" read the same
- *     blob; a stale id file (older than stale_s) is ignored and the reader times out with a FATAL;
- *   - the filesystem exchange refuses a directory others can write and writes the id file with mode 0600;
+ *     blob; a stale id file (older than stale_s) is ignored and the reader times out with a FATAL; so is a young
+ *     file of an earlier launch with the same run id (another launch tag: a Slurm requeue), while a reader of the
+ *     same launch takes it;
+ *   - the filesystem exchange refuses a directory others can write or enter (0777, 0755, 0711) and the id file has
+ *     mode 0600 at every moment: a watcher stat()s the temp and final names in a tight loop while rank 0 writes
+ *     the id 300 times and must see the file, always with mode 0600 (umask 0 during the writes, so a file created
+ *     wider and narrowed afterwards would show);
  *   - the TCP exchange: rank 0 serves three forked clients on a local port; with a per-run secret missing, a
  *     client fails with one line; under attack (an idle client, a flood of 200 connections, a client with a wrong
  *     secret, a second process claiming an already served rank, a connection to another local address than the
  *     one bound) the real ranks still get the id, within the timeout, and the bad clients fail with one clear
  *     line each; rank 0 with a rank that never comes fails with one line naming it; the secret read from a mode-0600
- *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line.
+ *     LLMC_BOOTSTRAP_SECRET_FILE works, one readable by others is refused with one line;
+ *   - every number and every deadline of the bootstrap's input: a secret file of 1,024 bytes and a newline is taken
+ *     whole, one of 1,025 is refused (never cut); a port that is not an integer in 1..65535 (abc, 99999, 0, -1,
+ *     empty) is refused naming the port; a rank variable that is not an integer (LLMC_WORLD_SIZE=2x) is refused
+ *     naming it; a fake rank 0 that sends its challenge one byte every 0.4 s cannot hold a client (timeout 3 s,
+ *     1 s per connection) much past its timeout;
  *   - a build without OpenSSL (COMM_BOOT_HAVE_OPENSSL 0; dev/test/cli_no_openssl.sh builds one): instead of the
  *     TCP tests, the tcp: exchange and comm_init refuse with one error line; the filesystem tests run as ever;
  *   - the single-process backend: collectives are no-ops, counters stay 0, world of one;
  *   - the ring byte model (comm_ring_bytes) against 2(N-1)/N and (N-1)/N for equal chunks.
  */
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
 #include "dev/test/testing.h"
@@ -43,6 +54,35 @@ static int fs_reader(int rank) {
     memset(got, 0, sizeof(got));
     comm_bootstrap_fs(g_dir, "job42", rank, got, sizeof(got), 10.0, 120.0);
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+/* a reader of another launch of the same job (a Slurm requeue: SLURM_RESTART_COUNT raised), stale_s = 120 s */
+static int fs_reader_requeued(int rank) {
+    unsigned char got[128];
+    if (!freopen("/dev/null", "w", stderr)) { return 99; }
+    setenv("SLURM_RESTART_COUNT", "1", 1);
+    comm_bootstrap_fs(g_dir, "job45", rank, got, sizeof(got), 1.0, 120.0);
+    return 0; /* not reached: the earlier launch's id is ignored and the wait times out (exit 1) */
+}
+static int fs_reader_same_launch(int rank) {
+    unsigned char got[128];
+    memset(got, 0, sizeof(got));
+    comm_bootstrap_fs(g_dir, "job45", rank, got, sizeof(got), 1.0, 120.0);
+    return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
+}
+/* what the mode watcher saw: how often the id file (temp or final name) existed, and with another mode than 0600 */
+typedef struct { volatile int stop; long seen, wrong; unsigned wrong_mode; } ModeWatch;
+static void watch_modes(ModeWatch* w, const char* path) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    while (!w->stop) {
+        struct stat a;
+        for (int k = 0; k < 2; k++) {
+            if (stat(k ? path : tmp, &a) == 0) {
+                w->seen++;
+                if ((a.st_mode & 0777) != 0600) { w->wrong++; w->wrong_mode = (unsigned)(a.st_mode & 0777); }
+            }
+        }
+    }
 }
 static int fs_reader_short_timeout(int rank) {
     unsigned char got[128];
@@ -171,6 +211,65 @@ static int tcp_secret_file(int rank) {
     comm_bootstrap_tcp("127.0.0.1", g_port + 4, rank, 2, got, sizeof(got), 5.0);
     return memcmp(got, g_blob, sizeof(got)) == 0 ? 0 : 1;
 }
+/* reads the secret from LLMC_BOOTSTRAP_SECRET_FILE (set by the caller to a FIFO); SIGALRM ends a wait in open() */
+static int secret_from_file(int unused) {
+    (void)unused;
+    alarm(10);
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char secret[COMM_BOOT_SECRET_MAX];
+    comm_bootstrap_secret(secret, sizeof(secret));
+    return 0;
+}
+/* the secret file holds 1,024 bytes and a newline: read whole (exit 0 when all 1,024 bytes came back) */
+static int secret_1024(int unused) {
+    (void)unused;
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    setenv("LLMC_BOOTSTRAP_SECRET_FILE", g_secret_file, 1);
+    unsigned char secret[COMM_BOOT_SECRET_MAX];
+    size_t len = comm_bootstrap_secret(secret, sizeof(secret));
+    return len == 1024 && secret[0] == 'a' && secret[1023] == 'z' ? 0 : 1;
+}
+static const char* g_spec; /* an --nccl-init value for exchange_spec */
+static int exchange_spec(int rank) {
+    unsetenv("LLMC_BOOTSTRAP_SECRET");
+    unsetenv("LLMC_BOOTSTRAP_SECRET_FILE");
+    unsigned char got[128];
+    char fsdir[256];
+    comm_bootstrap_exchange(g_spec, "job46", rank, 2, got, sizeof(got), 1.0, fsdir, sizeof(fsdir));
+    return 0;
+}
+static int init_group(int unused) {
+    (void)unused;
+    setenv("LLMC_WORLD_SIZE", "2x", 1);
+    Comm c;
+    comm_init(&c, NULL, NULL, "", 1.0);
+    return 0;
+}
+/* a fake rank 0 on g_tcp.port: sends each connection its 40-byte challenge one byte every 0.4 s (until killed) */
+static int tcp_slowloris(int unused) {
+    (void)unused;
+    int srv = socket(AF_INET, SOCK_STREAM, 0), yes = 1;
+    setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_tcp.port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (bind(srv, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(srv, 16) != 0) { return 1; }
+    unsigned char hello[COMM_BOOT_HELLO];
+    uint64_t magic = COMM_BOOT_MAGIC;
+    memcpy(hello, &magic, 8);
+    memset(hello + 8, 7, COMM_BOOT_NONCE);
+    for (;;) {
+        int fd = accept(srv, NULL, NULL);
+        for (int i = 0; fd >= 0 && i < COMM_BOOT_HELLO; i++) {
+            if (send(fd, hello + i, 1, MSG_NOSIGNAL) != 1) { break; }
+            usleep(400000);
+        }
+        if (fd >= 0) { close(fd); }
+    }
+}
 static int tcp_server_missing_rank(int world) {
     comm_bootstrap_tcp_serve(&g_tcp, world, g_blob, sizeof(g_blob));
     return 0;
@@ -229,28 +328,57 @@ int main(void) {
     /* a stale file: written "long ago" (stale_s = 0 and a timestamp in the past) is rejected */
     comm_bootstrap_fs_path(path, sizeof(path), g_dir, "job43");
     FILE* f = fopen(path, "wb");
-    uint64_t magic = COMM_BOOT_MAGIC;
+    uint64_t magic = COMM_BOOT_MAGIC, tag = comm_bootstrap_launch_tag();
     int64_t old = (int64_t)time(NULL) - 3600;
-    fwrite(&magic, sizeof(magic), 1, f); fwrite(&old, sizeof(old), 1, f); fwrite(g_blob, 1, sizeof(g_blob), f);
+    fwrite(&magic, sizeof(magic), 1, f); fwrite(&old, sizeof(old), 1, f); fwrite(&tag, sizeof(tag), 1, f);
+    fwrite(g_blob, 1, sizeof(g_blob), f);
     fclose(f);
+    chmod(path, 0600);
     TEST_CHECK(fork_ranks(1, 1, fs_reader_short_timeout) == 0, "fs exchange: a stale id file of an earlier run is ignored (reader times out with an error)");
     remove(path);
 
-    /* the id file is private: mode 0600; a directory others can write is refused with one line */
+    /* a young id file of an earlier launch with the same run id (a requeued Slurm job keeps SLURM_JOB_ID and raises
+     * SLURM_RESTART_COUNT): ignored by the requeued launch's readers, taken by a reader of the same launch */
+    setenv("SLURM_JOB_ID", "4242", 1);
+    unsetenv("SLURM_RESTART_COUNT");
+    comm_bootstrap_fs(g_dir, "job45", 0, g_blob, sizeof(g_blob), 10.0, 120.0);
+    TEST_CHECK(fork_ranks(1, 1, fs_reader_requeued) == 0,
+               "fs exchange: a 0 s old id file of the launch before a requeue (same run id) is ignored (times out)");
+    TEST_CHECK(fork_ranks(1, 1, fs_reader_same_launch) == 1, "fs exchange: ... while a reader of that launch takes it");
+    comm_bootstrap_fs_cleanup(g_dir, "job45");
+    unsetenv("SLURM_JOB_ID");
+
+    /* the id file is private at every moment of its creation: a watcher stat()s both names in a tight loop while rank
+     * 0 writes the id 300 times; umask 0, so a file created with fopen's 0666 and narrowed afterwards would show */
     char errf[512];
     snprintf(errf, sizeof(errf), "%s/err", g_dir);
-    comm_bootstrap_fs(g_dir, "job44", 0, g_blob, sizeof(g_blob), 10.0, 120.0);
     comm_bootstrap_fs_path(path, sizeof(path), g_dir, "job44");
+    ModeWatch* w = (ModeWatch*)mmap(NULL, sizeof(ModeWatch), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(w, 0, sizeof(*w));
+    pid_t watcher = fork();
+    if (watcher == 0) { watch_modes(w, path); _exit(0); }
+    mode_t old_mask = umask(0);
+    for (int i = 0; i < 300; i++) { comm_bootstrap_fs(g_dir, "job44", 0, g_blob, sizeof(g_blob), 10.0, 120.0); }
+    umask(old_mask);
+    w->stop = 1;
+    waitpid(watcher, &st, 0);
     struct stat fst;
-    TEST_CHECK(stat(path, &fst) == 0 && (fst.st_mode & 0777) == 0600, "fs exchange: the id file has mode 0600 (%o)",
-               (unsigned)(fst.st_mode & 0777));
+    TEST_CHECK(stat(path, &fst) == 0 && (fst.st_mode & 0777) == 0600 && w->seen > 0 && w->wrong == 0,
+               "fs exchange: the id file had mode 0600 at every moment of 300 writes (seen %ld times, %ld with another "
+               "mode, e.g. %04o)", w->seen, w->wrong, w->wrong_mode);
+    munmap(w, sizeof(ModeWatch));
     comm_bootstrap_fs_cleanup(g_dir, "job44");
-    chmod(g_dir, 0777);
+    /* a directory others can write, read or enter is refused, by rank 0 and the readers alike, with one line */
     char errd[512];
     snprintf(errd, sizeof(errd), "/tmp/llmc_boot_err.%d", (int)getpid());
-    int rc0 = exit_code(spawn(fs_open_dir, 0, errd)), rc1 = exit_code(spawn(fs_open_dir, 1, errd));
-    TEST_CHECK(rc0 == 1 && rc1 == 1 && one_error_line(errd, "only you can write"),
-               "fs exchange: a directory others can write is refused by rank 0 and the readers (one error line)");
+    const unsigned modes[3] = {0777, 0755, 0711};
+    for (int i = 0; i < 3; i++) {
+        chmod(g_dir, modes[i]);
+        int rc0 = exit_code(spawn(fs_open_dir, 0, errd)), rc1 = exit_code(spawn(fs_open_dir, 1, errd));
+        TEST_CHECK(rc0 == 1 && rc1 == 1 && one_error_line(errd, "only you can enter") && !file_exists(path),
+                   "fs exchange: a directory of mode %04o is refused by rank 0 and the readers (one error line, no id "
+                   "file written)", modes[i]);
+    }
     chmod(g_dir, 0700);
 
 #if COMM_BOOT_HAVE_OPENSSL
@@ -327,6 +455,55 @@ int main(void) {
     TEST_CHECK(exit_code(spawn(tcp_secret_file, 1, errf)) == 1 && one_error_line(errf, "readable by nobody else"),
                "tcp: a secret file others can read (mode 0644) is refused with one error line");
     remove(g_secret_file);
+    /* a FIFO as the secret file: refused at once, never waited on in open() (the child's alarm would end a wait) */
+    mkfifo(g_secret_file, 0600);
+    TEST_CHECK(exit_code(spawn(secret_from_file, 0, errf)) == 1 && one_error_line(errf, "not a regular file but a FIFO"),
+               "a FIFO as LLMC_BOOTSTRAP_SECRET_FILE is refused at once with one error line");
+    remove(g_secret_file);
+    /* the secret file is taken whole: 1,024 bytes and a newline are the secret, one byte more is refused */
+    sf = fopen(g_secret_file, "w");
+    for (int i = 0; i < 1024; i++) { fputc(i == 1023 ? 'z' : 'a', sf); }
+    fputc('\n', sf);
+    fclose(sf);
+    chmod(g_secret_file, 0600);
+    TEST_CHECK(exit_code(spawn(secret_1024, 0, NULL)) == 0, "a secret file of 1,024 bytes and a newline is read whole");
+    sf = fopen(g_secret_file, "a");
+    fputc('x', sf);
+    fclose(sf);
+    TEST_CHECK(exit_code(spawn(secret_from_file, 0, errf)) == 1 && one_error_line(errf, "more than 1024 bytes"),
+               "a secret file of 1,026 bytes is refused with one error line, not cut to its first 1,024");
+    remove(g_secret_file);
+    /* every number of the input in range: the port of tcp:HOST:PORT, the group size from the environment */
+    const char* bad_ports[5] = {"abc", "99999", "0", "-1", ""};
+    for (int i = 0; i < 5; i++) {
+        char spec[64], want[64];
+        snprintf(spec, sizeof(spec), "tcp:127.0.0.1:%s", bad_ports[i]);
+        snprintf(want, sizeof(want), "port '%s' is not an integer in 1..65535", bad_ports[i]);
+        g_spec = spec;
+        TEST_CHECK(exit_code(spawn(exchange_spec, 1, errf)) == 1 && one_error_line(errf, want),
+                   "--nccl-init %s is refused with one line naming the port", spec);
+    }
+    TEST_CHECK(exit_code(spawn(init_group, 0, errf)) == 1 && one_error_line(errf, "LLMC_WORLD_SIZE is '2x'"),
+               "LLMC_WORLD_SIZE=2x is refused with one line naming the variable (not read as 2)");
+    /* a fake rank 0 trickling its challenge (one byte every 0.4 s: 16 s for 40 bytes, each byte well inside a
+     * per-read timeout) cannot keep a client past its whole-exchange deadline */
+    memset(&g_tcp, 0, sizeof(g_tcp));
+    g_tcp.host = "127.0.0.1";
+    g_tcp.port = g_port + 5;
+    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
+    g_tcp.secret_len = strlen(GOOD_SECRET);
+    g_tcp.timeout_s = 3.0;
+    g_tcp.io_timeout_s = 1.0;
+    pid_t slow = spawn(tcp_slowloris, 0, NULL);
+    usleep(200000);
+    t0 = now_s();
+    int slow_rc = exit_code(spawn(tcp_client, 1, errf));
+    took = now_s() - t0;
+    kill(slow, SIGKILL);
+    exit_code(slow);
+    TEST_CHECK(slow_rc == 1 && took < 4.5 && one_error_line(errf, "could not get the id"),
+               "tcp: a fake rank 0 sending one byte every 0.4 s: the client gives up after %.1f s (timeout 3 s) with one "
+               "error line", took);
     remove(err_wrong); remove(err_dup);
     /* with OpenSSL, naming tcp: to comm_init is no error (a world of one never uses it) */
     TEST_CHECK(exit_code(spawn(tcp_init_accepted, 0, NULL)) == 0, "tcp: accepted by comm_init in a build with OpenSSL");

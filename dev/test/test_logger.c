@@ -1,8 +1,11 @@
 /*
  * dev/test/test_logger.c -- unit tests of llmc/logger.h: line format, JSON string escaping
  * (checked byte-exactly and, where python3 is available, by a real JSON parser), rank-0-only
- * writing, disabled logging, append vs overwrite, and logger_truncate_after_step.
+ * writing, disabled logging, append vs overwrite, and logger_truncate_after_step; a write that fails at the
+ * file-size limit (a full disk) leaves no torn line: the log ends with its last complete line.
  */
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include "llmc/logger.h"
 #include "dev/test/testing.h"
 
@@ -21,6 +24,25 @@ static char* slurp(const char* path, size_t* n_out) {
     fclose(f);
     *n_out = got;
     return buf;
+}
+
+/* a child logs 100-byte lines under a 1,000-byte file-size limit until a write fails (FATAL); returns its status */
+static int log_until_full(const char* dir) {
+    pid_t p = fork();
+    if (p == 0) {
+        if (!freopen("/dev/null", "w", stderr)) { _exit(99); }
+        Logger lg;
+        logger_init(&lg, dir, 0, 0);
+        struct rlimit rl = {1000, 1000};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        char extra[128];
+        snprintf(extra, sizeof(extra), "\"text\":\"%063d\"", 7);
+        for (int i = 0; i < 50; i++) { logger_log(&lg, "train", i, extra); }
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    return st;
 }
 
 int main(void) {
@@ -52,6 +74,29 @@ int main(void) {
     TEST_CHECK(strcmp(logger_json_number(num, sizeof(num), NAN), "null") == 0 && strcmp(logger_json_number(num, sizeof(num), 0.25), "0.25") == 0,
                "logger_json_number writes null for NaN and plain numbers otherwise");
     /* a real JSON parser accepts every line, if python3 is available */
+    /* a full disk (here the file-size limit) during a log write: no torn last line */
+    {
+        char full_dir[300], full_path[400];
+        snprintf(full_dir, sizeof(full_dir), "%s/full", g_dir);
+        snprintf(full_path, sizeof(full_path), "%s/log.jsonl", full_dir);
+        int st = log_until_full(full_dir);
+        size_t n = 0;
+        char* text = slurp(full_path, &n);
+        int lines = 0, whole = 1;
+        for (char* l = text; *l; ) {
+            char* nl = strchr(l, '\n');
+            if (!nl) { whole = 0; break; }
+            whole &= strncmp(l, "{\"kind\":\"train\"", 15) == 0 && nl[-1] == '}';
+            lines++;
+            l = nl + 1;
+        }
+        TEST_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && n > 0 && n <= 1000 && text[n - 1] == '\n' && whole && lines >= 5,
+                   "a log write failing at the file-size limit: exit 1, the log ends with its last complete line (%d lines, "
+                   "%zu bytes, status %d)", lines, n, st);
+        free(text);
+        remove(full_path);
+        rmdir(full_dir);
+    }
     char cmd[1200];
     snprintf(cmd, sizeof(cmd), "command -v python3 >/dev/null 2>&1 || exit 77; python3 -c \"import json,sys; "
              "[json.loads(l) for l in open(sys.argv[1], encoding='utf-8')]\" '%s'", path);
