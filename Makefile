@@ -93,6 +93,10 @@ $(BUILD)/mpi_grid: dev/test/mpi_grid.c dev/test/grid_expect.h dev/test/mpi_check
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 $(BUILD)/test_process_grid: dev/test/grid_expect.h
+# the step statistics (llmc/step_stats.h) over real grids and ZeRO groups, run under mpirun -np 8 by dev/test/cli_step_stats.sh
+$(BUILD)/mpi_step_stats: dev/test/mpi_step_stats.c dev/test/mpi_check.h $(CPU_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(CPU_LIBS) $(MPI_LIBS) -o $@
 
 # test_gpt.cu as an MPI program: under mpirun it checks the fixture model split by tensor parallelism (dev/test/cli_tp.sh)
 $(BUILD)/mpi_test_gpt_tp: test_gpt.cu train_gpt.cu $(CPU_DEPS)
@@ -273,7 +277,8 @@ fuzz: $(ASAN_DIR)/train_gpt_cpu $(SAN_TEST_BINS) $(FUZZ_BINS)
 
 unit-tests: $(TEST_BINS)
 
-MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp $(BUILD)/mpi_pipe_bubble train_gpt_emu_mpi \
+MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm_nccl_emu $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp $(BUILD)/mpi_pipe_bubble \
+                  $(BUILD)/mpi_step_stats train_gpt_emu_mpi \
                   train_gpt_emu_mpi_bf16)
 
 # make test builds its programs TEST_JOBS at a time (the emulator builds are 1-2 minutes each), then runs the tests
@@ -289,7 +294,7 @@ test:
 # needs the CUDA toolkit's headers, not nvcc); without the toolkit it is left out and cli_dp_fail.sh says so.
 QUICK_NCCL_EMU := $(if $(wildcard $(EMU_CUDA_INC)),$(BUILD)/mpi_comm_nccl_emu)
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU) $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp \
-                  $(BUILD)/mpi_pipe_bubble)
+                  $(BUILD)/mpi_pipe_bubble $(BUILD)/mpi_step_stats)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
 

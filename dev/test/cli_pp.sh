@@ -67,6 +67,42 @@ PY
     check $? "$name: a memory line per stage ($stages), the expected bubble, the measured one on every step line"
 done
 
+# one step, bit for bit: without clipping (--grad-clip 0, so the norm's other sum order cannot scale the update) every
+# tensor but the tied wte gets the same gradient as on one process -- each stage runs its micro-batches' backwards in
+# micro-batch order, so every layer's gradient is accumulated in the order one process accumulates it -- and so the
+# same AdamW update: the model file after step 1 equals one process's byte for byte outside wte; the step's loss too.
+# wte's gradient is the same 2m = 8 fp32 terms (embedding and head, per micro-batch) summed in another order: the
+# weights' RMS within T(1) of dp_lib.sh. L4:C32:NH2:V512 on random ids, 4 micro-batches (3 or more: with 2, a + b =
+# b + a and a reordered accumulation would not show).
+dp_random_shard "$TMP/v512.bin" 512
+E=(-e L4:C32:NH2:V512 -i "$TMP/v512.bin" -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -x 1 -d 128 --grad-clip 0)
+$TRAIN "${E[@]}" -o "$TMP/exact1" > "$TMP/exact1.log" 2>&1
+check $? "one process, 4 micro-batches, 1 step without clipping"
+for run in "gpipe 1" "1f1b 1" "interleaved 2"; do
+    set -- $run
+    MPIRUN 2 $TRAIN "${E[@]}" --pp 2 --pp-schedule $1 --pp-virtual $2 -o "$TMP/exact_$1" > "$TMP/exact_$1.log" 2>&1
+    python3 - "$TMP/exact1" "$TMP/exact_$1" "$(dp_order_tol 1)" <<'PY'
+import array, json, math, sys
+def model(d):
+    b = open(d + "/model_00000001.bin", "rb").read()
+    h = array.array("i"); h.frombytes(b[:1024])
+    w = array.array("f"); w.frombytes(b[1024:])
+    return h[7] * h[6], b[1024:], w  # Vp * C values of wte first
+def loss(d):
+    return [o["loss"] for o in map(json.loads, open(d + "/log.jsonl")) if o["kind"] == "train"]
+n, ba, wa = model(sys.argv[1])
+_, bb, wb = model(sys.argv[2])
+rest = len(ba) == len(bb) and ba[4 * n:] == bb[4 * n:]
+rms = math.sqrt(math.fsum(x * x for x in wa[:n]) / n)
+d = math.sqrt(math.fsum((x - y) ** 2 for x, y in zip(wa[:n], wb[:n])) / n) / rms
+la, lb = loss(sys.argv[1]), loss(sys.argv[2])
+print("# every tensor after wte %s; wte relative RMS difference %.3g (tolerance %s); step-1 loss %r vs %r"
+      % ("identical" if rest else "DIFFERS", d, sys.argv[3], la, lb))
+sys.exit(0 if rest and d <= float(sys.argv[3]) and la == lb and len(la) == 1 else 1)
+PY
+    check $? "pp 2 $1$([ $2 -gt 1 ] && echo " (v = 2)"), 4 micro-batches, 1 step without clipping: the model file equals one process's byte for byte outside wte (wte within T(1)), the loss bit for bit"
+done
+
 python3 - "$TMP/pp4interleaved8/trace.json" 4 8 2 <<'PY'
 import json, sys, collections
 path, p, m, v = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -3,13 +3,16 @@
 # gpt2_recompute_window) on the CPU build:
 #   - one process, a 4-layer model (L4:C64:NH4:V512 on a shard of random ids < 512 written here, so the vocabulary
 #     does not dominate): k = 1 (every block from its input), 3 (segments of 3 and 1 layers) and 4 (= L: one segment,
-#     nothing recomputed) train 3 steps with losses and gradient norms bit-identical to -r 0 (the recompute runs the
-#     same kernels on the same inputs); every run's memory ledger line says the ledger equals the allocation; the
+#     nothing recomputed) train 3 steps bit-identically to -r 0 (the recompute runs the same kernels on the same
+#     inputs): the full-precision losses, norms and learning rates of log.jsonl and the final model file, byte for
+#     byte; every run's memory ledger line says the ledger equals the allocation; the
 #     activation bytes are ordered k=1 < k=3 < k=4 = -r 0 (the table really shrinks);
 #   - --recompute-every without -r 3 is refused with one line;
 #   - under mpirun (2 processes): tensor parallel with sequence parallelism, a 2-stage 1F1B pipeline with 4
-#     micro-batches (k = 1 within each stage's 2 layers) and data parallel ZeRO-2 with 2 micro-steps, all k = 1, are
-#     bit-identical to -r 0 with the same layout, ledger equal on every stage.
+#     micro-batches (k = 1 within each stage's 2 layers), data parallel ZeRO-2 and ZeRO-3 with 2 micro-steps, all
+#     k = 1, and ZeRO-3 with k = 2 (each backward recomputes a 2-layer segment, whose forward gathers its layers again
+#     while the backward's prefetch holds the other slot) are bit-identical to -r 0 with the same layout (log.jsonl
+#     and the final model), ledger equal on every stage.
 # The emulated GPU build's check is dev/test/cli_recompute_emu.sh. About 15 s on an idle 2-core machine.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -20,16 +23,15 @@ R=(-e L4:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 3
 # the step lines without timings, and the allocated activation bytes of the ledger line (empty unless "-> equal")
 acts_equal() { grep -E '^memory ledger .* -> equal$' "$1" | sed -E 's/.* \| ([0-9]+) -> equal$/\1/'; }
 
-$TRAIN "${R[@]}" -r 0 > "$TMP/r0.txt" 2>&1
-dp_step_lines "$TMP/r0.txt" > "$TMP/r0.steps"
-test "$(grep -c '' "$TMP/r0.steps")" -eq 3
+$TRAIN "${R[@]}" -r 0 -o "$TMP/r0" > "$TMP/r0.txt" 2>&1
+test "$(dp_step_lines "$TMP/r0.txt" | grep -c '')" -eq 3
 check $? "-r 0 reference: 3 steps of L4:C64:NH4:V512"
 declare -A ACTS
 ACTS[r0]=$(acts_equal "$TMP/r0.txt")
 for k in 1 3 4; do
-    $TRAIN "${R[@]}" -r 3 --recompute-every $k > "$TMP/k$k.txt" 2>&1
-    dp_step_lines "$TMP/k$k.txt" | cmp -s - "$TMP/r0.steps"
-    check $? "-r 3 --recompute-every $k: losses and gradient norms of 3 steps bit-identical to -r 0 ($(dp_step_lines "$TMP/k$k.txt" | tail -n 1 | tr -s ' '))"
+    $TRAIN "${R[@]}" -r 3 --recompute-every $k -o "$TMP/k$k" > "$TMP/k$k.txt" 2>&1
+    out=$(dp_same_training "$TMP/r0" "$TMP/k$k" 3)
+    check $? "-r 3 --recompute-every $k vs -r 0: $out"
     ACTS[k$k]=$(acts_equal "$TMP/k$k.txt")
     test -n "${ACTS[k$k]}"
     check $? "-r 3 --recompute-every $k: the memory ledger equals the allocation ($(grep -o 'activations [0-9]*;' "$TMP/k$k.txt"))"
@@ -42,15 +44,18 @@ expect_error "flag --recompute-every is 2 with -r 2" "--recompute-every without 
 # tensor parallel (sequence parallel), a pipeline, ZeRO-2 (its per-layer gradient hooks run between the recomputes)
 # and ZeRO-3 (its per-layer parameter gathers run again for the recomputed segments) on 2 processes: the same layout
 # with and without checkpointing
-for layout in "--tp 2 --sequence-parallel 1" "--pp 2 -d 256" "-z 2 -d 256" "-z 3 -d 256"; do
+for spec in "1:--tp 2 --sequence-parallel 1" "1:--pp 2 -d 256" "1:-z 2 -d 256" "1:-z 3 -d 256" "2:-z 3 -d 256"; do
+    k=${spec%%:*} layout=${spec#*:}
     name=$(echo "$layout" | tr -d ' -')
     for r in 0 3; do
+        [ $r = 0 ] && [ -d "$TMP/${name}_0" ] && continue # the same -r 0 reference for k = 1 and 2
         # shellcheck disable=SC2086
-        MPIRUN 2 timeout 120 $TRAIN "${R[@]}" $layout -r $r --recompute-every 1 > "$TMP/${name}_$r.txt" 2>&1
+        MPIRUN 2 timeout 120 $TRAIN "${R[@]}" $layout -r $r --recompute-every $([ $r = 3 ] && echo $k || echo 1) \
+            -o "$TMP/${name}_$r$([ $r = 3 ] && echo "k$k")" > "$TMP/${name}_$r.txt" 2>&1
         echo "rc=$?" >> "$TMP/${name}_$r.txt"
     done
-    test "$(dp_step_lines "$TMP/${name}_0.txt" | grep -c '')" -eq 3 && dp_step_lines "$TMP/${name}_3.txt" | cmp -s - <(dp_step_lines "$TMP/${name}_0.txt")
-    check $? "2 processes $layout: -r 3 --recompute-every 1 bit-identical to -r 0 ($(dp_step_lines "$TMP/${name}_3.txt" | tail -n 1 | tr -s ' '); $(grep '^rc=' "$TMP/${name}_3.txt"))"
+    out=$(dp_same_training "$TMP/${name}_0" "$TMP/${name}_3k$k" 3)
+    check $? "2 processes $layout: -r 3 --recompute-every $k vs -r 0: $out ($(grep '^rc=' "$TMP/${name}_3.txt"))"
     n_eq=$(grep -cE '^memory ledger .* -> equal$' "$TMP/${name}_3.txt")
     n_st=$([[ "$layout" == *--pp* ]] && echo 2 || echo 1)
     test "$n_eq" -eq "$n_st"

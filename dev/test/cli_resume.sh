@@ -1,9 +1,11 @@
 # dev/test/cli_resume.sh -- resume through the real CLI is bit-identical:
 # 20 steps straight == 10 steps, stop (checkpoint), resume with -y 1, 10 more steps:
-# identical loss values for steps 11..20 and identical final weights.
+# identical loss values for steps 11..20 and identical final weights; a sample every 5 steps, so one is drawn before
+# the checkpoint (step 5): the samples of steps 10, 15 and 20 after the resume are the straight run's only if the
+# sampler's random state was saved and restored, and the validation losses equal to the last digit of log.jsonl.
 source "$(dirname "$0")/lib_cli.sh"
 A="$TMP/straight"; B="$TMP/resumed"
-EVAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -v 10 -m 2 -s 10 -g 4)
+EVAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -v 10 -m 2 -s 5 -g 4)
 $TRAIN "${FAST[@]}" "${EVAL[@]}" -x 20 -o "$A" > "$TMP/a.log" 2>&1
 check $? "straight run of 20 steps"
 $TRAIN "${FAST[@]}" "${EVAL[@]}" -x 20 -o "$B" --exit-after-steps 10 > "$TMP/b1.log" 2>&1
@@ -22,6 +24,16 @@ cmp -s "$A/model_00000020.bin" "$B/model_00000020.bin"
 check $? "final weights (model_00000020.bin) are bit-identical"
 cmp -s "$A/state_00000020_00000.bin" "$B/state_00000020_00000.bin"
 check $? "final optimizer state (state_00000020_00000.bin) is bit-identical"
+python3 - "$A/log.jsonl" "$B/log.jsonl" <<'PY'
+import json, sys
+def recs(p, kind, field):
+    return [(o["step"], o[field]) for o in map(json.loads, open(p)) if o["kind"] == kind]
+a, b = (recs(p, "sample", "text") for p in sys.argv[1:3])
+va, vb = (recs(p, "val", "val_loss") for p in sys.argv[1:3])
+print("# samples (step, text): straight", a, "resumed", b)
+sys.exit(0 if [s for s, _ in a] == [5, 10, 15, 20] and a == b and len(va) == 3 and va == vb else 1)
+PY
+check $? "samples of steps 5, 10, 15, 20 (one before the checkpoint) and validation losses of steps 0, 10, 20 equal the straight run's (the sampler's state resumed)"
 n=$(grep -c '"kind":"train"' "$B/log.jsonl")
 test "$n" -eq 20
 check $? "resumed log.jsonl has exactly 20 train lines, no duplicates ($n)"

@@ -128,6 +128,39 @@ PY
     check $? "d12 per process at tp $1$([ $2 = 1 ] && echo ', sequence parallel'): parameters and activation bytes equal the formula"
 done
 
+# sampling under tensor parallelism, with and without sequence parallelism, against one process: the same weights (-l 0:
+# the one step changes nothing), a prompt and 16 tokens drawn with the same random state; the tp ranks must feed the
+# token process 0 drew (llmc/generate.h). The logits differ by fp32 rounding only (about 1e-7 relative), far from
+# moving a draw across a boundary of the sampling distribution, so the texts are equal.
+S=(-e L2:C32:NH2 -b 2 -t 16 -j '' -g 16 -l 0 -x 1 --prompt "ROMEO:")
+$TRAIN "${S[@]}" -o "$TMP/sample1" > "$TMP/sample1.log" 2>&1
+check $? "sampling reference: one process, a prompt and 16 tokens"
+for sp in 0 1; do
+    MPIRUN 2 $TRAIN "${S[@]}" --tp 2 --sequence-parallel $sp -o "$TMP/sample_sp$sp" > "$TMP/sample_sp$sp.log" 2>&1
+    python3 - "$TMP/sample1/log.jsonl" "$TMP/sample_sp$sp/log.jsonl" <<'PY'
+import json, sys
+t = [[o["text"] for o in map(json.loads, open(p)) if o["kind"] == "sample"] for p in sys.argv[1:3]]
+print("# one process %r; tp 2 %r" % (t[0], t[1]))
+sys.exit(0 if len(t[0]) == 1 and t[0] == t[1] and len(t[0][0]) > 0 else 1)
+PY
+    check $? "sampling at tp 2$([ $sp = 1 ] && echo ' with sequence parallelism') prints the text one process prints"
+done
+
+# a long run: 160 steps (160 loss evaluations) of tp 2 with sequence parallelism against one process, L1:C32:NH2:V512
+# on random ids at B=2, T=16 (a vocabulary of 512, so a step costs little): a difference that grows slowly (replicas
+# of a tensor drifting apart, a bias lost every few hundred updates) shows here when 10 steps are too few. Tolerance
+# T(160) = 164 x 16 x 2^-24 = 1.6e-4 (dp_lib.sh's argument, which grows linearly with the steps) on every step's loss
+# and on the final weights' RMS (measured: 1e-7).
+dp_random_shard "$TMP/v512.bin" 512
+LONG=(-e L1:C32:NH2:V512 -i "$TMP/v512.bin" -b 2 -t 16 -j '' -g 0 -u 10 -l 1e-3 -x 160 -nk 1)
+T160=$(dp_order_tol 160)
+$TRAIN "${LONG[@]}" -o "$TMP/long1" > "$TMP/long1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${LONG[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/long2" > "$TMP/long2.log" 2>&1
+check $? "160 steps on one process and at tp 2 with sequence parallelism"
+out=$(dp_compare_logs "$TMP/long1/log.jsonl" "$TMP/long2/log.jsonl" train loss $T160 160) && \
+    out="$out; $(dp_compare_models_rms "$TMP/long1/model_00000160.bin" "$TMP/long2/model_00000160.bin" $T160)"
+check $? "tp 2 with sequence parallelism vs one process over 160 steps (T(160) = $T160): $out"
+
 dp_refused 4 "--tp" "--tp 3 on 4 processes" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 3
 dp_refused 8 "--tp" "--tp 8 with 4 heads" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --tp 8
 dp_refused 1 "--sequence-parallel" "--sequence-parallel 1 without --tp" -e d2 -b 4 -t 32 -j '' -g 0 -x 1 --sequence-parallel 1
