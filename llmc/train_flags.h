@@ -313,6 +313,13 @@
       "steps 1..N, the same for layouts that compute the same thing (scripts/compare_checksums.py finds the first " \
       "layer and tensor where two runs differ; 0 = off)", \
       MAY_CHANGE("diagnostics")) \
+    X(INT, profile_steps, 0, NULL, "profile-steps", 0, NO_MAX, \
+      "print a phase table of steps 2..N+1 of the run (the first is warm-up): ms per step in the forward pass, the " \
+      "backward pass and outside them for the embedding, each kind of matmul, attention, LayerNorm, GELU, the " \
+      "classifier, data, the loss and norm, AdamW, the dp/tp/pp/ep collectives and the host gaps, with the covered " \
+      "share (wall clock on the CPU, CUDA events on the GPU; rank 0's), and log it in log.jsonl (kind profile); 0 = " \
+      "off", \
+      MAY_CHANGE("diagnostics")) \
     X(INT, cuda_graphs, 0, NULL, "cuda-graphs", 0, 1, \
       "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it " \
       "(CUDA build, one process, not with -z 2 or 3; micro-steps that issue gradient buckets run eagerly; same " \

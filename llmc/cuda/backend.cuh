@@ -193,6 +193,23 @@ static inline void dev_event_synchronize(DevEvent e) { cuda_host_wait_event(e); 
 /* records e on the main stream */
 static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
 
+/* timers (--profile-steps, llmc/profile.h): events with timing, recorded on the main stream */
+typedef cudaEvent_t DevTimer;
+static inline DevTimer dev_timer_create(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+}
+static inline void dev_timer_destroy(DevTimer t) { CUDA_CHECK(cudaEventDestroy(t)); }
+static inline void dev_timer_record(DevTimer t) { CUDA_CHECK(cudaEventRecord(t, main_stream())); }
+static inline void dev_timer_synchronize(DevTimer t) { cuda_host_wait_event(t); }
+/* ms between two recorded timers, both complete */
+static inline double dev_timer_elapsed_ms(DevTimer a, DevTimer b) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return (double)ms;
+}
+
 /* ---------------------------------------------------------------- streams (llmc/backend.h) */
 
 typedef cudaStream_t DevStream;
