@@ -15,7 +15,9 @@
  *   - comm_all_reduce_host_f64 (multi-process: the reduced loss/norm on the host);
  *   - bounded run-ahead waits that only block when the host is two micro-steps ahead of the GPU: the
  *     encoder bucket upload buffers (encoder.cuh) and the batch upload buffers (dev_event_synchronize);
- *   - one-time allocations on the first step (encoder bucket buffers; cuDNN workspace growth).
+ *   - one-time allocations on the first step (encoder bucket buffers; cuDNN workspace growth);
+ *   - with --profile-steps, on the profiled steps only: one wait before the step and one for its last timer after
+ *     it (llmc/profile.h).
  * Error behaviour: every CUDA/cuBLAS call is checked; failures print one line with file:line and
  * exit(EXIT_FAILURE). No CUDA device: prints
  *   "error: no CUDA device found; use ./train_gpt_cpu for the CPU build"
