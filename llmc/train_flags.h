@@ -269,7 +269,8 @@
       "1 = fuse GELU into the matmul epilogue", \
       MAY_CHANGE("a kernel choice: the same function")) \
     X(STRING, cpu_matmul, "auto", NULL, "cpu-matmul", NO_MIN, NO_MAX, \
-      "CPU build: auto (bf16 where the CPU has AVX512_BF16 instructions, else fp32), fp32 (OpenBLAS sgemm, the " \
+      "CPU build: auto (times one GEMM of the model's MLP shape in fp32 and, where the CPU has AVX512_BF16, in bf16 " \
+      "at start-up and takes the faster; the header prints both times), fp32 (OpenBLAS sgemm, the " \
       "tests' reference) or bf16 (the layers' and lm head's matmuls with operands rounded to bf16 and fp32 sums, " \
       "AVX512_BF16 CPUs only); the CUDA build ignores auto and fp32", \
       MAY_CHANGE("the CPU matmuls' operand rounding (bf16 or fp32; auto picks by the machine), like a build's " \

@@ -2,7 +2,7 @@
 # of llmc/profile.h's PROFILE_PHASES, non-negative times, non-zero forward, backward and update phases, rows that add
 # up to the step, and one valid log.jsonl record; profiling changes no number (step lines and model file bit-identical
 # to the same run without it) and the default prints no table; the collectives' rows under mpirun (tp, pp, dp) are
-# non-zero. Timing itself (the covered share on d4 and d12) is dev/bench/profile_phases.sh's, not a test's.
+# non-zero; the CUDA build's timers (events with timing) through the emulated GPU build, when it is built. Timing itself (the covered share on d4 and d12) is dev/bench/profile_phases.sh's, not a test's.
 source "$(dirname "$0")/lib_cli.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 NAMES="$TMP/names.txt" # the rows of llmc/profile.h: the table's name and the log's key, tab-separated, in order
@@ -77,4 +77,23 @@ if command -v mpirun > /dev/null; then
     check $? "-z 1 over 2 processes: comm dp $(row "$TMP/dp.txt" "comm dp") ms non-zero"
 else
     echo "ok - # SKIP mpirun not installed: the collectives' rows are not checked"
+fi
+
+# the CUDA backend's timers (cudaEventRecord / cudaEventElapsedTime) in the emulated GPU build: a table with every row
+# and no negative time, and the same step lines as without profiling
+if [ -x ./train_gpt_emu_mpi ]; then
+    source dev/test/dp_lib.sh
+    dp_random_shard "$TMP/v512.bin" 512
+    E=(-e L2:C64:NH4:V512 -i "$TMP/v512.bin" -j '' -g 0 -b 2 -t 32 -u 1 -l 1e-3 -x 3)
+    ./train_gpt_emu_mpi "${E[@]}" --profile-steps 2 > "$TMP/emu_p.txt" 2>&1
+    ./train_gpt_emu_mpi "${E[@]}" > "$TMP/emu_q.txt" 2>&1
+    awk 'tolower($0) ~ /phase table/ { on = 1 } on && NF == 0 { exit } on { print }' "$TMP/emu_p.txt" > "$TMP/emu_table.txt"
+    rows=$(cut -f1 "$NAMES" | while read -r n; do grep -c "^$n " "$TMP/emu_table.txt"; done | grep -c '^1$')
+    grep -q 'rank 0, CUDA events on the main stream)$' "$TMP/emu_table.txt" && [ "$rows" = "$(grep -c '' "$NAMES")" ] && \
+        ! sed -n '3,$p' "$TMP/emu_table.txt" | grep -q -- ' -[0-9]' && test -s "$TMP/emu_q.txt" && \
+        cmp -s <(grep -E '^step +[0-9]+/' "$TMP/emu_p.txt" | sed -E 's/[|] [0-9.]+ ms.*//') \
+               <(grep -E '^step +[0-9]+/' "$TMP/emu_q.txt" | sed -E 's/[|] [0-9.]+ ms.*//')
+    check $? "emulated GPU build: the table from CUDA events has all $rows rows, no negative time, and the step lines are those of the run without it"
+else
+    echo "ok - # SKIP ./train_gpt_emu_mpi not built: the CUDA timers are not checked"
 fi
