@@ -586,13 +586,7 @@ static void train(TrainSession* s) {
     /* mixture of experts: MFU counts the FLOPs of the active parameters (the k experts a token visits) */
     size_t active = gpt2_active_parameters(c, s->model.num_parameters_full);
     double flops_per_token = gpt_flops_per_token(active, c->num_layers, c->channels, cfg->T);
-    if (is_rank0(s) && c->moe.experts > 0) {
-        printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
-               "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
-               c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
-               c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
-               s->model.num_parameters_full, active);
-    }
+    if (is_rank0(s) && c->moe.experts > 0) { print_moe_line(s, active); }
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->layout.m * s->dp->world;
     double train_seconds = 0.0;

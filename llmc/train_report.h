@@ -163,6 +163,18 @@ static void cpu_matmul_choice(const TrainSession* s, char* buf, size_t cap) {
              s->cpu_matmul_ms[0], bf16, p[0], p[1], p[1], p[2], s->cpu_matmul_ms[1] >= 0 ? ", the faster taken" : "");
 }
 
+/* mixture of experts: the experts' configuration and the parameters, all and active per token (`active`: those MFU
+ * counts) */
+static void print_moe_line(const TrainSession* s, size_t active) {
+    const GPT2Config* c = &s->model.config;
+    const TrainConfig* cfg = &s->cfg;
+    printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
+           "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
+           c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
+           c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
+           s->model.num_parameters_full, active);
+}
+
 /* the layout of this process as the ledger (llmc/ledger.h) describes it */
 static LedgerLayout session_ledger_layout(const TrainSession* s) {
     LedgerLayout l;
