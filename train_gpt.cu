@@ -79,7 +79,7 @@ static void micro_step(TrainSession* s, float dloss, int micro) {
     const GPT2GradTarget* grads = zero_micro_step(&s->zero, last_micro_step, &reduces);
     int load_next = !last_micro_step || s->step + 1 < s->max_steps; /* nothing is loaded beyond the last step */
     /* collectives issued from backward are not captured: a reducing micro-step always runs eagerly */
-    if (!reduces && s->cfg.cuda_graphs &&
+    if (!reduces && s->cfg.cuda_graphs && !profile_active() && /* a profiled step runs eagerly (llmc/profile.h) */
         graph_micro_step(&s->graphs, m, &s->batches, grads, slot, dloss, load_next, s->cfg.gelu_fusion)) {
         return;
     }
@@ -301,22 +301,33 @@ static void setup_layout(TrainSession* s, const GPT2Config* mc) {
     s->pp = s->grid.pp;
 }
 
-/* --cpu-matmul auto on the CPU build: resolved once, so the header, log and checkpoints name the path; bf16 only
- * when every process's CPU has AVX512_BF16 (a collective: all processes then run, and record, the same arithmetic) */
-static void resolve_cpu_matmul(TrainSession* s) {
+/* --cpu-matmul auto on the CPU build: resolved once, so the header, log and checkpoints name the path, by timing
+ * (llmc/cpu/matmul_auto.h): every process times the fp32 and (where its CPU has AVX512_BF16) the bf16 GEMM at the
+ * model's MLP shape; one all-reduce of the times (a collective: all processes then run, and record, the same
+ * arithmetic) and the faster is taken, bf16 only when every process has it */
+static void resolve_cpu_matmul(TrainSession* s, const GPT2Config* mc) {
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
-    (void)s;
+    (void)s; (void)mc;
 #elif defined(LLMC_CPU_NAIVE)
+    (void)mc;
     if (strcmp(s->cfg.cpu_matmul, "auto") == 0) { s->cfg.cpu_matmul = "fp32"; s->cpu_matmul_auto = 1; }
 #else
     if (strcmp(s->cfg.cpu_matmul, "auto") == 0) {
-        double with_bf16 = cpu_bf16_matmul_supported() ? 1.0 : 0.0;
-        comm_all_reduce_host_f64(&s->world, &with_bf16, 1);
-        s->cfg.cpu_matmul = with_bf16 == (double)s->world.world ? "bf16" : "fp32";
+        int* p = s->cpu_matmul_probe; /* rows, C, columns */
+        p[1] = mc->channels;
+        cpu_matmul_auto_shape(s->cfg.B * s->cfg.T, p[1], 4 * p[1] / s->layout.tp, &p[0], &p[2]);
+        int bf16 = cpu_bf16_matmul_supported();
+        double t[3] = {cpu_matmul_time_ms(0, p[0], p[1], p[2]), bf16 ? cpu_matmul_time_ms(1, p[0], p[1], p[2]) : 0.0,
+                       bf16 ? 1.0 : 0.0};
+        comm_all_reduce_host_f64(&s->world, t, 3);
+        int world = s->world.world, with_bf16 = (int)t[2];
+        s->cfg.cpu_matmul = cpu_matmul_auto_pick_bf16(t[0], t[1], with_bf16, world) ? "bf16" : "fp32";
         s->cpu_matmul_auto = 1;
-        if (is_rank0(s) && with_bf16 > 0.0 && with_bf16 < (double)s->world.world) {
+        s->cpu_matmul_ms[0] = t[0] / world;
+        s->cpu_matmul_ms[1] = with_bf16 == world ? t[1] / world : -1.0;
+        if (is_rank0(s) && with_bf16 > 0 && with_bf16 < world) {
             printf("--cpu-matmul auto: %d of %d processes run on CPUs without AVX512_BF16, so every process uses fp32 "
-                   "matmuls\n", s->world.world - (int)with_bf16, s->world.world);
+                   "matmuls\n", world - with_bf16, world);
         }
     }
     cpu_set_matmul_bf16(strcmp(s->cfg.cpu_matmul, "bf16") == 0);
@@ -325,7 +336,7 @@ static void resolve_cpu_matmul(TrainSession* s) {
 
 /* what the validated flags ask for beyond the layout: the compression spec, the offload spec, the preemption
  * signals and the CPU matmul path */
-static void setup_options(TrainSession* s) {
+static void setup_options(TrainSession* s, const GPT2Config* mc) {
     const TrainConfig* c = &s->cfg;
     char err[512];
     grad_compress_parse(c->grad_compress, &s->compress, err, sizeof(err)); /* validated by train_config_layout */
@@ -338,7 +349,8 @@ static void setup_options(TrainSession* s) {
     s->offload.params = s->layout.offload_params;
     s->preempt_n = preempt_parse(c->signal_checkpoint, s->preempt_signals, 2, err, sizeof(err));
     if (c->output_dir[0] == '\0') { s->preempt_n = 0; } /* no checkpoint to write: signals keep their default effect */
-    resolve_cpu_matmul(s);
+    resolve_cpu_matmul(s, mc);
+    profile_init(&s->prof, c->profile_steps);
 }
 
 /* hash of the resolved configuration (every flag's value, world size) and of the data (dataloader
@@ -487,7 +499,7 @@ static void session_init(TrainSession* s) {
     setup_processes(s);
     GPT2Config mc = train_model_config(cfg);
     setup_layout(s, &mc);                                    /* flags -> layout, the compatibility table, the grid */
-    setup_options(s);
+    setup_options(s, &mc);
     setup_model(s, &mc);
     int resume_step = checkpoint_prepare_output_dir(cfg->output_dir, cfg->resume, cfg->max_steps, is_rank0(s));
     setup_data(s);
@@ -542,6 +554,7 @@ static void session_free(TrainSession* s) {
     if (s->has_val) { dataloader_free(&s->val_loader); }
     if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
     logger_free(&s->logger);
+    profile_free(&s->prof);
     moe_ep_comm_free(&s->ep_comm);
     grid_free(&s->grid);
     comm_finalize(&s->world);
@@ -580,13 +593,7 @@ static void train(TrainSession* s) {
     /* mixture of experts: MFU counts the FLOPs of the active parameters (the k experts a token visits) */
     size_t active = gpt2_active_parameters(c, s->model.num_parameters_full);
     double flops_per_token = gpt_flops_per_token(active, c->num_layers, c->channels, cfg->T);
-    if (is_rank0(s) && c->moe.experts > 0) {
-        printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
-               "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
-               c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
-               c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
-               s->model.num_parameters_full, active);
-    }
+    if (is_rank0(s) && c->moe.experts > 0) { print_moe_line(s, active); }
     double peak = device_peak_tflops(backend_device_name(), PRECISION_NAME);
     int tokens_per_step = cfg->B * cfg->T * s->layout.m * s->dp->world;
     double train_seconds = 0.0;
@@ -601,13 +608,16 @@ static void train(TrainSession* s) {
         float vl = evaluate_if_due(s, last);                         /* validation loss, sample */
         if (!isnan(vl) && (isnan(best_val) || vl < best_val)) { best_val = vl; best_val_step = s->step; }
         if (last) { break; }
+        profile_step_begin(&s->prof, s->step - start_step + 1);      /* --profile-steps: this step's phases */
         double t0 = wall_seconds();
         StepResult r = train_step(s);                                /* micro-steps, reduction, clip, AdamW */
         double ms = (wall_seconds() - t0) * 1000.0;
+        int phase_table = profile_step_end(&s->prof, s->step == s->max_steps);
         train_seconds += ms / 1000.0;
         double tok_s = tokens_per_step / (ms / 1000.0);
         progress_step_done(&pg, wall_seconds());
         log_step(s, &r, ms, tok_s, compute_mfu(flops_per_token, tok_s, peak), &pg);
+        if (phase_table) { report_profile(s); }                      /* --profile-steps: the table and its record */
         stop_if_bad_steps(s);                                        /* --max-bad-steps skipped in a row */
         if (s->trace.steps_left > 0) {                               /* --pp-trace-steps: DIR/trace.json */
             pipeline_trace_step(&s->trace, &s->pipe, &s->world, &s->grid.layout, cfg->output_dir, s->step == s->max_steps);

@@ -57,6 +57,13 @@
  * void  dev_event_synchronize(DevEvent e);           the host waits for e (CPU: no-op)
  * void  dev_event_record(DevEvent e);                records e on the main stream (complete when the work queued
  *                                                    before it is)
+ * DevTimer                                           opaque timer (CUDA: cudaEvent_t with timing; CPU: a host double)
+ * DevTimer dev_timer_create(void);  void dev_timer_destroy(DevTimer t);
+ * void  dev_timer_record(DevTimer t);                records t on the main stream (CPU: takes the wall clock now,
+ *                                                    when the work queued before it is done)
+ * void  dev_timer_synchronize(DevTimer t);           the host waits for t (CPU: no-op)
+ * double dev_timer_elapsed_ms(DevTimer a, DevTimer b); ms from a to b, both recorded and complete (--profile-steps,
+ *                                                    llmc/profile.h; CUDA: cudaEventElapsedTime, ~0.5 us resolution)
  *
  * ---- streams (a second queue beside the main stream, e.g. the collectives of llmc/comm_nccl.h) ----
  * DevStream                                          opaque stream handle (CUDA: cudaStream_t; CPU: int, all work

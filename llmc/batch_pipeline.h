@@ -22,6 +22,7 @@
 #include "llmc/utils.h"
 #include "llmc/backend.h"
 #include "llmc/dataloader.h"
+#include "llmc/profile.h"
 
 typedef struct {
     DataLoader* loader;        /* the training loader (not owned) */
@@ -54,6 +55,7 @@ static inline void batch_pipeline_load(BatchPipeline* p) {
         p->allocated = 1;
     }
     if (p->pending) { FATAL("internal: a training batch is already loaded ahead"); }
+    profile_begin(PROFILE_DATA); /* --profile-steps (llmc/profile.h) */
     int slot = p->next;
     dataloader_get_state(p->loader, &p->before_pending);
     dataloader_next_batch(p->loader);
@@ -62,16 +64,19 @@ static inline void batch_pipeline_load(BatchPipeline* p) {
     memcpy(p->host[slot] + n, p->loader->targets, n * sizeof(int));
     dev_memcpy_h2d_async(p->dev[slot], p->host[slot], 2 * n * sizeof(int), p->uploaded[slot]);
     p->pending = 1;
+    profile_end();
 }
 
 /* the slot of the next batch to train on (loaded now unless loaded ahead); main-stream work queued after this
  * call sees its upload */
 static inline int batch_pipeline_take(BatchPipeline* p) {
+    profile_begin(PROFILE_DATA);
     if (!p->pending) { batch_pipeline_load(p); }
     int slot = p->next;
     dev_wait_event(p->uploaded[slot]);
     p->pending = 0;
     p->next ^= 1;
+    profile_end();
     return slot;
 }
 

@@ -46,6 +46,7 @@
 #include "llmc/rand.h"
 #include "llmc/tensor_parallel.h"
 #include "llmc/moe.h"
+#include "llmc/profile.h"
 
 /* ============================================================ configuration */
 
@@ -1078,10 +1079,12 @@ static inline void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, const
     int C = m->config.channels, Fl = 4 * C / m->tp.size;
     const floatX* fcw = layer_param(&m->params, m, P_FCW, l);
     const floatX* fcb = layer_param(&m->params, m, P_FCB, l);
+    profile_at(PROFILE_FC);
     if (gelu_fusion) {
         matmul_forward(a->fch_gelu, x, fcw, fcb, N, C, Fl, a->fch);
     } else {
         matmul_forward(a->fch, x, fcw, fcb, N, C, Fl, NULL);
+        profile_at(PROFILE_GELU);
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
     }
 }
@@ -1127,15 +1130,20 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     LayerActivations a = gpt2_layer_acts(m, l);
+    profile_at(PROFILE_QKV);
     const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                              /* f */
     matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
+    profile_at(PROFILE_ATTENTION);
     attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
+    profile_at(PROFILE_ATTPROJ);
     matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l),
                    gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
     const floatX* y = tp_reduce(tp, scratch, N, C);                                     /* g */
+    profile_at(PROFILE_LAYERNORM);
     fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h; no tensor parallelism) */
+        profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, NULL, l);
         moe_layer_forward(&ml, &c->moe, &m->moe_opt, scratch, a.ln2, N, C);
         if (!finish) { return; }
@@ -1144,10 +1152,12 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
         x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
         gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
         if (!finish) { return; }
+        profile_at(PROFILE_FCPROJ);
         matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
                        gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
         y = tp_reduce(tp, scratch, N, C);                                               /* g */
     }
+    profile_at(PROFILE_LAYERNORM);
     if (l + 1 < L) {
         LayerActivations an = gpt2_layer_acts(m, l + 1);
         gpt2_params_needed(m, l + 1, 0);
@@ -1167,6 +1177,7 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
 static inline void gpt2_ln1_forward(GPT2* m, int l, int Nl) {
     gpt2_params_needed(m, l, 0);
     LayerActivations a = gpt2_layer_acts(m, l);
+    profile_at(PROFILE_LAYERNORM);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual_in, layer_param(&m->params, m, P_LN1W, l),
                       layer_param(&m->params, m, P_LN1B, l), Nl, m->config.channels);
 }
@@ -1191,6 +1202,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
+    profile_begin_pass(PROFILE_FWD, PROFILE_EMBEDDING); /* --profile-steps: the phases of llmc/profile.h */
     gpt2_params_needed(m, -1, 0);
     m->moe_dloss = targets != NULL && write_dlogits ? dloss : 0.0f; /* the MoE losses' weight in backward */
     if (!m->stage.has_embedding) {
@@ -1206,11 +1218,13 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     m->gelu_fusion = gelu_fusion;
     gpt2_ln1_forward(m, 0, Nl);
     for (int l = 0; l < L; l++) { gpt2_block_forward(m, l, B, T, gelu_fusion, 1); }
-    if (!m->stage.has_head) { return; }
+    if (!m->stage.has_head) { profile_end(); return; }
+    profile_at(PROFILE_LM_HEAD);
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
     const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
     matmul_forward(logits, x, p->t[P_WTE], NULL, N, C, Vs, NULL);
     if (targets != NULL) {
+        profile_at(PROFILE_CLASSIFIER);
         if (tp->size == 1) {
             fused_classifier(logits, (float*)m->acts.t[A_LOSSES], dloss, targets, N, V, Vp, write_dlogits);
         } else {
@@ -1218,6 +1232,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
         }
         loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
     }
+    profile_end();
 }
 
 /* the fp32 logits of row `row` of the last forward over the whole padded vocabulary into host_logits(Vp):
@@ -1275,12 +1290,14 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
     int C = m->config.channels;
     const ParameterTensors* p = &m->params;
     if (m->recompute == 2) {
+        profile_at(PROFILE_LAYERNORM);
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
                           layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), Nl, C);
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
     if ((m->recompute == 1 || m->recompute == 2) && !moe_is_layer(&m->config.moe, l)) { /* expert GELU outputs are kept */
+        profile_at(PROFILE_GELU);
         gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C / m->tp.size); /* fch holds the pre-GELU values either way */
     }
 }
@@ -1293,6 +1310,7 @@ static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* d
                                            int Nl) {
     int C = m->config.channels;
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    profile_at(PROFILE_LAYERNORM);
     if (m->tp.size == 1 || !m->tp.sequence_parallel) {
         layernorm_backward(dresidual, dw, db, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
         return;
@@ -1330,12 +1348,14 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     gpt2_recompute_layer(m, &a, l, N, Nl);
     const floatX *dy, *x, *dx;
     if (moe_is_layer(&c->moe, l)) { /* residual3 = residual2 + experts(ln2) (llmc/moe.h) */
+        profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, g, l);
         moe_layer_backward(&ml, &c->moe, &m->moe_opt, dbtc, dresidual, a.ln2, scratch_f32, N, C, m->moe_dloss);
         dx = dbtc;
     } else {
         /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb); GELU's derivative goes either into the fcproj
          * input-gradient GEMM (LLMC_GELU_BWD_EPILOGUE, default: dbt4c = d fch) or into the fc dbias pass (0) */
+        profile_at(PROFILE_FCPROJ);
         dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
         if (LLMC_GELU_BWD_EPILOGUE) {
             matmul_backward_dgelu(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l),
@@ -1346,6 +1366,7 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
                             a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
         }
         /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
+        profile_at(PROFILE_FC);
         x = tp_gather(tp, a.ln2, scratch, N, C);
         matmul_backward(dbtc, gpt2_mlp_grad(m, g, P_FCW, l), gpt2_mlp_grad(m, g, P_FCB, l), dbt4c, x,
                         layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, LLMC_GELU_BWD_EPILOGUE ? NULL : a.fch);
@@ -1354,10 +1375,13 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,
                             a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, Nl);
     /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
+    profile_at(PROFILE_ATTPROJ);
     dy = tp_gather(tp, dresidual, scratch, N, C);                                       /* g backward */
     matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_layer_grad(g, P_ATTPROJB, l), (floatX*)dy, a.atty,
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
+    profile_at(PROFILE_ATTENTION);
     attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl);
+    profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
     matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_layer_grad(g, P_QKVB, l), dbt4c, x,
                     layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * Cl, NULL);
@@ -1384,6 +1408,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
+    profile_begin_pass(PROFILE_BWD, PROFILE_LM_HEAD); /* --profile-steps: the phases of llmc/profile.h */
     if (g->backward_begin) { g->backward_begin(g->ctx); }
     gpt2_params_needed(m, -1, 1);
     if (m->stage.has_head) {
@@ -1407,6 +1432,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
         gpt2_block_backward(m, g, l, B, T);
         if (g->layer_ready) { g->layer_ready(g->ctx, l); }
     }
+    profile_at(PROFILE_EMBEDDING);
     if (!m->stage.has_embedding) {
         /* dresidual is d(loss)/d(stage input): the previous pipeline stage's gradient */
     } else if (tp->size == 1) {
@@ -1417,6 +1443,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
                                      B, T, C);
     }
     if (g->layer_ready) { g->layer_ready(g->ctx, -1); }
+    profile_end();
 }
 
 /* ============================================================ AdamW over a range */

@@ -24,6 +24,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/moe.h"
+#include "llmc/profile.h"
 
 typedef struct {
     Comm comm;                      /* private duplicate of the ep group (comm_split) */
@@ -69,7 +70,9 @@ static inline void moe_ep_comm_all_to_all(void* ctx, const void* send, const siz
         if (is_int) { b->count_bytes_sent += scount[q] * es; }
         else { b->data_bytes_sent += scount[q] * es; b->data_bytes_recv += rcount[q] * es; }
     }
+    profile_begin(PROFILE_COMM_EP); /* --profile-steps (llmc/profile.h) */
     comm_p2p_batch(c, ops, n);
+    profile_end();
 }
 
 /* binds b to a private duplicate of `group` (collective over the group; a group of one binds nothing) and returns

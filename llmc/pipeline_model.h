@@ -150,7 +150,9 @@ static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n)
         if (ops[a].send) { pl->boundary_sent += rows * comm_dtype_size(ops[a].t); }
         else { pl->boundary_recv += rows * comm_dtype_size(ops[a].t); }
     }
+    profile_begin(PROFILE_COMM_PP); /* --profile-steps (llmc/profile.h) */
     comm_p2p_batch(pl->pp, ops, n);
+    profile_end();
 }
 
 /* A view of model chunk k of `rank_model` (interleaved pipeline schedule: a rank holds several chunks) as a model of
@@ -247,8 +249,10 @@ static inline void pipeline_sum_embedding_grads(Pipeline* pl) {
     size_t n = pl->model->param_sizes[P_WTE];
     int other = pl->model->stage.has_embedding ? pl->p - 1 : 0;
     CommP2P ops[2] = {{1, other, g, floatx_comm_dtype(), n, 0}, {0, other, pl->wte_peer, floatx_comm_dtype(), n, 0}};
+    profile_begin(PROFILE_COMM_PP);
     comm_p2p_batch(pl->pp, ops, 2); /* after the schedule: no transfer of it is in flight, tag 0 is free */
     residual_forward(g, g, pl->wte_peer, n);
+    profile_end();
 }
 
 /* One optimizer step's forward and backward passes over the pipeline (the m micro-batches set with

@@ -127,6 +127,7 @@ static inline StepStats step_stats_group(ZeroOptimizer* z, float* norm_partials,
 /* The step's global numbers (see the header): `local_loss` is this rank's mean over its micro-steps; check_overflow
  * (FP16) also tests the reduced gradients for inf/NaN. Synchronises. */
 static inline StepStats step_stats(StepStatsGroups* g, ZeroOptimizer* z, double local_loss, int check_overflow) {
+    profile_begin(PROFILE_NORM); /* --profile-steps (llmc/profile.h) */
     StepStats st = step_stats_group(z, g->partials, g->tp, g->pp, local_loss, check_overflow);
     if (z->experts) { /* each ep rank's experts once: their norm over the expert-dp group, summed over the ep group */
         StepStats e = step_stats_group(z->experts, g->expert_partials, NULL, NULL, 0.0, check_overflow);
@@ -135,6 +136,7 @@ static inline StepStats step_stats(StepStatsGroups* g, ZeroOptimizer* z, double 
         st.norm_sq += x[0];
         st.overflow |= x[1] > 0.0;
     }
+    profile_end();
     return st;
 }
 

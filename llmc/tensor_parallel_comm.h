@@ -16,6 +16,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/tensor_parallel.h"
+#include "llmc/profile.h"
 
 typedef struct {
     Comm* comm;       /* the tensor-parallel group */
@@ -28,13 +29,18 @@ typedef enum { TP_COMM_ALL_REDUCE, TP_COMM_ALL_GATHER, TP_COMM_REDUCE_SCATTER } 
 
 static inline void tp_comm_run(TensorParallelComm* b, TensorParallelCommOp op, void* buf, CommDtype t, size_t count) {
     double t0 = 0.0;
+    profile_begin(PROFILE_COMM_TP); /* --profile-steps (llmc/profile.h) */
     if (b->timed) { dev_synchronize(); t0 = wall_seconds(); }
     if (op == TP_COMM_ALL_REDUCE) { comm_all_reduce(b->comm, buf, t, count); }
     else if (op == TP_COMM_ALL_GATHER) { comm_all_gather(b->comm, buf, t, count); }
     else { comm_reduce_scatter(b->comm, buf, t, count); }
-    if (!b->timed) { comm_wait(b->comm); return; }
-    comm_join(b->comm);
-    b->seconds += wall_seconds() - t0;
+    if (!b->timed) {
+        comm_wait(b->comm);
+    } else {
+        comm_join(b->comm);
+        b->seconds += wall_seconds() - t0;
+    }
+    profile_end();
 }
 static inline void tp_comm_all_reduce(void* ctx, floatX* buf, size_t count) {
     tp_comm_run((TensorParallelComm*)ctx, TP_COMM_ALL_REDUCE, buf, ((TensorParallelComm*)ctx)->dtype, count);

@@ -269,7 +269,8 @@
       "1 = fuse GELU into the matmul epilogue", \
       MAY_CHANGE("a kernel choice: the same function")) \
     X(STRING, cpu_matmul, "auto", NULL, "cpu-matmul", NO_MIN, NO_MAX, \
-      "CPU build: auto (bf16 where the CPU has AVX512_BF16 instructions, else fp32), fp32 (OpenBLAS sgemm, the " \
+      "CPU build: auto (times one GEMM of the model's MLP shape in fp32 and, where the CPU has AVX512_BF16, in bf16 " \
+      "at start-up and takes the faster; the header prints both times), fp32 (OpenBLAS sgemm, the " \
       "tests' reference) or bf16 (the layers' and lm head's matmuls with operands rounded to bf16 and fp32 sums, " \
       "AVX512_BF16 CPUs only); the CUDA build ignores auto and fp32", \
       MAY_CHANGE("the CPU matmuls' operand rounding (bf16 or fp32; auto picks by the machine), like a build's " \
@@ -312,6 +313,13 @@
       "print per-layer checksums (sum, sum of |x|) of the full activations and parameter gradients during optimizer " \
       "steps 1..N, the same for layouts that compute the same thing (scripts/compare_checksums.py finds the first " \
       "layer and tensor where two runs differ; 0 = off)", \
+      MAY_CHANGE("diagnostics")) \
+    X(INT, profile_steps, 0, NULL, "profile-steps", 0, NO_MAX, \
+      "print a phase table of steps 2..N+1 of the run (the first is warm-up): ms per step in the forward pass, the " \
+      "backward pass and outside them for the embedding, each kind of matmul, attention, LayerNorm, GELU, the " \
+      "classifier, data, the loss and norm, AdamW, the dp/tp/pp/ep collectives and the host gaps, with the covered " \
+      "share (wall clock on the CPU, CUDA events on the GPU; rank 0's), and log it in log.jsonl (kind profile); 0 = " \
+      "off", \
       MAY_CHANGE("diagnostics")) \
     X(INT, cuda_graphs, 0, NULL, "cuda-graphs", 0, 1, \
       "1 = capture one micro-step's forward+backward as a CUDA graph after a warm-up micro-step and replay it " \

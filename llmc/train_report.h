@@ -152,6 +152,29 @@ static void print_comm_stats(TrainSession* s, const StepResult* r) {
 #define CPU_FP32_MATMUL_NAME "fp32 (OpenBLAS sgemm)"
 #endif
 
+/* the header's words for the --cpu-matmul choice: the flag's value, or auto's pick with both probe times (the mean
+ * over the processes; llmc/cpu/matmul_auto.h) */
+static void cpu_matmul_choice(const TrainSession* s, char* buf, size_t cap) {
+    const int* p = s->cpu_matmul_probe;
+    if (!s->cpu_matmul_auto || p[0] == 0) { snprintf(buf, cap, "%s", s->cpu_matmul_auto ? "auto" : s->cfg.cpu_matmul); return; }
+    char bf16[64] = "n/a (no AVX512_BF16)";
+    if (s->cpu_matmul_ms[1] >= 0) { snprintf(bf16, sizeof(bf16), "%.2f ms", s->cpu_matmul_ms[1]); }
+    snprintf(buf, cap, "auto picked %s: fp32 %.2f ms, bf16 %s for a (%dx%d)x(%dx%d) GEMM%s", s->cfg.cpu_matmul,
+             s->cpu_matmul_ms[0], bf16, p[0], p[1], p[1], p[2], s->cpu_matmul_ms[1] >= 0 ? ", the faster taken" : "");
+}
+
+/* mixture of experts: the experts' configuration and the parameters, all and active per token (`active`: those MFU
+ * counts) */
+static void print_moe_line(const TrainSession* s, size_t active) {
+    const GPT2Config* c = &s->model.config;
+    const TrainConfig* cfg = &s->cfg;
+    printf("mixture of experts: E=%d experts, top-%d, in %d of %d blocks (every %d), expert hidden %d, capacity "
+           "factor %g, aux %g, z %g; parameters %zu total, %zu active per token (MFU uses the active FLOPs)\n",
+           c->moe.experts, c->moe.top_k, moe_num_layers(&c->moe, c->num_layers), c->num_layers, c->moe.every,
+           c->moe.hidden, (double)cfg->moe_capacity_factor, (double)cfg->moe_aux_coef, (double)cfg->moe_z_coef,
+           s->model.num_parameters_full, active);
+}
+
 /* the layout of this process as the ledger (llmc/ledger.h) describes it */
 static LedgerLayout session_ledger_layout(const TrainSession* s) {
     LedgerLayout l;
@@ -229,9 +252,11 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
 #if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
     printf("| precision             | %s\n", PRECISION_NAME);
 #else
+    char how[256];
+    cpu_matmul_choice(s, how, sizeof(how));
     printf("| precision             | %s; matmuls %s (--cpu-matmul %s)\n", PRECISION_NAME,
            strcmp(s->cfg.cpu_matmul, "bf16") == 0 ? "bf16 operands, fp32 sums (AVX512_BF16)" : CPU_FP32_MATMUL_NAME,
-           s->cpu_matmul_auto ? "auto" : s->cfg.cpu_matmul);
+           how);
 #endif
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
@@ -428,6 +453,20 @@ static void log_step(TrainSession* s, const StepResult* r, double ms, double tok
     }
     log_step_record(s, r, ms, tok_s, mfu, &moe);
     free(moe.json);
+}
+
+/* --profile-steps: the phase table of rank 0 (llmc/profile.h) and its log.jsonl record (kind "profile", at the
+ * last profiled step) */
+static void report_profile(TrainSession* s) {
+#if defined(__CUDACC__) || defined(LLMC_BACKEND_CUDA)
+    const char* clock = "rank 0, CUDA events on the main stream";
+#else
+    const char* clock = "rank 0, wall clock";
+#endif
+    if (is_rank0(s)) { profile_print(&s->prof, clock); }
+    char* fields = profile_json(&s->prof);
+    logger_log(&s->logger, "profile", s->step, fields);
+    free(fields);
 }
 
 /* --debug-checksums: keeps the host copy of batch slot `slot` (inputs then targets, llmc/batch_pipeline.h) for the

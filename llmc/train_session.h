@@ -34,6 +34,7 @@
 #include "llmc/moe_ep_comm.h"
 #include "llmc/pipeline_model.h"
 #include "llmc/train_flags.h"
+#include "llmc/profile.h"
 
 typedef struct {
     TrainConfig cfg;
@@ -68,12 +69,16 @@ typedef struct {
     int skipped_steps;         /* all steps skipped so far (a checkpoint saves it): step - skipped_steps updates were
                                 * applied, and that count drives AdamW's t and the learning rate (session_updates) */
     int cpu_matmul_auto;       /* --cpu-matmul auto was resolved to cfg.cpu_matmul at start-up (CPU build) */
+    double cpu_matmul_ms[2];   /* auto: the probe GEMM's fp32 and bf16 times (ms, mean over the processes; bf16 -1:
+                                * not every process has AVX512_BF16; llmc/cpu/matmul_auto.h) */
+    int cpu_matmul_probe[3];   /* auto: the probe's rows, C and columns (0: not timed, the naive build) */
     int preempt_signals[2], preempt_n; /* --signal-checkpoint's signals (none without -o: nothing to write) */
     unsigned long long pcie_h2d0, pcie_d2h0; /* --offload-params: the PCIe counters at the start of the step */
     int* debug_tokens;         /* --debug-checksums: the step's first micro-batch, inputs then targets (2,B,T) host */
     MicroStepGraphs graphs;    /* --cuda-graphs */
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
     MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */
+    Profile prof;               /* --profile-steps: the phase table (llmc/profile.h) */
 } TrainSession;
 
 /* the optimizer updates applied so far: what AdamW's bias correction and the learning-rate schedule count (a skipped,

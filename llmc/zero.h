@@ -293,17 +293,24 @@ static inline void zero_offload_stream_bucket(ZeroOptimizer* z, int layer) {
     offload_stream_end_bucket(o);
 }
 
-/* the layer_ready hook of every stage (llmc/gpt2.h): the stage's collective for bucket `layer` when this micro-step
- * reduces, then, when it streams, the buckets whose reduced gradients are now final: ZeRO-0/1 this one; ZeRO-2/3 the
- * one folded into the shard accumulator by this call (the previous bucket; at layer -1 also bucket -1 itself) */
-static inline void zero_layer_ready(void* ctx, int layer) {
-    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
-    if (z->reducing) { z->stage->layer_ready(ctx, layer); }
-    if (!z->streaming) { return; }
+/* --offload-optimizer, after bucket `layer`'s collective: streams the buckets whose reduced gradients are now final:
+ * ZeRO-0/1 this one; ZeRO-2/3 the one folded into the shard accumulator by this call (the previous bucket; at layer -1
+ * also bucket -1 itself) */
+static inline void zero_offload_stream_final(ZeroOptimizer* z, int layer) {
     if (!z->stage->reduces_every_micro_step) { zero_offload_stream_bucket(z, layer); return; }
     int prev = layer >= 0 ? layer + 1 : 0;
     if (prev < z->model->n_layers) { zero_offload_stream_bucket(z, prev); }
     if (layer < 0) { zero_offload_stream_bucket(z, -1); }
+}
+
+/* the layer_ready hook of every stage (llmc/gpt2.h): the stage's collective for bucket `layer` when this micro-step
+ * reduces, then, when it streams, the buckets made final (zero_offload_stream_final); a phase of --profile-steps */
+static inline void zero_layer_ready(void* ctx, int layer) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    profile_begin(PROFILE_COMM_DP);
+    if (z->reducing) { z->stage->layer_ready(ctx, layer); }
+    if (z->streaming) { zero_offload_stream_final(z, layer); }
+    profile_end();
 }
 
 /* ---------------------------------------------------------------- the stage table */
@@ -463,9 +470,11 @@ static inline void zero_free(ZeroOptimizer* z) {
 
 /* start of an optimizer step: zeroes the gradients kept across micro-steps */
 static inline void zero_begin_step(ZeroOptimizer* z) {
+    profile_begin(PROFILE_GRAD_ZERO);
     z->stage->begin_step(z);
     if (z->offload) { offload_begin_step(z->offload); } /* the step's PCIe counters, the streamed coverage */
     if (z->experts) { z->experts->stage->begin_step(z->experts); }
+    profile_end();
 }
 
 /* the GPT2GradTarget hooks with an expert group (--ep > 1): each group's hook; the experts' tensors are global
@@ -477,8 +486,10 @@ static inline void zero_groups_backward_begin(void* ctx) {
 }
 static inline void zero_groups_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    profile_begin(PROFILE_COMM_DP);
     if (z->reducing) { z->stage->layer_ready(z, layer); }
     if (layer < 0 && z->experts->reducing) { z->experts->stage->layer_ready(z->experts, layer); }
+    profile_end();
 }
 
 /* Before a micro-step's backward: whether its backward issues the gradient buckets (ZeRO-2: always; ZeRO-0/1:
@@ -508,9 +519,11 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
 
 /* every bucket reduced (and, on NCCL, the watchdog checked) before the step's first host read */
 static inline void zero_finish(ZeroOptimizer* z) {
+    profile_begin(PROFILE_COMM_DP);
     comm_join(z->dp);
     if (z->experts) { comm_join(z->experts->dp); }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
+    profile_end();
 }
 
 /* [lo, hi): the real (unpadded) parameters whose optimizer state this rank owns */
@@ -528,6 +541,7 @@ static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { ret
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
+    profile_begin(PROFILE_ADAMW);
     if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
                        * (ZeRO-3: the shard, on the device or in host memory) */
         floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;
@@ -539,10 +553,12 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
             z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
         }
     }
+    profile_at(PROFILE_COMM_DP);
     if (z->stage->shards_optimizer && !z->stage->shards_params) {
         comm_all_gather_owned(z->dp, z->model->params_memory, z->dtype, 0, z->group ? z->P : z->Ppad, z->S);
         comm_join(z->dp);
     }
+    profile_end();
     if (z->experts) { zero_update(z->experts, s); }
 }
 

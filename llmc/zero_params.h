@@ -112,6 +112,7 @@ static inline void zero_params_gather(ZeroParamStore* ps, int l) {
 static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
     ZeroParamStore* ps = (ZeroParamStore*)ctx;
     int L = ps->model->n_layers;
+    profile_begin(PROFILE_COMM_DP); /* --profile-steps (llmc/profile.h) */
     int next = l < 0 ? (backward ? L - 1 : 0) : (backward ? l - 1 : l + 1);
     if (l < 0) {
         zero_params_gather(ps, -1);
@@ -132,6 +133,7 @@ static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
         comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + k);
         ps->pending[k] = next;
     }
+    profile_end();
 }
 
 /* Shards the parameters of `model` (its flat buffer padded to N * S, llmc/zero.h): copies this rank's shard

@@ -31,7 +31,7 @@ for cfg in $CONFIGS; do
     for r in $(seq 1 "$ROUNDS"); do
         row="$r"
         for variant in fp32 bf16 naive; do
-            bin=./train_gpt_cpu; extra="--cpu-matmul fp32" # explicit: the default (auto) is bf16 on AVX512_BF16 CPUs
+            bin=./train_gpt_cpu; extra="--cpu-matmul fp32" # explicit: the default (auto) may pick bf16
             [ "$variant" = bf16 ] && extra="--cpu-matmul bf16"
             [ "$variant" = naive ] && bin=./train_gpt_cpu_naive
             if [ "$variant" = bf16 ] && [ "$BF16" = 0 ]; then row="$row nan"; continue; fi

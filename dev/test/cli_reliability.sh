@@ -274,7 +274,8 @@ expect_error "was trained with --lr-schedule \"cosine\" but this run has \"wsd\"
     $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 -k wsd
 expect_error "was trained with --grad-clip 1 but this run has 0.5" "10: resume with another --grad-clip is refused" -- \
     $TRAIN "${V1000[@]}" -g 0 -x 4 -o "$D" -y 1 --grad-clip 0.5
-# (--cpu-matmul auto: bf16 on an AVX512_BF16 CPU, a change from the fp32 the checkpoint was written with)
+# (--cpu-matmul auto: bf16 on an AVX512_BF16 CPU where it times faster, a change from the fp32 the checkpoint was
+# written with)
 $TRAIN "${V1000[@]}" -g 2 -x 4 -o "$D" -y 1 -v 1 -n 3 --log-every 2 --max-bad-steps 4 --tokenizer "$TMP/ctl.bin" \
     --cpu-matmul auto > "$TMP/out.txt" 2>&1
 check_true $(( $? == 0 && $(grep -c '^resume: continuing from step 2' "$TMP/out.txt") == 1 )) "10: flags on the list (-x, -v, -n, -g, --log-every, --max-bad-steps, --tokenizer, --cpu-matmul) may change"

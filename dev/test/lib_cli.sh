@@ -7,8 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 TRAIN_BIN=${LLMC_TRAIN_BIN:-./train_gpt_cpu} # another build, e.g. the sanitizer one (dev/test/run_sanitize.sh)
 # the trainer as the tests run it (unquoted, so it splits into words): fp32 matmuls on every machine, the reference the
-# tests' numbers and tolerances are argued for. The default --cpu-matmul auto would pick bf16 on AVX512_BF16 CPUs only,
-# so the same test would check other arithmetic on another CI machine; dev/test/cli_options.sh tests auto itself.
+# tests' numbers and tolerances are argued for. The default --cpu-matmul auto may pick bf16 on AVX512_BF16 CPUs (where
+# it times faster), so the same test would check other arithmetic on another CI machine; dev/test/cli_options.sh tests
+# auto itself.
 TRAIN="$TRAIN_BIN --cpu-matmul fp32"
 TMP=$(mktemp -d /tmp/llmc_cli.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -721,6 +721,30 @@ static void test_bf16gemm(int M, int N, int K, int transA, int transB, float bet
     dev_free(A); dev_free(B); dev_free(Cm); dev_free(C0);
 }
 
+/* --cpu-matmul auto (llmc/cpu/matmul_auto.h): the probe's shape stays within the FLOP budget and the model's shape,
+ * the timing is positive and leaves the selected path as it was, and the pick rule takes bf16 only when every process
+ * has it and its summed time is smaller (a tie keeps fp32, the reference) */
+static void test_matmul_auto(void) {
+    int rows, oc;
+    cpu_matmul_auto_shape(1024, 256, 1024, &rows, &oc);
+    TEST_CHECK(rows == 1024 && oc == 1024, "auto probe d4 B16 T64: the whole (1024x256)x(256x1024) GEMM, got %dx%d", rows, oc);
+    cpu_matmul_auto_shape(65536, 768, 3072, &rows, &oc);
+    TEST_CHECK(rows == 423 && oc == 3072 && 2.0 * rows * 768 * oc <= CPU_MATMUL_AUTO_FLOPS,
+               "auto probe d12 B64 T1024: rows cut to the 2 GFLOP budget (423), all 3072 columns, got %dx%d", rows, oc);
+    cpu_matmul_auto_shape(64, 12288, 49152, &rows, &oc);
+    TEST_CHECK(rows == 64 && oc % 16 == 0 && oc >= 16 && 2.0 * rows * 12288 * oc <= CPU_MATMUL_AUTO_FLOPS,
+               "auto probe C=12288: 64 rows, columns cut to the budget in multiples of 16, got %dx%d", rows, oc);
+    cpu_matmul_auto_shape(10, 128, 512, &rows, &oc);
+    TEST_CHECK(rows == 10 && oc == 512, "auto probe below 64 rows: the model's 10 rows, got %dx%d", rows, oc);
+    int before = cpu_matmul_bf16_on;
+    double ms = cpu_matmul_time_ms(0, 64, 128, 512);
+    TEST_CHECK(ms > 0 && ms < 1e4 && cpu_matmul_bf16_on == before, "auto probe time %.3f ms > 0, the path left as it was", ms);
+    TEST_CHECK(cpu_matmul_auto_pick_bf16(10.0, 8.0, 2, 2) == 1, "auto pick: bf16 when every process has it and it is faster");
+    TEST_CHECK(cpu_matmul_auto_pick_bf16(10.0, 12.0, 2, 2) == 0, "auto pick: fp32 when it is faster");
+    TEST_CHECK(cpu_matmul_auto_pick_bf16(10.0, 10.0, 1, 1) == 0, "auto pick: fp32 on a tie");
+    TEST_CHECK(cpu_matmul_auto_pick_bf16(10.0, 4.0, 1, 2) == 0, "auto pick: fp32 when a process has no AVX512_BF16");
+}
+
 static void test_elementwise(size_t n) {
     float *x = frand(n, 3), *y = frand(n, 1), *out = frand(n, 1), *d = frand(n, 1);
     double *r = dzeros(n), *rd = dzeros(n);
@@ -1004,6 +1028,7 @@ int main(void) {
     } else {
         printf("# skip: cpu_bf16gemm (--cpu-matmul bf16): this CPU has no AVX512_BF16\n");
     }
+    test_matmul_auto();
     test_expf();
     test_elementwise(1);
     test_elementwise(1000003);

@@ -211,6 +211,14 @@ static inline void dev_wait_event(DevEvent e) { (void)e; }
 static inline void dev_event_synchronize(DevEvent e) { (void)e; }
 static inline void dev_event_record(DevEvent e) { (void)e; }
 
+/* a timer is the wall clock (seconds) taken when it is recorded: the work queued before it is done by then */
+typedef double* DevTimer;
+static inline DevTimer dev_timer_create(void) { return (double*)calloc_check(1, sizeof(double), "timer"); }
+static inline void dev_timer_destroy(DevTimer t) { free(t); }
+static inline void dev_timer_record(DevTimer t) { *t = wall_seconds(); }
+static inline void dev_timer_synchronize(DevTimer t) { (void)t; }
+static inline double dev_timer_elapsed_ms(DevTimer a, DevTimer b) { return (*b - *a) * 1000.0; }
+
 /* ---------------------------------------------------------------- streams: one synchronous queue */
 
 /* every stream is the same queue, and work on it is done when the call returns */
@@ -267,6 +275,7 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "layernorm.h"
 #include "gelu.h"
 #include "matmul.h"
+#include "matmul_auto.h"
 #include "attention.h"
 #include "attention_decode.h"
 #include "classifier.h"

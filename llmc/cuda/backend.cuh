@@ -15,7 +15,9 @@
  *   - comm_all_reduce_host_f64 (multi-process: the reduced loss/norm on the host);
  *   - bounded run-ahead waits that only block when the host is two micro-steps ahead of the GPU: the
  *     encoder bucket upload buffers (encoder.cuh) and the batch upload buffers (dev_event_synchronize);
- *   - one-time allocations on the first step (encoder bucket buffers; cuDNN workspace growth).
+ *   - one-time allocations on the first step (encoder bucket buffers; cuDNN workspace growth);
+ *   - with --profile-steps, on the profiled steps only: one wait before the step and one for its last timer after
+ *     it (llmc/profile.h).
  * Error behaviour: every CUDA/cuBLAS call is checked; failures print one line with file:line and
  * exit(EXIT_FAILURE). No CUDA device: prints
  *   "error: no CUDA device found; use ./train_gpt_cpu for the CPU build"
@@ -192,6 +194,23 @@ static inline void dev_wait_event(DevEvent e) { CUDA_CHECK(cudaStreamWaitEvent(m
 static inline void dev_event_synchronize(DevEvent e) { cuda_host_wait_event(e); }
 /* records e on the main stream */
 static inline void dev_event_record(DevEvent e) { CUDA_CHECK(cudaEventRecord(e, main_stream())); }
+
+/* timers (--profile-steps, llmc/profile.h): events with timing, recorded on the main stream */
+typedef cudaEvent_t DevTimer;
+static inline DevTimer dev_timer_create(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+}
+static inline void dev_timer_destroy(DevTimer t) { CUDA_CHECK(cudaEventDestroy(t)); }
+static inline void dev_timer_record(DevTimer t) { CUDA_CHECK(cudaEventRecord(t, main_stream())); }
+static inline void dev_timer_synchronize(DevTimer t) { cuda_host_wait_event(t); }
+/* ms between two recorded timers, both complete */
+static inline double dev_timer_elapsed_ms(DevTimer a, DevTimer b) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return (double)ms;
+}
 
 /* ---------------------------------------------------------------- streams (llmc/backend.h) */
 
