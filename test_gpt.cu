@@ -583,10 +583,10 @@ static void test_train_step_pipeline(const char* model_path, const Fixture* fx, 
 static void poison_lnfw(TrainSession* s, floatX* saved, int poison) {
     floatX* w = s->model.params.t[P_LNFW];
     if (poison) {
-        floatX nan;
-        memset(&nan, 0xff, sizeof(nan));
+        unsigned char nan[sizeof(floatX)]; /* the bytes of a floatX NaN (a byte array: floatX may be a class) */
+        memset(nan, 0xff, sizeof(nan));
         dev_memcpy_d2h(saved, w, sizeof(floatX));
-        dev_memcpy_h2d(w, &nan, sizeof(floatX));
+        dev_memcpy_h2d(w, nan, sizeof(floatX));
     } else {
         dev_memcpy_h2d(w, saved, sizeof(floatX));
     }
