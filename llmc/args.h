@@ -309,11 +309,9 @@ static inline void args_check_table(const ArgSpec* specs, int n) {
     }
 }
 
-/* see header comment */
-static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char** argv,
-                             const char* program_name, const char* usage_header) {
-    const char* program = program_name ? program_name : (argc > 0 ? argv[0] : "program");
-    args_check_table(specs, n_specs);
+/* the getopt_long_only table of specs: each flag under its long and (if any) short name with code 1000 + its index,
+ * then help/h (code 999) and a zeroed terminator; the caller frees it */
+static inline struct option* args_getopt_table(const ArgSpec* specs, int n_specs) {
     struct option* opts = (struct option*)calloc_check((size_t)(2 * n_specs + 3), sizeof(struct option), "getopt table");
     int k = 0;
     for (int i = 0; i < n_specs; i++) {
@@ -324,7 +322,44 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
     }
     opts[k].name = "help"; opts[k].has_arg = no_argument; opts[k].flag = NULL; opts[k].val = 999; k++;
     opts[k].name = "h"; opts[k].has_arg = no_argument; opts[k].flag = NULL; opts[k].val = 999; k++;
-    /* opts[k] stays zeroed: terminator */
+    return opts; /* opts[k] stays zeroed: terminator */
+}
+
+/* The one error line for a token getopt could not take (never returns): a flag without its value, --help with a
+ * value, an unknown flag (with the closest known one, if any). token is argv's word, name the flag name in it,
+ * exact the spec it names exactly or -1, last whether it is argv's last word. */
+static inline void args_refuse_token(const ArgSpec* specs, int n_specs, const char* program, const char* token,
+                                     const char* name, int exact, int last) {
+    if (exact >= 0 && strchr(token, '=') == NULL && last) {
+        FATAL_ALL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
+    }
+    if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) { FATAL_ALL("%s: flag '%s' takes no value", program, token); }
+    int guess = args_closest(specs, n_specs, name);
+    if (guess >= 0) {
+        char label[2 * ARGS_NAME_MAX + 16];
+        FATAL_ALL("%s: unknown flag '%s'; did you mean %s? (see --help)", program, token,
+                  args_flag_label(&specs[guess], label, sizeof(label)));
+    }
+    FATAL_ALL("%s: unknown flag '%s' (see --help for the list of flags)", program, token);
+}
+
+/* repeated flags are said, not silent: one note line per flag given more than once (times[i] times), on rank 0 */
+static inline void args_note_repeats(const ArgSpec* specs, int n_specs, const int* times) {
+    for (int i = 0; i < n_specs && launcher_rank() == 0; i++) {
+        if (times[i] > 1) {
+            char label[2 * ARGS_NAME_MAX + 16], value[256];
+            printf("note: flag %s was given %d times; the last value, %s, is used\n",
+                   args_flag_label(&specs[i], label, sizeof(label)), times[i], args_value_string(&specs[i], value, sizeof(value)));
+        }
+    }
+}
+
+/* see header comment */
+static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char** argv,
+                             const char* program_name, const char* usage_header) {
+    const char* program = program_name ? program_name : (argc > 0 ? argv[0] : "program");
+    args_check_table(specs, n_specs);
+    struct option* opts = args_getopt_table(specs, n_specs);
     opterr = 0;
 #ifdef __GLIBC__
     optind = 0; /* full re-initialisation of glibc's getopt state (parse may run more than once) */
@@ -364,26 +399,9 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
             times[exact]++;
             continue;
         }
-        /* error paths: missing value, unknown, abbreviated or ambiguous flag */
-        if (exact >= 0 && strchr(token, '=') == NULL && token_index + 1 >= argc) {
-            free(opts);
-            free(times);
-            FATAL_ALL("%s: flag '%s' needs a <%s> value (e.g. %s VALUE)", program, token, args_type_name(specs[exact].type), token);
-        }
-        if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
-            free(opts);
-            free(times);
-            FATAL_ALL("%s: flag '%s' takes no value", program, token);
-        }
-        int guess = args_closest(specs, n_specs, name);
-        free(opts);
+        free(opts); /* error paths: missing value, unknown, abbreviated or ambiguous flag */
         free(times);
-        if (guess >= 0) {
-            char label[2 * ARGS_NAME_MAX + 16];
-            FATAL_ALL("%s: unknown flag '%s'; did you mean %s? (see --help)", program, token,
-                  args_flag_label(&specs[guess], label, sizeof(label)));
-        }
-        FATAL_ALL("%s: unknown flag '%s' (see --help for the list of flags)", program, token);
+        args_refuse_token(specs, n_specs, program, token, name, exact, token_index + 1 >= argc);
     }
     int rest = optind;
     free(opts);
@@ -391,13 +409,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
         free(times);
         FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, argv[rest]);
     }
-    for (int i = 0; i < n_specs && !want_help && launcher_rank() == 0; i++) { /* repeated flags: said, not silent */
-        if (times[i] > 1) {
-            char label[2 * ARGS_NAME_MAX + 16], value[256];
-            printf("note: flag %s was given %d times; the last value, %s, is used\n",
-                   args_flag_label(&specs[i], label, sizeof(label)), times[i], args_value_string(&specs[i], value, sizeof(value)));
-        }
-    }
+    if (!want_help) { args_note_repeats(specs, n_specs, times); }
     fflush(stdout);
     free(times);
     if (want_help) {

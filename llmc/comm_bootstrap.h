@@ -424,11 +424,9 @@ static inline int comm_boot_serve(const CommBootTcp* o, CommBootConn* c, int wor
     return rank;
 }
 
-/* Rank 0: listens on bind_host:port and serves ranks 1..world-1 once each, many connections at a time (poll), each
- * dropped after io_timeout_s; an idle, malformed or unauthenticated connection costs nothing but its own slot, and
- * with more than COMM_BOOT_MAX_CONN open the oldest is dropped. FATAL when the port cannot be bound or not every
- * rank was served within timeout_s (naming the first missing rank). */
-static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, const void* blob, size_t n) {
+/* Rank 0: a non-blocking socket listening on bind_host (or host):port; returns it and sets *bh to the address.
+ * FATAL with one line when the address cannot be resolved or the port bound. */
+static inline int comm_boot_listen(const CommBootTcp* o, const char** bh_out) {
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%d", o->port);
     const char* bh = o->bind_host && o->bind_host[0] ? o->bind_host : o->host;
@@ -452,13 +450,53 @@ static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, con
     freeaddrinfo(res);
     if (listen(srv, 256) != 0) { FATAL("NCCL id exchange: listen(): %s", strerror(errno)); }
     fcntl(srv, F_SETFL, fcntl(srv, F_GETFL, 0) | O_NONBLOCK);
+    *bh_out = bh;
+    return srv;
+}
+
+/* Rank 0: accepts every pending connection on the listening socket srv into conns (*nconn of COMM_BOOT_MAX_CONN;
+ * when full, the oldest, earliest deadline, is dropped) and sends each the hello: the magic and a fresh challenge */
+static inline void comm_boot_accept(const CommBootTcp* o, int srv, CommBootConn* conns, int* nconn_io) {
+    int nconn = *nconn_io;
+    for (;;) {
+        int fd = accept(srv, NULL, NULL);
+        if (fd < 0) { break; }
+        if (nconn == COMM_BOOT_MAX_CONN) { /* full: the oldest (earliest deadline) goes */
+            int old = 0;
+            for (int i = 1; i < nconn; i++) { if (conns[i].deadline < conns[old].deadline) { old = i; } }
+            close(conns[old].fd);
+            conns[old] = conns[--nconn];
+        }
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+        CommBootConn* c = &conns[nconn];
+        memset(c, 0, sizeof(*c));
+        c->fd = fd;
+        c->deadline = comm_boot_now() + o->io_timeout_s;
+        comm_boot_random(c->nonce_s, COMM_BOOT_NONCE);
+        unsigned char hello[COMM_BOOT_HELLO];
+        uint64_t magic = COMM_BOOT_MAGIC;
+        memcpy(hello, &magic, 8);
+        memcpy(hello + 8, c->nonce_s, COMM_BOOT_NONCE);
+        /* 40 bytes into a fresh socket's empty buffer: all of it or the connection is broken */
+        if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) { close(fd); continue; }
+        nconn++;
+    }
+    *nconn_io = nconn;
+}
+
+/* Rank 0: listens on bind_host:port and serves ranks 1..world-1 once each, many connections at a time (poll), each
+ * dropped after io_timeout_s; an idle, malformed or unauthenticated connection costs nothing but its own slot, and
+ * with more than COMM_BOOT_MAX_CONN open the oldest is dropped. FATAL when the port cannot be bound or not every
+ * rank was served within timeout_s (naming the first missing rank). */
+static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, const void* blob, size_t n) {
+    const char* bh = NULL;
+    int srv = comm_boot_listen(o, &bh);
     unsigned char* served = (unsigned char*)calloc((size_t)world, 1);
     CommBootConn* conns = (CommBootConn*)calloc(COMM_BOOT_MAX_CONN, sizeof(CommBootConn));
     struct pollfd* pfd = (struct pollfd*)calloc(COMM_BOOT_MAX_CONN + 1, sizeof(struct pollfd));
     if (!served || !conns || !pfd) { FATAL("NCCL id exchange: out of memory"); }
     int nconn = 0, nserved = 0;
     double end = comm_boot_now() + o->timeout_s;
-    uint64_t magic = COMM_BOOT_MAGIC;
     while (nserved < world - 1) {
         double now = comm_boot_now();
         if (now > end) {
@@ -500,30 +538,7 @@ static inline void comm_bootstrap_tcp_serve(const CommBootTcp* o, int world, con
             if (done) { close(c->fd); conns[i] = conns[--nconn]; }
         }
         /* new connections: each gets a fresh challenge */
-        if (pfd[0].revents & POLLIN) {
-            for (;;) {
-                int fd = accept(srv, NULL, NULL);
-                if (fd < 0) { break; }
-                if (nconn == COMM_BOOT_MAX_CONN) { /* full: the oldest (earliest deadline) goes */
-                    int old = 0;
-                    for (int i = 1; i < nconn; i++) { if (conns[i].deadline < conns[old].deadline) { old = i; } }
-                    close(conns[old].fd);
-                    conns[old] = conns[--nconn];
-                }
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
-                CommBootConn* c = &conns[nconn];
-                memset(c, 0, sizeof(*c));
-                c->fd = fd;
-                c->deadline = comm_boot_now() + o->io_timeout_s;
-                comm_boot_random(c->nonce_s, COMM_BOOT_NONCE);
-                unsigned char hello[COMM_BOOT_HELLO];
-                memcpy(hello, &magic, 8);
-                memcpy(hello + 8, c->nonce_s, COMM_BOOT_NONCE);
-                /* 40 bytes into a fresh socket's empty buffer: all of it or the connection is broken */
-                if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) { close(fd); continue; }
-                nconn++;
-            }
-        }
+        if (pfd[0].revents & POLLIN) { comm_boot_accept(o, srv, conns, &nconn); }
     }
     for (int i = 0; i < nconn; i++) { close(conns[i].fd); }
     close(srv);

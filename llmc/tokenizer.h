@@ -110,6 +110,27 @@ static inline int tokenizer_fail(Tokenizer* t, FILE* f, const char* path, const 
     return corrupt ? -1 : 0;
 }
 
+/* the token -> id hash map of t's V tokens: capacity a power of two >= 2V, linear probing; the lowest id wins on
+ * duplicates; EOT is excluded (text never encodes to it). Sets init_ok (tokenizer_lookup needs it). */
+static inline void tokenizer_build_map(Tokenizer* t) {
+    uint32_t V = t->vocab_size;
+    int eot = t->eot_token;
+    size_t capacity = 1;
+    while (capacity < 2 * (size_t)V) { capacity <<= 1; }
+    t->table = (int32_t*)malloc_check(capacity * sizeof(int32_t), "tokenizer hash map");
+    for (size_t i = 0; i < capacity; i++) { t->table[i] = -1; }
+    t->table_mask = capacity - 1;
+    t->init_ok = 1;
+    for (uint32_t i = 0; i < V; i++) {
+        if ((int)i == eot) { continue; }
+        const char* s = t->blob + t->offsets[i];
+        if (tokenizer_lookup(t, s, t->lengths[i]) >= 0) { continue; }
+        size_t h = (size_t)tokenizer_hash(s, t->lengths[i]) & t->table_mask;
+        while (t->table[h] >= 0) { h = (h + 1) & t->table_mask; }
+        t->table[h] = (int32_t)i;
+    }
+}
+
 /* see header comment */
 static inline int tokenizer_init(Tokenizer* t, const char* path) {
     char why[256];
@@ -178,21 +199,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
         return tokenizer_fail(t, f, path, why, 1);
     }
     fclose(f);
-    /* hash map: capacity power of two >= 2V; lowest id wins on duplicates; EOT excluded */
-    size_t capacity = 1;
-    while (capacity < 2 * (size_t)V) { capacity <<= 1; }
-    t->table = (int32_t*)malloc_check(capacity * sizeof(int32_t), "tokenizer hash map");
-    for (size_t i = 0; i < capacity; i++) { t->table[i] = -1; }
-    t->table_mask = capacity - 1;
-    t->init_ok = 1;
-    for (uint32_t i = 0; i < V; i++) {
-        if ((int)i == eot) { continue; }
-        const char* s = t->blob + t->offsets[i];
-        if (tokenizer_lookup(t, s, t->lengths[i]) >= 0) { continue; }
-        size_t h = (size_t)tokenizer_hash(s, t->lengths[i]) & t->table_mask;
-        while (t->table[h] >= 0) { h = (h + 1) & t->table_mask; }
-        t->table[h] = (int32_t)i;
-    }
+    tokenizer_build_map(t);
     return 1;
 }
 
