@@ -6,7 +6,7 @@
 #   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
-#   make test-quick      host units, the CPU model test and the CLI tests (a few minutes; no nvcc, no emulator)
+#   make test-quick      host units, the CPU model test and the CLI tests (about 18 minutes on 2 cores; no nvcc, no emulator)
 #   make test-sanitize   ASan + UBSan build (build/asan/) of the CPU trainer and unit tests over the input-handling
 #                        tests, and a libFuzzer run of every file reader (dev/fuzz/; 3-7 minutes; CI runs it first)
 #   make fuzz            the fuzzing of test-sanitize with a random seed for 5 minutes per file reader (exploration)

@@ -138,16 +138,23 @@ static inline void logger_write_line(Logger* lg, FILE* m, char** buf, size_t* n)
     free(*buf);
 }
 
+/* opens a memory stream (*buf, *n) holding the start of a log line, {"kind":kind,"step":step (no comma after);
+ * FATAL with one line when out of host memory */
+static inline FILE* logger_line_begin(Logger* lg, const char* kind, int step, char** buf, size_t* n) {
+    FILE* m = open_memstream(buf, n);
+    if (m == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
+    fputs("{\"kind\":", m);
+    logger_write_json_string(m, kind ? kind : "", kind ? strlen(kind) : 0);
+    fprintf(m, ",\"step\":%d", step);
+    return m;
+}
+
 /* writes {"kind":kind,"step":step[,extra]} + newline, whole (logger_write_line); see header comment */
 static inline void logger_log(Logger* lg, const char* kind, int step, const char* extra_json_fields) {
     if (lg->file == NULL) { return; }
     char* buf = NULL;
     size_t n = 0;
-    FILE* m = open_memstream(&buf, &n);
-    if (m == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
-    fputs("{\"kind\":", m);
-    logger_write_json_string(m, kind ? kind : "", kind ? strlen(kind) : 0);
-    fprintf(m, ",\"step\":%d", step);
+    FILE* m = logger_line_begin(lg, kind, step, &buf, &n);
     if (extra_json_fields && extra_json_fields[0]) { fprintf(m, ",%s", extra_json_fields); }
     fputs("}\n", m);
     logger_write_line(lg, m, &buf, &n);
@@ -159,11 +166,8 @@ static inline void logger_log_text_n(Logger* lg, const char* kind, int step, con
     if (lg->file == NULL) { return; }
     char* buf = NULL;
     size_t len = 0;
-    FILE* m = open_memstream(&buf, &len);
-    if (m == NULL) { FATAL("out of host memory formatting a line of log file '%s'", lg->path); }
-    fputs("{\"kind\":", m);
-    logger_write_json_string(m, kind ? kind : "", kind ? strlen(kind) : 0);
-    fprintf(m, ",\"step\":%d,", step);
+    FILE* m = logger_line_begin(lg, kind, step, &buf, &len);
+    fputc(',', m);
     logger_write_json_string(m, key ? key : "text", key ? strlen(key) : 4);
     fputc(':', m);
     logger_write_json_string(m, text ? text : "", text ? n : 0);

@@ -139,6 +139,17 @@ static double now_s(void) {
 
 #define GOOD_SECRET "0123456789abcdef-test-secret"
 static CommBootTcp g_tcp; /* the adversarial test's parameters: short timeouts */
+
+/* g_tcp for 127.0.0.1:port with the good secret, the whole-exchange timeout and the per-connection timeout (s) */
+static void tcp_options(int port, double timeout_s, double io_timeout_s) {
+    memset(&g_tcp, 0, sizeof(g_tcp));
+    g_tcp.host = "127.0.0.1";
+    g_tcp.port = port;
+    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
+    g_tcp.secret_len = strlen(GOOD_SECRET);
+    g_tcp.timeout_s = timeout_s;
+    g_tcp.io_timeout_s = io_timeout_s;
+}
 static int tcp_client(int rank) {
     unsigned char got[128];
     memset(got, 0, sizeof(got));
@@ -397,13 +408,7 @@ int main(void) {
                "tcp exchange without a per-run secret: one error line naming LLMC_BOOTSTRAP_SECRET");
 
     /* under attack: world of 4, per-connection timeout 0.5 s, whole exchange 8 s */
-    memset(&g_tcp, 0, sizeof(g_tcp));
-    g_tcp.host = "127.0.0.1";
-    g_tcp.port = g_port + 2;
-    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
-    g_tcp.secret_len = strlen(GOOD_SECRET);
-    g_tcp.timeout_s = 8.0;
-    g_tcp.io_timeout_s = 0.5;
+    tcp_options(g_port + 2, 8.0, 0.5);
     char err_wrong[512], err_dup[512];
     snprintf(err_wrong, sizeof(err_wrong), "%s/err_wrong", g_dir);
     snprintf(err_dup, sizeof(err_dup), "%s/err_dup", g_dir);
@@ -487,13 +492,7 @@ int main(void) {
                "LLMC_WORLD_SIZE=2x is refused with one line naming the variable (not read as 2)");
     /* a fake rank 0 trickling its challenge (one byte every 0.4 s: 16 s for 40 bytes, each byte well inside a
      * per-read timeout) cannot keep a client past its whole-exchange deadline */
-    memset(&g_tcp, 0, sizeof(g_tcp));
-    g_tcp.host = "127.0.0.1";
-    g_tcp.port = g_port + 5;
-    g_tcp.secret = (const unsigned char*)GOOD_SECRET;
-    g_tcp.secret_len = strlen(GOOD_SECRET);
-    g_tcp.timeout_s = 3.0;
-    g_tcp.io_timeout_s = 1.0;
+    tcp_options(g_port + 5, 3.0, 1.0);
     pid_t slow = spawn(tcp_slowloris, 0, NULL);
     usleep(200000);
     t0 = now_s();
