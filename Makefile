@@ -6,7 +6,7 @@
 #   make train_gpt_cpu   CPU trainer (C11 + OpenMP + OpenBLAS)
 #   make test_gpt_cpu    CPU model test against the committed fixture
 #   make test            the whole CPU suite (what CI runs); ends with "N passed, M failed"
-#   make test-quick      host units, the CPU model test and the CLI tests (about 18 minutes on 2 cores; no nvcc, no emulator)
+#   make test-quick      host units, the CPU model test and the CLI tests (under 5 minutes on 2 cores; no nvcc, no emulator)
 #   make test-sanitize   ASan + UBSan build (build/asan/) of the CPU trainer and unit tests over the input-handling
 #                        tests, and a libFuzzer run of every file reader (dev/fuzz/; 3-7 minutes; CI runs it first)
 #   make fuzz            the fuzzing of test-sanitize with a random seed for 5 minutes per file reader (exploration)
@@ -288,15 +288,15 @@ test:
 	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS)) test-programs
 	bash dev/test/run_tests.sh
 
-# the quick tier (about 4 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test,
-# the command-line tests of the CPU trainer (resume, bad input, data and tensor parallelism under mpirun) and the
-# collective tests of both transports. The NCCL one runs over the emulator's NCCL stand-in (a 4-second build that
-# needs the CUDA toolkit's headers, not nvcc); without the toolkit it is left out and cli_dp_fail.sh says so.
-QUICK_NCCL_EMU := $(if $(wildcard $(EMU_CUDA_INC)),$(BUILD)/mpi_comm_nccl_emu)
-QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(QUICK_NCCL_EMU) $(BUILD)/mpi_grid $(BUILD)/mpi_test_gpt_tp \
-                  $(BUILD)/mpi_pipe_bubble $(BUILD)/mpi_step_stats)
+# the quick tier (under 5 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test and
+# the command-line tests that take seconds each: bad input, resume, the flag table, the layout table (trainer against
+# planner), per-layer checksums of tp 2 x pp 2 + sp against one process, data parallelism against one process, MoE,
+# the process grid and the step statistics under mpirun -np 8, options, progress. The longer layout tests (every ZeRO
+# stage, tp, pp, ep, offload, compression, recompute, preemption, crash safety) run in make test.
+QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress
+QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_grid $(BUILD)/mpi_step_stats)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
-	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_)' TESTS_SKIP='emu' TESTS_NO_CUDA_HEADERS=$(if $(QUICK_NCCL_EMU),,1) bash dev/test/run_tests.sh
+	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off, precise math: no --use_fast_math) next to the default BF16 one. Built with
 # GELU_BWD_EPILOGUE=0 whatever the make variable says: GELU's derivative in our fc dbias pass, not in cuBLASLt's DGELU

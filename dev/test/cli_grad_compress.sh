@@ -25,7 +25,7 @@
 #     dev/bench/grad_compress_convergence.sh); the run without error feedback is printed, not checked (see below);
 #   - topk:1 (everything sent) trains bit-identically to the uncompressed run on 2 ranks: the sparse path's sums
 #     are the ring's (0 + a + b == a + b exactly).
-# Under make test-quick (TESTS_QUICK=1) the emulated GPU build and the learning check are left out.
+# With TESTS_QUICK=1 (a quicker run by hand: TESTS_QUICK=1 bash dev/test/cli_grad_compress.sh) the emulated GPU build and the learning check are left out.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 QUICK=${TESTS_QUICK:-0}

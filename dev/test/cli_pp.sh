@@ -21,7 +21,7 @@
 #   - sampling through the pipeline (weights untouched at -l 0) prints the same text as one process;
 #   - the measured bubble through the real executor (build/mpi_pipe_bubble: stages that sleep, 4 processes);
 #   - impossible layouts are refused with one error line.
-# Under make test-quick (TESTS_QUICK=1) the schedule matrix is cut to pp 2 1f1b and pp 4 interleaved, and the resumes
+# With TESTS_QUICK=1 (a quicker run by hand: TESTS_QUICK=1 bash dev/test/cli_pp.sh) the schedule matrix is cut to pp 2 1f1b and pp 4 interleaved, and the resumes
 # (3D, onto other stages) and the sampling check are left out (make test runs everything).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi

@@ -27,7 +27,7 @@
 #     residual regions N/tp rows under sequence parallelism), each tensor rounded up to 256 bytes;
 #   - impossible layouts are refused with one error line: --tp not dividing the processes, heads not divisible by
 #     --tp, --sequence-parallel without --tp, a sequence length not divisible by --tp under sequence parallelism.
-# Under make test-quick (TESTS_QUICK=1) the d2 training runs are cut to tp 2 with SP and ZeRO-1, tp 4 with SP and
+# With TESTS_QUICK=1 (a quicker run by hand: TESTS_QUICK=1 bash dev/test/cli_tp.sh) the d2 training runs are cut to tp 2 with SP and ZeRO-1, tp 4 with SP and
 # tp 2 x dp 2 with ZeRO-1 (make test runs all five).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -45,7 +45,7 @@ $TRAIN "${F[@]}" -o "$TMP/one" > "$TMP/one.log" 2>&1
 check $? "reference: one process, 4 micro-steps, 10 steps"
 T10=$(dp_order_tol 10)
 RUNS=("2 2 0 0" "2 2 1 1" "4 4 1 0" "4 2 0 1" "4 2 1 0")
-[ "${TESTS_QUICK:-0}" = 1 ] && RUNS=("2 2 1 1" "4 4 1 0" "4 2 0 1") # make test-quick: one run per kind of layout
+[ "${TESTS_QUICK:-0}" = 1 ] && RUNS=("2 2 1 1" "4 4 1 0" "4 2 0 1") # TESTS_QUICK=1: one run per kind of layout
 for run in "${RUNS[@]}"; do
     set -- $run
     N=$1; TP=$2; SP=$3; Z=$4
