@@ -19,7 +19,8 @@ printf '#include <openssl/hmac.h>\n' | CPATH="$TMP/shadow" ${CC:-cc} -E -x c - >
 test $? -ne 0
 check $? "the shadow include directory hides <openssl/hmac.h> (including it is an error)"
 
-CPATH="$TMP/shadow" nice -n 10 make -j2 -C "$SRC" --no-print-directory all build/test_comm_bootstrap NVCC=/nonexistent/nvcc \
+# the detection must run in this make: a calling make (make test) exports its own USE_OPENSSL
+CPATH="$TMP/shadow" nice -n 10 env -u USE_OPENSSL make -j2 -C "$SRC" --no-print-directory all build/test_comm_bootstrap NVCC=/nonexistent/nvcc \
     > "$TMP/make.log" 2>&1
 rc=$?
 test $rc -eq 0 -a -x "$SRC/train_gpt_cpu" -a -x "$SRC/build/test_comm_bootstrap"
@@ -50,7 +51,7 @@ fi
 
 # the headers visible (where this machine has them): the same Makefile links -lcrypto and does not define the flag
 if printf '#include <openssl/hmac.h>\n' | ${CC:-cc} -E -x c - > /dev/null 2>&1; then
-    make -C "$SRC" --no-print-directory -n -B build/test_comm_bootstrap > "$TMP/n.log" 2>&1
+    env -u USE_OPENSSL make -C "$SRC" --no-print-directory -n -B build/test_comm_bootstrap > "$TMP/n.log" 2>&1
     grep -q -- '-lcrypto' "$TMP/n.log" && ! grep -q -- '-DLLMC_NO_OPENSSL' "$TMP/n.log"
     check $? "with the OpenSSL headers visible the bootstrap test links -lcrypto, without -DLLMC_NO_OPENSSL"
 fi
