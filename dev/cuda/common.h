@@ -31,7 +31,8 @@
 #ifndef DEV_CUDA_COMMON_H
 #define DEV_CUDA_COMMON_H
 
-#include "../../llmc/cuda/backend.cuh"
+/* llmc/backend.h: the backend-independent constants (MOE_MAX_EXPERTS), then llmc/cuda/backend.cuh under nvcc */
+#include "../../llmc/backend.h"
 
 #include <algorithm>
 #include <vector>
