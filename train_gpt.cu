@@ -118,7 +118,7 @@ static int step_is_bad(float loss, float grad_norm, int overflow) {
  * bubble -1 (no pipeline measure yet) */
 static StepResult step_result(TrainSession* s, const StepStats* st, float loss_scale) {
     StepResult r;
-    memset(&r, 0, sizeof(r)); /* every field and the padding: tests compare results with memcmp */
+    memset(&r, 0, sizeof(r)); /* every field starts at 0 (the counters fill theirs later) */
     r.loss = st->loss;
     r.grad_norm = (float)sqrt(st->norm_sq) / loss_scale;
     r.lr = lr_scheduler_get(&s->scheduler, session_updates(s));
