@@ -126,6 +126,21 @@ PY
 check $? "--grad-compress-ef-decay 0.5: step 1 bit for bit as the default decay 1, steps 2-3 other gradient norms (half of the residual re-added), the same bytes"
 grep -q "the residual re-added x0.5 per step" "$TMP/efd.log"
 check $? "--grad-compress-ef-decay 0.5: the header's compression line says the residual is re-added x0.5"
+# int8's error feedback acts: without it (--grad-compress-ef 0) step 1 is the same (the residual starts at 0) and
+# steps 2-3 have other gradient norms (the rounding error of the step before is no longer re-added), the same bytes;
+# a residual that is never stored (the quantisation error dropped) makes the two runs identical
+MPIRUN 2 $TRAIN "${F[@]}" --grad-compress int8 --grad-compress-ef 0 -o "$TMP/int8_noef" > "$TMP/int8_noef.log" 2>&1
+check $? "2 ranks --grad-compress int8 --grad-compress-ef 0: 3 steps"
+python3 - "$TMP/int8_2_z0/log.jsonl" "$TMP/int8_noef/log.jsonl" <<'PY'
+import json, sys
+a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("norms with error feedback", ["%.9g" % o["grad_norm"] for o in a], "without", ["%.9g" % o["grad_norm"] for o in d])
+ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
+    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
+    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
+sys.exit(0 if ok else 1)
+PY
+check $? "int8 error feedback: step 1 bit for bit as --grad-compress-ef 0, steps 2-3 other gradient norms (the rounding residual re-added), the same bytes"
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1" "--grad-compress-ef-decay 0.5 without error feedback" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef 0 --grad-compress-ef-decay 0.5
 dp_refused 2 "expected a factor in (0, 1]" "--grad-compress-ef-decay 0" "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0
