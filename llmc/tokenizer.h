@@ -35,8 +35,10 @@
  *      grouped differently than in GPT-2, a documented approximation), digits = 0-9,
  *      whitespace = space \t \n \v \f \r.
  *   2. Per chunk, start from single bytes and repeatedly merge the adjacent pair whose
- *      concatenation is a token with the lowest id (tiktoken's algorithm; for GPT-2 the merge
- *      rank of every merged token equals its id). The EOT token is never produced.
+ *      concatenation is a token with the lowest id, the leftmost of equal ones (tiktoken's rule; for
+ *      GPT-2 the merge rank of every merged token equals its id), in O(n log n) through a heap of
+ *      candidate merges, so a long chunk (30,000 equal letters) takes milliseconds, not seconds.
+ *      The EOT token is never produced.
  *   Writes at most max_ids ids to out_ids and returns the total number of ids the text
  *   encodes to (may exceed max_ids, like snprintf: then out_ids holds the first max_ids).
  *   Returns -1 if the tokenizer is not loaded or a byte has no single-byte token (one stderr line).
@@ -315,27 +317,73 @@ static inline size_t tokenizer_pretokenize_next(const char* text, size_t n, size
     return j - i;
 }
 
-/* BPE of one chunk; appends ids (count may exceed max_ids); returns -1 on a missing byte token */
-static inline int tokenizer_bpe_chunk(const Tokenizer* t, const char* s, size_t n, int* out_ids, int max_ids,
-                                      long long* count, size_t* starts, size_t* lens) {
-    size_t m = n;
-    for (size_t i = 0; i < n; i++) { starts[i] = i; lens[i] = 1; }
+/* the BPE scratch of one text: per part (a part is named by its first byte's offset) its length (0 once merged into
+ * the part before it) and its neighbours, and a min-heap of candidate merges keyed by (token id, offset) */
+typedef struct { int id; size_t pos; } BpeMerge;
+typedef struct {
+    size_t *len, *next, *prev;
+    BpeMerge* heap;
+    size_t heap_n;
+} BpeScratch;
+
+static inline int bpe_merge_less(BpeMerge a, BpeMerge b) { return a.id < b.id || (a.id == b.id && a.pos < b.pos); }
+
+static inline void bpe_push(BpeScratch* w, int id, size_t pos) {
+    size_t k = w->heap_n++;
+    BpeMerge e = {id, pos};
+    while (k > 0 && bpe_merge_less(e, w->heap[(k - 1) / 2])) { w->heap[k] = w->heap[(k - 1) / 2]; k = (k - 1) / 2; }
+    w->heap[k] = e;
+}
+
+static inline BpeMerge bpe_pop(BpeScratch* w) {
+    BpeMerge top = w->heap[0], last = w->heap[--w->heap_n];
+    size_t k = 0;
     for (;;) {
-        int best_id = -1;
-        size_t best_k = 0;
-        for (size_t k = 0; k + 1 < m; k++) {
-            int id = tokenizer_lookup(t, s + starts[k], lens[k] + lens[k + 1]);
-            if (id >= 0 && (best_id < 0 || id < best_id)) { best_id = id; best_k = k; }
-        }
-        if (best_id < 0) { break; }
-        lens[best_k] += lens[best_k + 1];
-        for (size_t k = best_k + 1; k + 1 < m; k++) { starts[k] = starts[k + 1]; lens[k] = lens[k + 1]; }
-        m--;
+        size_t c = 2 * k + 1;
+        if (c >= w->heap_n) { break; }
+        if (c + 1 < w->heap_n && bpe_merge_less(w->heap[c + 1], w->heap[c])) { c++; }
+        if (!bpe_merge_less(w->heap[c], last)) { break; }
+        w->heap[k] = w->heap[c];
+        k = c;
     }
-    for (size_t k = 0; k < m; k++) {
-        int id = tokenizer_lookup(t, s + starts[k], lens[k]);
+    if (w->heap_n > 0) { w->heap[k] = last; }
+    return top;
+}
+
+/* queues the merge of part i with the part after it, when their concatenation is a token */
+static inline void bpe_offer(const Tokenizer* t, const char* s, size_t n, BpeScratch* w, size_t i) {
+    size_t j = w->next[i];
+    if (j >= n) { return; }
+    int id = tokenizer_lookup(t, s + i, w->len[i] + w->len[j]);
+    if (id >= 0) { bpe_push(w, id, i); }
+}
+
+/* BPE of one chunk s[0..n) (tiktoken's rule: merge the adjacent pair whose concatenation is the token of lowest id,
+ * the leftmost of equal ones, until no pair is a token) in O(n log n): the parts form a linked list and the
+ * candidate merges a heap; an entry whose part has changed since it was queued is skipped (its concatenation is no
+ * longer that token). A chunk of 30,000 equal letters took seconds with a rescan per merge. Appends the ids (count
+ * may exceed max_ids); returns -1 on a byte without a token (one stderr line). w's arrays hold at least n parts and
+ * 3n heap entries. */
+static inline int tokenizer_bpe_chunk(const Tokenizer* t, const char* s, size_t n, int* out_ids, int max_ids,
+                                      long long* count, BpeScratch* w) {
+    w->heap_n = 0;
+    for (size_t i = 0; i < n; i++) { w->len[i] = 1; w->next[i] = i + 1; w->prev[i] = i == 0 ? SIZE_MAX : i - 1; }
+    for (size_t i = 0; i + 1 < n; i++) { bpe_offer(t, s, n, w, i); }
+    while (w->heap_n > 0) {
+        BpeMerge e = bpe_pop(w);
+        size_t i = e.pos, j = w->next[i];
+        if (w->len[i] == 0 || j >= n || tokenizer_lookup(t, s + i, w->len[i] + w->len[j]) != e.id) { continue; }
+        w->len[i] += w->len[j];
+        w->len[j] = 0;
+        w->next[i] = w->next[j];
+        if (w->next[i] < n) { w->prev[w->next[i]] = i; }
+        if (w->prev[i] != SIZE_MAX) { bpe_offer(t, s, n, w, w->prev[i]); }
+        bpe_offer(t, s, n, w, i);
+    }
+    for (size_t i = 0; i < n; i = w->next[i]) {
+        int id = tokenizer_lookup(t, s + i, w->len[i]);
         if (id < 0) {
-            fprintf(stderr, "error: tokenizer has no token for byte 0x%02X; cannot encode this text\n", (unsigned)(unsigned char)s[starts[k]]);
+            fprintf(stderr, "error: tokenizer has no token for byte 0x%02X; cannot encode this text\n", (unsigned)(unsigned char)s[i]);
             return -1;
         }
         if (*count < max_ids) { out_ids[*count] = id; }
@@ -348,19 +396,20 @@ static inline int tokenizer_bpe_chunk(const Tokenizer* t, const char* s, size_t 
 static inline int tokenizer_encode(const Tokenizer* t, const char* text, int* out_ids, int max_ids) {
     if (!t->init_ok) { return -1; }
     size_t n = strlen(text);
-    size_t* starts = (size_t*)malloc_check((n + 1) * sizeof(size_t), "BPE parts");
-    size_t* lens = (size_t*)malloc_check((n + 1) * sizeof(size_t), "BPE part lengths");
+    BpeScratch w;
+    w.len = (size_t*)malloc_check((n + 1) * sizeof(size_t), "BPE part lengths");
+    w.next = (size_t*)malloc_check((n + 1) * sizeof(size_t), "BPE part links");
+    w.prev = (size_t*)malloc_check((n + 1) * sizeof(size_t), "BPE part links");
+    w.heap = (BpeMerge*)malloc_check((3 * n + 1) * sizeof(BpeMerge), "BPE merge heap");
     long long count = 0;
-    size_t i = 0;
-    while (i < n) {
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
         size_t len = tokenizer_pretokenize_next(text, n, i);
-        if (tokenizer_bpe_chunk(t, text + i, len, out_ids, max_ids, &count, starts, lens) != 0) {
-            free(starts); free(lens);
-            return -1;
-        }
+        rc = tokenizer_bpe_chunk(t, text + i, len, out_ids, max_ids, &count, &w);
         i += len;
     }
-    free(starts); free(lens);
+    free(w.len); free(w.next); free(w.prev); free(w.heap);
+    if (rc != 0) { return -1; }
     return count > 0x7FFFFFFF ? 0x7FFFFFFF : (int)count;
 }
 

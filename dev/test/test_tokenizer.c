@@ -213,6 +213,53 @@ static void test_synthetic(void) {
     check_split("a\nb \xC3\xA9t\xC3\xA9 ...'x", s3, 6);
 }
 
+/* BPE of one chunk by its definition (tiktoken's rule, one rescan of every adjacent pair per merge: O(n^2)): merge
+ * the pair whose concatenation is the token of lowest id, the leftmost of equal ones; the reference for
+ * tokenizer_bpe_chunk's heap. Returns the number of ids (n at most). */
+static int bpe_by_rescan(const Tokenizer* t, const char* s, int n, int* ids) {
+    int* st = (int*)malloc(sizeof(int) * n);
+    int* ln = (int*)malloc(sizeof(int) * n);
+    int m = n;
+    for (int i = 0; i < n; i++) { st[i] = i; ln[i] = 1; }
+    for (;;) {
+        int best = -1, bk = 0;
+        for (int k = 0; k + 1 < m; k++) {
+            int id = tokenizer_lookup(t, s + st[k], (size_t)(ln[k] + ln[k + 1]));
+            if (id >= 0 && (best < 0 || id < best)) { best = id; bk = k; }
+        }
+        if (best < 0) { break; }
+        ln[bk] += ln[bk + 1];
+        for (int k = bk + 1; k + 1 < m; k++) { st[k] = st[k + 1]; ln[k] = ln[k + 1]; }
+        m--;
+    }
+    for (int k = 0; k < m; k++) { ids[k] = tokenizer_lookup(t, s + st[k], (size_t)ln[k]); }
+    free(st); free(ln);
+    return m;
+}
+
+/* long single chunks (one letter repeated, two alternating, random letters, random bytes >= 0x80, which all count as
+ * letters) encode to the ids of the rescan definition: the heap's order and its stale-entry test are the rule's */
+static void test_long_chunks(const Tokenizer* t) {
+    enum { N = 3000 };
+    static char text[N + 1];
+    static int got[N + 1], want[N + 1];
+    const char* kinds[4] = {"one letter", "two letters", "random letters", "random non-ASCII bytes"};
+    unsigned int rng = 12345u;
+    for (int kind = 0; kind < 4; kind++) {
+        for (int i = 0; i < N; i++) {
+            rng = rng * 1103515245u + 12345u;
+            unsigned int r = rng >> 16;
+            text[i] = kind == 0 ? 'a' : kind == 1 ? "ab"[i % 2] : kind == 2 ? (char)('a' + r % 26) : (char)(0x80 + r % 128);
+        }
+        text[N] = '\0';
+        size_t chunk = tokenizer_pretokenize_next(text, N, 0);
+        int n = tokenizer_encode(t, text, got, N + 1);
+        int m = bpe_by_rescan(t, text, N, want);
+        TEST_CHECK(chunk == N && ids_equal(got, n, want, m), "GPT-2: a %d-byte chunk of %s encodes as the rescan "
+                   "definition of BPE does (%d ids, reference %d)", N, kinds[kind], n, m);
+    }
+}
+
 static void test_real_gpt2(void) {
     const char* path = "dev/data/gpt2_tokenizer.bin";
     if (!file_exists(path)) {
@@ -244,6 +291,7 @@ static void test_real_gpt2(void) {
     int has_eot = 0;
     for (int i = 0; i < n; i++) { if (ids[i] == 50256) { has_eot = 1; } }
     TEST_CHECK(n > 1 && !has_eot, "GPT-2: the EOT string is encoded as text, not as id 50256");
+    test_long_chunks(&t);
     tokenizer_free(&t);
 }
 
