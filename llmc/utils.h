@@ -133,28 +133,39 @@ static inline int parse_int_range(const char* s, long long lo, long long hi, lon
     return 1;
 }
 
-/* The job's rank as the launcher sets it in the environment (Open MPI, PMI / PMIx, Slurm), before MPI starts; 0
- * when none is set (one process) or the first one set is not a rank (then this process prints its errors rather
- * than staying silent) */
+/* The job's rank as the launcher sets it in the environment (Open MPI, PMI, Slurm), before MPI starts: the first
+ * rank variable set, counted only when its size variable (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS) says the job
+ * has more than one process and the rank is inside it (PMIx sets no size variable: PMIX_RANK alone). 0 when none is
+ * set (one process), or the values do not agree (a stale SLURM_PROCID left in a shell): then this process prints
+ * its errors rather than leaving them to another */
 static inline int launcher_rank(void) {
-    const char* names[4] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    const char* names[4][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"},
+                               {"PMIX_RANK", NULL}, {"SLURM_PROCID", "SLURM_NTASKS"}};
     for (int i = 0; i < 4; i++) {
-        const char* v = getenv(names[i]);
-        long long r = 0;
-        if (v && v[0]) { return parse_int_range(v, 0, 1 << 30, &r) ? (int)r : 0; }
+        const char* v = getenv(names[i][0]);
+        if (!v || !v[0]) { continue; }
+        long long r = 0, n = 0;
+        if (!parse_int_range(v, 0, 1 << 30, &r)) { return 0; }
+        if (!names[i][1]) { return (int)r; }
+        const char* w = getenv(names[i][1]);
+        return w && parse_int_range(w, 2, 1 << 30, &n) && r < n ? (int)r : 0;
     }
     return 0;
 }
 
 /* FATAL for an error every process of a job finds alike (its flags, the output directory, a checkpoint's header):
- * launcher rank 0 prints the one line and exits; the others exit without a line after a grace period, by which
- * the launcher has ended the job because rank 0 failed. So a job prints one line, not one per process. */
+ * launcher rank 0 prints the one line and exits; the others wait a grace period (FATAL_ALL_GRACE_S), by which the
+ * launcher has ended the job because rank 0 failed, so a job prints one line, not one per process. A process still
+ * alive after it (no rank 0 ended the job: the launcher variables were not this job's) prints the line too, so an
+ * error is late but never silent. */
+#ifndef FATAL_ALL_GRACE_S
+#define FATAL_ALL_GRACE_S 30 /* seconds; a test defines it shorter */
+#endif
 #define FATAL_ALL(...) fatal_all_at(__FILE__, __LINE__, __VA_ARGS__)
 static inline void fatal_all_at(const char* file, int line, const char* fmt, ...) {
     if (launcher_rank() > 0) {
         fflush(stdout);
-        sleep(30);
-        exit(EXIT_FAILURE);
+        sleep(FATAL_ALL_GRACE_S);
     }
     char msg[2048];
     va_list ap;

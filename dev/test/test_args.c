@@ -2,9 +2,13 @@
  * dev/test/test_args.c -- unit tests of llmc/args.h.
  * Successful parses run in-process; every error case runs args_parse in a fork()ed child and
  * checks the exit status (1), that stderr is exactly one line, and what that line says.
+ * Also llmc/utils.h's launcher_rank (a launcher's rank variable counts only with its size variable agreeing, so a
+ * stale SLURM_PROCID does not make a lone process leave its errors to a rank 0 that does not exist) and FATAL_ALL
+ * (a rank > 0 still alive after the grace period prints the line too).
  */
 #include <fcntl.h>
 #include <sys/wait.h>
+#define FATAL_ALL_GRACE_S 1 /* llmc/utils.h: FATAL_ALL's wait on a rank > 0, 30 s in the trainer */
 #include "llmc/args.h"
 #include "dev/test/testing.h"
 
@@ -89,6 +93,55 @@ static void expect_error(const char** list, const char* what, const char* sub1, 
     if (nl) { *nl = '\0'; }
     TEST_CHECK(ok, "%s: exit 1 and one line mentioning '%s'%s%s (rc %d: %s)", what, sub1 ? sub1 : "",
                sub2 ? " and " : "", sub2 ? sub2 : "", rc, err);
+}
+
+/* launcher_rank with only the given variables set (NULL-terminated name, value pairs) */
+static int rank_with(const char* const* kv) {
+    const char* all[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
+                         "SLURM_PROCID", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) { unsetenv(all[i]); }
+    for (int i = 0; kv[i]; i += 2) { setenv(kv[i], kv[i + 1], 1); }
+    return launcher_rank();
+}
+
+static void test_launcher_rank(void) {
+    const char* none[] = {NULL};
+    const char* ompi[] = {"OMPI_COMM_WORLD_RANK", "2", "OMPI_COMM_WORLD_SIZE", "4", NULL};
+    const char* slurm[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "4", NULL};
+    const char* stale[] = {"SLURM_PROCID", "3", NULL};
+    const char* stale1[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "1", NULL};
+    const char* outside[] = {"OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "4", NULL};
+    const char* pmix[] = {"PMIX_RANK", "1", NULL};
+    TEST_CHECK(rank_with(none) == 0 && rank_with(ompi) == 2 && rank_with(slurm) == 3 && rank_with(pmix) == 1,
+               "launcher_rank: 0 without a launcher; Open MPI's, Slurm's and PMIx's rank under their launchers");
+    TEST_CHECK(rank_with(stale) == 0 && rank_with(stale1) == 0 && rank_with(outside) == 0,
+               "launcher_rank: a SLURM_PROCID without SLURM_NTASKS, with a job of 1 task, or a rank outside the size "
+               "counts as 0 (this process prints its own errors)");
+    /* a rank > 0 that no launcher ends: FATAL_ALL prints its line after the grace period instead of exiting silent */
+    const char* alone[] = {"SLURM_PROCID", "1", "SLURM_NTASKS", "2", NULL};
+    char t1[] = "/tmp/argtest_fatal_XXXXXX";
+    int fe = mkstemp(t1);
+    if (fe < 0) { perror("mkstemp"); exit(2); }
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fe, 2);
+        rank_with(alone);
+        FATAL_ALL("flag -b is 0; expected 1..1024");
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char err[1024];
+    lseek(fe, 0, SEEK_SET);
+    ssize_t n = read(fe, err, sizeof(err) - 1); err[n > 0 ? n : 0] = '\0';
+    close(fe); unlink(t1);
+    int lines = count_lines(err);
+    char* nl = strchr(err, '\n');
+    if (nl) { *nl = '\0'; }
+    TEST_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && lines == 1 && strstr(err, "flag -b is 0"),
+               "FATAL_ALL on a rank > 0 that no launcher ends: the line is printed after the %d s grace period, exit 1 "
+               "(%s)", FATAL_ALL_GRACE_S, err);
+    rank_with(none);
 }
 
 int main(void) {
@@ -202,5 +255,6 @@ int main(void) {
     { const char* a[] = {"-b", "4", "--", "tail", NULL}; expect_error(a, "positional argument after --", "'tail'", NULL); }
     { const char* a[] = {"--help=1", NULL}; expect_error(a, "value given to --help", "takes no value", NULL); }
 
+    test_launcher_rank();
     return testing_finish();
 }
