@@ -155,9 +155,9 @@ static inline int launcher_rank(void) {
 
 /* FATAL for an error every process of a job finds alike (its flags, the output directory, a checkpoint's header):
  * launcher rank 0 prints the one line and exits; the others wait a grace period (FATAL_ALL_GRACE_S), by which the
- * launcher has ended the job because rank 0 failed, so a job prints one line, not one per process. A process still
- * alive after it (no rank 0 ended the job: the launcher variables were not this job's) prints the line too, so an
- * error is late but never silent. */
+ * launcher has ended the job because rank 0 failed (a signal ends the wait: exit without a line), so a job prints one
+ * line, not one per process. A process still alive after it (no rank 0 ended the job: the launcher variables were
+ * not this job's) prints the line too, so an error is late but never silent. */
 #ifndef FATAL_ALL_GRACE_S
 #define FATAL_ALL_GRACE_S 30 /* seconds; a test defines it shorter */
 #endif
@@ -165,7 +165,9 @@ static inline int launcher_rank(void) {
 static inline void fatal_all_at(const char* file, int line, const char* fmt, ...) {
     if (launcher_rank() > 0) {
         fflush(stdout);
-        sleep(FATAL_ALL_GRACE_S);
+        /* a signal during the wait (the launcher's SIGTERM, which the preemption handler catches) ends it early: the
+         * job is being ended, and rank 0 has printed the line */
+        if (sleep(FATAL_ALL_GRACE_S) > 0) { exit(EXIT_FAILURE); }
     }
     char msg[2048];
     va_list ap;

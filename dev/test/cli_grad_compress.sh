@@ -44,6 +44,19 @@ sys.exit(0 if r and all(lo <= x <= hi for x in r) else 1)
 PY
 }
 steps() { grep -E '^step' "$1" | sed -E 's/ *[|] [0-9.]+ ms.*//'; }
+# two 3-step runs' log.jsonl (A, B): step 1 has the same loss and norm bit for bit, steps 2-3 other gradient norms,
+# every step the same bytes sent (what a residual that starts at 0 and then acts gives)
+same_step1_then_other_norms() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
+print("norms", ["%.9g" % o["grad_norm"] for o in a], "and", ["%.9g" % o["grad_norm"] for o in d])
+ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
+    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
+    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
+sys.exit(0 if ok else 1)
+PY
+}
 
 for N in 2 3; do
     MPIRUN $N $TRAIN "${F[@]}" -o "$TMP/none$N" > "$TMP/none$N.log" 2>&1
@@ -114,15 +127,7 @@ check $? "the same checkpoint resumed on 1 process without compression: the resi
 # residual re-added), the same bytes; the header says so; refused without error feedback and at 0
 MPIRUN 2 $TRAIN "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0.5 -o "$TMP/efd" > "$TMP/efd.log" 2>&1
 check $? "2 ranks topk:0.01 --grad-compress-ef-decay 0.5: 3 steps"
-python3 - "$TMP/topk_2/log.jsonl" "$TMP/efd/log.jsonl" <<'PY'
-import json, sys
-a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
-print("losses decay 1", ["%.6f" % o["loss"] for o in a], "decay 0.5", ["%.6f" % o["loss"] for o in d])
-ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
-    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
-    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
-sys.exit(0 if ok else 1)
-PY
+same_step1_then_other_norms "$TMP/topk_2/log.jsonl" "$TMP/efd/log.jsonl"
 check $? "--grad-compress-ef-decay 0.5: step 1 bit for bit as the default decay 1, steps 2-3 other gradient norms (half of the residual re-added), the same bytes"
 grep -q "the residual re-added x0.5 per step" "$TMP/efd.log"
 check $? "--grad-compress-ef-decay 0.5: the header's compression line says the residual is re-added x0.5"
@@ -131,15 +136,7 @@ check $? "--grad-compress-ef-decay 0.5: the header's compression line says the r
 # a residual that is never stored (the quantisation error dropped) makes the two runs identical
 MPIRUN 2 $TRAIN "${F[@]}" --grad-compress int8 --grad-compress-ef 0 -o "$TMP/int8_noef" > "$TMP/int8_noef.log" 2>&1
 check $? "2 ranks --grad-compress int8 --grad-compress-ef 0: 3 steps"
-python3 - "$TMP/int8_2_z0/log.jsonl" "$TMP/int8_noef/log.jsonl" <<'PY'
-import json, sys
-a, d = ([o for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:])
-print("norms with error feedback", ["%.9g" % o["grad_norm"] for o in a], "without", ["%.9g" % o["grad_norm"] for o in d])
-ok = len(a) == len(d) == 3 and a[0]["loss"] == d[0]["loss"] and a[0]["grad_norm"] == d[0]["grad_norm"] and \
-    all(x["grad_norm"] != y["grad_norm"] for x, y in zip(a[1:], d[1:])) and \
-    [o["grad_bytes_sent"] for o in a] == [o["grad_bytes_sent"] for o in d]
-sys.exit(0 if ok else 1)
-PY
+same_step1_then_other_norms "$TMP/int8_2_z0/log.jsonl" "$TMP/int8_noef/log.jsonl"
 check $? "int8 error feedback: step 1 bit for bit as --grad-compress-ef 0, steps 2-3 other gradient norms (the rounding residual re-added), the same bytes"
 dp_refused 2 "needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1" "--grad-compress-ef-decay 0.5 without error feedback" \
     "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef 0 --grad-compress-ef-decay 0.5
