@@ -264,45 +264,88 @@ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * c * x * x);
 }
 
-/* the host GEMM; see the header comment for the operation order */
+/* the host GEMM; see the header comment for the operation order. Every output element is summed exactly as
+ * "acc = beta*C; acc += op(A)[i][k] * op(B)[k][j] for k = 0, 1, ..., K-1" (a product rounded to fp32, then the
+ * add; no FMA): the blocking below only changes which elements are computed side by side, never one element's order.
+ * K is cut into blocks of KB (an element's partial sum waits in `part` between blocks, in fp32, as it would in a
+ * register); per block, op(A)'s rows i0..i0+MB-1 are packed k-major into fp32 (zero past the matrix), op(B)'s columns
+ * j0..j0+NB-1 into broadcast vectors, and 8 vector accumulators (8 rows x NB columns) gain their products for k in
+ * order (GCC/Clang vector extensions: 4 fp32 lanes, SSE on any x86-64). */
+typedef float f32x4 __attribute__((vector_size(16)));
+
 template <class T>
 inline void gemm_host(const Gemm& g) {
+    constexpr uint64_t MB = 64, NB = 4, MV = MB / 4, KB = 256;
     const T* A = (const T*)g.A;
     const T* B = (const T*)g.B;
     const T* C = (const T*)g.C;
     const T* bias = (const T*)g.bias;
     T* D = (T*)g.D;
     T* aux = (T*)g.aux;
-    std::vector<float> acc(g.m ? g.m : 1);
-    for (uint64_t j = 0; j < g.n; j++) {
-        for (uint64_t i = 0; i < g.m; i++) { acc[i] = g.beta != 0.0f ? to_f(C[i + j * g.ldc]) : 0.0f; }
-        if (g.transa) { /* op(A) row i is contiguous: one dot product per output */
-            for (uint64_t i = 0; i < g.m; i++) {
-                const T* a = A + i * g.lda;
-                float s = acc[i];
-                for (uint64_t kk = 0; kk < g.k; kk++) {
-                    s += to_f(a[kk]) * to_f(g.transb ? B[j + kk * g.ldb] : B[kk + j * g.ldb]);
+    std::vector<f32x4> ap(KB * MV), bp(KB * NB);  /* ap[kk*MV + v]: rows i0+4v..+3 of column k0+kk; bp[kk*NB + jj] */
+    std::vector<float> part(g.k > KB ? g.m * g.n : 0);  /* partial sums between K blocks, (m, n) column-major */
+    for (uint64_t k0 = 0; k0 < g.k || k0 == 0; k0 += KB) {
+        const uint64_t kb = g.k - k0 < KB ? g.k - k0 : KB;
+        const bool first = k0 == 0, last = k0 + kb >= g.k;
+        for (uint64_t i0 = 0; i0 < g.m; i0 += MB) {
+            const uint64_t mb = g.m - i0 < MB ? g.m - i0 : MB;
+            float* af = (float*)ap.data();
+            for (uint64_t kk = 0; kk < kb; kk++) {
+                for (uint64_t ii = 0; ii < MB; ii++) {
+                    const uint64_t i = i0 + ii, k = k0 + kk;
+                    af[kk * MB + ii] = ii < mb ? to_f(g.transa ? A[i * g.lda + k] : A[i + k * g.lda]) : 0.0f;
                 }
-                acc[i] = s;
             }
-        } else { /* op(A) column kk is contiguous: every output of column j gains its k-th product in turn */
-            for (uint64_t kk = 0; kk < g.k; kk++) {
-                const float b = to_f(g.transb ? B[j + kk * g.ldb] : B[kk + j * g.ldb]);
-                const T* a = A + kk * g.lda;
-                for (uint64_t i = 0; i < g.m; i++) { acc[i] += to_f(a[i]) * b; }
+            for (uint64_t j0 = 0; j0 < g.n; j0 += NB) {
+                const uint64_t nb = g.n - j0 < NB ? g.n - j0 : NB;
+                for (uint64_t kk = 0; kk < kb; kk++) {
+                    for (uint64_t jj = 0; jj < NB; jj++) {
+                        const uint64_t j = j0 + jj, k = k0 + kk;
+                        const float b = jj < nb ? to_f(g.transb ? B[j + k * g.ldb] : B[k + j * g.ldb]) : 0.0f;
+                        bp[kk * NB + jj] = f32x4{b, b, b, b};
+                    }
+                }
+                for (uint64_t v = 0; v < MV; v += 2) {
+                    if (4 * v >= mb) { break; }
+                    f32x4 acc[2][NB];
+                    for (uint64_t jj = 0; jj < NB; jj++) {
+                        for (uint64_t r = 0; r < 8; r++) {
+                            const uint64_t i = i0 + 4 * v + r, j = j0 + jj;
+                            float x = 0.0f;
+                            if (i < g.m && jj < nb) {
+                                x = !first ? part[i + j * g.m] : g.beta != 0.0f ? to_f(C[i + j * g.ldc]) : 0.0f;
+                            }
+                            acc[r / 4][jj][r % 4] = x;
+                        }
+                    }
+                    for (uint64_t kk = 0; kk < kb; kk++) {
+                        const f32x4 a0 = ap[kk * MV + v], a1 = ap[kk * MV + v + 1];
+                        for (uint64_t jj = 0; jj < NB; jj++) {
+                            const f32x4 b = bp[kk * NB + jj];
+                            const f32x4 p0 = a0 * b, p1 = a1 * b;
+                            acc[0][jj] = acc[0][jj] + p0;
+                            acc[1][jj] = acc[1][jj] + p1;
+                        }
+                    }
+                    for (uint64_t jj = 0; jj < nb; jj++) {
+                        for (uint64_t r = 0; r < 8 && i0 + 4 * v + r < g.m; r++) {
+                            const uint64_t i = i0 + 4 * v + r, j = j0 + jj;
+                            float x = acc[r / 4][jj][r % 4];
+                            if (!last) { part[i + j * g.m] = x; continue; }
+                            if (bias) { x += to_f(bias[i]); }
+                            if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                                aux[i + j * g.ld_aux] = from_f<T>(x);
+                                x = gelu(x);
+                            } else if (g.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                                x *= gelu_grad(to_f(aux[i + j * g.ld_aux]));
+                            }
+                            D[i + j * g.ldd] = from_f<T>(x);
+                        }
+                    }
+                }
             }
         }
-        for (uint64_t i = 0; i < g.m; i++) {
-            float v = acc[i];
-            if (bias) { v += to_f(bias[i]); }
-            if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-                aux[i + j * g.ld_aux] = from_f<T>(v);
-                v = gelu(v);
-            } else if (g.epilogue == CUBLASLT_EPILOGUE_DGELU) {
-                v *= gelu_grad(to_f(aux[i + j * g.ld_aux]));
-            }
-            D[i + j * g.ldd] = from_f<T>(v);
-        }
+        if (g.k == 0) { break; }
     }
 }
 
