@@ -23,7 +23,8 @@
 #            USE_NCCL=0 (one-GPU build without NCCL), USE_OPENSSL=0 (no TCP bootstrap; default: where found),
 #            CUBLAS_HOME / CUDNN_HOME / NCCL_HOME (llmc/cuda/libs.mk),
 #            WERROR=0 (warnings stay warnings; default 1: every warning is an error, as CI builds),
-#            TEST_JOBS (make test builds its programs this many at a time, default 2; make -jN test uses N).
+#            TEST_JOBS (make test builds its programs, and runs its tests, this many at a time, default 2; make -jN
+#            test builds N at a time).
 
 CC        ?= gcc
 CXX       ?= g++
@@ -84,7 +85,7 @@ $(BUILD)/mpi_comm: dev/test/mpi_comm.c dev/test/mpi_check.h $(wildcard llmc/comm
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
 # process-grid tests run under mpirun by dev/test/cli_grid.sh
-# the pipeline bubble through the real executor with sleeping stages, run under mpirun by dev/test/cli_pp.sh
+# the pipeline bubble through the real executor with sleeping stages, run under mpirun by dev/test/cli_pp_bubble.sh
 $(BUILD)/mpi_pipe_bubble: dev/test/mpi_pipe_bubble.c dev/test/mpi_check.h $(wildcard llmc/comm*.h) llmc/pipeline.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
@@ -281,12 +282,13 @@ MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm
                   $(BUILD)/mpi_step_stats train_gpt_emu_mpi \
                   train_gpt_emu_mpi_bf16)
 
-# make test builds its programs TEST_JOBS at a time (the emulator builds are 1-2 minutes each), then runs the tests
+# make test builds its programs TEST_JOBS at a time (the emulator builds are 1-2 minutes each), then runs the tests,
+# TEST_JOBS at a time too (dev/test/run_tests.sh: the longest first, the wall-clock checks alone)
 TEST_JOBS ?= 2
 test-programs: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
 test:
 	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS)) test-programs
-	bash dev/test/run_tests.sh
+	TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh
 
 # the quick tier (under 5 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test and
 # the command-line tests that take seconds each: bad input, resume, the flag table, the layout table (trainer against
@@ -296,7 +298,7 @@ test:
 QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_grid $(BUILD)/mpi_step_stats)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
-	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' bash dev/test/run_tests.sh
+	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off, precise math: no --use_fast_math) next to the default BF16 one. Built with
 # GELU_BWD_EPILOGUE=0 whatever the make variable says: GELU's derivative in our fc dbias pass, not in cuBLASLt's DGELU

@@ -19,8 +19,8 @@
 #     and resumed on the same layout: final model and every rank's state bit-identical to the straight run; resumed
 #     on one process (re-sharded over tp, pp and dp): losses and final weights within T(10);
 #   - sampling through the pipeline (weights untouched at -l 0) prints the same text as one process;
-#   - the measured bubble through the real executor (build/mpi_pipe_bubble: stages that sleep, 4 processes);
 #   - impossible layouts are refused with one error line.
+# The measured bubble through the real executor (stages that sleep) is dev/test/cli_pp_bubble.sh, run with no test beside it.
 # With TESTS_QUICK=1 (a quicker run by hand: TESTS_QUICK=1 bash dev/test/cli_pp.sh) the schedule matrix is cut to pp 2 1f1b and pp 4 interleaved, and the resumes
 # (3D, onto other stages) and the sampling check are left out (make test runs everything).
 source "$(dirname "$0")/dp_lib.sh"
@@ -174,12 +174,6 @@ sys.exit(0 if len(t[0]) == 1 and t[0] == t[1] and len(t[0][0]) > 0 else 1)
 PY
 check $? "sampling through 4 pipeline stages prints the text one process prints"
 }
-
-MPIRUN 4 build/mpi_pipe_bubble > "$TMP/bubble.log" 2>&1
-rc=$?
-grep -E '^(ok|not ok) - |^# ' "$TMP/bubble.log" | grep -v '^# [0-9]* passed'
-test $rc -eq 0 && test "$(grep -c '^ok - ' "$TMP/bubble.log")" -eq 4
-check $? "measured bubble through the executor on 4 processes: 4 checks on rank 0, exit $rc"
 
 B=(-b 2 -t 16 -j '' -g 0 -x 1)
 dp_refused 4 "--pp 4" "--pp 4 for a model of 2 layers" -e d2 "${B[@]}" --pp 4 -d 128

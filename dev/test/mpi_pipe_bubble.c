@@ -2,7 +2,7 @@
  * dev/test/mpi_pipe_bubble.c -- the pipeline bubble measured through the real executor (llmc/pipeline.h pipe_run,
  * comm_p2p_batch transfers between the processes, the trainer's measurement pipe_bubble_measured) with stages of
  * equal, known cost: every forward sleeps tf and every backward tb (no computation, so the 2 CPU cores of CI do
- * not distort the costs). Run by dev/test/cli_pp.sh as `mpirun -np 4 build/mpi_pipe_bubble`.
+ * not distort the costs). Run by dev/test/cli_pp_bubble.sh as `mpirun -np 4 build/mpi_pipe_bubble`.
  *
  * For p = world ranks and m = 8 micro-batches, rank 0 prints one line per check (failure flags all-reduced first):
  *   - gpipe and 1f1b (tf = 10 ms, tb = 20 ms): the measured bubble, the median of 3 steps after a warm-up step, is
