@@ -21,8 +21,8 @@
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
 #   - a small learning check: 2 ranks, d2, 60 steps (-b 8 -t 64, lr 3e-3, warmup 10) on Tiny Shakespeare, validation
 #     over 8 windows at the end: int8 within 1% of the uncompressed validation loss, topk:0.01 with error feedback
-#     within 5% (the issue's acceptance at CI scale; the full 600-step d4 study is
-#     dev/bench/grad_compress_convergence.sh); the run without error feedback is printed, not checked (see below);
+#     within 5% (the issue's acceptance at CI scale; the full 600-step d4 study, top-k without error feedback
+#     among its runs, is dev/bench/grad_compress_convergence.sh, its numbers in dev/bench/README.md);
 #   - topk:1 (everything sent) trains bit-identically to the uncompressed run on 2 ranks: the sparse path's sums
 #     are the ring's (0 + a + b == a + b exactly).
 # With TESTS_QUICK=1 (a quicker run by hand: TESTS_QUICK=1 bash dev/test/cli_grad_compress.sh) the emulated GPU build and the learning check are left out.
@@ -193,25 +193,18 @@ L=(-e d2 -b 8 -t 64 -g 0 -u 10 -l 3e-3 -x 60 -v 0 -m 8)
 for gc in none int8 topk:0.01; do
     MPIRUN 2 $TRAIN "${L[@]}" --grad-compress $gc -o "$TMP/l_$gc" > "$TMP/l_$gc.log" 2>&1 || echo "# run $gc failed"
 done
-MPIRUN 2 $TRAIN "${L[@]}" --grad-compress topk:0.01 --grad-compress-ef 0 -o "$TMP/l_noef" > "$TMP/l_noef.log" 2>&1
 python3 - "$TMP" <<'PY' > "$TMP/learn.txt"
 import json, sys
 t = sys.argv[1]
 def val(n):
     return [o["val_loss"] for o in map(json.loads, open("%s/l_%s/log.jsonl" % (t, n))) if o["kind"] == "val"][-1]
-v = {n: val(n) for n in ["none", "int8", "topk:0.01", "noef"]}
+v = {n: val(n) for n in ["none", "int8", "topk:0.01"]}
 for n in v: print("%s %.5f %+.2f%%" % (n, v[n], 100 * (v[n] - v["none"]) / v["none"]))
 PY
 cat "$TMP/learn.txt" | sed 's/^/# /'
 read -r _ base _ < <(grep '^none' "$TMP/learn.txt"); read -r _ i8 _ < <(grep '^int8' "$TMP/learn.txt")
-read -r _ tk _ < <(grep '^topk' "$TMP/learn.txt"); read -r _ ne _ < <(grep '^noef' "$TMP/learn.txt")
+read -r _ tk _ < <(grep '^topk' "$TMP/learn.txt")
 python3 -c "import sys; sys.exit(0 if abs($i8 - $base) <= 0.01 * $base else 1)"
 check $? "learning (2 ranks, d2, 60 steps): int8 final val loss $i8 within 1% of uncompressed $base"
 python3 -c "import sys; sys.exit(0 if abs($tk - $base) <= 0.05 * $base else 1)"
 check $? "learning: topk:0.01 with error feedback $tk within 5% of uncompressed $base"
-# Not a check: the issue expected top-k without error feedback to be visibly worse. Measured here (60 steps) it is
-# not (6.734 without, 6.791 with); at 600 steps of d4 plain top-k with error feedback is 16% behind the uncompressed
-# run: the residual delivers stale accumulated gradients in rare large pulses, which AdamW's per-coordinate
-# normalisation turns into small steps (dev/bench/README.md: the measured curves of the variants tried). Printed for
-# the record.
-echo "# learning: topk:0.01 without error feedback $ne, with $tk"
