@@ -708,6 +708,7 @@ static int plan_main(const TrainConfig* cfg) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
+    backend_process_start(argv); /* CPU: may re-execute with a faster OpenBLAS kernel set (llmc/cpu/blas_core.h) */
     TrainSession* s = (TrainSession*)calloc_check(1, sizeof(TrainSession), "session");
     train_config_defaults(&s->cfg);
     ArgSpec specs[TRAIN_NUM_FLAGS];

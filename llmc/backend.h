@@ -24,6 +24,8 @@
  * overwrites.
  *
  * ---- lifetime / memory ----
+ * void  backend_process_start(char** argv);         first in main, before any thread or MPI: CPU: OpenBLAS's kernel
+ *                                                    check (may re-execute the program, llmc/cpu/blas_core.h); CUDA: nothing
  * void  backend_init(int local_rank, int verbose);   select device, create handles, print device line
  * void  backend_shutdown(void);
  * const char* backend_device_name(void);             e.g. "CPU (2 threads)" or "NVIDIA H200"

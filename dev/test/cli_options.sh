@@ -2,7 +2,8 @@
 # give bit-identical losses on the CPU backend (same operations, same order); gradient accumulation gives
 # the same loss as one larger micro-batch over the same tokens (means over all tokens of the step); --cpu-matmul bf16
 # (an option that does change the numbers) stays within 1% of the fp32 losses; the default --cpu-matmul auto picks the
-# faster path it timed and trains exactly as that path. (Every other test passes --cpu-matmul fp32: lib_cli.sh's $TRAIN.)
+# faster path it timed and trains exactly as that path; OpenBLAS runs kernels this CPU's vector units fit (a user's
+# OPENBLAS_CORETYPE kept). (Every other test passes --cpu-matmul fp32: lib_cli.sh's $TRAIN.)
 source "$(dirname "$0")/lib_cli.sh"
 run() { local out="$1"; shift; $TRAIN "$@" > "$TMP/$out.txt" 2>&1 || echo "run $out failed: $(tail -n 3 "$TMP/$out.txt")"; grep -E '^step' "$TMP/$out.txt" | sed -E 's/[|] [0-9.]+ ms.*//' > "$TMP/$out.steps"; }
 run r0 "${FAST[@]}" -x 5 -r 0
@@ -71,3 +72,14 @@ check $? "no --cpu-matmul (auto) trains exactly as --cpu-matmul ${PICK:-?} and r
 grep -q '^| precision .*(--cpu-matmul fp32)$' "$TMP/r0.txt"
 check $? "--cpu-matmul fp32 is forced: no timing, the header names the flag's value"
 expect_error "cpu-matmul" "--cpu-matmul with an unknown value is refused" -- $TRAIN "${FAST[@]}" -x 1 --cpu-matmul fp16
+# OpenBLAS's kernel set (llmc/cpu/blas_core.h): a user's OPENBLAS_CORETYPE is kept as given (no re-execution); without
+# it, on a CPU with AVX2 + FMA, OpenBLAS never runs one of its SSE-only cores (where it chose one, the trainer
+# re-executes itself with a better one and the device line says so)
+OPENBLAS_CORETYPE=Prescott $TRAIN "${FAST[@]}" -x 1 > "$TMP/blas_user.txt" 2>&1
+grep -q '^device: CPU (.*, OpenBLAS Prescott)$' "$TMP/blas_user.txt"
+check $? "OPENBLAS_CORETYPE=Prescott set by the user is kept: '$(grep -m 1 '^device:' "$TMP/blas_user.txt")'"
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    CORE=$(sed -n -E 's/^device: CPU \([^,]*, OpenBLAS ([A-Za-z0-9]+).*/\1/p' "$TMP/r0.txt")
+    [ -n "$CORE" ] && [[ " Prescott Core2 Penryn Dunnington Nehalem " != *" $CORE "* ]]
+    check $? "this CPU has AVX2 + FMA and OpenBLAS runs kernels that use them: '$(grep -m 1 '^device:' "$TMP/r0.txt")'"
+fi

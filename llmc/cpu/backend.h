@@ -41,6 +41,7 @@
 #endif
 
 #include "../utils.h"
+#include "blas_core.h"
 
 typedef float floatX;
 #define PRECISION_NAME "fp32"
@@ -134,9 +135,9 @@ static inline float cpu_expf(float x) {
 /* Human-readable device description, e.g. "CPU (2 OpenMP threads, OpenBLAS)".
  * Returns a pointer to a static buffer (per translation unit). */
 static inline const char* backend_device_name(void) {
-    static char name[96];
-    snprintf(name, sizeof(name), "CPU (%d OpenMP thread%s, OpenBLAS%s)", cpu_num_threads(),
-             cpu_num_threads() == 1 ? "" : "s",
+    static char name[192];
+    snprintf(name, sizeof(name), "CPU (%d OpenMP thread%s, OpenBLAS %s%s)", cpu_num_threads(),
+             cpu_num_threads() == 1 ? "" : "s", blas_core_name(),
 #ifdef LLMC_CPU_NAIVE
              ", naive matmul/attention"
 #else
@@ -148,6 +149,9 @@ static inline const char* backend_device_name(void) {
 
 /* Initialises the backend: pins OpenBLAS to one thread (see threading model
  * above) and, if verbose, prints "device: <name>". local_rank is unused on the CPU. */
+/* OpenBLAS's kernel check (llmc/cpu/blas_core.h): may re-execute the program with OPENBLAS_CORETYPE set */
+static inline void backend_process_start(char** argv) { blas_core_check(argv); }
+
 static inline void backend_init(int local_rank, int verbose) {
     (void)local_rank;
     cpu_blas_single_threaded();

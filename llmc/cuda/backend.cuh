@@ -46,6 +46,9 @@
 
 /* ---------------------------------------------------------------- lifetime */
 
+/* nothing to do before start-up on the GPU (the CPU backend checks OpenBLAS's kernels here) */
+static inline void backend_process_start(char** argv) { (void)argv; }
+
 /* selects device local_rank % device_count, creates the main stream, cuBLASLt handle and workspace,
  * and the small scratch buffers; prints one device line when verbose */
 static inline void backend_init(int local_rank, int verbose) {
