@@ -28,7 +28,8 @@ if ! [[ "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
 fi
 # wall-clock checks: the bootstrap's deadlines (test_comm_bootstrap) and the measured pipeline bubble
 ALONE=" test_comm_bootstrap cli_pp_bubble.sh "
-# the longest tests first, longest to shortest (seconds measured in make test on 2 cores, 2026-12-04; dev/test/README.md)
+# the longest tests first, longest to shortest (their times in make test on 2 cores, 2026-12-04: check_cuda_build.sh
+# 894 s and cli_grad_compress.sh 461 s beside other tests, down to cli_offload.sh and cli_tp.sh, 46-135 s)
 LONGEST="check_cuda_build.sh cli_grad_compress.sh cli_pp_nccl_emu.sh cli_dp_nccl_emu.sh cli_pp.sh cli_dp_zero.sh
     cli_moe_ep_nccl_emu.sh cli_tp_nccl_emu.sh cli_dp_resume.sh test_gpt_emu test_gpt_emu_bf16 cli_offload.sh cli_tp.sh"
 DIR=$(mktemp -d /tmp/llmc_tests.XXXXXX)
