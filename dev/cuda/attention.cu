@@ -18,7 +18,11 @@
  * floatX output is rounded once (<= u relative); P (or dS) is rounded to floatX before its matmul
  * (each term <= u relative, so the sum errs by <= u * sum|term| <= u * max|ref|-scale); Q.K and dO.V are
  * accumulated in fp32 from exact inputs. Hence |gpu - ref| <= 8 u * max|ref| per tensor (a factor 2-4
- * margin over the sum of these bounds). lse is fp32 from exact inputs: |err| <= 1e-3 * max(1,|ref|)
+ * margin over the sum of these bounds). dq and dk add an absolute floor: dS = P (dP - D) subtracts two fp32 dot
+ * products of hs terms (dP_ij = dO_i.V_j, D_i = dO_i.O_i), each up to hs max|dO| max|qkv|, which cancel where the
+ * exact gradient is 0 (T = 1: one key, P = 1, O = V): their fp32 rounding, <= 2 hs 2^-24 of that size, reaches dq
+ * and dk through scale * sum_j P_ij k_j (sum_j P_ij = 1), so the floor is 2 hs 2^-24 max|dO| max|qkv|^2 scale (the
+ * first GPU run, 2026-12-04, saw 2.9e-8 at T = 1 against a tolerance of 0; the floor is 4.8e-7 at hs 16). lse is fp32 from exact inputs: |err| <= 1e-3 * max(1,|ref|)
  * (exp2 approximation ~2 ulp, fp32 accumulation over <= T terms).
  *
  * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
@@ -301,6 +305,11 @@ static int check_shape(Impl im, Shape s) {
     download_floatx(h_dqkv, d_dqkv, nqkv);
     /* compare dq, dk, dv separately (each has its own scale) */
     const char* names[3] = {"dq", "dk", "dv"};
+    double max_dout = 0, max_qkv = 0; /* the dq/dk floor of the header's tolerance argument */
+    for (size_t i = 0; i < nout; i++) { max_dout = fmax(max_dout, fabs(h_dout[i])); }
+    for (size_t i = 0; i < nqkv; i++) { max_qkv = fmax(max_qkv, fabs(h_qkv[i])); }
+    const int hs = s.C / s.NH;
+    const double cancel_floor = 2.0 * hs * 0x1p-24 * max_dout * max_qkv * max_qkv / sqrt((double)hs);
     for (int part = 0; part < 3; part++) {
         const size_t n = (size_t)s.B * s.T * s.C;
         float* g = (float*)malloc(n * sizeof(float));
@@ -310,7 +319,7 @@ static int check_shape(Impl im, Shape s) {
                 g[row * s.C + c] = h_dqkv[row * 3 * s.C + part * s.C + c];
                 r[row * s.C + c] = r_dqkv[row * 3 * s.C + part * s.C + c];
             }
-        ok &= compare(names[part], g, r, n, 8 * u, 0);
+        ok &= compare(names[part], g, r, n, 8 * u, part < 2 ? cancel_floor : 0.0);
         free(g);
         free(r);
     }
