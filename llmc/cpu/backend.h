@@ -132,7 +132,7 @@ static inline float cpu_expf(float x) {
 
 /* ---------------------------------------------------------------- lifetime / memory */
 
-/* Human-readable device description, e.g. "CPU (2 OpenMP threads, OpenBLAS)".
+/* Human-readable device description, e.g. "CPU (2 OpenMP threads, OpenBLAS Haswell)" (llmc/cpu/blas_core.h).
  * Returns a pointer to a static buffer (per translation unit). */
 static inline const char* backend_device_name(void) {
     static char name[192];
@@ -147,11 +147,11 @@ static inline const char* backend_device_name(void) {
     return name;
 }
 
-/* Initialises the backend: pins OpenBLAS to one thread (see threading model
- * above) and, if verbose, prints "device: <name>". local_rank is unused on the CPU. */
 /* OpenBLAS's kernel check (llmc/cpu/blas_core.h): may re-execute the program with OPENBLAS_CORETYPE set */
 static inline void backend_process_start(char** argv) { blas_core_check(argv); }
 
+/* Initialises the backend: pins OpenBLAS to one thread (see threading model
+ * above) and, if verbose, prints "device: <name>". local_rank is unused on the CPU. */
 static inline void backend_init(int local_rank, int verbose) {
     (void)local_rank;
     cpu_blas_single_threaded();
