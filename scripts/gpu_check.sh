@@ -36,6 +36,7 @@
 # Usage: bash scripts/gpu_check.sh
 #   env: STAGES="bench zero"    only these stages (the preflight always runs; the others get a "skipped" row)
 #        BENCH_B=64 BENCH_STEPS=40 GPU_CHECK_BUDGET=480 GPU_ARCH=90 SKIP_TORCH=1
+#        GPU_CHECK_LIMITS="cudnn=200 moe=120"   a stage's limit in seconds instead of the plan's (still cut to the budget)
 #        GPU_CHECK_FAKE_STAGE="cmd"   test-only: a stage "fake" after the preflight that runs cmd (limit
 #                                     GPU_CHECK_FAKE_LIMIT, default 30 s) even without a GPU (cli_gpu_check_dry.sh)
 # What the GPU image may lack and this machine can provide (the cudnn-frontend headers): scripts/gpu_prepare.sh.
@@ -67,10 +68,10 @@ bench|60|20|20-30|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s,
 devcuda|90|20|40-70|dev/cuda checks and timings at training shapes, each program <= 25 s
 zero|60|20|4 x 10|ZeRO-0/1/2/3, 1 process, 2 micro-steps; losses compared
 graphs|30|15|15-20|ours with --cuda-graphs 1
-cudnn|30|15|15-20|ours with cuDNN attention (train_gpt_cudnn, if its build finished)
+cudnn|90|15|15-90|ours with cuDNN attention (train_gpt_cudnn; waits for its build, which started in stage 2, ~3 min)
 torch|120|60|60-120|PyTorch torch.compile, same config, with what is left
 offload|40|20|2 x 15|--offload-optimizer cpu, --offload-params cpu
-moe|25|15|15|MoE d12 E=8 top-2 B=8
+moe|60|15|15-40|MoE d12 E=8 top-2 B=8 (580M parameters to initialize)
 sanitizer|90|60|60+|compute-sanitizer racecheck + synccheck on test_gpt, only if 60 s remain"
 if [ -n "${GPU_CHECK_FAKE_STAGE:-}" ]; then # test-only: a stage after the preflight that needs no GPU
     PLAN=$(printf '%s\n' "$PLAN" | sed "1a fake|${GPU_CHECK_FAKE_LIMIT:-30}|1|n/a|test-only: GPU_CHECK_FAKE_STAGE")
@@ -80,6 +81,14 @@ ORDER=()
 while IFS='|' read -r key lim min _pred _what; do
     ORDER+=("$key"); LIMIT[$key]=$lim; MIN_START[$key]=$min
 done <<< "$PLAN"
+for kv in ${GPU_CHECK_LIMITS:-}; do # "stage=seconds" pairs; an unknown stage or a non-number is refused
+    k=${kv%%=*} v=${kv#*=}
+    if [ -z "${LIMIT[$k]:-}" ] || ! [[ "$v" =~ ^[0-9]+$ ]]; then
+        echo "gpu_check: GPU_CHECK_LIMITS: '$kv' is not stage=seconds with a stage of the plan (${ORDER[*]})" >&2; exit 2
+    fi
+    LIMIT[$k]=$v
+    PLAN=$(printf '%s\n' "$PLAN" | awk -F'|' -v OFS='|' -v k="$k" -v v="$v" '$1 == k { $2 = v } 1')
+done
 
 print_plan() {
     local n=0 cum=0 key lim min pred what
@@ -468,7 +477,9 @@ stage_graphs() {
 # ---------------------------------------------------------------- 8 cuDNN attention
 stage_cudnn() {
     if [ "$CUDNN_OK" != 1 ]; then skipped "no cuDNN or cudnn-frontend headers (preflight row; scripts/gpu_prepare.sh)"; return; fi
-    bg_wait cudnn_build 0
+    # its build started with stage 2; wait for it as long as the stage leaves 25 s for the benchmark
+    local wait=$(( $(time_for 0) - 25 ))
+    bg_wait cudnn_build $(( wait > 0 ? wait : 0 ))
     case $BG_RC in
         running) skipped "train_gpt_cudnn still building at $((SECONDS - t0)) s (build_cudnn.log)"; return;;
         "not started") skipped "train_gpt_cudnn was not built (STAGES without build?)"; [ -x ./train_gpt_cudnn ] || return;;
