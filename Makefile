@@ -324,6 +324,7 @@ test-gpu: test_gpt test_gpt_fp32
 fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 	$(PYTHON) train_gpt.py --write-moe-fixture
+	$(PYTHON) train_gpt.py --write-family-fixture
 
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16

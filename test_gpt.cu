@@ -17,7 +17,10 @@
  * fixed-length (padded) forward gives the logits of the growing-length one (test_sample_fixed_length); a skipped
  * (non-finite) step advances neither AdamW's t nor the schedule, also across a resume (test_skipped_step); weight-decay
  * grouping of d12. Under mpirun (an MPI build, build/mpi_test_gpt_tp): the fixture model split over the processes by
- * tensor parallelism, with and without sequence parallelism (test_tensor_parallel).
+ * tensor parallelism, with and without sequence parallelism (test_tensor_parallel). The mixture-of-experts fixture
+ * (test_moe_fixture) and the decoder family's (test_family_fixture: dev/test/fixtures/family_fixture_*.bin, written by
+ * `python3 train_gpt.py --write-family-fixture`, model file v9 with norm=rms, bias=0) get the same checks at the same
+ * tolerances.
  *
  * Tolerances by precision (error measured as max|ours - ref| / max|ref| per tensor):
  *   fp32: reference and ours both accumulate in fp32 but in different orders. A dot product of K terms
@@ -894,6 +897,39 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
     memset(&fixture_moe_opt, 0, sizeof(fixture_moe_opt));
 }
 
+/* The decoder family's fixture (python3 train_gpt.py --write-family-fixture; llmc/README.md, "The model's
+ * architecture as data"): the dense fixture's sizes, batch and optimizer with the family's knobs built so far
+ * (RMSNorm: rstd only; bias=0: no bias in any linear layer or norm), a version-9 model file. Checks, at the dense fixture's tolerances: the file's
+ * knobs; init from the seed; logits, loss and every gradient against PyTorch; KV-cache sampling (RMSNorm in the
+ * decode path); the AdamW steps; the checkpoint round trip (the family's file written and read back). */
+static void test_family_fixture(const char* model_path, const char* state_path, const Tolerances* tol) {
+    GPT2 header_model;
+    gpt2_build_from_file(&header_model, model_path, NULL);
+    const GPT2Arch* a = &header_model.config.arch;
+    TEST_CHECK(a->norm == NORM_RMSNORM && a->pos == POS_LEARNED && a->mlp == MLP_GELU && a->bias == 0,
+               "family fixture: the model file (version 9) carries norm=rms, bias=0 (norm %d pos %d mlp %d bias %d)",
+               (int)a->norm, (int)a->pos, (int)a->mlp, a->bias);
+    TEST_CHECK(header_model.param_sizes[P_LN1B] == 0 && header_model.param_sizes[P_LNFB] == 0 &&
+               header_model.param_sizes[P_QKVB] == 0 && header_model.param_sizes[P_FCPROJB] == 0,
+               "family fixture: no bias tensors (ln1b %zu, lnfb %zu, qkvb %zu, fcprojb %zu values)",
+               header_model.param_sizes[P_LN1B], header_model.param_sizes[P_LNFB], header_model.param_sizes[P_QKVB],
+               header_model.param_sizes[P_FCPROJB]);
+    printf("# family fixture: L=%d C=%d NH=%d, norm=rms, bias=0, %zu parameters\n", header_model.config.num_layers,
+           header_model.config.channels, header_model.config.num_heads, header_model.num_parameters);
+    Fixture fx;
+    fixture_load(&fx, state_path, &header_model);
+    gpt2_free(&header_model);
+    FixtureModel fm;
+    build_fixture_model(&fm, model_path, fx.B, fx.T);
+    test_init_matches_reference(&fm.m);
+    test_forward_backward(&fm, &fx, tol);
+    test_kv_cache_sampling(&fm.m, &fx, tol);
+    free_fixture_model(&fm);
+    test_adamw_steps(model_path, &fx, tol);
+    test_checkpoint_round_trip(model_path, &fx);
+    fixture_free(&fx);
+}
+
 int main(int argc, char** argv) {
     const char* model_path = argc > 1 ? argv[1] : "dev/test/fixtures/gpt2_fixture_model.bin";
     const char* state_path = argc > 2 ? argv[2] : "dev/test/fixtures/gpt2_fixture_state.bin";
@@ -932,6 +968,8 @@ int main(int argc, char** argv) {
     if (argc <= 1) {
         test_moe_fixture("dev/test/fixtures/gpt2_moe_fixture_model.bin", "dev/test/fixtures/gpt2_moe_fixture_state.bin",
                          &tol);
+        test_family_fixture("dev/test/fixtures/family_fixture_model.bin", "dev/test/fixtures/family_fixture_state.bin",
+                            &tol);
     }
     comm_finalize(&world);
     backend_shutdown();

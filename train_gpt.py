@@ -66,6 +66,11 @@ MOE_NAMES = ["routerw", "efcw", "efcb", "efcprojw", "efcprojb"]  # after the den
 MLP_NAMES = {"fcw", "fcb", "fcprojw", "fcprojb"}
 DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "routerw", "efcw", "efcprojw"}
 MODEL_VERSION_MOE_FP32 = 7
+MODEL_VERSION_ARCH_FP32 = 9  # the decoder family: header[12..20] = the architecture knobs (llmc/model_file.h)
+NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llmc/gpt2.h, WHEN_NORM_BIAS)
+LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
+# the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
+ARCH_GPT2 = dict(norm="layernorm", bias=1)
 
 MODEL_CONFIGS = {  # name: (L, C, NH, maxT)
     "d2": (2, 128, 4, 256), "d4": (4, 256, 4, 256), "d6": (6, 384, 6, 256),
@@ -90,10 +95,11 @@ def moe_layers(L, moe):
     return [l for l in range(L) if moe and (l + 1) % moe["every"] == 0]
 
 
-def param_shapes(L, C, V, maxT, moe=None):
+def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
     """Shapes of the parameter tensors in file order (layer tensors stacked on dim 0). A mixture-of-experts model
     (moe: dict E, k, every, H) stacks the dense MLP tensors over its Ld blocks without experts and appends the
-    expert tensors stacked over its Lm MoE blocks."""
+    expert tensors stacked over its Lm MoE blocks. With arch norm="rms" (RMSNorm) the norms have no bias tensors,
+    with bias=0 no tensor has."""
     Vp = padded_vocab(V)
     Lm = len(moe_layers(L, moe))
     Ld = L - Lm
@@ -107,24 +113,35 @@ def param_shapes(L, C, V, maxT, moe=None):
         E, H = moe["E"], moe["H"]
         shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
                        "efcprojw": (Lm, E, C, H), "efcprojb": (Lm, E, C)})
+    if arch["norm"] == "rms" or not arch["bias"]:
+        shapes = {n: s for n, s in shapes.items() if n not in NORM_BIAS_NAMES}
+    if not arch["bias"]:
+        shapes = {n: s for n, s in shapes.items() if n not in LINEAR_BIAS_NAMES}
     return shapes
 
 
 class GPT(nn.Module):
     """GPT-2 with the parameters stored as the 16 stacked tensors of the file format."""
 
-    def __init__(self, L, C, NH, V, maxT, moe=None):
+    def __init__(self, L, C, NH, V, maxT, moe=None, arch=ARCH_GPT2):
         """moe: None (dense) or dict E, k, every, H (the model file's fields) and cap (capacity factor, 0 = none),
-        aux (load-balancing coefficient), z (z-loss coefficient) -- the mixture of experts of llmc/moe.h."""
+        aux (load-balancing coefficient), z (z-loss coefficient) -- the mixture of experts of llmc/moe.h.
+        arch: the decoder family's knobs (llmc/gpt2.h, GPT2Arch) built so far: norm "layernorm" (GPT-2) or "rms"
+        (RMSNorm, Zhang & Sennrich 2019: x / sqrt(mean(x^2) + 1e-5) * w, no bias); bias 1 or 0 (no bias anywhere)."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
         self.L, self.C, self.NH, self.V, self.maxT = L, C, NH, V, maxT
         self.Vp = padded_vocab(V)
         self.moe = moe
-        self.names = PARAM_NAMES + (MOE_NAMES if moe else [])
-        self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s))
-                                   for n, s in param_shapes(L, C, V, maxT, moe).items()})
+        if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1):
+            die(f"arch {arch}: expected norm layernorm|rms and bias 0|1")
+        if arch["norm"] == "layernorm" and not arch["bias"]:
+            die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
+        self.arch = dict(arch)
+        shapes = param_shapes(L, C, V, maxT, moe, arch)
+        self.names = [n for n in PARAM_NAMES + (MOE_NAMES if moe else []) if n in shapes]
+        self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s)) for n, s in shapes.items()})
         self.moe_blocks = moe_layers(L, moe)
         self.aux_loss = torch.zeros(())  # load-balancing + z-loss of the last forward (MoE)
 
@@ -162,8 +179,8 @@ class GPT(nn.Module):
         x = p["wte"][idx] + p["wpe"][:T]
         aux_total = torch.zeros((), device=x.device)
         for l in range(self.L):
-            h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
-            qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])
+            h = self.norm(x, "ln1", l)
+            qkv = F.linear(h, p["qkvw"][l], self.bias("qkvb", l))
             q, k, v = qkv.split(C, dim=2)
             q = q.view(B, T, NH, hs).transpose(1, 2)
             k = k.view(B, T, NH, hs).transpose(1, 2)
@@ -176,23 +193,35 @@ class GPT(nn.Module):
                 att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
                 y = att @ v
             y = y.transpose(1, 2).contiguous().view(B, T, C)
-            x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
-            h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
+            x = x + F.linear(y, p["attprojw"][l], self.bias("attprojb", l))
+            h = self.norm(x, "ln2", l)
             if l in self.moe_blocks:
                 y, aux = self.moe_mlp(h.reshape(B * T, C), self.moe_blocks.index(l))
                 x = x + y.view(B, T, C)
                 aux_total = aux_total + aux
                 continue
             d = l - sum(1 for m in self.moe_blocks if m < l)  # its slice among the dense blocks
-            h = F.gelu(F.linear(h, p["fcw"][d], p["fcb"][d]), approximate="tanh")
-            x = x + F.linear(h, p["fcprojw"][d], p["fcprojb"][d])
-        x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
+            h = F.gelu(F.linear(h, p["fcw"][d], self.bias("fcb", d)), approximate="tanh")
+            x = x + F.linear(h, p["fcprojw"][d], self.bias("fcprojb", d))
+        x = self.norm(x, "lnf", None)
         logits = F.linear(x, p["wte"])[:, :, : self.V]  # tied head; padded columns excluded
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
         self.aux_loss = aux_total
         return logits, loss
+
+    def bias(self, name, *index):
+        """slice `index` of bias tensor `name`, or None with bias=0 (F.linear without bias)"""
+        return self.p[name][index] if name in self.p else None
+
+    def norm(self, x, name, l):
+        """The normalisation `name` (ln1, ln2: of layer l; lnf: l None) of x (..., C): LayerNorm or RMSNorm, eps 1e-5."""
+        w = self.p[name + "w"] if l is None else self.p[name + "w"][l]
+        if self.arch["norm"] == "rms":
+            return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * w
+        b = self.p[name + "b"] if l is None else self.p[name + "b"][l]
+        return F.layer_norm(x, (self.C,), w, b, eps=1e-5)
 
     def moe_mlp(self, x, j):
         """MoE block j (of the MoE blocks) on x (N,C) -> (y (N,C), load-balancing + z-loss). Written independently
@@ -222,8 +251,8 @@ class GPT(nn.Module):
             n_idx, r_idx = torch.nonzero((order == e) & keep, as_tuple=True)
             if n_idx.numel() == 0:
                 continue
-            h = F.gelu(F.linear(x[n_idx], p["efcw"][j, e], p["efcb"][j, e]), approximate="tanh")
-            out = F.linear(h, p["efcprojw"][j, e], p["efcprojb"][j, e])
+            h = F.gelu(F.linear(x[n_idx], p["efcw"][j, e], self.bias("efcb", j, e)), approximate="tanh")
+            out = F.linear(h, p["efcprojw"][j, e], self.bias("efcprojb", j, e))
             y = y.index_add(0, n_idx, out * gates[n_idx, r_idx].unsqueeze(1))
         self.moe_counts.append((count, int(keep.sum())))
         return y, aux
@@ -268,9 +297,20 @@ def flat_params(model, grads=False):
     return torch.cat(ts).numpy().astype("<f4")
 
 
+def arch_knobs(model):
+    """header[12..20] of a decoder-family model file (llmc/model_file.h): norm, pos, theta bits, mlp, MLP width, kv
+    heads, bias, tied, qknorm; the knobs not built here yet keep GPT-2's values (learned, GELU 4C, NH, tied, off)."""
+    a = model.arch
+    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), 0, 4 * model.C, model.NH, a["bias"], 1, 0]
+
+
 def write_model(model, path):
     fields = [model.maxT, model.V, model.L, model.NH, model.C, model.Vp]
-    if model.moe:
+    if model.arch != ARCH_GPT2:  # a decoder-family file: version 9, MoE fields (0 dense), the knobs
+        m = model.moe
+        moe_fields = [m["E"], m["k"], m["every"], m["H"]] if m else [0, 0, 0, 0]
+        hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_ARCH_FP32] + fields + moe_fields + arch_knobs(model))
+    elif model.moe:
         m = model.moe
         hdr = header_bytes([MODEL_MAGIC, MODEL_VERSION_MOE_FP32] + fields + [m["E"], m["k"], m["every"], m["H"]])
     else:
@@ -300,11 +340,11 @@ FIXTURE = dict(L=2, C=64, NH=4, maxT=64, V=100, B=4, T=32, seed=1337, data_seed=
                lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=0.5)
 
 
-def fixture_model_and_batch(cfg, outdir, name, moe=None):
+def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
     """The model of a fixture config (initialised from cfg["seed"], written to OUTDIR/NAME_model.bin) and its one batch
     of B x (T+1) uniform token ids < V from cfg["data_seed"]: returns (model, model_path, state_path, x, y), x and y
     (B, T) int64 (inputs and next-token targets)."""
-    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], moe)
+    model = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], moe, arch)
     model.init_weights(cfg["seed"])
     model_path = os.path.join(outdir, name + "_model.bin")
     state_path = os.path.join(outdir, name + "_state.bin")
@@ -315,10 +355,16 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None):
     return model, model_path, state_path, tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
 
 
-def write_fixture(outdir):
-    cfg = FIXTURE
+# the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
+# built so far (RMSNorm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
+FAMILY_FIXTURE = dict(FIXTURE, arch=dict(norm="rms", bias=0))
+
+
+def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):
+    """The dense fixture (cfg FIXTURE, files gpt2_fixture_*) or the decoder family's (FAMILY_FIXTURE, family_fixture_*):
+    model file, then the state file with the batch, logits, loss, gradients and n_steps AdamW losses."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, "gpt2_fixture")
+    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, name, None, cfg.get("arch", ARCH_GPT2))
     B, T, V = cfg["B"], cfg["T"], cfg["V"]
 
     logits, loss = model(x, y)
@@ -352,16 +398,19 @@ def write_fixture(outdir):
         print(f"step {i}: loss {l:.6f}  grad norm {n:.4f}{'  (clipped)' if n > cfg['grad_clip'] else ''}")
     n_clipped = sum(n > cfg["grad_clip"] for n in norms)
     print(f"clipping active on {n_clipped}/{len(norms)} steps (clip {cfg['grad_clip']})")
-    verify_fixture(model_path, state_path, model, logits0, loss0, grads, step_losses, x, y)
+    verify_fixture(cfg, model_path, state_path, model, logits0, loss0, grads, step_losses, x, y)
 
 
-def verify_fixture(model_path, state_path, model, logits, loss, grads, step_losses, x, y):
+def verify_fixture(cfg, model_path, state_path, model, logits, loss, grads, step_losses, x, y):
     """Re-reads both files and checks every field against what was written."""
-    cfg = FIXTURE
+    arch = cfg.get("arch", ARCH_GPT2)
     h = np.fromfile(model_path, dtype="<i4", count=HEADER_INTS)
-    assert list(h[:8]) == [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], padded_vocab(cfg["V"])]
+    version = MODEL_VERSION_FP32 if arch == ARCH_GPT2 else MODEL_VERSION_ARCH_FP32
+    assert list(h[:8]) == [MODEL_MAGIC, version, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], padded_vocab(cfg["V"])]
+    if version == MODEL_VERSION_ARCH_FP32:
+        assert list(h[8:21]) == [0, 0, 0, 0] + arch_knobs(model), list(h[8:21])
     params = np.fromfile(model_path, dtype="<f4", offset=HEADER_INTS * 4)
-    fresh = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"])
+    fresh = GPT(cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["maxT"], None, arch)
     fresh.init_weights(cfg["seed"])
     assert np.array_equal(params, flat_params(fresh)), "model file differs from a fresh init"
     wte = params[: model.Vp * model.C].reshape(model.Vp, model.C)
@@ -576,6 +625,8 @@ def main(argv=None):
     ap.add_argument("--write-fixture", action="store_true", help="write dev/test/fixtures/gpt2_fixture_{model,state}.bin and exit")
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
+    ap.add_argument("--write-family-fixture", action="store_true",
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")
@@ -603,6 +654,8 @@ def main(argv=None):
         write_moe_fixture(args.fixture_dir)
     elif args.write_fixture:
         write_fixture(args.fixture_dir)
+    elif args.write_family_fixture:
+        write_fixture(args.fixture_dir, FAMILY_FIXTURE, "family_fixture")
     else:
         train(args)
 

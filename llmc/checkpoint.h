@@ -37,6 +37,8 @@
 #define MODEL_FILE_VERSION_BF16 5
 #define MODEL_FILE_VERSION_MOE_FP32 7 /* mixture of experts (llmc/model_file.h): header[8..11] = E, k, n, H */
 #define MODEL_FILE_VERSION_MOE_BF16 8
+#define MODEL_FILE_VERSION_ARCH_FP32 9 /* the decoder family (llmc/model_file.h): header[12..20] = the architecture knobs */
+#define MODEL_FILE_VERSION_ARCH_BF16 10
 #define STATE_FILE_MAGIC 20241129
 #define STATE_FILE_VERSION 1
 #define DEBUG_STATE_MAGIC 20240327

@@ -97,18 +97,30 @@ static inline void gpt2_arch_default(GPT2Arch* a, int C, int NH) {
     a->qk_norm = 0;
 }
 
+/* 1 when a holds GPT-2's knobs for a model of C channels and NH heads (gpt2_arch_default's values) */
+static inline int gpt2_arch_is_gpt2(const GPT2Arch* a, int C, int NH) {
+    GPT2Arch d;
+    gpt2_arch_default(&d, C, NH);
+    return a->norm == d.norm && a->pos == d.pos && a->rope_theta == d.rope_theta && a->mlp == d.mlp &&
+           a->ffn_hidden == d.ffn_hidden && a->n_kv_head == d.n_kv_head && a->bias == d.bias &&
+           a->tied_head == d.tied_head && a->qk_norm == d.qk_norm;
+}
+
 /* 0 when c's architecture is GPT-2's (the one this model implements); else 1 with one sentence in err naming the
  * knob, its value and what is built */
 static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
-    const char* what = a->norm != NORM_LAYERNORM ? "norm=rms (RMSNorm)" : a->pos != POS_LEARNED ? "pos=rope (rotary)"
+    const char* what = a->pos != POS_LEARNED ? "pos=rope (rotary)"
                      : a->mlp == MLP_SWIGLU ? "mlp=swiglu" : a->mlp == MLP_RELU2 ? "mlp=relu2"
                      : a->ffn_hidden != 4 * c->channels ? "FF (an MLP width other than 4C)"
                      : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
-                     : !a->bias ? "bias=0" : !a->tied_head ? "tied=0 (an untied head)" : a->qk_norm ? "qknorm=1" : NULL;
+                     : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
+                                                                "bias=0 is built with norm=rms)"
+                     : !a->tied_head ? "tied=0 (an untied head)" : a->qk_norm ? "qknorm=1" : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(LayerNorm, learned positions, GELU MLP of 4C, KV = NH, biases, tied head, no QK-norm)", what);
+             "(learned positions, GELU MLP of 4C, KV = NH, tied head, no QK-norm) with LayerNorm or RMSNorm "
+             "(norm=rms), the latter with or without biases (bias=0)", what);
     return 1;
 }
 
@@ -575,20 +587,21 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t L_gelu = recompute == 1 || recompute == 2 ? (Ld < 1 ? Ld : 1) : Ld;
     n[A_ENCODED] = BTl * C;
     n[A_LN1] = L_ln * BTl * C;
-    n[A_LN1_MEAN] = L * BTl;
+    size_t ln_mean = c->arch.norm == NORM_LAYERNORM; /* RMSNorm keeps rstd only */
+    n[A_LN1_MEAN] = ln_mean * L * BTl;
     n[A_LN1_RSTD] = L * BTl;
     n[A_QKV] = L * BT * 3 * Cl;
     n[A_ATTY] = L * BT * Cl;
     n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)(NH / p));
     n[A_RESIDUAL2] = L * BTl * C;
     n[A_LN2] = L_ln * BTl * C;
-    n[A_LN2_MEAN] = L * BTl;
+    n[A_LN2_MEAN] = ln_mean * L * BTl;
     n[A_LN2_RSTD] = L * BTl;
     n[A_FCH] = Ld * BT * 4 * Cl;
     n[A_FCH_GELU] = L_gelu * BT * 4 * Cl;
     n[A_RESIDUAL3] = (recompute == 3 ? nseg + L - 1 : L) * BTl * C;
     n[A_LNF] = BTl * C;
-    n[A_LNF_MEAN] = BTl;
+    n[A_LNF_MEAN] = ln_mean * BTl;
     n[A_LNF_RSTD] = BTl;
     n[A_LOSSES] = BT;
     n[A_LOGITS] = BT * Vs;
@@ -597,7 +610,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_DBTC] = BT * C;
     n[A_DBT4C] = BT * 4 * Cl;
     size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p));
-    f32 = max_size(f32, layernorm_scratch_floats((int)BTl, (int)C));
+    f32 = max_size(f32, max_size(layernorm_scratch_floats((int)BTl, (int)C), rmsnorm_scratch_floats((int)BTl, (int)C)));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl)));
@@ -628,7 +641,8 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
         n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
         n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p)),
-                                             layernorm_scratch_floats((int)BTl, (int)C)),
+                                             max_size(layernorm_scratch_floats((int)BTl, (int)C),
+                                                      rmsnorm_scratch_floats((int)BTl, (int)C))),
                                     max_size(matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C),
                                              matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl))));
     }
@@ -860,6 +874,7 @@ static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
 /* layer l's slice of per-layer tensor i of a full parameter-layout buffer (the dense MLP tensors of a MoE model:
  * its slice among the dense blocks; l must not be a MoE block then) */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
+    if (m->param_sizes[i] == 0) { return NULL; } /* absent for these knobs (a bias with bias=0): matmul's "no bias" */
     if (!gpt2_is_per_layer(&m->config, i)) {
         size_t slices = gpt2_tensor_slices(&m->config, i);
         return p->t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
@@ -1013,15 +1028,15 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     const ParameterTensors* p = &m->params;
     a.routerw = p->t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
     a.efcw = p->t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
-    a.efcb = p->t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm);
+    a.efcb = m->param_sizes[P_EFCB] ? p->t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm) : NULL; /* NULL: bias=0 */
     a.efcprojw = p->t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
-    a.efcprojb = p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm);
+    a.efcprojb = m->param_sizes[P_EFCPROJB] ? p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm) : NULL;
     if (g) {
         a.drouterw = g->base.t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
         a.defcw = g->base.t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
-        a.defcb = g->base.t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm);
+        a.defcb = m->param_sizes[P_EFCB] ? g->base.t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm) : NULL;
         a.defcprojw = g->base.t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
-        a.defcprojb = g->base.t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm);
+        a.defcprojb = m->param_sizes[P_EFCPROJB] ? g->base.t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm) : NULL;
     }
     a.probs = actF(m, A_MOE_PROBS, (int)j, N * E);
     a.lse = actF(m, A_MOE_LSE, (int)j, N);
@@ -1116,6 +1131,28 @@ static inline void gpt2_vocab_parallel_loss(GPT2* m, floatX* logits, const int* 
                           write_dlogits);
 }
 
+/* The model's normalisation by arch.norm (llmc/README.md, "The model's architecture as data"): LayerNorm (Ba et al.
+ * 2016; mean and rstd (N) fp32, weight and bias (C)) or RMSNorm (Zhang & Sennrich 2019; rstd only: mean and b are
+ * not read, and may be NULL or point at empty tensors). inp, out (N,C) floatX; the fused form also writes
+ * residual = inp1 + inp2 (rounded to floatX) and normalises it. */
+static inline void gpt2_norm_forward(GPT2Norm norm, floatX* out, float* mean, float* rstd, const floatX* inp,
+                                     const floatX* w, const floatX* b, int N, int C) {
+    if (norm == NORM_RMSNORM) {
+        rmsnorm_forward(out, rstd, inp, w, N, C);
+    } else {
+        layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    }
+}
+static inline void gpt2_fused_residual_norm_forward(GPT2Norm norm, floatX* residual, floatX* out, float* mean,
+                                                    float* rstd, const floatX* inp1, const floatX* inp2,
+                                                    const floatX* w, const floatX* b, int N, int C) {
+    if (norm == NORM_RMSNORM) {
+        fused_residual_rmsnorm_forward(residual, out, rstd, inp1, inp2, w, N, C);
+    } else {
+        fused_residual_layernorm_forward(residual, out, mean, rstd, inp1, inp2, w, b, N, C);
+    }
+}
+
 /* forward of transformer block l over (B,T): its input (residual_in) and LayerNorm 1 output (ln1, ln1_mean, ln1_rstd)
  * must be in place; writes the rest of its activations (gpt2_layer_acts). With `finish`, also the block's output
  * (residual3) fused with the next LayerNorm: the next layer's ln1, the final LayerNorm (A_LNF) after the last layer
@@ -1140,7 +1177,7 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
                    gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
     const floatX* y = tp_reduce(tp, scratch, N, C);                                     /* g */
     profile_at(PROFILE_LAYERNORM);
-    fused_residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
+    gpt2_fused_residual_norm_forward(c->arch.norm, a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h; no tensor parallelism) */
         profile_at(PROFILE_EXPERTS);
@@ -1161,11 +1198,11 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     if (l + 1 < L) {
         LayerActivations an = gpt2_layer_acts(m, l + 1);
         gpt2_params_needed(m, l + 1, 0);
-        fused_residual_layernorm_forward(a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
+        gpt2_fused_residual_norm_forward(c->arch.norm, a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
                                          layer_param(p, m, P_LN1W, l + 1), layer_param(p, m, P_LN1B, l + 1), Nl, C);
     } else if (m->stage.has_head) {
-        fused_residual_layernorm_forward(a.residual3, (floatX*)m->acts.t[A_LNF], (float*)m->acts.t[A_LNF_MEAN],
-                                         (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
+        gpt2_fused_residual_norm_forward(c->arch.norm, a.residual3, (floatX*)m->acts.t[A_LNF],
+                                         (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], a.residual2, y,
                                          p->t[P_LNFW], p->t[P_LNFB], Nl, C);
     } else { /* the next pipeline stage normalises it (layernorm_forward of its first layer) */
         residual_forward(a.residual3, a.residual2, y, (size_t)Nl * C);
@@ -1178,8 +1215,9 @@ static inline void gpt2_ln1_forward(GPT2* m, int l, int Nl) {
     gpt2_params_needed(m, l, 0);
     LayerActivations a = gpt2_layer_acts(m, l);
     profile_at(PROFILE_LAYERNORM);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual_in, layer_param(&m->params, m, P_LN1W, l),
-                      layer_param(&m->params, m, P_LN1B, l), Nl, m->config.channels);
+    gpt2_norm_forward(m->config.arch.norm, a.ln1, a.ln1_mean, a.ln1_rstd, a.residual_in,
+                      layer_param(&m->params, m, P_LN1W, l), layer_param(&m->params, m, P_LN1B, l), Nl,
+                      m->config.channels);
 }
 
 /* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
@@ -1275,9 +1313,11 @@ static inline void gpt2_recompute_segment_forward(GPT2* m, int l0, int l1, int B
     for (int l = l0; l < l1; l++) { gpt2_block_forward(m, l, B, T, m->gelu_fusion, l + 1 < l1); }
 }
 
-/* where backward writes the gradient of block l's slice of dense MLP tensor i (fcw .. fcprojb): its layer slot, or
- * in a MoE model (where they are global tensors over the dense blocks) its dense block's slice */
-static inline floatX* gpt2_mlp_grad(const GPT2* m, const GPT2GradTarget* g, int i, int l) {
+/* where backward writes the gradient of block l's slice of per-block tensor i: its layer slot, or for a dense MLP
+ * tensor (fcw .. fcprojb) of a MoE model (global tensors over the dense blocks) its dense block's slice; NULL for a
+ * tensor these knobs leave out (a bias with bias=0) */
+static inline floatX* gpt2_param_grad(const GPT2* m, const GPT2GradTarget* g, int i, int l) {
+    if (m->param_sizes[i] == 0) { return NULL; } /* an absent bias: matmul_backward's dbias NULL */
     if (gpt2_is_per_layer(&m->config, i)) { return gpt2_layer_grad(g, i, l); }
     size_t slices = gpt2_tensor_slices(&m->config, i);
     return g->base.t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
@@ -1291,9 +1331,9 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
     const ParameterTensors* p = &m->params;
     if (m->recompute == 2) {
         profile_at(PROFILE_LAYERNORM);
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
+        gpt2_norm_forward(m->config.arch.norm, a->ln1, a->ln1_mean, a->ln1_rstd, a->residual_in,
                           layer_param(p, m, P_LN1W, l), layer_param(p, m, P_LN1B, l), Nl, C);
-        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
+        gpt2_norm_forward(m->config.arch.norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
     if ((m->recompute == 1 || m->recompute == 2) && !moe_is_layer(&m->config.moe, l)) { /* expert GELU outputs are kept */
@@ -1302,25 +1342,28 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
     }
 }
 
-/* LayerNorm backward over this rank's Nl rows: dresidual += d(ln input); the weight and bias gradients accumulate
- * into dw, db (C each). With sequence parallelism each rank sees only its rows, so this step's weight and bias
- * gradients are formed in a zeroed scratch, summed over the tensor-parallel ranks, then added to dw, db. */
+/* LayerNorm (or RMSNorm, by arch.norm: no mean, no bias, db not touched) backward over this rank's Nl rows:
+ * dresidual += d(norm input); the weight and bias gradients accumulate into dw, db (C each). With sequence
+ * parallelism each rank sees only its rows, so this step's weight and bias gradients are formed in a zeroed scratch,
+ * summed over the tensor-parallel ranks, then added to dw, db. */
 static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* dw, floatX* db, const floatX* dout,
                                            const floatX* inp, const floatX* w, const float* mean, const float* rstd,
                                            int Nl) {
     int C = m->config.channels;
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     profile_at(PROFILE_LAYERNORM);
-    if (m->tp.size == 1 || !m->tp.sequence_parallel) {
-        layernorm_backward(dresidual, dw, db, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
-        return;
+    int rms = m->config.arch.norm == NORM_RMSNORM, sp = m->tp.size > 1 && m->tp.sequence_parallel;
+    floatX* g = sp ? (floatX*)m->acts.t[A_LN_GRAD] : dw;
+    if (sp) { dev_memset(g, 0, (rms ? 1 : 2) * (size_t)C * sizeof(floatX)); }
+    if (rms) {
+        rmsnorm_backward(dresidual, g, scratch_f32, dout, inp, w, rstd, Nl, C);
+    } else {
+        layernorm_backward(dresidual, g, sp ? g + C : db, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
     }
-    floatX* g = (floatX*)m->acts.t[A_LN_GRAD];
-    dev_memset(g, 0, 2 * (size_t)C * sizeof(floatX));
-    layernorm_backward(dresidual, g, g + C, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
-    m->tp.all_reduce(m->tp.ctx, g, 2 * (size_t)C);
+    if (!sp) { return; }
+    m->tp.all_reduce(m->tp.ctx, g, (rms ? 1 : 2) * (size_t)C);
     residual_forward(dw, dw, g, (size_t)C);
-    residual_forward(db, db, g + C, (size_t)C);
+    if (!rms) { residual_forward(db, db, g + C, (size_t)C); }
 }
 
 /* 1 (default): the MLP backward multiplies by GELU's derivative in the fcproj input-gradient GEMM
@@ -1358,17 +1401,17 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
         profile_at(PROFILE_FCPROJ);
         dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
         if (LLMC_GELU_BWD_EPILOGUE) {
-            matmul_backward_dgelu(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l),
+            matmul_backward_dgelu(dbt4c, gpt2_param_grad(m, g, P_FCPROJW, l), gpt2_param_grad(m, g, P_FCPROJB, l),
                                   (floatX*)dy, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C,
                                   a.fch);
         } else {
-            matmul_backward(dbt4c, gpt2_mlp_grad(m, g, P_FCPROJW, l), gpt2_mlp_grad(m, g, P_FCPROJB, l), (floatX*)dy,
+            matmul_backward(dbt4c, gpt2_param_grad(m, g, P_FCPROJW, l), gpt2_param_grad(m, g, P_FCPROJB, l), (floatX*)dy,
                             a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
         }
         /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
         profile_at(PROFILE_FC);
         x = tp_gather(tp, a.ln2, scratch, N, C);
-        matmul_backward(dbtc, gpt2_mlp_grad(m, g, P_FCW, l), gpt2_mlp_grad(m, g, P_FCB, l), dbt4c, x,
+        matmul_backward(dbtc, gpt2_param_grad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dbt4c, x,
                         layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, LLMC_GELU_BWD_EPILOGUE ? NULL : a.fch);
         dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
     }
@@ -1377,13 +1420,13 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
     profile_at(PROFILE_ATTPROJ);
     dy = tp_gather(tp, dresidual, scratch, N, C);                                       /* g backward */
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_layer_grad(g, P_ATTPROJB, l), (floatX*)dy, a.atty,
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_param_grad(m, g, P_ATTPROJB, l), (floatX*)dy, a.atty,
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
     profile_at(PROFILE_ATTENTION);
     attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl);
     profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_layer_grad(g, P_QKVB, l), dbt4c, x,
+    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
                     layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * Cl, NULL);
     dx = tp_reduce(tp, dbtc, N, C);                                                     /* f backward */
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), dx,

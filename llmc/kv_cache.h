@@ -95,7 +95,8 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
     gpt2_params_needed(m, -1, 0); /* the parameter source's hooks as in gpt2_forward (ZeRO-3 gathers layers there) */
     encoder_forward(kv->x, kv->token, p->t[P_WTE], p->t[P_WPE] + (size_t)pos * C, 1, 1, C); /* wpe row pos */
     gpt2_params_needed(m, 0, 0);
-    layernorm_forward(kv->ln, mean, rstd, kv->x, layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), 1, C);
+    GPT2Norm norm = m->config.arch.norm;
+    gpt2_norm_forward(norm, kv->ln, mean, rstd, kv->x, layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), 1, C);
     for (int l = 0; l < L; l++) {
         floatX* kl = kv->k + (size_t)l * kv->T * C;
         floatX* vl = kv->v + (size_t)l * kv->T * C;
@@ -105,8 +106,8 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
         attention_decode(kv->atty, kv->qkv, kl, vl, kv->scores, pos + 1, C, kv->NH);
         matmul_forward(kv->y, kv->atty, layer_param(p, m, P_ATTPROJW, l), layer_param(p, m, P_ATTPROJB, l), 1, C, C,
                        NULL);
-        fused_residual_layernorm_forward(kv->residual2, kv->ln, mean, rstd, kv->x, kv->y, layer_param(p, m, P_LN2W, l),
-                                         layer_param(p, m, P_LN2B, l), 1, C);
+        gpt2_fused_residual_norm_forward(norm, kv->residual2, kv->ln, mean, rstd, kv->x, kv->y,
+                                         layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), 1, C);
         if (kv->gelu_fusion) {
             matmul_forward(kv->fch_gelu, kv->ln, layer_param(p, m, P_FCW, l), layer_param(p, m, P_FCB, l), 1, C, 4 * C,
                            kv->fch);
@@ -119,7 +120,7 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
         if (l + 1 < L) { gpt2_params_needed(m, l + 1, 0); }
         const floatX* w = l + 1 < L ? layer_param(p, m, P_LN1W, l + 1) : p->t[P_LNFW];
         const floatX* b = l + 1 < L ? layer_param(p, m, P_LN1B, l + 1) : p->t[P_LNFB];
-        fused_residual_layernorm_forward(kv->x, kv->ln, mean, rstd, kv->residual2, kv->y, w, b, 1, C);
+        gpt2_fused_residual_norm_forward(norm, kv->x, kv->ln, mean, rstd, kv->residual2, kv->y, w, b, 1, C);
     }
     kv->len = pos + 1;
     if (host_logits == NULL) { return; }

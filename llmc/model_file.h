@@ -11,6 +11,12 @@
  * experts, and after lnfb follow routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb
  * (Lm,E,C), Lm = L/n. A dense file (3/5) never has those fields; the trainer refuses a file whose kind (dense or
  * MoE, and E, k, n, H) differs from its --moe-* flags with one line (train_gpt.cu, model_config).
+ * A model of the decoder family (architecture knobs other than GPT-2's, llmc/gpt2.h GPT2Arch) is version 9 (fp32)
+ * or 10 (bf16): header[8..11] as above (0 for a dense model), header[12..20] = norm (0 LayerNorm, 1 RMSNorm), pos
+ * (0 learned, 1 rotary), rope theta (fp32 bits), mlp (0 GELU, 1 SwiGLU, 2 ReLU^2), MLP width, key/value heads, bias,
+ * tied head, QK-norm (0/1 each); the tensors are the table's rows that exist for those knobs, in table order. GPT-2
+ * models keep versions 3/5/7/8 (llm.c reads 3 and 5), and a binary older than the family refuses 9/10 with its
+ * one-line version error.
  * Writes are atomic (path.tmp, then rename). Errors: every reader checks magic, version, header fields and
  * file size and exits with one line naming the file, what it found and how to regenerate it; a parameter that
  * is NaN or infinite is refused the same way, naming its tensor, its index in that tensor and its layer
@@ -30,8 +36,54 @@
 
 static inline int precision_is_bf16(void) { return strcmp(PRECISION_NAME, "bf16") == 0; }
 
+/* the architecture knobs in header[12..20] of a version 9/10 file (the format above) */
+static inline void model_file_put_arch(int header[FILE_HEADER_INTS], const GPT2Arch* a) {
+    float theta = a->rope_theta;
+    header[12] = (int)a->norm;
+    header[13] = (int)a->pos;
+    memcpy(&header[14], &theta, sizeof(int));
+    header[15] = (int)a->mlp;
+    header[16] = a->ffn_hidden;
+    header[17] = a->n_kv_head;
+    header[18] = a->bias;
+    header[19] = a->tied_head;
+    header[20] = a->qk_norm;
+}
+
+/* reads header[12..20] of the version 9/10 file `path` into a; exits with one line naming the file and the field
+ * when a value is out of its range (an enum value not listed, theta not a positive finite number, the MLP width
+ * outside 1..2^20, key/value heads not dividing NH, a flag not 0/1) */
+static inline void model_file_get_arch(const int header[FILE_HEADER_INTS], GPT2Arch* a, const char* path) {
+    float theta;
+    memcpy(&theta, &header[14], sizeof(float));
+    int NH = header[5];
+    const char* bad = header[12] < 0 || header[12] > NORM_RMSNORM ? "norm (expected 0 LayerNorm or 1 RMSNorm)"
+                    : header[13] < 0 || header[13] > POS_ROPE ? "pos (expected 0 learned or 1 rotary)"
+                    : !(theta > 0.0f && theta < 1e12f) ? "rope theta (expected a positive number below 1e12)"
+                    : header[15] < 0 || header[15] > MLP_RELU2 ? "mlp (expected 0 GELU, 1 SwiGLU or 2 ReLU^2)"
+                    : header[16] < 1 || header[16] > (1 << 20) ? "MLP width (expected 1 .. 2^20)"
+                    : header[17] < 1 || NH < 1 || NH % header[17] != 0 ? "key/value heads (expected a divisor of NH)"
+                    : (header[18] | header[19] | header[20]) & ~1 ? "bias / tied / qknorm (expected 0 or 1 each)"
+                    : NULL;
+    if (bad) {
+        FATAL("model file '%s' has an invalid architecture header: %s; header[12..20] = %d %d %g %d %d %d %d %d %d",
+              path, bad, header[12], header[13], (double)theta, header[15], header[16], header[17], header[18],
+              header[19], header[20]);
+    }
+    a->norm = (GPT2Norm)header[12];
+    a->pos = (GPT2Pos)header[13];
+    a->rope_theta = theta;
+    a->mlp = (GPT2Mlp)header[15];
+    a->ffn_hidden = header[16];
+    a->n_kv_head = header[17];
+    a->bias = header[18];
+    a->tied_head = header[19];
+    a->qk_norm = header[20];
+}
+
 /* writes the full model's weights `host_full` (fp32, file order) of configuration c as a model file at `path`:
- * version 5 (raw bf16, rounded to nearest) for BF16 builds, version 3 (fp32) otherwise. Atomic: path.tmp then
+ * version 5 (raw bf16, rounded to nearest) for BF16 builds, version 3 (fp32) otherwise (7/8 with experts, 9/10 for
+ * the decoder family: the format above). Atomic: path.tmp then
  * rename. */
 static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_parameters, const float* host_full,
                                          const void* host_raw_bf16, const char* path) {
@@ -53,6 +105,10 @@ static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_paramet
         header[9] = c->moe.top_k;
         header[10] = c->moe.every;
         header[11] = c->moe.hidden;
+    }
+    if (!gpt2_arch_is_gpt2(&c->arch, c->channels, c->num_heads)) {
+        header[1] = bf16 ? MODEL_FILE_VERSION_ARCH_BF16 : MODEL_FILE_VERSION_ARCH_FP32;
+        model_file_put_arch(header, &c->arch);
     }
     AtomicFile af;
     atomic_file_open(&af, path);
@@ -92,13 +148,14 @@ static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
     free(host);
 }
 
-/* 1 for a model-file version holding raw bf16 parameters (5 dense, 8 mixture of experts) */
+/* 1 for a model-file version holding raw bf16 parameters (5 dense, 8 mixture of experts, 10 the decoder family) */
 static inline int model_file_version_is_bf16(int version) {
-    return version == MODEL_FILE_VERSION_BF16 || version == MODEL_FILE_VERSION_MOE_BF16;
+    return version == MODEL_FILE_VERSION_BF16 || version == MODEL_FILE_VERSION_MOE_BF16 ||
+           version == MODEL_FILE_VERSION_ARCH_BF16;
 }
 
 /* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5 dense, 7 or 8
- * mixture of experts) */
+ * mixture of experts, 9 or 10 the decoder family) */
 static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     int header[FILE_HEADER_INTS];
     const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
@@ -110,11 +167,14 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
         fclose(pf);
     }
     int moe = peek[1] == MODEL_FILE_VERSION_MOE_FP32 || peek[1] == MODEL_FILE_VERSION_MOE_BF16;
+    int family = peek[1] == MODEL_FILE_VERSION_ARCH_FP32 || peek[1] == MODEL_FILE_VERSION_ARCH_BF16;
     FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC,
-                                      moe ? MODEL_FILE_VERSION_MOE_FP32 : MODEL_FILE_VERSION_FP32,
-                                      moe ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_BF16, "model file", regen);
+                                      family ? MODEL_FILE_VERSION_ARCH_FP32 : moe ? MODEL_FILE_VERSION_MOE_FP32 : MODEL_FILE_VERSION_FP32,
+                                      family ? MODEL_FILE_VERSION_ARCH_BF16 : moe ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_BF16,
+                                      "model file", regen);
     fclose(f);
     memset(&cfg->moe, 0, sizeof(cfg->moe));
+    if (family && (header[8] | header[9] | header[10] | header[11]) != 0) { moe = 1; } /* a family MoE model */
     if (moe) {
         cfg->moe.experts = header[8];
         cfg->moe.top_k = header[9];
@@ -143,6 +203,7 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
               cfg->num_heads, cfg->channels, cfg->padded_vocab_size);
     }
     gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads); /* versions 3/5/7/8 hold GPT-2's architecture */
+    if (family) { model_file_get_arch(header, &cfg->arch, path); }
     return header[1];
 }
 

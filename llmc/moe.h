@@ -200,9 +200,9 @@ static inline void moe_experts_forward(const MoELayer* a, floatX* out, const flo
         int n = rows[b];
         size_t e = (size_t)(e0 + b % nl);
         if (n > 0) {
-            matmul_forward(a->fch_gelu + r0 * H, in + r0 * C, a->efcw + e * H * C, a->efcb + e * H, n, C, H,
+            matmul_forward(a->fch_gelu + r0 * H, in + r0 * C, a->efcw + e * H * C, (a->efcb ? a->efcb + e * H : NULL), n, C, H,
                            a->fch + r0 * H);
-            matmul_forward(out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + e * C * H, a->efcprojb + e * C, n, H, C,
+            matmul_forward(out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + e * C * H, (a->efcprojb ? a->efcprojb + e * C : NULL), n, H, C,
                            NULL);
         }
         r0 += (size_t)n;
@@ -219,9 +219,9 @@ static inline void moe_experts_backward(const MoELayer* a, floatX* din, floatX* 
         int n = rows[b];
         size_t e = (size_t)(e0 + b % nl);
         if (n > 0) { /* an expert without tokens: no gradient */
-            matmul_backward(a->dh + r0 * H, a->defcprojw + e * C * H, a->defcprojb + e * C, dout + r0 * C,
+            matmul_backward(a->dh + r0 * H, a->defcprojw + e * C * H, (a->defcprojb ? a->defcprojb + e * C : NULL), dout + r0 * C,
                             a->fch_gelu + r0 * H, a->efcprojw + e * C * H, scratch_f32, n, H, C, NULL);
-            matmul_backward(din + r0 * C, a->defcw + e * H * C, a->defcb + e * H, a->dh + r0 * H, in + r0 * C,
+            matmul_backward(din + r0 * C, a->defcw + e * H * C, (a->defcb ? a->defcb + e * H : NULL), a->dh + r0 * H, in + r0 * C,
                             a->efcw + e * H * C, scratch_f32, n, C, H, a->fch + r0 * H);
         }
         r0 += (size_t)n;
