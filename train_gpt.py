@@ -61,16 +61,16 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 HEADER_INTS = 256
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmheadw"]  # lmheadw: tied=0 only
 MOE_NAMES = ["routerw", "efcw", "efcb", "efcprojw", "efcprojb"]  # after the dense ones (llmc/model_file.h)
 MLP_NAMES = {"fcw", "fcb", "fcprojw", "fcprojb"}
-DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "routerw", "efcw", "efcprojw"}
+DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "routerw", "efcw", "efcprojw", "lmheadw"}
 MODEL_VERSION_MOE_FP32 = 7
 MODEL_VERSION_ARCH_FP32 = 9  # the decoder family: header[12..20] = the architecture knobs (llmc/model_file.h)
 NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llmc/gpt2.h, WHEN_NORM_BIAS)
 LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
 # the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
-ARCH_GPT2 = dict(norm="layernorm", bias=1)
+ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1)
 
 MODEL_CONFIGS = {  # name: (L, C, NH, maxT)
     "d2": (2, 128, 4, 256), "d4": (4, 256, 4, 256), "d6": (6, 384, 6, 256),
@@ -99,7 +99,7 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
     """Shapes of the parameter tensors in file order (layer tensors stacked on dim 0). A mixture-of-experts model
     (moe: dict E, k, every, H) stacks the dense MLP tensors over its Ld blocks without experts and appends the
     expert tensors stacked over its Lm MoE blocks. With arch norm="rms" (RMSNorm) the norms have no bias tensors,
-    with bias=0 no tensor has."""
+    with bias=0 no tensor has; with tied=0 the LM head is its own tensor lmheadw (Vp, C)."""
     Vp = padded_vocab(V)
     Lm = len(moe_layers(L, moe))
     Ld = L - Lm
@@ -109,6 +109,8 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
         "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, 4 * C, C), "fcb": (Ld, 4 * C),
         "fcprojw": (Ld, C, 4 * C), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
     }
+    if not arch["tied"]:
+        shapes["lmheadw"] = (Vp, C)  # the untied head, after lnfb (llmc/gpt2.h's table order)
     if moe:
         E, H = moe["E"], moe["H"]
         shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
@@ -127,15 +129,16 @@ class GPT(nn.Module):
         """moe: None (dense) or dict E, k, every, H (the model file's fields) and cap (capacity factor, 0 = none),
         aux (load-balancing coefficient), z (z-loss coefficient) -- the mixture of experts of llmc/moe.h.
         arch: the decoder family's knobs (llmc/gpt2.h, GPT2Arch) built so far: norm "layernorm" (GPT-2) or "rms"
-        (RMSNorm, Zhang & Sennrich 2019: x / sqrt(mean(x^2) + 1e-5) * w, no bias); bias 1 or 0 (no bias anywhere)."""
+        (RMSNorm, Zhang & Sennrich 2019: x / sqrt(mean(x^2) + 1e-5) * w, no bias); bias 1 or 0 (no bias anywhere);
+        tied 1 (logits = x @ wte^T) or 0 (an untied head lmheadw (Vp, C), initialised like wte)."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
         self.L, self.C, self.NH, self.V, self.maxT = L, C, NH, V, maxT
         self.Vp = padded_vocab(V)
         self.moe = moe
-        if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1):
-            die(f"arch {arch}: expected norm layernorm|rms and bias 0|1")
+        if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1):
+            die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1")
         if arch["norm"] == "layernorm" and not arch["bias"]:
             die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
         self.arch = dict(arch)
@@ -152,10 +155,10 @@ class GPT(nn.Module):
         with torch.no_grad():
             for name in self.names:
                 t = self.p[name]
-                slices = [t] if name in ("wte", "wpe", "lnfw", "lnfb") else [t[l] for l in range(t.shape[0])]
+                slices = [t] if name in ("wte", "wpe", "lnfw", "lnfb", "lmheadw") else [t[l] for l in range(t.shape[0])]
                 for s in slices:
                     buf = torch.empty(s.shape, dtype=torch.float32)  # contiguous CPU fp32: same RNG path as C
-                    if name == "wte":
+                    if name in ("wte", "lmheadw"):
                         buf.zero_()
                         buf[: self.V].normal_(0.0, 0.02)
                     elif name in ("wpe", "qkvw", "fcw", "routerw", "efcw"):
@@ -204,7 +207,7 @@ class GPT(nn.Module):
             h = F.gelu(F.linear(h, p["fcw"][d], self.bias("fcb", d)), approximate="tanh")
             x = x + F.linear(h, p["fcprojw"][d], self.bias("fcprojb", d))
         x = self.norm(x, "lnf", None)
-        logits = F.linear(x, p["wte"])[:, :, : self.V]  # tied head; padded columns excluded
+        logits = F.linear(x, p["wte"] if self.arch["tied"] else p["lmheadw"])[:, :, : self.V]  # padded columns excluded
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
@@ -301,7 +304,7 @@ def arch_knobs(model):
     """header[12..20] of a decoder-family model file (llmc/model_file.h): norm, pos, theta bits, mlp, MLP width, kv
     heads, bias, tied, qknorm; the knobs not built here yet keep GPT-2's values (learned, GELU 4C, NH, tied, off)."""
     a = model.arch
-    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), 0, 4 * model.C, model.NH, a["bias"], 1, 0]
+    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), 0, 4 * model.C, model.NH, a["bias"], a["tied"], 0]
 
 
 def write_model(model, path):
@@ -357,7 +360,7 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
 
 # the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
 # built so far (RMSNorm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
-FAMILY_FIXTURE = dict(FIXTURE, arch=dict(norm="rms", bias=0))
+FAMILY_FIXTURE = dict(FIXTURE, arch=dict(norm="rms", bias=0, tied=0))
 
 
 def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):
@@ -626,7 +629,7 @@ def main(argv=None):
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--write-family-fixture", action="store_true",
-                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases) and exit")
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")

@@ -116,11 +116,11 @@ static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
                      : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
-                     : !a->tied_head ? "tied=0 (an untied head)" : a->qk_norm ? "qknorm=1" : NULL;
+                     : a->qk_norm ? "qknorm=1" : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(learned positions, GELU MLP of 4C, KV = NH, tied head, no QK-norm) with LayerNorm or RMSNorm "
-             "(norm=rms), the latter with or without biases (bias=0)", what);
+             "(learned positions, GELU MLP of 4C, KV = NH, no QK-norm) with LayerNorm or RMSNorm (norm=rms), the "
+             "latter with or without biases (bias=0), the head tied to wte or not (tied=0)", what);
     return 1;
 }
 
@@ -378,6 +378,7 @@ static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
 enum {
     P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    P_LMHEADW, /* the untied LM head (tied=0; 0 elements when the head is wte) */
     /* mixture of experts (llmc/moe.h; 0 elements in a dense model): stacked over the MoE blocks, experts inside */
     P_ROUTERW, P_EFCW, P_EFCB, P_EFCPROJW, P_EFCPROJB,
     NUM_PARAMETER_TENSORS
@@ -393,7 +394,7 @@ typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_FF, DIM_VP, DIM_MAXT, DIM_E, DIM_H
  * normal(0, 0.02) over the first V rows only (the padded vocabulary rows stay 0) */
 typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL, INIT_VOCAB } GPT2Init;
 /* when a tensor exists (0 elements otherwise), by the architecture knobs */
-typedef enum { WHEN_ALWAYS = 0, WHEN_BIAS, WHEN_NORM_BIAS, WHEN_LEARNED_POS } GPT2When;
+typedef enum { WHEN_ALWAYS = 0, WHEN_BIAS, WHEN_NORM_BIAS, WHEN_LEARNED_POS, WHEN_UNTIED } GPT2When;
 
 /* one row per parameter tensor: its name, stacking, one slice's shape (outermost first; a weight is (out, in)),
  * weight decay (2-D weights and embeddings only), initialisation, presence. A new tensor is one row here (and one in
@@ -425,6 +426,7 @@ static const GPT2ParamSpec GPT2_PARAMS[NUM_PARAMETER_TENSORS] = {
     {"fcprojb",  SLICES_DENSE,  {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
     {"lnfw",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
     {"lnfb",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
+    {"lmheadw",  SLICES_ONE,    {DIM_VP, DIM_C, DIM_1},      1, INIT_VOCAB,    WHEN_UNTIED},
     {"routerw",  SLICES_MOE,    {DIM_E, DIM_C, DIM_1},       1, INIT_NORMAL,   WHEN_ALWAYS},
     {"efcw",     SLICES_MOE,    {DIM_E, DIM_H, DIM_C},       1, INIT_NORMAL,   WHEN_ALWAYS},
     {"efcb",     SLICES_MOE,    {DIM_E, DIM_H, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
@@ -458,9 +460,13 @@ static inline int gpt2_tensor_present(const GPT2Config* c, int i) {
     case WHEN_BIAS: return c->arch.bias;
     case WHEN_NORM_BIAS: return c->arch.bias && c->arch.norm == NORM_LAYERNORM;
     case WHEN_LEARNED_POS: return c->arch.pos == POS_LEARNED;
+    case WHEN_UNTIED: return !c->arch.tied_head;
     default: return 1;
     }
 }
+
+/* the LM head's weight (Vp,C): wte when tied (GPT-2), else lmheadw */
+static inline int gpt2_head_tensor(const GPT2Config* c) { return c->arch.tied_head ? P_WTE : P_LMHEADW; }
 
 /* the number of slices tensor i of model c is stacked over: L per layer, the dense blocks (the MLP tensors), the MoE
  * blocks (expert tensors), 1 otherwise */
@@ -1260,7 +1266,7 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     profile_at(PROFILE_LM_HEAD);
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
     const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
-    matmul_forward(logits, x, p->t[P_WTE], NULL, N, C, Vs, NULL);
+    matmul_forward(logits, x, p->t[gpt2_head_tensor(c)], NULL, N, C, Vs, NULL);
     if (targets != NULL) {
         profile_at(PROFILE_CLASSIFIER);
         if (tp->size == 1) {
@@ -1455,9 +1461,10 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
     if (g->backward_begin) { g->backward_begin(g->ctx); }
     gpt2_params_needed(m, -1, 1);
     if (m->stage.has_head) {
-        /* LM head (tied): dlnf = f_backward(dlogits @ wte), dwte += dlogits^T @ f(lnf) */
+        /* LM head: dlnf = f_backward(dlogits @ W), dW += dlogits^T @ f(lnf); W = wte (tied) or lmheadw */
         const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
-        matmul_backward(dbtc, g->base.t[P_WTE], NULL, dlogits, x, p->t[P_WTE], scratch_f32, N, C, Vs, NULL);
+        int h = gpt2_head_tensor(c);
+        matmul_backward(dbtc, g->base.t[h], NULL, dlogits, x, p->t[h], scratch_f32, N, C, Vs, NULL);
         const floatX* dx = tp_reduce(tp, dbtc, N, C);
         dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
         LayerActivations last = gpt2_layer_acts(m, L - 1);

@@ -124,7 +124,7 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
     }
     kv->len = pos + 1;
     if (host_logits == NULL) { return; }
-    matmul_forward(kv->logits, kv->ln, p->t[P_WTE], NULL, 1, C, kv->Vp, NULL);
+    matmul_forward(kv->logits, kv->ln, p->t[gpt2_head_tensor(&m->config)], NULL, 1, C, kv->Vp, NULL);
     dev_download_floats(host_logits, kv->logits, (size_t)kv->Vp);
 }
 

@@ -244,7 +244,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     r.buffers += r.a2a;
     if (l->layout.pp > 1) {
         r.buffers += (size_t)l->layout.m * 2 * BT * sizeof(int);
-        if (st.has_embedding || st.has_head) { r.buffers += sizes[P_WTE] * pb; }
+        if (l->cfg.arch.tied_head && (st.has_embedding || st.has_head)) { r.buffers += sizes[P_WTE] * pb; }
     }
     return r;
 }

@@ -171,7 +171,7 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         int per_layer = gpt2_is_per_layer(&rank_model->config, i);
         size_t per = per_layer ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
-        int held = per_layer || shard_stage_holds(&v.stage, i);
+        int held = per_layer || shard_stage_holds(&rank_model->config, &v.stage, i);
         v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
         v.params.t[i] = rank_model->params.t[i] + j0 * per;
         v.num_parameters += v.param_sizes[i];
@@ -213,7 +213,7 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
     }
     pl->tokens = (int*)dev_malloc((size_t)m * 2 * B * T * sizeof(int), "pipeline tokens");
     pl->host_inputs = (int*)malloc_check((size_t)m * B * T * sizeof(int), "pipeline host tokens");
-    if (pl->p > 1 && (model->stage.has_embedding || model->stage.has_head)) {
+    if (pl->p > 1 && model->config.arch.tied_head && (model->stage.has_embedding || model->stage.has_head)) {
         pl->wte_peer = (floatX*)dev_malloc(model->param_sizes[P_WTE] * sizeof(floatX), "the other end's wte gradient");
     }
 }

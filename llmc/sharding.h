@@ -63,6 +63,7 @@ static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* fcprojb: added once, by tp rank 0 */
     {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfw */
     {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfb */
+    {TP_VOCAB,         1,      HELD_LAST,      0},  /* lmheadw: the untied head, split like wte */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* routerw: every ep rank routes its own tokens */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcw */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcb */
@@ -78,13 +79,13 @@ static inline int shard_ep_splits(const GPT2Config* c, int i) {
     return moe_ep_size(&c->moe) > 1 && GPT2_SHARDING[i].ep_split;
 }
 
-/* 1 if stage st holds tensor i (its layers' slices of a per-layer tensor; wpe on the first stage, lnf on the last,
- * wte at either end) */
-static inline int shard_stage_holds(const GPT2Stage* st, int i) {
+/* 1 if stage st of model c holds tensor i (its layers' slices of a per-layer tensor; wpe on the first stage, lnf and
+ * an untied head on the last, wte at either end when it is also the head, else on the first) */
+static inline int shard_stage_holds(const GPT2Config* c, const GPT2Stage* st, int i) {
     switch (GPT2_SHARDING[i].stage) {
     case HELD_FIRST: return st->has_embedding;
     case HELD_LAST: return st->has_head;
-    case HELD_ENDS: return st->has_embedding || st->has_head;
+    case HELD_ENDS: return st->has_embedding || (st->has_head && c->arch.tied_head);
     default: return 1;
     }
 }
@@ -130,7 +131,7 @@ static inline void shard_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], co
     size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = shard_tp_slice(c, i, p, 0);
-        sizes[i] = shard_stage_holds(st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
+        sizes[i] = shard_stage_holds(c, st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
         if (shard_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
     }
 }
