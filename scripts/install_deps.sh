@@ -4,7 +4,8 @@
 # --nccl-init tcp:), OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer
 # (libclang-rt-14-dev, Debian 12) for the fuzzers of make test-sanitize), and for the python3 on PATH, from pip
 # (Debian has no safetensors or tiktoken package): numpy + safetensors (scripts/export_hf.py, import_hf.py,
-# dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh). Skips what is installed.
+# dev/test/cli_hf.sh), tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh) and tensorboard
+# (scripts/log_to_tensorboard.py, dev/test/cli_tensorboard.sh). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
@@ -35,6 +36,14 @@ fi
 if ! python3 -c "import matplotlib" > /dev/null 2>&1; then
     python3 -m pip install -q matplotlib 2> /dev/null || python3 -m pip install -q --break-system-packages matplotlib ||
         echo "warning: could not install matplotlib for $(command -v python3); plots need it"
+fi
+# tensorboard for scripts/log_to_tensorboard.py: dev/test/cli_tensorboard.sh fails without it (about 50 MB installed)
+req="$(cd "$(dirname "$0")/../requirements" && pwd)"
+if ! python3 -c "import tensorboard" > /dev/null 2>&1; then
+    echo "installing tensorboard for $(command -v python3) (pip: requirements/tensorboard.txt)"
+    python3 -m pip install -q -r "$req/tensorboard.txt" 2> /dev/null ||
+        python3 -m pip install -q --break-system-packages -r "$req/tensorboard.txt" ||
+        echo "warning: could not install tensorboard; dev/test/cli_tensorboard.sh will fail"
 fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
