@@ -293,9 +293,9 @@ test:
 # the quick tier (under 5 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test and
 # the command-line tests that take seconds each: bad input, resume, the flag table, the layout table (trainer against
 # planner), per-layer checksums of tp 2 x pp 2 + sp against one process, data parallelism against one process, MoE,
-# the process grid and the step statistics under mpirun -np 8, options, progress. The longer layout tests (every ZeRO
-# stage, tp, pp, ep, offload, compression, recompute, preemption, crash safety) run in make test.
-QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress
+# the process grid and the step statistics under mpirun -np 8, options, progress, the TensorBoard converter. The longer
+# layout tests (every ZeRO stage, tp, pp, ep, offload, compression, recompute, preemption, crash safety) run in make test.
+QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress|tensorboard
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_grid $(BUILD)/mpi_step_stats)
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
 	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh

