@@ -145,6 +145,14 @@
  * gelu (tanh approximation, Hendrycks & Gimpel 2016):
  *   gelu_forward(floatX* out(n), const floatX* inp(n), size_t n)
  *   gelu_backward_inplace(floatX* d_in_out(n), const floatX* inp(n), size_t n)   d = d * gelu'(inp)
+ * SwiGLU (Shazeer 2020; Llama's MLP) and ReLU^2 (So et al. 2021), the decoder family's MLP activations (fp32 math,
+ *   one rounding to floatX per output):
+ *   swiglu_forward(floatX* out(N,F), const floatX* inp(N,2F), int N, int F)   out = silu(gate) * up, each row of inp
+ *                  [gate (F) | up (F)]; silu(g) = g sigmoid(g)
+ *   swiglu_backward(floatX* dinp(N,2F) (overwritten), const floatX* dout(N,F), const floatX* inp(N,2F), int N, int F)
+ *                  dgate = dout up silu'(gate), dup = dout silu(gate); dinp aliases neither dout nor inp
+ *   relu2_forward(floatX* out(n), const floatX* inp(n), size_t n)               out = max(inp, 0)^2 (may alias)
+ *   relu2_backward_inplace(floatX* d_in_out(n), const floatX* inp(n), size_t n)  d = d * 2 max(inp, 0)
  * residual:
  *   residual_forward(floatX* out(n), const floatX* inp1(n), const floatX* inp2(n), size_t n)
  * attention (causal multi-head self-attention, scale 1/sqrt(hs), Vaswani et al. 2017):

@@ -1,7 +1,8 @@
 /*
- * llmc/cpu/gelu.h -- GELU, tanh approximation (Hendrycks & Gimpel 2016,
- * "Gaussian Error Linear Units"; as GPT-2 and nn.GELU(approximate='tanh')),
- * forward and backward, and the residual add. floatX = float.
+ * llmc/cpu/gelu.h -- the MLP activations, forward and backward: GELU, tanh approximation (Hendrycks & Gimpel 2016,
+ * "Gaussian Error Linear Units"; as GPT-2 and nn.GELU(approximate='tanh')); SwiGLU (Shazeer 2020, "GLU Variants
+ * Improve Transformer": silu(gate) * up, as Llama's MLP); ReLU^2 (So et al. 2021, "Primer": relu(x)^2); and the
+ * residual add. floatX = float.
  */
 #ifndef LLMC_CPU_GELU_H
 #define LLMC_CPU_GELU_H
@@ -46,6 +47,53 @@ static inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
 static inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n) {
     #pragma omp parallel for simd schedule(static) if(n >= LLMC_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) { d_in_out[i] *= gelu_grad_scalar(inp[i]); }
+}
+
+/* silu(g) = g / (1 + e^-g) = g * sigmoid(g), through cpu_expf (a few ulp; llmc/cpu/backend.h) */
+static inline float sigmoid_scalar(float g) { return 1.0f / (1.0f + cpu_expf(-g)); }
+
+/* SwiGLU: out(N,F) = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) rows [gate | up] (the fc matmul's output; under
+ * tensor parallelism each rank's fc rows are its gate and up slices, so the local row is [gate_r | up_r]) */
+static inline void swiglu_forward(floatX* out, const floatX* inp, int N, int F) {
+    #pragma omp parallel for schedule(static) if((size_t)N * F >= LLMC_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + (size_t)n * 2 * F;
+        const float* u = g + F;
+        float* o = out + (size_t)n * F;
+        #pragma omp simd
+        for (int f = 0; f < F; f++) { o[f] = g[f] * sigmoid_scalar(g[f]) * u[f]; }
+    }
+}
+
+/* its backward: dinp(N,2F) (overwritten) = [dout * u * silu'(g) | dout * silu(g)], silu'(g) = s (1 + g (1 - s)),
+ * s = sigmoid(g); dout (N,F), inp (N,2F) the forward's input. dinp must not alias dout or inp. */
+static inline void swiglu_backward(floatX* dinp, const floatX* dout, const floatX* inp, int N, int F) {
+    #pragma omp parallel for schedule(static) if((size_t)N * F >= LLMC_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + (size_t)n * 2 * F;
+        const float* u = g + F;
+        const float* d = dout + (size_t)n * F;
+        float* dg = dinp + (size_t)n * 2 * F;
+        float* du = dg + F;
+        #pragma omp simd
+        for (int f = 0; f < F; f++) {
+            float s = sigmoid_scalar(g[f]);
+            dg[f] = d[f] * u[f] * (s * (1.0f + g[f] * (1.0f - s)));
+            du[f] = d[f] * (g[f] * s);
+        }
+    }
+}
+
+/* ReLU^2: out(n) = max(inp, 0)^2; may alias */
+static inline void relu2_forward(floatX* out, const floatX* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static) if(n >= LLMC_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) { float r = inp[i] > 0.0f ? inp[i] : 0.0f; out[i] = r * r; }
+}
+
+/* d_in_out(n) *= 2 max(inp(n), 0) */
+static inline void relu2_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static) if(n >= LLMC_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) { d_in_out[i] *= inp[i] > 0.0f ? 2.0f * inp[i] : 0.0f; }
 }
 
 /* out(n) = inp1(n) + inp2(n); out may alias either input */
