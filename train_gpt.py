@@ -70,7 +70,14 @@ MODEL_VERSION_ARCH_FP32 = 9  # the decoder family: header[12..20] = the architec
 NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llmc/gpt2.h, WHEN_NORM_BIAS)
 LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
 # the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
-ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1)
+ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0)  # ff 0: the default MLP width (mlp_width)
+
+
+def mlp_width(C, arch):
+    """F: arch["ff"], else 4C, or for SwiGLU 8C/3 rounded up to a multiple of 64 (llmc/gpt2.h, gpt2_default_ffn)"""
+    if arch["ff"]:
+        return arch["ff"]
+    return (((8 * C + 2) // 3 + 63) // 64) * 64 if arch["mlp"] == "swiglu" else 4 * C
 
 MODEL_CONFIGS = {  # name: (L, C, NH, maxT)
     "d2": (2, 128, 4, 256), "d4": (4, 256, 4, 256), "d6": (6, 384, 6, 256),
@@ -101,13 +108,15 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
     expert tensors stacked over its Lm MoE blocks. With arch norm="rms" (RMSNorm) the norms have no bias tensors,
     with bias=0 no tensor has; with tied=0 the LM head is its own tensor lmheadw (Vp, C)."""
     Vp = padded_vocab(V)
+    F = mlp_width(C, arch)
+    FC = 2 * F if arch["mlp"] == "swiglu" else F  # the fc rows: SwiGLU's gate and up
     Lm = len(moe_layers(L, moe))
     Ld = L - Lm
     shapes = {
         "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
         "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
-        "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, 4 * C, C), "fcb": (Ld, 4 * C),
-        "fcprojw": (Ld, C, 4 * C), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
+        "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, FC, C), "fcb": (Ld, FC),
+        "fcprojw": (Ld, C, F), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
     }
     if not arch["tied"]:
         shapes["lmheadw"] = (Vp, C)  # the untied head, after lnfb (llmc/gpt2.h's table order)
@@ -130,15 +139,19 @@ class GPT(nn.Module):
         aux (load-balancing coefficient), z (z-loss coefficient) -- the mixture of experts of llmc/moe.h.
         arch: the decoder family's knobs (llmc/gpt2.h, GPT2Arch) built so far: norm "layernorm" (GPT-2) or "rms"
         (RMSNorm, Zhang & Sennrich 2019: x / sqrt(mean(x^2) + 1e-5) * w, no bias); bias 1 or 0 (no bias anywhere);
-        tied 1 (logits = x @ wte^T) or 0 (an untied head lmheadw (Vp, C), initialised like wte)."""
+        tied 1 (logits = x @ wte^T) or 0 (an untied head lmheadw (Vp, C), initialised like wte); mlp "gelu",
+        "swiglu" (Shazeer 2020: silu(gate) * up, fc rows [gate (F) | up (F)]) or "relu2" (So et al. 2021); ff the MLP
+        width F (0: mlp_width's default)."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
         self.L, self.C, self.NH, self.V, self.maxT = L, C, NH, V, maxT
         self.Vp = padded_vocab(V)
         self.moe = moe
-        if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1):
-            die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1")
+        arch = dict(ARCH_GPT2, **arch)
+        if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1) or \
+                arch["mlp"] not in ("gelu", "swiglu", "relu2") or arch["ff"] < 0:
+            die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1, mlp gelu|swiglu|relu2, ff >= 0")
         if arch["norm"] == "layernorm" and not arch["bias"]:
             die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
         self.arch = dict(arch)
@@ -204,7 +217,7 @@ class GPT(nn.Module):
                 aux_total = aux_total + aux
                 continue
             d = l - sum(1 for m in self.moe_blocks if m < l)  # its slice among the dense blocks
-            h = F.gelu(F.linear(h, p["fcw"][d], self.bias("fcb", d)), approximate="tanh")
+            h = self.mlp_act(F.linear(h, p["fcw"][d], self.bias("fcb", d)))
             x = x + F.linear(h, p["fcprojw"][d], self.bias("fcprojb", d))
         x = self.norm(x, "lnf", None)
         logits = F.linear(x, p["wte"] if self.arch["tied"] else p["lmheadw"])[:, :, : self.V]  # padded columns excluded
@@ -213,6 +226,15 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
         self.aux_loss = aux_total
         return logits, loss
+
+    def mlp_act(self, h):
+        """the MLP's activation of the fc output h (..., FC) by arch mlp"""
+        if self.arch["mlp"] == "swiglu":
+            gate, up = h.split(h.shape[-1] // 2, dim=-1)
+            return F.silu(gate) * up
+        if self.arch["mlp"] == "relu2":
+            return F.relu(h).square()
+        return F.gelu(h, approximate="tanh")
 
     def bias(self, name, *index):
         """slice `index` of bias tensor `name`, or None with bias=0 (F.linear without bias)"""
@@ -304,7 +326,9 @@ def arch_knobs(model):
     """header[12..20] of a decoder-family model file (llmc/model_file.h): norm, pos, theta bits, mlp, MLP width, kv
     heads, bias, tied, qknorm; the knobs not built here yet keep GPT-2's values (learned, GELU 4C, NH, tied, off)."""
     a = model.arch
-    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), 0, 4 * model.C, model.NH, a["bias"], a["tied"], 0]
+    mlp = {"gelu": 0, "swiglu": 1, "relu2": 2}[a["mlp"]]
+    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), mlp, mlp_width(model.C, a), model.NH, a["bias"],
+            a["tied"], 0]
 
 
 def write_model(model, path):
@@ -360,7 +384,7 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
 
 # the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
 # built so far (RMSNorm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
-FAMILY_FIXTURE = dict(FIXTURE, arch=dict(norm="rms", bias=0, tied=0))
+FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu"))
 
 
 def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):
@@ -629,7 +653,7 @@ def main(argv=None):
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--write-family-fixture", action="store_true",
-                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head) and exit")
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")

@@ -120,8 +120,9 @@ static inline void checksum_activations(ChecksumList* l, GPT2* m, int B, int T) 
         checksum_activation(l, m, "atty", g, a.atty, N * Cl, 0, ACT_TP_SPLIT);
         checksum_activation(l, m, "residual2", g, a.residual2, Nl * C, 0, ACT_ROWS);
         if (m->recompute != 2) { checksum_activation(l, m, "ln2", g, a.ln2, Nl * C, 0, ACT_ROWS); }
-        if (dense) { checksum_activation(l, m, "fch", g, a.fch, N * 4 * Cl, 0, ACT_TP_SPLIT); }
-        if (dense && m->recompute == 0) { checksum_activation(l, m, "fch_gelu", g, a.fch_gelu, N * 4 * Cl, 0, ACT_TP_SPLIT); }
+        size_t FCl = gpt2_dim(c, DIM_FC) / (size_t)m->tp.size, Fl = gpt2_dim(c, DIM_FF) / (size_t)m->tp.size;
+        if (dense) { checksum_activation(l, m, "fch", g, a.fch, N * FCl, 0, ACT_TP_SPLIT); }
+        if (dense && m->recompute == 0) { checksum_activation(l, m, "fch_gelu", g, a.fch_gelu, N * Fl, 0, ACT_TP_SPLIT); }
         checksum_activation(l, m, "out", g, a.residual3, Nl * C, 0, ACT_ROWS);
     }
     if (m->stage.has_head) {

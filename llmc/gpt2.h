@@ -111,16 +111,16 @@ static inline int gpt2_arch_is_gpt2(const GPT2Arch* a, int C, int NH) {
 static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
     const char* what = a->pos != POS_LEARNED ? "pos=rope (rotary)"
-                     : a->mlp == MLP_SWIGLU ? "mlp=swiglu" : a->mlp == MLP_RELU2 ? "mlp=relu2"
-                     : a->ffn_hidden != 4 * c->channels ? "FF (an MLP width other than 4C)"
+                     : a->mlp != MLP_GELU && c->moe.experts > 0 ? "mlp=swiglu/relu2 with experts (SwiGLU experts)"
                      : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
                      : a->qk_norm ? "qknorm=1" : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(learned positions, GELU MLP of 4C, KV = NH, no QK-norm) with LayerNorm or RMSNorm (norm=rms), the "
-             "latter with or without biases (bias=0), the head tied to wte or not (tied=0)", what);
+             "(learned positions, KV = NH, no QK-norm) with LayerNorm or RMSNorm (norm=rms), the latter with or "
+             "without biases (bias=0), a GELU, SwiGLU or ReLU^2 MLP of any width (FF), the head tied to wte or not "
+             "(tied=0)", what);
     return 1;
 }
 
@@ -141,6 +141,13 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
 #define GPT2_EOT 50256
 
 static inline int round_up_int(int x, int m) { return ((x + m - 1) / m) * m; }
+
+/* the MLP width when the shape gives no FF: 4C (GPT-2); for SwiGLU, whose three matrices would otherwise hold 1.5x
+ * the parameters, 8C/3 rounded up to a multiple of 64 (Llama rounds to 256 at its sizes; 64 keeps small models
+ * small), so that the MLP has 8C^2 weights either way (Shazeer 2020) */
+static inline int gpt2_default_ffn(const GPT2Arch* a, int C) {
+    return a->mlp == MLP_SWIGLU ? round_up_int((8 * C + 2) / 3, 64) : 4 * C;
+}
 
 /* the architecture words of a shape: name=value, value one of the listed words (index = the enum's value) or, for
  * bias, tied and qknorm, 0/1; theta a positive number. Returns 1 and sets the field for a known word, 0 otherwise. */
@@ -266,7 +273,7 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
     cfg->padded_vocab_size = round_up_int((int)val[3], 128);
     cfg->max_seq_len = (int)val[4];
     cfg->arch = arch;
-    cfg->arch.ffn_hidden = seen[8] ? (int)val[8] : 4 * cfg->channels;
+    cfg->arch.ffn_hidden = seen[8] ? (int)val[8] : gpt2_default_ffn(&cfg->arch, cfg->channels);
     cfg->arch.n_kv_head = seen[7] ? (int)val[7] : cfg->num_heads;
     if (seen[5]) { /* experts in every block, each a 4C-wide MLP (--moe-every and --moe-hidden may change these) */
         cfg->moe.experts = (int)val[5];
@@ -387,9 +394,9 @@ enum {
 /* how a tensor is stacked in the flat buffer: one tensor, a slice per transformer block, per block without experts
  * (every block of a dense model), per mixture-of-experts block */
 typedef enum { SLICES_ONE = 0, SLICES_LAYERS, SLICES_DENSE, SLICES_MOE } GPT2Slices;
-/* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the MLP width, Vp,
- * maxT, E experts, the experts' hidden width H */
-typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_FF, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
+/* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the MLP width F, the
+ * fc rows (F, or 2F for a gated MLP: SwiGLU's gate and up), Vp, maxT, E experts, the experts' hidden width H */
+typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_FF, DIM_FC, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
 /* initialisation (gpt2_init_host): zeros, ones, normal(0, 0.02), normal(0, 0.02/sqrt(2L)) (residual projections),
  * normal(0, 0.02) over the first V rows only (the padded vocabulary rows stay 0) */
 typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL, INIT_VOCAB } GPT2Init;
@@ -420,8 +427,8 @@ static const GPT2ParamSpec GPT2_PARAMS[NUM_PARAMETER_TENSORS] = {
     {"attprojb", SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
     {"ln2w",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
     {"ln2b",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
-    {"fcw",      SLICES_DENSE,  {DIM_FF, DIM_C, DIM_1},      1, INIT_NORMAL,   WHEN_ALWAYS},
-    {"fcb",      SLICES_DENSE,  {DIM_FF, DIM_1, DIM_1},      0, INIT_ZERO,     WHEN_BIAS},
+    {"fcw",      SLICES_DENSE,  {DIM_FC, DIM_C, DIM_1},      1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"fcb",      SLICES_DENSE,  {DIM_FC, DIM_1, DIM_1},      0, INIT_ZERO,     WHEN_BIAS},
     {"fcprojw",  SLICES_DENSE,  {DIM_C, DIM_FF, DIM_1},      1, INIT_RESIDUAL, WHEN_ALWAYS},
     {"fcprojb",  SLICES_DENSE,  {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
     {"lnfw",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
@@ -446,6 +453,7 @@ static inline size_t gpt2_dim(const GPT2Config* c, GPT2Dim d) {
     case DIM_C: return C;
     case DIM_QKV: return (size_t)(c->num_heads + 2 * c->arch.n_kv_head) * hd;
     case DIM_FF: return (size_t)c->arch.ffn_hidden;
+    case DIM_FC: return (size_t)c->arch.ffn_hidden * (c->arch.mlp == MLP_SWIGLU ? 2 : 1);
     case DIM_VP: return (size_t)c->padded_vocab_size;
     case DIM_MAXT: return (size_t)c->max_seq_len;
     case DIM_E: return (size_t)c->moe.experts;
@@ -591,6 +599,8 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t Lm = (size_t)moe_num_layers(&c->moe, (int)L), Ld = L - Lm; /* MoE blocks; blocks with a dense MLP (-r 3
                                                                           * with experts is refused by the trainer) */
     size_t L_gelu = recompute == 1 || recompute == 2 ? (Ld < 1 ? Ld : 1) : Ld;
+    size_t Fl = gpt2_dim(c, DIM_FF) / p, FCl = gpt2_dim(c, DIM_FC) / p, QKVl = gpt2_dim(c, DIM_QKV) / p;
+    size_t dfc = FCl + (FCl != Fl ? Fl : 0); /* a gated MLP's backward keeps d(act) (Fl) beside d(fch) (FCl) */
     n[A_ENCODED] = BTl * C;
     n[A_LN1] = L_ln * BTl * C;
     size_t ln_mean = c->arch.norm == NORM_LAYERNORM; /* RMSNorm keeps rstd only */
@@ -603,8 +613,8 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_LN2] = L_ln * BTl * C;
     n[A_LN2_MEAN] = ln_mean * L * BTl;
     n[A_LN2_RSTD] = L * BTl;
-    n[A_FCH] = Ld * BT * 4 * Cl;
-    n[A_FCH_GELU] = L_gelu * BT * 4 * Cl;
+    n[A_FCH] = Ld * BT * FCl;
+    n[A_FCH_GELU] = L_gelu * BT * Fl;
     n[A_RESIDUAL3] = (recompute == 3 ? nseg + L - 1 : L) * BTl * C;
     n[A_LNF] = BTl * C;
     n[A_LNF_MEAN] = ln_mean * BTl;
@@ -614,12 +624,12 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_SCRATCH_BTC] = BT * C;
     n[A_DRESIDUAL] = BTl * C;
     n[A_DBTC] = BT * C;
-    n[A_DBT4C] = BT * 4 * Cl;
+    n[A_DBT4C] = BT * max_size(QKVl, dfc); /* d qkv, then the MLP's d(act) and d(fch) */
     size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p));
     f32 = max_size(f32, max_size(layernorm_scratch_floats((int)BTl, (int)C), rmsnorm_scratch_floats((int)BTl, (int)C)));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl)));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)Fl, (int)C));
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)FCl));
     n[A_SCRATCH_F32] = max_size(f32, 1);
     n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
     n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
@@ -649,8 +659,8 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
         n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p)),
                                              max_size(layernorm_scratch_floats((int)BTl, (int)C),
                                                       rmsnorm_scratch_floats((int)BTl, (int)C))),
-                                    max_size(matmul_scratch_floats((int)BT, (int)(4 * Cl), (int)C),
-                                             matmul_scratch_floats((int)BT, (int)C, (int)(4 * Cl))));
+                                    max_size(matmul_scratch_floats((int)BT, (int)Fl, (int)C),
+                                             matmul_scratch_floats((int)BT, (int)C, (int)FCl)));
     }
 }
 
@@ -1008,8 +1018,9 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
     /* the dense MLP activations exist for the blocks without experts (a MoE model has no -r 3 window) */
     int l_mlp = moe_num_layers(&c->moe, c->num_layers) ? moe_dense_index(&c->moe, l) : w;
-    a.fch = actX(m, A_FCH, l_mlp, BT * 4 * Cl);
-    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu == 0 ? 0 : l_mlp, BT * 4 * Cl);
+    size_t P = (size_t)m->tp.size, Fl = gpt2_dim(c, DIM_FF) / P, FCl = gpt2_dim(c, DIM_FC) / P;
+    a.fch = actX(m, A_FCH, l_mlp, BT * FCl);
+    a.fch_gelu = actX(m, A_FCH_GELU, l_gelu == 0 ? 0 : l_mlp, BT * Fl);
     a.residual3 = actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l), BTl * C);
     a.ln1_mean = actF(m, A_LN1_MEAN, w, BTl);
     a.ln1_rstd = actF(m, A_LN1_RSTD, w, BTl);
@@ -1094,19 +1105,31 @@ static inline float gpt2_moe_aux_loss(const GPT2* m) {
 /* a row-parallel layer's bias: added by tensor-parallel rank 0 only, so the sum over the ranks holds it once */
 static inline const floatX* gpt2_bias_once(const GPT2* m, const floatX* bias) { return m->tp.rank == 0 ? bias : NULL; }
 
-/* MLP up-projection: fch = x @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue when gelu_fusion); x (N,C) */
+/* the MLP's activation by arch.mlp: fch_gelu (N,Fl) = GELU (Hendrycks & Gimpel 2016) or ReLU^2 (So et al. 2021) of
+ * fch (N,Fl), or SwiGLU (Shazeer 2020) of fch (N,2Fl) rows [gate | up]; Fl = F/tp this rank's MLP width */
+static inline void gpt2_mlp_act_forward(const GPT2* m, floatX* fch_gelu, const floatX* fch, int N) {
+    int Fl = (int)(gpt2_dim(&m->config, DIM_FF) / (size_t)m->tp.size);
+    profile_at(PROFILE_GELU);
+    switch (m->config.arch.mlp) {
+    case MLP_SWIGLU: swiglu_forward(fch_gelu, fch, N, Fl); break;
+    case MLP_RELU2: relu2_forward(fch_gelu, fch, (size_t)N * Fl); break;
+    default: gelu_forward(fch_gelu, fch, (size_t)N * Fl); break;
+    }
+}
+
+/* MLP up-projection: fch = x @ fcw^T + fcb, fch_gelu = act(fch) (gpt2_mlp_act_forward; GELU's fused epilogue when
+ * gelu_fusion and the MLP is GELU's); x (N,C) */
 static inline void gpt2_mlp_up_forward(GPT2* m, const LayerActivations* a, const floatX* x, int l, int N,
                                        int gelu_fusion) {
-    int C = m->config.channels, Fl = 4 * C / m->tp.size;
+    int C = m->config.channels, FCl = (int)(gpt2_dim(&m->config, DIM_FC) / (size_t)m->tp.size);
     const floatX* fcw = layer_param(&m->params, m, P_FCW, l);
     const floatX* fcb = layer_param(&m->params, m, P_FCB, l);
     profile_at(PROFILE_FC);
-    if (gelu_fusion) {
-        matmul_forward(a->fch_gelu, x, fcw, fcb, N, C, Fl, a->fch);
+    if (gelu_fusion && m->config.arch.mlp == MLP_GELU) {
+        matmul_forward(a->fch_gelu, x, fcw, fcb, N, C, FCl, a->fch);
     } else {
-        matmul_forward(a->fch, x, fcw, fcb, N, C, Fl, NULL);
-        profile_at(PROFILE_GELU);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
+        matmul_forward(a->fch, x, fcw, fcb, N, C, FCl, NULL);
+        gpt2_mlp_act_forward(m, a->fch_gelu, a->fch, N);
     }
 }
 
@@ -1197,7 +1220,8 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
         if (!finish) { return; }
         profile_at(PROFILE_FCPROJ);
         matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
-                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, 4 * Cl, C, NULL);
+                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, (int)(gpt2_dim(c, DIM_FF) / tp->size), C,
+                       NULL);
         y = tp_reduce(tp, scratch, N, C);                                               /* g */
     }
     profile_at(PROFILE_LAYERNORM);
@@ -1343,8 +1367,7 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
     if ((m->recompute == 1 || m->recompute == 2) && !moe_is_layer(&m->config.moe, l)) { /* expert GELU outputs are kept */
-        profile_at(PROFILE_GELU);
-        gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C / m->tp.size); /* fch holds the pre-GELU values either way */
+        gpt2_mlp_act_forward(m, a->fch_gelu, a->fch, N); /* fch holds the pre-activation values either way */
     }
 }
 
@@ -1381,6 +1404,30 @@ static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* d
 #define LLMC_GELU_BWD_EPILOGUE 1
 #endif
 
+/* The MLP's backward from residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) down to d fch: dy (N,C) the
+ * gathered output gradient; accumulates fcproj's weight and bias gradients and returns d fch (N,FCl) in dbuf
+ * (A_DBT4C), ready for the fc backward. GELU: its derivative goes into the fcproj input-gradient GEMM
+ * (LLMC_GELU_BWD_EPILOGUE, default) or, returned as d fch_gelu, into the fc dbias pass (0); ReLU^2: in place after
+ * the GEMM; SwiGLU: d fch_gelu (N,Fl) at dbuf + N FCl, then swiglu_backward writes d fch (N,2Fl) at dbuf. */
+static inline floatX* gpt2_mlp_act_backward(GPT2* m, const GPT2GradTarget* g, const LayerActivations* a,
+                                            floatX* dbuf, const floatX* dy, int l, int N) {
+    const GPT2Config* c = &m->config;
+    int Fl = (int)(gpt2_dim(c, DIM_FF) / (size_t)m->tp.size), C = c->channels;
+    const floatX* w = layer_param(&m->params, m, P_FCPROJW, l);
+    floatX *dw = gpt2_param_grad(m, g, P_FCPROJW, l), *db = gpt2_param_grad(m, g, P_FCPROJB, l);
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    if (c->arch.mlp == MLP_GELU && LLMC_GELU_BWD_EPILOGUE) {
+        matmul_backward_dgelu(dbuf, dw, db, (floatX*)dy, a->fch_gelu, w, scratch_f32, N, Fl, C, a->fch);
+        return dbuf;
+    }
+    floatX* dact = c->arch.mlp == MLP_SWIGLU ? dbuf + (size_t)N * 2 * Fl : dbuf;
+    matmul_backward(dact, dw, db, (floatX*)dy, a->fch_gelu, w, scratch_f32, N, Fl, C, NULL);
+    profile_at(PROFILE_GELU);
+    if (c->arch.mlp == MLP_SWIGLU) { swiglu_backward(dbuf, dact, a->fch, N, Fl); }
+    if (c->arch.mlp == MLP_RELU2) { relu2_backward_inplace(dbuf, a->fch, (size_t)N * Fl); }
+    return dbuf;
+}
+
 /* backward pass of one transformer block: dresidual (Nl,C) holds d(loss)/d(residual3) on entry and
  * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
 static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
@@ -1402,23 +1449,15 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
         moe_layer_backward(&ml, &c->moe, &m->moe_opt, dbtc, dresidual, a.ln2, scratch_f32, N, C, m->moe_dloss);
         dx = dbtc;
     } else {
-        /* residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb); GELU's derivative goes either into the fcproj
-         * input-gradient GEMM (LLMC_GELU_BWD_EPILOGUE, default: dbt4c = d fch) or into the fc dbias pass (0) */
         profile_at(PROFILE_FCPROJ);
         dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
-        if (LLMC_GELU_BWD_EPILOGUE) {
-            matmul_backward_dgelu(dbt4c, gpt2_param_grad(m, g, P_FCPROJW, l), gpt2_param_grad(m, g, P_FCPROJB, l),
-                                  (floatX*)dy, a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C,
-                                  a.fch);
-        } else {
-            matmul_backward(dbt4c, gpt2_param_grad(m, g, P_FCPROJW, l), gpt2_param_grad(m, g, P_FCPROJB, l), (floatX*)dy,
-                            a.fch_gelu, layer_param(p, m, P_FCPROJW, l), scratch_f32, N, 4 * Cl, C, NULL);
-        }
-        /* fch_gelu = gelu(f(ln2) @ fcw^T + fcb) */
+        floatX* dfch = gpt2_mlp_act_backward(m, g, &a, dbt4c, dy, l, N);
+        /* fch_gelu = act(f(ln2) @ fcw^T + fcb) */
         profile_at(PROFILE_FC);
         x = tp_gather(tp, a.ln2, scratch, N, C);
-        matmul_backward(dbtc, gpt2_param_grad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dbt4c, x,
-                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, 4 * Cl, LLMC_GELU_BWD_EPILOGUE ? NULL : a.fch);
+        matmul_backward(dbtc, gpt2_param_grad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dfch, x,
+                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, (int)(gpt2_dim(c, DIM_FC) / tp->size),
+                        LLMC_GELU_BWD_EPILOGUE || c->arch.mlp != MLP_GELU ? NULL : a.fch);
         dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
     }
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,

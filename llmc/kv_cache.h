@@ -41,8 +41,8 @@ typedef struct {
     floatX* qkv;               /* (3C) */
     floatX* atty;              /* (C) */
     floatX* y;                 /* (C) a projection's output */
-    floatX* fch;               /* (4C) before GELU */
-    floatX* fch_gelu;          /* (4C) */
+    floatX* fch;               /* (FC: F, or 2F for SwiGLU) before the MLP's activation */
+    floatX* fch_gelu;          /* (F) after it */
     floatX* logits;            /* (Vp) */
     float* scores;             /* (NH,T) attention_decode's scratch (CPU) */
     int* token;                /* (1) device */
@@ -69,8 +69,8 @@ static inline void kv_cache_create(KVCache* kv, const GPT2* m, int gelu_fusion) 
     kv->qkv = (floatX*)dev_malloc(3 * C * sizeof(floatX), "KV cache qkv");
     kv->atty = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache attention output");
     kv->y = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache projection");
-    kv->fch = (floatX*)dev_malloc(4 * C * sizeof(floatX), "KV cache fc");
-    kv->fch_gelu = (floatX*)dev_malloc(4 * C * sizeof(floatX), "KV cache fc gelu");
+    kv->fch = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_FC) * sizeof(floatX), "KV cache fc");
+    kv->fch_gelu = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_FF) * sizeof(floatX), "KV cache fc gelu");
     kv->logits = (floatX*)dev_malloc((size_t)kv->Vp * sizeof(floatX), "KV cache logits");
     kv->scores = (float*)dev_malloc((size_t)kv->NH * kv->T * sizeof(float), "KV cache attention scores");
     kv->token = (int*)dev_malloc(sizeof(int), "KV cache token");
@@ -108,15 +108,16 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
                        NULL);
         gpt2_fused_residual_norm_forward(norm, kv->residual2, kv->ln, mean, rstd, kv->x, kv->y,
                                          layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), 1, C);
-        if (kv->gelu_fusion) {
-            matmul_forward(kv->fch_gelu, kv->ln, layer_param(p, m, P_FCW, l), layer_param(p, m, P_FCB, l), 1, C, 4 * C,
+        int F = (int)gpt2_dim(&m->config, DIM_FF), FC = (int)gpt2_dim(&m->config, DIM_FC);
+        if (kv->gelu_fusion && m->config.arch.mlp == MLP_GELU) {
+            matmul_forward(kv->fch_gelu, kv->ln, layer_param(p, m, P_FCW, l), layer_param(p, m, P_FCB, l), 1, C, FC,
                            kv->fch);
         } else {
-            matmul_forward(kv->fch, kv->ln, layer_param(p, m, P_FCW, l), layer_param(p, m, P_FCB, l), 1, C, 4 * C, NULL);
-            gelu_forward(kv->fch_gelu, kv->fch, 4 * (size_t)C);
+            matmul_forward(kv->fch, kv->ln, layer_param(p, m, P_FCW, l), layer_param(p, m, P_FCB, l), 1, C, FC, NULL);
+            gpt2_mlp_act_forward(m, kv->fch_gelu, kv->fch, 1);
         }
         matmul_forward(kv->y, kv->fch_gelu, layer_param(p, m, P_FCPROJW, l), layer_param(p, m, P_FCPROJB, l), 1,
-                       4 * C, C, NULL);
+                       F, C, NULL);
         if (l + 1 < L) { gpt2_params_needed(m, l + 1, 0); }
         const floatX* w = l + 1 < L ? layer_param(p, m, P_LN1W, l + 1) : p->t[P_LNFW];
         const floatX* b = l + 1 < L ? layer_param(p, m, P_LN1B, l + 1) : p->t[P_LNFB];

@@ -8,7 +8,7 @@
  *              replicated; column-parallel (the output rows split: qkv per q/k/v block, so each rank holds its heads;
  *              fc and its bias); row-parallel (the input columns split: attproj, fcproj); vocabulary-parallel (wte's
  *              rows, for the embedding and the tied LM head with vocabulary-parallel cross-entropy)
- *   tp_blocks  column-parallel: the rows form this many blocks, each split (qkv: 3)
+ *   tp_blocks  column-parallel: the rows form this many blocks, each split (qkv: 3; 0: the MLP's, 2 for SwiGLU)
  *   stage      which pipeline stages hold it: the stage of each layer (per-layer tensors), the first (wpe), the last
  *              (lnf), both ends (the tied wte: its two copies' gradients are summed between them)
  *   ep_split   expert parallelism splits it over the ep ranks (each holds E/ep experts of every MoE block)
@@ -57,8 +57,8 @@ static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* attprojb: added once, by tp rank 0 */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2w */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2b */
-    {TP_COLUMN,        1,      HELD_BY_LAYER,  0},  /* fcw */
-    {TP_COLUMN,        1,      HELD_BY_LAYER,  0},  /* fcb */
+    {TP_COLUMN,        0,      HELD_BY_LAYER,  0},  /* fcw: blocks 0 = the MLP's (SwiGLU: gate and up) */
+    {TP_COLUMN,        0,      HELD_BY_LAYER,  0},  /* fcb */
     {TP_ROW,           1,      HELD_BY_LAYER,  0},  /* fcprojw */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* fcprojb: added once, by tp rank 0 */
     {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfw */
@@ -114,7 +114,7 @@ static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     if (row->tp == TP_ROW) {
         s.blocks = R; s.len = K / P; s.stride = K;
     } else { /* column- or vocabulary-parallel: rows */
-        size_t k = (size_t)row->tp_blocks;
+        size_t k = row->tp_blocks ? (size_t)row->tp_blocks : gpt2_dim(c, DIM_FC) / gpt2_dim(c, DIM_FF);
         s.blocks = k; s.len = R / (k * P) * K; s.stride = k > 1 ? R / k * K : 0;
     }
     s.start = (size_t)r * s.len;

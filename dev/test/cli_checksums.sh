@@ -25,12 +25,13 @@ out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/seed.log" --rtol
 rc=$?
 test $rc -eq 1 && [[ "$out" == "first difference: step 1 activation layer -1 encoded:"* ]]
 check $? "another --seed (other initial weights): exit $rc, the first difference is the embedding output: $out"
-# The decoder family's RMSNorm without biases and with an untied head (-e ...:norm=rms:bias=0:tied=0, llmc/README.md
-# "The model's architecture as data"): the same step on one process, on tp 2 x pp 2 with sequence parallelism
-# (RMSNorm's weight gradient summed over the tp ranks from their rows; wte only on the first stage, the head lmheadw
-# split over the vocabulary on the last) and on dp 2 with ZeRO-3 agree within the same rtol; no bias tensors, so 6 per
+# The decoder family's RMSNorm without biases, with an untied head and a SwiGLU MLP (-e
+# ...:norm=rms:bias=0:tied=0:mlp=swiglu, llmc/README.md "The model's architecture as data"): the same step on one
+# process, on tp 2 x pp 2 with sequence parallelism (RMSNorm's weight gradient summed over the tp ranks from their
+# rows; wte only on the first stage, the head lmheadw split over the vocabulary on the last; each tp rank's fc rows its
+# slice of the gate and of the up block) and on dp 2 with ZeRO-3 agree within the same rtol; no bias tensors, so 6 per
 # layer, and lmheadw
-R=(-e L2:C128:NH4:T256:norm=rms:bias=0:tied=0 -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
+R=(-e L2:C128:NH4:T256:norm=rms:bias=0:tied=0:mlp=swiglu -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
 $TRAIN "${R[@]}" > "$TMP/rms_one.log" 2>&1
 check $? "RMSNorm, one process, --debug-checksums 1: runs"
 test "$(grep -c '^checksum step 1 grad' "$TMP/rms_one.log")" -eq 16 && ! grep -q '^checksum step 1 grad [-0-9]* [a-z0-9]*b ' "$TMP/rms_one.log" &&
