@@ -153,6 +153,22 @@
  *                  dgate = dout up silu'(gate), dup = dout silu(gate); dinp aliases neither dout nor inp
  *   relu2_forward(floatX* out(n), const floatX* inp(n), size_t n)               out = max(inp, 0)^2 (may alias)
  *   relu2_backward_inplace(floatX* d_in_out(n), const floatX* inp(n), size_t n)  d = d * 2 max(inp, 0)
+ * rotary position embedding (RoPE, Su et al. 2021; "rotate_half" pairing (i, i + hs/2) as Hugging Face Llama /
+ * GPT-NeoX; CPU llmc/cpu/rope.h, CUDA llmc/cuda/rope.cuh; the model's pos=rope):
+ *   rope_table(float* host_table(maxT, hs/2, 2) fp32 host, int maxT, int hs, float theta, const RopeScaling* scaling
+ *              or NULL)      host function (llmc/rope_table.h, the same on both backends): (cos, sin) of t*inv_freq[i],
+ *              inv_freq[i] = theta^(-2i/hs), optionally Llama-3 scaled (RopeScaling {factor, low_freq_factor,
+ *              high_freq_factor, original_max_pos}; factor 0 or NULL = none); computed in double, rounded once to
+ *              fp32. The caller copies it to a device buffer of maxT*hs floats (dev_memcpy_h2d).
+ *   rope_forward(floatX* qkv(B,T,(NH+2*KV)*hs) in place, const float* table(maxT,hs/2,2) device, int B, int T,
+ *              int NH, int KV, int hs, int pos0)
+ *              rows [q heads NH*hs | k heads KV*hs | v heads KV*hs] (the model's qkv, DIM_QKV; KV = NH today);
+ *              rotates the NH q and KV k heads of every token by its angle, v untouched; token t has position
+ *              pos0 + t (sequence-parallel shards, KV-cache decode); pos0 + T <= maxT is the caller's.
+ *              x[i] = x[i] c - x[i+hs/2] s, x[i+hs/2] = x[i+hs/2] c + x[i] s, fp32 arithmetic, one rounding.
+ *   rope_backward(floatX* dqkv(B,T,(NH+2*KV)*hs) in place, same arguments)   the transpose (rotation by -angle)
+ *              of the q and k gradients, v gradients untouched.
+ *              Both exit with one line for hs odd or < 2, or a negative size or pos0.
  * residual:
  *   residual_forward(floatX* out(n), const floatX* inp1(n), const floatX* inp2(n), size_t n)
  * attention (causal multi-head self-attention, scale 1/sqrt(hs), Vaswani et al. 2017):

@@ -49,6 +49,12 @@ void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float*
 void ref_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward(out, inp, n); }
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n) { gelu_backward_inplace(d, inp, n); }
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward(out, a, b, n); }
+void ref_rope_forward(float* qkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0) {
+    rope_forward(qkv, table, B, T, NH, KV, hs, pos0);
+}
+void ref_rope_backward(float* dqkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0) {
+    rope_backward(dqkv, table, B, T, NH, KV, hs, pos0);
+}
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
                                     int NH) {
     float* state = (float*)calloc(attention_state_floats(B, T, NH) + 1, sizeof(float));

@@ -33,6 +33,9 @@ void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float*
 void ref_gelu_forward(float* out, const float* inp, size_t n);
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
+/* rotary position embedding (llmc/cpu/rope.h): qkv(B,T,(NH+2KV)*hs) in place, table(maxT,hs/2,2) */
+void ref_rope_forward(float* qkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0);
+void ref_rope_backward(float* dqkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0);
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
                                     int NH);
 void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH);

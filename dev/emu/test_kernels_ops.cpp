@@ -597,6 +597,57 @@ static void test_elementwise(size_t n) {
     dev_free(d_a); dev_free(d_b); dev_free(d_o); dev_free(d_d); dev_free(d_f); dev_free(d_f2);
 }
 
+/* ---------------------------------------------------------------- rotary position embedding */
+/* rope_forward / rope_backward (llmc/cuda/rope.cuh) against the CPU twin (llmc/cpu/rope.h) on the same floatX-rounded
+ * input and the same fp32 table (llmc/rope_table.h, built on the host; no transcendental on either side).
+ * Tolerance: each side computes a c -+ b s in fp32 with at most 3 roundings (fewer with a fused multiply-add), so
+ * each is within 1.5u (|a| + |b|) <= 3u M of the exact value (u = 2^-24, M = max |input|), the two within 6u M; the
+ * largest output is >= M / sqrt(2) (a rotation keeps the norm of the pair holding M), so the relative error is
+ * <= 6 sqrt(2) u = 5.1e-7: FP32 tol 1e-6. BF16: both fp32 results are rounded to bf16 once (the CPU's by roundX);
+ * values that close round to the same or to adjacent bf16 numbers: one ulp, <= 2^-7 |out| <= 2^-7 sqrt(2) M, i.e.
+ * relative to the largest output <= 2^-6: tol 1/64. The value heads must come back bit for bit (tol 0).
+ * Paths: 128-bit packets when (hs/2) % X128_SIZE == 0 and qkv is 16-byte aligned (misalign = 1 shifts qkv by one
+ * element to force the element path at a packed head size). */
+static void test_rope(int B, int T, int NH, int KV, int hs, int pos0, int llama3, int misalign) {
+    const double tol = FLOATX_IS_FLOAT ? 1e-6 : 1.0 / 64;
+    const RopeScaling l3 = {8.0f, 1.0f, 4.0f, 8192};
+    const int maxT = pos0 + T, row = (NH + 2 * KV) * hs;
+    const size_t n = (size_t)B * T * row;
+    std::string s = shp("B%d T%d NH%d KV%d hs%d p%d%s%s", B, T, NH, KV, hs, pos0, llama3 ? " l3" : "",
+                        misalign ? " misal" : "");
+    std::vector<float> tab((size_t)maxT * hs);
+    rope_table(tab.data(), maxT, hs, llama3 ? 500000.0f : 10000.0f, llama3 ? &l3 : NULL);
+    float* d_tab = upF(tab);
+    floatX* d_buf = dX(n + misalign);
+    floatX* d_x = d_buf + misalign;
+    for (int dir = 0; dir < 2; dir++) {
+        std::vector<float> x = randv(n, 2.0f);
+        std::vector<float> tmp = x;
+        floatX* d_r = upX(tmp); /* rounds tmp to floatX */
+        x = tmp;
+        dev_memcpy_d2d(d_x, d_r, n * sizeof(floatX));
+        dev_free(d_r);
+        std::vector<float> ref = x;
+        if (dir == 0) {
+            rope_forward(d_x, d_tab, B, T, NH, KV, hs, pos0);
+            ref_rope_forward(ref.data(), tab.data(), B, T, NH, KV, hs, pos0);
+        } else {
+            rope_backward(d_x, d_tab, B, T, NH, KV, hs, pos0);
+            ref_rope_backward(ref.data(), tab.data(), B, T, NH, KV, hs, pos0);
+        }
+        std::vector<float> got = downX(d_x, n);
+        std::vector<float> gv, xv;
+        for (int r = 0; r < B * T; r++) {
+            const size_t v0 = (size_t)r * row + (size_t)(NH + KV) * hs;
+            gv.insert(gv.end(), got.begin() + v0, got.begin() + v0 + (size_t)KV * hs);
+            xv.insert(xv.end(), x.begin() + v0, x.begin() + v0 + (size_t)KV * hs);
+        }
+        check(dir == 0 ? "rope_forward" : "rope_backward", s, got, roundX(ref), tol);
+        check(dir == 0 ? "rope_forward value heads" : "rope_backward value heads", s, gv, xv, 0.0);
+    }
+    dev_free(d_tab); dev_free(d_buf);
+}
+
 /* ---------------------------------------------------------------- attention */
 /* mode: 0 the dispatching entry points, 1 the CUDA-core fallback forced, 2 the forward as 0 and the one-kernel
  * FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused, dQ summed in key-tile order through
@@ -1242,6 +1293,15 @@ int main(void) {
     test_elementwise(4 * 32 * 64);
     test_elementwise(1003);
     test_elementwise(1);
+
+    /* B, T, NH, KV, hs, pos0, llama3, misalign */
+    test_rope(2, 33, 4, 2, 64, 5, 1, 0);   /* hs 64: 128-bit path in both builds, GQA KV = NH/2 */
+    test_rope(1, 65, 2, 1, 128, 0, 1, 0);  /* hs 128, KV = 1 */
+    test_rope(1, 1, 2, 2, 128, 300, 0, 0); /* T = 1 (a decode step), pos0 = 300 */
+    test_rope(3, 7, 3, 1, 12, 0, 0, 0);    /* hs/2 = 6: element path */
+    test_rope(1, 5, 2, 1, 8, 3, 0, 0);     /* hs/2 = 4: packets of 4 in fp32, element path in bf16 */
+    test_rope(2, 63, 4, 4, 64, 2, 0, 1);   /* misaligned qkv: element path at a packed head size */
+    test_rope(1, 3, 1, 1, 2, 1, 0, 0);     /* hs = 2: one pair */
 
     test_attention(4, 32, 64, 4, 0); /* fixture: hs=16 */
     test_attention(4, 32, 64, 4, 1);

@@ -845,6 +845,152 @@ static void test_adamw(int use_master) {
     dev_free(p); dev_free(m); dev_free(v); dev_free(master); dev_free(g); free(rp); free(rm); free(rv);
 }
 
+/* ---------------------------------------------------------------- rotary position embedding (llmc/cpu/rope.h) */
+/* Rotary position embedding (Su et al. 2021), "rotate_half" pairing (i, i + hs/2), checked against a double
+ * reference written here independently of llmc/rope_table.h: the frequency in the mask form of Hugging Face's
+ * llama3 scaling (scaled where wavelen > L/low, smoothed where neither wavelen < L/high nor wavelen > L/low), the
+ * angle and its cos/sin in double.
+ * Tolerances (u = 2^-24, the fp32 unit roundoff; M = max |x| of the input):
+ *   table entry: computed in double, rounded once: |err| <= u (values <= 1) plus the angle's double rounding
+ *     (t f 2^-53 < 1e-12 for t < 10^4): tol u.
+ *   forward / backward vs double: out = fl(fl(a c') -+ fl(b s')) with c', s' the fp32 table (|c' - c| <= u|c|): the
+ *     error is <= 2u|a c| + 2u|b s| + u|out| <= 2u (|a| + |b|) + u sqrt(2) M <= 5.5 u M: tol 6 u M. An interleaved
+ *     pairing (2i, 2i+1), a wrong sign, a wrong position (pos0 ignored, the row index n instead of t = n % T) or a
+ *     wrong frequency gives errors of order M.
+ *   backward(forward(x)) = x: the forward's error (5.5 u M per element, at most sqrt(2) times that per pair after
+ *     the backward's rotation, which preserves pair norms), the backward's own (5.5 u sqrt(2) M: its inputs are up
+ *     to sqrt(2) M) and the table's non-orthogonality (|c'^2 + s'^2 - 1| <= 2u: 2u sqrt(2) M): 18.4 u M: tol 24 u M.
+ *     Catches a backward that rotates by +angle (the forward again) or swaps the roles of the pair.
+ *   <rope(x), y> = <x, rope_backward(y)> (the backward is the forward's transpose, what autograd needs): both sides
+ *     summed in double from fp32 results, so they differ by at most sum |y| 5.5 u M_x + sum |x| 5.5 u M_y: tol
+ *     6 u (M_x sum|y| + M_y sum|x|); a backward that is not the transpose misses by O(sqrt(n)) on random data.
+ *   value heads: bit for bit unchanged (no arithmetic touches them); with KV < NH this also catches rotating NH
+ *     key heads (the extra ones are value heads). */
+#define ROPE_U (1.0 / 16777216.0)
+static double ref_rope_freq(int i, int hs, double theta, const RopeScaling* s) {
+    const double f = 1.0 / pow(theta, (double)(2 * i) / (double)hs);
+    if (s == NULL || s->factor == 0.0f) { return f; }
+    const double L = s->original_max_pos, wavelen = 2.0 * M_PI / f;
+    const double scaled = wavelen > L / s->low_freq_factor ? f / s->factor : f;
+    const double sm = (L / wavelen - s->low_freq_factor) / (s->high_freq_factor - s->low_freq_factor);
+    const int medium = !(wavelen < L / s->high_freq_factor) && !(wavelen > L / s->low_freq_factor);
+    return medium ? (1.0 - sm) * scaled / s->factor + sm * scaled : scaled;
+}
+/* x(B,T,(NH+2KV)*hs) in place, double, rotation by sign * angle of the q and k heads */
+static void ref_rope(double* x, int B, int T, int NH, int KV, int hs, int pos0, double theta, const RopeScaling* s,
+                     double sign) {
+    const int half = hs / 2, row = (NH + 2 * KV) * hs;
+    for (int n = 0; n < B * T; n++) {
+        for (int h = 0; h < NH + KV; h++) {
+            double* v = x + (size_t)n * row + (size_t)h * hs;
+            for (int i = 0; i < half; i++) {
+                const double ang = (double)(pos0 + n % T) * ref_rope_freq(i, hs, theta, s);
+                const double c = cos(ang), sn = sign * sin(ang), a = v[i], b = v[i + half];
+                v[i] = a * c - b * sn;
+                v[i + half] = b * c + a * sn;
+            }
+        }
+    }
+}
+static double fmaxabs(const float* x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) { m = fabs(x[i]) > m ? fabs(x[i]) : m; }
+    return m;
+}
+
+/* the table against cos/sin of the reference angle, and pinned Llama-3 frequencies (independent of both formulas) */
+static void test_rope_table(void) {
+    const RopeScaling l3 = {8.0f, 1.0f, 4.0f, 8192}; /* Llama 3.1 */
+    const int maxT = 4100, hs = 128, half = hs / 2;
+    float* tab = (float*)malloc_check((size_t)maxT * hs * sizeof(float), "test");
+    for (int sc = 0; sc < 2; sc++) {
+        const double theta = sc ? 500000.0 : 10000.0;
+        rope_table(tab, maxT, hs, (float)theta, sc ? &l3 : NULL);
+        double worst = 0.0;
+        for (int t = 0; t < maxT; t++) {
+            for (int i = 0; i < half; i++) {
+                const double a = (double)t * ref_rope_freq(i, hs, theta, sc ? &l3 : NULL);
+                const float* e = tab + ((size_t)t * half + i) * 2;
+                const double d = fmax(fabs(e[0] - cos(a)), fabs(e[1] - sin(a)));
+                worst = d > worst || d != d ? d : worst;
+            }
+        }
+        TEST_CHECK(worst <= ROPE_U, "rope_table maxT=%d hs=%d theta=%g %s: max |table - cos/sin(double)| %.2e "
+                   "(tol 2^-24)", maxT, hs, theta, sc ? "llama3 (8, 1, 4, 8192)" : "unscaled", worst);
+    }
+    /* Llama 3.1 at hs = 128: wavelen 2 pi 500000^(i/64) is < 2048 for i <= 28 (unchanged), > 8192 for i >= 35
+     * (divided by 8), in between smoothed strictly between the two */
+    const double f20 = pow(500000.0, -20.0 / 64.0), f31 = pow(500000.0, -31.0 / 64.0), f50 = pow(500000.0, -50.0 / 64.0);
+    const double g20 = rope_inv_freq(20, hs, 500000.0, &l3), g31 = rope_inv_freq(31, hs, 500000.0, &l3),
+                 g50 = rope_inv_freq(50, hs, 500000.0, &l3), g0 = rope_inv_freq(0, hs, 500000.0, &l3);
+    TEST_CHECK(fabs(g0 - 1.0) <= 1e-15 && fabs(g20 / f20 - 1.0) <= 1e-14 && fabs(g50 / (f50 / 8.0) - 1.0) <= 1e-14 &&
+               g31 > f31 / 8.0 * (1.0 + 1e-3) && g31 < f31 * (1.0 - 1e-3),
+               "rope_inv_freq llama3: i=0 -> 1, i=20 unchanged, i=50 divided by 8, i=31 smoothed in between "
+               "(%.6g %.6g %.6g %.6g)", g0, g20 / f20, g50 / f50, g31 / f31);
+    const double s31 = (8192.0 * f31 / (2.0 * M_PI) - 1.0) / 3.0;
+    TEST_CHECK(fabs(g31 / (f31 * ((1.0 - s31) / 8.0 + s31)) - 1.0) <= 1e-14,
+               "rope_inv_freq llama3 i=31: (1 - s) f/8 + s f with s = (8192/wavelen - 1)/3 = %.4f", s31);
+    free(tab);
+}
+
+static void test_rope(int B, int T, int NH, int KV, int hs, int pos0, int llama3) {
+    const RopeScaling l3 = {8.0f, 1.0f, 4.0f, 8192};
+    const RopeScaling* sc = llama3 ? &l3 : NULL;
+    const double theta = llama3 ? 500000.0 : 10000.0;
+    const int maxT = pos0 + T, row = (NH + 2 * KV) * hs;
+    const size_t n = (size_t)B * T * row;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d KV=%d hs=%d pos0=%d%s", B, T, NH, KV, hs, pos0,
+             llama3 ? " llama3" : "");
+    float* tab = (float*)dev_malloc((size_t)maxT * hs * sizeof(float), "test");
+    rope_table(tab, maxT, hs, (float)theta, sc); /* CPU: device memory is host memory */
+    float* x = frand(n, 2.0);
+    float* y = frand(n, 1.5);
+    const double Mx = fmaxabs(x, n), My = fmaxabs(y, n);
+    /* forward vs double, value heads untouched */
+    float* fx = fcopy(x, n);
+    rope_forward(fx, tab, B, T, NH, KV, hs, pos0);
+    double* ref = todouble(x, n);
+    ref_rope(ref, B, T, NH, KV, hs, pos0, theta, sc, 1.0);
+    Err ef = cmp(fx, ref, n);
+    TEST_CHECK(ef.abs <= 6 * ROPE_U * Mx, "rope_forward vs double %s: abs %.2e (tol 6u max|x| = %.2e)", shape, ef.abs,
+               6 * ROPE_U * Mx);
+    int vsame = 1;
+    for (int r = 0; r < B * T; r++) {
+        const size_t v0 = (size_t)r * row + (size_t)(NH + KV) * hs;
+        vsame &= memcmp(fx + v0, x + v0, (size_t)KV * hs * sizeof(float)) == 0;
+    }
+    TEST_CHECK(vsame, "rope_forward %s: value heads bit for bit unchanged", shape);
+    /* backward vs double */
+    float* gy = fcopy(y, n);
+    rope_backward(gy, tab, B, T, NH, KV, hs, pos0);
+    double* refb = todouble(y, n);
+    ref_rope(refb, B, T, NH, KV, hs, pos0, theta, sc, -1.0);
+    Err eb = cmp(gy, refb, n);
+    TEST_CHECK(eb.abs <= 6 * ROPE_U * My, "rope_backward vs double (rotation by -angle) %s: abs %.2e (tol %.2e)", shape,
+               eb.abs, 6 * ROPE_U * My);
+    /* backward(forward(x)) = x */
+    float* inv = fcopy(fx, n);
+    rope_backward(inv, tab, B, T, NH, KV, hs, pos0);
+    double* xd = todouble(x, n);
+    Err ei = cmp(inv, xd, n);
+    TEST_CHECK(ei.abs <= 24 * ROPE_U * Mx, "rope_backward(rope_forward(x)) = x %s: abs %.2e (tol 24u max|x| = %.2e)",
+               shape, ei.abs, 24 * ROPE_U * Mx);
+    /* <rope(x), y> = <x, rope_backward(y)> */
+    double l = 0.0, r = 0.0, sx = 0.0, sy = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        l += (double)fx[i] * y[i];
+        r += (double)x[i] * gy[i];
+        sx += fabs(x[i]);
+        sy += fabs(y[i]);
+    }
+    const double tadj = 6 * ROPE_U * (Mx * sy + My * sx);
+    TEST_CHECK(fabs(l - r) <= tadj, "<rope(x), y> = <x, rope_backward(y)> %s: %.9g vs %.9g, diff %.2e (tol %.2e)", shape,
+               l, r, fabs(l - r), tadj);
+    dev_free(tab); dev_free(x); dev_free(y); dev_free(fx); dev_free(gy); dev_free(inv);
+    free(ref); free(refb); free(xd);
+}
+
 /* runs a chain of ops that contain reductions on fresh copies of the same inputs; returns a hash */
 static uint64_t run_chain(int B, int T, int C, int NH, int Vp) {
     uint64_t saved = rng_state;
@@ -999,6 +1145,17 @@ int main(void) {
     test_attention(2, 17, 30, 5); /* hs = 6: not a multiple of 4 (tail loop) */
     test_attention(2, 64, 768, 12);
     test_attention(1, 150, 40, 2); /* T > 64: several query tiles, last one partial */
+
+    test_rope_table();
+    /* B, T, NH, KV, hs, pos0, llama3: GQA KV = 1, NH, NH/2; hs 64, 128 (and 2, 6); T 1, 63, 65; pos0 != 0 */
+    test_rope(2, 63, 4, 1, 64, 0, 0);
+    test_rope(2, 65, 4, 4, 64, 7, 0);
+    test_rope(3, 65, 8, 4, 128, 3, 1);
+    test_rope(2, 63, 2, 1, 128, 100, 1);
+    test_rope(1, 1, 4, 2, 128, 4000, 1);  /* one decode token (a KV-cache step) at position 4000 */
+    test_rope(4, 1, 4, 1, 64, 1000, 0);
+    test_rope(1, 5, 3, 3, 6, 2, 0);       /* hs/2 odd */
+    test_rope(1, 2, 1, 1, 2, 0, 0);       /* hs = 2: one pair */
 
     test_classifier(1, 1, 1, 0);
     test_classifier(3, 5, 8, 1);

@@ -278,6 +278,7 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "encoder.h"
 #include "layernorm.h"
 #include "gelu.h"
+#include "rope.h"
 #include "matmul.h"
 #include "matmul_auto.h"
 #include "attention.h"

@@ -33,6 +33,7 @@
 #include "encoder.cuh"
 #include "layernorm.cuh"
 #include "gelu.cuh"
+#include "rope.cuh"
 #include "matmul.cuh"
 #include "classifier.cuh"
 #include "adamw.cuh"
