@@ -70,7 +70,7 @@ MODEL_VERSION_ARCH_FP32 = 9  # the decoder family: header[12..20] = the architec
 NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llmc/gpt2.h, WHEN_NORM_BIAS)
 LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
 # the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
-ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0)  # ff 0: the default MLP width (mlp_width)
+ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0, pos="learned", theta=10000.0)  # ff 0: mlp_width
 
 
 def mlp_width(C, arch):
@@ -120,6 +120,8 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
     }
     if not arch["tied"]:
         shapes["lmheadw"] = (Vp, C)  # the untied head, after lnfb (llmc/gpt2.h's table order)
+    if arch["pos"] == "rope":
+        del shapes["wpe"]  # rotary positions: no position table
     if moe:
         E, H = moe["E"], moe["H"]
         shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
@@ -141,7 +143,9 @@ class GPT(nn.Module):
         (RMSNorm, Zhang & Sennrich 2019: x / sqrt(mean(x^2) + 1e-5) * w, no bias); bias 1 or 0 (no bias anywhere);
         tied 1 (logits = x @ wte^T) or 0 (an untied head lmheadw (Vp, C), initialised like wte); mlp "gelu",
         "swiglu" (Shazeer 2020: silu(gate) * up, fc rows [gate (F) | up (F)]) or "relu2" (So et al. 2021); ff the MLP
-        width F (0: mlp_width's default)."""
+        width F (0: mlp_width's default); pos "learned" (wpe) or "rope" (Su et al. 2021, rotate_half pairing (i,
+        i + hs/2) as Hugging Face Llama, inv_freq theta^(-2i/hs), the table computed in float64 and rounded to fp32
+        as llmc/rope_table.h does)."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
@@ -150,7 +154,8 @@ class GPT(nn.Module):
         self.moe = moe
         arch = dict(ARCH_GPT2, **arch)
         if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1) or \
-                arch["mlp"] not in ("gelu", "swiglu", "relu2") or arch["ff"] < 0:
+                arch["mlp"] not in ("gelu", "swiglu", "relu2") or arch["ff"] < 0 or \
+                arch["pos"] not in ("learned", "rope") or not arch["theta"] > 1:
             die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1, mlp gelu|swiglu|relu2, ff >= 0")
         if arch["norm"] == "layernorm" and not arch["bias"]:
             die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
@@ -192,7 +197,7 @@ class GPT(nn.Module):
         p, C, NH = self.p, self.C, self.NH
         hs = C // NH
         self.moe_counts = []  # per MoE block: (routed count per expert, kept choices)
-        x = p["wte"][idx] + p["wpe"][:T]
+        x = p["wte"][idx] + p["wpe"][:T] if "wpe" in p else p["wte"][idx]
         aux_total = torch.zeros((), device=x.device)
         for l in range(self.L):
             h = self.norm(x, "ln1", l)
@@ -200,6 +205,8 @@ class GPT(nn.Module):
             q, k, v = qkv.split(C, dim=2)
             q = q.view(B, T, NH, hs).transpose(1, 2)
             k = k.view(B, T, NH, hs).transpose(1, 2)
+            if self.arch["pos"] == "rope":
+                q, k = self.rope(q, T), self.rope(k, T)
             v = v.view(B, T, NH, hs).transpose(1, 2)
             if hasattr(F, "scaled_dot_product_attention") and x.is_cuda:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -226,6 +233,15 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1), ignore_index=-1)
         self.aux_loss = aux_total
         return logits, loss
+
+    def rope(self, x, T):
+        """rotary position embedding of x (B, NH, T, hs): x cos + rotate_half(x) sin, rotate_half(x) = [-x2 | x1]"""
+        hs = x.shape[-1]
+        inv = self.arch["theta"] ** (-2.0 * torch.arange(hs // 2, dtype=torch.float64) / hs)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        cos, sin = ang.cos().float().to(x.device), ang.sin().float().to(x.device)  # (T, hs/2), as the C table
+        x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
     def mlp_act(self, h):
         """the MLP's activation of the fc output h (..., FC) by arch mlp"""
@@ -327,8 +343,8 @@ def arch_knobs(model):
     heads, bias, tied, qknorm; the knobs not built here yet keep GPT-2's values (learned, GELU 4C, NH, tied, off)."""
     a = model.arch
     mlp = {"gelu": 0, "swiglu": 1, "relu2": 2}[a["mlp"]]
-    return [1 if a["norm"] == "rms" else 0, 0, f32_bits(10000.0), mlp, mlp_width(model.C, a), model.NH, a["bias"],
-            a["tied"], 0]
+    return [1 if a["norm"] == "rms" else 0, 1 if a["pos"] == "rope" else 0, f32_bits(a["theta"]), mlp,
+            mlp_width(model.C, a), model.NH, a["bias"], a["tied"], 0]
 
 
 def write_model(model, path):
@@ -384,7 +400,7 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
 
 # the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
 # built so far (RMSNorm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
-FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu"))
+FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu", pos="rope", theta=500000.0))
 
 
 def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):
@@ -653,7 +669,7 @@ def main(argv=None):
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--write-family-fixture", action="store_true",
-                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU) and exit")
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU, rotary positions) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")

@@ -105,7 +105,7 @@
  * Captured work reads and writes the same addresses, with the same kernel arguments, at every replay.
  *
  * ---- forward/backward ops (one module per op family) ----
- * encoder (token + position embedding):
+ * encoder (token + position embedding; wpe / dwpe NULL: no position term, the decoder family's rotary positions):
  *   encoder_forward(floatX* out(B,T,C), const int* inp(B,T), const floatX* wte(Vp,C), const floatX* wpe(maxT,C), B, T, C)
  *   encoder_backward(floatX* dwte(Vp,C) accumulates, floatX* dwpe(maxT,C) accumulates,
  *                    const floatX* dout(B,T,C), const int* inp(B,T), const int* host_inp(B,T), B, T, C)

@@ -110,7 +110,7 @@ static inline int gpt2_arch_is_gpt2(const GPT2Arch* a, int C, int NH) {
  * knob, its value and what is built */
 static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
-    const char* what = a->pos != POS_LEARNED ? "pos=rope (rotary)"
+    const char* what = a->pos == POS_ROPE && (c->channels / c->num_heads) % 2 ? "pos=rope with an odd head size C/NH"
                      : a->mlp != MLP_GELU && c->moe.experts > 0 ? "mlp=swiglu/relu2 with experts (SwiGLU experts)"
                      : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
@@ -118,9 +118,9 @@ static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
                      : a->qk_norm ? "qknorm=1" : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(learned positions, KV = NH, no QK-norm) with LayerNorm or RMSNorm (norm=rms), the latter with or "
-             "without biases (bias=0), a GELU, SwiGLU or ReLU^2 MLP of any width (FF), the head tied to wte or not "
-             "(tied=0)", what);
+             "(KV = NH, no QK-norm) with learned or rotary positions (pos=rope, theta), LayerNorm or RMSNorm (norm=rms), "
+             "the latter with or without biases (bias=0), a GELU, SwiGLU or ReLU^2 MLP of any width (FF), the head "
+             "tied to wte or not (tied=0)", what);
     return 1;
 }
 
@@ -717,6 +717,8 @@ typedef struct {
     float* host_losses;         /* (B,T) host (validation) */
     float* loss_mean;           /* (1) device fp32: mean loss of the last forward with targets (gpt2_mean_loss) */
     double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
+    float* rope_table;          /* pos=rope: (maxT, hs/2, 2) fp32 device cos/sin (rope_table, llmc/rope_table.h); else NULL */
+    int rope_table_view;        /* 1: rope_table is another instance's (a pipeline chunk view), not freed here */
 } GPT2;
 
 /* allocates the parameter buffer (zeroed) of an instance of model cfg holding the tensors of sizes[] (this
@@ -746,6 +748,15 @@ static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg, con
     model->params_capacity = model->num_parameters;
     model->params_memory = (floatX*)dev_malloc(model->num_parameters * sizeof(floatX), "parameters");
     parameter_tensors_point(&model->params, model->params_memory, model->param_sizes);
+    if (cfg->arch.pos == POS_ROPE) { /* rotary positions: the (cos, sin) table of every position, once per instance */
+        int maxT = cfg->max_seq_len, hs = cfg->channels / cfg->num_heads;
+        size_t n = (size_t)maxT * (size_t)hs;
+        float* host = (float*)malloc_check(n * sizeof(float), "rope table");
+        rope_table(host, maxT, hs, cfg->arch.rope_theta, NULL);
+        model->rope_table = (float*)dev_malloc(n * sizeof(float), "rope table");
+        dev_memcpy_h2d(model->rope_table, host, n * sizeof(float));
+        free(host);
+    }
 }
 
 /* grows the parameter buffer to `capacity` elements (>= P), keeping the parameters and zeroing the tail, so
@@ -877,6 +888,7 @@ static inline void gpt2_free(GPT2* model) {
     free(model->slot_tokens);
     free(model->host_losses);
     if (model->loss_sum) { dev_free(model->loss_sum); }
+    if (model->rope_table && !model->rope_table_view) { dev_free(model->rope_table); }
     memset(model, 0, sizeof(*model));
 }
 
@@ -1199,6 +1211,7 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     profile_at(PROFILE_QKV);
     const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                              /* f */
     matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
+    if (m->rope_table) { rope_forward(a.qkv, m->rope_table, B, T, NHl, NHl, C / c->num_heads, 0); } /* pos=rope */
     profile_at(PROFILE_ATTENTION);
     attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
     profile_at(PROFILE_ATTPROJ);
@@ -1273,13 +1286,14 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     profile_begin_pass(PROFILE_FWD, PROFILE_EMBEDDING); /* --profile-steps: the phases of llmc/profile.h */
     gpt2_params_needed(m, -1, 0);
     m->moe_dloss = targets != NULL && write_dlogits ? dloss : 0.0f; /* the MoE losses' weight in backward */
+    const floatX* wpe = m->param_sizes[P_WPE] ? p->t[P_WPE] : NULL; /* NULL: rotary positions, no table */
     if (!m->stage.has_embedding) {
         /* the previous pipeline stage's output is already in A_ENCODED */
     } else if (tp->size == 1) {
-        encoder_forward(encoded, inputs, p->t[P_WTE], p->t[P_WPE], B, T, C);
+        encoder_forward(encoded, inputs, p->t[P_WTE], wpe, B, T, C);
     } else { /* each rank embeds the tokens of its vocabulary shard; g sums the ranks (exact: one term per row) */
         floatX* emb = tp->sequence_parallel ? scratch : encoded;
-        encoder_forward_vocab_shard(emb, inputs, p->t[P_WTE], p->t[P_WPE], tp->rank * Vs, Vs, B, T, C);
+        encoder_forward_vocab_shard(emb, inputs, p->t[P_WTE], wpe, tp->rank * Vs, Vs, B, T, C);
         floatX* mine = tp_reduce(tp, emb, N, C);
         if (mine != encoded) { dev_memcpy_d2d(encoded, mine, (size_t)Nl * C * sizeof(floatX)); }
     }
@@ -1469,6 +1483,7 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
     profile_at(PROFILE_ATTENTION);
     attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl);
+    if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, NHl, C / c->num_heads, 0); } /* pos=rope */
     profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
     matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
@@ -1522,13 +1537,14 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
         if (g->layer_ready) { g->layer_ready(g->ctx, l); }
     }
     profile_at(PROFILE_EMBEDDING);
+    floatX* dwpe = m->param_sizes[P_WPE] ? g->base.t[P_WPE] : NULL; /* NULL: rotary positions, no table */
     if (!m->stage.has_embedding) {
         /* dresidual is d(loss)/d(stage input): the previous pipeline stage's gradient */
     } else if (tp->size == 1) {
-        encoder_backward(g->base.t[P_WTE], g->base.t[P_WPE], dresidual, inputs, host_inputs, B, T, C);
+        encoder_backward(g->base.t[P_WTE], dwpe, dresidual, inputs, host_inputs, B, T, C);
     } else {
         const floatX* demb = tp_gather(tp, dresidual, scratch, N, C);                   /* g backward */
-        encoder_backward_vocab_shard(g->base.t[P_WTE], g->base.t[P_WPE], demb, inputs, host_inputs, tp->rank * Vs, Vs,
+        encoder_backward_vocab_shard(g->base.t[P_WTE], dwpe, demb, inputs, host_inputs, tp->rank * Vs, Vs,
                                      B, T, C);
     }
     if (g->layer_ready) { g->layer_ready(g->ctx, -1); }

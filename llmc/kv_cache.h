@@ -93,7 +93,8 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
     float* rstd = kv->ln_stats + 1;
     dev_memcpy_h2d(kv->token, &token, sizeof(int));
     gpt2_params_needed(m, -1, 0); /* the parameter source's hooks as in gpt2_forward (ZeRO-3 gathers layers there) */
-    encoder_forward(kv->x, kv->token, p->t[P_WTE], p->t[P_WPE] + (size_t)pos * C, 1, 1, C); /* wpe row pos */
+    const floatX* wpe = m->param_sizes[P_WPE] ? p->t[P_WPE] + (size_t)pos * C : NULL; /* wpe row pos; rotary: none */
+    encoder_forward(kv->x, kv->token, p->t[P_WTE], wpe, 1, 1, C);
     gpt2_params_needed(m, 0, 0);
     GPT2Norm norm = m->config.arch.norm;
     gpt2_norm_forward(norm, kv->ln, mean, rstd, kv->x, layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), 1, C);
@@ -101,6 +102,7 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
         floatX* kl = kv->k + (size_t)l * kv->T * C;
         floatX* vl = kv->v + (size_t)l * kv->T * C;
         matmul_forward(kv->qkv, kv->ln, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), 1, C, 3 * C, NULL);
+        if (m->rope_table) { rope_forward(kv->qkv, m->rope_table, 1, 1, kv->NH, kv->NH, C / kv->NH, pos); }
         dev_memcpy_d2d(kl + (size_t)pos * C, kv->qkv + C, (size_t)C * sizeof(floatX));
         dev_memcpy_d2d(vl + (size_t)pos * C, kv->qkv + 2 * C, (size_t)C * sizeof(floatX));
         attention_decode(kv->atty, kv->qkv, kl, vl, kv->scores, pos + 1, C, kv->NH);

@@ -178,6 +178,8 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
     }
     v.num_parameters_full = rank_model->num_parameters_full;
     v.params_memory = NULL; /* not owned */
+    v.rope_table = rank_model->rope_table;
+    v.rope_table_view = 1;
     return v;
 }
 

@@ -25,26 +25,27 @@ out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/seed.log" --rtol
 rc=$?
 test $rc -eq 1 && [[ "$out" == "first difference: step 1 activation layer -1 encoded:"* ]]
 check $? "another --seed (other initial weights): exit $rc, the first difference is the embedding output: $out"
-# The decoder family's RMSNorm without biases, with an untied head and a SwiGLU MLP (-e
-# ...:norm=rms:bias=0:tied=0:mlp=swiglu, llmc/README.md "The model's architecture as data"): the same step on one
+# The decoder family's RMSNorm without biases, with an untied head, a SwiGLU MLP and rotary positions (-e
+# ...:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope, llmc/README.md "The model's architecture as data"): the same step on one
 # process, on tp 2 x pp 2 with sequence parallelism (RMSNorm's weight gradient summed over the tp ranks from their
 # rows; wte only on the first stage, the head lmheadw split over the vocabulary on the last; each tp rank's fc rows its
-# slice of the gate and of the up block) and on dp 2 with ZeRO-3 agree within the same rtol; no bias tensors, so 6 per
-# layer, and lmheadw
-R=(-e L2:C128:NH4:T256:norm=rms:bias=0:tied=0:mlp=swiglu -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
+# slice of the gate and of the up block; rotary positions of the gathered rows) and on dp 2 with ZeRO-3 agree within
+# the same rtol; no bias tensors, so 6 per layer, no wpe, and lmheadw
+R=(-e L2:C128:NH4:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
 $TRAIN "${R[@]}" > "$TMP/rms_one.log" 2>&1
-check $? "RMSNorm, one process, --debug-checksums 1: runs"
-test "$(grep -c '^checksum step 1 grad' "$TMP/rms_one.log")" -eq 16 && ! grep -q '^checksum step 1 grad [-0-9]* [a-z0-9]*b ' "$TMP/rms_one.log" &&
+check $? "the family, one process, --debug-checksums 1: runs"
+test "$(grep -c '^checksum step 1 grad' "$TMP/rms_one.log")" -eq 15 && ! grep -q '^checksum step 1 grad [-0-9]* [a-z0-9]*b ' "$TMP/rms_one.log" &&
+    ! grep -q '^checksum step 1 grad -1 wpe ' "$TMP/rms_one.log" &&
     grep -q '^checksum step 1 grad -1 lmheadw .* n=6438912$' "$TMP/rms_one.log"
-check $? "RMSNorm, bias=0, tied=0: 16 gradient checksums (6 per layer + wte, wpe, lnfw, lmheadw of Vp x C), none of a bias"
+check $? "the family (RMSNorm, bias=0, tied=0, SwiGLU, rope): 15 gradient checksums (6 per layer + wte, lnfw, lmheadw of Vp x C), none of a bias or wpe"
 out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/rms_one.log" --rtol 3e-5)
 test $? -eq 1
-check $? "RMSNorm and LayerNorm differ from the first normalised activation on: $out"
+check $? "the family and GPT-2 differ from the first activation on (no wpe): $out"
 MPIRUN 4 $TRAIN "${R[@]}" --tp 2 --pp 2 --sequence-parallel 1 > "$TMP/rms_3d.log" 2>&1
-check $? "RMSNorm, tp 2 x pp 2 + sequence parallel: runs"
+check $? "the family, tp 2 x pp 2 + sequence parallel: runs"
 out=$(python3 scripts/compare_checksums.py "$TMP/rms_one.log" "$TMP/rms_3d.log" --rtol 3e-5)
-check $? "RMSNorm, tp 2 x pp 2 + sp agrees with one process within rtol 3e-5: $out"
+check $? "the family, tp 2 x pp 2 + sp agrees with one process within rtol 3e-5: $out"
 MPIRUN 2 $TRAIN "${R[@]}" -z 3 > "$TMP/rms_z3.log" 2>&1
-check $? "RMSNorm, dp 2 ZeRO-3: runs"
+check $? "the family, dp 2 ZeRO-3: runs"
 out=$(python3 scripts/compare_checksums.py "$TMP/rms_one.log" "$TMP/rms_z3.log" --rtol 3e-5)
-check $? "RMSNorm, dp 2 ZeRO-3 agrees with one process within rtol 3e-5: $out"
+check $? "the family, dp 2 ZeRO-3 agrees with one process within rtol 3e-5: $out"

@@ -10,7 +10,8 @@
 /* Vocabulary-sharded embedding (tensor parallelism: this rank holds wte rows [v0, v0 + Vs)):
  * out(B,T,C) = wte_shard[inp[b,t] - v0, :] + wpe[t, :] where v0 <= inp[b,t] < v0 + Vs, else 0, so the sum of the
  * ranks' outputs is the full embedding (exactly: one non-zero term per row). inp(B,T) int token ids;
- * wte_shard(Vs,C), wpe(maxT,C) fp32. Ids are not range-checked here (the dataloader validates tokens). */
+ * wte_shard(Vs,C), wpe(maxT,C) fp32, or NULL (rotary positions: no position term; dwpe NULL in the backward). Ids
+ * are not range-checked here (the dataloader validates tokens). */
 static inline void encoder_forward_vocab_shard(floatX* out, const int* inp, const floatX* wte_shard, const floatX* wpe,
                                                int v0, int Vs, int B, int T, int C) {
     const long N = (long)B * T;
@@ -23,6 +24,10 @@ static inline void encoder_forward_vocab_shard(floatX* out, const int* inp, cons
             continue;
         }
         const float* we = wte_shard + (size_t)tok * C;
+        if (!wpe) { /* no position table (rotary positions): the token embedding alone */
+            for (int c = 0; c < C; c++) { o[c] = we[c]; }
+            continue;
+        }
         const float* pe = wpe + (size_t)(n % T) * C;
         for (int c = 0; c < C; c++) { o[c] = we[c] + pe[c]; }
     }
@@ -50,13 +55,13 @@ static inline void encoder_backward_vocab_shard(floatX* dwte_shard, floatX* dwpe
         for (long n = 0; n < N; n++) {
             const float* d = dout + (size_t)n * C;
             const long tok = (long)inp[n] - v0;
-            float* gp = dwpe + (size_t)(n % T) * C;
-            if (tok < 0 || tok >= Vs) {
+            if (dwpe) {
+                float* gp = dwpe + (size_t)(n % T) * C;
                 for (long c = c0; c < c1; c++) { gp[c] += d[c]; }
-                continue;
             }
+            if (tok < 0 || tok >= Vs) { continue; }
             float* gw = dwte_shard + (size_t)tok * C;
-            for (long c = c0; c < c1; c++) { gw[c] += d[c]; gp[c] += d[c]; }
+            for (long c = c0; c < c1; c++) { gw[c] += d[c]; }
         }
     }
 }

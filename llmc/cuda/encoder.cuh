@@ -5,7 +5,8 @@
  *
  *   encoder_forward_vocab_shard(out(B,T,C), inp(B,T) int, wte_shard(Vs,C), wpe(maxT,C), v0, Vs, B, T, C)
  *       out[b,t,:] = wte_shard[inp[b,t]-v0,:] + wpe[t,:]  if v0 <= inp[b,t] < v0+Vs   (fp32 add, one rounding to
- *                    floatX), else 0 (so the tp ranks' outputs sum to the full embedding exactly)
+ *                    floatX), else 0 (so the tp ranks' outputs sum to the full embedding exactly); wpe NULL: no
+ *                    position term (rotary positions), dwpe NULL: no position gradient
  *   encoder_backward_vocab_shard(dwte_shard(Vs,C) +=, dwpe(maxT,C) +=, dout(B,T,C), inp(B,T) device,
  *                    host_inp(B,T) host, v0, Vs, B, T, C)
  *       dwpe[t,:] += sum_b dout[b,t,:]                  (every row, whatever its token; each thread sums over b
@@ -72,9 +73,13 @@ static __global__ void encoder_forward_kernel(floatX* out, const int* inp, const
         PackedN<floatX, W> o;
         if (encoder_token_in_shard(inp[bt], v0, Vs, &tok)) {
             PackedN<floatX, W> a = load_packed<floatX, W>(wte + (size_t)tok * C + c);
-            PackedN<floatX, W> p = load_packed<floatX, W>(wpe + (size_t)t * C + c);
+            if (wpe) {
+                PackedN<floatX, W> p = load_packed<floatX, W>(wpe + (size_t)t * C + c);
 #pragma unroll
-            for (int k = 0; k < W; k++) { o[k] = from_float<floatX>(to_float(a[k]) + to_float(p[k])); }
+                for (int k = 0; k < W; k++) { o[k] = from_float<floatX>(to_float(a[k]) + to_float(p[k])); }
+            } else { /* no position table (rotary positions) */
+                o = a;
+            }
         } else {
 #pragma unroll
             for (int k = 0; k < W; k++) { o[k] = from_float<floatX>(0.0f); }
@@ -432,8 +437,8 @@ static inline void encoder_backward_vocab_shard(floatX* dwte_shard, floatX* dwpe
     if (N == 0 || C == 0) { return; }
     const int vec = (C % X128_SIZE == 0 && ptr_aligned(dwte_shard, 16) && ptr_aligned(dwpe, 16) && ptr_aligned(dout, 16));
     const int W = vec ? X128_SIZE : 1;
-    /* dwpe */
-    {
+    /* dwpe (none without a position table: rotary positions) */
+    if (dwpe) {
         const int block = 256;
         size_t threads = (size_t)T * (C / W);
         unsigned int grid = (unsigned int)CEIL_DIV(threads, (size_t)block);
