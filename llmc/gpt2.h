@@ -124,17 +124,25 @@ static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     return 1;
 }
 
-/* the model sizes selectable with -e dN */
-typedef struct { const char* name; int L, C, NH, maxT; const char* note; } ModelDescriptor;
+/* the model sizes selectable with -e dN (GPT-2) and -e lN (the decoder family's Llama-style members: RMSNorm, rotary
+ * positions with theta 500000, a SwiGLU MLP of 8C/3 rounded up to 64, no biases; the head tied to wte as in
+ * Llama-3.2-1B, so that lN has dN's parameter count within 2% (l4 16.09M vs 16.10M, l8 8.15M vs 8.06M); an untied
+ * head would add Vp C, 12.9M to l4's);
+ * arch: the shape's architecture words (gpt2_config_from_shape), "" for GPT-2's */
+typedef struct { const char* name; int L, C, NH, maxT; const char* arch; const char* note; } ModelDescriptor;
+#define LLAMA_ARCH "norm=rms:pos=rope:theta=500000:mlp=swiglu:bias=0"
 static const ModelDescriptor MODEL_DESCRIPTORS[] = {
-    {"d2", 2, 128, 4, 256, "tiny CPU model"},
-    {"d4", 4, 256, 4, 256, "small CPU model"},
-    {"d6", 6, 384, 6, 256, "CPU model"},
-    {"d8", 8, 128, 4, 256, "tiny deep CPU model (pipeline tests: 8 thin layers)"},
-    {"d12", 12, 768, 12, 1024, "GPT-2 124M"},
-    {"d24", 24, 1024, 16, 1024, "GPT-2 350M"},
-    {"d36", 36, 1280, 20, 1024, "GPT-2 774M"},
-    {"d48", 48, 1600, 25, 1024, "GPT-2 1558M"},
+    {"d2", 2, 128, 4, 256, "", "tiny CPU model"},
+    {"d4", 4, 256, 4, 256, "", "small CPU model"},
+    {"d6", 6, 384, 6, 256, "", "CPU model"},
+    {"d8", 8, 128, 4, 256, "", "tiny deep CPU model (pipeline tests: 8 thin layers)"},
+    {"d12", 12, 768, 12, 1024, "", "GPT-2 124M"},
+    {"d24", 24, 1024, 16, 1024, "", "GPT-2 350M"},
+    {"d36", 36, 1280, 20, 1024, "", "GPT-2 774M"},
+    {"d48", 48, 1600, 25, 1024, "", "GPT-2 1558M"},
+    {"l4", 4, 256, 4, 256, LLAMA_ARCH, "small Llama-style CPU model (d4's size)"},
+    {"l8", 8, 128, 4, 256, LLAMA_ARCH, "tiny deep Llama-style CPU model (d8's size)"},
+    {"l12", 12, 768, 12, 1024, LLAMA_ARCH, "Llama-style 124M-class model (d12's size)"},
 };
 #define NUM_MODEL_DESCRIPTORS ((int)(sizeof(MODEL_DESCRIPTORS) / sizeof(MODEL_DESCRIPTORS[0])))
 #define GPT2_VOCAB_SIZE 50257
@@ -290,7 +298,14 @@ static inline int gpt2_config_from_descriptor(GPT2Config* cfg, const char* name)
     char err[1024];
     if (gpt2_config_from_shape(cfg, name, err, sizeof(err)) == 1) { return 1; }
     for (int i = 0; i < NUM_MODEL_DESCRIPTORS; i++) {
-        if (strcmp(name, MODEL_DESCRIPTORS[i].name) == 0) {
+        const ModelDescriptor* d = &MODEL_DESCRIPTORS[i];
+        if (strcmp(name, d->name) == 0 && d->arch[0]) { /* a family member: its shape with the architecture words */
+            char shape[256];
+            snprintf(shape, sizeof(shape), "L%d:C%d:NH%d:T%d:%s", d->L, d->C, d->NH, d->maxT, d->arch);
+            if (gpt2_config_from_shape(cfg, shape, err, sizeof(err)) != 1) { FATAL("internal: descriptor %s: %s", name, err); }
+            return 1;
+        }
+        if (strcmp(name, d->name) == 0) {
             memset(cfg, 0, sizeof(*cfg));
             cfg->num_layers = MODEL_DESCRIPTORS[i].L;
             cfg->channels = MODEL_DESCRIPTORS[i].C;

@@ -36,11 +36,12 @@
       MAY_CHANGE("validation only reads the weights")) \
     X(STRING, model, "d4", "e", "model", NO_MIN, NO_MAX, \
       "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 " \
-      "(350M), d36 (774M), d48 (1558M), a custom shape " \
+      "(350M), d36 (774M), d48 (1558M) (GPT-2), l4, l8, l12 (Llama-style at d4, d8, d12's sizes: RMSNorm, rotary, " \
+      "SwiGLU, no biases, tied head), a custom shape " \
       "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. L96:C12288:NH96; V " \
       "50257 and T 1024 unless given; E and K: a mixture-of-experts model; the architecture words KV<n> FF<n> " \
-      "norm=ln|rms pos=learned|rope mlp=gelu|swiglu|relu2 bias=0|1 tied=0|1 qknorm=0|1 are parsed, GPT-2's values " \
-      "only are built), or a model .bin file to start from", \
+      "norm=ln|rms pos=learned|rope theta=B mlp=gelu|swiglu|relu2 bias=0|1 tied=0|1 qknorm=0|1 are parsed; built: all " \
+      "but KV<NH (grouped-query attention) and qknorm=1), or a model .bin file to start from", \
       MAY_CHANGE("the weights come from the checkpoint; the model's shape is compared with it separately")) \
     X(STRING, output_dir, "", "o", "output-dir", NO_MIN, NO_MAX, \
       "output directory for log.jsonl and checkpoints ('' = none)", \

@@ -260,6 +260,14 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
 #endif
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    const GPT2Arch* a = &c->arch; /* the decoder family's knobs (llmc/gpt2.h, GPT2Arch) */
+    char pos[64];
+    snprintf(pos, sizeof(pos), a->pos == POS_ROPE ? "rotary positions (theta %g)" : "learned positions",
+             (double)a->rope_theta);
+    printf("| architecture          | %s, %s, %s MLP of width %d, %d key/value heads, %s, head %s%s\n",
+           a->norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm", pos,
+           a->mlp == MLP_SWIGLU ? "SwiGLU" : a->mlp == MLP_RELU2 ? "ReLU^2" : "GELU", a->ffn_hidden, a->n_kv_head,
+           a->bias ? "biases" : "no biases", a->tied_head ? "tied to wte" : "untied", a->qk_norm ? ", QK-norm" : "");
     printf("| parameters            | %zu\n", s->model.num_parameters_full);
     printf("| train data            | %s (%zu windows of B*T+1 tokens per epoch)\n", s->cfg.train_data,
            dataloader_windows_per_epoch(&s->train_loader));
