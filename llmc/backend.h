@@ -129,6 +129,17 @@
  *   layernorm_backward(floatX* dinp(N,C) accumulates, floatX* dw(C) accumulates, floatX* db(C) accumulates, float* scratch,
  *                    const floatX* dout(N,C), const floatX* inp(N,C), const floatX* w(C), const float* mean(N), const float* rstd(N), N, C)
  *                    scratch: layernorm_scratch_floats(N, C) floats
+ * rmsnorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"; eps RMSNORM_EPS = 1e-5, no mean, no bias):
+ *   rmsnorm_forward(floatX* out(N,C), float* rstd(N), const floatX* inp(N,C), const floatX* w(C), N, C)
+ *                    out = inp * rstd * w, rstd = 1/sqrt(mean_c(inp^2) + eps); statistics in fp32, rstd saved fp32
+ *   fused_residual_rmsnorm_forward(floatX* residual(N,C) = inp1 + inp2, floatX* out(N,C), float* rstd(N),
+ *                    const floatX* inp1(N,C), const floatX* inp2(N,C), const floatX* w(C), N, C)
+ *                    the residual is rounded to floatX first and normalised as stored (= residual_forward + rmsnorm_forward)
+ *   rmsnorm_backward(floatX* dinp(N,C) accumulates, floatX* dw(C) accumulates, float* scratch,
+ *                    const floatX* dout(N,C), const floatX* inp(N,C), const floatX* w(C), const float* rstd(N), N, C)
+ *                    xhat = inp * rstd, dxhat = dout * w: dinp += rstd * (dxhat - xhat * mean_c(dxhat * xhat)),
+ *                    dw += sum_n dout * xhat; fp32 accumulation, deterministic.
+ *                    scratch: rmsnorm_scratch_floats(N, C) floats
  * matmul (out = inp @ weight^T + bias; weight stored (OC, C) as in nn.Linear):
  *   matmul_forward(floatX* out(N,OC), const floatX* inp(N,C), const floatX* weight(OC,C), const floatX* bias(OC) or NULL,
  *                  N, C, OC, floatX* pre_gelu(N,OC) or NULL)

@@ -7,6 +7,9 @@
  * mean/rstd are fp32: 1e-5 relative. Backward dw/db sum N=8192 rows in fp32 (error ~ sqrt(N) 2^-24
  * relative to sum|terms|), then one rounding when accumulated into floatX.
  * Determinism: two backward runs are bitwise identical.
+ * RMSNorm (Zhang & Sennrich 2019; rmsnorm_forward, fused_residual_rmsnorm_forward, rmsnorm_backward, the same kernels
+ * with RMS = true) is checked and timed the same way, against fp64 with rstd = 1/sqrt(mean(x^2) + 1e-5), at the same
+ * tolerances (the same arithmetic without the mean).
  * Timed at the check shape and at the training shape B=64 T=1024 (N = 65,536 rows, 100 MB per bf16 tensor: larger than
  * L2), with inputs tiled from the checked ones (the fp64 reference at N = 65,536 would be 8x the host work).
  */
@@ -94,6 +97,52 @@ int main(void) {
     check_bitwise("layernorm_backward deterministic (dw)", dw, dw2, C * sizeof(floatX));
     check_bitwise("layernorm_backward deterministic (dinp)", dinp, dinp2, NC * sizeof(floatX));
 
+    /* RMSNorm: forward, fused residual, backward (accumulating into dinp/dw as they are now) */
+    std::vector<double> rrms(N);
+    auto reference_rms = [&](const std::vector<float>& in) {
+        for (int i = 0; i < N; i++) {
+            const float* r = &in[(size_t)i * C];
+            double ms = 0;
+            for (int c = 0; c < C; c++) { ms += (double)r[c] * r[c]; }
+            double s = 1.0 / sqrt(ms / C + 1e-5);
+            rrms[i] = s;
+            for (int c = 0; c < C; c++) { rout[(size_t)i * C + c] = r[c] * s * hw[c]; }
+        }
+    };
+    poison(out, NC * sizeof(floatX)); poison(rstd, N * sizeof(float));
+    rmsnorm_forward(out, rstd, x, w, N, C);
+    reference_rms(hx);
+    check_close("rmsnorm_forward out", download(out, NC).data(), rout.data(), NC, 1e-5, UNIT_ROUNDOFF);
+    check_close("rmsnorm_forward rstd", download_f32(rstd, N).data(), rrms.data(), N, 1e-6, 1e-5);
+    poison(out, NC * sizeof(floatX)); poison(resid, NC * sizeof(floatX));
+    fused_residual_rmsnorm_forward(resid, out, rstd, x, x2, w, N, C);
+    hres = download(resid, NC);
+    check_close("fused residual (rmsnorm)", hres.data(), rres.data(), NC, 1e-7, UNIT_ROUNDOFF);
+    reference_rms(hres);
+    check_close("fused rmsnorm out", download(out, NC).data(), rout.data(), NC, 1e-5, UNIT_ROUNDOFF);
+    rmsnorm_forward(out, rstd, x, w, N, C);
+    std::vector<float> hdinp_rms = download(dinp, NC), hdw_rms = download(dw, C), grms = download_f32(rstd, N);
+    dev_memcpy_d2d(dinp2, dinp, NC * sizeof(floatX));
+    dev_memcpy_d2d(dw2, dw, C * sizeof(floatX));
+    rmsnorm_backward(dinp, dw, scratch, dout, x, w, rstd, N, C);
+    rmsnorm_backward(dinp2, dw2, scratch, dout, x, w, rstd, N, C);
+    std::vector<double> rdw_rms(hdw_rms.begin(), hdw_rms.end());
+    for (int i = 0; i < N; i++) {
+        double s = grms[i], s2 = 0;
+        for (int c = 0; c < C; c++) { s2 += hw[c] * (double)hdout[(size_t)i * C + c] * hx[(size_t)i * C + c] * s; }
+        s2 /= C;
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)i * C + c;
+            double xh = hx[k] * s, g = hdout[k];
+            rdinp[k] = hdinp_rms[k] + (hw[c] * g - xh * s2) * s;
+            rdw_rms[c] += g * xh;
+        }
+    }
+    check_close("rmsnorm_backward dinp", download(dinp, NC).data(), rdinp.data(), NC, 1e-4, UNIT_ROUNDOFF);
+    check_close("rmsnorm_backward dw", download(dw, C).data(), rdw_rms.data(), C, 1e-3, UNIT_ROUNDOFF);
+    check_bitwise("rmsnorm_backward deterministic (dw)", dw, dw2, C * sizeof(floatX));
+    check_bitwise("rmsnorm_backward deterministic (dinp)", dinp, dinp2, NC * sizeof(floatX));
+
     const double eb = sizeof(floatX);
     report_bw("layernorm_forward", bench_ms([&] { layernorm_forward(out, mean, rstd, x, w, b, N, C); }),
               2.0 * NC * eb + 8.0 * N);
@@ -102,6 +151,12 @@ int main(void) {
               4.0 * NC * eb + 8.0 * N);
     report_bw("layernorm_backward", bench_ms([&] { layernorm_backward(dinp, dw, db, scratch, dout, x, w, mean, rstd, N, C); }),
               4.0 * NC * eb + 8.0 * N);
+    report_bw("rmsnorm_forward", bench_ms([&] { rmsnorm_forward(out, rstd, x, w, N, C); }), 2.0 * NC * eb + 4.0 * N);
+    report_bw("fused_residual_rmsnorm_forward",
+              bench_ms([&] { fused_residual_rmsnorm_forward(resid, out, rstd, x, x2, w, N, C); }), 4.0 * NC * eb + 4.0 * N);
+    rmsnorm_forward(out, rstd, x, w, N, C);
+    report_bw("rmsnorm_backward", bench_ms([&] { rmsnorm_backward(dinp, dw, scratch, dout, x, w, rstd, N, C); }),
+              4.0 * NC * eb + 4.0 * N);
 
     /* the training shape: forward first, so that mean/rstd are those of the tiled x */
     const int NT = TRAIN_B * TRAIN_T;
@@ -125,6 +180,15 @@ int main(void) {
     report_bw("layernorm_backward B=64 T=1024",
               bench_ms([&] { layernorm_backward(tdinp, dw2, db2, tscratch, tdout, tx, w, tmean, trstd, NT, C); }),
               4.0 * NTC * eb + 8.0 * NT);
+    report_bw("rmsnorm_forward B=64 T=1024", bench_ms([&] { rmsnorm_forward(tout, trstd, tx, w, NT, C); }),
+              2.0 * NTC * eb + 4.0 * NT);
+    report_bw("fused_residual_rmsnorm_forward B=64 T=1024",
+              bench_ms([&] { fused_residual_rmsnorm_forward(tresid, tout, trstd, tx, tx2, w, NT, C); }),
+              4.0 * NTC * eb + 4.0 * NT);
+    rmsnorm_forward(tout, trstd, tx, w, NT, C);
+    report_bw("rmsnorm_backward B=64 T=1024",
+              bench_ms([&] { rmsnorm_backward(tdinp, dw2, tscratch, tdout, tx, w, trstd, NT, C); }),
+              4.0 * NTC * eb + 4.0 * NT);
     dev_free(tx); dev_free(tx2); dev_free(tdout); dev_free(tdinp); dev_free(tout); dev_free(tresid);
     dev_free(tmean); dev_free(trstd); dev_free(tscratch);
     dev_free(x); dev_free(x2); dev_free(w); dev_free(b); dev_free(dout); dev_free(dinp); dev_free(dw); dev_free(db);

@@ -30,6 +30,19 @@ void ref_layernorm_backward(float* dinp, float* dw, float* db, const float* dout
     layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
     free(scratch);
 }
+void ref_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C) {
+    rmsnorm_forward(out, rstd, inp, w, N, C);
+}
+void ref_fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* inp1, const float* inp2,
+                                        const float* w, int N, int C) {
+    fused_residual_rmsnorm_forward(residual, out, rstd, inp1, inp2, w, N, C);
+}
+void ref_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, int N, int C) {
+    float* scratch = (float*)calloc(rmsnorm_scratch_floats(N, C) + 1, sizeof(float));
+    rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C);
+    free(scratch);
+}
 void ref_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                         float* pre_gelu) {
     matmul_forward(out, inp, weight, bias, N, C, OC, pre_gelu);

@@ -24,6 +24,12 @@ void ref_fused_residual_layernorm_forward(float* residual, float* out, float* me
                                           const float* inp2, const float* w, const float* b, int N, int C);
 void ref_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                             const float* mean, const float* rstd, int N, int C);
+/* RMSNorm (Zhang & Sennrich 2019), llmc/cpu/layernorm.h */
+void ref_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C);
+void ref_fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* inp1, const float* inp2,
+                                        const float* w, int N, int C);
+void ref_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, int N, int C);
 void ref_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                         float* pre_gelu);
 void ref_matmul_backward(float* dinp, float* dweight, float* dbias, float* dout, const float* inp,

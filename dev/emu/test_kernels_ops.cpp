@@ -448,6 +448,85 @@ static void test_layernorm(int N, int C) {
     dev_free(d_scratch);
 }
 
+/* ---------------------------------------------------------------- rmsnorm */
+/* RMSNorm (Zhang & Sennrich 2019): the same kernels as LayerNorm's with RMS = true, against the CPU twin.
+ * Tolerances as LayerNorm's (same arithmetic minus the mean): out TOL_FWD, rstd TOL_FP32 * 10 (fp32 both sides,
+ * sums of C squares in different orders, then rsqrtf against 1/sqrtf: a few ulp), backward TOL_BWD. */
+static void test_rmsnorm(int N, int C) {
+    std::string s = shp("N=%d C=%d", N, C);
+    std::vector<float> inp = randv((size_t)N * C, 2.0f), inp2 = randv((size_t)N * C), w = randv(C);
+    for (auto& x : inp) x += 0.5f; /* nonzero mean: RMSNorm must not subtract it */
+    floatX* d_inp = upX(inp);
+    floatX* d_inp2 = upX(inp2);
+    floatX* d_w = upX(w);
+    floatX* d_out = dX((size_t)N * C);
+    floatX* d_res = dX((size_t)N * C);
+    float* d_rstd = dF(N);
+    std::vector<float> out((size_t)N * C), rstd(N), res((size_t)N * C);
+
+    poisonX(d_out, out.size()); poisonF(d_rstd, N);
+    rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C);
+    ref_rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C);
+    check("rmsnorm_forward out", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+    check("rmsnorm_forward rstd", s, downF(d_rstd, N), rstd, TOL_FP32 * 10);
+    poisonX(d_out, out.size());
+    rmsnorm_forward(d_out, NULL, d_inp, d_w, N, C); /* inference: no rstd */
+    check("rmsnorm_forward out (rstd NULL)", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+
+    poisonX(d_out, out.size()); poisonX(d_res, res.size()); poisonF(d_rstd, N);
+    fused_residual_rmsnorm_forward(d_res, d_out, d_rstd, d_inp, d_inp2, d_w, N, C);
+    std::vector<float> g_res = downX(d_res, res.size());
+    ref_fused_residual_rmsnorm_forward(res.data(), out.data(), rstd.data(), inp.data(), inp2.data(), w.data(), N, C);
+    check("fused_residual_rmsnorm residual", s, g_res, roundX(res), TOL_FWD);
+    /* the reference normalises the residual as stored in floatX (what the GPU code normalises too) */
+    std::vector<float> resX = roundX(res);
+    ref_rmsnorm_forward(out.data(), rstd.data(), resX.data(), w.data(), N, C);
+    check("fused_residual_rmsnorm out", s, downX(d_out, out.size()), roundX(out), TOL_FWD);
+    check("fused_residual_rmsnorm rstd", s, downF(d_rstd, N), rstd, TOL_FP32 * 10);
+
+    /* backward from the reference's rstd of inp, accumulating into random values */
+    ref_rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C);
+    std::vector<float> dout = randv((size_t)N * C), dinp = randv((size_t)N * C), dw = randv(C);
+    floatX* d_dout = upX(dout);
+    floatX* d_dinp = upX(dinp);
+    floatX* d_dw = upX(dw);
+    std::vector<float> dinp0 = dinp, dw0 = dw;
+    dev_memcpy_h2d(d_rstd, rstd.data(), N * sizeof(float));
+    size_t ns = rmsnorm_scratch_floats(N, C);
+    float* d_scratch = dF(ns); /* exact size: a kernel that wrote LayerNorm's 2C per chunk would overrun it */
+    poisonF(d_scratch, ns);
+    rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C);
+    ref_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+    std::vector<float> g1 = downX(d_dinp, dinp.size()), g2 = downX(d_dw, C);
+    check("rmsnorm_backward dinp", s, g1, dinp, TOL_BWD);
+    check("rmsnorm_backward dw", s, g2, dw, TOL_BWD);
+    dev_upload_floats(d_dinp, dinp0.data(), dinp0.size());
+    dev_upload_floats(d_dw, dw0.data(), C);
+    poisonF(d_scratch, ns);
+    rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C);
+    TEST_CHECK(downX(d_dinp, dinp.size()) == g1 && downX(d_dw, C) == g2,
+               "rmsnorm_backward bit-identical on a second run (%s)", s.c_str());
+    if (C <= LAYERNORM_BWD_REG_C) { /* register path == shared-memory path, bit for bit (as LayerNorm's) */
+        const int nchunks = layernorm_backward_chunks(N), rows_per_chunk = CEIL_DIV(N, nchunks);
+        const size_t smem = (size_t)LAYERNORM_BWD_WARPS * (size_t)C * sizeof(float);
+        const int vec = layernorm_vec_ok(C, d_dinp, d_inp, d_w, d_dout, NULL);
+        std::vector<float> part[2], dx[2];
+        for (int reg = 0; reg < 2; reg++) {
+            dev_upload_floats(d_dinp, dinp0.data(), dinp0.size());
+            poisonF(d_scratch, ns);
+            norm_backward_launch<true>(vec, reg, nchunks, smem, d_dinp, d_scratch, d_dout, d_inp, d_w, NULL, d_rstd, N,
+                                       C, rows_per_chunk);
+            part[reg] = downF(d_scratch, ns);
+            dx[reg] = downX(d_dinp, dinp.size());
+        }
+        TEST_CHECK(memcmp(part[0].data(), part[1].data(), ns * sizeof(float)) == 0 && dx[0] == dx[1],
+                   "rmsnorm_backward %s: dw partial sums in registers == in shared memory, bit for bit (%zu partials)",
+                   s.c_str(), ns);
+    }
+    dev_free(d_inp); dev_free(d_inp2); dev_free(d_w); dev_free(d_out); dev_free(d_res); dev_free(d_rstd);
+    dev_free(d_dout); dev_free(d_dinp); dev_free(d_dw); dev_free(d_scratch);
+}
+
 /* ---------------------------------------------------------------- matmul (+ bias / GELU epilogues) */
 static void test_matmul(int N, int C, int OC, int use_bias, int use_gelu) {
     std::string s = shp("N=%d C=%d OC=%d%s%s", N, C, OC, use_bias ? " bias" : "", use_gelu ? " gelu" : "");
@@ -1279,6 +1358,11 @@ int main(void) {
     test_layernorm(1, 30);
     test_layernorm(300, 768); /* many rows, several backward chunks, C > block */
     test_layernorm(20, 1056); /* C > LAYERNORM_BWD_REG_C: the backward's shared-memory path */
+    test_rmsnorm(1, 64);
+    test_rmsnorm(63, 128);
+    test_rmsnorm(65, 768);   /* several backward chunks */
+    test_rmsnorm(63, 36);    /* C not a multiple of the vector width: the element path */
+    test_rmsnorm(20, 1056);  /* C > LAYERNORM_BWD_REG_C: the shared-memory path */
 
     test_matmul(128, 64, 192, 1, 0);
     test_matmul(128, 64, 256, 1, 1);
@@ -1370,6 +1454,7 @@ int main(void) {
     /* the block-level kernels again under the second legal schedule (warps last-to-first) */
     emu::g.reverse_warps = 1;
     test_layernorm(128, 64);
+    test_rmsnorm(65, 128);
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
     test_attention(1, 150, 128, 2, 2);

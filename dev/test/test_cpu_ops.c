@@ -151,6 +151,50 @@ static void ref_layernorm_bwd(double* dx, double* dw, double* db, const double* 
     free(out); free(mean); free(rstd); free(zb);
 }
 
+/* RMSNorm (Zhang & Sennrich 2019): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + 1e-5). eps_outside = 1 is a
+ * deliberately wrong variant, rstd = 1/(sqrt(mean(x^2)) + eps), used only to show the tests can tell the two apart. */
+static void ref_rmsnorm_fwd_v(double* out, double* rstd, const double* x, const double* w, int N, int C,
+                              int eps_outside) {
+    for (int n = 0; n < N; n++) {
+        const double* xr = x + (size_t)n * C;
+        double ms = 0;
+        for (int c = 0; c < C; c++) { ms += xr[c] * xr[c]; }
+        ms /= C;
+        double r = eps_outside ? 1.0 / (sqrt(ms) + 1e-5) : 1.0 / sqrt(ms + 1e-5);
+        for (int c = 0; c < C; c++) { out[(size_t)n * C + c] = xr[c] * r * w[c]; }
+        if (rstd) { rstd[n] = r; }
+    }
+}
+static void ref_rmsnorm_fwd(double* out, double* rstd, const double* x, const double* w, int N, int C) {
+    ref_rmsnorm_fwd_v(out, rstd, x, w, N, C, 0);
+}
+/* dx, dw accumulate: dx += rstd (dxhat - xhat mean(dxhat xhat)), dxhat = dout w, xhat = x rstd; dw += sum dout xhat.
+ * drop_term = 1 is a deliberately wrong variant without the mean(dxhat xhat) term (see test_rmsnorm). */
+static void ref_rmsnorm_bwd_v(double* dx, double* dw, const double* dout, const double* x, const double* w, int N,
+                              int C, int drop_term) {
+    double* out = dzeros((size_t)N * C); double* rstd = dzeros(N);
+    ref_rmsnorm_fwd(out, rstd, x, w, N, C);
+    for (int n = 0; n < N; n++) {
+        const double* d = dout + (size_t)n * C; const double* xr = x + (size_t)n * C;
+        double s2 = 0;
+        for (int c = 0; c < C; c++) {
+            double xh = xr[c] * rstd[n];
+            s2 += d[c] * w[c] * xh;
+            dw[c] += d[c] * xh;
+        }
+        s2 = drop_term ? 0.0 : s2 / C;
+        for (int c = 0; c < C; c++) {
+            double xh = xr[c] * rstd[n];
+            dx[(size_t)n * C + c] += (d[c] * w[c] - xh * s2) * rstd[n];
+        }
+    }
+    free(out); free(rstd);
+}
+static void ref_rmsnorm_bwd(double* dx, double* dw, const double* dout, const double* x, const double* w, int N,
+                            int C) {
+    ref_rmsnorm_bwd_v(dx, dw, dout, x, w, N, C, 0);
+}
+
 /* pre = x W^T + b; out = gelu ? gelu(pre) : pre */
 static void ref_matmul_fwd(double* out, double* pre, const double* x, const double* W, const double* b,
                            int N, int C, int OC, int gelu) {
@@ -261,6 +305,12 @@ static double ln_loss(void* p) {
     return L;
 }
 typedef struct { double *x, *W, *b, *R, *out; int N, C, OC; } MmCtx;
+static double rms_loss(void* p) { /* LnCtx without b */
+    LnCtx* c = (LnCtx*)p; double L = 0;
+    ref_rmsnorm_fwd(c->out, NULL, c->x, c->w, c->N, c->C);
+    for (int i = 0; i < c->N * c->C; i++) { L += c->out[i] * c->R[i]; }
+    return L;
+}
 static double mm_loss(void* p) {
     MmCtx* c = (MmCtx*)p; double L = 0;
     ref_matmul_fwd(c->out, NULL, c->x, c->W, c->b, c->N, c->C, c->OC, 1);
@@ -296,6 +346,23 @@ static void test_references_fd(void) {
         CHECK_ERR(ew, FD_TOL, "fd: layernorm reference dw");
         CHECK_ERR(eb, FD_TOL, "fd: layernorm reference db");
         free(x); free(w); free(b); free(R); free(out); free(dx); free(dw); free(db);
+    }
+    { /* rmsnorm: one row of small values (mean(x^2) ~ 1e-4, so eps matters to the derivative too). The RMSNorm
+       * tests put the random stream back as they found it, so the tests after them draw the inputs they drew
+       * before RMSNorm was added (gelu n=1 at TIGHT_TOL depends on its one value). */
+        const uint64_t rng_saved = rng_state;
+        int N = 3, C = 7; size_t nc = (size_t)N * C;
+        double *x = dzeros(nc), *w = dzeros(C), *R = dzeros(nc), *out = dzeros(nc);
+        for (size_t i = 0; i < nc; i++) { x[i] = rnd() * (i < (size_t)C ? 0.02 : 1.0); R[i] = rnd(); }
+        for (int i = 0; i < C; i++) { w[i] = 1 + 0.5 * rnd(); }
+        double *dx = dzeros(nc), *dw = dzeros(C);
+        ref_rmsnorm_bwd(dx, dw, R, x, w, N, C);
+        LnCtx c = {x, w, NULL, R, out, N, C};
+        Err ex = fd_grad(rms_loss, &c, x, nc, dx), ew = fd_grad(rms_loss, &c, w, C, dw);
+        CHECK_ERR(ex, FD_TOL, "fd: rmsnorm reference dinp (N=3,C=7)");
+        CHECK_ERR(ew, FD_TOL, "fd: rmsnorm reference dw");
+        free(x); free(w); free(R); free(out); free(dx); free(dw);
+        rng_state = rng_saved;
     }
     { /* matmul + gelu */
         int N = 3, C = 5, OC = 6;
@@ -464,6 +531,64 @@ static void test_layernorm(int N, int C) {
     dev_free(dout); dev_free(gx); dev_free(gw); dev_free(gb); dev_free(scratch);
     free(dx); free(dw); free(db); free(rout); free(rmean); free(rrstd); free(rres); free(rres32);
     free(rgx); free(rgw); free(rgb); free(rdout);
+}
+
+/* RMSNorm against the double reference. Tolerances as the header argues: the row statistic is a sum of C <= 768
+ * squares (~sqrt(C) u relative), rstd one sqrt and a division, out three more roundings; the backward's row sum
+ * mean(dxhat xhat) has C terms and dw sums N <= 65 rows, each error relative to the tensor's scale, so REL_TOL
+ * (2e-5, ~100x the expected ~2e-7..3e-6) holds. `scale` sets the inputs' magnitude: at 1e-2, mean(x^2) ~ 3e-5 is
+ * of the order of eps = 1e-5, so where eps sits changes rstd by percents, not by the 4e-6 it does at scale 2.
+ * Power: at every shape the test also checks that two wrong formulas (the backward without mean(dxhat xhat),
+ * eps outside the sqrt at small scale) are more than 10 REL_TOL from the reference, i.e. that this test
+ * would fail an implementation of either. */
+static void test_rmsnorm(int N, int C, double scale) {
+    size_t nc = (size_t)N * C;
+    float *x = frand(nc, 2 * scale), *x2 = frand(nc, scale), *w = frand(C, 1);
+    float *out = frand(nc, 1), *rstd = frand(N, 1), *res = frand(nc, 1);
+    double *dx = todouble(x, nc), *dw = todouble(w, C);
+    double *rout = dzeros(nc), *rrstd = dzeros(N);
+    rmsnorm_forward(out, rstd, x, w, N, C);
+    ref_rmsnorm_fwd(rout, rrstd, dx, dw, N, C);
+    Err e = cmp(out, rout, nc), er = cmp(rstd, rrstd, N);
+    CHECK_ERR(e, REL_TOL, "rmsnorm_forward out N=%d C=%d scale=%g", N, C, scale);
+    CHECK_ERR(er, REL_TOL, "rmsnorm_forward rstd N=%d C=%d scale=%g", N, C, scale);
+    if (scale < 0.1) { /* eps placement: the wrong variant is far from the reference at this scale */
+        double* wout = dzeros(nc);
+        ref_rmsnorm_fwd_v(wout, NULL, dx, dw, N, C, 1);
+        Err ew = cmpd(wout, rout, nc);
+        TEST_CHECK(ew.rel > 10 * REL_TOL, "rmsnorm_forward test tells eps outside the sqrt apart (rel %.2e) N=%d C=%d",
+                   ew.rel, N, C);
+        free(wout);
+    }
+    /* fused residual: residual = x + x2 rounded to fp32, then rmsnorm of the rounded residual */
+    fused_residual_rmsnorm_forward(res, out, rstd, x, x2, w, N, C);
+    double *rres = dzeros(nc), *rres32 = dzeros(nc);
+    for (size_t i = 0; i < nc; i++) { rres[i] = (double)x[i] + x2[i]; rres32[i] = (float)rres[i]; }
+    ref_rmsnorm_fwd(rout, rrstd, rres32, dw, N, C);
+    Err ef = cmp(res, rres, nc), eo = cmp(out, rout, nc), efr = cmp(rstd, rrstd, N);
+    CHECK_ERR(ef, TIGHT_TOL, "fused_residual_rmsnorm_forward residual N=%d C=%d", N, C);
+    CHECK_ERR(eo, REL_TOL, "fused_residual_rmsnorm_forward out N=%d C=%d", N, C);
+    CHECK_ERR(efr, REL_TOL, "fused_residual_rmsnorm_forward rstd N=%d C=%d", N, C);
+    /* backward, accumulating into random initial values */
+    rmsnorm_forward(out, rstd, x, w, N, C);
+    float *dout = frand(nc, 1), *gx = frand(nc, 1), *gw = frand(C, 1);
+    double *rgx = todouble(gx, nc), *rgw = todouble(gw, C), *rdout = todouble(dout, nc);
+    double *wgx = todouble(gx, nc), *wgw = todouble(gw, C);
+    ref_rmsnorm_bwd(rgx, rgw, rdout, dx, dw, N, C);
+    ref_rmsnorm_bwd_v(wgx, wgw, rdout, dx, dw, N, C, 1);
+    float* scratch = (float*)dev_malloc(rmsnorm_scratch_floats(N, C) * sizeof(float), "scratch");
+    rmsnorm_backward(gx, gw, scratch, dout, x, w, rstd, N, C);
+    Err g1 = cmp(gx, rgx, nc), g2 = cmp(gw, rgw, C);
+    CHECK_ERR(g1, REL_TOL, "rmsnorm_backward dinp (accumulated) N=%d C=%d scale=%g", N, C, scale);
+    CHECK_ERR(g2, REL_TOL, "rmsnorm_backward dw (accumulated) N=%d C=%d scale=%g", N, C, scale);
+    /* power: the same accumulation with the mean(dxhat xhat) term dropped is far outside the tolerance */
+    Err ep = cmpd(wgx, rgx, nc);
+    TEST_CHECK(ep.rel > 10 * REL_TOL, "rmsnorm_backward test tells a dropped mean(dxhat*xhat) apart (rel %.2e) N=%d C=%d",
+               ep.rel, N, C);
+    dev_free(x); dev_free(x2); dev_free(w); dev_free(out); dev_free(rstd); dev_free(res);
+    dev_free(dout); dev_free(gx); dev_free(gw); dev_free(scratch);
+    free(dx); free(dw); free(rout); free(rrstd); free(rres); free(rres32);
+    free(rgx); free(rgw); free(rdout); free(wgx); free(wgw);
 }
 
 static void test_matmul(int N, int C, int OC, int use_bias, int gelu) {
@@ -1131,6 +1256,15 @@ int main(void) {
     test_layernorm(1, 13);
     test_layernorm(5, 37);
     test_layernorm(64, 768);
+    const uint64_t rng_saved = rng_state; /* put back below (see test_references_fd) */
+    test_rmsnorm(1, 1, 1.0);
+    test_rmsnorm(1, 13, 1.0);
+    test_rmsnorm(5, 37, 1.0);
+    test_rmsnorm(63, 65, 1.0);
+    test_rmsnorm(65, 768, 1.0);
+    test_rmsnorm(64, 768, 0.01); /* mean(x^2) ~ eps */
+    test_rmsnorm(7, 129, 0.01);
+    rng_state = rng_saved;
 
     test_matmul(1, 1, 1, 1, 0);
     test_matmul(1, 13, 7, 1, 1);
