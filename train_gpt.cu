@@ -65,6 +65,7 @@
 #include "llmc/train_session.h"    /* defines: TrainSession, CONFIG_FATAL */
 #include "llmc/train_report.h"     /* defines: StepResult, step counters, the step line, header, memory ledger check */
 #include "llmc/train_checkpoint.h" /* defines: write_checkpoint, resume_from_checkpoint */
+#include "llmc/train_eval.h"   /* defines: train_forward_losses, train_eval_init, train_eval_if_due (-h 1) */
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
 
@@ -203,22 +204,12 @@ static StepResult train_step(TrainSession* s) {
 
 /* ---------------------------------------------------------------- evaluation and sampling */
 
-/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding, which a mixture of experts
- * does not route: llmc/moe.h, MoEOptions.pad_tokens) of the validation loader's batch (inputs/targets on the host),
- * forward only; on a pipeline the sum is the last stage's (0 elsewhere) */
+/* the sum of the per-token losses of the first `rows` rows (of B; the others are padding) of the validation loader's
+ * batch, forward only (llmc/train_eval.h); on a pipeline the sum is the last stage's (0 elsewhere) */
 static double val_batch_loss_sum(TrainSession* s, int rows) {
-    GPT2* m = &s->model;
-    DataLoader* vl = &s->val_loader;
-    int B = s->cfg.B, T = s->cfg.T;
-    if (s->pp->world > 1) { return pipeline_window_loss_sum(&s->pipe, vl->inputs, vl->targets, s->cfg.gelu_fusion, rows); }
-    dev_memcpy_h2d(m->inputs, vl->inputs, (size_t)B * T * sizeof(int));
-    dev_memcpy_h2d(m->targets, vl->targets, (size_t)B * T * sizeof(int));
-    m->moe_opt.pad_tokens = (B - rows) * T;
-    gpt2_forward(m, m->inputs, m->targets, B, T, s->cfg.gelu_fusion, 0.0f, 0);
-    m->moe_opt.pad_tokens = 0;
-    dev_memcpy_d2h(m->host_losses, m->acts.t[A_LOSSES], (size_t)B * T * sizeof(float));
+    const float* losses = train_forward_losses(s, s->val_loader.inputs, s->val_loader.targets, rows);
     double sum = 0.0;
-    for (int i = 0; i < rows * T; i++) { sum += m->host_losses[i]; }
+    for (size_t i = 0; losses && i < (size_t)rows * s->cfg.T; i++) { sum += losses[i]; }
     return sum;
 }
 
@@ -470,8 +461,8 @@ static void setup_data(TrainSession* s) {
         s->max_steps = (int)(dataloader_windows_per_epoch(&s->train_loader) / per_step);
         if (s->max_steps < 1) { s->max_steps = 1; }
     }
-    lr_scheduler_init(&s->scheduler, cfg->lr_schedule, cfg->learning_rate, cfg->warmup_steps, s->max_steps,
-                      cfg->final_lr_frac, cfg->wsd_decay_frac);
+    lr_scheduler_init(&s->scheduler, cfg->lr_schedule, cfg->learning_rate, cfg->warmup_steps,
+                      s->max_steps > 0 ? s->max_steps : 1, cfg->final_lr_frac, cfg->wsd_decay_frac); /* -x 0: eval only */
 }
 
 /* --offload-optimizer nvme:DIR: every process checks DIR (exists, writable, free space for its state file as the
@@ -503,6 +494,7 @@ static void session_init(TrainSession* s) {
     setup_model(s, &mc);
     int resume_step = checkpoint_prepare_output_dir(cfg->output_dir, cfg->resume, cfg->max_steps, is_rank0(s));
     setup_data(s);
+    train_eval_init(s);                                       /* -h 1: the --eval-tasks files */
     /* every rank has the same flags, data and checkpoint to resume from */
     comm_require_same(&s->world, config_hash(s), "configuration (flags, data shards)",
                       "start every process with the same flags and data");
@@ -553,6 +545,7 @@ static void session_free(TrainSession* s) {
     dataloader_free(&s->train_loader);
     if (s->has_val) { dataloader_free(&s->val_loader); }
     if (s->has_tokenizer) { tokenizer_free(&s->tokenizer); }
+    train_eval_free(s);
     logger_free(&s->logger);
     profile_free(&s->prof);
     moe_ep_comm_free(&s->ep_comm);
@@ -563,8 +556,8 @@ static void session_free(TrainSession* s) {
 
 /* ---------------------------------------------------------------- the training loop */
 
-/* validation and a sample when due (every -v / -s steps, and at the end); returns the validation loss, or NAN when
- * there was no validation */
+/* validation, -h 1 evaluation (llmc/train_eval.h) and a sample when due (every -v / -s steps, and at the end); returns
+ * the validation loss, or NAN when there was no validation */
 static float evaluate_if_due(TrainSession* s, int last) {
     const TrainConfig* cfg = &s->cfg;
     float vl = NAN;
@@ -575,6 +568,7 @@ static float evaluate_if_due(TrainSession* s, int last) {
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
     }
+    train_eval_if_due(s, last);                                  /* -h 1: the tasks' accuracies, one line */
     if (s->sampling && (in_first_dp_replica(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
                         s->ep_comm.active) &&                                   /* --ep: all exchange tokens */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {

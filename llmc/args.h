@@ -8,7 +8,9 @@
  * Every spec is reachable as -<short>, -<long>, --<long> (also as --<short>), with the value
  * either as the next argument or after '=':  -b 4, --batch-size 4, --batch-size=4, -ge 1, -nk 2.
  * Names must match exactly (no abbreviations: "-n" is the n flag, "-nk" the nk flag, and
- * "--batch" is an error suggesting --batch-size). -h / --help prints the help.
+ * "--batch" is an error suggesting --batch-size). -h / --help prints the help. One spec may take the short name "h"
+ * (llm.c's -h 1, evaluation): then "-h VALUE" and "-h=VALUE" set it, and a bare -h (no value word after it: the end
+ * of argv or another flag next) still prints the help, as --help always does.
  *
  * args_parse(specs, n_specs, argc, argv, program_name, usage_header):
  *   Stores each given value through spec.dest (int*, float*, or char** pointing into argv).
@@ -21,7 +23,7 @@
  *   unknown or misspelled flag (with the closest known flag if one is near), missing value,
  *   empty numeric value, non-numeric value or trailing garbage ("4x"), non-finite float, int overflow,
  *   value outside [min_value, max_value] (the bounds are printed), stray positional arguments.
- *   A malformed table (duplicate names, "h"/"help" used by a spec, NULL dest) is a programming
+ *   A malformed table (duplicate names, "help" or a long name "h" used by a spec, NULL dest) is a programming
  *   error and also exits via FATAL.
  * args_print_help(specs, n, program_name, usage_header, out): one line per flag,
  *   "  -b, --batch-size <int>   micro-batch size per process (default: 4; range 1..inf)",
@@ -133,6 +135,12 @@ static inline const char* args_value_string(const ArgSpec* s, char* buf, size_t 
     return buf;
 }
 
+/* the spec whose short name is "h" (it takes "-h VALUE"; a bare -h is help), or -1 */
+static inline int args_h_spec(const ArgSpec* specs, int n) {
+    for (int i = 0; i < n; i++) { if (specs[i].short_name && strcmp(specs[i].short_name, "h") == 0) { return i; } }
+    return -1;
+}
+
 /* see header comment */
 static inline void args_print_help(const ArgSpec* specs, int n, const char* program_name,
                                    const char* usage_header, FILE* out) {
@@ -159,7 +167,9 @@ static inline void args_print_help(const ArgSpec* specs, int n, const char* prog
         fprintf(out, "  %-*s  %s (default: %s%s)\n", width, full, s->help ? s->help : "",
                 args_value_string(s, value, sizeof(value)), range);
     }
-    fprintf(out, "  %-*s  %s\n", width, "-h, --help", "print this help and exit");
+    fprintf(out, "  %-*s  %s\n", width, args_h_spec(specs, n) >= 0 ? "--help, -h" : "-h, --help",
+            args_h_spec(specs, n) >= 0 ? "print this help and exit (-h with no value after it; -h VALUE sets the flag listed as -h)"
+                                       : "print this help and exit");
 }
 
 /* appends bytes to a growing malloc'd buffer */
@@ -296,7 +306,7 @@ static inline void args_check_table(const ArgSpec* specs, int n) {
             if (strlen(names[k]) > ARGS_NAME_MAX || strchr(names[k], '=')) {
                 FATAL_ALL("argument table entry %d: bad flag name '%s' (max %d chars, no '=')", i, names[k], ARGS_NAME_MAX);
             }
-            if (strcmp(names[k], "h") == 0 || strcmp(names[k], "help") == 0) {
+            if ((k == 1 && strcmp(names[k], "h") == 0) || strcmp(names[k], "help") == 0) { /* short "h": -h VALUE */
                 FATAL_ALL("argument table entry %d: flag name '%s' is reserved for help", i, names[k]);
             }
             for (int j = 0; j < i; j++) {
@@ -316,12 +326,14 @@ static inline struct option* args_getopt_table(const ArgSpec* specs, int n_specs
     int k = 0;
     for (int i = 0; i < n_specs; i++) {
         opts[k].name = specs[i].long_name; opts[k].has_arg = required_argument; opts[k].flag = NULL; opts[k].val = 1000 + i; k++;
-        if (specs[i].short_name) {
+        if (specs[i].short_name && strcmp(specs[i].short_name, "h") != 0) { /* "h": the help entry below */
             opts[k].name = specs[i].short_name; opts[k].has_arg = required_argument; opts[k].flag = NULL; opts[k].val = 1000 + i; k++;
         }
     }
     opts[k].name = "help"; opts[k].has_arg = no_argument; opts[k].flag = NULL; opts[k].val = 999; k++;
-    opts[k].name = "h"; opts[k].has_arg = no_argument; opts[k].flag = NULL; opts[k].val = 999; k++;
+    /* a spec named "h": -h=VALUE arrives as optarg, -h VALUE is read by args_parse */
+    opts[k].name = "h"; opts[k].has_arg = args_h_spec(specs, n_specs) >= 0 ? optional_argument : no_argument;
+    opts[k].flag = NULL; opts[k].val = 999; k++;
     return opts; /* opts[k] stays zeroed: terminator */
 }
 
@@ -368,7 +380,7 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
 #endif
     /* "-": non-options are returned in order as code 1 (no permutation), ":" missing value -> ':' */
     const char* shortopts = "-:";
-    int want_help = 0;
+    int want_help = 0, h_spec = args_h_spec(specs, n_specs);
     int* times = (int*)calloc_check((size_t)n_specs, sizeof(int), "flag counts"); /* how often each flag was given */
     for (;;) {
         int token_index = optind < 1 ? 1 : optind;
@@ -389,6 +401,11 @@ static inline int args_parse(const ArgSpec* specs, int n_specs, int argc, char**
             free(opts);
             free(times);
             FATAL_ALL("%s: unexpected positional argument '%s' (all inputs are flags; see --help)", program, optarg);
+        }
+        if (c == 999 && strcmp(name, "h") == 0 && h_spec >= 0) { /* -h VALUE or -h=VALUE: the spec; a bare -h: help */
+            const char* v = optarg;
+            if (!v && optind < argc && argv[optind][0] != '-') { v = argv[optind++]; }
+            if (v) { args_store_value(&specs[h_spec], "-h", v, program); times[h_spec]++; continue; }
         }
         if (c == 999 && (strcmp(name, "h") == 0 || strcmp(name, "help") == 0)) { want_help = 1; continue; }
         int exact = args_find_exact(specs, n_specs, name);

@@ -21,8 +21,9 @@
  *   Checks: magic, version 1 or 2, N >= 1, every START word, every size field equal to the words actually read,
  *   index == position, 2 <= K <= EVAL_MAX_ENDINGS, label < K, Lc >= 1, Le >= 1, tokens < vocab (when vocab > 0),
  *   header[3] equal to the longest example, and no bytes after the last example.
- * eval_load(es, path, vocab): reads the file and eval_parse's it; any error -> FATAL (one line "error: eval file
- *   'PATH': <what>", exit 1).
+ * eval_load_err(es, path, vocab, err, cap): reads the file and eval_parse's it; returns 0, or -1 with one line in err
+ *   (cannot open or read, or eval_parse's message). eval_load(es, path, vocab): the same, any error -> FATAL (one line
+ *   "error: eval file 'PATH': <what>", exit 1).
  * eval_free(es).
  * eval_example_range(N, max_examples, rank, world, &first, &count): the examples of data-parallel rank `rank` out
  *   of `world`: the first min(N, max_examples) (max_examples <= 0: all) split into contiguous ranges whose sizes
@@ -43,6 +44,16 @@
  *   lowest k. Adds to counts: n, correct_mean, correct_sum, and chance_sum += 1/K.
  * eval_centered(acc, chance) = (acc - chance) / (1 - chance); the suite score is the mean over tasks of it.
  *   EvalCounts are plain sums (doubles), so a data-parallel run adds them over ranks (an all-reduce sum of 4 values).
+ * eval_batch_starts(es, n, B, starts): packs examples 0..n-1 into batches as eval_fill_batch does (greedy, an example
+ *   never split); starts[b] is batch b's first example, starts[nb] = n; starts has room for n+1 ints. Returns nb
+ *   (0 when n == 0). So the batches are fixed by the file, n and B alone, whatever the number of processes.
+ * eval_resolve_tasks(spec, dir, tasks, max, err, cap): the trainer's --eval-tasks convention (llmc/README.md,
+ *   "Evaluation"): spec is comma-separated; a word with a '/' or ending in ".bin" is a file path (task name: its base
+ *   name without ".bin" and a "_val"/"_val_u32" suffix); any other word must be one of EVAL_TASK_NAMES and names
+ *   DIR/WORD_val.bin (or, if only that exists, DIR/WORD_val_u32.bin), the names dev/data/eval_suite.py --out-dir DIR
+ *   writes; DIR at most 900 bytes. Fills tasks[0..k) (name, path; names keep [A-Za-z0-9_.-], other bytes become '_'); returns k >= 1, or -1
+ *   with one line in err: an empty word, an unknown name, more than max tasks, or a missing file (naming the command
+ *   that makes it). Checks only that the files exist; eval_load reads them.
  */
 #ifndef LLMC_EVAL_H
 #define LLMC_EVAL_H
@@ -183,20 +194,25 @@ static inline int eval_parse(EvalSet* es, const uint8_t* buf, size_t n, int voca
     return 0;
 }
 
-static inline void eval_load(EvalSet* es, const char* path, int vocab) {
+static inline int eval_load_err(EvalSet* es, const char* path, int vocab, char* err, size_t cap) {
+    memset(es, 0, sizeof(*es));
     FILE* f = fopen(path, "rb");
-    if (!f) { FATAL("eval file '%s': cannot open: %s", path, strerror(errno)); }
-    if (fseek(f, 0, SEEK_END) != 0) { FATAL("eval file '%s': cannot seek: %s", path, strerror(errno)); }
-    long sz = ftell(f);
-    if (sz < 0) { FATAL("eval file '%s': cannot tell its size: %s", path, strerror(errno)); }
+    if (!f) { snprintf(err, cap, "cannot open: %s", strerror(errno)); return -1; }
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz < 0) { snprintf(err, cap, "cannot seek or tell its size: %s", strerror(errno)); fclose(f); return -1; }
     rewind(f);
     uint8_t* buf = (uint8_t*)malloc_check((size_t)sz + 1, "eval file");
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) { FATAL("eval file '%s': short read", path); }
+    size_t got = fread(buf, 1, (size_t)sz, f);
     fclose(f);
-    char err[512];
-    int rc = eval_parse(es, buf, (size_t)sz, vocab, err, sizeof(err));
+    int rc = got != (size_t)sz ? (snprintf(err, cap, "short read (%zu of %ld bytes)", got, sz), -1)
+                               : eval_parse(es, buf, (size_t)sz, vocab, err, cap);
     free(buf);
-    if (rc != 0) { FATAL("eval file '%s': %s", path, err); }
+    return rc;
+}
+
+static inline void eval_load(EvalSet* es, const char* path, int vocab) {
+    char err[512];
+    if (eval_load_err(es, path, vocab, err, sizeof(err)) != 0) { FATAL("eval file '%s': %s", path, err); }
 }
 
 static inline void eval_example_range(int N, int max_examples, int rank, int world, int* first, int* count) {
@@ -265,6 +281,95 @@ static inline void eval_score_rows(const EvalSet* es, const float* losses, const
 
 static inline double eval_centered(double acc, double chance) {
     return chance < 1.0 ? (acc - chance) / (1.0 - chance) : 0.0;
+}
+
+static inline int eval_batch_starts(const EvalSet* es, int n, int B, int* starts) {
+    int nb = 0, rows = 0;
+    for (int e = 0; e < n; e++) {
+        const int K = es->num_endings[e];
+        if (e == 0 || rows + K > B) { starts[nb++] = e; rows = 0; }
+        rows += K;
+    }
+    starts[nb] = n;
+    return nb;
+}
+
+#define EVAL_TASK_NAMES "hellaswag, piqa, arc_easy, arc_challenge, openbookqa, copa, boolq"
+#define EVAL_MAX_TASKS 16
+
+typedef struct {
+    char name[64];    /* for the log: "hellaswag", or a file's base name */
+    char path[1024];
+} EvalTask;
+
+/* the tasks of a run: names, paths and the files read (llmc/train_eval.h) */
+typedef struct {
+    int n;
+    EvalTask task[EVAL_MAX_TASKS];
+    EvalSet set[EVAL_MAX_TASKS];
+} EvalSuite;
+
+static inline int eval_file_exists_(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (f) { fclose(f); }
+    return f != NULL;
+}
+
+/* the task name of a file path: base name without ".bin", "_val" or "_val_u32"; bytes outside [A-Za-z0-9_.-] -> '_' */
+static inline void eval_task_name_(const char* path, char* name, size_t cap) {
+    const char* b = strrchr(path, '/');
+    snprintf(name, cap, "%s", b ? b + 1 : path);
+    size_t n = strlen(name);
+    const char* suffix[3] = {".bin", "_val_u32", "_val"};
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(suffix[i]);
+        if (n > k && strcmp(name + n - k, suffix[i]) == 0) { n -= k; name[n] = '\0'; }
+    }
+    for (char* c = name; *c; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '.' || *c == '-')) { *c = '_'; }
+    }
+}
+
+static inline int eval_resolve_tasks(const char* spec, const char* dir, EvalTask* tasks, int max, char* err, size_t cap) {
+    int k = 0;
+    const char* p = spec;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char word[1024];
+        if (len == 0 || len >= sizeof(word)) { snprintf(err, cap, "--eval-tasks '%s': an empty or too long task name", spec); return -1; }
+        memcpy(word, p, len);
+        word[len] = '\0';
+        if (k == max) { snprintf(err, cap, "--eval-tasks '%s': more than %d tasks", spec, max); return -1; }
+        EvalTask* t = &tasks[k++];
+        int is_path = strchr(word, '/') != NULL || (len > 4 && strcmp(word + len - 4, ".bin") == 0);
+        if (is_path) {
+            snprintf(t->path, sizeof(t->path), "%s", word);
+            if (!eval_file_exists_(word)) { snprintf(err, cap, "eval file '%s' (--eval-tasks) does not exist", word); return -1; }
+        } else {
+            const char* known = EVAL_TASK_NAMES ",";
+            const char* hit = strstr(known, word);
+            if (!hit || (hit != known && hit[-1] != ' ') || hit[len] != ',') {
+                snprintf(err, cap, "--eval-tasks: unknown task '%s'; expected %s, or an eval file's path (with a '/' or "
+                         "ending in .bin)", word, EVAL_TASK_NAMES);
+                return -1;
+            }
+            if (strlen(dir) > 900) { snprintf(err, cap, "--eval-dir: a path over 900 bytes"); return -1; }
+            /* word is one of the names (under 16 bytes), dir under 901: the paths fit */
+            snprintf(t->path, sizeof(t->path), "%.900s/%.16s_val.bin", dir, word);
+            if (!eval_file_exists_(t->path)) {
+                snprintf(t->path, sizeof(t->path), "%.900s/%.16s_val_u32.bin", dir, word);
+            }
+            if (!eval_file_exists_(t->path)) {
+                snprintf(err, cap, "eval task '%.16s': no file %.500s/%.16s_val.bin (--eval-dir); make it with: "
+                         "python3 dev/data/eval_suite.py --tasks %.16s --out-dir %.500s", word, dir, word, word, dir);
+                return -1;
+            }
+        }
+        eval_task_name_(t->path, t->name, sizeof(t->name));
+        if (p[len] == '\0') { return k; }
+        p += len + 1;
+    }
 }
 
 #endif /* LLMC_EVAL_H */

@@ -193,8 +193,9 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
                  mc->max_seq_len, mc->max_seq_len);
         return 1;
     }
-    if (c->max_steps == 0) {
-        snprintf(err, cap, "flag -x (--max-steps) is 0; expected -1 (one epoch) or a positive number of steps");
+    if (c->max_steps == 0 && !c->eval) { /* -x 0 -h 1: evaluation only (llmc/train_eval.h) */
+        snprintf(err, cap, "flag -x (--max-steps) is 0; expected -1 (one epoch), a positive number of steps, or 0 with "
+                 "-h 1 (evaluation only)");
         return 1;
     }
     if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {

@@ -102,6 +102,22 @@
       "validation budget in tokens: the first N/T sequences of the validation data, the same tokens for any -b, " \
       "any number of processes and any -t dividing N (replaces -m; a multiple of -t; 0 = use -m)", \
       MAY_CHANGE("validation only")) \
+    X(INT, eval, 0, "h", "eval", 0, 1, \
+      "1 = multiple-choice evaluation of --eval-tasks at every validation (-v) and at the end (llm.c's -h 1); with " \
+      "-x 0 only that: -x 0 -h 1 -e MODEL.bin evaluates a model file without training. A bare -h (no value after " \
+      "it) and --help print this help", \
+      MAY_CHANGE("evaluation only reads the weights")) \
+    X(STRING, eval_tasks, "hellaswag", NULL, "eval-tasks", NO_MIN, NO_MAX, \
+      "-h 1: comma-separated tasks: hellaswag, piqa, arc_easy, arc_challenge, openbookqa, copa, boolq (each is " \
+      "--eval-dir/NAME_val.bin, made by python3 dev/data/eval_suite.py --tasks NAME) or eval file paths (with a '/' " \
+      "or ending in .bin)", \
+      MAY_CHANGE("evaluation only")) \
+    X(STRING, eval_dir, "dev/data/eval", NULL, "eval-dir", NO_MIN, NO_MAX, \
+      "-h 1: the folder of the task files (dev/data/eval_suite.py's --out-dir)", \
+      MAY_CHANGE("evaluation only")) \
+    X(INT, eval_max_examples, 0, NULL, "eval-max-examples", 0, NO_MAX, \
+      "-h 1: evaluate the first N examples of each task (0 = all), the same examples on every layout", \
+      MAY_CHANGE("evaluation only")) \
     X(INT, sample_every, 100, "s", "sample-every", 0, NO_MAX, \
       "print a sample every N steps (0 = only at the end)", \
       MAY_CHANGE("samples only (their RNG is separate from training)")) \

@@ -35,6 +35,7 @@
 #include "llmc/pipeline_model.h"
 #include "llmc/train_flags.h"
 #include "llmc/profile.h"
+#include "llmc/eval.h"
 
 typedef struct {
     TrainConfig cfg;
@@ -79,6 +80,7 @@ typedef struct {
     TensorParallelComm tp_comm; /* the model's tp collectives on grid.tp (timed under --comm-stats 1) */
     MoEEpComm ep_comm;          /* --ep > 1: the MoE layers' all-to-all on a copy of grid.ep (llmc/moe_ep_comm.h) */
     Profile prof;               /* --profile-steps: the phase table (llmc/profile.h) */
+    EvalSuite eval;             /* -h 1: the --eval-tasks files (llmc/train_eval.h) */
 } TrainSession;
 
 /* the optimizer updates applied so far: what AdamW's bias correction and the learning-rate schedule count (a skipped,

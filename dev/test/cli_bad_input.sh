@@ -104,7 +104,7 @@ cp "$R/state_00000002_00000.bin" "$R/state_00000004_00000.bin"
 expect_error "holds step 2, but its name says step 4" "a state file holding another step than its name is refused" -- $TRAIN "${FAST[@]}" -x 6 -o "$R" -y 1
 
 # flags whose value passes the range check but makes no sense
-expect_error "-x (--max-steps) is 0" "-x 0 is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 0
+expect_error "-x (--max-steps) is 0" "-x 0 without -h 1 is refused naming the flag" -- $TRAIN "${FAST[@]}" -x 0
 expect_error "-m (--val-max-steps) is 0" "-m 0 (evaluate nothing) is refused" -- $TRAIN -e d2 -b 4 -t 32 -g 0 -x 1 -m 0
 expect_error "characters long" "an output path too long for checkpoint names is refused" -- $TRAIN "${FAST[@]}" -x 1 -o "$TMP/$(printf 'd%.0s' $(seq 1 950))"
 # two runs can never write into the same output directory at once
