@@ -32,6 +32,10 @@ void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float*
                                const float* weight, int N, int C, int OC, const float* inp_pre_gelu);
 void ref_gelu_forward(float* out, const float* inp, size_t n);
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
+void ref_swiglu_forward(float* out, const float* inp, int N, int F);
+void ref_swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F);
+void ref_relu2_forward(float* out, const float* inp, size_t n);
+void ref_relu2_backward_inplace(float* d, const float* inp, size_t n);
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
                                     int NH);
