@@ -395,7 +395,9 @@ devcuda_rows() {
     for v in "layernorm_forward B=64" "fused_residual_layernorm_forward B=64" "layernorm_backward B=64" "gelu_forward B=64" \
              "gelu_backward_inplace B=64" "residual_forward B=64" "encoder_forward B=64" "encoder_backward B=64 T=1024" \
              "fused_classifier (dlogits) B=64" "adamw_update (master weights)" "global_norm_squared" \
-             "attention_backward_rowdot B=64" "matmul_forward lm head B=64" "matmul_backward lm head B=64"; do
+             "attention_backward_rowdot B=64" "matmul_forward lm head B=64" "matmul_backward lm head B=64" \
+             "swiglu_forward N=65536 F=2048" "swiglu_backward N=65536 F=2048" "relu2_forward B=64" \
+             "relu2_backward_inplace B=64"; do
         t=$(time_line "$v")
         row "$v" "${t:-n/a}${pred[$v]:+ (${pred[$v]})}"
     done

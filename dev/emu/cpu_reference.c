@@ -61,6 +61,12 @@ void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float*
 }
 void ref_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward(out, inp, n); }
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n) { gelu_backward_inplace(d, inp, n); }
+void ref_swiglu_forward(float* out, const float* inp, int N, int F) { swiglu_forward(out, inp, N, F); }
+void ref_swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F) {
+    swiglu_backward(dinp, dout, inp, N, F);
+}
+void ref_relu2_forward(float* out, const float* inp, size_t n) { relu2_forward(out, inp, n); }
+void ref_relu2_backward_inplace(float* d, const float* inp, size_t n) { relu2_backward_inplace(d, inp, n); }
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward(out, a, b, n); }
 void ref_rope_forward(float* qkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0) {
     rope_forward(qkv, table, B, T, NH, KV, hs, pos0);

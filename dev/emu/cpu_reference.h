@@ -38,6 +38,10 @@ void ref_matmul_backward_dgelu(float* dinp, float* dweight, float* dbias, float*
                                const float* weight, int N, int C, int OC, const float* inp_pre_gelu);
 void ref_gelu_forward(float* out, const float* inp, size_t n);
 void ref_gelu_backward_inplace(float* d, const float* inp, size_t n);
+void ref_swiglu_forward(float* out, const float* inp, int N, int F);
+void ref_swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F);
+void ref_relu2_forward(float* out, const float* inp, size_t n);
+void ref_relu2_backward_inplace(float* d, const float* inp, size_t n);
 void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
 /* rotary position embedding (llmc/cpu/rope.h): qkv(B,T,(NH+2KV)*hs) in place, table(maxT,hs/2,2) */
 void ref_rope_forward(float* qkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0);

@@ -727,6 +727,85 @@ static void test_rope(int B, int T, int NH, int KV, int hs, int pos0, int llama3
     dev_free(d_tab); dev_free(d_buf);
 }
 
+/* ---------------------------------------------------------------- SwiGLU / ReLU^2 */
+/* The name of the kernel launched last ("..._kernel<X128_SIZE>" on the 128-bit path, "..._kernel<1>" otherwise) */
+static std::string last_launch(void) { return emu::launch_log().empty() ? "" : emu::launch_log().back().name; }
+
+/* SwiGLU (Shazeer 2020) forward and backward against llmc/cpu/gelu.h's twins. Inputs: gate and up uniform in
+ * [-4, 4), plus, when `extremes`, gates of +-100, +-90, +-20 and 0 planted in the first row (sigmoid saturation:
+ * __expf(100) is +inf, so s = 0 exactly; no NaN may appear). `misalign` offsets every buffer by one element, which
+ * must force the element path. Tolerances: both sides do the same fp32 operations in the same order on the same
+ * rounded inputs, except the exponential: cpu_expf (a few ulp) against __expf, which dev/emu/emu.h errs by its
+ * documented maximum 2 + floor(1.173 |x|) ulp. The header of llmc/cuda/gelu.cuh bounds the resulting absolute error
+ * of silu by 1.1e-7 and of silu' by 6e-8 for every g; times |up| or |dout| <= 4 that is < 5e-7, ~3e-8 relative to
+ * max |ref| (~ 4 x 4 here). The sigmoids differing in their last bits, the up to four fp32 roundings after them can
+ * land on different sides (one fp32 ulp each, 2^-23 relative: ~5e-7 in all). So TOL_FWD (1e-5) for both directions
+ * (elementwise: no reductions); in BF16 the final rounding can flip by one bf16 ulp, 2^-8 relative <= TOL_FWD. A
+ * swapped gate/up half, a missing g (1-s) term or an output written to the wrong half gives errors of order 1. */
+static void test_swiglu(int N, int F, int extremes, int misalign) {
+    std::string s = shp("N=%d F=%d%s%s", N, F, extremes ? " extremes" : "", misalign ? " misaligned" : "");
+    const size_t ni = (size_t)N * 2 * F, no = (size_t)N * F, off = misalign ? 1 : 0;
+    std::vector<float> inp = randv(ni + off, 4.0f), dout = randv(no + off, 4.0f);
+    if (extremes) {
+        const float big[] = {100.0f, -100.0f, 90.0f, -90.0f, 20.0f, -20.0f, 0.0f};
+        for (int k = 0; k < 7 && k < F; k++) { inp[off + (size_t)k] = big[k]; }
+    }
+    floatX* d_inp = upX(inp);
+    floatX* d_dout = upX(dout);
+    floatX* d_out = dX(no + off);
+    floatX* d_dinp = dX(ni + off);
+    poisonX(d_out, no + off);
+    poisonX(d_dinp, ni + off);
+    const bool packed = !misalign && F % X128_SIZE == 0;
+    swiglu_forward(d_out + off, d_inp + off, N, F);
+    const bool fwd_path = (last_launch().find("<X128_SIZE>") != std::string::npos) == packed;
+    std::vector<float> ref(no), dref(ni);
+    ref_swiglu_forward(ref.data(), inp.data() + off, N, F);
+    check("swiglu_forward", s, downX(d_out + off, no), roundX(ref), TOL_FWD);
+    swiglu_backward(d_dinp + off, d_dout + off, d_inp + off, N, F);
+    const bool bwd_path = (last_launch().find("<X128_SIZE>") != std::string::npos) == packed;
+    TEST_CHECK(fwd_path && bwd_path, "swiglu (%s): the %s path was launched", s.c_str(), packed ? "128-bit" : "element");
+    ref_swiglu_backward(dref.data(), dout.data() + off, inp.data() + off, N, F);
+    std::vector<float> g1 = downX(d_dinp + off, ni);
+    check("swiglu_backward", s, g1, roundX(dref), TOL_FWD);
+    if (extremes) {
+        bool finite = true;
+        for (float v : downX(d_out + off, no)) finite &= std::isfinite(v);
+        for (float v : g1) finite &= std::isfinite(v);
+        TEST_CHECK(finite, "swiglu (%s): gates of +-100, +-90, +-20 give finite outputs and gradients", s.c_str());
+    }
+    swiglu_backward(d_dinp + off, d_dout + off, d_inp + off, N, F);
+    TEST_CHECK(same_bits(downX(d_dinp + off, ni), g1), "swiglu_backward (%s) bit-identical on a second run", s.c_str());
+    dev_free(d_inp); dev_free(d_dout); dev_free(d_out); dev_free(d_dinp);
+}
+
+/* ReLU^2 (So et al. 2021): exact (tolerance 0) in both builds: max(x, 0)^2 and d (2 max(x, 0)) are the same fp32
+ * operations on the same rounded inputs on both sides, then one rounding to floatX. Also checked in place (out =
+ * inp, as the contract allows) and with misaligned pointers (element path). */
+static void test_relu2(size_t n, int misalign) {
+    std::string s = shp("n=%zu%s", n, misalign ? " misaligned" : "");
+    const size_t off = misalign ? 1 : 0;
+    std::vector<float> a = randv(n + off, 3.0f), d = randv(n + off);
+    floatX* d_a = upX(a);
+    floatX* d_d = upX(d);
+    floatX* d_o = dX(n + off);
+    poisonX(d_o, n + off);
+    std::vector<float> ref(n);
+    relu2_forward(d_o + off, d_a + off, n);
+    const bool packed = !misalign && n % X128_SIZE == 0;
+    TEST_CHECK((last_launch().find("<X128_SIZE>") != std::string::npos) == packed,
+               "relu2_forward (%s): the %s path was launched", s.c_str(), packed ? "128-bit" : "element");
+    ref_relu2_forward(ref.data(), a.data() + off, n);
+    check("relu2_forward", s, downX(d_o + off, n), roundX(ref), 0.0);
+    std::vector<float> dref(d.begin() + (long)off, d.end());
+    relu2_backward_inplace(d_d + off, d_a + off, n);
+    ref_relu2_backward_inplace(dref.data(), a.data() + off, n);
+    check("relu2_backward_inplace", s, downX(d_d + off, n), roundX(dref), 0.0);
+    relu2_forward(d_a + off, d_a + off, n); /* in place */
+    check("relu2_forward in place", s, downX(d_a + off, n), roundX(ref), 0.0);
+    dev_free(d_a); dev_free(d_d); dev_free(d_o);
+}
+
 /* ---------------------------------------------------------------- attention */
 /* mode: 0 the dispatching entry points, 1 the CUDA-core fallback forced, 2 the forward as 0 and the one-kernel
  * FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused, dQ summed in key-tile order through
@@ -1377,6 +1456,19 @@ int main(void) {
     test_elementwise(4 * 32 * 64);
     test_elementwise(1003);
     test_elementwise(1);
+    /* SwiGLU: F a multiple of both vector widths (the d12 MLP's 4C = 3072 at a smaller scale), F = 36 (a multiple of
+     * 4 but not of 8: fp32 packed, bf16 element path), odd F (63, 65, 1), 3 * 64, odd N, misaligned buffers */
+    test_swiglu(128, 64, 0, 0);
+    test_swiglu(21, 36, 0, 0);
+    test_swiglu(7, 63, 1, 0);
+    test_swiglu(5, 65, 0, 0);
+    test_swiglu(3, 192, 1, 0);
+    test_swiglu(9, 1, 1, 0);
+    test_swiglu(1, 64, 0, 1);
+    test_relu2(4 * 32 * 64, 0);
+    test_relu2(4 * 32 * 64, 1);
+    test_relu2(1003, 0);
+    test_relu2(1, 0);
 
     /* B, T, NH, KV, hs, pos0, llama3, misalign */
     test_rope(2, 33, 4, 2, 64, 5, 1, 0);   /* hs 64: 128-bit path in both builds, GQA KV = NH/2 */

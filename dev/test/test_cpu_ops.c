@@ -115,6 +115,32 @@ static double ref_gelu_grad(double x) {
     return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+/* SwiGLU (Shazeer 2020): out(N,F) = silu(gate) up, inp rows [gate (F) | up (F)]; backward: dinp rows
+ * [dout up silu'(gate) | dout silu(gate)], silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). In double: for |g| <= 100
+ * exp(-g) stays finite and s is exact to ~1e-16 relative. */
+static double ref_sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
+static double ref_silu(double g) { return g * ref_sigmoid(g); }
+static double ref_silu_grad(double g) { double sg = ref_sigmoid(g); return sg * (1.0 + g * (1.0 - sg)); }
+static void ref_swiglu_fwd(double* out, const double* inp, int N, int F) {
+    for (int n = 0; n < N; n++) {
+        for (int f = 0; f < F; f++) {
+            out[(size_t)n * F + f] = ref_silu(inp[(size_t)n * 2 * F + f]) * inp[(size_t)n * 2 * F + F + f];
+        }
+    }
+}
+static void ref_swiglu_bwd(double* dinp, const double* dout, const double* inp, int N, int F) {
+    for (int n = 0; n < N; n++) {
+        for (int f = 0; f < F; f++) {
+            double g = inp[(size_t)n * 2 * F + f], u = inp[(size_t)n * 2 * F + F + f], d = dout[(size_t)n * F + f];
+            dinp[(size_t)n * 2 * F + f] = d * u * ref_silu_grad(g);
+            dinp[(size_t)n * 2 * F + F + f] = d * ref_silu(g);
+        }
+    }
+}
+/* ReLU^2 (So et al. 2021): max(x, 0)^2, derivative 2 max(x, 0) */
+static double ref_relu2(double x) { return x > 0 ? x * x : 0.0; }
+static double ref_relu2_grad(double x) { return x > 0 ? 2.0 * x : 0.0; }
+
 static void ref_layernorm_fwd(double* out, double* mean, double* rstd, const double* x, const double* w,
                               const double* b, int N, int C) {
     for (int n = 0; n < N; n++) {
@@ -332,6 +358,20 @@ static double cls_loss(void* p) {
     return L;
 }
 
+typedef struct { double *x, *R, *out; int N, F; } GluCtx;
+static double glu_loss(void* p) {
+    GluCtx* c = (GluCtx*)p; double L = 0;
+    ref_swiglu_fwd(c->out, c->x, c->N, c->F);
+    for (int i = 0; i < c->N * c->F; i++) { L += c->out[i] * c->R[i]; }
+    return L;
+}
+typedef struct { double *x, *R; int n; } Relu2Ctx;
+static double relu2_loss(void* p) {
+    Relu2Ctx* c = (Relu2Ctx*)p; double L = 0;
+    for (int i = 0; i < c->n; i++) { L += ref_relu2(c->x[i]) * c->R[i]; }
+    return L;
+}
+
 static void test_references_fd(void) {
     { /* layernorm */
         int N = 3, C = 7; size_t nc = (size_t)N * C;
@@ -363,6 +403,27 @@ static void test_references_fd(void) {
         CHECK_ERR(ew, FD_TOL, "fd: rmsnorm reference dw");
         free(x); free(w); free(R); free(out); free(dx); free(dw);
         rng_state = rng_saved;
+    }
+    { /* SwiGLU: gates in [-6, 6] (both tails of the sigmoid), ups in [-1, 1] */
+        int N = 3, F = 5; size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+        double *x = dzeros(ni), *R = dzeros(no), *out = dzeros(no), *dx = dzeros(ni);
+        for (size_t i = 0; i < ni; i++) { x[i] = (i % (2 * (size_t)F)) < (size_t)F ? 6 * rnd() : rnd(); }
+        for (size_t i = 0; i < no; i++) { R[i] = rnd(); }
+        ref_swiglu_bwd(dx, R, x, N, F);
+        GluCtx c = {x, R, out, N, F};
+        Err e = fd_grad(glu_loss, &c, x, ni, dx);
+        CHECK_ERR(e, FD_TOL, "fd: swiglu reference dinp, gate and up halves (N=3,F=5)");
+        free(x); free(R); free(out); free(dx);
+    }
+    { /* ReLU^2: |x| >= 0.05, away from the kink at 0 (h = 1e-5) */
+        int n = 16;
+        double *x = dzeros(n), *R = dzeros(n), *dx = dzeros(n);
+        for (int i = 0; i < n; i++) { double r = rnd(); x[i] = r < 0 ? r - 0.05 : r + 0.05; R[i] = rnd(); }
+        for (int i = 0; i < n; i++) { dx[i] = R[i] * ref_relu2_grad(x[i]); }
+        Relu2Ctx c = {x, R, n};
+        Err e = fd_grad(relu2_loss, &c, x, n, dx);
+        CHECK_ERR(e, FD_TOL, "fd: relu2 reference gradient (n=16)");
+        free(x); free(R); free(dx);
     }
     { /* matmul + gelu */
         int N = 3, C = 5, OC = 6;
@@ -811,7 +872,9 @@ static void test_vocab_parallel_composition(int N, int V, int Vp, int tp) {
  * C(M,N) = op(A) op(B) + beta C against a double reference, element by element, for one transpose combination.
  * bf16_exact = 1: the inputs are bf16 numbers already (low 16 bits cleared), so only the fp32 sums round:
  * |err| <= K 2^-24 sum_k |a b|, and any packing or indexing mistake is an O(1) error; 0: random fp32 inputs, the
- * bound adds bf16's rounding of both operands (2^-9 each): |err| <= (2^-8 + 2^-17 + K 2^-24) sum_k |a b|.
+ * bound adds bf16's rounding of both operands (unit roundoff 2^-8 each: 8 significant bits, half an ulp is 2^-8 of
+ * a value at the bottom of its binade): |err| <= (2^-7 + 2^-16 + K 2^-24) sum_k |a b|. (It said 2^-9 per operand
+ * until a = 0.63176, b = -0.29202 came up: b rounds by 0.32%, 1.7x 2^-9, as round to nearest even must.)
  * beta == 0 with C filled with NaN checks that C is not read. */
 static void test_bf16gemm(int M, int N, int K, int transA, int transB, float beta, int bf16_exact) {
     float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *Cm = frand((size_t)M * N, 1);
@@ -826,7 +889,7 @@ static void test_bf16gemm(int M, int N, int K, int transA, int transB, float bet
     cpu_set_matmul_bf16(1);
     cpu_sgemm_rows(transA, transB, M, N, K, A, lda, B, ldb, beta, Cm, N);
     cpu_set_matmul_bf16(0);
-    const double tol = bf16_exact ? K * 0x1p-24 : 0x1p-8 + 0x1p-17 + K * 0x1p-24;
+    const double tol = bf16_exact ? K * 0x1p-24 : 0x1p-7 + 0x1p-16 + K * 0x1p-24;
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
             double ref = beta == 0.0f ? 0.0 : (double)beta * C0[(size_t)i * N + j], mag = 0.0;
@@ -890,6 +953,86 @@ static void test_elementwise(size_t n) {
     Err es = cmp(out, r, n);
     TEST_CHECK(es.abs == 0.0, "scale_floats by 0.25 exact: abs %.2e", es.abs);
     dev_free(x); dev_free(y); dev_free(out); dev_free(d); free(r); free(rd);
+}
+
+/* SwiGLU's CPU twin (llmc/cpu/gelu.h) against the double reference. Gates uniform in [-gscale, gscale), ups in
+ * [-2, 2), dout in [-1, 1); with `extremes` the first row's gates are +-100, +-90, +-30, +-20, 0 (sigmoid saturated).
+ * Tolerances, from the fp32 arithmetic (u = 2^-24):
+ *   out and dup = g s u: s = 1 / (1 + cpu_expf(-g)) errs by (1 - s) 5e-7 (test_expf's bound on cpu_expf) plus two
+ *   roundings; the two products add two more: under 5e-7 + 4u = 7.4e-7 relative per element: TIGHT_TOL (1e-6).
+ *   dgate = (d u) s (1 + g (1 - s)): besides s's relative error (times |1 + g (1 - 2s)| s (1 - s) + s <= 1.5), the
+ *   rounding of s near 1 (half an ulp of 1, u) becomes an absolute error of 1 - s, times |g|; for |g| > 17 s is 1 in
+ *   fp32 and 1 - s = 0 against a true value below 1e-7 / |g|, so |g| (error of 1 - s) <= 17 u everywhere. In all
+ *   <= 1.5 * 7.4e-7 + 17 u + 4u = 2.4e-6 of silu's derivative (scale ~1), relative to max |ref| = max |d u silu'|
+ *   (silu' reaches 1.1): SWIGLU_DGATE_TOL = 4e-6.
+ * What each check catches: gate and up halves swapped (out = silu(u) g: errors of order |out|); silu' without its
+ * g (1 - s) part (dgate = d u s: wrong by d u s g (1 - s), up to 0.22 |d u| at g = 2.4); dgate and dup written to
+ * each other's half; the row stride F instead of 2F. Saturation: at g = +-100 cpu_expf is clamped (llmc/cpu/backend.h)
+ * and every output must be finite and match the limits silu(100) = 100, silu'(100) = 1, silu(-100) = silu'(-100) = 0
+ * (the absolute errors, < 1e-30, vanish against max |ref|). */
+#define SWIGLU_DGATE_TOL 4e-6
+static void test_swiglu(int N, int F, double gscale, int extremes) {
+    size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *inp = frand(ni, 2), *dout = frand(no, 1), *out = frand(no, 1), *dinp = frand(ni, 1);
+    for (int n = 0; n < N; n++) {
+        for (int f = 0; f < F; f++) { inp[(size_t)n * 2 * F + f] = (float)(gscale * rnd()); }
+    }
+    if (extremes) {
+        const float big[] = {100.0f, -100.0f, 90.0f, -90.0f, 30.0f, -30.0f, 20.0f, -20.0f, 0.0f};
+        for (int k = 0; k < 9 && k < F; k++) { inp[k] = big[k]; }
+    }
+    double *rx = todouble(inp, ni), *rd = todouble(dout, no), *r = dzeros(no), *rdi = dzeros(ni);
+    ref_swiglu_fwd(r, rx, N, F);
+    ref_swiglu_bwd(rdi, rd, rx, N, F);
+    swiglu_forward(out, inp, N, F);
+    swiglu_backward(dinp, dout, inp, N, F);
+    Err e = cmp(out, r, no);
+    CHECK_ERR(e, TIGHT_TOL, "swiglu_forward N=%d F=%d |g|<%g%s", N, F, gscale, extremes ? " +-100" : "");
+    /* the two halves of each dinp row, separately (a bug in one half must not hide behind the other's scale) */
+    float* gg = (float*)malloc_check(no * sizeof(float), "test");
+    float* gu = (float*)malloc_check(no * sizeof(float), "test");
+    double* rg = dzeros(no);
+    double* ru = dzeros(no);
+    for (int n = 0; n < N; n++) {
+        for (int f = 0; f < F; f++) {
+            size_t o = (size_t)n * F + f, i = (size_t)n * 2 * F + f;
+            gg[o] = dinp[i]; gu[o] = dinp[i + F]; rg[o] = rdi[i]; ru[o] = rdi[i + F];
+        }
+    }
+    Err eg = cmp(gg, rg, no), eu = cmp(gu, ru, no);
+    CHECK_ERR(eg, SWIGLU_DGATE_TOL, "swiglu_backward dgate N=%d F=%d |g|<%g%s", N, F, gscale, extremes ? " +-100" : "");
+    CHECK_ERR(eu, TIGHT_TOL, "swiglu_backward dup N=%d F=%d |g|<%g%s", N, F, gscale, extremes ? " +-100" : "");
+    if (extremes) {
+        int finite = 1;
+        for (size_t i = 0; i < no; i++) { finite &= isfinite(out[i]) != 0; }
+        for (size_t i = 0; i < ni; i++) { finite &= isfinite(dinp[i]) != 0; }
+        const float u0 = inp[F], d0 = dout[0];
+        int limits = F < 2 || (out[0] == 100.0f * u0 && gu[0] == d0 * 100.0f && gg[0] == d0 * u0 &&
+                               fabsf(out[1]) < 1e-30f && fabsf(gg[1]) < 1e-30f && fabsf(gu[1]) < 1e-30f);
+        TEST_CHECK(finite && limits, "swiglu N=%d F=%d: gates of +-100, +-90, +-30, +-20: finite, and at +-100 the "
+                   "limits silu = g or 0, silu' = 1 or 0 (finite %d, limits %d)", N, F, finite, limits);
+    }
+    free(gg); free(gu); free(rg); free(ru);
+    dev_free(inp); dev_free(dout); dev_free(out); dev_free(dinp); free(rx); free(rd); free(r); free(rdi);
+}
+
+/* ReLU^2's CPU twin against double: r = max(x, 0) is exact, r r and d (2r) one rounding each (2r is exact), so
+ * <= u = 6e-8 relative per element; tolerance 2u. Catches: the factor 2 missing in the backward (an error of 50%),
+ * relu instead of relu^2 (out = x), the negative side not zeroed. Also in place (out = inp). */
+static void test_relu2(size_t n) {
+    float *x = frand(n, 3), *out = frand(n, 1), *d = frand(n, 1);
+    double *r = dzeros(n), *rd = dzeros(n);
+    for (size_t i = 0; i < n; i++) { r[i] = ref_relu2(x[i]); rd[i] = d[i] * ref_relu2_grad(x[i]); }
+    relu2_forward(out, x, n);
+    Err e = cmp(out, r, n);
+    CHECK_ERR(e, 2.0 / 16777216.0, "relu2_forward n=%zu", n);
+    relu2_backward_inplace(d, x, n);
+    Err eb = cmp(d, rd, n);
+    CHECK_ERR(eb, 2.0 / 16777216.0, "relu2_backward_inplace n=%zu", n);
+    relu2_forward(x, x, n);
+    Err ei = cmp(x, r, n);
+    CHECK_ERR(ei, 2.0 / 16777216.0, "relu2_forward in place n=%zu", n);
+    dev_free(x); dev_free(out); dev_free(d); free(r); free(rd);
 }
 
 /* cpu_expf (vectorisable exp used by softmax and the classifier) vs double exp:
@@ -1323,6 +1466,17 @@ int main(void) {
     test_expf();
     test_elementwise(1);
     test_elementwise(1000003);
+    /* SwiGLU: F = 1, 63, 65 (odd), 3 * 64, the d12 MLP's 4C = 3072 on a few rows; odd N; gates up to |8| and |20|
+     * (the |g| (1 - s) rounding term), and the saturated +-100 */
+    test_swiglu(1, 1, 8, 0);
+    test_swiglu(7, 63, 8, 1);
+    test_swiglu(5, 65, 8, 0);
+    test_swiglu(3, 192, 8, 1);
+    test_swiglu(9, 65, 20, 1);
+    test_swiglu(33, 3072, 8, 0);
+    test_relu2(1);
+    test_relu2(63);
+    test_relu2(1000003);
     test_norm_and_checks(0);
     test_norm_and_checks(1);
     test_norm_and_checks(1000003);

@@ -15,8 +15,9 @@
  *   Bp[panel][p][c] = (bf16 B'(2p, c), bf16 B'(2p+1, c)), 16 columns per zmm.
  * Rows, columns and an odd k are zero-padded in the packed copies, so the kernel has no edge cases.
  *
- * Numerics: each operand element gets a relative rounding error of at most 2^-9 (bf16 keeps 8 significant
- * bits); sums are fp32, so |C - C_fp32| <= ~2^-8 * sum_k |A'(m,k) B'(k,n)|. vdpbf16ps treats bf16 denormal inputs
+ * Numerics: each operand element gets a relative rounding error of at most 2^-8 (bf16 keeps 8 significant
+ * bits, so half an ulp is up to 2^-8 of the value at the bottom of a binade); sums are fp32, so
+ * |C - C_fp32| <= ~2^-7 * sum_k |A'(m,k) B'(k,n)|. vdpbf16ps treats bf16 denormal inputs
  * and fp32 denormal results as zero. Deterministic: a fixed order of operations for given shapes.
  *
  * Availability: cpu_bf16_matmul_supported() says whether this CPU executes AVX512_BF16 (the functions are compiled
