@@ -318,8 +318,10 @@ static inline int eval_file_exists_(const char* path) {
 /* the task name of a file path: base name without ".bin", "_val" or "_val_u32"; bytes outside [A-Za-z0-9_.-] -> '_' */
 static inline void eval_task_name_(const char* path, char* name, size_t cap) {
     const char* b = strrchr(path, '/');
-    snprintf(name, cap, "%s", b ? b + 1 : path);
-    size_t n = strlen(name);
+    const char* base = b ? b + 1 : path;
+    size_t n = strlen(base) < cap ? strlen(base) : cap - 1; /* a longer name is cut (it only labels the log rows) */
+    memcpy(name, base, n);
+    name[n] = '\0';
     const char* suffix[3] = {".bin", "_val_u32", "_val"};
     for (int i = 0; i < 3; i++) {
         size_t k = strlen(suffix[i]);
