@@ -225,7 +225,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     else { zero_load_weights(&s->zero, path); }                  /* ZeRO-3: this rank's shard */
     zero_params_changed(&s->zero);     /* --offload-optimizer: its fp32 copy of the weights follows them */
     TrainState ours = session_train_state(s), found;
-    TrainStateContext ctx = {cfg->output_dir, cfg->train_data};
+    TrainStateContext ctx = {cfg->output_dir, cfg->train_data, &mc->arch};
     /* rank 0 checks every file first, so a refusal is one error line; the others wait (and are ended by the
      * launcher when rank 0 exits) */
     int files = reshard_from > 0 ? reshard_from : s->world.world;

@@ -56,10 +56,11 @@ typedef struct {
                                   * they counted: every step advanced AdamW's t and the schedule) */
 } TrainState;
 
-/* what the error messages of the readers name besides the file */
+/* what the error messages of the readers name besides the file, and what re-sharding needs besides the headers */
 typedef struct {
     const char* output_dir;      /* -o */
     const char* train_data;      /* -i */
+    const GPT2Arch* arch;        /* the model's architecture knobs (its tensors' sizes when re-sharding); NULL: GPT-2's */
 } TrainStateContext;
 
 static inline void header_put_u64(int* h, int i, uint64_t v) {
@@ -523,6 +524,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
     gpt2_arch_default(&cfg.arch, cfg.channels, cfg.num_heads);
+    if (ctx->arch) { cfg.arch = *ctx->arch; } /* the decoder family: its tensors (no biases, lmheadw, SwiGLU's fc) */
     int per_stage = old_world / rs.old[0].pp_size;
     for (int pp = 0; pp < rs.old[0].pp_size; pp++) {
         for (int r = 0; r < rs.old[0].tp_size; r++) {

@@ -12,7 +12,7 @@ static void run(const char* path) {
     TrainState found, ours;
     train_state_read_header(path, &found);
     ours = found;
-    TrainStateContext ctx = {"/tmp", "(fuzz)"};
+    TrainStateContext ctx = {"/tmp", "(fuzz)", NULL};
     train_state_check_size(path, &found, &ctx); /* before allocating shard_size floats */
     size_t n = (size_t)found.shard_size;
     AdamWState opt;

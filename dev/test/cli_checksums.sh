@@ -49,3 +49,22 @@ MPIRUN 2 $TRAIN "${R[@]}" -z 3 > "$TMP/rms_z3.log" 2>&1
 check $? "the family, dp 2 ZeRO-3: runs"
 out=$(python3 scripts/compare_checksums.py "$TMP/rms_one.log" "$TMP/rms_z3.log" --rtol 3e-5)
 check $? "the family, dp 2 ZeRO-3 agrees with one process within rtol 3e-5: $out"
+# the family's checkpoints: tp 2 with sequence parallelism, 6 steps straight, or 3 then a checkpoint; resumed on the same
+# layout the final model and both ranks' optimizer state are bit-identical; re-sharded to one process (the full
+# model's flat order: lmheadw and SwiGLU's two-block fc included) the next losses and the final weights agree within
+# T(6), the reordering of fp32 sums the tp split brings (dp_order_tol)
+G=(-e L2:C128:NH4:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 128)
+MPIRUN 2 $TRAIN "${G[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/fam_straight" > "$TMP/fam_straight.log" 2>&1
+check $? "the family, tp 2 + sp: 6 steps straight"
+MPIRUN 2 $TRAIN "${G[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/fam_cut" --exit-after-steps 3 > "$TMP/fam_cut.log" 2>&1
+check $? "the family, tp 2 + sp: 3 steps, then exit with a checkpoint"
+cp -r "$TMP/fam_cut" "$TMP/fam_to1"
+MPIRUN 2 $TRAIN "${G[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/fam_cut" -y 1 > "$TMP/fam_cut2.log" 2>&1
+ok=$?
+for f in model_00000006.bin state_00000006_0000{0,1}.bin; do cmp -s "$TMP/fam_straight/$f" "$TMP/fam_cut/$f" || ok=1; done
+check $ok "the family resumed on the same layout: final model (version 9) and both ranks' optimizer state bit-identical"
+T6=$(dp_order_tol 6)
+$TRAIN "${G[@]}" -o "$TMP/fam_to1" -y 1 > "$TMP/fam_to1.log" 2>&1 && grep -q "(tensor-parallel size 2 -> 1)" "$TMP/fam_to1.log" &&
+    out=$(dp_compare_logs "$TMP/fam_straight/log.jsonl" "$TMP/fam_to1/log.jsonl" train loss $T6 6) &&
+    out="$out; $(dp_compare_models_rms "$TMP/fam_straight/model_00000006.bin" "$TMP/fam_to1/model_00000006.bin" $T6)"
+check $? "the family's tp 2 checkpoint re-sharded to one process: losses and final weights within T(6): $out"

@@ -117,7 +117,7 @@ static void check_pair(const char* dir, Lay from, Lay to, const uint64_t* epochs
         LocalMap map;
         int d = (q / to.tp) % to.dp;
         TrainState ours = rank_state(&c, to, q, 0, 0, &map), found;
-        TrainStateContext ctx = {dir, "train.bin"};
+        TrainStateContext ctx = {dir, "train.bin", NULL};
         train_state_scan_old(STEP, old_world, &ours, &ctx, NULL);
         size_t n = (size_t)ours.shard_size;
         float* sec = (float*)malloc(3 * n * sizeof(float));
