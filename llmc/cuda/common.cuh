@@ -121,9 +121,17 @@ template <class T, int N>
 static __device__ __forceinline__ PackedN<T, N> load_packed(const T* p) {
     return *reinterpret_cast<const PackedN<T, N>*>(p);
 }
+/* a 16-byte packet is stored through int4 bits: a struct assignment of eight bf16 may be split by the compiler
+ * into eight 16-bit stores (it did in swiglu_backward_kernel<8>; dev/test/check_sass.sh) */
 template <class T, int N>
 static __device__ __forceinline__ void store_packed(T* p, const PackedN<T, N>& v) {
-    *reinterpret_cast<PackedN<T, N>*>(p) = v;
+    if constexpr (sizeof(T) * N == 16) {
+        int4 bits;
+        memcpy(&bits, &v, 16);
+        *reinterpret_cast<int4*>(p) = bits;
+    } else {
+        *reinterpret_cast<PackedN<T, N>*>(p) = v;
+    }
 }
 /* streaming ("evict first") variants: 128-bit packets use __ldcs/__stcs, narrower ones plain accesses */
 template <class T, int N>
