@@ -116,7 +116,7 @@ static inline void checksum_activations(ChecksumList* l, GPT2* m, int B, int T) 
         int g = gpt2_stage_global_layer(&m->stage, j), dense = !moe_is_layer(&c->moe, g);
         LayerActivations a = gpt2_layer_acts(m, j);
         if (m->recompute != 2) { checksum_activation(l, m, "ln1", g, a.ln1, Nl * C, 0, ACT_ROWS); }
-        checksum_activation(l, m, "qkv", g, a.qkv, N * 3 * Cl, 0, ACT_TP_SPLIT);
+        checksum_activation(l, m, "qkv", g, a.qkv, N * (gpt2_dim(&m->config, DIM_QKV) / m->tp.size), 0, ACT_TP_SPLIT);
         checksum_activation(l, m, "atty", g, a.atty, N * Cl, 0, ACT_TP_SPLIT);
         checksum_activation(l, m, "residual2", g, a.residual2, Nl * C, 0, ACT_ROWS);
         if (m->recompute != 2) { checksum_activation(l, m, "ln2", g, a.ln2, Nl * C, 0, ACT_ROWS); }

@@ -325,7 +325,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     int L_all = st ? gpt2_stage_layers(st) : c->num_layers;
     size_t L = (size_t)gpt2_recompute_window(recompute, every, L_all); /* entries of the stacked tensors */
     size_t nseg = (size_t)gpt2_recompute_segments(recompute, every, L_all);
-    size_t C = (size_t)c->channels, NH = (size_t)c->num_heads;
+    size_t C = (size_t)c->channels, NH = (size_t)c->num_heads, NKV = (size_t)c->arch.n_kv_head;
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
     size_t L_ln = recompute == 2 ? 1 : L;
@@ -339,7 +339,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t ln_mean = c->arch.norm == NORM_LAYERNORM; /* RMSNorm keeps rstd only */
     n[A_LN1_MEAN] = ln_mean * L * BTl;
     n[A_LN1_RSTD] = L * BTl;
-    n[A_QKV] = L * BT * 3 * Cl;
+    n[A_QKV] = L * BT * QKVl;
     n[A_ATTY] = L * BT * Cl;
     n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)(NH / p));
     n[A_RESIDUAL2] = L * BTl * C;
@@ -358,7 +358,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_DRESIDUAL] = BTl * C;
     n[A_DBTC] = BT * C;
     n[A_DBT4C] = BT * max_size(QKVl, dfc); /* d qkv, then the MLP's d(act) and d(fch) */
-    size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p));
+    size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p), (int)(NKV / p));
     f32 = max_size(f32, max_size(layernorm_scratch_floats((int)BTl, (int)C), rmsnorm_scratch_floats((int)BTl, (int)C)));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)Fl, (int)C));
@@ -389,7 +389,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     }
     if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
         n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
-        n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p)),
+        n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p), (int)(NKV / p)),
                                              max_size(layernorm_scratch_floats((int)BTl, (int)C),
                                                       rmsnorm_scratch_floats((int)BTl, (int)C))),
                                     max_size(matmul_scratch_floats((int)BT, (int)Fl, (int)C),
@@ -757,7 +757,7 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     int l_gelu = m->recompute == 1 || m->recompute == 2 ? 0 : w;
     a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l - 1), BTl * C);
     a.ln1 = actX(m, A_LN1, l_ln, BTl * C);
-    a.qkv = actX(m, A_QKV, w, BT * 3 * Cl);
+    a.qkv = actX(m, A_QKV, w, BT * (gpt2_dim(c, DIM_QKV) / m->tp.size));
     a.atty = actX(m, A_ATTY, w, BT * Cl);
     a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
@@ -937,16 +937,17 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     const TensorParallel* tp = &m->tp;
     int L = m->n_layers, C = c->channels;
     int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
+    int KVl = c->arch.n_kv_head / tp->size, QKVl = (int)(gpt2_dim(c, DIM_QKV) / tp->size); /* this rank's heads */
     const ParameterTensors* p = &m->params;
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     LayerActivations a = gpt2_layer_acts(m, l);
     profile_at(PROFILE_QKV);
     const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                              /* f */
-    matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, 3 * Cl, NULL);
-    if (m->rope_table) { rope_forward(a.qkv, m->rope_table, B, T, NHl, NHl, C / c->num_heads, 0); } /* pos=rope */
+    matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, QKVl, NULL);
+    if (m->rope_table) { rope_forward(a.qkv, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
     profile_at(PROFILE_ATTENTION);
-    attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl);
+    attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl, KVl);
     profile_at(PROFILE_ATTPROJ);
     matmul_forward(scratch, a.atty, layer_param(p, m, P_ATTPROJW, l),
                    gpt2_bias_once(m, layer_param(p, m, P_ATTPROJB, l)), N, Cl, C, NULL);
@@ -1181,6 +1182,7 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     const GPT2Config* c = &m->config;
     const TensorParallel* tp = &m->tp;
     int C = c->channels, N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
+    int KVl = c->arch.n_kv_head / tp->size, QKVl = (int)(gpt2_dim(c, DIM_QKV) / tp->size); /* this rank's heads */
     const ParameterTensors* p = &m->params;
     floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
     floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
@@ -1215,12 +1217,12 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_param_grad(m, g, P_ATTPROJB, l), (floatX*)dy, a.atty,
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
     profile_at(PROFILE_ATTENTION);
-    attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl);
-    if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, NHl, C / c->num_heads, 0); } /* pos=rope */
+    attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl, KVl);
+    if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
     profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
     matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
-                    layer_param(p, m, P_QKVW, l), scratch_f32, N, C, 3 * Cl, NULL);
+                    layer_param(p, m, P_QKVW, l), scratch_f32, N, C, QKVl, NULL);
     dx = tp_reduce(tp, dbtc, N, C);                                                     /* f backward */
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), dx,
                             a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, Nl);

@@ -81,13 +81,12 @@ static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
     const char* what = a->pos == POS_ROPE && (c->channels / c->num_heads) % 2 ? "pos=rope with an odd head size C/NH"
                      : a->mlp != MLP_GELU && c->moe.experts > 0 ? "mlp=swiglu/relu2 with experts (SwiGLU experts)"
-                     : a->n_kv_head != c->num_heads ? "KV (fewer key/value heads than NH: grouped-query attention)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
                      : a->qk_norm ? "qknorm=1" : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(KV = NH, no QK-norm) with learned or rotary positions (pos=rope, theta), LayerNorm or RMSNorm (norm=rms), "
+             "(no QK-norm) with grouped-query attention (KV key/value heads dividing NH), learned or rotary positions (pos=rope, theta), LayerNorm or RMSNorm (norm=rms), "
              "the latter with or without biases (bias=0), a GELU, SwiGLU or ReLU^2 MLP of any width (FF), the head "
              "tied to wte or not (tied=0)", what);
     return 1;

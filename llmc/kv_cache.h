@@ -4,9 +4,10 @@
  * window per token (incremental decoding, the standard autoregressive Transformer sampler since Vaswani et al.
  * 2017; what llm.c's samplers leave out). The per-token work falls from O(T) rows of every matmul to one row.
  *
- * Layout and dtypes: k and v are (L, T, C) floatX on the device, row t of layer l holding position t's key (or
- * value) with the heads concatenated, exactly the k and v thirds of that position's qkv row (the same matmul the
- * full forward does, over one row). Per step one token (int) goes up and the Vp fp32 logits come down.
+ * Layout and dtypes: k and v are (L, T, KVd) floatX on the device, KVd = NKV C/NH (C with multi-head attention,
+ * less with grouped-query attention: the cache holds the NKV key/value heads), row t of layer l holding position t's
+ * keys (or values) with the heads concatenated, exactly the k and v parts of that position's qkv row (the same
+ * matmul the full forward does, over one row). Per step one token (int) goes up and the Vp fp32 logits come down.
  * The step mirrors gpt2_forward's order of operations (layernorm, qkv matmul, attention, projection, fused
  * residual + layernorm, MLP with the same GELU fusion, final layernorm, tied-embedding head), so it differs from
  * the full forward only in the summation order a library picks for a one-row matmul and in attention_decode's
@@ -18,7 +19,7 @@
  * gathers work here too: every rank of the data-parallel group runs the same steps (collective then).
  * Scope: the whole dense model (no tensor or pipeline split: kv_cache_supported says so);
  * positions up to the allocated T (the caller falls back to recomputing the window for longer samples, whose
- * context crop shifts every position). Memory: 2·L·T·C floatX + a few rows, allocated per generate_text call and
+ * context crop shifts every position). Memory: 2·L·T·KVd floatX + a few rows, allocated per generate_text call and
  * freed after it (sampling is rare; nothing stays on the device between samples).
  * Errors: allocation failures exit with the buffer's name; a step past T exits (internal).
  */
@@ -30,15 +31,16 @@
 #include "llmc/gpt2.h"
 
 typedef struct {
-    int L, T, C, NH, Vp, len;  /* layers, capacity in positions, channels, heads, padded vocabulary, positions cached */
+    int L, T, C, NH, NKV, Vp, len; /* layers, capacity in positions, channels, heads, key/value heads, padded
+                                    * vocabulary, positions cached */
     int gelu_fusion;           /* as the trainer's -ge: GELU in the fc matmul's epilogue */
-    floatX* k;                 /* (L,T,C) */
-    floatX* v;                 /* (L,T,C) */
+    floatX* k;                 /* (L,T,KVd) */
+    floatX* v;                 /* (L,T,KVd) */
     floatX* x;                 /* (C) the residual stream entering a layer */
     floatX* residual2;         /* (C) after attention */
     floatX* ln;                /* (C) the current layernorm output */
     float* ln_stats;           /* (2) mean, rstd (not needed after the step) */
-    floatX* qkv;               /* (3C) */
+    floatX* qkv;               /* (C + 2 KVd) */
     floatX* atty;              /* (C) */
     floatX* y;                 /* (C) a projection's output */
     floatX* fch;               /* (FC: F, or 2F for SwiGLU) before the MLP's activation */
@@ -57,16 +59,17 @@ static inline int kv_cache_supported(const GPT2* m) {
 static inline void kv_cache_create(KVCache* kv, const GPT2* m, int gelu_fusion) {
     memset(kv, 0, sizeof(*kv));
     kv->L = m->config.num_layers; kv->T = m->T; kv->C = m->config.channels; kv->NH = m->config.num_heads;
+    kv->NKV = m->config.arch.n_kv_head;
     kv->Vp = m->config.padded_vocab_size;
     kv->gelu_fusion = gelu_fusion;
-    size_t C = (size_t)kv->C, cache = (size_t)kv->L * kv->T * C * sizeof(floatX);
+    size_t C = (size_t)kv->C, KVd = (size_t)kv->NKV * (C / kv->NH), cache = (size_t)kv->L * kv->T * KVd * sizeof(floatX);
     kv->k = (floatX*)dev_malloc(cache, "KV cache keys");
     kv->v = (floatX*)dev_malloc(cache, "KV cache values");
     kv->x = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache residual");
     kv->residual2 = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache residual");
     kv->ln = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache layernorm");
     kv->ln_stats = (float*)dev_malloc(2 * sizeof(float), "KV cache layernorm statistics");
-    kv->qkv = (floatX*)dev_malloc(3 * C * sizeof(floatX), "KV cache qkv");
+    kv->qkv = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_QKV) * sizeof(floatX), "KV cache qkv");
     kv->atty = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache attention output");
     kv->y = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache projection");
     kv->fch = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_FC) * sizeof(floatX), "KV cache fc");
@@ -86,7 +89,7 @@ static inline void kv_cache_free(KVCache* kv) {
 /* runs position kv->len with input `token` (0 <= token < V, checked by the caller), appends its keys and values,
  * and (host_logits != NULL) writes its fp32 logits (Vp) to host_logits; then kv->len += 1 */
 static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_logits) {
-    const int pos = kv->len, L = kv->L, C = kv->C;
+    const int pos = kv->len, L = kv->L, C = kv->C, KVd = kv->NKV * (C / kv->NH), QKV = C + 2 * KVd;
     if (pos >= kv->T) { FATAL("internal: KV cache step at position %d of %d", pos, kv->T); }
     const ParameterTensors* p = &m->params;
     float* mean = kv->ln_stats;
@@ -99,13 +102,13 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
     GPT2Norm norm = m->config.arch.norm;
     gpt2_norm_forward(norm, kv->ln, mean, rstd, kv->x, layer_param(p, m, P_LN1W, 0), layer_param(p, m, P_LN1B, 0), 1, C);
     for (int l = 0; l < L; l++) {
-        floatX* kl = kv->k + (size_t)l * kv->T * C;
-        floatX* vl = kv->v + (size_t)l * kv->T * C;
-        matmul_forward(kv->qkv, kv->ln, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), 1, C, 3 * C, NULL);
-        if (m->rope_table) { rope_forward(kv->qkv, m->rope_table, 1, 1, kv->NH, kv->NH, C / kv->NH, pos); }
-        dev_memcpy_d2d(kl + (size_t)pos * C, kv->qkv + C, (size_t)C * sizeof(floatX));
-        dev_memcpy_d2d(vl + (size_t)pos * C, kv->qkv + 2 * C, (size_t)C * sizeof(floatX));
-        attention_decode(kv->atty, kv->qkv, kl, vl, kv->scores, pos + 1, C, kv->NH);
+        floatX* kl = kv->k + (size_t)l * kv->T * KVd;
+        floatX* vl = kv->v + (size_t)l * kv->T * KVd;
+        matmul_forward(kv->qkv, kv->ln, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), 1, C, QKV, NULL);
+        if (m->rope_table) { rope_forward(kv->qkv, m->rope_table, 1, 1, kv->NH, kv->NKV, C / kv->NH, pos); }
+        dev_memcpy_d2d(kl + (size_t)pos * KVd, kv->qkv + C, (size_t)KVd * sizeof(floatX));
+        dev_memcpy_d2d(vl + (size_t)pos * KVd, kv->qkv + C + KVd, (size_t)KVd * sizeof(floatX));
+        attention_decode(kv->atty, kv->qkv, kl, vl, kv->scores, pos + 1, C, kv->NH, kv->NKV);
         matmul_forward(kv->y, kv->atty, layer_param(p, m, P_ATTPROJW, l), layer_param(p, m, P_ATTPROJB, l), 1, C, C,
                        NULL);
         gpt2_fused_residual_norm_forward(norm, kv->residual2, kv->ln, mean, rstd, kv->x, kv->y,

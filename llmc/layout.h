@@ -61,6 +61,7 @@ typedef struct {
 typedef struct {
     int NH, C, Vp, L;           /* heads, channels, padded vocabulary, layers */
     int experts;                /* mixture of experts: E (0 = a dense model) */
+    int NKV;                    /* key/value heads (grouped-query attention: fewer than NH; 0 = unknown) */
 } LayoutModel;
 
 /* ---------------------------------------------------------------- the axes */
@@ -226,11 +227,19 @@ static inline LayoutVerdict layout_check_axes(const Layout* l, int world, char* 
     return LAYOUT_BUILDABLE;
 }
 
-/* the axes against the model's shape (tp divides heads, channels, vocabulary; a layer per stage) */
+/* the axes against the model's shape (tp divides heads, key/value heads, channels, vocabulary; a layer per stage).
+ * Grouped-query attention's key/value heads are split over tp like the query heads, never replicated: a KV that tp
+ * does not divide is refused (llmc/README.md, "Grouped-query attention"). */
 static inline LayoutVerdict layout_check_model(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     if (md->NH > 0 && md->NH % l->tp != 0) {
         snprintf(err, cap, "process grid: --tp %d does not divide the %d attention heads (NH); expected --tp to divide "
                  "%d", l->tp, md->NH, md->NH);
+        return LAYOUT_INVALID;
+    }
+    if (md->NKV > 0 && md->NKV % l->tp != 0) {
+        snprintf(err, cap, "process grid: --tp %d does not divide the %d key/value heads (KV) of grouped-query "
+                 "attention; expected --tp to divide %d (key/value heads are split over tp, not replicated)", l->tp,
+                 md->NKV, md->NKV);
         return LAYOUT_INVALID;
     }
     if (md->C > 0 && md->C % l->tp != 0) {

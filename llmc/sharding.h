@@ -8,7 +8,8 @@
  *              replicated; column-parallel (the output rows split: qkv per q/k/v block, so each rank holds its heads;
  *              fc and its bias); row-parallel (the input columns split: attproj, fcproj); vocabulary-parallel (wte's
  *              rows, for the embedding and the tied LM head with vocabulary-parallel cross-entropy)
- *   tp_blocks  column-parallel: the rows form this many blocks, each split (qkv: 3; 0: the MLP's, 2 for SwiGLU)
+ *   tp_blocks  column-parallel: the rows form this many blocks, each split (0: the MLP's, 2 for SwiGLU;
+ *              TP_QKV_BLOCKS: qkv's q, k and v blocks of NH, NKV and NKV heads, each split by heads)
  *   stage      which pipeline stages hold it: the stage of each layer (per-layer tensors), the first (wpe), the last
  *              (lnf), both ends (the tied wte: its two copies' gradients are summed between them)
  *   ep_split   expert parallelism splits it over the ep ranks (each holds E/ep experts of every MoE block)
@@ -37,6 +38,9 @@
 typedef enum { TP_REPLICATED = 0, TP_COLUMN, TP_ROW, TP_VOCAB } ShardTP;
 typedef enum { HELD_BY_LAYER = 0, HELD_FIRST, HELD_LAST, HELD_ENDS } ShardStage;
 
+/* tp_blocks of qkv: three blocks of unequal rows with grouped-query attention (q: NH hs, k and v: NKV hs each) */
+#define TP_QKV_BLOCKS (-3)
+
 typedef struct {
     ShardTP tp;
     int tp_blocks;
@@ -51,8 +55,8 @@ static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
     {TP_REPLICATED,    1,      HELD_FIRST,     0},  /* wpe */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln1w */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln1b */
-    {TP_COLUMN,        3,      HELD_BY_LAYER,  0},  /* qkvw */
-    {TP_COLUMN,        3,      HELD_BY_LAYER,  0},  /* qkvb */
+    {TP_COLUMN, TP_QKV_BLOCKS, HELD_BY_LAYER,  0},  /* qkvw: q | k | v, each by heads */
+    {TP_COLUMN, TP_QKV_BLOCKS, HELD_BY_LAYER,  0},  /* qkvb */
     {TP_ROW,           1,      HELD_BY_LAYER,  0},  /* attprojw */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* attprojb: added once, by tp rank 0 */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2w */
@@ -91,20 +95,24 @@ static inline int shard_stage_holds(const GPT2Config* c, const GPT2Stage* st, in
 }
 
 /* How tensor-parallel rank r of p holds tensor i: its slice (one layer's, or the whole tensor when it is not stacked
- * per layer) is `blocks` blocks of `len` elements; block b lies at offset start + b*stride of the full model's slice
- * and at offset b*len of this rank's. From the row: column-parallel with k blocks keeps rows [r R/(k p), (r+1) R/(k p))
- * of each of the k blocks of R/k rows (qkv: its heads' q, k and v rows); vocabulary-parallel and column-parallel
- * with one block rows [r R/p, (r+1) R/p); row-parallel columns [r K/p, (r+1) K/p) of every row; p = 1 or a
- * replicated tensor: the whole slice. */
+ * per layer) is an optional leading block of lead_len elements at offset lead_start of the full model's slice (0:
+ * none), then `blocks` blocks of `len` elements; block b lies at offset start + b*stride of the full model's slice
+ * and at offset lead_len + b*len of this rank's. From the row: column-parallel with k blocks keeps rows
+ * [r R/(k p), (r+1) R/(k p)) of each of the k blocks of R/k rows (fc with SwiGLU: gate and up); qkv (TP_QKV_BLOCKS)
+ * its heads' rows of the q block (NH hs rows: the leading block) and of the k and v blocks (NKV hs rows each, so
+ * grouped-query attention's kv heads split like its q heads); vocabulary-parallel and column-parallel with one
+ * block rows [r R/p, (r+1) R/p); row-parallel columns [r K/p, (r+1) K/p) of every row; p = 1 or a replicated
+ * tensor: the whole slice. */
 typedef struct {
     size_t blocks, len, stride, start;
+    size_t lead_len, lead_start;
 } TPSlice;
 
 static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     size_t full[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(full, c);
     TPSlice s;
-    s.blocks = 1; s.stride = 0; s.start = 0;
+    s.blocks = 1; s.stride = 0; s.start = 0; s.lead_len = 0; s.lead_start = 0;
     s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
     const ShardRow* row = &GPT2_SHARDING[i];
     if (p == 1 || row->tp == TP_REPLICATED) { return s; }
@@ -113,6 +121,11 @@ static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     size_t R = gpt2_dim(c, d[0]), K = gpt2_dim(c, d[1]) * gpt2_dim(c, d[2]), P = (size_t)p;
     if (row->tp == TP_ROW) {
         s.blocks = R; s.len = K / P; s.stride = K;
+    } else if (row->tp_blocks == TP_QKV_BLOCKS) { /* q (C rows), then k and v (KVd rows each) */
+        size_t Cq = (size_t)c->channels, KVd = (R - Cq) / 2;
+        s.lead_len = Cq / P * K; s.lead_start = (size_t)r * s.lead_len;
+        s.blocks = 2; s.len = KVd / P * K; s.stride = KVd * K; s.start = Cq * K + (size_t)r * s.len;
+        return s;
     } else { /* column- or vocabulary-parallel: rows */
         size_t k = row->tp_blocks ? (size_t)row->tp_blocks : gpt2_dim(c, DIM_FC) / gpt2_dim(c, DIM_FF);
         s.blocks = k; s.len = R / (k * P) * K; s.stride = k > 1 ? R / k * K : 0;
@@ -131,7 +144,7 @@ static inline void shard_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], co
     size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = shard_tp_slice(c, i, p, 0);
-        sizes[i] = shard_stage_holds(c, st, i) ? s.blocks * s.len * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
+        sizes[i] = shard_stage_holds(c, st, i) ? (s.lead_len + s.blocks * s.len) * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
         if (shard_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
     }
 }
@@ -174,7 +187,10 @@ static inline void shard_for_each_piece(const GPT2Config* c, int p, int r, const
         for (size_t j = 0; j < layers; j++) {
             size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : 0;
             size_t fl = foff + g * (full[i] / (per_layer ? L : 1)), ll = loff + j * (local[i] / layers);
-            for (size_t b = 0; b < s.blocks; b++) { fn(ctx, i, fl + s.start + b * s.stride, ll + b * s.len, s.len); }
+            if (s.lead_len) { fn(ctx, i, fl + s.lead_start, ll, s.lead_len); }
+            for (size_t b = 0; b < s.blocks; b++) {
+                fn(ctx, i, fl + s.start + b * s.stride, ll + s.lead_len + b * s.len, s.len);
+            }
         }
         foff += full[i];
         loff += local[i];
@@ -283,7 +299,7 @@ static inline GPT2Stage shard_stage_of(const Layout* l, const GPT2Config* c, int
 static inline LayoutModel shard_layout_model(const GPT2Config* c) {
     LayoutModel md;
     memset(&md, 0, sizeof(md));
-    md.NH = c->num_heads; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
+    md.NH = c->num_heads; md.NKV = c->arch.n_kv_head; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
     md.experts = c->moe.experts;
     return md;
 }

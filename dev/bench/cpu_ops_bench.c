@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     float *h = buf((size_t)N_ * 4 * C_, 1), *pre = buf((size_t)N_ * 4 * C_, 1), *dh = buf((size_t)N_ * 4 * C_, 1);
     float *qkv = buf((size_t)N_ * 3 * C_, 1), *dqkv = buf((size_t)N_ * 3 * C_, 0), *att = buf((size_t)N_ * C_, 0);
     float* state = buf(attention_state_floats(B_, T_, NH_), 0);
-    float* ascr = buf(attention_scratch_floats(B_, T_, C_, NH_), 0);
+    float* ascr = buf(attention_scratch_floats(B_, T_, C_, NH_, NH_), 0);
     float *logits = buf((size_t)N_ * VP_, 1), *dlog = buf((size_t)N_ * VP_, 1), *losses = buf(N_, 0);
     float *p = buf(NPARAMS, 0.1f), *g = buf(NPARAMS, 0.01f), *m = buf(NPARAMS, 0), *v = buf(NPARAMS, 0);
 
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
     TIME_OP("matmul bwd fcproj", L_, matmul_backward(h, dW, db, dy, pre, W, NULL, N_, 4 * C_, C_, NULL));
     TIME_OP("matmul fwd lm head C->Vp", 1, matmul_forward(logits, x, wte, NULL, N_, C_, VP_, NULL));
     TIME_OP("matmul bwd lm head", 1, matmul_backward(dx, dwte, NULL, dlog, x, wte, NULL, N_, C_, VP_, NULL));
-    TIME_OP("attention fwd", L_, attention_forward(att, state, ascr, qkv, B_, T_, C_, NH_));
-    TIME_OP("attention bwd", L_, attention_backward(dqkv, ascr, dy, qkv, att, state, B_, T_, C_, NH_));
+    TIME_OP("attention fwd", L_, attention_forward(att, state, ascr, qkv, B_, T_, C_, NH_, NH_));
+    TIME_OP("attention bwd", L_, attention_backward(dqkv, ascr, dy, qkv, att, state, B_, T_, C_, NH_, NH_));
     TIME_OP("gelu fwd (n=N*4C)", 0, gelu_forward(h, pre, (size_t)N_ * 4 * C_));
     TIME_OP("residual fwd", L_, residual_forward(y, x, dy, (size_t)N_ * C_));
     memcpy(dlog, logits, (size_t)N_ * VP_ * sizeof(float));

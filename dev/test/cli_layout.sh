@@ -7,11 +7,13 @@
 #   - a layout the trainer refuses is either theory only for the planner (evaluated, marked "[theory: ...]") or
 #     invalid for both, with the same sentence (the planner's "--plan: the layout cannot be built: <sentence>");
 #   - and each cell's verdict is the one stated in the grid below, so a table that drifted both ways is caught too.
-# Cells: dense and mixture-of-experts models (L4 C64 NH4, E4 K2) on 1-8 processes over tp, sp, pp (1f1b, gpipe,
+# Cells: dense, grouped-query (KV2: tp splits the two key/value heads, so tp 4 is refused) and mixture-of-experts
+# models (L4 C64 NH4, E4 K2) on 1-8 processes over tp, sp, pp (1f1b, gpipe,
 # interleaved, m too small), dp with ZeRO 0-3, ep, compression, parameter offload and recompute. One -d per cell.
 source "$(dirname "$0")/dp_lib.sh"
 DENSE=(-e L4:C64:NH4:T64 -b 2 -t 64 -j '' -g 0 --dry-run 1)
 MOE=(-e L4:C64:NH4:T64:E4:K2 -b 2 -t 64 -j '' -g 0 --dry-run 1)
+GQA=(-e L4:C64:NH4:KV2:T64 -b 2 -t 64 -j '' -g 0 --dry-run 1)
 # np | expected (buildable, theory, invalid) | model | flags
 CELLS=(
 "1|buildable|DENSE|"
@@ -38,6 +40,8 @@ CELLS=(
 "1|invalid|DENSE|-z 2 --offload-params cpu"
 "2|buildable|DENSE|-z 3 --offload-params cpu"
 "1|invalid|DENSE|-r 2 --recompute-every 2"
+"2|buildable|GQA|--tp 2"
+"4|invalid|GQA|--tp 4"
 "2|buildable|MOE|--ep 2 -z 1"
 "4|buildable|MOE|--ep 4"
 "2|invalid|MOE|--ep 2 -z 3"
@@ -47,7 +51,7 @@ CELLS=(
 agree=0
 for cell in "${CELLS[@]}"; do
     IFS='|' read -r np want model flags <<< "$cell"
-    if [ "$model" = MOE ]; then args=("${MOE[@]}"); else args=("${DENSE[@]}"); fi
+    case "$model" in MOE) args=("${MOE[@]}") ;; GQA) args=("${GQA[@]}") ;; *) args=("${DENSE[@]}") ;; esac
     # shellcheck disable=SC2206
     extra=($flags)
     MPIRUN "$np" $TRAIN "${args[@]}" "${extra[@]}" > "$TMP/t.out" 2> "$TMP/t.err"

@@ -686,24 +686,48 @@ static void test_matmul(int N, int C, int OC, int use_bias, int gelu) {
     free(rx); free(rW); free(rb); free(rout); free(rpre); free(rdout); free(rdx); free(rdW); free(rdb); free(rpre32);
 }
 
-static void test_attention(int B, int T, int C, int NH) {
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, ns = attention_state_floats(B, T, NH);
+/* grouped-query attention against the multi-head reference: qkv (B,T,(NH+2NKV)hs) expanded to (B,T,3C) with key/value
+ * head h/g repeated for query head h (g = NH/NKV), the reference run on that, and its dk/dv summed over each group
+ * (the definition of GQA, independent of the op's indexing). NKV = NH: the expansion is the identity. */
+static void test_attention(int B, int T, int C, int NH, int NKV) {
+    const int hs = C / NH, g = NH / NKV, R = C + 2 * NKV * hs;
+    size_t rows = (size_t)B * T, nq = rows * R, nq3 = rows * 3 * C, no = rows * C, ns = attention_state_floats(B, T, NH);
     float *qkv = frand(nq, 2), *out = frand(no, 1), *state = frand(ns, 1);
-    float* scratch = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH) * sizeof(float), "scratch");
-    double *rqkv = todouble(qkv, nq), *rout = dzeros(no), *rP = dzeros(ns);
-    attention_forward(out, state, scratch, qkv, B, T, C, NH);
+    float* scratch = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH, NKV) * sizeof(float), "scratch");
+    double *rqkv = dzeros(nq3), *rout = dzeros(no), *rP = dzeros(ns);
+    for (size_t n = 0; n < rows; n++) {
+        for (int c = 0; c < C; c++) { rqkv[n * 3 * C + c] = qkv[n * R + c]; }
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < hs; i++) {
+                rqkv[n * 3 * C + C + h * hs + i] = qkv[n * R + C + (h / g) * hs + i];
+                rqkv[n * 3 * C + 2 * C + h * hs + i] = qkv[n * R + C + NKV * hs + (h / g) * hs + i];
+            }
+        }
+    }
+    attention_forward(out, state, scratch, qkv, B, T, C, NH, NKV);
     ref_attention_fwd(rout, rP, rqkv, B, T, C, NH);
     Err e = cmp(out, rout, no), ep = cmp(state, rP, ns);
-    CHECK_ERR(e, REL_TOL, "attention_forward out B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK_ERR(ep, REL_TOL, "attention_forward state (probabilities, 0 above diagonal) B=%d T=%d NH=%d", B, T, NH);
+    CHECK_ERR(e, REL_TOL, "attention_forward out B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
+    CHECK_ERR(ep, REL_TOL, "attention_forward state (probabilities, 0 above diagonal) B=%d T=%d NH=%d NKV=%d", B, T,
+              NH, NKV);
     float *dout = frand(no, 1), *dqkv = frand(nq, 1);
-    double *rdout = todouble(dout, no), *rdqkv = dzeros(nq);
-    ref_attention_bwd(rdqkv, rdout, rqkv, rP, B, T, C, NH);
-    attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
-    Err g = cmp(dqkv, rdqkv, nq);
-    CHECK_ERR(g, REL_TOL, "attention_backward dqkv (overwritten) B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    double *rdout = todouble(dout, no), *rdqkv3 = dzeros(nq3), *rdqkv = dzeros(nq);
+    ref_attention_bwd(rdqkv3, rdout, rqkv, rP, B, T, C, NH);
+    for (size_t n = 0; n < rows; n++) {
+        for (int c = 0; c < C; c++) { rdqkv[n * R + c] = rdqkv3[n * 3 * C + c]; }
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < hs; i++) {
+                rdqkv[n * R + C + (h / g) * hs + i] += rdqkv3[n * 3 * C + C + h * hs + i];
+                rdqkv[n * R + C + NKV * hs + (h / g) * hs + i] += rdqkv3[n * 3 * C + 2 * C + h * hs + i];
+            }
+        }
+    }
+    attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
+    Err gr = cmp(dqkv, rdqkv, nq);
+    CHECK_ERR(gr, REL_TOL, "attention_backward dqkv (overwritten; dk, dv summed over the group) B=%d T=%d C=%d NH=%d "
+              "NKV=%d", B, T, C, NH, NKV);
     dev_free(qkv); dev_free(out); dev_free(state); dev_free(scratch); dev_free(dout); dev_free(dqkv);
-    free(rqkv); free(rout); free(rP); free(rdout); free(rdqkv);
+    free(rqkv); free(rout); free(rP); free(rdout); free(rdqkv3); free(rdqkv);
 }
 
 static void test_classifier(int N, int V, int Vp, int with_ignored) {
@@ -1269,7 +1293,7 @@ static uint64_t run_chain(int B, int T, int C, int NH, int Vp) {
     float *wte = frand((size_t)Vp * C, 1), *wpe = frand((size_t)T * C, 1), *x = frand(nc, 1);
     float *W = frand((size_t)3 * C * C, 0.1), *bias = frand(3 * C, 1), *qkv = frand(nq, 1);
     float *att = frand(nc, 1), *state = frand(attention_state_floats(B, T, NH), 1);
-    float* scr = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH) * 4, "s");
+    float* scr = (float*)dev_malloc(attention_scratch_floats(B, T, C, NH, NH) * 4, "s");
     float *dqkv = frand(nq, 1), *dx = frand(nc, 1), *dW = frand((size_t)3 * C * C, 1), *db = frand(3 * C, 1);
     float *mean = frand(N, 1), *rstd = frand(N, 1), *lnw = frand(C, 1), *lnb = frand(C, 1), *ln = frand(nc, 1);
     float *dwte = frand((size_t)Vp * C, 1), *dwpe = frand((size_t)T * C, 1), *dlnw = frand(C, 1), *dlnb = frand(C, 1);
@@ -1277,8 +1301,8 @@ static uint64_t run_chain(int B, int T, int C, int NH, int Vp) {
     encoder_forward(x, inp, wte, wpe, B, T, C);
     layernorm_forward(ln, mean, rstd, x, lnw, lnb, N, C);
     matmul_forward(qkv, ln, W, bias, N, C, 3 * C, NULL);
-    attention_forward(att, state, scr, qkv, B, T, C, NH);
-    attention_backward(dqkv, scr, att, qkv, att, state, B, T, C, NH);
+    attention_forward(att, state, scr, qkv, B, T, C, NH, NH);
+    attention_backward(dqkv, scr, att, qkv, att, state, B, T, C, NH, NH);
     matmul_backward(dln, dW, db, dqkv, ln, W, NULL, N, C, 3 * C, NULL);
     layernorm_backward(dx, dlnw, dlnb, NULL, dln, x, lnw, mean, rstd, N, C);
     encoder_backward(dwte, dwpe, dx, inp, inp, B, T, C);
@@ -1417,11 +1441,14 @@ int main(void) {
     test_matmul(64, 768, 3072, 1, 1);
     test_matmul(64, 3072, 768, 1, 0);
 
-    test_attention(1, 1, 8, 2);
-    test_attention(2, 5, 12, 3);  /* hs = 4 */
-    test_attention(2, 17, 30, 5); /* hs = 6: not a multiple of 4 (tail loop) */
-    test_attention(2, 64, 768, 12);
-    test_attention(1, 150, 40, 2); /* T > 64: several query tiles, last one partial */
+    test_attention(1, 1, 8, 2, 2);
+    test_attention(2, 5, 12, 3, 3);  /* hs = 4 */
+    test_attention(2, 17, 30, 5, 5); /* hs = 6: not a multiple of 4 (tail loop) */
+    test_attention(2, 64, 768, 12, 12);
+    test_attention(1, 150, 40, 2, 2); /* T > 64: several query tiles, last one partial */
+    test_attention(2, 17, 48, 6, 2);  /* grouped-query attention: 3 query heads per key/value head */
+    test_attention(1, 150, 64, 4, 1); /* multi-query (one key/value head), several query tiles */
+    test_attention(2, 9, 32, 4, 2);
 
     test_rope_table();
     /* B, T, NH, KV, hs, pos0, llama3: GQA KV = 1, NH, NH/2; hs 64, 128 (and 2, 6); T 1, 63, 65; pos0 != 0 */

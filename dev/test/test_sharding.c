@@ -97,10 +97,11 @@ static Layout layout(int tp, int pp, int v, int m) {
     return l;
 }
 
-static void test_dense(void) {
+/* a dense model of shape `shape` over the grid tp 1-4 x pp 1-3 (v 1-2); at least min_checked layouts buildable */
+static void test_dense(const char* shape, int min_checked) {
     GPT2Config c;
     char err[512];
-    if (gpt2_config_from_shape(&c, "L6:C64:NH4:V1000:T32", err, sizeof(err)) != 1) { FATAL("%s", err); }
+    if (gpt2_config_from_shape(&c, shape, err, sizeof(err)) != 1) { FATAL("%s", err); }
     LayoutModel md = shard_layout_model(&c);
     int checked = 0, good = 0;
     for (int tp = 1; tp <= 4; tp *= 2) {
@@ -109,8 +110,8 @@ static void test_dense(void) {
                 for (int given = 0; given <= (v == 1 && pp == 2); given++) {
                     Layout l = layout(tp, pp, v, pp * 2);
                     if (given) { l.stage_layers[0] = 1; l.stage_layers[1] = 5; }
-                    char what[128];
-                    snprintf(what, sizeof(what), "L6 C64 NH4 Vp1024: tp %d x pp %d (v %d%s)", tp, pp, v,
+                    char what[256];
+                    snprintf(what, sizeof(what), "%s: tp %d x pp %d (v %d%s)", shape, tp, pp, v,
                              given ? ", --pp-layers 1,5" : "");
                     if (layout_check(&l, &md, 0, err, sizeof(err)) != LAYOUT_BUILDABLE) { continue; }
                     checked++;
@@ -119,8 +120,8 @@ static void test_dense(void) {
             }
         }
     }
-    TEST_CHECK(checked >= 14 && good == checked, "dense model: %d buildable layouts of the grid checked, %d hold", checked,
-               good);
+    TEST_CHECK(checked >= min_checked && good == checked, "%s: %d buildable layouts of the grid checked (at least %d), %d "
+               "hold", shape, checked, min_checked, good);
 }
 
 static void test_experts(void) {
@@ -162,7 +163,9 @@ static void test_zero_shards(void) {
 }
 
 int main(void) {
-    test_dense();
+    test_dense("L6:C64:NH4:V1000:T32", 14);
+    /* the decoder family with grouped-query attention: qkv's q block of 4 heads and k, v blocks of 2 (tp 4 refused) */
+    test_dense("L6:C64:NH4:KV2:V1000:T32:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope", 10);
     test_experts();
     test_zero_shards();
     return testing_finish();
