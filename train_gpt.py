@@ -70,7 +70,8 @@ MODEL_VERSION_ARCH_FP32 = 9  # the decoder family: header[12..20] = the architec
 NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llmc/gpt2.h, WHEN_NORM_BIAS)
 LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
 # the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
-ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0, pos="learned", theta=10000.0)  # ff 0: mlp_width
+ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0, pos="learned", theta=10000.0,
+                 kv=0)  # ff 0: mlp_width; kv 0: NH key/value heads (multi-head attention)
 
 
 def mlp_width(C, arch):
@@ -102,19 +103,21 @@ def moe_layers(L, moe):
     return [l for l in range(L) if moe and (l + 1) % moe["every"] == 0]
 
 
-def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2):
+def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2, NH=1):
     """Shapes of the parameter tensors in file order (layer tensors stacked on dim 0). A mixture-of-experts model
     (moe: dict E, k, every, H) stacks the dense MLP tensors over its Ld blocks without experts and appends the
     expert tensors stacked over its Lm MoE blocks. With arch norm="rms" (RMSNorm) the norms have no bias tensors,
-    with bias=0 no tensor has; with tied=0 the LM head is its own tensor lmheadw (Vp, C)."""
+    with bias=0 no tensor has; with tied=0 the LM head is its own tensor lmheadw (Vp, C); with arch kv > 0 (grouped-query
+    attention) qkv has C + 2 kv C/NH rows: [q | k | v] of NH, kv and kv heads."""
     Vp = padded_vocab(V)
     F = mlp_width(C, arch)
     FC = 2 * F if arch["mlp"] == "swiglu" else F  # the fc rows: SwiGLU's gate and up
     Lm = len(moe_layers(L, moe))
     Ld = L - Lm
+    QKV = C + 2 * arch["kv"] * (C // NH) if arch.get("kv") else 3 * C
     shapes = {
         "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
-        "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
+        "qkvw": (L, QKV, C), "qkvb": (L, QKV), "attprojw": (L, C, C), "attprojb": (L, C),
         "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, FC, C), "fcb": (Ld, FC),
         "fcprojw": (Ld, C, F), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
     }
@@ -145,7 +148,8 @@ class GPT(nn.Module):
         "swiglu" (Shazeer 2020: silu(gate) * up, fc rows [gate (F) | up (F)]) or "relu2" (So et al. 2021); ff the MLP
         width F (0: mlp_width's default); pos "learned" (wpe) or "rope" (Su et al. 2021, rotate_half pairing (i,
         i + hs/2) as Hugging Face Llama, inv_freq theta^(-2i/hs), the table computed in float64 and rounded to fp32
-        as llmc/rope_table.h does)."""
+        as llmc/rope_table.h does); kv the key/value heads (0: NH; grouped-query attention, Ainslie et al. 2023: query
+        head h attends with key/value head h // (NH / kv), Hugging Face's repeat_kv order)."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
@@ -155,12 +159,14 @@ class GPT(nn.Module):
         arch = dict(ARCH_GPT2, **arch)
         if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1) or \
                 arch["mlp"] not in ("gelu", "swiglu", "relu2") or arch["ff"] < 0 or \
-                arch["pos"] not in ("learned", "rope") or not arch["theta"] > 1:
-            die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1, mlp gelu|swiglu|relu2, ff >= 0")
+                arch["pos"] not in ("learned", "rope") or not arch["theta"] > 1 or arch["kv"] < 0 or \
+                (arch["kv"] and NH % arch["kv"] != 0):
+            die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1, mlp gelu|swiglu|relu2, ff >= 0, "
+                f"kv 0 or a divisor of NH")
         if arch["norm"] == "layernorm" and not arch["bias"]:
             die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
         self.arch = dict(arch)
-        shapes = param_shapes(L, C, V, maxT, moe, arch)
+        shapes = param_shapes(L, C, V, maxT, moe, arch, NH)
         self.names = [n for n in PARAM_NAMES + (MOE_NAMES if moe else []) if n in shapes]
         self.p = nn.ParameterDict({n: nn.Parameter(torch.zeros(s)) for n, s in shapes.items()})
         self.moe_blocks = moe_layers(L, moe)
@@ -202,12 +208,15 @@ class GPT(nn.Module):
         for l in range(self.L):
             h = self.norm(x, "ln1", l)
             qkv = F.linear(h, p["qkvw"][l], self.bias("qkvb", l))
-            q, k, v = qkv.split(C, dim=2)
+            KV = self.arch["kv"] or NH
+            q, k, v = qkv.split([C, KV * hs, KV * hs], dim=2)
             q = q.view(B, T, NH, hs).transpose(1, 2)
-            k = k.view(B, T, NH, hs).transpose(1, 2)
+            k = k.view(B, T, KV, hs).transpose(1, 2)
             if self.arch["pos"] == "rope":
                 q, k = self.rope(q, T), self.rope(k, T)
-            v = v.view(B, T, NH, hs).transpose(1, 2)
+            v = v.view(B, T, KV, hs).transpose(1, 2)
+            if KV != NH:  # grouped-query attention: each key/value head serves NH/KV consecutive query heads
+                k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
             if hasattr(F, "scaled_dot_product_attention") and x.is_cuda:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
@@ -340,11 +349,11 @@ def flat_params(model, grads=False):
 
 def arch_knobs(model):
     """header[12..20] of a decoder-family model file (llmc/model_file.h): norm, pos, theta bits, mlp, MLP width, kv
-    heads, bias, tied, qknorm; the knobs not built here yet keep GPT-2's values (learned, GELU 4C, NH, tied, off)."""
+    heads, bias, tied, qknorm; the knob not built here yet keeps GPT-2's value (QK-norm off)."""
     a = model.arch
     mlp = {"gelu": 0, "swiglu": 1, "relu2": 2}[a["mlp"]]
     return [1 if a["norm"] == "rms" else 0, 1 if a["pos"] == "rope" else 0, f32_bits(a["theta"]), mlp,
-            mlp_width(model.C, a), model.NH, a["bias"], a["tied"], 0]
+            mlp_width(model.C, a), a["kv"] or model.NH, a["bias"], a["tied"], 0]
 
 
 def write_model(model, path):
@@ -399,8 +408,10 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
 
 
 # the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
-# built so far (RMSNorm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
-FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu", pos="rope", theta=500000.0))
+# built so far (RMSNorm, no biases, untied head, SwiGLU, rotary positions, grouped-query attention with 2 key/value heads
+# for 4 query heads); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
+FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu", pos="rope", theta=500000.0,
+                                         kv=2))
 
 
 def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):
