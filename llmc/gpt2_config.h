@@ -20,10 +20,10 @@
 #include "llmc/moe.h"
 
 /* The architecture knobs, as data (llmc/README.md, "The model's architecture as data"). GPT-2's values are the
- * defaults (gpt2_arch_default) and the only ones this model implements: gpt2_arch_check refuses every other value
- * with one line. The parameter table below already sizes tensors from them (grouped-query attention's qkv rows, the
- * MLP width, the biases and the learned positions present or not), so a variant arrives as table rows, a dimension
- * and kernels, not as branches through the trainer. */
+ * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built yet (QK-norm, SwiGLU
+ * experts, ...). llmc/gpt2.h's parameter table sizes tensors from them (grouped-query attention's qkv rows, the MLP
+ * width, the biases and the learned positions present or not), so a variant arrives as table rows, a dimension and
+ * kernels, not as branches through the trainer. */
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } GPT2Norm;  /* LayerNorm (Ba et al. 2016) | RMSNorm (Zhang & Sennrich 2019) */
 typedef enum { POS_LEARNED = 0, POS_ROPE } GPT2Pos;           /* learned table | rotary (Su et al. 2021) */
 typedef enum { MLP_GELU = 0, MLP_SWIGLU, MLP_RELU2 } GPT2Mlp;   /* GELU | SwiGLU (Shazeer 2020) | ReLU^2 (So et al. 2021) */
@@ -111,6 +111,12 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
     {"l4", 4, 256, 4, 256, LLAMA_ARCH, "small Llama-style CPU model (d4's size)"},
     {"l8", 8, 128, 4, 256, LLAMA_ARCH, "tiny deep Llama-style CPU model (d8's size)"},
     {"l12", 12, 768, 12, 1024, LLAMA_ARCH, "Llama-style 124M-class model (d12's size)"},
+    /* Meta's published shapes (their config.json files: 1.24B, 8.03B, 70.6B parameters), for the planner; context
+     * 8192 (their pretraining length before the long-context stage, whose Llama-3 frequency scaling the shape words
+     * do not carry) */
+    {"llama3.2-1b", 16, 2048, 32, 8192, LLAMA_ARCH ":KV8:FF8192:V128256", "Llama-3.2-1B (tied head)"},
+    {"llama3.1-8b", 32, 4096, 32, 8192, LLAMA_ARCH ":KV8:FF14336:V128256:tied=0", "Llama-3.1-8B"},
+    {"llama3.1-70b", 80, 8192, 64, 8192, LLAMA_ARCH ":KV8:FF28672:V128256:tied=0", "Llama-3.1-70B"},
 };
 #define NUM_MODEL_DESCRIPTORS ((int)(sizeof(MODEL_DESCRIPTORS) / sizeof(MODEL_DESCRIPTORS[0])))
 #define GPT2_VOCAB_SIZE 50257

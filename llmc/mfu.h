@@ -7,6 +7,10 @@
  *   parameters including embeddings counted, as llm.c does); PaLM adds 12*L*C*T for attention
  *   (QK^T and AV); llm.c uses 6*L*C*T, i.e. half of it, which matches causal attention skipping the
  *   masked half. We keep llm.c's number so our MFU is comparable with llm.c's. Units: FLOPs (double).
+ *   The decoder family needs no other formula: N counts its tensors as they are (grouped-query
+ *   attention's smaller k and v projections, SwiGLU's three MLP matrices, an untied head), and the
+ *   attention term counts query heads (NH hs = C channels of QK^T and AV), which grouped-query
+ *   attention keeps; it shares keys and values, not query work (Ainslie et al. 2023).
  *
  * device_peak_tflops(device_name, precision): dense (no 2:4 sparsity) tensor-core peak in TFLOP/s,
  *   matched by case-insensitive substring of the device name (as reported by cudaGetDeviceProperties).

@@ -37,11 +37,12 @@
     X(STRING, model, "d4", "e", "model", NO_MIN, NO_MAX, \
       "model: descriptor d2 (L2 C128 NH4), d4 (L4 C256 NH4), d6 (L6 C384 NH6), d8 (L8 C128 NH4), d12 (124M), d24 " \
       "(350M), d36 (774M), d48 (1558M) (GPT-2), l4, l8, l12 (Llama-style at d4, d8, d12's sizes: RMSNorm, rotary, " \
-      "SwiGLU, no biases, tied head), a custom shape " \
+      "SwiGLU, no biases, tied head), llama3.2-1b, llama3.1-8b, llama3.1-70b (those shapes, for --plan: their " \
+      "128256-token vocabulary needs 32-bit token shards), a custom shape " \
       "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. L96:C12288:NH96; V " \
-      "50257 and T 1024 unless given; E and K: a mixture-of-experts model; the architecture words KV<n> FF<n> " \
-      "norm=ln|rms pos=learned|rope theta=B mlp=gelu|swiglu|relu2 bias=0|1 tied=0|1 qknorm=0|1 are parsed; built: all " \
-      "but KV<NH (grouped-query attention) and qknorm=1), or a model .bin file to start from", \
+      "50257 and T 1024 unless given; E and K: a mixture-of-experts model; the architecture words KV<n> (key/value " \
+      "heads: grouped-query attention) FF<n> norm=ln|rms pos=learned|rope theta=B mlp=gelu|swiglu|relu2 bias=0|1 " \
+      "tied=0|1 qknorm=0|1 are parsed; built: all but qknorm=1), or a model .bin file to start from", \
       MAY_CHANGE("the weights come from the checkpoint; the model's shape is compared with it separately")) \
     X(STRING, output_dir, "", "o", "output-dir", NO_MIN, NO_MAX, \
       "output directory for log.jsonl and checkpoints ('' = none)", \

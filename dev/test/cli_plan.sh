@@ -113,3 +113,12 @@ for layout in "${LAYOUTS[@]}"; do
         check $? "np $n $flags: data-parallel bytes sent per step per process: planned $planned, measured (--comm-stats, step 2, mean of $n ranks) $measured"
     fi
 done
+# the Llama-3 descriptors' parameter counts are the published ones (Meta's model cards on Hugging Face: the sum of
+# every tensor of Llama-3.2-1B, Llama-3.1-8B and Llama-3.1-70B), exactly: grouped-query attention's qkv of (NH + 2 KV)
+# hs rows, SwiGLU's three matrices of FF, the 128256-token embedding, the untied head of the two larger ones
+for pair in llama3.2-1b:1235814400 llama3.1-8b:8030261248 llama3.1-70b:70553706496; do
+    d=${pair%%:*} want=${pair##*:}
+    got=$($TRAIN -e "$d" --plan 1 --gpus 8 2>&1 | sed -n 's/^plan: model .*: \([0-9]*\) parameters;.*/\1/p')
+    test "$got" = "$want"
+    check $? "--plan -e $d: $got parameters (published: $want)"
+done
