@@ -118,7 +118,9 @@ static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
 
 /* parameter tensors in file order (llmc/README.md, "File formats"); the order is the table's, GPT2_PARAMS */
 enum {
-    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB,
+    P_QNORMW, P_KNORMW, /* QK-norm's weights (qknorm=1; 0 elements otherwise) */
+    P_ATTPROJW, P_ATTPROJB,
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
     P_LMHEADW, /* the untied LM head (tied=0; 0 elements when the head is wte) */
     /* mixture of experts (llmc/moe.h; 0 elements in a dense model): stacked over the MoE blocks, experts inside */
@@ -129,14 +131,15 @@ enum {
 /* how a tensor is stacked in the flat buffer: one tensor, a slice per transformer block, per block without experts
  * (every block of a dense model), per mixture-of-experts block */
 typedef enum { SLICES_ONE = 0, SLICES_LAYERS, SLICES_DENSE, SLICES_MOE } GPT2Slices;
-/* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the MLP width F, the
- * fc rows (F, or 2F for a gated MLP: SwiGLU's gate and up), Vp, maxT, E experts, the experts' hidden width H */
-typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_FF, DIM_FC, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
+/* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the head size C/NH,
+ * the MLP width F, the fc rows (F, or 2F for a gated MLP: SwiGLU's gate and up), Vp, maxT, E experts, the experts'
+ * hidden width H */
+typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_HS, DIM_FF, DIM_FC, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
 /* initialisation (gpt2_init_host): zeros, ones, normal(0, 0.02), normal(0, 0.02/sqrt(2L)) (residual projections),
  * normal(0, 0.02) over the first V rows only (the padded vocabulary rows stay 0) */
 typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL, INIT_VOCAB } GPT2Init;
 /* when a tensor exists (0 elements otherwise), by the architecture knobs */
-typedef enum { WHEN_ALWAYS = 0, WHEN_BIAS, WHEN_NORM_BIAS, WHEN_LEARNED_POS, WHEN_UNTIED } GPT2When;
+typedef enum { WHEN_ALWAYS = 0, WHEN_BIAS, WHEN_NORM_BIAS, WHEN_LEARNED_POS, WHEN_UNTIED, WHEN_QKNORM } GPT2When;
 
 /* one row per parameter tensor: its name, stacking, one slice's shape (outermost first; a weight is (out, in)),
  * weight decay (2-D weights and embeddings only), initialisation, presence. A new tensor is one row here (and one in
@@ -158,6 +161,8 @@ static const GPT2ParamSpec GPT2_PARAMS[NUM_PARAMETER_TENSORS] = {
     {"ln1b",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
     {"qkvw",     SLICES_LAYERS, {DIM_QKV, DIM_C, DIM_1},     1, INIT_NORMAL,   WHEN_ALWAYS},
     {"qkvb",     SLICES_LAYERS, {DIM_QKV, DIM_1, DIM_1},     0, INIT_ZERO,     WHEN_BIAS},
+    {"qnormw",   SLICES_LAYERS, {DIM_HS, DIM_1, DIM_1},      0, INIT_ONE,      WHEN_QKNORM},
+    {"knormw",   SLICES_LAYERS, {DIM_HS, DIM_1, DIM_1},      0, INIT_ONE,      WHEN_QKNORM},
     {"attprojw", SLICES_LAYERS, {DIM_C, DIM_C, DIM_1},       1, INIT_RESIDUAL, WHEN_ALWAYS},
     {"attprojb", SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
     {"ln2w",     SLICES_LAYERS, {DIM_C, DIM_1, DIM_1},       0, INIT_ONE,      WHEN_ALWAYS},
@@ -187,6 +192,7 @@ static inline size_t gpt2_dim(const GPT2Config* c, GPT2Dim d) {
     switch (d) {
     case DIM_C: return C;
     case DIM_QKV: return (size_t)(c->num_heads + 2 * c->arch.n_kv_head) * hd;
+    case DIM_HS: return hd;
     case DIM_FF: return (size_t)c->arch.ffn_hidden;
     case DIM_FC: return (size_t)c->arch.ffn_hidden * (c->arch.mlp == MLP_SWIGLU ? 2 : 1);
     case DIM_VP: return (size_t)c->padded_vocab_size;
@@ -204,6 +210,7 @@ static inline int gpt2_tensor_present(const GPT2Config* c, int i) {
     case WHEN_NORM_BIAS: return c->arch.bias && c->arch.norm == NORM_LAYERNORM;
     case WHEN_LEARNED_POS: return c->arch.pos == POS_LEARNED;
     case WHEN_UNTIED: return !c->arch.tied_head;
+    case WHEN_QKNORM: return c->arch.qk_norm;
     default: return 1;
     }
 }
@@ -262,10 +269,13 @@ enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_STATE, A_RESIDUAL2,
     A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
     A_LNF_RSTD, A_LOSSES, A_LOGITS, A_SCRATCH_BTC,
+    /* QK-norm only (qknorm=1; 0 elements otherwise): the q and k heads before it (N, NH+KV, hs) and their rstd
+     * (N, NH+KV) fp32, per layer */
+    A_QK_PRE, A_QK_RSTD,
     /* backward buffers */
     A_DRESIDUAL, A_DBTC, A_DBT4C, A_SCRATCH_F32,
     /* tensor parallelism only (0 elements otherwise): vocabulary-parallel loss statistics (tp+2)*N fp32, the
-     * LayerNorm gradients of one step under sequence parallelism 2*C, one gathered logits row Vp */
+     * LayerNorm gradients of one step under sequence parallelism 2*C (or QK-norm's 2*hs), one gathered logits row Vp */
     A_TP_STATS, A_LN_GRAD, A_LOGITS_ROW,
     /* mixture of experts only (0 elements otherwise; llmc/moe.h), per MoE block: router probabilities (N,E) fp32,
      * log-sum-exp (N) fp32, gates (N,k) fp32, choices (N,k) int32, grouped rows (N,k) int32, plan (3,E) int32,
@@ -283,6 +293,7 @@ enum {
 static inline int activation_is_fp32(int i) {
     return i == A_LN1_MEAN || i == A_LN1_RSTD || i == A_ATT_STATE || i == A_LN2_MEAN || i == A_LN2_RSTD ||
            i == A_LNF_MEAN || i == A_LNF_RSTD || i == A_LOSSES || i == A_SCRATCH_F32 || i == A_TP_STATS ||
+           i == A_QK_RSTD ||
            i == A_MOE_PROBS || i == A_MOE_LSE || i == A_MOE_GATE || i == A_MOE_CHOICE || i == A_MOE_ROW ||
            i == A_MOE_PLAN || i == A_MOE_STATS || i == A_MOE_DGATE || i == A_MOE_DLOGITS || i == A_MOE_RPLAN;
 }
@@ -342,6 +353,9 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_LN1_MEAN] = ln_mean * L * BTl;
     n[A_LN1_RSTD] = L * BTl;
     n[A_QKV] = L * BT * QKVl;
+    size_t qk = c->arch.qk_norm ? (NH + NKV) / p : 0, hs = C / NH; /* QK-norm's heads on this rank */
+    n[A_QK_PRE] = L * BT * qk * hs;
+    n[A_QK_RSTD] = L * BT * qk;
     n[A_ATTY] = L * BT * Cl;
     n[A_ATT_STATE] = L * attention_state_floats(B, T, (int)(NH / p));
     n[A_RESIDUAL2] = L * BTl * C;
@@ -360,14 +374,17 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_DRESIDUAL] = BTl * C;
     n[A_DBTC] = BT * C;
     n[A_DBT4C] = BT * max_size(QKVl, dfc); /* d qkv, then the MLP's d(act) and d(fch) */
+    /* fp32 scratch: the blocks' ops (attention, QK-norm, the norms, the MLP matmuls), and the head's matmul */
     size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p), (int)(NKV / p));
+    if (qk) { f32 = max_size(f32, qknorm_scratch_floats((int)BT, (int)(NH / p), (int)(NKV / p), (int)hs)); }
     f32 = max_size(f32, max_size(layernorm_scratch_floats((int)BTl, (int)C), rmsnorm_scratch_floats((int)BTl, (int)C)));
-    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)Fl, (int)C));
     f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)FCl));
+    const size_t blocks_f32 = f32;
+    f32 = max_size(f32, matmul_scratch_floats((int)BT, (int)C, (int)Vs));
     n[A_SCRATCH_F32] = max_size(f32, 1);
     n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
-    n[A_LN_GRAD] = p > 1 && tp->sequence_parallel ? 2 * C : 0;
+    n[A_LN_GRAD] = max_size(p > 1 && tp->sequence_parallel ? 2 * C : 0, p > 1 && qk ? 2 * hs : 0);
     n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
     size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, H = (size_t)c->moe.hidden, R = BT * K;
     size_t Rr = moe_recv_rows(&c->moe, BT), epl = moe_ep_size(&c->moe) > 1 && Lm ? 1 : 0; /* expert side */
@@ -391,11 +408,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     }
     if (st && !st->has_head) { /* the LM head's tensors live on the last pipeline stage */
         n[A_LNF] = n[A_LNF_MEAN] = n[A_LNF_RSTD] = n[A_LOSSES] = n[A_LOGITS] = n[A_TP_STATS] = n[A_LOGITS_ROW] = 0;
-        n[A_SCRATCH_F32] = max_size(max_size(attention_scratch_floats(B, T, (int)Cl, (int)(NH / p), (int)(NKV / p)),
-                                             max_size(layernorm_scratch_floats((int)BTl, (int)C),
-                                                      rmsnorm_scratch_floats((int)BTl, (int)C))),
-                                    max_size(matmul_scratch_floats((int)BT, (int)Fl, (int)C),
-                                             matmul_scratch_floats((int)BT, (int)C, (int)FCl)));
+        n[A_SCRATCH_F32] = max_size(blocks_f32, 1);
     }
 }
 
@@ -736,8 +749,8 @@ static inline floatX* gpt2_stage_output(const GPT2* m);
 
 /* per-layer views of the activations for one forward/backward at (B,T) <= allocated size */
 typedef struct {
-    floatX *residual_in, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
-    float *ln1_mean, *ln1_rstd, *att_state, *ln2_mean, *ln2_rstd;
+    floatX *residual_in, *ln1, *qkv, *qk_pre, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *qk_rstd, *att_state, *ln2_mean, *ln2_rstd;
 } LayerActivations;
 
 /* the A_RESIDUAL3 entry of layer l's output: l, or with -r 3 its segment's boundary entry (l the segment's last
@@ -760,6 +773,9 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     a.residual_in = l == 0 ? (floatX*)m->acts.t[A_ENCODED] : actX(m, A_RESIDUAL3, gpt2_residual3_entry(m, l - 1), BTl * C);
     a.ln1 = actX(m, A_LN1, l_ln, BTl * C);
     a.qkv = actX(m, A_QKV, w, BT * (gpt2_dim(c, DIM_QKV) / m->tp.size));
+    size_t qk = c->arch.qk_norm ? (size_t)(c->num_heads + c->arch.n_kv_head) / m->tp.size : 0; /* QK-norm heads */
+    a.qk_pre = actX(m, A_QK_PRE, w, BT * qk * (C / (size_t)c->num_heads));
+    a.qk_rstd = actF(m, A_QK_RSTD, w, BT * qk);
     a.atty = actX(m, A_ATTY, w, BT * Cl);
     a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
@@ -947,6 +963,10 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     profile_at(PROFILE_QKV);
     const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);                              /* f */
     matmul_forward(a.qkv, x, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), N, C, QKVl, NULL);
+    if (c->arch.qk_norm) { /* QK-norm, before the rotation (qknorm=1) */
+        qknorm_forward(a.qkv, a.qk_pre, a.qk_rstd, layer_param(p, m, P_QNORMW, l), layer_param(p, m, P_KNORMW, l), N,
+                       NHl, KVl, C / c->num_heads);
+    }
     if (m->rope_table) { rope_forward(a.qkv, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
     profile_at(PROFILE_ATTENTION);
     attention_forward(a.atty, a.att_state, scratch_f32, a.qkv, B, T, Cl, NHl, KVl);
@@ -1145,6 +1165,27 @@ static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* d
     if (!rms) { residual_forward(db, db, g + C, (size_t)C); }
 }
 
+/* QK-norm's backward in place on d qkv (N, QKVl) of layer l; its weight gradients accumulate where g says. Each tp
+ * rank sees only its heads, so with tp > 1 they are formed in a zeroed scratch (A_LN_GRAD), summed over the tp ranks,
+ * then added (the weights are replicated over tp: llmc/sharding.h). */
+static inline void gpt2_qknorm_backward(GPT2* m, const GPT2GradTarget* g, const LayerActivations* a, floatX* dqkv,
+                                        int l, int N) {
+    const GPT2Config* c = &m->config;
+    const ParameterTensors* p = &m->params;
+    int tp = m->tp.size, hs = c->channels / c->num_heads;
+    floatX* dq = gpt2_layer_grad(g, P_QNORMW, l);
+    floatX* dk = gpt2_layer_grad(g, P_KNORMW, l);
+    floatX* buf = tp > 1 ? (floatX*)m->acts.t[A_LN_GRAD] : NULL;
+    if (buf) { dev_memset(buf, 0, 2 * (size_t)hs * sizeof(floatX)); }
+    qknorm_backward(dqkv, buf ? buf : dq, buf ? buf + hs : dk, (float*)m->acts.t[A_SCRATCH_F32], a->qk_pre,
+                    layer_param(p, m, P_QNORMW, l), layer_param(p, m, P_KNORMW, l), a->qk_rstd, N, c->num_heads / tp,
+                    c->arch.n_kv_head / tp, hs);
+    if (!buf) { return; }
+    m->tp.all_reduce(m->tp.ctx, buf, 2 * (size_t)hs);
+    residual_forward(dq, dq, buf, (size_t)hs);
+    residual_forward(dk, dk, buf + hs, (size_t)hs);
+}
+
 /* 1 (default): the MLP backward multiplies by GELU's derivative in the fcproj input-gradient GEMM
  * (matmul_backward_dgelu: cuBLASLt's DGELU epilogue on CUDA), so the fc dbias pass only reads its input; 0: in the fc
  * dbias pass (matmul_backward's pre_gelu: one pass reads d fch_gelu and fch and writes d fch). CPU: the same bits
@@ -1221,6 +1262,7 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     profile_at(PROFILE_ATTENTION);
     attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl, KVl);
     if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
+    if (c->arch.qk_norm) { gpt2_qknorm_backward(m, g, &a, dbt4c, l, N); }
     profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
     matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,

@@ -20,8 +20,8 @@
 #include "llmc/moe.h"
 
 /* The architecture knobs, as data (llmc/README.md, "The model's architecture as data"). GPT-2's values are the
- * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built yet (QK-norm, SwiGLU
- * experts, ...). llmc/gpt2.h's parameter table sizes tensors from them (grouped-query attention's qkv rows, the MLP
+ * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built yet (SwiGLU experts,
+ * LayerNorm without bias, rotary positions with an odd head size). llmc/gpt2.h's parameter table sizes tensors from them (grouped-query attention's qkv rows, the MLP
  * width, the biases and the learned positions present or not), so a variant arrives as table rows, a dimension and
  * kernels, not as branches through the trainer. */
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } GPT2Norm;  /* LayerNorm (Ba et al. 2016) | RMSNorm (Zhang & Sennrich 2019) */
@@ -83,10 +83,10 @@ static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
                      : a->mlp != MLP_GELU && c->moe.experts > 0 ? "mlp=swiglu/relu2 with experts (SwiGLU experts)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
-                     : a->qk_norm ? "qknorm=1" : NULL;
+                     : NULL;
     if (!what) { return 0; }
     snprintf(err, cap, "flag -e (--model): %s is not built yet; this trainer implements GPT-2's architecture "
-             "(no QK-norm) with grouped-query attention (KV key/value heads dividing NH), learned or rotary positions (pos=rope, theta), LayerNorm or RMSNorm (norm=rms), "
+             "with grouped-query attention (KV key/value heads dividing NH), QK-norm (qknorm=1), learned or rotary positions (pos=rope, theta), LayerNorm or RMSNorm (norm=rms), "
              "the latter with or without biases (bias=0), a GELU, SwiGLU or ReLU^2 MLP of any width (FF), the head "
              "tied to wte or not (tied=0)", what);
     return 1;

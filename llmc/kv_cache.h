@@ -8,8 +8,8 @@
  * less with grouped-query attention: the cache holds the NKV key/value heads), row t of layer l holding position t's
  * keys (or values) with the heads concatenated, exactly the k and v parts of that position's qkv row (the same
  * matmul the full forward does, over one row). Per step one token (int) goes up and the Vp fp32 logits come down.
- * The step mirrors gpt2_forward's order of operations (layernorm, qkv matmul, attention, projection, fused
- * residual + layernorm, MLP with the same GELU fusion, final layernorm, tied-embedding head), so it differs from
+ * The step mirrors gpt2_forward's order of operations (layernorm, qkv matmul, QK-norm, rotary positions, attention,
+ * projection, fused residual + layernorm, MLP with the same GELU fusion, final layernorm, the head), so it differs from
  * the full forward only in the summation order a library picks for a one-row matmul and in attention_decode's
  * dot products (llmc/cpu/attention_decode.h, llmc/cuda/attention_decode.cuh): the logits agree within the
  * model test's logits tolerance, and greedy sampling picks the same tokens (test_gpt.cu checks both).
@@ -41,6 +41,8 @@ typedef struct {
     floatX* ln;                /* (C) the current layernorm output */
     float* ln_stats;           /* (2) mean, rstd (not needed after the step) */
     floatX* qkv;               /* (C + 2 KVd) */
+    floatX* qk_pre;            /* (NH + NKV, hs) QK-norm's input (qknorm=1; not needed after the step) */
+    float* qk_rstd;            /* (NH + NKV) */
     floatX* atty;              /* (C) */
     floatX* y;                 /* (C) a projection's output */
     floatX* fch;               /* (FC: F, or 2F for SwiGLU) before the MLP's activation */
@@ -70,6 +72,10 @@ static inline void kv_cache_create(KVCache* kv, const GPT2* m, int gelu_fusion) 
     kv->ln = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache layernorm");
     kv->ln_stats = (float*)dev_malloc(2 * sizeof(float), "KV cache layernorm statistics");
     kv->qkv = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_QKV) * sizeof(floatX), "KV cache qkv");
+    if (m->config.arch.qk_norm) {
+        kv->qk_pre = (floatX*)dev_malloc((C + KVd) * sizeof(floatX), "KV cache QK-norm input");
+        kv->qk_rstd = (float*)dev_malloc((size_t)(kv->NH + kv->NKV) * sizeof(float), "KV cache QK-norm rstd");
+    }
     kv->atty = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache attention output");
     kv->y = (floatX*)dev_malloc(C * sizeof(floatX), "KV cache projection");
     kv->fch = (floatX*)dev_malloc(gpt2_dim(&m->config, DIM_FC) * sizeof(floatX), "KV cache fc");
@@ -80,7 +86,7 @@ static inline void kv_cache_create(KVCache* kv, const GPT2* m, int gelu_fusion) 
 }
 
 static inline void kv_cache_free(KVCache* kv) {
-    void* bufs[] = {kv->k, kv->v, kv->x, kv->residual2, kv->ln, kv->ln_stats, kv->qkv, kv->atty, kv->y, kv->fch,
+    void* bufs[] = {kv->k, kv->v, kv->x, kv->residual2, kv->ln, kv->ln_stats, kv->qkv, kv->qk_pre, kv->qk_rstd, kv->atty, kv->y, kv->fch,
                     kv->fch_gelu, kv->logits, kv->scores, kv->token};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { if (bufs[i]) { dev_free(bufs[i]); } }
     memset(kv, 0, sizeof(*kv));
@@ -105,6 +111,10 @@ static inline void kv_cache_step(GPT2* m, KVCache* kv, int token, float* host_lo
         floatX* kl = kv->k + (size_t)l * kv->T * KVd;
         floatX* vl = kv->v + (size_t)l * kv->T * KVd;
         matmul_forward(kv->qkv, kv->ln, layer_param(p, m, P_QKVW, l), layer_param(p, m, P_QKVB, l), 1, C, QKV, NULL);
+        if (kv->qk_pre) {
+            qknorm_forward(kv->qkv, kv->qk_pre, kv->qk_rstd, layer_param(p, m, P_QNORMW, l),
+                           layer_param(p, m, P_KNORMW, l), 1, kv->NH, kv->NKV, C / kv->NH);
+        }
         if (m->rope_table) { rope_forward(kv->qkv, m->rope_table, 1, 1, kv->NH, kv->NKV, C / kv->NH, pos); }
         dev_memcpy_d2d(kl + (size_t)pos * KVd, kv->qkv + C, (size_t)KVd * sizeof(floatX));
         dev_memcpy_d2d(vl + (size_t)pos * KVd, kv->qkv + C + KVd, (size_t)KVd * sizeof(floatX));

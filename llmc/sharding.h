@@ -57,6 +57,8 @@ static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln1b */
     {TP_COLUMN, TP_QKV_BLOCKS, HELD_BY_LAYER,  0},  /* qkvw: q | k | v, each by heads */
     {TP_COLUMN, TP_QKV_BLOCKS, HELD_BY_LAYER,  0},  /* qkvb */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* qnormw: every head's; gradient summed over tp */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* knormw */
     {TP_ROW,           1,      HELD_BY_LAYER,  0},  /* attprojw */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* attprojb: added once, by tp rank 0 */
     {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* ln2w */

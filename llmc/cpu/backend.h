@@ -277,6 +277,7 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 /* ---------------------------------------------------------------- ops */
 #include "encoder.h"
 #include "layernorm.h"
+#include "qknorm.h"
 #include "gelu.h"
 #include "rope.h"
 #include "matmul.h"

@@ -32,6 +32,7 @@
 #include "cast.cuh"
 #include "encoder.cuh"
 #include "layernorm.cuh"
+#include "qknorm.cuh"
 #include "gelu.cuh"
 #include "rope.cuh"
 #include "matmul.cuh"
