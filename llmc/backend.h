@@ -182,17 +182,26 @@
  *              Both exit with one line for hs odd or < 2, or a negative size or pos0.
  * residual:
  *   residual_forward(floatX* out(n), const floatX* inp1(n), const floatX* inp2(n), size_t n)
- * attention (causal multi-head self-attention, scale 1/sqrt(hs), Vaswani et al. 2017):
+ * attention (causal self-attention, scale 1/sqrt(hs), Vaswani et al. 2017; grouped-query, Ainslie et al. 2023):
+ *   hs = C/NH; NKV key/value heads, NKV dividing NH (else exits with one line), group g = NH/NKV: query head h uses
+ *   key/value head h/g (consecutive query heads share a kv head, Llama/HF repeat_kv). NKV = NH is multi-head attention
+ *   (qkv (B,T,3C)), bit-identical to the multi-head path; NKV = 1 is multi-query attention.
  *   size_t attention_state_floats(B, T, NH)  fp32 values saved per layer for backward (CPU: (B,NH,T,T) probabilities;
  *                                            GPU flash kernel: (B,NH,T) log-sum-exp)
- *   size_t attention_scratch_floats(B, T, C, NH)  fp32 scratch for forward/backward (shared, not saved)
- *   attention_forward(floatX* out(B,T,C), float* state, float* scratch, const floatX* qkv(B,T,3C), B, T, C, NH)
- *                     qkv rows are [q(C) | k(C) | v(C)], head h uses channels h*hs..(h+1)*hs of each.
- *   attention_backward(floatX* dqkv(B,T,3C) (overwritten), float* scratch, const floatX* dout(B,T,C),
- *                      const floatX* qkv(B,T,3C), const floatX* out(B,T,C), const float* state, B, T, C, NH)
- *   attention_decode(floatX* out(C), const floatX* q(C), const floatX* k(t,C), const floatX* v(t,C),
- *                    float* scores(NH*t) scratch (CPU; unused on the GPU), int t, C, NH)
- *                    one new query row against t cached keys/values (KV-cache sampling, llmc/kv_cache.h), no mask
+ *   size_t attention_scratch_floats(B, T, C, NH, NKV)  fp32 scratch for forward/backward (shared, not saved; on the
+ *                                            GPU with NKV < NH it includes two expanded (B,T,3C) floatX buffers)
+ *   attention_forward(floatX* out(B,T,C), float* state, float* scratch, const floatX* qkv(B,T,(NH+2*NKV)*hs), B, T, C,
+ *                     NH, NKV)
+ *                     qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], head i of each section uses its channels
+ *                     i*hs..(i+1)*hs.
+ *   attention_backward(floatX* dqkv(B,T,(NH+2*NKV)*hs) (overwritten), float* scratch, const floatX* dout(B,T,C),
+ *                      const floatX* qkv(B,T,(NH+2*NKV)*hs), const floatX* out(B,T,C), const float* state, B, T, C, NH,
+ *                      NKV)
+ *                      dK, dV of a kv head are the sum over its g query heads
+ *   attention_decode(floatX* out(C), const floatX* q(C), const floatX* k(t,NKV*hs), const floatX* v(t,NKV*hs),
+ *                    float* scores(NH*t) scratch (CPU; unused on the GPU), int t, C, NH, NKV)
+ *                    one new query row against t cached keys/values (KV-cache sampling, llmc/kv_cache.h: the cache holds
+ *                    NKV heads per position), no mask; query head h uses kv head h/g
  * fused classifier (softmax + cross-entropy + dlogits in one pass):
  *   fused_classifier(floatX* logits(N,Vp) in: logits, out: dlogits if write_dlogits, float* losses(N) out,
  *                    float dloss, const int* targets(N), N, V, Vp, int write_dlogits)

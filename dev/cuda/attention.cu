@@ -12,6 +12,10 @@
  * three-pass attention_backward_flash7, "flash", and the one-kernel FlashAttention-2 attention_backward_fa2,
  * "fa2"), the CUDA-core fallback path (forced), and cuDNN (if built) are checked; the backward is also run
  * twice (scratch poisoned in between) and compared bit for bit (determinism).
+ * Grouped-query attention (Ainslie et al. 2023; llmc/cuda/attention_gqa.cuh) is checked through the contract's
+ * attention_forward / attention_backward with NKV < NH (qkv (B,T,(NH+2*NKV)*hs)): the reference is the FP64 one on
+ * the host-expanded qkv (kv head h/g for query head h), dK/dV summed over each group in FP64. The flash path, or
+ * cuDNN's when built with it; "gqa" timing lines time the contract at NKV < NH, next to its NKV = NH ("mha") run.
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
  * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
@@ -24,6 +28,8 @@
  * and dk through scale * sum_j P_ij k_j (sum_j P_ij = 1), so the floor is 2 hs 2^-24 max|dO| max|qkv|^2 scale (the
  * first GPU run, 2026-12-04, saw 2.9e-8 at T = 1 against a tolerance of 0; the floor is 4.8e-7 at hs 16). lse is fp32 from exact inputs: |err| <= 1e-3 * max(1,|ref|)
  * (exp2 approximation ~2 ulp, fp32 accumulation over <= T terms).
+ * GQA dk, dv: each of the g summed multi-head gradients is within the bound above of its own (rounded to floatX
+ * before the sum), and the fp32 sum is rounded once more: |err| <= g (9 u max|per-head ref| + floor).
  *
  * Timing: cudaEvents around each launch, median of 50 runs after 5 warm-ups. FLOPs counted as
  * forward 4*B*NH*T*T*hs/2 (two matmuls, causal half), backward 2.5x forward; fraction of 989 TFLOP/s,
@@ -45,6 +51,7 @@
 #ifdef USE_CUDNN
 #include "../../llmc/cuda/attention_cudnn.cuh"
 #endif
+#include "../../llmc/cuda/attention_gqa.cuh"
 
 #define PEAK_TFLOPS 989.0
 
@@ -420,6 +427,163 @@ static void time_shape(Impl im, Shape s) {
     CUDA_CHECK(cudaFree(d_scratch));
 }
 
+/* ------------------------------------------------------------------ grouped-query attention (contract) */
+
+/* checks attention_forward / attention_backward (llmc/cuda/attention_gqa.cuh) at NKV kv heads; returns 1 on pass */
+static int check_gqa(Shape s, int NKV) {
+    const int hs = s.C / s.NH, g = s.NH / NKV, QW = s.C + 2 * NKV * hs;
+    const size_t N = (size_t)s.B * s.T, nq = N * QW, nx = N * 3 * s.C, nout = N * s.C, nl = (size_t)s.B * s.NH * s.T;
+    const size_t nscr = attention_scratch_floats(s.B, s.T, s.C, s.NH, NKV);
+    float* h_qkv = (float*)malloc(nq * sizeof(float));
+    float* h_x = (float*)malloc(nx * sizeof(float));
+    float* h_dout = (float*)malloc(nout * sizeof(float));
+    float* h_out = (float*)malloc(nout * sizeof(float));
+    float* h_dqkv = (float*)malloc(nq * sizeof(float));
+    float* h_dqkv2 = (float*)malloc(nq * sizeof(float));
+    double* r_out = (double*)malloc(nout * sizeof(double));
+    double* r_lse = (double*)malloc(nl * sizeof(double));
+    double* r_xd = (double*)malloc(nx * sizeof(double));
+    double* r_dqkv = (double*)malloc(nq * sizeof(double));
+    if (!h_qkv || !h_x || !h_dout || !h_out || !h_dqkv || !h_dqkv2 || !r_out || !r_lse || !r_xd || !r_dqkv) {
+        FATAL("out of host memory");
+    }
+    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
+    float *d_lse, *d_scratch;
+    CUDA_CHECK(cudaMalloc(&d_qkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, nscr * sizeof(float)));
+    random_floatx(h_qkv, d_qkv, nq);
+    random_floatx(h_dout, d_dout, nout);
+    /* the multi-head problem: kv head h/g for query head h */
+    for (size_t n = 0; n < N; n++)
+        for (int c = 0; c < 3 * s.C; c++) {
+            const int sec = c / s.C, h = (c % s.C) / hs, d = c % hs;
+            h_x[n * 3 * s.C + c] = sec == 0 ? h_qkv[n * QW + c] : h_qkv[n * QW + s.C + (sec - 1) * NKV * hs + (h / g) * hs + d];
+        }
+    ref_forward(r_out, r_lse, h_x, s.B, s.T, s.C, s.NH);
+    ref_backward(r_xd, h_dout, h_x, s.B, s.T, s.C, s.NH);
+    double max_x[3] = {0, 0, 0}; /* max |per-head multi-head gradient| of dq, dk, dv */
+    for (size_t n = 0; n < N; n++) {
+        for (int c = 0; c < 3 * s.C; c++) { max_x[c / s.C] = fmax(max_x[c / s.C], fabs(r_xd[n * 3 * s.C + c])); }
+        for (int c = 0; c < QW; c++) {
+            if (c < s.C) { r_dqkv[n * QW + c] = r_xd[n * 3 * s.C + c]; continue; }
+            const int sec = c < s.C + NKV * hs ? 1 : 2, j = (c - s.C - (sec - 1) * NKV * hs) / hs, d = c % hs;
+            double acc = 0;
+            for (int r = 0; r < g; r++) { acc += r_xd[n * 3 * s.C + sec * s.C + (j * g + r) * hs + d]; }
+            r_dqkv[n * QW + c] = acc;
+        }
+    }
+    printf("  gqa      B=%d T=%d C=%d NH=%d NKV=%d (hs=%d, g=%d)\n", s.B, s.T, s.C, s.NH, NKV, hs, g);
+    const double u = floatx_u();
+    int ok = 1;
+    poison(d_out, nout * sizeof(floatX));
+    poison(d_lse, nl * sizeof(float));
+    poison(d_scratch, nscr * sizeof(float));
+    attention_forward(d_out, d_lse, d_scratch, d_qkv, s.B, s.T, s.C, s.NH, NKV);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    download_floatx(h_out, d_out, nout);
+    ok &= compare("out", h_out, r_out, nout, 8 * u, 0);
+    for (int run = 0; run < 2; run++) {
+        poison(d_dqkv, nq * sizeof(floatX));
+        poison(d_scratch, nscr * sizeof(float));
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.C, s.NH, NKV);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        download_floatx(run ? h_dqkv2 : h_dqkv, d_dqkv, nq);
+    }
+    double max_dout = 0, max_qkv = 0;
+    for (size_t i = 0; i < nout; i++) { max_dout = fmax(max_dout, fabs(h_dout[i])); }
+    for (size_t i = 0; i < nq; i++) { max_qkv = fmax(max_qkv, fabs(h_qkv[i])); }
+    const double floor = 2.0 * hs * 0x1p-24 * max_dout * max_qkv * max_qkv / sqrt((double)hs);
+    const char* names[3] = {"dq", "dk (group sums)", "dv (group sums)"};
+    const int off[3] = {0, s.C, s.C + NKV * hs}, width[3] = {s.C, NKV * hs, NKV * hs};
+    for (int part = 0; part < 3; part++) {
+        const size_t n = N * width[part];
+        float* gp = (float*)malloc(n * sizeof(float));
+        double* rp = (double*)malloc(n * sizeof(double));
+        for (size_t row = 0; row < N; row++)
+            for (int c = 0; c < width[part]; c++) {
+                gp[row * width[part] + c] = h_dqkv[row * QW + off[part] + c];
+                rp[row * width[part] + c] = r_dqkv[row * QW + off[part] + c];
+            }
+        if (part == 0) {
+            ok &= compare(names[part], gp, rp, n, 8 * u, floor);
+        } else { /* the header's GQA bound, as an absolute tolerance */
+            ok &= compare(names[part], gp, rp, n, 0.0, g * (9 * u * max_x[part] + (part == 1 ? floor : 0.0)));
+        }
+        free(gp);
+        free(rp);
+    }
+    const int same = memcmp(h_dqkv, h_dqkv2, nq * sizeof(float)) == 0;
+#ifdef USE_CUDNN
+    const int cudnn = attention_cudnn_supported(hs);
+#else
+    const int cudnn = 0;
+#endif
+    printf("    %-22s %s\n", "backward deterministic", same ? "ok" : (cudnn ? "no (cuDNN)" : "FAIL"));
+    if (!cudnn) { ok &= same; }
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_scratch));
+    free(h_qkv); free(h_x); free(h_dout); free(h_out); free(h_dqkv); free(h_dqkv2);
+    free(r_out); free(r_lse); free(r_xd); free(r_dqkv);
+    return ok;
+}
+
+/* times the contract's attention_forward / attention_backward at NKV kv heads (NKV = NH: the multi-head path, "mha";
+ * NKV < NH: the expansion, the multi-head kernels and the group sums, "gqa"); median of 50 after 5 warm-ups */
+static void time_gqa(Shape s, int NKV) {
+    const int hs = s.C / s.NH;
+    const size_t nq = (size_t)s.B * s.T * (s.C + 2 * NKV * hs), nout = (size_t)s.B * s.T * s.C;
+    const size_t nl = (size_t)s.B * s.NH * s.T, nscr = attention_scratch_floats(s.B, s.T, s.C, s.NH, NKV);
+    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
+    float *d_lse, *d_scratch;
+    CUDA_CHECK(cudaMalloc(&d_qkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&d_scratch, nscr * sizeof(float)));
+    float* tmp = (float*)malloc(nq * sizeof(float));
+    random_floatx(tmp, d_qkv, nq);
+    random_floatx(tmp, d_dout, nout);
+    free(tmp);
+    const int warmup = 5, reps = 50;
+    float ms_f[50], ms_b[50];
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (int r = 0; r < warmup + reps; r++) {
+        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
+        attention_forward(d_out, d_lse, d_scratch, d_qkv, s.B, s.T, s.C, s.NH, NKV);
+        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_f[r - warmup], e0, e1)); }
+        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.C, s.NH, NKV);
+        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_b[r - warmup], e0, e1)); }
+    }
+    qsort(ms_f, reps, sizeof(float), cmp_float);
+    qsort(ms_b, reps, sizeof(float), cmp_float);
+    printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d NKV=%-3d hs=%-4d  fwd %8.3f ms  bwd %8.3f ms\n",
+           NKV < s.NH ? "gqa" : "mha", s.B, s.T, s.C, s.NH, NKV, hs, ms_f[reps / 2], ms_b[reps / 2]);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_scratch));
+}
+
 int main(int argc, char** argv) {
     const int check_only = (argc > 1 && strcmp(argv[1], "check") == 0);
     CUDA_CHECK(cudaSetDevice(0));
@@ -447,6 +611,16 @@ int main(int argc, char** argv) {
             if (!impl_applies(impls[k], shapes[i])) { continue; }
             if (check_shape(impls[k], shapes[i])) { passed++; } else { failed++; }
         }
+    /* grouped-query attention through the contract: B, T, C, NH and NKV */
+    const struct { Shape s; int NKV; } gqa_shapes[] = {
+        {{2, 100, 128, 4}, 2},  /* hs 32, g 2, partial second tile */
+        {{1, 129, 256, 4}, 1},  /* hs 64, multi-query, one row into the third tile */
+        {{2, 77, 768, 12}, 4},  /* GPT-2 head size, g 3 */
+        {{1, 65, 96, 8}, 2},    /* hs 12: fallback path, element expansion/reduction in bf16 */
+    };
+    for (const auto& q : gqa_shapes) {
+        if (check_gqa(q.s, q.NKV)) { passed++; } else { failed++; }
+    }
     printf("attention checks: %d passed, %d failed\n", passed, failed);
     if (!check_only) {
         if (failed) { printf("note: %d check(s) FAILED above; the times below are of kernels with wrong output\n", failed); }
@@ -463,6 +637,12 @@ int main(int argc, char** argv) {
                 if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
                 time_shape(impls[k], tshapes[i]);
             }
+        /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (the expansion's cost) */
+        printf("timing of the contract (attention_forward/backward, llmc/cuda/attention_gqa.cuh):\n");
+        const Shape gs = {64, 1024, 768, 12};
+        time_gqa(gs, 12);
+        time_gqa(gs, 4);
+        time_gqa(gs, 1);
     }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -75,17 +75,17 @@ void ref_rope_backward(float* dqkv, const float* table, int B, int T, int NH, in
     rope_backward(dqkv, table, B, T, NH, KV, hs, pos0);
 }
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
-                                    int NH) {
+                                    int NH, int NKV) {
     float* state = (float*)calloc(attention_state_floats(B, T, NH) + 1, sizeof(float));
-    float* scratch = (float*)calloc(attention_scratch_floats(B, T, C, NH) + 1, sizeof(float));
-    attention_forward(out, state, scratch, qkv, B, T, C, NH);
-    if (dqkv) { attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH); }
+    float* scratch = (float*)calloc(attention_scratch_floats(B, T, C, NH, NKV) + 1, sizeof(float));
+    attention_forward(out, state, scratch, qkv, B, T, C, NH, NKV);
+    if (dqkv) { attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV); }
     free(state);
     free(scratch);
 }
-void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH) {
+void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH, int NKV) {
     float* scores = (float*)calloc((size_t)NH * t, sizeof(float));
-    attention_decode(out, q, k, v, scores, t, C, NH);
+    attention_decode(out, q, k, v, scores, t, C, NH, NKV);
     free(scores);
 }
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,

@@ -46,9 +46,12 @@ void ref_residual_forward(float* out, const float* a, const float* b, size_t n);
 /* rotary position embedding (llmc/cpu/rope.h): qkv(B,T,(NH+2KV)*hs) in place, table(maxT,hs/2,2) */
 void ref_rope_forward(float* qkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0);
 void ref_rope_backward(float* dqkv, const float* table, int B, int T, int NH, int KV, int hs, int pos0);
+/* attention (llmc/cpu/attention.h, attention_decode.h), grouped-query: qkv/dqkv (B,T,(NH+2*NKV)*hs), k, v (t,NKV*hs);
+ * NKV = NH is multi-head attention. test_kernels_ops.cpp checks the CUDA GQA path against these at NKV = NH on
+ * explicitly expanded inputs (kv heads repeated, dK/dV summed over each group by the test). */
 void ref_attention_forward_backward(float* out, float* dqkv, const float* qkv, const float* dout, int B, int T, int C,
-                                    int NH);
-void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH);
+                                    int NH, int NKV);
+void ref_attention_decode(float* out, const float* q, const float* k, const float* v, int t, int C, int NH, int NKV);
 void ref_fused_classifier(float* logits, float* losses, float dloss, const int* targets, int N, int V, int Vp,
                           int write_dlogits);
 void ref_vocab_parallel_row_max(float* row_max, const float* logits, int N, int Vs, int valid);

@@ -807,32 +807,87 @@ static void test_relu2(size_t n, int misalign) {
 }
 
 /* ---------------------------------------------------------------- attention */
+/* Grouped-query attention (Ainslie et al. 2023) reference helpers, independent of llmc/cuda/attention_gqa.cuh's kernels:
+ * the CPU backend runs multi-head attention (NKV = NH) on the explicitly expanded qkv, and the test sums dK/dV over
+ * each group itself. N = B*T rows, hs = C/NH, g = NH/NKV, query head h uses kv head h/g. */
+/* qkv (N,(NH+2*NKV)*hs) -> (N,3C), each kv head repeated g times */
+static std::vector<float> gqa_expand(const std::vector<float>& qkv, int N, int C, int NH, int NKV) {
+    const int hs = C / NH, g = NH / NKV, QW = C + 2 * NKV * hs;
+    std::vector<float> x((size_t)N * 3 * C);
+    for (int n = 0; n < N; n++) {
+        const float* src = qkv.data() + (size_t)n * QW;
+        float* dst = x.data() + (size_t)n * 3 * C;
+        for (int c = 0; c < C; c++) dst[c] = src[c];
+        for (int sec = 1; sec <= 2; sec++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < hs; d++)
+                    dst[sec * C + h * hs + d] = src[C + (sec - 1) * NKV * hs + (h / g) * hs + d];
+    }
+    return x;
+}
+/* dqkv (N,3C) of the expanded problem -> (N,(NH+2*NKV)*hs): dQ as is, dK/dV of kv head j = the fp64 sum over query
+ * heads j*g .. j*g+g-1, rounded to float once */
+static std::vector<float> gqa_reduce(const std::vector<float>& x, int N, int C, int NH, int NKV) {
+    const int hs = C / NH, g = NH / NKV, QW = C + 2 * NKV * hs;
+    std::vector<float> r((size_t)N * QW);
+    for (int n = 0; n < N; n++) {
+        const float* src = x.data() + (size_t)n * 3 * C;
+        float* dst = r.data() + (size_t)n * QW;
+        for (int c = 0; c < C; c++) dst[c] = src[c];
+        for (int sec = 1; sec <= 2; sec++)
+            for (int j = 0; j < NKV; j++)
+                for (int d = 0; d < hs; d++) {
+                    double acc = 0.0;
+                    for (int q = 0; q < g; q++) acc += src[sec * C + (j * g + q) * hs + d];
+                    dst[C + (sec - 1) * NKV * hs + j * hs + d] = (float)acc;
+                }
+    }
+    return r;
+}
+
 /* mode: 0 the dispatching entry points, 1 the CUDA-core fallback forced, 2 the forward as 0 and the one-kernel
  * FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused, dQ summed in key-tile order through
- * an fp32 accumulator and per-tile flags) with its own scratch size */
-static void test_attention(int B, int T, int C, int NH, int mode) {
-    const int hs = C / NH;
+ * an fp32 accumulator and per-tile flags) with its own scratch size. NKV (0: NH) key/value heads: with NKV < NH
+ * (mode 0 only) the contract's GQA path runs (qkv expanded in scratch, the multi-head kernels, dK/dV summed over each
+ * group), checked against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand, gqa_reduce). With
+ * NKV = NH no GQA kernel may run (the multi-head path, unchanged). Tolerance TOL_ATT for both: the group sum of dK/dV
+ * adds g-1 fp32 additions and one floatX rounding per element (each of the g terms already rounded to floatX by the
+ * multi-head backward), within the backward's budget of 16 floatX roundings for the g <= 4 tested here. */
+static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
+    if (NKV == 0) NKV = NH;
+    const int hs = C / NH, QW = C + 2 * NKV * hs, N = B * T;
+    const bool gqa = NKV < NH;
     const int force_fallback = mode == 1;
-    std::string s = shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
-    const char* path = mode == 1 ? "attention fallback" : mode == 2 ? "attention (fa2 bwd)" : "attention (dispatch)";
-    const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH) : attention_scratch_floats(B, T, C, NH);
-    std::vector<float> qkv = randv((size_t)B * T * 3 * C, 1.5f), dout = randv((size_t)B * T * C);
+    std::string s = gqa ? shp("B=%d T=%d C=%d NH=%d NKV=%d hs=%d", B, T, C, NH, NKV, hs)
+                        : shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
+    const char* path = mode == 1 ? "attention fallback" : mode == 2 ? "attention (fa2 bwd)"
+                       : gqa     ? "attention (GQA)"
+                                 : "attention (dispatch)";
+    TEST_CHECK(!gqa || mode == 0, "test_attention: GQA runs through the contract's entry points (mode 0)");
+    const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH) : attention_scratch_floats(B, T, C, NH, NKV);
+    TEST_CHECK(gqa || mode == 2 || nscratch == attention_mha_scratch_floats(B, T, C, NH),
+               "attention_scratch_floats(NKV = NH) is the multi-head scratch, nothing more (%s)", s.c_str());
+    std::vector<float> qkv = randv((size_t)N * QW, 1.5f), dout = randv((size_t)N * C);
     floatX* d_qkv = upX(qkv);
     floatX* d_dout = upX(dout);
-    floatX* d_out = dX((size_t)B * T * C);
-    floatX* d_dqkv = dX((size_t)B * T * 3 * C);
+    floatX* d_out = dX((size_t)N * C);
+    floatX* d_dqkv = dX((size_t)N * QW);
     float* d_state = dF(attention_state_floats(B, T, NH));
     float* d_scratch = dF(nscratch);
-    poisonX(d_out, (size_t)B * T * C);
-    poisonX(d_dqkv, (size_t)B * T * 3 * C);
+    poisonX(d_out, (size_t)N * C);
+    poisonX(d_dqkv, (size_t)N * QW);
     poisonF(d_state, attention_state_floats(B, T, NH));
+    poisonF(d_scratch, nscratch);
+    const size_t launches0 = emu::launch_log().size();
     if (force_fallback) {
         attention_forward_cuda_cores(d_out, d_state, d_qkv, B, T, C, NH);
     } else {
-        attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH);
+        attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH, NKV);
     }
-    std::vector<float> out((size_t)B * T * C), dqkv((size_t)B * T * 3 * C);
-    ref_attention_forward_backward(out.data(), dqkv.data(), qkv.data(), dout.data(), B, T, C, NH);
+    std::vector<float> out((size_t)N * C), xdqkv((size_t)N * 3 * C);
+    ref_attention_forward_backward(out.data(), xdqkv.data(), gqa ? gqa_expand(qkv, N, C, NH, NKV).data() : qkv.data(),
+                                   dout.data(), B, T, C, NH, NH);
+    std::vector<float> dqkv = gqa ? gqa_reduce(xdqkv, N, C, NH, NKV) : xdqkv;
     std::vector<float> g_out = downX(d_out, out.size());
     check((std::string(path) + " forward").c_str(), s, g_out, roundX(out), TOL_ATT);
     /* backward from this side's own forward output and state */
@@ -842,10 +897,33 @@ static void test_attention(int B, int T, int C, int NH, int mode) {
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
-        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
+    }
+    {
+        /* the GQA kernels ran exactly when NKV < NH: the expansion in both directions, the reduction in the backward;
+         * packed (X128_SIZE) when hs is a multiple of the packet and the buffers are aligned */
+        int expand = 0, reduce = 0, packed = 0;
+        for (size_t i = launches0; i < emu::launch_log().size(); i++) {
+            const std::string& n = emu::launch_log()[i].name;
+            expand += n.find("attention_gqa_expand_kernel") != std::string::npos;
+            reduce += n.find("attention_gqa_reduce_kernel") != std::string::npos;
+            packed += n.find("attention_gqa_") != std::string::npos && n.find("<X128_SIZE>") != std::string::npos;
+        }
+        const int want_packed = gqa && hs % X128_SIZE == 0 ? 3 : 0;
+        TEST_CHECK(expand == (gqa ? 2 : 0) && reduce == (gqa ? 1 : 0) && packed == want_packed,
+                   "%s: GQA expansion launched %d times, reduction %d, packed %d (want %d, %d, %d) (%s)", path, expand,
+                   reduce, packed, gqa ? 2 : 0, gqa ? 1 : 0, want_packed, s.c_str());
     }
     std::vector<float> g_dqkv = downX(d_dqkv, dqkv.size());
     check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
+    if (gqa) { /* the summed part alone (its own max |ref| as the scale) */
+        std::vector<float> gk, rk;
+        for (int n = 0; n < N; n++) {
+            gk.insert(gk.end(), g_dqkv.begin() + (size_t)n * QW + C, g_dqkv.begin() + (size_t)(n + 1) * QW);
+            rk.insert(rk.end(), dqkv.begin() + (size_t)n * QW + C, dqkv.begin() + (size_t)(n + 1) * QW);
+        }
+        check((std::string(path) + " backward dk,dv (group sums)").c_str(), s, gk, rk, TOL_ATT);
+    }
     /* the row-dot pass's D = rowsum(dO * O) left in the scratch, against an fp64 sum of the same floatX inputs: an
      * fp32 sum of hs products in any order is within hs 2^-24 sum_d |dO O| of it (products and additions rounded
      * once each), so the tolerance relative to max |D| is hs 2^-24 max_row sum |dO O| / max |D| */
@@ -876,32 +954,44 @@ static void test_attention(int B, int T, int C, int NH, int mode) {
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
     } else {
-        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     }
     TEST_CHECK(downX(d_dqkv, dqkv.size()) == g_dqkv, "%s backward bit-identical on a second run (%s)", path, s.c_str());
     dev_free(d_qkv); dev_free(d_dout); dev_free(d_out); dev_free(d_dqkv); dev_free(d_state); dev_free(d_scratch);
 }
 
 /* one new query against t cached keys/values (KV-cache sampling): the kernel against the CPU backend's, and the
- * CPU decode of position t-1 against row t-1 of the CPU's full causal attention over the same t positions */
-static void test_attention_decode(int t, int C, int NH) {
-    std::string s = shp("t=%d C=%d NH=%d hs=%d", t, C, NH, C / NH);
-    std::vector<float> qkv = roundX(randv((size_t)t * 3 * C, 1.5f)); /* floatX values, so both sides see the same */
-    std::vector<float> q(qkv.end() - 3 * C, qkv.end() - 2 * C), k((size_t)t * C), v((size_t)t * C);
+ * CPU decode of position t-1 against row t-1 of the CPU's full causal attention over the same t positions. NKV (0: NH)
+ * kv heads: the cache rows hold NKV heads (t, NKV*hs); the reference is the CPU's multi-head decode on the cache with
+ * each kv head repeated g times (gqa_expand), so the kernel's native kv indexing is checked against an explicit
+ * expansion */
+static void test_attention_decode(int t, int C, int NH, int NKV = 0) {
+    if (NKV == 0) NKV = NH;
+    const int hs = C / NH, KVC = NKV * hs, QW = C + 2 * KVC;
+    std::string s = NKV < NH ? shp("t=%d C=%d NH=%d NKV=%d hs=%d", t, C, NH, NKV, hs)
+                             : shp("t=%d C=%d NH=%d hs=%d", t, C, NH, hs);
+    std::vector<float> qkv = roundX(randv((size_t)t * QW, 1.5f)); /* floatX values, so both sides see the same */
+    std::vector<float> q(qkv.end() - QW, qkv.end() - 2 * KVC), k((size_t)t * KVC), v((size_t)t * KVC);
     for (int j = 0; j < t; j++) {
-        std::copy(qkv.begin() + (size_t)j * 3 * C + C, qkv.begin() + (size_t)j * 3 * C + 2 * C, k.begin() + (size_t)j * C);
-        std::copy(qkv.begin() + (size_t)j * 3 * C + 2 * C, qkv.begin() + (size_t)(j + 1) * 3 * C, v.begin() + (size_t)j * C);
+        std::copy(qkv.begin() + (size_t)j * QW + C, qkv.begin() + (size_t)j * QW + C + KVC, k.begin() + (size_t)j * KVC);
+        std::copy(qkv.begin() + (size_t)j * QW + C + KVC, qkv.begin() + (size_t)(j + 1) * QW, v.begin() + (size_t)j * KVC);
     }
     floatX* d_q = upX(q);
     floatX* d_k = upX(k);
     floatX* d_v = upX(v);
     floatX* d_out = dX(C);
     poisonX(d_out, C);
-    attention_decode(d_out, d_q, d_k, d_v, NULL, t, C, NH);
+    attention_decode(d_out, d_q, d_k, d_v, NULL, t, C, NH, NKV);
+    /* the expanded problem: qkv (t, 3C), k and v (t, C) */
+    std::vector<float> xqkv = gqa_expand(qkv, t, C, NH, NKV), xk((size_t)t * C), xv((size_t)t * C);
+    for (int j = 0; j < t; j++) {
+        std::copy(xqkv.begin() + (size_t)j * 3 * C + C, xqkv.begin() + (size_t)j * 3 * C + 2 * C, xk.begin() + (size_t)j * C);
+        std::copy(xqkv.begin() + (size_t)j * 3 * C + 2 * C, xqkv.begin() + (size_t)(j + 1) * 3 * C, xv.begin() + (size_t)j * C);
+    }
     std::vector<float> ref(C), full((size_t)t * C);
-    ref_attention_decode(ref.data(), q.data(), k.data(), v.data(), t, C, NH);
-    check("attention_decode", s, downX(d_out, C), roundX(ref), TOL_ATT);
-    ref_attention_forward_backward(full.data(), NULL, qkv.data(), NULL, 1, t, C, NH);
+    ref_attention_decode(ref.data(), q.data(), xk.data(), xv.data(), t, C, NH, NH);
+    check(NKV < NH ? "attention_decode (GQA)" : "attention_decode", s, downX(d_out, C), roundX(ref), TOL_ATT);
+    ref_attention_forward_backward(full.data(), NULL, xqkv.data(), NULL, 1, t, C, NH, NH);
     std::vector<float> last(full.end() - C, full.end());
     check("attention_decode (CPU) vs full attention's last row (CPU)", s, ref, last, 1e-5);
     dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_out);
@@ -1495,6 +1585,16 @@ int main(void) {
     test_attention_decode(300, 36, 3);  /* hs=12 */
     test_attention(1, 130, 64, 4, 0);  /* hs=16 */
     test_attention(1, 129, 64, 2, 0);  /* hs=32, one row past two tiles */
+    /* grouped-query attention (B, T, C, NH, mode 0, NKV): the expansion, the multi-head kernels, the group sums */
+    test_attention(2, 45, 64, 4, 0, 2);  /* hs=16 (MMA path in bf16), g=2, partial tile */
+    test_attention(2, 45, 64, 4, 0, 1);  /* hs=16, NKV=1 (multi-query), g=4 */
+    test_attention(2, 70, 128, 4, 0, 2); /* hs=32, g=2, two tiles */
+    test_attention(1, 33, 128, 4, 0, 1); /* hs=32, g=4 */
+    test_attention(3, 7, 48, 4, 0, 2);   /* hs=12: attention fallback; element GQA kernels in bf16, packed in fp32 */
+    test_attention(2, 5, 24, 4, 0, 1);   /* hs=6: fallback, element GQA kernels in both builds */
+    test_attention_decode(45, 64, 4, 2);  /* hs=16, g=2 */
+    test_attention_decode(150, 128, 4, 1); /* hs=32, multi-query */
+    test_attention_decode(9, 36, 6, 3);   /* hs=6, g=2 */
     /* the one-kernel FA2 backward: awkward T, every MMA head size, B*NH > 1, up to 4 key tiles adding to one dQ tile */
     test_attention(4, 32, 64, 4, 2);   /* hs=16, one tile */
     test_attention(2, 45, 64, 2, 2);   /* hs=32, partial tile */
@@ -1550,6 +1650,8 @@ int main(void) {
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
     test_attention(1, 150, 128, 2, 2);
+    test_attention(2, 45, 64, 4, 0, 2);
+    test_attention(3, 7, 48, 4, 0, 2);
     test_classifier(128, 100, 128, 1);
     test_vocab_parallel(37, 64, 36, 64, 2, 1, 1, 0);
     test_vocab_parallel(7, 30, 25, 30, 4, 1, 1, 0);

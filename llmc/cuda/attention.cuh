@@ -4,14 +4,21 @@
  * and Work Partitioning", Algorithms 1 (forward) and 2 (backward); online softmax from
  * Milakov & Gimelshein 2018). Tensor-core MMA through llmc/cuda/mma.cuh.
  *
- * Contract (llmc/backend.h):
+ * The kernels here are multi-head (MHA: one K/V head per query head). The contract of llmc/backend.h takes
+ * grouped-query attention (GQA, Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models
+ * from Multi-Head Checkpoints"): NKV key/value heads, NKV dividing NH, query head h reading kv head h / (NH/NKV)
+ * (consecutive query heads share a kv head, the Llama/HF repeat_kv order). llmc/cuda/attention_gqa.cuh implements
+ * it on top of this file's kernels: NKV = NH calls them directly (attention_mha_forward/backward below, or cuDNN's);
+ * NKV < NH expands qkv to the multi-head layout in scratch first (see that file, and its performance note).
+ *
+ * Multi-head layout (what every kernel here reads and writes):
  *   qkv  (B,T,3C) floatX, rows [q(C) | k(C) | v(C)]; head h uses channels h*hs..(h+1)*hs-1, hs = C/NH.
  *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d].
  *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
  *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
  *   scratch fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d], (B,NH,T), at its start (backward only;
- *         forward does not touch it); attention_scratch_floats = B*NH*T, or attention_fa2_scratch_floats when built
- *         with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and B*NH*ceil(T/16) flags).
+ *         forward does not touch it); attention_mha_scratch_floats = B*NH*T, or attention_fa2_scratch_floats when
+ *         built with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and B*NH*ceil(T/16) flags).
  *   dqkv (B,T,3C) floatX, overwritten with dQ | dK | dV.
  * The (T,T) score/probability matrix never exists in global memory.
  *
@@ -41,9 +48,10 @@
  *
  * Entry points: attention_forward_flash / attention_backward_flash pick the path per call;
  * attention_forward_cuda_cores / attention_backward_cuda_cores run the fallback kernels directly (the kernel
- * checks and benchmarks time both paths). When USE_CUDNN is defined, attention_cudnn.cuh provides
- * attention_forward and attention_backward instead (cuDNN SDPA, with the flash path for shapes cuDNN does not
- * take); attention_state_floats and attention_scratch_floats below serve both.
+ * checks and benchmarks time both paths). attention_mha_forward / attention_mha_backward (end of file) are the
+ * multi-head ops the contract wrappers call; when USE_CUDNN is defined, attention_cudnn.cuh defines those two
+ * instead (cuDNN SDPA, with the flash path for shapes cuDNN does not take); attention_state_floats and
+ * attention_mha_scratch_floats below serve both.
  */
 #ifndef LLMC_CUDA_ATTENTION_CUH
 #define LLMC_CUDA_ATTENTION_CUH
@@ -1394,26 +1402,30 @@ static inline void attention_backward_flash(floatX* dqkv, float* scratch, const 
     }
 }
 
-/* ======================================================================== backend contract */
+/* ======================================================================== multi-head entry points */
 /* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp (the cuDNN path, USE_CUDNN, saves its
- * softmax stats in the same layout) */
+ * softmax stats in the same layout). Part of the contract, unchanged by GQA (the state is per query head). */
 static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
-/* fp32 scratch: D = rowsum(dO*O), (B,NH,T), for the flash backward (also cuDNN's fallback; cuDNN itself uses
- * its own workspace) */
-static inline size_t attention_scratch_floats(int B, int T, int C, int NH) {
+/* fp32 scratch of the multi-head (NKV = NH) backward: D = rowsum(dO*O), (B,NH,T), for the flash backward (also
+ * cuDNN's fallback; cuDNN itself uses its own workspace), or attention_fa2_scratch_floats with ATTN_BWD_FA2=1.
+ * The contract's attention_scratch_floats (llmc/cuda/attention_gqa.cuh) adds the GQA buffers after it. */
+static inline size_t attention_mha_scratch_floats(int B, int T, int C, int NH) {
     if (ATTN_BWD_FA2) { return attention_fa2_scratch_floats(B, T, C, NH); }
     return (size_t)B * NH * T;
 }
 #ifndef USE_CUDNN
-/* out (B,T,C), state (B,NH,T) lse, scratch unused, qkv (B,T,3C) */
-static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
-                                     int C, int NH) {
+/* Multi-head attention (NKV = NH) on the flash kernels; attention_cudnn.cuh defines these two instead under
+ * USE_CUDNN. The contract functions (llmc/cuda/attention_gqa.cuh) call them, directly when NKV = NH.
+ * out (B,T,C), state (B,NH,T) lse, scratch unused, qkv (B,T,3C). Errors: attention_check_dims (FATAL). */
+static inline void attention_mha_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
+                                         int C, int NH) {
     (void)scratch;
     attention_forward_flash(out, state, qkv, B, T, C, NH);
 }
-/* dqkv (B,T,3C) overwritten, scratch B*NH*T floats, dout/out (B,T,C), qkv (B,T,3C), state (B,NH,T) lse */
-static inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                      const floatX* out, const float* state, int B, int T, int C, int NH) {
+/* dqkv (B,T,3C) overwritten, scratch attention_mha_scratch_floats(B, T, C, NH) floats, dout/out (B,T,C),
+ * qkv (B,T,3C), state (B,NH,T) lse. Deterministic. */
+static inline void attention_mha_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                          const floatX* out, const float* state, int B, int T, int C, int NH) {
     attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
 }
 #endif /* USE_CUDNN */

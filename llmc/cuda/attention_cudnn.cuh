@@ -2,8 +2,10 @@
  * llmc/cuda/attention_cudnn.cuh -- causal attention through cuDNN's fused scaled-dot-product attention
  * (cuDNN 9 graph API via the cudnn-frontend C++ headers, >= 1.x: graph::Graph::sdpa / sdpa_backward;
  * NVIDIA cuDNN Frontend docs, "Scaled Dot Product Attention"). Compiled only with -DUSE_CUDNN, in which
- * case this file provides the four attention contract functions of llmc/backend.h and
- * llmc/cuda/attention.cuh does not.
+ * case this file provides the multi-head ops attention_mha_forward / attention_mha_backward and
+ * llmc/cuda/attention.cuh does not; the contract functions of llmc/backend.h (grouped-query, NKV kv heads) are
+ * llmc/cuda/attention_gqa.cuh's, the same for both builds. cuDNN's SDPA takes fewer K/V heads natively; this first
+ * GQA version does not use that yet (attention_gqa.cuh expands qkv to NH kv heads first).
  *
  * Build: the frontend is header-only; it ships in the PyPI wheel nvidia-cudnn-frontend, which installs its
  * headers into <site-packages>/include. The Makefile adds
@@ -241,11 +243,15 @@ static inline void attention_backward_cudnn(floatX* dqkv, const floatX* dout, co
     CUDNN_FE_CHECK(g->execute(llmc_cudnn::handle(), pack, ws));
 }
 
-/* ======================================================================== backend contract (USE_CUDNN) */
+/* ======================================================================== multi-head ops (USE_CUDNN) */
 #ifdef USE_CUDNN
-/* attention_state_floats / attention_scratch_floats: shared with the flash path (attention.cuh) */
-static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
-                                     int C, int NH) {
+/* attention_mha_forward / attention_mha_backward: the multi-head (NKV = NH) ops behind the contract's attention_forward
+ * and attention_backward (llmc/cuda/attention_gqa.cuh, which also handles NKV < NH by expanding qkv in scratch).
+ * Shapes as attention.cuh's versions: out (B,T,C), state (B,NH,T) stats, qkv/dqkv (B,T,3C), dout (B,T,C); scratch
+ * attention_mha_scratch_floats(B, T, C, NH) floats, used only by the flash fallback. attention_state_floats and
+ * attention_mha_scratch_floats are shared with the flash path (attention.cuh). */
+static inline void attention_mha_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
+                                         int C, int NH) {
     (void)scratch;
     if (attention_cudnn_supported(attention_check_dims(B, T, C, NH))) {
         attention_forward_cudnn(out, state, qkv, B, T, C, NH);
@@ -253,8 +259,8 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
         attention_forward_flash(out, state, qkv, B, T, C, NH);
     }
 }
-static inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                      const floatX* out, const float* state, int B, int T, int C, int NH) {
+static inline void attention_mha_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                          const floatX* out, const float* state, int B, int T, int C, int NH) {
     if (attention_cudnn_supported(attention_check_dims(B, T, C, NH))) {
         attention_backward_cudnn(dqkv, dout, qkv, out, state, B, T, C, NH);
     } else {

@@ -45,6 +45,7 @@
 #ifdef USE_CUDNN
 #include "attention_cudnn.cuh"
 #endif
+#include "attention_gqa.cuh" /* the attention contract (grouped-query) over the multi-head ops above */
 
 /* ---------------------------------------------------------------- lifetime */
 
