@@ -901,7 +901,7 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
  * architecture as data"): the dense fixture's sizes, batch and optimizer with the family's knobs built so far
  * (RMSNorm: rstd only; bias=0: no bias in any linear layer or norm; tied=0: the head lmheadw; SwiGLU of the default
  * width; rotary positions with theta 500000: no wpe; grouped-query attention with 2 key/value heads for 4 query heads,
- * PyTorch's repeat_interleave of k and v as the reference), a version-9 model file. Checks, at the dense fixture's tolerances: the file's
+ * PyTorch's repeat_interleave of k and v as the reference; QK-norm), a version-9 model file. Checks, at the dense fixture's tolerances: the file's
  * knobs; init from the seed; logits, loss and every gradient against PyTorch; KV-cache sampling (RMSNorm in the
  * decode path); the AdamW steps; the checkpoint round trip (the family's file written and read back). */
 static void test_family_fixture(const char* model_path, const char* state_path, const Tolerances* tol) {
@@ -910,18 +910,20 @@ static void test_family_fixture(const char* model_path, const char* state_path, 
     const GPT2Arch* a = &header_model.config.arch;
     TEST_CHECK(a->norm == NORM_RMSNORM && a->pos == POS_ROPE && a->rope_theta == 500000.0f && a->mlp == MLP_SWIGLU &&
                a->bias == 0 && a->tied_head == 0 && a->ffn_hidden == 192 && header_model.param_sizes[P_WPE] == 0 &&
-               a->n_kv_head == 2 && header_model.param_sizes[P_QKVW] == 2 * 128 * 64,
+               a->n_kv_head == 2 && header_model.param_sizes[P_QKVW] == 2 * 128 * 64 && a->qk_norm == 1 &&
+               header_model.param_sizes[P_QNORMW] == 2 * 16 && header_model.param_sizes[P_KNORMW] == 2 * 16,
                "family fixture: the model file (version 9) carries norm=rms, pos=rope with theta 500000 (no wpe), "
                "bias=0, tied=0, mlp=swiglu with F = 192 (8C/3 rounded up to 64), KV 2 (qkvw L (C + 2 KV hs) C = 2 x 128 "
-               "x 64) (norm %d pos %d theta %g mlp %d bias %d tied %d F %d wpe %zu KV %d qkvw %zu)", (int)a->norm,
-               (int)a->pos, (double)a->rope_theta, (int)a->mlp, a->bias, a->tied_head, a->ffn_hidden,
-               header_model.param_sizes[P_WPE], a->n_kv_head, header_model.param_sizes[P_QKVW]);
+               "x 64), qknorm=1 (qnormw, knormw L hs = 2 x 16) (norm %d pos %d theta %g mlp %d bias %d tied %d F %d wpe %zu KV "
+               "%d qkvw %zu qknorm %d qnormw %zu)", (int)a->norm, (int)a->pos, (double)a->rope_theta, (int)a->mlp,
+               a->bias, a->tied_head, a->ffn_hidden, header_model.param_sizes[P_WPE], a->n_kv_head,
+               header_model.param_sizes[P_QKVW], a->qk_norm, header_model.param_sizes[P_QNORMW]);
     TEST_CHECK(header_model.param_sizes[P_LN1B] == 0 && header_model.param_sizes[P_LNFB] == 0 &&
                header_model.param_sizes[P_QKVB] == 0 && header_model.param_sizes[P_FCPROJB] == 0,
                "family fixture: no bias tensors (ln1b %zu, lnfb %zu, qkvb %zu, fcprojb %zu values)",
                header_model.param_sizes[P_LN1B], header_model.param_sizes[P_LNFB], header_model.param_sizes[P_QKVB],
                header_model.param_sizes[P_FCPROJB]);
-    printf("# family fixture: L=%d C=%d NH=%d KV=%d, norm=rms, pos=rope, bias=0, tied=0, mlp=swiglu, %zu parameters\n",
+    printf("# family fixture: L=%d C=%d NH=%d KV=%d, norm=rms, pos=rope, bias=0, tied=0, mlp=swiglu, qknorm=1, %zu parameters\n",
            header_model.config.num_layers, header_model.config.channels, header_model.config.num_heads, a->n_kv_head,
            header_model.num_parameters);
     Fixture fx;

@@ -60,8 +60,9 @@ STATE_MAGIC, STATE_VERSION = 20240327, 2
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 HEADER_INTS = 256
 
-PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmheadw"]  # lmheadw: tied=0 only
+PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "qnormw", "knormw", "attprojw", "attprojb",
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmheadw"]  # lmheadw: tied=0 only;
+# qnormw, knormw: qknorm=1 only
 MOE_NAMES = ["routerw", "efcw", "efcb", "efcprojw", "efcprojb"]  # after the dense ones (llmc/model_file.h)
 MLP_NAMES = {"fcw", "fcb", "fcprojw", "fcprojb"}
 DECAY_NAMES = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "routerw", "efcw", "efcprojw", "lmheadw"}
@@ -71,7 +72,7 @@ NORM_BIAS_NAMES = {"ln1b", "ln2b", "lnfb"}  # absent with RMSNorm or bias=0 (llm
 LINEAR_BIAS_NAMES = {"qkvb", "attprojb", "fcb", "fcprojb", "efcb", "efcprojb"}  # absent with bias=0 (WHEN_BIAS)
 # the decoder family's knobs built so far (llmc/gpt2.h GPT2Arch; model file header[12..20]); GPT-2's values
 ARCH_GPT2 = dict(norm="layernorm", bias=1, tied=1, mlp="gelu", ff=0, pos="learned", theta=10000.0,
-                 kv=0)  # ff 0: mlp_width; kv 0: NH key/value heads (multi-head attention)
+                 kv=0, qknorm=0)  # ff 0: mlp_width; kv 0: NH key/value heads (multi-head attention)
 
 
 def mlp_width(C, arch):
@@ -117,10 +118,12 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2, NH=1):
     QKV = C + 2 * arch["kv"] * (C // NH) if arch.get("kv") else 3 * C
     shapes = {
         "wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
-        "qkvw": (L, QKV, C), "qkvb": (L, QKV), "attprojw": (L, C, C), "attprojb": (L, C),
+        "qkvw": (L, QKV, C), "qkvb": (L, QKV), "qnormw": (L, C // NH), "knormw": (L, C // NH), "attprojw": (L, C, C), "attprojb": (L, C),
         "ln2w": (L, C), "ln2b": (L, C), "fcw": (Ld, FC, C), "fcb": (Ld, FC),
         "fcprojw": (Ld, C, F), "fcprojb": (Ld, C), "lnfw": (C,), "lnfb": (C,),
     }
+    if not arch.get("qknorm"):
+        del shapes["qnormw"], shapes["knormw"]  # QK-norm's weights (hs) per layer: qknorm=1 only
     if not arch["tied"]:
         shapes["lmheadw"] = (Vp, C)  # the untied head, after lnfb (llmc/gpt2.h's table order)
     if arch["pos"] == "rope":
@@ -149,7 +152,8 @@ class GPT(nn.Module):
         width F (0: mlp_width's default); pos "learned" (wpe) or "rope" (Su et al. 2021, rotate_half pairing (i,
         i + hs/2) as Hugging Face Llama, inv_freq theta^(-2i/hs), the table computed in float64 and rounded to fp32
         as llmc/rope_table.h does); kv the key/value heads (0: NH; grouped-query attention, Ainslie et al. 2023: query
-        head h attends with key/value head h // (NH / kv), Hugging Face's repeat_kv order)."""
+        head h attends with key/value head h // (NH / kv), Hugging Face's repeat_kv order); qknorm 1: RMSNorm (eps
+        1e-5) of every q and k head before the rotation, weights qnormw and knormw (L, hs), as Qwen3's q_norm, k_norm."""
         super().__init__()
         if C % NH != 0:
             die(f"channels {C} not divisible by heads {NH}")
@@ -160,9 +164,10 @@ class GPT(nn.Module):
         if arch["norm"] not in ("layernorm", "rms") or arch["bias"] not in (0, 1) or arch["tied"] not in (0, 1) or \
                 arch["mlp"] not in ("gelu", "swiglu", "relu2") or arch["ff"] < 0 or \
                 arch["pos"] not in ("learned", "rope") or not arch["theta"] > 1 or arch["kv"] < 0 or \
+                arch["qknorm"] not in (0, 1) or \
                 (arch["kv"] and NH % arch["kv"] != 0):
             die(f"arch {arch}: expected norm layernorm|rms, bias 0|1, tied 0|1, mlp gelu|swiglu|relu2, ff >= 0, "
-                f"kv 0 or a divisor of NH")
+                f"kv 0 or a divisor of NH, qknorm 0|1")
         if arch["norm"] == "layernorm" and not arch["bias"]:
             die("bias=0 with LayerNorm is not built (the C trainer refuses it): use norm=rms")
         self.arch = dict(arch)
@@ -189,7 +194,7 @@ class GPT(nn.Module):
                         buf.normal_(0.0, 0.02)
                     elif name in ("attprojw", "fcprojw", "efcprojw"):
                         buf.normal_(0.0, std_proj)
-                    elif name in ("ln1w", "ln2w", "lnfw"):
+                    elif name in ("ln1w", "ln2w", "lnfw", "qnormw", "knormw"):
                         buf.fill_(1.0)
                     else:
                         buf.zero_()
@@ -212,6 +217,9 @@ class GPT(nn.Module):
             q, k, v = qkv.split([C, KV * hs, KV * hs], dim=2)
             q = q.view(B, T, NH, hs).transpose(1, 2)
             k = k.view(B, T, KV, hs).transpose(1, 2)
+            if self.arch["qknorm"]:  # QK-norm: each head's hs values, before the rotation
+                q = q * torch.rsqrt(q.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * p["qnormw"][l]
+                k = k * torch.rsqrt(k.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * p["knormw"][l]
             if self.arch["pos"] == "rope":
                 q, k = self.rope(q, T), self.rope(k, T)
             v = v.view(B, T, KV, hs).transpose(1, 2)
@@ -349,11 +357,11 @@ def flat_params(model, grads=False):
 
 def arch_knobs(model):
     """header[12..20] of a decoder-family model file (llmc/model_file.h): norm, pos, theta bits, mlp, MLP width, kv
-    heads, bias, tied, qknorm; the knob not built here yet keeps GPT-2's value (QK-norm off)."""
+    heads, bias, tied, qknorm."""
     a = model.arch
     mlp = {"gelu": 0, "swiglu": 1, "relu2": 2}[a["mlp"]]
     return [1 if a["norm"] == "rms" else 0, 1 if a["pos"] == "rope" else 0, f32_bits(a["theta"]), mlp,
-            mlp_width(model.C, a), a["kv"] or model.NH, a["bias"], a["tied"], 0]
+            mlp_width(model.C, a), a["kv"] or model.NH, a["bias"], a["tied"], a["qknorm"]]
 
 
 def write_model(model, path):
@@ -409,9 +417,9 @@ def fixture_model_and_batch(cfg, outdir, name, moe=None, arch=ARCH_GPT2):
 
 # the decoder family's fixture (test_gpt.cu, test_family_fixture): the dense fixture's sizes and batch with the knobs
 # built so far (RMSNorm, no biases, untied head, SwiGLU, rotary positions, grouped-query attention with 2 key/value heads
-# for 4 query heads); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
+# for 4 query heads, QK-norm); each knob that lands joins it (llmc/README.md, "The model's architecture as data")
 FAMILY_FIXTURE = dict(FIXTURE, arch=dict(ARCH_GPT2, norm="rms", bias=0, tied=0, mlp="swiglu", pos="rope", theta=500000.0,
-                                         kv=2))
+                                         kv=2, qknorm=1))
 
 
 def write_fixture(outdir, cfg=FIXTURE, name="gpt2_fixture"):

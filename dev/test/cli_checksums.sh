@@ -25,21 +25,23 @@ out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/seed.log" --rtol
 rc=$?
 test $rc -eq 1 && [[ "$out" == "first difference: step 1 activation layer -1 encoded:"* ]]
 check $? "another --seed (other initial weights): exit $rc, the first difference is the embedding output: $out"
-# The decoder family's RMSNorm without biases, with an untied head, a SwiGLU MLP, rotary positions and grouped-query
-# attention (-e ...:KV2:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope, llmc/README.md "The model's architecture as data"):
+# The decoder family's RMSNorm without biases, with an untied head, a SwiGLU MLP, rotary positions, grouped-query
+# attention and QK-norm (-e ...:KV2:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope:qknorm=1, llmc/README.md "The model's
+# architecture as data"):
 # the same step on one process, on tp 2 x pp 2 with sequence parallelism (RMSNorm's weight gradient summed over the tp
 # ranks from their rows; wte only on the first stage, the head lmheadw split over the vocabulary on the last; each tp
 # rank's fc rows its slice of the gate and of the up block, its qkv rows its 2 query heads and its 1 key/value head of
 # the q, k and v blocks of unequal size; rotary positions of the gathered rows) and on dp 2 with ZeRO-3 agree within
-# the same rtol; no bias tensors, so 6 per layer, no wpe, and lmheadw; qkv of (NH + 2 KV) hs = 256 rows
-R=(-e L2:C128:NH4:KV2:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
+# the same rtol (QK-norm's weight gradients summed over the tp ranks, each of which normalises its own heads); no bias
+# tensors, so 8 per layer (qnormw and knormw among them), no wpe, and lmheadw; qkv of (NH + 2 KV) hs = 256 rows
+R=(-e L2:C128:NH4:KV2:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope:qknorm=1 -b 4 -t 32 -j '' -g 0 -u 2 -x 1 -d 256 --debug-checksums 1)
 $TRAIN "${R[@]}" > "$TMP/rms_one.log" 2>&1
 check $? "the family, one process, --debug-checksums 1: runs"
-test "$(grep -c '^checksum step 1 grad' "$TMP/rms_one.log")" -eq 15 && ! grep -q '^checksum step 1 grad [-0-9]* [a-z0-9]*b ' "$TMP/rms_one.log" &&
+test "$(grep -c '^checksum step 1 grad' "$TMP/rms_one.log")" -eq 19 && ! grep -q '^checksum step 1 grad [-0-9]* [a-z0-9]*b ' "$TMP/rms_one.log" &&
     ! grep -q '^checksum step 1 grad -1 wpe ' "$TMP/rms_one.log" &&
     grep -q '^checksum step 1 grad -1 lmheadw .* n=6438912$' "$TMP/rms_one.log" &&
     grep -q '^checksum step 1 grad 1 qkvw .* n=32768$' "$TMP/rms_one.log" && grep -q '^checksum step 1 act 1 qkv .* n=32768$' "$TMP/rms_one.log"
-check $? "the family (RMSNorm, bias=0, tied=0, SwiGLU, rope, KV 2): 15 gradient checksums (6 per layer + wte, lnfw, lmheadw of Vp x C), none of a bias or wpe; qkvw (C + 2 KV hs) x C = 32768, qkv B T (C + 2 KV hs) = 32768"
+check $? "the family (RMSNorm, bias=0, tied=0, SwiGLU, rope, KV 2, QK-norm): 19 gradient checksums (8 per layer + wte, lnfw, lmheadw of Vp x C), none of a bias or wpe; qkvw (C + 2 KV hs) x C = 32768, qkv B T (C + 2 KV hs) = 32768"
 out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/rms_one.log" --rtol 3e-5)
 test $? -eq 1
 check $? "the family and GPT-2 differ from the first activation on (no wpe): $out"
@@ -55,7 +57,7 @@ check $? "the family, dp 2 ZeRO-3 agrees with one process within rtol 3e-5: $out
 # layout the final model and both ranks' optimizer state are bit-identical; re-sharded to one process (the full
 # model's flat order: lmheadw, SwiGLU's two-block fc and grouped-query attention's unequal qkv blocks included) the next losses and the final weights agree within
 # T(6), the reordering of fp32 sums the tp split brings (dp_order_tol)
-G=(-e L2:C128:NH4:KV2:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 128)
+G=(-e L2:C128:NH4:KV2:T256:qknorm=1:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 6 -d 128)
 MPIRUN 2 $TRAIN "${G[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/fam_straight" > "$TMP/fam_straight.log" 2>&1
 check $? "the family, tp 2 + sp: 6 steps straight"
 MPIRUN 2 $TRAIN "${G[@]}" --tp 2 --sequence-parallel 1 -o "$TMP/fam_cut" --exit-after-steps 3 > "$TMP/fam_cut.log" 2>&1
