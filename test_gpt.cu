@@ -192,7 +192,10 @@ static void test_sample_fixed_length(GPT2* m, const Fixture* fx, const Tolerance
 /* sampling with the KV cache (llmc/kv_cache.h): from the fixture's first token, T greedy steps, each position run
  * once against the cached keys and values; its logits equal those of a full forward over the tokens so far (row i
  * of a length-(i+1) forward) within the logits tolerance (one-row matmuls and attention_decode's dot products sum
- * in another order than the batched forward), and the greedy token is the same at every step */
+ * in another order than the batched forward), and the greedy token is the same at every step unless the full
+ * forward's logits of the two picks lie within twice that step's largest logit difference (then the pick is a tie
+ * at the precision both compute in: if |a - b| <= e elementwise, argmax a can differ from argmax b only where
+ * b[argmax b] - b[argmax a] <= 2e; a random-init model's near-uniform logits meet such ties in BF16) */
 static void test_kv_cache_sampling(GPT2* m, const Fixture* fx, const Tolerances* tol) {
     const int T = fx->T, Vp = m->config.padded_vocab_size, V = m->config.vocab_size;
     TEST_CHECK(kv_cache_supported(m), "the fixture model is whole on this process: KV-cache sampling applies");
@@ -207,7 +210,7 @@ static void test_kv_cache_sampling(GPT2* m, const Fixture* fx, const Tolerances*
     int* tokens = (int*)malloc_check((size_t)T * sizeof(int), "test tokens");
     tokens[0] = fx->inputs[0];
     double worst = 0.0;
-    int same = 1, bitwise = 1, first_diff = -1;
+    int same = 1, bitwise = 1, first_diff = -1, ties = 0;
     for (int i = 0; i < T; i++) {
         kv_cache_step(m, &kv, tokens[i], a);
         generate_logits(m, &g, tokens, i + 1, i + 1, b);
@@ -216,14 +219,18 @@ static void test_kv_cache_sampling(GPT2* m, const Fixture* fx, const Tolerances*
         if (relative_to_max(err, ref) > worst) { worst = relative_to_max(err, ref); }
         if (err != 0.0) { bitwise = 0; }
         int ta = sample_token(a, V, 0.0f, 0, 0.5f), tb = sample_token(b, V, 0.0f, 0, 0.5f);
-        if (ta != tb && first_diff < 0) { first_diff = i; same = 0; }
+        if (ta != tb && (double)b[tb] - (double)b[ta] <= 2.0 * err) {
+            ties++;
+        } else if (ta != tb && first_diff < 0) {
+            first_diff = i; same = 0;
+        }
         if (i + 1 < T) { tokens[i + 1] = ta; }
     }
     TEST_CHECK(kv.len == T, "the cache holds the %d positions fed (%d)", T, kv.len);
     TEST_CHECK(worst <= tol->logits, "KV-cache logits vs full forward over %d greedy positions: worst rel diff %.2e "
                "(tol %.0e, %s)", T, worst, tol->logits, bitwise ? "bit-identical" : "not bit-identical");
-    TEST_CHECK(same, "KV-cache greedy tokens equal the recomputed ones at all %d steps (first difference: %d)", T,
-               first_diff);
+    TEST_CHECK(same, "KV-cache greedy tokens equal the recomputed ones at all %d steps but %d ties within 2x the logit "
+               "difference (first difference beyond: %d)", T, ties, first_diff);
     kv_cache_free(&kv);
     free(a); free(b); free(tokens);
 }

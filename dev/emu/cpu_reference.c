@@ -43,6 +43,16 @@ void ref_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float
     rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C);
     free(scratch);
 }
+void ref_qknorm_forward(float* qkv, float* pre, float* rstd, const float* qw, const float* kw, int N, int NH, int NKV,
+                        int hs) {
+    qknorm_forward(qkv, pre, rstd, qw, kw, N, NH, NKV, hs);
+}
+void ref_qknorm_backward(float* dqkv, float* dqw, float* dkw, const float* pre, const float* qw, const float* kw,
+                         const float* rstd, int N, int NH, int NKV, int hs) {
+    float* scratch = (float*)calloc(qknorm_scratch_floats(N, NH, NKV, hs) + 1, sizeof(float));
+    qknorm_backward(dqkv, dqw, dkw, scratch, pre, qw, kw, rstd, N, NH, NKV, hs);
+    free(scratch);
+}
 void ref_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                         float* pre_gelu) {
     matmul_forward(out, inp, weight, bias, N, C, OC, pre_gelu);

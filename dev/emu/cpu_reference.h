@@ -25,6 +25,12 @@ void ref_fused_residual_layernorm_forward(float* residual, float* out, float* me
 void ref_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                             const float* mean, const float* rstd, int N, int C);
 /* RMSNorm (Zhang & Sennrich 2019), llmc/cpu/layernorm.h */
+/* QK-norm (llmc/cpu/qknorm.h): qkv (N, (NH+2NKV) hs) in place, pre (N, NH+NKV, hs), rstd (N, NH+NKV); the backward
+ * overwrites d q and d k of dqkv and accumulates dqw, dkw (hs) */
+void ref_qknorm_forward(float* qkv, float* pre, float* rstd, const float* qw, const float* kw, int N, int NH, int NKV,
+                        int hs);
+void ref_qknorm_backward(float* dqkv, float* dqw, float* dkw, const float* pre, const float* qw, const float* kw,
+                         const float* rstd, int N, int NH, int NKV, int hs);
 void ref_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C);
 void ref_fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* inp1, const float* inp2,
                                         const float* w, int N, int C);

@@ -448,6 +448,53 @@ static void test_layernorm(int N, int C) {
     dev_free(d_scratch);
 }
 
+/* ---------------------------------------------------------------- qknorm */
+/* QK-norm (llmc/cuda/qknorm.cuh) against the CPU twin: RMSNorm rows of hs values, so RMSNorm's tolerances (out TOL_FWD,
+ * rstd TOL_FP32 * 10, backward TOL_BWD); pre is a copy of the input heads (exact); v and its gradient untouched;
+ * the weight gradients' chunked sums are deterministic (a second run is bit-identical). */
+static void test_qknorm(int N, int NH, int NKV, int hs) {
+    std::string s = shp("N=%d NH=%d NKV=%d hs=%d", N, NH, NKV, hs);
+    const int H = NH + NKV;
+    const size_t R = (size_t)(NH + 2 * NKV) * hs, nq = (size_t)N * R, np = (size_t)N * H * hs;
+    std::vector<float> qkv = randv(nq, 2.0f), qw = randv(hs), kw = randv(hs), pre(np), rstd((size_t)N * H);
+    floatX* d_qkv = upX(qkv);
+    floatX* d_qw = upX(qw);
+    floatX* d_kw = upX(kw);
+    floatX* d_pre = dX(np);
+    float* d_rstd = dF((size_t)N * H);
+    poisonX(d_pre, np); poisonF(d_rstd, (size_t)N * H);
+    qknorm_forward(d_qkv, d_pre, d_rstd, d_qw, d_kw, N, NH, NKV, hs);
+    ref_qknorm_forward(qkv.data(), pre.data(), rstd.data(), qw.data(), kw.data(), N, NH, NKV, hs);
+    check("qknorm_forward qkv", s, downX(d_qkv, nq), roundX(qkv), TOL_FWD);
+    check("qknorm_forward rstd", s, downF(d_rstd, rstd.size()), rstd, TOL_FP32 * 10);
+    TEST_CHECK(same_bits(downX(d_pre, np), pre), "qknorm_forward pre holds the input heads exactly (%s)", s.c_str());
+    /* backward from the reference's pre and rstd, accumulating into random weight gradients */
+    std::vector<float> dqkv = randv(nq), dqw = randv(hs), dkw = randv(hs);
+    floatX* d_dqkv = upX(dqkv);
+    floatX* d_dqw = upX(dqw);
+    floatX* d_dkw = upX(dkw);
+    std::vector<float> dqkv0 = dqkv, dqw0 = dqw, dkw0 = dkw;
+    dev_memcpy_h2d(d_rstd, rstd.data(), rstd.size() * sizeof(float));
+    size_t ns = qknorm_scratch_floats(N, NH, NKV, hs);
+    float* d_scratch = dF(ns);
+    poisonF(d_scratch, ns);
+    qknorm_backward(d_dqkv, d_dqw, d_dkw, d_scratch, d_pre, d_qw, d_kw, d_rstd, N, NH, NKV, hs);
+    ref_qknorm_backward(dqkv.data(), dqw.data(), dkw.data(), pre.data(), qw.data(), kw.data(), rstd.data(), N, NH,
+                        NKV, hs);
+    std::vector<float> g = downX(d_dqkv, nq), gq = downX(d_dqw, hs), gk = downX(d_dkw, hs);
+    check("qknorm_backward dqkv", s, g, dqkv, TOL_BWD);
+    check("qknorm_backward dqw", s, gq, dqw, TOL_BWD);
+    check("qknorm_backward dkw", s, gk, dkw, TOL_BWD);
+    dev_upload_floats(d_dqkv, dqkv0.data(), nq);
+    dev_upload_floats(d_dqw, dqw0.data(), hs);
+    dev_upload_floats(d_dkw, dkw0.data(), hs);
+    qknorm_backward(d_dqkv, d_dqw, d_dkw, d_scratch, d_pre, d_qw, d_kw, d_rstd, N, NH, NKV, hs);
+    TEST_CHECK(same_bits(downX(d_dqkv, nq), g) && same_bits(downX(d_dqw, hs), gq) && same_bits(downX(d_dkw, hs), gk),
+               "qknorm_backward bit-identical on a second run (%s)", s.c_str());
+    dev_free(d_qkv); dev_free(d_qw); dev_free(d_kw); dev_free(d_pre); dev_free(d_rstd); dev_free(d_dqkv);
+    dev_free(d_dqw); dev_free(d_dkw); dev_free(d_scratch);
+}
+
 /* ---------------------------------------------------------------- rmsnorm */
 /* RMSNorm (Zhang & Sennrich 2019): the same kernels as LayerNorm's with RMS = true, against the CPU twin.
  * Tolerances as LayerNorm's (same arithmetic minus the mean): out TOL_FWD, rstd TOL_FP32 * 10 (fp32 both sides,
@@ -1527,6 +1574,11 @@ int main(void) {
     test_layernorm(1, 30);
     test_layernorm(300, 768); /* many rows, several backward chunks, C > block */
     test_layernorm(20, 1056); /* C > LAYERNORM_BWD_REG_C: the backward's shared-memory path */
+    test_qknorm(1, 1, 1, 16);
+    test_qknorm(63, 4, 2, 64);   /* grouped-query, T 63 */
+    test_qknorm(65, 4, 4, 128);  /* head size 128 */
+    test_qknorm(300, 4, 1, 16);  /* multi-query; more tokens than QKNORM_CHUNKS: several tokens a chunk */
+    test_qknorm(5, 3, 3, 6);     /* head size below a warp */
     test_rmsnorm(1, 64);
     test_rmsnorm(63, 128);
     test_rmsnorm(65, 768);   /* several backward chunks */
@@ -1647,6 +1699,7 @@ int main(void) {
     emu::g.reverse_warps = 1;
     test_layernorm(128, 64);
     test_rmsnorm(65, 128);
+    test_qknorm(63, 4, 2, 64);
     test_attention(4, 32, 64, 4, 0);
     test_attention(3, 7, 36, 3, 0);
     test_attention(1, 150, 128, 2, 2);

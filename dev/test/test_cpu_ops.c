@@ -652,6 +652,74 @@ static void test_rmsnorm(int N, int C, double scale) {
     free(rgx); free(rgw); free(rdout); free(wgx); free(wgw);
 }
 
+/* QK-norm (llmc/cpu/qknorm.h) against the RMSNorm reference applied to each head as a row: the q heads of all tokens
+ * with qw, the k heads with kw, gathered from qkv (N, (NH + 2 NKV) hs) by the test (the definition, independent of
+ * the op's indexing); v must stay untouched, pre must hold the input, and the backward overwrites d q and d k (from
+ * zero in the reference) and accumulates dqw, dkw. Tolerance REL_TOL as test_rmsnorm's (rows of hs values). */
+static void test_qknorm(int N, int NH, int NKV, int hs) {
+    const int H = NH + NKV, R = (NH + 2 * NKV) * hs;
+    const size_t nq = (size_t)N * R, rows_q = (size_t)N * NH, rows_k = (size_t)N * NKV;
+    float *qkv = frand(nq, 2), *pre = frand((size_t)N * H * hs, 1), *rstd = frand((size_t)N * H, 1);
+    float *qw = frand(hs, 1), *kw = frand(hs, 1), *orig = fcopy(qkv, nq);
+    double *xq = dzeros(rows_q * hs), *xk = dzeros(rows_k * hs), *dqw = todouble(qw, hs), *dkw = todouble(kw, hs);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < H; j++) {
+            double* row = j < NH ? xq + ((size_t)n * NH + j) * hs : xk + ((size_t)n * NKV + j - NH) * hs;
+            for (int i = 0; i < hs; i++) { row[i] = qkv[(size_t)n * R + (size_t)j * hs + i]; }
+        }
+    }
+    double *rq = dzeros(rows_q * hs), *rk = dzeros(rows_k * hs), *rsq = dzeros(rows_q), *rsk = dzeros(rows_k);
+    ref_rmsnorm_fwd(rq, rsq, xq, dqw, (int)rows_q, hs);
+    ref_rmsnorm_fwd(rk, rsk, xk, dkw, (int)rows_k, hs);
+    qknorm_forward(qkv, pre, rstd, qw, kw, N, NH, NKV, hs);
+    double *ref = todouble(orig, nq), *refrs = dzeros((size_t)N * H);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < H; j++) {
+            const double* row = j < NH ? rq + ((size_t)n * NH + j) * hs : rk + ((size_t)n * NKV + j - NH) * hs;
+            for (int i = 0; i < hs; i++) { ref[(size_t)n * R + (size_t)j * hs + i] = row[i]; }
+            refrs[(size_t)n * H + j] = j < NH ? rsq[(size_t)n * NH + j] : rsk[(size_t)n * NKV + j - NH];
+        }
+    }
+    Err e = cmp(qkv, ref, nq), er = cmp(rstd, refrs, (size_t)N * H);
+    CHECK_ERR(e, REL_TOL, "qknorm_forward qkv (q, k normalised; v untouched) N=%d NH=%d NKV=%d hs=%d", N, NH, NKV, hs);
+    CHECK_ERR(er, REL_TOL, "qknorm_forward rstd N=%d NH=%d NKV=%d hs=%d", N, NH, NKV, hs);
+    int pre_ok = 1;
+    for (int n = 0; n < N; n++) {
+        for (size_t c = 0; c < (size_t)H * hs; c++) { pre_ok &= pre[(size_t)n * H * hs + c] == orig[(size_t)n * R + c]; }
+    }
+    TEST_CHECK(pre_ok, "qknorm_forward saves its input heads in pre (N=%d NH=%d NKV=%d hs=%d)", N, NH, NKV, hs);
+    /* backward: dy random over the whole row (v's gradient must pass through untouched) */
+    float *dqkv = frand(nq, 1), *gqw = frand(hs, 1), *gkw = frand(hs, 1);
+    double *dyq = dzeros(rows_q * hs), *dyk = dzeros(rows_k * hs), *rgq = todouble(gqw, hs), *rgk = todouble(gkw, hs);
+    double *rdq = dzeros(rows_q * hs), *rdk = dzeros(rows_k * hs), *rd = todouble(dqkv, nq);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < H; j++) {
+            double* row = j < NH ? dyq + ((size_t)n * NH + j) * hs : dyk + ((size_t)n * NKV + j - NH) * hs;
+            for (int i = 0; i < hs; i++) { row[i] = dqkv[(size_t)n * R + (size_t)j * hs + i]; }
+        }
+    }
+    ref_rmsnorm_bwd(rdq, rgq, dyq, xq, dqw, (int)rows_q, hs);
+    ref_rmsnorm_bwd(rdk, rgk, dyk, xk, dkw, (int)rows_k, hs);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < H; j++) {
+            const double* row = j < NH ? rdq + ((size_t)n * NH + j) * hs : rdk + ((size_t)n * NKV + j - NH) * hs;
+            for (int i = 0; i < hs; i++) { rd[(size_t)n * R + (size_t)j * hs + i] = row[i]; }
+        }
+    }
+    float* scratch = (float*)dev_malloc((qknorm_scratch_floats(N, NH, NKV, hs) + 1) * sizeof(float), "scratch");
+    qknorm_backward(dqkv, gqw, gkw, scratch, pre, qw, kw, rstd, N, NH, NKV, hs);
+    Err g = cmp(dqkv, rd, nq), gq = cmp(gqw, rgq, hs), gk = cmp(gkw, rgk, hs);
+    CHECK_ERR(g, REL_TOL, "qknorm_backward dqkv (q, k overwritten; v untouched) N=%d NH=%d NKV=%d hs=%d", N, NH, NKV, hs);
+    CHECK_ERR(gq, REL_TOL, "qknorm_backward dqw (accumulated over the query heads) N=%d NH=%d NKV=%d hs=%d", N, NH, NKV,
+              hs);
+    CHECK_ERR(gk, REL_TOL, "qknorm_backward dkw (accumulated over the key heads) N=%d NH=%d NKV=%d hs=%d", N, NH, NKV,
+              hs);
+    dev_free(qkv); dev_free(pre); dev_free(rstd); dev_free(qw); dev_free(kw); dev_free(orig); dev_free(dqkv);
+    dev_free(gqw); dev_free(gkw); dev_free(scratch);
+    free(xq); free(xk); free(dqw); free(dkw); free(rq); free(rk); free(rsq); free(rsk); free(ref); free(refrs);
+    free(dyq); free(dyk); free(rgq); free(rgk); free(rdq); free(rdk); free(rd);
+}
+
 static void test_matmul(int N, int C, int OC, int use_bias, int gelu) {
     float *x = frand((size_t)N * C, 1), *W = frand((size_t)OC * C, 0.5), *b = use_bias ? frand(OC, 1) : NULL;
     float *out = frand((size_t)N * OC, 1), *pre = gelu ? frand((size_t)N * OC, 1) : NULL;
@@ -1424,6 +1492,10 @@ int main(void) {
     test_layernorm(5, 37);
     test_layernorm(64, 768);
     const uint64_t rng_saved = rng_state; /* put back below (see test_references_fd) */
+    test_qknorm(1, 1, 1, 2);
+    test_qknorm(7, 4, 2, 16);  /* grouped-query: 2 key heads */
+    test_qknorm(33, 6, 6, 8);
+    test_qknorm(5, 4, 1, 64);  /* multi-query, head size 64 */
     test_rmsnorm(1, 1, 1.0);
     test_rmsnorm(1, 13, 1.0);
     test_rmsnorm(5, 37, 1.0);
