@@ -5,7 +5,7 @@
 # second, says so, and the shards hold exactly the tokenizer's ids (EOT first in every document); the trainer's own
 # readers (build/shard_decode: llmc/dataloader.h + the decode table through llmc/tokenizer.h) give back every
 # document byte for byte (accents, an emoji split over byte tokens) with ids above 65,535 read unchanged; the trainer
-# trains a V70000 model on the 32-bit shards (first loss near ln 70000, samples printed through the decode table);
+# trains a V70000 model on the 32-bit shards (fineweb.py --tokenizer too) (first loss near ln 70000, samples printed through the decode table);
 # and the same GPT-2 token stream as a version 1 and a version 2 shard gives bit-identical training and validation
 # losses, gradient norms and samples. Needs python3 with numpy, tiktoken and tokenizers (scripts/install_deps.sh).
 source "$(dirname "$0")/lib_cli.sh"
@@ -97,8 +97,28 @@ for k in big small; do
         > "$TMP/$k.dec" 2> "$TMP/$k.decerr"
     rc=$?
     cmp -s "$TMP/$k.dec" "$TMP/expect.txt"
-    check $((rc + $?)) "$k: the trainer's readers (dataloader.h, tokenizer.h's decode table) give back all 3 documents byte for byte, every id above 65535 included ($(tr '\n' ' ' < "$TMP/$k.decerr"))"
+    check $((rc + $?)) "$k: the trainer's readers (dataloader.h, tokenizer.h's decode table) give back all 3 documents byte for byte$([ $k = big ] && echo ", every id above 65535 included") ($(tr '\n' ' ' < "$TMP/$k.decerr"))"
 done
+# fineweb.py --local-parquet --tokenizer: the same documents, version 2 shards, its decode table; another tokenizer
+# in the same directory is refused
+python3 - "$TMP" <<'PY'
+import json, sys
+import pyarrow as pa, pyarrow.parquet as pq
+docs = [json.loads(l)["text"] for l in open(f"{sys.argv[1]}/docs.jsonl", encoding="utf-8")]
+pq.write_table(pa.table({"text": docs}), f"{sys.argv[1]}/docs.parquet")
+PY
+python3 dev/data/fineweb.py --local-parquet "$TMP/docs.parquet" --tokenizer "$TMP/big.json" --shard-size 5000 \
+    --workers 1 -o "$TMP/fw" > "$TMP/fw.out" 2>&1 &&
+    grep -q "shard version 2" "$TMP/fw.out" && grep -q "disk: the shards need about .* (4 bytes x" "$TMP/fw.out"
+check $? "fineweb.py --tokenizer: version 2 chosen and 4 bytes per token in its disk estimate"
+{ $DEC "$TMP/fw/fineweb_tokenizer.bin" "$TMP/fw/fineweb_val_*.bin" && $DEC "$TMP/fw/fineweb_tokenizer.bin" "$TMP/fw/fineweb_train_*.bin"; } \
+    > "$TMP/fw.dec" 2> /dev/null && cmp -s "$TMP/fw.dec" "$TMP/expect.txt"
+check $? "fineweb.py --tokenizer: its shards and decode table give back the documents byte for byte"
+python3 dev/data/fineweb.py --local-parquet "$TMP/docs.parquet" --tokenizer "$TMP/small.json" --shard-size 5000 \
+    --workers 1 -o "$TMP/fw" > "$TMP/fw2.out" 2>&1
+test $? -eq 1 && grep -q "fineweb.py: error: .* holds shards of another tokenizer (sha256:" "$TMP/fw2.out"
+check $? "fineweb.py: resuming a directory with another tokenizer is refused: $(grep error "$TMP/fw2.out" | cut -c1-120)"
+
 expect_error "has token id 69999 at token offset 0, but the vocabulary size is 520" \
     "a V70000 shard under a 520-token decode table is refused" -- $DEC "$TMP/small/ts_tokenizer.bin" "$TMP/big/ts_val_*.bin"
 
