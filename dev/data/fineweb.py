@@ -167,7 +167,6 @@ def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     out = a.out or os.path.join(here, "edu_fineweb10B" if a.edu else "fineweb10B")
     tk = prepare.load_tokenizer(a.tokenizer, a.eot)  # the tokenizer loads: fail before anything else
-    print(prepare.describe(tk))
     version = prepare.shard_version(tk.vocab_size)
     width = 2 if version == prepare.SHARD_VERSION_U16 else 4
     tok_id = "gpt2" if a.tokenizer is None else "sha256:" + prepare.sha256_file(a.tokenizer)
@@ -193,6 +192,7 @@ def main(argv=None):
     if st is None and os.path.isdir(out) and glob.glob(os.path.join(out, "fineweb_*.bin")):
         die(f"{out} holds fineweb_*.bin shards but no {STATE}; give another -o or delete them")
 
+    print(prepare.describe(tk))
     need = width * est_tokens
     os.makedirs(out, exist_ok=True)
     free = shutil.disk_usage(out).free
