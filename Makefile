@@ -84,6 +84,11 @@ $(BUILD)/mpi_comm: dev/test/mpi_comm.c dev/test/mpi_check.h $(wildcard llmc/comm
 	@mkdir -p $(BUILD)
 	$(CC) $(CPU_CFLAGS) $(MPI_CFLAGS) $< $(MPI_LIBS) -lm -o $@
 
+# the text of token shards through the trainer's readers (dataloader.h + tokenizer.h), for dev/test/cli_tokens32.sh
+$(BUILD)/shard_decode: dev/test/shard_decode.c llmc/dataloader.h llmc/tokenizer.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CPU_CFLAGS) $< -lm -o $@
+
 # process-grid tests run under mpirun by dev/test/cli_grid.sh
 # the pipeline bubble through the real executor with sleeping stages, run under mpirun by dev/test/cli_pp_bubble.sh
 $(BUILD)/mpi_pipe_bubble: dev/test/mpi_pipe_bubble.c dev/test/mpi_check.h $(wildcard llmc/comm*.h) llmc/pipeline.h llmc/utils.h
@@ -285,7 +290,7 @@ MPI_TEST_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_comm $(BUILD)/mpi_comm
 # make test builds its programs TEST_JOBS at a time (the emulator builds are 1-2 minutes each), then runs the tests,
 # TEST_JOBS at a time too (dev/test/run_tests.sh: the longest first, the wall-clock checks alone)
 TEST_JOBS ?= 2
-test-programs: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS)
+test-programs: train_gpt_cpu test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 unit-tests $(MPI_TEST_BINS) $(BUILD)/shard_decode
 test:
 	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS)) test-programs
 	TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh
@@ -293,11 +298,12 @@ test:
 # the quick tier (under 5 minutes on 2 cores; no nvcc and no emulated model): host-module units, the CPU model test and
 # the command-line tests that take seconds each: bad input, resume, the flag table, the layout table (trainer against
 # planner), per-layer checksums of tp 2 x pp 2 + sp against one process, data parallelism against one process, MoE,
-# the process grid and the step statistics under mpirun -np 8, options, progress, the TensorBoard converter. The longer
+# the process grid and the step statistics under mpirun -np 8, options, progress, the TensorBoard converter, token ids
+# beyond 65,535 (a tokenizer.json through prepare.py, 32-bit shards, a V70000 model). The longer
 # layout tests (every ZeRO stage, tp, pp, ep, offload, compression, recompute, preemption, crash safety) run in make test.
-QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress|tensorboard
+QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress|tensorboard|tokens32
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_grid $(BUILD)/mpi_step_stats)
-test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS)
+test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS) $(BUILD)/shard_decode
 	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh
 
 # FP32 build of the model test (TF32 off, precise math: no --use_fast_math) next to the default BF16 one. Built with

@@ -31,7 +31,7 @@ File formats (little-endian, int32 header[256]):
             beta2, eps, weight_decay, grad_clip; body: inputs int32 (B*T), targets int32
             (B*T), logits fp32 (B,T,V), loss fp32, grads fp32 (all params, file layout),
             step_losses fp32 (n_steps)
-  shard     [0]=20240520 [1]=1 [2]=ntok; uint16 tokens
+  shard     [0]=20240520 [1]=1 (uint16 tokens) or 2 (uint32 tokens) [2]=ntok; ntok tokens
 
 Fixture optimizer semantics (what the C trainer must reproduce): global grad
 norm over all params, torch.nn.utils.clip_grad_norm_ scales every grad by
@@ -57,7 +57,8 @@ import torch.nn.functional as F
 
 MODEL_MAGIC, MODEL_VERSION_FP32 = 20240326, 3
 STATE_MAGIC, STATE_VERSION = 20240327, 2
-SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+SHARD_MAGIC = 20240520
+SHARD_WIDTH = {1: 2, 2: 4}  # shard version -> bytes per token id (llmc/dataloader.h)
 HEADER_INTS = 256
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "qnormw", "knormw", "attprojw", "attprojb",
@@ -379,19 +380,20 @@ def write_model(model, path):
 
 
 def read_shard(path):
-    """Returns the uint16 tokens of an llm.c token shard; dies with a clear message on a bad file."""
+    """Returns the token ids of a token shard (version 1: uint16, version 2: uint32) as a numpy array; dies with a
+    clear message on a bad file."""
     if not os.path.isfile(path):
         die(f"{path}: no such file (build the default data with: python3 dev/data/tinyshakespeare.py)")
     size = os.path.getsize(path)
     if size < HEADER_INTS * 4:
         die(f"{path}: {size} bytes, too small for the 1024-byte shard header")
     h = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if h[0] != SHARD_MAGIC or h[1] != SHARD_VERSION:
-        die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {SHARD_MAGIC}/{SHARD_VERSION} (a token shard from dev/data/prepare.py)")
-    ntok = int(h[2])
-    if size != HEADER_INTS * 4 + 2 * ntok:
-        die(f"{path}: {size} bytes, but header says {ntok} tokens ({HEADER_INTS * 4 + 2 * ntok} bytes expected)")
-    return np.fromfile(path, dtype="<u2", offset=HEADER_INTS * 4)
+    if h[0] != SHARD_MAGIC or int(h[1]) not in SHARD_WIDTH:
+        die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {SHARD_MAGIC}/1 or 2 (a token shard from dev/data/prepare.py)")
+    ntok, width = int(h[2]), SHARD_WIDTH[int(h[1])]
+    if size != HEADER_INTS * 4 + width * ntok:
+        die(f"{path}: {size} bytes, but header says {ntok} tokens of {width} bytes ({HEADER_INTS * 4 + width * ntok} bytes expected)")
+    return np.fromfile(path, dtype="<u2" if width == 2 else "<u4", offset=HEADER_INTS * 4)
 
 
 # ----------------------------------------------------------------------------- fixture

@@ -1,9 +1,14 @@
 /*
  * llmc/dataloader.h -- token-shard data loader with exact, rank-disjoint epochs and exact resume.
  *
- * Shard format (llm.c; llmc/README.md, "File formats"; written by the data preparation script prepare.py): little-endian
- * int32 header[256] with header[0] = 20240520 (magic), header[1] = 1 (version),
- * header[2] = token count; then `count` uint16 token ids. File size must be 1024 + 2*count.
+ * Shard format (llmc/README.md, "File formats"; written by the data preparation script prepare.py): little-endian
+ * int32 header[256] with header[0] = 20240520 (magic), header[1] = version, header[2] = token count; then `count`
+ * token ids: version 1 (llm.c's) uint16 ids, version 2 uint32 ids (tokenizers of 65,536 tokens or more). File size
+ * must be 1024 + 2*count (version 1) or 1024 + 4*count (version 2). The version is read per shard, so one glob may
+ * mix them: every shard's ids become the same int32 values whatever their width (a stream written as version 1
+ * and as version 2 trains bit-identically), and the width says nothing about which tokenizer wrote a shard (that is
+ * what the vocabulary check below catches, for either version). A version 2 id >= 2^31 is refused when its window
+ * is read (it has no int32 value), whether or not a vocabulary limit is set.
  * Every shard is checked at init (magic, version, size, enough tokens, by reading its header) and mapped
  * read-only only when read: at most DATALOADER_MAP_CACHE (8) shards are mapped at a time, the least recently
  * used unmapped first, so any number of shards works (the kernel allows about 65,530 maps per process);
@@ -41,9 +46,11 @@
  *   dataloader_load_sequence(dl, j, row)   loads sequence j (0 <= j < dataloader_sequences) into row `row`
  *       (0 <= row < B) of inputs/targets, without moving the position; out of range -> FATAL.
  *   dataloader_set_vocab_limit(dl, V) from then on any token >= V in a loaded window is a FATAL
- *       error naming the shard and token offset (0 = no check, the default).
+ *       error naming the shard and token offset (0 = no check, the default). The check costs one compare per
+ *       token read (B*T+1 per batch), nothing at init: shards are not scanned whole.
  *   dataloader_fingerprint(dl)        64-bit FNV-1a hash of shard base names, token counts and the
- *       first/last 8 tokens of each shard (ranks compare it to detect different data).
+ *       first/last 8 tokens of each shard, as stored (2 bytes each in version 1, 4 in version 2, so a shard
+ *       rewritten in the other version is different data to a resume; ranks compare it to detect different data).
  *   dataloader_free(dl)               unmaps and frees everything.
  *
  * Header-only: static inline functions, no globals. POSIX: glob(3), open(2), mmap(2).
@@ -63,7 +70,8 @@
 #include "llmc/utils.h"
 
 #define DATALOADER_MAGIC 20240520
-#define DATALOADER_VERSION 1
+#define DATALOADER_VERSION_U16 1 /* llm.c's: uint16 token ids */
+#define DATALOADER_VERSION_U32 2 /* uint32 token ids */
 #define DATALOADER_HEADER_BYTES 1024
 #define DATALOADER_MAP_CACHE 8 /* shards mapped at a time (least recently used unmapped first) */
 
@@ -87,6 +95,7 @@ typedef struct {
     char** shard_paths;        /* [num_shards] malloc'd copies */
     size_t* shard_num_tokens;  /* [num_shards] */
     size_t* shard_windows;     /* [num_shards] */
+    unsigned char* shard_token_bytes; /* [num_shards] 2 (version 1) or 4 (version 2) */
     /* position */
     uint64_t epoch, position;
     /* caches for the current epoch's order */
@@ -101,7 +110,7 @@ typedef struct {
     int cache_shard[DATALOADER_MAP_CACHE];
     void* cache_map[DATALOADER_MAP_CACHE];
     size_t cache_bytes[DATALOADER_MAP_CACHE];
-    const uint16_t* cache_tokens[DATALOADER_MAP_CACHE]; /* map + 1024 bytes */
+    const unsigned char* cache_tokens[DATALOADER_MAP_CACHE]; /* map + 1024 bytes: uint16 or uint32 ids */
     uint64_t cache_used[DATALOADER_MAP_CACHE];          /* last use (cache_clock), 0 = never */
     uint64_t cache_clock;
 } DataLoader;
@@ -189,20 +198,22 @@ static inline void dataloader_open_shard(DataLoader* dl, int i) {
         close(fd);
         FATAL("token shard '%s' has magic %d, expected %d (not a token shard); %s", path, header[0], DATALOADER_MAGIC, regen);
     }
-    if (header[1] != DATALOADER_VERSION) {
+    if (header[1] != DATALOADER_VERSION_U16 && header[1] != DATALOADER_VERSION_U32) {
         close(fd);
-        FATAL("token shard '%s' has version %d, expected %d; %s", path, header[1], DATALOADER_VERSION, regen);
+        FATAL("token shard '%s' has version %d, expected %d (uint16 tokens) or %d (uint32 tokens); %s", path, header[1],
+              DATALOADER_VERSION_U16, DATALOADER_VERSION_U32, regen);
     }
+    size_t tb = header[1] == DATALOADER_VERSION_U16 ? 2 : 4; /* bytes per token */
     if (header[2] < 0) {
         close(fd);
         FATAL("token shard '%s' has a negative token count %d in its header; %s", path, header[2], regen);
     }
     size_t count = (size_t)header[2];
-    size_t expected = DATALOADER_HEADER_BYTES + 2 * count;
+    size_t expected = DATALOADER_HEADER_BYTES + tb * count;
     if (bytes != expected) {
         close(fd);
-        FATAL("token shard '%s' is %zu bytes, expected %zu = 1024 + 2 * %zu tokens (header count); "
-              "the file is truncated or corrupt; %s", path, bytes, expected, count, regen);
+        FATAL("token shard '%s' (version %d) is %zu bytes, expected %zu = 1024 + %zu * %zu tokens (header count); "
+              "the file is truncated or corrupt; %s", path, header[1], bytes, expected, tb, count, regen);
     }
     size_t need = (size_t)dl->B * (size_t)dl->T + 1;
     if (count < need) {
@@ -210,26 +221,27 @@ static inline void dataloader_open_shard(DataLoader* dl, int i) {
         FATAL("token shard '%s' has %zu tokens, but one batch window needs B*T+1 = %zu (B=%d, T=%d); "
               "use a smaller batch size/sequence length or a larger shard", path, count, need, dl->B, dl->T);
     }
-    uint16_t ends[16];
+    unsigned char ends[64]; /* the first and last (up to) 8 tokens as stored */
     size_t k = count < 8 ? count : 8;
-    dataloader_pread(fd, ends, k * sizeof(uint16_t), DATALOADER_HEADER_BYTES, path);
-    dataloader_pread(fd, ends + 8, k * sizeof(uint16_t), (off_t)(DATALOADER_HEADER_BYTES + 2 * (count - k)), path);
+    dataloader_pread(fd, ends, k * tb, DATALOADER_HEADER_BYTES, path);
+    dataloader_pread(fd, ends + 32, k * tb, (off_t)(DATALOADER_HEADER_BYTES + tb * (count - k)), path);
     close(fd);
     const char* base = strrchr(path, '/'); /* the fingerprint: see dataloader_fingerprint */
     base = base ? base + 1 : path;
     uint64_t count64 = (uint64_t)count;
     dl->fingerprint = fnv1a64(dl->fingerprint, base, strlen(base) + 1);
     dl->fingerprint = fnv1a64(dl->fingerprint, &count64, sizeof(count64));
-    dl->fingerprint = fnv1a64(dl->fingerprint, ends, k * sizeof(uint16_t));
-    dl->fingerprint = fnv1a64(dl->fingerprint, ends + 8, k * sizeof(uint16_t));
+    dl->fingerprint = fnv1a64(dl->fingerprint, ends, k * tb);
+    dl->fingerprint = fnv1a64(dl->fingerprint, ends + 32, k * tb);
     dl->shard_num_tokens[i] = count;
+    dl->shard_token_bytes[i] = (unsigned char)tb;
     dl->shard_windows[i] = (count - 1) / ((size_t)dl->B * (size_t)dl->T);
 }
 
-/* the tokens of shard s (after its header), mapped on demand: at most DATALOADER_MAP_CACHE shards stay mapped, the
- * least recently used one is unmapped to make room, so any number of shards works within the kernel's per-process
- * map limit (vm.max_map_count). Exits naming the shard (and that limit, for ENOMEM) if it cannot be mapped. */
-static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
+/* the tokens of shard s (after its header: uint16 or uint32 ids, dl->shard_token_bytes[s] bytes each), mapped on
+ * demand: at most DATALOADER_MAP_CACHE shards stay mapped, the least recently used one is unmapped to make room, so
+ * any number of shards works within the kernel's per-process map limit (vm.max_map_count). Exits naming the shard (and that limit, for ENOMEM) if it cannot be mapped. */
+static inline const unsigned char* dataloader_shard_tokens(DataLoader* dl, int s) {
     int slot = -1;
     for (int c = 0; c < DATALOADER_MAP_CACHE; c++) {
         if (dl->cache_shard[c] == s) { dl->cache_used[c] = ++dl->cache_clock; return dl->cache_tokens[c]; }
@@ -237,7 +249,7 @@ static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
     }
     if (dl->cache_shard[slot] >= 0) { munmap(dl->cache_map[slot], dl->cache_bytes[slot]); dl->cache_shard[slot] = -1; }
     const char* path = dl->shard_paths[s];
-    size_t bytes = DATALOADER_HEADER_BYTES + 2 * dl->shard_num_tokens[s];
+    size_t bytes = DATALOADER_HEADER_BYTES + (size_t)dl->shard_token_bytes[s] * dl->shard_num_tokens[s];
     char why[128];
     int fd = open_regular(path, O_RDONLY, 0, why, sizeof(why));
     if (fd < 0) { FATAL("cannot open token shard '%s': %s", path, why); }
@@ -251,7 +263,7 @@ static inline const uint16_t* dataloader_shard_tokens(DataLoader* dl, int s) {
     dl->cache_shard[slot] = s;
     dl->cache_map[slot] = map;
     dl->cache_bytes[slot] = bytes;
-    dl->cache_tokens[slot] = (const uint16_t*)((const char*)map + DATALOADER_HEADER_BYTES);
+    dl->cache_tokens[slot] = (const unsigned char*)map + DATALOADER_HEADER_BYTES;
     dl->cache_used[slot] = ++dl->cache_clock;
     return dl->cache_tokens[slot];
 }
@@ -268,23 +280,39 @@ static inline void dataloader_build_order(DataLoader* dl, uint64_t epoch) {
     dl->order_epoch = epoch;
 }
 
+/* token i of a shard's token area `tok` of `tb` bytes per id (2: uint16, 4: uint32), little-endian as stored; the
+ * area is 1024 bytes into a page-aligned map, so both widths are aligned */
+static inline uint32_t dataloader_token_at(const unsigned char* tok, size_t tb, size_t i) {
+    return tb == 2 ? (uint32_t)((const uint16_t*)(const void*)tok)[i] : ((const uint32_t*)(const void*)tok)[i];
+}
+
+/* copies tokens [first, first + n] (n + 1 of them) of shard s into inputs[0..n) and targets[0..n) (targets shifted
+ * by one) as int32, after checking each against the vocabulary limit (when set) and int32's range; `first` is the
+ * shard's token offset (named in an error) */
+static inline void dataloader_copy_tokens(DataLoader* dl, int s, size_t first, size_t n, int* inputs, int* targets) {
+    size_t tb = dl->shard_token_bytes[s];
+    const unsigned char* tok = dataloader_shard_tokens(dl, s) + first * tb;
+    uint32_t limit = dl->vocab_limit > 0 ? (uint32_t)dl->vocab_limit : (uint32_t)INT32_MAX + 1u;
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t id = dataloader_token_at(tok, tb, i);
+        if (id >= limit) {
+            if (dl->vocab_limit > 0) {
+                FATAL("token shard '%s' has token id %u at token offset %zu, but the vocabulary size is %d; "
+                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s],
+                      (unsigned)id, first + i, dl->vocab_limit);
+            }
+            FATAL("token shard '%s' has token id %u at token offset %zu, above the largest id 2147483647 a shard may "
+                  "hold; regenerate with the data preparation script prepare.py", dl->shard_paths[s], (unsigned)id, first + i);
+        }
+        if (i < n) { inputs[i] = (int)id; }
+        if (i > 0) { targets[i - 1] = (int)id; }
+    }
+}
+
 /* copies window `w` of shard `s` into inputs/targets */
 static inline void dataloader_copy_window(DataLoader* dl, int s, size_t w) {
     size_t n = (size_t)dl->B * (size_t)dl->T;
-    const uint16_t* tok = dataloader_shard_tokens(dl, s) + w * n;
-    for (size_t i = 0; i < n; i++) {
-        dl->inputs[i] = (int)tok[i];
-        dl->targets[i] = (int)tok[i + 1];
-    }
-    if (dl->vocab_limit > 0) {
-        for (size_t i = 0; i <= n; i++) {
-            if ((int)tok[i] >= dl->vocab_limit) {
-                FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
-                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s], (int)tok[i],
-                      w * n + i, dl->vocab_limit);
-            }
-        }
-    }
+    dataloader_copy_tokens(dl, s, w * n, n, dl->inputs, dl->targets);
 }
 
 /* loads global position `pos` of epoch `epoch` */
@@ -346,6 +374,7 @@ static inline void dataloader_init(DataLoader* dl, const char* glob_pattern, int
     dl->shard_paths = (char**)calloc_check((size_t)n, sizeof(char*), "shard paths");
     dl->shard_num_tokens = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard token counts");
     dl->shard_windows = (size_t*)calloc_check((size_t)n, sizeof(size_t), "shard windows");
+    dl->shard_token_bytes = (unsigned char*)calloc_check((size_t)n, 1, "shard token widths");
     dl->shard_order = (int*)calloc_check((size_t)n, sizeof(int), "shard order");
     dl->order_cumulative = (size_t*)calloc_check((size_t)n + 1, sizeof(size_t), "shard window offsets");
     for (int i = 0; i < n; i++) { dl->shard_paths[i] = dataloader_strdup(g.gl_pathv[i]); }
@@ -437,18 +466,7 @@ static inline void dataloader_load_sequence(DataLoader* dl, size_t j, int row) {
     for (int s = 0; s < dl->num_shards; s++) {
         size_t n = (dl->shard_num_tokens[s] - 1) / T;
         if (k >= n) { k -= n; continue; }
-        const uint16_t* tok = dataloader_shard_tokens(dl, s) + k * T;
-        for (size_t i = 0; i <= T; i++) {
-            if (dl->vocab_limit > 0 && (int)tok[i] >= dl->vocab_limit) {
-                FATAL("token shard '%s' has token id %d at token offset %zu, but the vocabulary size is %d; "
-                      "regenerate with the data preparation script prepare.py for this tokenizer", dl->shard_paths[s],
-                      (int)tok[i], k * T + i, dl->vocab_limit);
-            }
-        }
-        for (size_t i = 0; i < T; i++) {
-            dl->inputs[(size_t)row * T + i] = (int)tok[i];
-            dl->targets[(size_t)row * T + i] = (int)tok[i + 1];
-        }
+        dataloader_copy_tokens(dl, s, k * T, T, dl->inputs + (size_t)row * T, dl->targets + (size_t)row * T);
         return;
     }
     FATAL("dataloader: sequence %zu requested, but there are only %zu sequences of T+1 = %zu tokens", j,
@@ -465,7 +483,7 @@ static inline void dataloader_free(DataLoader* dl) {
     }
     for (int i = 0; i < dl->num_shards; i++) { if (dl->shard_paths) { free(dl->shard_paths[i]); } }
     free(dl->shard_paths);
-    free(dl->shard_num_tokens); free(dl->shard_windows);
+    free(dl->shard_num_tokens); free(dl->shard_windows); free(dl->shard_token_bytes);
     free(dl->shard_order); free(dl->order_cumulative); free(dl->window_perm);
     free(dl->inputs); free(dl->targets);
     memset(dl, 0, sizeof(*dl));

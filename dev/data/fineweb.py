@@ -16,7 +16,11 @@ Resumable: after every shard OUT/fineweb_state.json (atomic) records the shards 
 starts (document index and token offset); rerunning the same command continues from there without tokenizing the
 finished documents again; a different source or shard size in the same OUT is refused. --stop-after N writes N more
 shards and stops, as an interruption would.
-Disk: before starting it prints the space the shards will need (2 bytes per token: about 20 GB for sample-10BT,
+--tokenizer PATH/tokenizer.json [--eot TOKEN]: a Hugging Face tokenizer instead of GPT-2 (dev/data/prepare.py's
+--tokenizer): shards of version 2 (uint32 ids) when its ids do not fit uint16, and its decode table
+OUT/fineweb_tokenizer.bin (the trainer's --tokenizer); the state records the tokenizer file's sha256, so a resume with
+another tokenizer is refused.
+Disk: before starting it prints the space the shards will need (2 bytes per token, 4 for version 2 shards: about 20 GB for sample-10BT,
 estimated from the text size for local files) and the space free in OUT, and refuses to start when the free space
 is smaller (the download cache needs its own space too: tens of GB for sample-10BT, under HF_HOME).
 
@@ -24,6 +28,7 @@ Usage:
   pip install -r requirements/fineweb.txt           # numpy, tiktoken, tqdm, pyarrow, datasets
   python3 dev/data/fineweb.py [--edu] [-o OUT] [--workers N]
   python3 dev/data/fineweb.py --local-parquet a.parquet [b.parquet ...] -o OUT [--shard-size 100000000]
+         [--tokenizer tokenizer.json [--eot TOKEN]]
 Errors (missing file or column, another run's state in OUT, too little disk) print one line and exit 1.
 """
 import argparse
@@ -46,15 +51,15 @@ STATE = "fineweb_state.json"
 _enc = None
 
 
-def _init_worker():
+def _init_worker(tokenizer=None, eot=None):
     global _enc
-    _enc = prepare.gpt2_encoding()
+    _enc = prepare.load_tokenizer(tokenizer, eot)
 
 
 def _tokenize(text):
-    """one document -> uint16 tokens, EOT first (runs in a worker)"""
-    toks = [prepare.EOT] + _enc.encode_ordinary(text)
-    return np.array(toks, dtype=np.uint16)
+    """one document -> its ids (uint16, or uint32 for a vocabulary beyond 65,536 tokens), EOT first (in a worker)"""
+    toks = [_enc.eot] + _enc.encode(text)
+    return np.array(toks, dtype=prepare.token_dtype(_enc.vocab_size))
 
 
 def shard_path(out, i):
@@ -151,12 +156,20 @@ def main(argv=None):
     ap.add_argument("--shard-size", type=int, default=100_000_000, help="tokens per shard (default 1e8)")
     ap.add_argument("--workers", type=int, default=0, help="tokenizing processes (default: all cores)")
     ap.add_argument("--stop-after", type=int, default=0, help="stop after writing N more shards (0 = run to the end)")
+    ap.add_argument("--tokenizer", metavar="PATH", help="a Hugging Face tokenizer.json instead of GPT-2 (also writes "
+                    "the decode table OUT/fineweb_tokenizer.bin)")
+    ap.add_argument("--eot", metavar="TOKEN", help="with --tokenizer: the end-of-text token (prepare.py --eot)")
     a = ap.parse_args(argv)
+    if a.eot is not None and a.tokenizer is None:
+        die("--eot needs --tokenizer (GPT-2's end-of-text token is <|endoftext|>, id 50256)")
     if a.shard_size <= 0 or a.workers < 0 or a.stop_after < 0:
         die("--shard-size must be positive, --workers and --stop-after non-negative")
     here = os.path.dirname(os.path.abspath(__file__))
     out = a.out or os.path.join(here, "edu_fineweb10B" if a.edu else "fineweb10B")
-    prepare.gpt2_encoding()  # tiktoken and the bundled files present: fail before anything else
+    tk = prepare.load_tokenizer(a.tokenizer, a.eot)  # the tokenizer loads: fail before anything else
+    version = prepare.shard_version(tk.vocab_size)
+    width = 2 if version == prepare.SHARD_VERSION_U16 else 4
+    tok_id = "gpt2" if a.tokenizer is None else "sha256:" + prepare.sha256_file(a.tokenizer)
 
     if a.local_parquet:
         docs, est_tokens, source = local_source(parquet_files(a.local_parquet))
@@ -164,7 +177,9 @@ def main(argv=None):
         docs, est_tokens, source = None, SAMPLE_10BT_TOKENS, None  # known before the download starts
 
     st = read_state(out)
-    want = {"source": source, "shard_size": a.shard_size}
+    want = {"source": source, "shard_size": a.shard_size, "tokenizer": tok_id}
+    if st is not None and st.get("tokenizer", "gpt2") != tok_id:  # states of before --tokenizer are GPT-2's
+        die(f"{out} holds shards of another tokenizer ({st.get('tokenizer', 'gpt2')}); give another -o or delete it")
     if st is not None:
         same_source = st["source"] == source if a.local_parquet else \
             st["source"].startswith("hub:") and ("fineweb-edu" in st["source"]) == a.edu
@@ -177,14 +192,19 @@ def main(argv=None):
     if st is None and os.path.isdir(out) and glob.glob(os.path.join(out, "fineweb_*.bin")):
         die(f"{out} holds fineweb_*.bin shards but no {STATE}; give another -o or delete them")
 
-    need = 2 * est_tokens
+    print(prepare.describe(tk))
+    need = width * est_tokens
     os.makedirs(out, exist_ok=True)
     free = shutil.disk_usage(out).free
-    print(f"disk: the shards need about {gb(need)} (2 bytes x ~{est_tokens:,} tokens); {gb(free)} free in {out}"
+    print(f"disk: the shards need about {gb(need)} ({width} bytes x ~{est_tokens:,} tokens); {gb(free)} free in {out}"
           + ("" if a.local_parquet else "; the download cache (HF_HOME) needs its own tens of GB"))
     done_tokens = st["tokens"] if st else 0
-    if free < need - 2 * done_tokens:
-        die(f"{out}: {gb(free)} free, the remaining shards need about {gb(need - 2 * done_tokens)}")
+    if free < need - width * done_tokens:
+        die(f"{out}: {gb(free)} free, the remaining shards need about {gb(need - width * done_tokens)}")
+    if tk.decode_table:
+        table = os.path.join(out, "fineweb_tokenizer.bin")
+        prepare.write_decode_table(table, tk.token_bytes(), tk.eot)
+        print(f"wrote {table}: decode table of {tk.vocab_size} tokens (the trainer's --tokenizer)")
 
     if not a.local_parquet:
         docs, _, source = hub_source(a.edu)
@@ -201,10 +221,10 @@ def main(argv=None):
         tqdm = None
     workers = a.workers or os.cpu_count() or 1
     bar = tqdm(total=est_tokens, initial=st["tokens"], unit="tok", unit_scale=True, desc="tokenizing") if tqdm else None
-    buf = np.empty(a.shard_size, dtype=np.uint16)
+    buf = np.empty(a.shard_size, dtype=prepare.token_dtype(tk.vocab_size))
     n, written_now = 0, 0
     first_doc, first_offset = st["docs_done"], st["doc_offset"]
-    with mp.Pool(workers, initializer=_init_worker) as pool:
+    with mp.Pool(workers, initializer=_init_worker, initargs=(a.tokenizer, a.eot)) as pool:
         for i, toks in enumerate(pool.imap(_tokenize, docs(first_doc), chunksize=16)):
             doc = first_doc + i
             pos = first_offset if i == 0 else 0  # the first document's leading tokens are in written shards
@@ -215,7 +235,7 @@ def main(argv=None):
                 if bar is not None:
                     bar.update(take)
                 if n == a.shard_size:
-                    prepare.write_shard(shard_path(out, st["shards"]), buf)
+                    prepare.write_shard(shard_path(out, st["shards"]), buf, version)
                     st["shards"] += 1
                     st["tokens"] += n
                     st["docs_done"], st["doc_offset"] = (doc, pos) if pos < len(toks) else (doc + 1, 0)
@@ -230,7 +250,7 @@ def main(argv=None):
     if bar is not None:
         bar.close()
     if n > 0:
-        prepare.write_shard(shard_path(out, st["shards"]), buf[:n])
+        prepare.write_shard(shard_path(out, st["shards"]), buf[:n], version)
         st["shards"] += 1
         st["tokens"] += n
     if st["shards"] < 2:

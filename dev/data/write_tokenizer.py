@@ -22,20 +22,12 @@ import prepare  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "gpt2_tokenizer.bin")
-TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
+TOKENIZER_MAGIC, TOKENIZER_VERSION = prepare.TOKENIZER_MAGIC, prepare.TOKENIZER_VERSION
 
 
 def byte_decoder():
-    """Inverse of GPT-2's bytes_to_unicode: printable char -> byte value."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    dec, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            dec[chr(b)] = b
-        else:
-            dec[chr(256 + extra)] = b
-            extra += 1
-    return dec
+    """Inverse of GPT-2's bytes_to_unicode: printable char -> byte value (prepare.gpt2_byte_decoder)."""
+    return prepare.gpt2_byte_decoder()
 
 
 def token_bytes():
@@ -54,22 +46,10 @@ def token_bytes():
 
 
 def main():
-    import numpy as np
     toks = token_bytes()
     if len(toks) != 50257 or toks[prepare.EOT] != b"<|endoftext|>":
         prepare.die(f"encoder.json: {len(toks)} entries / EOT {toks[prepare.EOT]!r}, expected 50257 with <|endoftext|> at 50256")
-    header = np.zeros(256, dtype="<i4")
-    header[:4] = [TOKENIZER_MAGIC, TOKENIZER_VERSION, len(toks), prepare.EOT]
-    body = bytearray()
-    for i, b in enumerate(toks):
-        if not 0 < len(b) < 256:
-            prepare.die(f"token {i} has {len(b)} bytes (must be 1..255)")
-        body.append(len(b))
-        body += b
-    with open(OUT + ".tmp", "wb") as f:
-        f.write(header.tobytes())
-        f.write(bytes(body))
-    os.replace(OUT + ".tmp", OUT)
+    prepare.write_decode_table(OUT, toks, prepare.EOT)  # name.tmp, then renamed
     print(f"wrote {os.path.relpath(OUT)}: {len(toks)} tokens, {os.path.getsize(OUT):,} bytes, sha256 {prepare.sha256_file(OUT)}")
 
 

@@ -2,7 +2,7 @@
  * dev/fuzz/fuzz_shard.c -- libFuzzer harness of the token-shard reader (llmc/dataloader.h): dataloader_init on the
  * input as one shard (B=2, T=4, vocabulary limit 64 as dataloader_set_vocab_limit sets it), then every window of an
  * epoch through dataloader_next_batch, shuffled and not. Every input loads or is refused with one "error:" line.
- * Seed: dev/fuzz/make_seeds.py.
+ * Seeds: dev/fuzz/make_seeds.py (a version 1 shard of uint16 ids and a version 2 shard of uint32 ids).
  */
 #include "dev/fuzz/fuzz_common.h"
 #include "llmc/dataloader.h"

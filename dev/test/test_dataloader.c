@@ -1,6 +1,9 @@
 /*
  * dev/test/test_dataloader.c -- unit tests of llmc/dataloader.h on small synthetic shards.
  * Token value at offset i of shard s is s*1000 + i, so the first input token identifies the window.
+ * Version 2 shards (uint32 ids): the same streams in the other width read identically (alone and mixed with
+ * version 1), ids above 65535 and up to 2^31 - 1 arrive unchanged, and sizes, versions, the vocabulary limit and
+ * ids >= 2^31 are refused with one line.
  * Error cases run in a fork()ed child; the test checks its exit status and its stderr line.
  */
 #include <sys/resource.h>
@@ -21,6 +24,29 @@ static void write_shard(const char* name, int magic, int version, int header_cou
     fwrite(header, sizeof(int32_t), 256, f);
     for (int i = 0; i < ntok; i++) { uint16_t t = (uint16_t)(s * 1000 + i); fwrite(&t, 2, 1, f); }
     fclose_check(f, path);
+}
+
+/* writes a shard of the given version with header count `header_count` and the `ntok` ids toks[] stored as `width`
+ * bytes each (2 or 4; a width that does not match the version makes a damaged file) */
+static void write_shard_ids(const char* name, int version, int header_count, const uint32_t* toks, int ntok, int width) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+    FILE* f = fopen_check(path, "wb");
+    int32_t header[256];
+    memset(header, 0, sizeof(header));
+    header[0] = DATALOADER_MAGIC; header[1] = version; header[2] = header_count;
+    fwrite(header, sizeof(int32_t), 256, f);
+    for (int i = 0; i < ntok; i++) {
+        if (width == 2) { uint16_t t = (uint16_t)toks[i]; fwrite(&t, 2, 1, f); } else { fwrite(&toks[i], 4, 1, f); }
+    }
+    fclose_check(f, path);
+}
+
+/* the ids s*1000 + i of write_shard's shard s, as a version 2 (uint32) shard */
+static void write_shard_v2(const char* name, int ntok, int s) {
+    uint32_t toks[64];
+    for (int i = 0; i < ntok; i++) { toks[i] = (uint32_t)(s * 1000 + i); }
+    write_shard_ids(name, 2, ntok, toks, ntok, 4);
 }
 
 static void write_raw(const char* name, size_t bytes) {
@@ -214,6 +240,115 @@ static void check_many_shards(void) {
                DATALOADER_MAP_CACHE, rc, err);
 }
 
+/* reads n windows of B=2, T=4 (or, seq = 1, the first n sequences of T+1 tokens into row 1) and returns all inputs
+ * and targets (of row 1 only for sequences: row 0 is never written) into out[16 n] */
+static void read_all(const char* pattern, int shuffle, int n, int seq, int* out) {
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, shuffle, 99);
+    dataloader_set_vocab_limit(&dl, 1 << 20);
+    for (int k = 0; k < n; k++) {
+        if (seq) { dataloader_load_sequence(&dl, (size_t)k, 1); } else { dataloader_next_batch(&dl); }
+        int off = seq ? 4 : 0, len = seq ? 4 : 8;
+        memset(out + (size_t)k * 16, 0, 16 * sizeof(int));
+        memcpy(out + (size_t)k * 16, dl.inputs + off, (size_t)len * sizeof(int));
+        memcpy(out + (size_t)k * 16 + 8, dl.targets + off, (size_t)len * sizeof(int));
+    }
+    dataloader_free(&dl);
+}
+
+static void child_init_limit(const void* a) { /* reads every window of the one shard `a` with the limit 70000 */
+    DataLoader dl;
+    dataloader_init(&dl, (const char*)a, 1, 4, 0, 1, 0, 0);
+    dataloader_set_vocab_limit(&dl, 70000);
+    for (size_t i = 0; i < dataloader_windows_per_epoch(&dl); i++) { dataloader_next_batch(&dl); }
+    dataloader_free(&dl);
+}
+
+static void child_read_all(const void* a) { /* every window and sequence of the shards `a`, no vocabulary limit */
+    DataLoader dl;
+    dataloader_init(&dl, (const char*)a, 1, 4, 0, 1, 0, 0);
+    for (size_t i = 0; i < dataloader_windows_per_epoch(&dl); i++) { dataloader_next_batch(&dl); }
+    for (size_t j = 0; j < dataloader_sequences(&dl); j++) { dataloader_load_sequence(&dl, j, 0); }
+    dataloader_free(&dl);
+}
+
+/* version 2 (uint32) shards: the version 1 streams of train_00[012] rewritten as v2_00[012] (and as a mix of both
+ * versions) read window for window and sequence for sequence identically, shuffled or not; ids above 65535 arrive
+ * unchanged; a v2 header over a uint16 body, the vocabulary limit and ids >= 2^31 are refused with one line */
+static void check_version2(const char* pattern_v1, uint64_t fp_v1) {
+    char pv2[600], pmix[600], p[600], err[4096];
+    write_shard_v2("v2_000.bin", 41, 0);
+    write_shard_v2("v2_001.bin", 29, 1);
+    write_shard_v2("v2_002.bin", 57, 2);
+    write_shard("mix_000.bin", DATALOADER_MAGIC, 1, 41, 41, 0);
+    write_shard_v2("mix_001.bin", 29, 1);
+    write_shard("mix_002.bin", DATALOADER_MAGIC, 1, 57, 57, 2);
+    snprintf(pv2, sizeof(pv2), "%s/v2_*.bin", g_dir);
+    snprintf(pmix, sizeof(pmix), "%s/mix_*.bin", g_dir);
+    static int a[2 * 40 * 16], b[2 * 40 * 16], c[2 * 40 * 16];
+    for (int shuffle = 0; shuffle <= 1; shuffle++) {
+        read_all(pattern_v1, shuffle, 2 * NWIN, 0, a);
+        read_all(pv2, shuffle, 2 * NWIN, 0, b);
+        read_all(pmix, shuffle, 2 * NWIN, 0, c);
+        TEST_CHECK(memcmp(a, b, 2 * NWIN * 16 * sizeof(int)) == 0 && memcmp(a, c, 2 * NWIN * 16 * sizeof(int)) == 0,
+                   "shuffle=%d: the same token streams as version 2 shards, and as a mix of versions 1 and 2, give the "
+                   "same inputs and targets as version 1 over two epochs (30 windows)", shuffle);
+    }
+    read_all(pattern_v1, 0, 30, 1, a); /* (41-1)/4 + (29-1)/4 + (57-1)/4 = 10 + 7 + 14 = 31 sequences */
+    read_all(pmix, 0, 30, 1, c);
+    TEST_CHECK(memcmp(a, c, 30 * 16 * sizeof(int)) == 0, "load_sequence over a mix of versions equals version 1's");
+    DataLoader dl;
+    dataloader_init(&dl, pv2, 2, 4, 0, 1, 0, 0);
+    TEST_CHECK(dataloader_fingerprint(&dl) != fp_v1, "the fingerprint hashes tokens as stored: version 2 of the same "
+               "stream is other data to a resume (documented)");
+    dataloader_free(&dl);
+    /* ids beyond uint16 (a reader that kept 16 bits would read 4464 for 70000), the largest int32 id */
+    uint32_t big[13] = {65535, 65536, 70000, 69999, 131071, 1u << 20, 0, 65537, 2147483647u, 3, 70001, 65535, 100000};
+    write_shard_ids("big_000.bin", 2, 13, big, 13, 4);
+    snprintf(p, sizeof(p), "%s/big_000.bin", g_dir);
+    dataloader_init(&dl, p, 1, 4, 0, 1, 0, 0);
+    int same = dataloader_windows_per_epoch(&dl) == 3;
+    for (int w = 0; w < 3; w++) {
+        dataloader_next_batch(&dl);
+        for (int i = 0; i < 4; i++) {
+            if ((uint32_t)dl.inputs[i] != big[4 * w + i] || (uint32_t)dl.targets[i] != big[4 * w + i + 1]) { same = 0; }
+        }
+    }
+    dataloader_load_sequence(&dl, 2, 0);
+    for (int i = 0; i < 4; i++) { if ((uint32_t)dl.inputs[i] != big[8 + i] || (uint32_t)dl.targets[i] != big[9 + i]) { same = 0; } }
+    dataloader_free(&dl);
+    TEST_CHECK(same, "version 2 ids 65535, 65536, 70000, 2^20 and 2^31-1 arrive unchanged in inputs and targets "
+               "(windows and load_sequence)");
+    int rc = run_in_child(child_init_limit, p, err, sizeof(err));
+    TEST_CHECK(rc == 1 && strstr(err, "big_000.bin") && strstr(err, "token id 70000 at token offset 2") &&
+               strstr(err, "vocabulary size is 70000") && count_lines(err) == 1,
+               "a version 2 id >= the vocabulary (70000 of V 70000) is refused naming shard, id and offset (%s)", err);
+    uint32_t ok_ids[9] = {65536, 69999, 0, 1, 65535, 69998, 7, 66000, 69999};
+    write_shard_ids("fits_000.bin", 2, 9, ok_ids, 9, 4);
+    snprintf(p, sizeof(p), "%s/fits_000.bin", g_dir);
+    rc = run_in_child(child_init_limit, p, err, sizeof(err));
+    TEST_CHECK(rc == 0, "version 2 ids up to V-1 = 69999 pass the vocabulary limit (rc %d: %s)", rc, err);
+    uint32_t huge[9] = {1, 2, 3, 4, 5, 6, 7, 2147483648u, 9};
+    write_shard_ids("huge_000.bin", 2, 9, huge, 9, 4);
+    snprintf(p, sizeof(p), "%s/huge_000.bin", g_dir);
+    rc = run_in_child(child_read_all, p, err, sizeof(err));
+    TEST_CHECK(rc == 1 && strstr(err, "huge_000.bin") && strstr(err, "2147483648") && strstr(err, "offset 7") &&
+               count_lines(err) == 1, "a version 2 id >= 2^31 is refused without a vocabulary limit (%s)", err);
+    write_shard_ids("narrow_000.bin", 2, 13, big, 13, 2);
+    snprintf(p, sizeof(p), "%s/narrow_000.bin", g_dir);
+    rc = run_in_child(child_read_all, p, err, sizeof(err));
+    TEST_CHECK(rc == 1 && strstr(err, "narrow_000.bin") && strstr(err, "version 2") && strstr(err, "1050 bytes") &&
+               strstr(err, "expected 1076 = 1024 + 4 * 13") && count_lines(err) == 1,
+               "a version 2 header over 2-byte ids is refused by its size (%s)", err);
+    uint32_t wide[13];
+    for (int i = 0; i < 13; i++) { wide[i] = (uint32_t)i; }
+    write_shard_ids("wide_000.bin", 1, 13, wide, 13, 4); /* a v1 header over uint32 ids */
+    snprintf(p, sizeof(p), "%s/wide_000.bin", g_dir);
+    rc = run_in_child(child_read_all, p, err, sizeof(err));
+    TEST_CHECK(rc == 1 && strstr(err, "wide_000.bin") && strstr(err, "version 1") && strstr(err, "expected 1050") &&
+               count_lines(err) == 1, "a version 1 header over 4-byte ids is refused by its size (%s)", err);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/test_dataloader_XXXXXX");
     if (mkdtemp(g_dir) == NULL) { perror("mkdtemp"); return 1; }
@@ -343,11 +478,11 @@ int main(void) {
     TEST_CHECK(rc == 1 && strstr(err, "magic_000.bin") && strstr(err, "20240326") && strstr(err, "20240520") && strstr(err, "prepare.py"),
                "wrong magic refused: found and expected values, file name, how to regenerate (%s)", err);
 
-    write_shard("version_000.bin", DATALOADER_MAGIC, 2, 41, 41, 0);
+    write_shard("version_000.bin", DATALOADER_MAGIC, 3, 41, 41, 0);
     snprintf(p, sizeof(p), "%s/version_*.bin", g_dir);
     rc = run_in_child(child_init, &ia, err, sizeof(err));
-    TEST_CHECK(rc == 1 && strstr(err, "version_000.bin") && strstr(err, "version 2") && strstr(err, "expected 1"),
-               "wrong version refused (%s)", err);
+    TEST_CHECK(rc == 1 && strstr(err, "version_000.bin") && strstr(err, "version 3") && strstr(err, "expected 1") &&
+               strstr(err, "or 2") && count_lines(err) == 1, "unknown version 3 refused naming both known ones (%s)", err);
 
     write_shard("trunc_000.bin", DATALOADER_MAGIC, 1, 41, 30, 0);
     snprintf(p, sizeof(p), "%s/trunc_*.bin", g_dir);
@@ -380,6 +515,7 @@ int main(void) {
     rc = run_in_child(child_too_many_ranks, p, err, sizeof(err));
     TEST_CHECK(rc == 1 && strstr(err, "rank 4"), "more ranks than windows refused instead of spinning (%s)", err);
 
+    check_version2(pattern, fp_all);
     check_many_shards();
 
     char cmd[600];
