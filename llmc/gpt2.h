@@ -28,7 +28,8 @@
  * architecture knobs (GPT2Arch, llmc/gpt2_config.h; gpt2_arch_check says which are built) make the model data:
  * llmc/README.md, "The model's architecture as data", says how a variant plugs in. Built beside GPT-2: RMSNorm
  * (Zhang & Sennrich 2019), rotary positions (Su et al. 2021), SwiGLU (Shazeer 2020) and ReLU^2 (So et al. 2021) MLPs
- * of any width, no biases, an untied head, grouped-query attention (Ainslie et al. 2023); not yet: QK-norm.
+ * of any width, no biases, an untied head, grouped-query attention (Ainslie et al. 2023), QK-norm (Dehghani et al.
+ * 2023; per head, as Qwen3).
  * Shapes: B micro-batch, T sequence length, C channels, NH heads, NKV key/value heads, hs = C/NH, L layers, V
  * vocabulary, Vp padded vocabulary, maxT context length, N = B*T rows; Cl = C/tp, NHl = NH/tp, KVl = NKV/tp, QKVl =
  * (NH + 2 NKV) hs / tp (a rank's qkv rows), Vs = Vp/tp, Nl = N/tp (sequence parallel) or N. All device buffers are
