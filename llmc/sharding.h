@@ -117,8 +117,8 @@ static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     s.blocks = 1; s.stride = 0; s.start = 0; s.lead_len = 0; s.lead_start = 0;
     s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
     const ShardRow* row = &GPT2_SHARDING[i];
+    if (full[i] == 0) { s.blocks = 0; s.len = 0; return s; } /* absent for these knobs (a bias with bias=0): no piece */
     if (p == 1 || row->tp == TP_REPLICATED) { return s; }
-    if (full[i] == 0) { s.blocks = 0; s.len = 0; return s; } /* absent for these knobs (a bias with bias=0) */
     const GPT2Dim* d = GPT2_PARAMS[i].dims;
     size_t R = gpt2_dim(c, d[0]), K = gpt2_dim(c, d[1]) * gpt2_dim(c, d[2]), P = (size_t)p;
     if (row->tp == TP_ROW) {

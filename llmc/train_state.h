@@ -476,7 +476,6 @@ static inline void train_state_copy_old(TrainStateReshard* rs, int tp, int pp, s
  * run by run to the old tp rank and local offset that hold its full-model elements */
 static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
     TrainStateReshard* rs = (TrainStateReshard*)ctx;
-    (void)tensor;
     size_t a = local > rs->lo ? local : rs->lo, b = local + n < rs->hi ? local + n : rs->hi;
     for (size_t l = a; l < b;) {
         size_t g = full + (l - local);
@@ -486,6 +485,9 @@ static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full,
             if (rs->old_pieces.v[mid].full <= g) { lo = mid; } else { hi = mid; }
         }
         const TrainStatePiece* op = &rs->old_pieces.v[lo];
+        if (g < op->full || g >= op->full + op->n) { /* the old layout's pieces tile the model: internal */
+            FATAL("internal: re-sharding found no old piece holding full-model element %zu (tensor %d)", g, tensor);
+        }
         size_t k = op->full + op->n - g;
         if (k > b - l) { k = b - l; }
         train_state_copy_old(rs, op->tp, op->pp, op->local + (g - op->full), k, l);
