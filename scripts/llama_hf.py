@@ -50,10 +50,12 @@ MAX_T, MAX_VP, MAX_L, MAX_C, MAX_F = 1 << 20, 1 << 24, 4096, 1 << 17, 1 << 20
 
 
 def f32_bits(x):
+    """the int32 bits of x rounded to float32 (how header[14] stores theta)"""
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
 def bits_f32(i):
+    """the float32 whose bits are the int32 i (header[14] -> theta)"""
     return struct.unpack("<f", struct.pack("<i", int(i)))[0]
 
 
