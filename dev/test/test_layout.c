@@ -20,9 +20,9 @@ static Layout base(int dp) {
     return l;
 }
 
-static const LayoutModel D4 = {4, 256, 50304, 4, 0};       /* NH, C, Vp, L, experts */
-static const LayoutModel D8 = {4, 128, 50304, 8, 0};
-static const LayoutModel MOE = {4, 256, 50304, 4, 4};
+static const LayoutModel D4 = {4, 256, 50304, 4, 0, 0};    /* NH, C, Vp, L, experts, NKV (0: unknown) */
+static const LayoutModel D8 = {4, 128, 50304, 8, 0, 0};
+static const LayoutModel MOE = {4, 256, 50304, 4, 4, 0};
 
 /* layout_check gives `want` and its sentence contains every needle (NULL-terminated), one line */
 static void expect(const char* what, const Layout* l, const LayoutModel* md, int world, LayoutVerdict want,
@@ -60,7 +60,7 @@ static void test_axes(void) {
 }
 
 static void test_model(void) {
-    LayoutModel nh6 = {6, 384, 50304, 6, 0}, c258 = {4, 258, 0, 0, 0}, v50257 = {8, 512, 50257, 0, 0};
+    LayoutModel nh6 = {6, 384, 50304, 6, 0, 0}, c258 = {4, 258, 0, 0, 0, 0}, v50257 = {8, 512, 50257, 0, 0, 0};
     Layout l = base(2); l.tp = 4;
     expect("tp 4 with NH 6", &l, &nh6, 8, LAYOUT_INVALID, NEEDLES("--tp 4", "6 attention heads", "divide 6"));
     l = base(1); l.tp = 4;
@@ -71,7 +71,7 @@ static void test_model(void) {
     expect("pp 8 with L 4", &l, &D4, 8, LAYOUT_INVALID, NEEDLES("--pp 8", "4 layers", "--pp <= 4"));
     l = base(1); l.tp = 4; l.pp = 2; l.m = 2;
     expect("tp 4 x pp 2 on d4", &l, &D4, 8, LAYOUT_BUILDABLE, NULL);
-    LayoutModel unknown = {0, 0, 0, 0, 0};
+    LayoutModel unknown = {0, 0, 0, 0, 0, 0};
     l = base(1); l.tp = 8;
     expect("an unknown model skips the model checks", &l, &unknown, 8, LAYOUT_BUILDABLE, NULL);
     expect("no model (NULL) skips them too", &l, NULL, 8, LAYOUT_BUILDABLE, NULL);
