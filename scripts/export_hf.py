@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """
-scripts/export_hf.py -- our model file -> a Hugging Face GPT2LMHeadModel directory.
+scripts/export_hf.py -- our model file -> a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory.
 
 Usage: python3 scripts/export_hf.py MODEL.bin OUTDIR [--dtype auto|fp32|bf16]
 
-Input: a model file of this project (fp32 version 3 or bf16 version 5; e.g. OUT/model_00001200.bin from
-`./train_gpt_cpu -o OUT`). Output: OUTDIR (must not exist, or be an empty directory), written as OUTDIR.tmp and
-renamed when complete, with
+Input: a model file of this project (e.g. OUT/model_00001200.bin from `./train_gpt_cpu -o OUT`): GPT-2 (fp32
+version 3 or bf16 version 5) or the decoder family's Llama member (version 9 or 10 with norm=rms, pos=rope,
+mlp=swiglu, bias=0; tied or untied head; any key/value heads KV dividing NH). Output: OUTDIR (must not exist, or be
+an empty directory), written as OUTDIR.tmp and renamed when complete. For GPT-2, with
   config.json              GPT2LMHeadModel: n_layer, n_head, n_embd, n_positions = n_ctx = maxT, vocab_size = V
                            (the real vocabulary, not Vp), activation gelu_new (tanh GELU), layer_norm_epsilon 1e-5,
                            tied LM head, no dropout (as trained here)
@@ -16,9 +17,23 @@ renamed when complete, with
   generation_config.json   bos/eos = <|endoftext|> (50256)
   vocab.json, merges.txt   GPT-2's BPE, copied from the bundled dev/data/gpt2/encoder.json and vocab.bpe
   tokenizer_config.json    (tokenizer files only when V = 50257, GPT-2's vocabulary; otherwise a note is printed)
---dtype: auto (default) keeps the file's precision (v3 -> float32, v5 -> bfloat16); bf16 or fp32 chooses.
+For the Llama member (scripts/llama_hf.py has the tensor table), with
+  config.json              LlamaForCausalLM: hidden_size C, intermediate_size F, num_attention_heads NH,
+                           num_key_value_heads KV, head_dim C/NH, num_hidden_layers L, max_position_embeddings maxT,
+                           vocab_size V (the real vocabulary), rms_norm_eps 1e-5, rope_theta (the file's fp32
+                           theta), rope_scaling null, hidden_act silu, attention_bias and mlp_bias false,
+                           tie_word_embeddings as the file's head
+  model.safetensors        model.embed_tokens.weight, model.layers.{l}.{input_layernorm, self_attn.{q,k,v,o}_proj,
+                           post_attention_layernorm, mlp.{gate,up,down}_proj}.weight, model.norm.weight and, when
+                           untied, lm_head.weight: nn.Linear's (out, in) as in our file (no transpose); q/k/v are
+                           the qkvw rows [q NH hs | k KV hs | v KV hs], gate/up the fcw rows [gate F | up F]
+  generation_config.json, vocab.json, merges.txt, tokenizer_config.json   as for GPT-2 (when V = 50257)
+Refused with one line naming the knob: a family file whose knobs Llama does not have (norm=layernorm, pos=learned,
+mlp=gelu or relu2, bias=1, qknorm=1) and mixture-of-experts files (versions 7, 8, and 9/10 with experts).
+--dtype: auto (default) keeps the file's precision (v3, v9 -> float32; v5, v10 -> bfloat16); bf16 or fp32 chooses.
 bf16 -> fp32 is exact; fp32 -> bf16 rounds to nearest even.
-Loading it: transformers.GPT2LMHeadModel.from_pretrained(OUTDIR), AutoTokenizer.from_pretrained(OUTDIR).
+Loading it: transformers.GPT2LMHeadModel (or LlamaForCausalLM, or AutoModelForCausalLM).from_pretrained(OUTDIR),
+AutoTokenizer.from_pretrained(OUTDIR).
 Errors (missing or damaged model file, OUTDIR not empty, safetensors missing) print one line and exit 1.
 Needs numpy and safetensors (requirements/interop.txt); not torch.
 """
@@ -31,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_hf as g  # noqa: E402
+import llama_hf as lh  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2_BPE_DIR = os.path.join(REPO, "dev", "data", "gpt2")
@@ -81,9 +97,19 @@ def hf_config(cfg, out_bf16):
     }
 
 
+def peek_version(path):
+    """header[1] of the file at path (0 when it has fewer than 8 bytes or is missing: the readers then say why)"""
+    try:
+        h = np.fromfile(path, dtype="<i4", count=2)
+    except OSError:
+        return 0
+    return int(h[1]) if len(h) == 2 and h[0] == g.MODEL_MAGIC else 0
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="our GPT-2 model file -> Hugging Face GPT2LMHeadModel directory")
-    ap.add_argument("model", help="model .bin (fp32 v3 or bf16 v5)")
+    ap = argparse.ArgumentParser(description="our model file -> Hugging Face GPT2LMHeadModel (GPT-2 files) or "
+                                             "LlamaForCausalLM (the decoder family's Llama member) directory")
+    ap.add_argument("model", help="model .bin (GPT-2: fp32 v3 or bf16 v5; Llama-style family: fp32 v9 or bf16 v10)")
     ap.add_argument("outdir", help="output directory (must not exist, or be empty)")
     ap.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
                     help="weights in model.safetensors (auto: as in the model file)")
@@ -94,17 +120,32 @@ def main(argv=None):
         die_msg = "is a file" if not os.path.isdir(out) else "is a directory that is not empty"
         g.die(f"{out} {die_msg}; export_hf.py writes a new directory and overwrites nothing (give a new OUTDIR)")
     g.import_safetensors()
-    cfg, version, params = g.read_model_file(a.model)
-    src_bf16 = version == g.VERSION_BF16
+    if peek_version(a.model) in (lh.VERSION_ARCH_FP32, lh.VERSION_ARCH_BF16):
+        cfg, version, arch, params = lh.read_family_model_file(a.model)
+        why = lh.refusal(arch)
+        if why:
+            g.die(f"{a.model}: a decoder-family model with {why}: Hugging Face Llama has no such knob; only the "
+                  f"Llama member (norm=rms, pos=rope, mlp=swiglu, bias=0) is exported")
+        src_bf16 = version == lh.VERSION_ARCH_BF16
+    else:
+        cfg, version, params = g.read_model_file(a.model)
+        arch = None
+        src_bf16 = version == g.VERSION_BF16
     out_bf16 = src_bf16 if a.dtype == "auto" else a.dtype == "bf16"
 
     tmp = out + ".tmp"
     if os.path.exists(tmp):
         shutil.rmtree(tmp)
     os.makedirs(tmp)
-    g.write_safetensors(os.path.join(tmp, "model.safetensors"), hf_tensors(cfg, params, out_bf16, src_bf16),
-                        {"format": "pt"})
-    g.write_json(os.path.join(tmp, "config.json"), hf_config(cfg, out_bf16))
+    if arch is None:
+        g.write_safetensors(os.path.join(tmp, "model.safetensors"), hf_tensors(cfg, params, out_bf16, src_bf16),
+                            {"format": "pt"})
+        g.write_json(os.path.join(tmp, "config.json"), hf_config(cfg, out_bf16))
+    else:
+        g.write_safetensors(os.path.join(tmp, "model.safetensors"),
+                            lh.export_tensors(cfg, arch, params, out_bf16, src_bf16), {"format": "pt"})
+        g.write_json(os.path.join(tmp, "config.json"),
+                     lh.export_config(cfg, arch, out_bf16, g.GPT2_EOT if cfg["V"] == g.GPT2_VOCAB else None))
     g.write_json(os.path.join(tmp, "generation_config.json"),
                  {"bos_token_id": g.GPT2_EOT, "eos_token_id": g.GPT2_EOT})
     if cfg["V"] == g.GPT2_VOCAB:
@@ -120,10 +161,17 @@ def main(argv=None):
     if os.path.isdir(out):
         os.rmdir(out)  # empty, checked above
     os.replace(tmp, out)
-    n = sum(int(np.prod(p.shape)) for p in params.values()) - (cfg["Vp"] - cfg["V"]) * cfg["C"]
-    print(f"exported {a.model} (L={cfg['L']} NH={cfg['NH']} C={cfg['C']} maxT={cfg['maxT']} V={cfg['V']}, "
-          f"{n:,} parameters without the {cfg['Vp'] - cfg['V']} padded vocabulary rows) to {out}/ as "
-          f"{'bfloat16' if out_bf16 else 'float32'}; {tok}")
+    heads = 1 if arch is None or arch["tied"] else 2  # wte, and lmheadw when untied, drop their padded rows
+    n = sum(int(np.prod(p.shape)) for p in params.values()) - heads * (cfg["Vp"] - cfg["V"]) * cfg["C"]
+    if arch is None:
+        print(f"exported {a.model} (L={cfg['L']} NH={cfg['NH']} C={cfg['C']} maxT={cfg['maxT']} V={cfg['V']}, "
+              f"{n:,} parameters without the {cfg['Vp'] - cfg['V']} padded vocabulary rows) to {out}/ as "
+              f"{'bfloat16' if out_bf16 else 'float32'}; {tok}")
+    else:
+        print(f"exported {a.model} as LlamaForCausalLM (L={cfg['L']} NH={cfg['NH']} KV={arch['KV']} C={cfg['C']} "
+              f"F={arch['F']} maxT={cfg['maxT']} V={cfg['V']} theta={arch['theta']:g} "
+              f"{'tied' if arch['tied'] else 'untied'} head, {n:,} parameters without the padded vocabulary rows) "
+              f"to {out}/ as {'bfloat16' if out_bf16 else 'float32'}; {tok}")
 
 
 if __name__ == "__main__":

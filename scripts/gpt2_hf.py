@@ -95,7 +95,7 @@ def read_model_file(path):
             f"experts; only dense models (version 3 or 5) are converted")
     if h[0] == MODEL_MAGIC and h[1] in (9, 10):
         die(f"{path}: a decoder-family model file (version {h[1]}: architecture knobs other than GPT-2's, e.g. "
-            f"RMSNorm); only GPT-2 models (version 3 or 5) are converted so far")
+            f"RMSNorm), not GPT-2's version 3 or 5 (scripts/llama_hf.py reads it)")
     if h[0] != MODEL_MAGIC or h[1] not in (VERSION_FP32, VERSION_BF16):
         die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {MODEL_MAGIC}/{VERSION_FP32} (fp32) or "
             f"{VERSION_BF16} (bf16): not a model file of this project")

@@ -1,20 +1,34 @@
 #!/usr/bin/env python3
 """
-scripts/import_hf.py -- a local Hugging Face GPT-2 directory -> our model file, to fine-tune it with
-`./train_gpt_cpu -e MODEL.bin` (or ./train_gpt).
+scripts/import_hf.py -- a local Hugging Face GPT-2, Llama or Mistral directory -> our model file, to fine-tune it
+with `./train_gpt_cpu -e MODEL.bin` (or ./train_gpt).
 
 Usage: python3 scripts/import_hf.py HF_DIR MODEL.bin [--dtype auto|fp32|bf16]
 
-Input: HF_DIR with config.json (model_type gpt2) and the weights as model.safetensors, a sharded
+Input: HF_DIR with config.json (model_type gpt2, llama or mistral) and the weights as model.safetensors, a sharded
 model.safetensors.index.json, or pytorch_model.bin (that one needs torch). Names with or without the
 "transformer." prefix (GPT2LMHeadModel or GPT2Model). Output: MODEL.bin (must not exist), written as
 MODEL.bin.tmp and renamed: version 3 (fp32) or 5 (bf16), the vocabulary padded to Vp = V rounded up to 128 with
 zero rows, Conv1D weights transposed back to our (out, in).
 --dtype: auto (default) writes bf16 when every tensor is bf16, fp32 otherwise (fp16 -> fp32 is exact);
 fp32 -> bf16 rounds to nearest even.
-Refused with one line: another architecture (model_type not gpt2), or a GPT-2 variant our model does not compute
-(activation other than tanh GELU, layer_norm_epsilon not 1e-5, n_inner not 4*n_embd, attention scaled by layer,
-an untied LM head), missing or misshapen tensors, an existing MODEL.bin.
+Refused with one line: another architecture (model_type not gpt2, llama or mistral), or a GPT-2 variant our model
+does not compute (activation other than tanh GELU, layer_norm_epsilon not 1e-5, n_inner not 4*n_embd, attention
+scaled by layer, an untied LM head), missing or misshapen tensors, an existing MODEL.bin.
+
+Llama and Mistral (model_type llama or mistral: LlamaForCausalLM, MistralForCausalLM, or a bare LlamaModel with a
+tied head; names with or without "model."): written as a decoder-family file, version 9 (fp32) or 10 (bf16), with
+norm=rms, pos=rope, theta = rope_theta (stored as fp32: exact for every integer up to 2^24, e.g. 10000, 500000,
+1000000), mlp=swiglu with F = intermediate_size, KV = num_key_value_heads, bias=0, tied = tie_word_embeddings
+(Llama's default: false), maxT = max_position_embeddings; q/k/v_proj stacked into qkvw's rows, gate/up_proj into
+fcw's, the vocabulary padded to Vp with zero rows in embed_tokens and lm_head (scripts/llama_hf.py has the table).
+Refused with one line naming the field: rms_norm_eps other than 1e-5 (the trainer's RMSNorm epsilon is a constant),
+rope_scaling other than none/default (the model file has no field for Llama-3 "llama3", linear or dynamic scaling),
+a sliding_window below max_position_embeddings, head_dim other than hidden_size / num_attention_heads, an odd head
+size, hidden_act other than silu, attention_bias or mlp_bias (or any tensor the model does not have: biases,
+QK-norm), sizes beyond the trainer's limits (Vp <= 2^24, maxT <= 2^20, L <= 4096, C <= 2^17). A vocabulary above
+65536 imports (the header allows Vp up to 2^24), but token shards hold uint16 ids, so ids >= 65536 never appear
+in training data: a note says so.
 Needs numpy and safetensors (requirements/interop.txt).
 """
 import argparse
@@ -26,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_hf as g  # noqa: E402
+import llama_hf as lh  # noqa: E402
 
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
 
@@ -40,10 +55,12 @@ def read_config(d):
     except (OSError, ValueError) as e:
         g.die(f"{path}: not valid JSON ({e})")
     mt = c.get("model_type")
+    if mt in lh.LLAMA_TYPES:
+        return lh.import_config(path, c)
     if mt != "gpt2":
         arch = ",".join(c.get("architectures") or []) or "no architectures"
-        g.die(f"{path}: model_type '{mt}' ({arch}) is not GPT-2; import_hf.py converts GPT-2 models only "
-              f"(model_type gpt2, GPT2LMHeadModel)")
+        g.die(f"{path}: model_type '{mt}' ({arch}) is not GPT-2, Llama or Mistral; import_hf.py converts those only "
+              f"(model_type gpt2, llama or mistral)")
     try:
         cfg = dict(L=int(c["n_layer"]), NH=int(c["n_head"]), C=int(c["n_embd"]), V=int(c["vocab_size"]),
                    maxT=int(c.get("n_positions", c.get("n_ctx"))))
@@ -64,7 +81,7 @@ def read_config(d):
     for ok, what in checks:
         if not ok:
             g.die(f"{path}: {what} is not supported; import_hf.py converts standard GPT-2 models only")
-    return cfg
+    return cfg, None
 
 
 def read_weights(d):
@@ -101,18 +118,34 @@ def read_weights(d):
     return {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in raw.items()}
 
 
+def import_llama(a, cfg, arch, w, out_bf16):
+    """writes the Llama/Mistral weights w as a version 9 (fp32) or 10 (bf16) family file (scripts/llama_hf.py)"""
+    params = lh.import_params(a.hf_dir, cfg, arch, w, out_bf16)
+    version = lh.VERSION_ARCH_BF16 if out_bf16 else lh.VERSION_ARCH_FP32
+    lh.write_family_model_file(a.model, cfg, arch, version, params)
+    note = f"; note: V={cfg['V']} > 65536, token shards (uint16) cannot hold ids >= 65536" if cfg["V"] > 65536 else ""
+    print(f"imported {a.hf_dir} as the Llama-style family (L={cfg['L']} NH={cfg['NH']} KV={arch['KV']} C={cfg['C']} "
+          f"F={arch['F']} maxT={cfg['maxT']} V={cfg['V']} padded to Vp={cfg['Vp']}, theta={arch['theta']:g}, "
+          f"{'tied' if arch['tied'] else 'untied'} head) to {a.model} as version {version} "
+          f"({'bf16' if out_bf16 else 'fp32'}){note}")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Hugging Face GPT-2 directory -> our GPT-2 model file")
+    ap = argparse.ArgumentParser(description="Hugging Face GPT-2 / Llama / Mistral directory -> our model file")
     ap.add_argument("hf_dir", help="local directory with config.json and model.safetensors (or pytorch_model.bin)")
     ap.add_argument("model", help="output model .bin (must not exist)")
     ap.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
-                    help="model file version: fp32 (3) or bf16 (5); auto: bf16 when the weights are all bf16")
+                    help="model file version: fp32 (3; 9 for Llama/Mistral) or bf16 (5; 10); auto: bf16 when the "
+                         "weights are all bf16")
     a = ap.parse_args(argv)
     if os.path.exists(a.model):
         g.die(f"{a.model} exists; import_hf.py overwrites nothing (give a new output path)")
-    cfg = read_config(a.hf_dir)
+    cfg, arch = read_config(a.hf_dir)
     w = read_weights(a.hf_dir)
     out_bf16 = all(dt == "BF16" for dt, _ in w.values()) if a.dtype == "auto" else a.dtype == "bf16"
+    if arch is not None:
+        import_llama(a, cfg, arch, w, out_bf16)
+        return
 
     def get(name, shape):
         if name not in w:

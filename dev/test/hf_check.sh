@@ -6,11 +6,15 @@
 #      transformers' greedy tokens;
 #   2. a d2 trained here -> export_hf.py -> GPT2LMHeadModel.from_pretrained: the same two comparisons, also for
 #      the model as a bf16 (version 5) file exported as bfloat16, and pipeline("text-generation") with the exported
-#      tokenizer runs.
+#      tokenizer runs;
+#   3. the decoder family's Llama member: a random LlamaConfig model (grouped-query attention, untied head) saved by
+#      transformers -> import_hf.py -> train_gpt_cpu, and a family model trained here (KV 2 of 4 heads, untied) ->
+#      export_hf.py -> LlamaForCausalLM.from_pretrained, also as bf16 (version 10): the same two comparisons.
 # Tolerance of the losses: 1e-5 relative. Both sides compute in fp32 with different kernels (OpenBLAS and our
 # attention/LayerNorm against PyTorch's CPU kernels), so each dot product of K <= 4C = 512 terms differs by rounding
 # of order sqrt(K) u ~ 3e-6 relative at most in practice (u = 2^-24 ~ 6e-8; Higham & Mary 2019, probabilistic
-# rounding error analysis); two layers, the LayerNorms and the log-softmax add a few such terms, well inside 1e-5,
+# rounding error analysis; for Llama K <= max(C, F, T), F the MLP width); two layers, the LayerNorms (RMSNorms) and
+# the log-softmax add a few such terms, well inside 1e-5,
 # while any wrong name, transpose or qkv order changes the loss in the first decimals. The printed loss has 6
 # decimals (5e-7 absolute, 5e-8 relative at a loss of ~10). Greedy tokens must be equal; each step's margin between
 # transformers' best and second-best logit is printed, so a near tie (below 1e-4) would be visible as the cause.
@@ -41,7 +45,7 @@ compare() {
     "$PY" - "$1" "$2" "$TMP/win.bin" $B $T $G "$3" <<'PY'
 import re, sys
 import numpy as np, torch, torch.nn.functional as F
-from transformers import GPT2LMHeadModel
+from transformers import AutoModelForCausalLM
 out, hf_dir, win, B, T, G, label = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7]), sys.argv[7]
 text = open(out).read()
 m = re.search(r"^val loss ([0-9.]+) \(step 0\)$", text, re.M)
@@ -50,7 +54,7 @@ if not m or not s:
     print(f"not ok - {label}: train_gpt_cpu printed no val loss or sample: {text[-300:]!r}")
     sys.exit(1)
 ours_loss, ours_ids = float(m.group(1)), [int(x) for x in s.group(1).split()]  # the generated tokens only
-model = GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+model = AutoModelForCausalLM.from_pretrained(hf_dir).eval()  # GPT2LMHeadModel or LlamaForCausalLM by config.json
 toks = torch.from_numpy(np.fromfile(win, dtype="<u2", offset=1024).astype(np.int64))
 x, y = toks[:B * T].view(B, T), toks[1:B * T + 1].view(B, T)
 with torch.no_grad():
@@ -113,3 +117,35 @@ ok = r.startswith("First Citizen:") and len(r) > len("First Citizen:")
 print(f"{'ok' if ok else 'not ok'} - pipeline('text-generation') on the exported directory and its tokenizer: {r!r}")
 sys.exit(0 if ok else 1)
 PY
+
+# 3. the Llama member. transformers -> ours: a random LlamaConfig model (rms_norm_eps 1e-5, the trainer's; GQA 4/2)
+"$PY" - "$TMP/lrand" <<'PY'
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=50257, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
+                  eos_token_id=50256)
+LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+"$PY" scripts/import_hf.py "$TMP/lrand" "$TMP/lrand.bin" > "$TMP/limport.txt" 2>&1
+check $? "import_hf.py reads a LlamaForCausalLM saved by transformers: $(cut -c1-120 "$TMP/limport.txt")"
+ours "$TMP/lrand.bin" "$TMP/lrand_ours.txt"
+compare "$TMP/lrand_ours.txt" "$TMP/lrand" "random LlamaConfig model (KV 2 of 4 heads, untied) imported"
+# ours -> transformers: a family model trained 20 steps, exported, as fp32 and as bf16 (version 10)
+$TRAIN "${FAST[@]/d2/L2:C128:NH4:KV2:T256:norm=rms:pos=rope:theta=500000:mlp=swiglu:bias=0:tied=0}" -x 20 \
+    -o "$TMP/lrun" > "$TMP/ltrain.txt" 2>&1
+"$PY" scripts/export_hf.py "$TMP/lrun/model_00000020.bin" "$TMP/lhf" > "$TMP/lexport.txt" 2>&1
+check $? "export_hf.py of a Llama-style family model trained 20 steps: $(cut -c1-120 "$TMP/lexport.txt")"
+ours "$TMP/lrun/model_00000020.bin" "$TMP/l_ours.txt"
+compare "$TMP/l_ours.txt" "$TMP/lhf" "trained family model (KV 2, untied) exported as LlamaForCausalLM"
+"$PY" -c "
+import sys, gpt2_hf as g, llama_hf as lh
+cfg, v, arch, p = lh.read_family_model_file(sys.argv[1])
+lh.write_family_model_file(sys.argv[2], cfg, arch, lh.VERSION_ARCH_BF16, {k: g.f32_to_bf16(a) for k, a in p.items()})" \
+    "$TMP/lrun/model_00000020.bin" "$TMP/l10.bin"
+"$PY" scripts/export_hf.py "$TMP/l10.bin" "$TMP/lhf10" > /dev/null 2>&1 && grep -q '"torch_dtype": "bfloat16"' "$TMP/lhf10/config.json"
+check $? "export_hf.py of the family model as bf16 (version 10) writes bfloat16 weights"
+ours "$TMP/l10.bin" "$TMP/l10_ours.txt"
+compare "$TMP/l10_ours.txt" "$TMP/lhf10" "trained family model as bf16 exported as LlamaForCausalLM"
