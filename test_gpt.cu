@@ -987,6 +987,9 @@ int main(int argc, char** argv) {
                          &tol);
         test_family_fixture("dev/test/fixtures/family_fixture_model.bin", "dev/test/fixtures/family_fixture_state.bin",
                             &tol);
+        /* the family's experts: SwiGLU (fc rows [gate | up]), with RMSNorm, rotary positions, GQA, QK-norm */
+        test_moe_fixture("dev/test/fixtures/family_moe_fixture_model.bin",
+                         "dev/test/fixtures/family_moe_fixture_state.bin", &tol);
     }
     comm_finalize(&world);
     backend_shutdown();

@@ -131,7 +131,8 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2, NH=1):
         del shapes["wpe"]  # rotary positions: no position table
     if moe:
         E, H = moe["E"], moe["H"]
-        shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
+        EFC = 2 * H if arch["mlp"] == "swiglu" else H  # the experts' fc rows: SwiGLU's gate and up (Mixtral's w1, w3)
+        shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, EFC, C), "efcb": (Lm, E, EFC),
                        "efcprojw": (Lm, E, C, H), "efcprojb": (Lm, E, C)})
     if arch["norm"] == "rms" or not arch["bias"]:
         shapes = {n: s for n, s in shapes.items() if n not in NORM_BIAS_NAMES}
@@ -310,7 +311,7 @@ class GPT(nn.Module):
             n_idx, r_idx = torch.nonzero((order == e) & keep, as_tuple=True)
             if n_idx.numel() == 0:
                 continue
-            h = F.gelu(F.linear(x[n_idx], p["efcw"][j, e], self.bias("efcb", j, e)), approximate="tanh")
+            h = self.mlp_act(F.linear(x[n_idx], p["efcw"][j, e], self.bias("efcb", j, e)))  # the model's MLP kind
             out = F.linear(h, p["efcprojw"][j, e], self.bias("efcprojb", j, e))
             y = y.index_add(0, n_idx, out * gates[n_idx, r_idx].unsqueeze(1))
         self.moe_counts.append((count, int(keep.sum())))
@@ -516,17 +517,22 @@ MOE_FIXTURE = dict(L=4, C=32, NH=4, maxT=32, V=100, B=4, T=32, seed=1337, data_s
                    E=3, k=2, every=2, H=48, cap=0.75, aux=0.05, z=0.01)
 
 
-def write_moe_fixture(outdir):
+# the decoder family's mixture-of-experts fixture: the MoE fixture's sizes, routing and batch with the family's knobs
+# (SwiGLU experts of fc rows [gate (H) | up (H)] as Mixtral's, RMSNorm, rotary positions, GQA, QK-norm, untied head)
+FAMILY_MOE_FIXTURE = dict(MOE_FIXTURE, arch=dict(FAMILY_FIXTURE["arch"]))
+
+
+def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
     """The mixture-of-experts fixture (test_gpt.cu, test_moe_fixture): L=4 blocks, experts in blocks 1 and 3 (every
     2nd), E=3 (not a power of two) top-2 with H=48 (not 4C), capacity factor 0.75 (64 rows per expert for 256 choices: at
     least a quarter of the choices are dropped), load-balancing 0.05 and z-loss 0.01 so that their gradients are
     visible. Files: gpt2_moe_fixture_model.bin (model v7) and gpt2_moe_fixture_state.bin (state v2 as the dense
     fixture; header[11] = fp32 bits of the MoE loss (load-balancing + z) at the initial weights, header[12..14] = fp32
     bits of the capacity factor, aux and z coefficients; the loss field and step losses are the language loss only,
-    the gradients those of language + MoE loss)."""
-    cfg = MOE_FIXTURE
+    the gradients those of language + MoE loss). cfg FAMILY_MOE_FIXTURE, name family_moe_fixture: the same with the
+    decoder family's knobs (model v9)."""
     moe = {k: cfg[k] for k in ("E", "k", "every", "H", "cap", "aux", "z")}
-    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, "gpt2_moe_fixture", moe)
+    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, name, moe, cfg.get("arch", ARCH_GPT2))
     B, T, V = cfg["B"], cfg["T"], cfg["V"]
     logits, loss = model(x, y)
     (loss + model.aux_loss).backward()
@@ -690,7 +696,9 @@ def main(argv=None):
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--write-family-fixture", action="store_true",
-                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU, rotary positions) and exit")
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU, rotary positions, GQA, QK-norm) and exit")
+    ap.add_argument("--write-family-moe-fixture", action="store_true",
+                    help="write dev/test/fixtures/family_moe_fixture_{model,state}.bin (the family with SwiGLU experts) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")
@@ -716,6 +724,8 @@ def main(argv=None):
             die(f"--{name.replace('_', '-')} must be positive")
     if args.write_moe_fixture:
         write_moe_fixture(args.fixture_dir)
+    elif args.write_family_moe_fixture:
+        write_moe_fixture(args.fixture_dir, FAMILY_MOE_FIXTURE, "family_moe_fixture")
     elif args.write_fixture:
         write_fixture(args.fixture_dir)
     elif args.write_family_fixture:
