@@ -210,6 +210,7 @@ class GPT(nn.Module):
         p, C, NH = self.p, self.C, self.NH
         hs = C // NH
         self.moe_counts = []  # per MoE block: (routed count per expert, kept choices)
+        self.router_margins = []  # per MoE block: (smallest gap among the k + 1 largest router logits, max |logit|)
         x = p["wte"][idx] + p["wpe"][:T] if "wpe" in p else p["wte"][idx]
         aux_total = torch.zeros((), device=x.device)
         for l in range(self.L):
@@ -291,6 +292,10 @@ class GPT(nn.Module):
         p, moe = self.p, self.moe
         N, E, k = x.shape[0], moe["E"], moe["k"]
         logits = x.float() @ p["routerw"][j].float().t()
+        s = torch.sort(logits.detach(), dim=-1, descending=True).values[:, : min(k + 1, E)]
+        # the smallest gap between consecutive logits among a token's k + 1 largest: below the rounding of the logits,
+        # a choice or its rank (which orders the capacity) can differ between precisions (test_gpt.cu reads it)
+        self.router_margins.append((float((s[:, :-1] - s[:, 1:]).min()), float(logits.abs().max())))
         probs = logits.softmax(dim=-1)
         lse = torch.logsumexp(logits, dim=-1)
         order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :k]  # (N,k)
@@ -528,8 +533,10 @@ def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
     least a quarter of the choices are dropped), load-balancing 0.05 and z-loss 0.01 so that their gradients are
     visible. Files: gpt2_moe_fixture_model.bin (model v7) and gpt2_moe_fixture_state.bin (state v2 as the dense
     fixture; header[11] = fp32 bits of the MoE loss (load-balancing + z) at the initial weights, header[12..14] = fp32
-    bits of the capacity factor, aux and z coefficients; the loss field and step losses are the language loss only,
-    the gradients those of language + MoE loss). cfg FAMILY_MOE_FIXTURE, name family_moe_fixture: the same with the
+    bits of the capacity factor, aux and z coefficients, header[15..16] = fp32 bits of the smallest gap between
+    consecutive logits among any token's k + 1 largest router logits (at the initial weights, all MoE blocks) and of the
+    largest |logit|; the loss field and step losses are the language loss only, the gradients those of language + MoE
+    loss). cfg FAMILY_MOE_FIXTURE, name family_moe_fixture: the same with the
     decoder family's knobs (model v9)."""
     moe = {k: cfg[k] for k in ("E", "k", "every", "H", "cap", "aux", "z")}
     model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, name, moe, cfg.get("arch", ARCH_GPT2))
@@ -540,6 +547,8 @@ def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
     logits0 = logits.detach().numpy().astype("<f4")
     loss0, aux0 = float(loss.item()), float(model.aux_loss.item())
     counts = model.moe_counts
+    gap = min(g for g, _ in model.router_margins)
+    scale = max(m for _, m in model.router_margins)
     opt = model.optimizer(cfg["lr"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]), cfg["eps"])
     model.zero_grad(set_to_none=True)
     step_losses = []
@@ -552,7 +561,8 @@ def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
         step_losses.append(float(l.item()))
     hdr = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, cfg["n_steps"]] +
                        [f32_bits(cfg[k]) for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")] +
-                       [f32_bits(aux0)] + [f32_bits(cfg[k]) for k in ("cap", "aux", "z")])
+                       [f32_bits(aux0)] + [f32_bits(cfg[k]) for k in ("cap", "aux", "z")] +
+                       [f32_bits(gap), f32_bits(scale)])
     write_atomic(state_path, [hdr, x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
                               logits0.tobytes(), np.array([loss0], dtype="<f4").tobytes(), grads.tobytes(),
                               np.array(step_losses, dtype="<f4").tobytes()])
@@ -561,6 +571,7 @@ def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
         print(f"MoE block {model.moe_blocks[j]}: routed per expert {count}, kept {kept} of {N * cfg['k']} choices "
               f"({100 * (1 - kept / (N * cfg['k'])):.1f}% dropped)")
         assert kept < N * cfg["k"], "the fixture must drop some choices"
+    print(f"router: smallest gap among a token's k + 1 largest logits {gap:.3e}, max |logit| {scale:.3e}")
     print(f"MoE fixture: params {model.num_params():,}; language loss {loss0:.6f}, MoE loss {aux0:.6f}; "
           f"step losses {', '.join(f'{v:.6f}' for v in step_losses)}")
     total = os.path.getsize(model_path) + os.path.getsize(state_path)
