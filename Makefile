@@ -330,6 +330,7 @@ test-gpu: test_gpt test_gpt_fp32
 fixture:
 	$(PYTHON) train_gpt.py --write-fixture
 	$(PYTHON) train_gpt.py --write-moe-fixture
+	$(PYTHON) train_gpt.py --write-family-moe-fixture
 	$(PYTHON) train_gpt.py --write-family-fixture
 
 clean:

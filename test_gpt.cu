@@ -105,6 +105,9 @@ typedef struct {
 /* the mixture-of-experts settings the fixture models get (zero for the dense fixture; test_moe_fixture sets the MoE
  * fixture's from its state header) */
 static MoEOptions fixture_moe_opt;
+/* the expert tensors' gradients are not compared when the fixture's router is within rounding of a tie (see
+ * test_moe_fixture); the reason is printed with the skip */
+static const char* fixture_expert_grads_skip;
 
 static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int B, int T, const TensorParallel* tp) {
     GPT2* m = &fm->m;
@@ -307,6 +310,11 @@ static void test_forward_backward(FixtureModel* fm, const Fixture* fx, const Tol
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = m->param_sizes[i];
         if (n == 0) { continue; } /* the expert tensors of a dense model, the MLP tensors of an all-MoE one */
+        if (fixture_expert_grads_skip && GPT2_PARAMS[i].slices == SLICES_MOE && i != P_ROUTERW) {
+            TEST_CHECK(1, "grad %-8s # SKIP %s", parameter_name(i), fixture_expert_grads_skip);
+            off += n;
+            continue;
+        }
         compare_arrays(grads + off, fx->grads + off, n, &err, &ref);
         TEST_CHECK(relative_to_max(err, ref) <= tol->grads, "grad %-8s (%8zu values): max abs err %.3e, max |ref| %.3e, rel %.3e (tol %.0e)",
                    parameter_name(i), n, err, ref, relative_to_max(err, ref), tol->grads);
@@ -861,7 +869,10 @@ static void test_moe_padding(GPT2* m, const Fixture* fx) {
  * than a few operations, and the top-k choice and the capacity are discrete functions of the probabilities: the
  * test is only meaningful if no token's choice is within rounding of a tie, which a random init makes vanishingly
  * unlikely in fp32 (and the bit-identical init makes the check reproducible). In BF16 a rounded activation can move
- * a logit by ~1e-3 relative, so a near-tie could flip a choice; on this fixture none does measurably. The MoE loss
+ * a logit by ~1e-3 relative, so a near-tie can flip a choice: the fixture records its smallest router gap, and where
+ * that gap is within the build's logits rounding the expert gradients are skipped with the reason (both fixtures'
+ * gaps, 1.3e-4 and 2.4e-5 at max |logit| 0.3, are checked in FP32 and skipped in BF16; the family's fixture did flip a
+ * first and second choice in BF16 on the emulator: expert gradients 12% off, everything else within tolerance). The MoE loss
  * has the loss tolerance. Measured: CPU fp32 logits 1.9e-7, gradients <= 4.3e-7; emulator FP32 gradients
  * <= 1.6e-6; emulator BF16 logits 5.0e-3, loss 2.2e-5, MoE loss 1.3e-5, gradients <= 8.7e-3, step losses <= 3.7e-5. */
 static void test_moe_fixture(const char* model_path, const char* state_path, const Tolerances* tol) {
@@ -870,6 +881,16 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
                                       "debug state fixture", "regenerate with `make fixture`");
     fclose(f);
     float ref_moe_loss = float_from_bits(h[11]);
+    /* A token's expert choices, and their ranks (which order the capacity), are discrete functions of its router
+     * logits. If two of its k + 1 largest logits lie within the logits' rounding (each off by at most tol->logits x
+     * max |logit|, so a swap needs a gap <= 2 tol->logits max |logit|), the build may route that token otherwise than
+     * PyTorch and move whole rows between experts: then the experts' weight gradients are not comparable (the
+     * router's, the loss and the logits still are). The fixture records the smallest gap and the largest |logit|. */
+    const double gap = float_from_bits(h[15]), scale = float_from_bits(h[16]);
+    static char skip[160];
+    snprintf(skip, sizeof(skip), "(router near-tie: smallest top-(k+1) logit gap %.2e <= 2 x tol %.0e x max|logit| %.2e)",
+             gap, tol->logits, scale);
+    fixture_expert_grads_skip = gap <= 2.0 * tol->logits * scale ? skip : NULL;
     fixture_moe_opt.capacity_factor = float_from_bits(h[12]);
     fixture_moe_opt.aux_coef = float_from_bits(h[13]);
     fixture_moe_opt.z_coef = float_from_bits(h[14]);
@@ -902,6 +923,7 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
     test_adamw_steps(model_path, &fx, tol);
     fixture_free(&fx);
     memset(&fixture_moe_opt, 0, sizeof(fixture_moe_opt));
+    fixture_expert_grads_skip = NULL;
 }
 
 /* The decoder family's fixture (python3 train_gpt.py --write-family-fixture; llmc/README.md, "The model's
@@ -987,6 +1009,9 @@ int main(int argc, char** argv) {
                          &tol);
         test_family_fixture("dev/test/fixtures/family_fixture_model.bin", "dev/test/fixtures/family_fixture_state.bin",
                             &tol);
+        /* the family's experts: SwiGLU (fc rows [gate | up]), with RMSNorm, rotary positions, GQA, QK-norm */
+        test_moe_fixture("dev/test/fixtures/family_moe_fixture_model.bin",
+                         "dev/test/fixtures/family_moe_fixture_state.bin", &tol);
     }
     comm_finalize(&world);
     backend_shutdown();

@@ -131,7 +131,8 @@ def param_shapes(L, C, V, maxT, moe=None, arch=ARCH_GPT2, NH=1):
         del shapes["wpe"]  # rotary positions: no position table
     if moe:
         E, H = moe["E"], moe["H"]
-        shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, H, C), "efcb": (Lm, E, H),
+        EFC = 2 * H if arch["mlp"] == "swiglu" else H  # the experts' fc rows: SwiGLU's gate and up (Mixtral's w1, w3)
+        shapes.update({"routerw": (Lm, E, C), "efcw": (Lm, E, EFC, C), "efcb": (Lm, E, EFC),
                        "efcprojw": (Lm, E, C, H), "efcprojb": (Lm, E, C)})
     if arch["norm"] == "rms" or not arch["bias"]:
         shapes = {n: s for n, s in shapes.items() if n not in NORM_BIAS_NAMES}
@@ -209,6 +210,7 @@ class GPT(nn.Module):
         p, C, NH = self.p, self.C, self.NH
         hs = C // NH
         self.moe_counts = []  # per MoE block: (routed count per expert, kept choices)
+        self.router_margins = []  # per MoE block: (smallest gap among the k + 1 largest router logits, max |logit|)
         x = p["wte"][idx] + p["wpe"][:T] if "wpe" in p else p["wte"][idx]
         aux_total = torch.zeros((), device=x.device)
         for l in range(self.L):
@@ -290,6 +292,10 @@ class GPT(nn.Module):
         p, moe = self.p, self.moe
         N, E, k = x.shape[0], moe["E"], moe["k"]
         logits = x.float() @ p["routerw"][j].float().t()
+        s = torch.sort(logits.detach(), dim=-1, descending=True).values[:, : min(k + 1, E)]
+        # the smallest gap between consecutive logits among a token's k + 1 largest: below the rounding of the logits,
+        # a choice or its rank (which orders the capacity) can differ between precisions (test_gpt.cu reads it)
+        self.router_margins.append((float((s[:, :-1] - s[:, 1:]).min()), float(logits.abs().max())))
         probs = logits.softmax(dim=-1)
         lse = torch.logsumexp(logits, dim=-1)
         order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :k]  # (N,k)
@@ -310,7 +316,7 @@ class GPT(nn.Module):
             n_idx, r_idx = torch.nonzero((order == e) & keep, as_tuple=True)
             if n_idx.numel() == 0:
                 continue
-            h = F.gelu(F.linear(x[n_idx], p["efcw"][j, e], self.bias("efcb", j, e)), approximate="tanh")
+            h = self.mlp_act(F.linear(x[n_idx], p["efcw"][j, e], self.bias("efcb", j, e)))  # the model's MLP kind
             out = F.linear(h, p["efcprojw"][j, e], self.bias("efcprojb", j, e))
             y = y.index_add(0, n_idx, out * gates[n_idx, r_idx].unsqueeze(1))
         self.moe_counts.append((count, int(keep.sum())))
@@ -516,17 +522,24 @@ MOE_FIXTURE = dict(L=4, C=32, NH=4, maxT=32, V=100, B=4, T=32, seed=1337, data_s
                    E=3, k=2, every=2, H=48, cap=0.75, aux=0.05, z=0.01)
 
 
-def write_moe_fixture(outdir):
+# the decoder family's mixture-of-experts fixture: the MoE fixture's sizes, routing and batch with the family's knobs
+# (SwiGLU experts of fc rows [gate (H) | up (H)] as Mixtral's, RMSNorm, rotary positions, GQA, QK-norm, untied head)
+FAMILY_MOE_FIXTURE = dict(MOE_FIXTURE, arch=dict(FAMILY_FIXTURE["arch"]))
+
+
+def write_moe_fixture(outdir, cfg=MOE_FIXTURE, name="gpt2_moe_fixture"):
     """The mixture-of-experts fixture (test_gpt.cu, test_moe_fixture): L=4 blocks, experts in blocks 1 and 3 (every
     2nd), E=3 (not a power of two) top-2 with H=48 (not 4C), capacity factor 0.75 (64 rows per expert for 256 choices: at
     least a quarter of the choices are dropped), load-balancing 0.05 and z-loss 0.01 so that their gradients are
     visible. Files: gpt2_moe_fixture_model.bin (model v7) and gpt2_moe_fixture_state.bin (state v2 as the dense
     fixture; header[11] = fp32 bits of the MoE loss (load-balancing + z) at the initial weights, header[12..14] = fp32
-    bits of the capacity factor, aux and z coefficients; the loss field and step losses are the language loss only,
-    the gradients those of language + MoE loss)."""
-    cfg = MOE_FIXTURE
+    bits of the capacity factor, aux and z coefficients, header[15..16] = fp32 bits of the smallest gap between
+    consecutive logits among any token's k + 1 largest router logits (at the initial weights, all MoE blocks) and of the
+    largest |logit|; the loss field and step losses are the language loss only, the gradients those of language + MoE
+    loss). cfg FAMILY_MOE_FIXTURE, name family_moe_fixture: the same with the
+    decoder family's knobs (model v9)."""
     moe = {k: cfg[k] for k in ("E", "k", "every", "H", "cap", "aux", "z")}
-    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, "gpt2_moe_fixture", moe)
+    model, model_path, state_path, x, y = fixture_model_and_batch(cfg, outdir, name, moe, cfg.get("arch", ARCH_GPT2))
     B, T, V = cfg["B"], cfg["T"], cfg["V"]
     logits, loss = model(x, y)
     (loss + model.aux_loss).backward()
@@ -534,6 +547,8 @@ def write_moe_fixture(outdir):
     logits0 = logits.detach().numpy().astype("<f4")
     loss0, aux0 = float(loss.item()), float(model.aux_loss.item())
     counts = model.moe_counts
+    gap = min(g for g, _ in model.router_margins)
+    scale = max(m for _, m in model.router_margins)
     opt = model.optimizer(cfg["lr"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]), cfg["eps"])
     model.zero_grad(set_to_none=True)
     step_losses = []
@@ -546,7 +561,8 @@ def write_moe_fixture(outdir):
         step_losses.append(float(l.item()))
     hdr = header_bytes([STATE_MAGIC, STATE_VERSION, B, T, cfg["n_steps"]] +
                        [f32_bits(cfg[k]) for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")] +
-                       [f32_bits(aux0)] + [f32_bits(cfg[k]) for k in ("cap", "aux", "z")])
+                       [f32_bits(aux0)] + [f32_bits(cfg[k]) for k in ("cap", "aux", "z")] +
+                       [f32_bits(gap), f32_bits(scale)])
     write_atomic(state_path, [hdr, x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
                               logits0.tobytes(), np.array([loss0], dtype="<f4").tobytes(), grads.tobytes(),
                               np.array(step_losses, dtype="<f4").tobytes()])
@@ -555,6 +571,7 @@ def write_moe_fixture(outdir):
         print(f"MoE block {model.moe_blocks[j]}: routed per expert {count}, kept {kept} of {N * cfg['k']} choices "
               f"({100 * (1 - kept / (N * cfg['k'])):.1f}% dropped)")
         assert kept < N * cfg["k"], "the fixture must drop some choices"
+    print(f"router: smallest gap among a token's k + 1 largest logits {gap:.3e}, max |logit| {scale:.3e}")
     print(f"MoE fixture: params {model.num_params():,}; language loss {loss0:.6f}, MoE loss {aux0:.6f}; "
           f"step losses {', '.join(f'{v:.6f}' for v in step_losses)}")
     total = os.path.getsize(model_path) + os.path.getsize(state_path)
@@ -690,7 +707,9 @@ def main(argv=None):
     ap.add_argument("--write-moe-fixture", action="store_true",
                     help="write dev/test/fixtures/gpt2_moe_fixture_{model,state}.bin (mixture of experts) and exit")
     ap.add_argument("--write-family-fixture", action="store_true",
-                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU, rotary positions) and exit")
+                    help="write dev/test/fixtures/family_fixture_{model,state}.bin (the decoder family: RMSNorm, no biases, untied head, SwiGLU, rotary positions, GQA, QK-norm) and exit")
+    ap.add_argument("--write-family-moe-fixture", action="store_true",
+                    help="write dev/test/fixtures/family_moe_fixture_{model,state}.bin (the family with SwiGLU experts) and exit")
     ap.add_argument("--fixture-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "test", "fixtures"))
     ap.add_argument("--input-bin", "-i", default="dev/data/tinyshakespeare/tiny_shakespeare_train.bin")
     ap.add_argument("--input-val-bin", "-j", default="dev/data/tinyshakespeare/tiny_shakespeare_val.bin")
@@ -716,6 +735,8 @@ def main(argv=None):
             die(f"--{name.replace('_', '-')} must be positive")
     if args.write_moe_fixture:
         write_moe_fixture(args.fixture_dir)
+    elif args.write_family_moe_fixture:
+        write_moe_fixture(args.fixture_dir, FAMILY_MOE_FIXTURE, "family_moe_fixture")
     elif args.write_fixture:
         write_fixture(args.fixture_dir)
     elif args.write_family_fixture:

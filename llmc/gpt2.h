@@ -134,8 +134,8 @@ enum {
 typedef enum { SLICES_ONE = 0, SLICES_LAYERS, SLICES_DENSE, SLICES_MOE } GPT2Slices;
 /* a dimension of one slice, in the configuration's units: 1, C, the qkv rows (NH + 2 KV) C/NH, the head size C/NH,
  * the MLP width F, the fc rows (F, or 2F for a gated MLP: SwiGLU's gate and up), Vp, maxT, E experts, the experts'
- * hidden width H */
-typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_HS, DIM_FF, DIM_FC, DIM_VP, DIM_MAXT, DIM_E, DIM_H } GPT2Dim;
+ * hidden width H, the experts' fc rows (H, or 2H for SwiGLU experts) */
+typedef enum { DIM_1 = 0, DIM_C, DIM_QKV, DIM_HS, DIM_FF, DIM_FC, DIM_VP, DIM_MAXT, DIM_E, DIM_H, DIM_EFC } GPT2Dim;
 /* initialisation (gpt2_init_host): zeros, ones, normal(0, 0.02), normal(0, 0.02/sqrt(2L)) (residual projections),
  * normal(0, 0.02) over the first V rows only (the padded vocabulary rows stay 0) */
 typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL, INIT_VOCAB } GPT2Init;
@@ -176,8 +176,8 @@ static const GPT2ParamSpec GPT2_PARAMS[NUM_PARAMETER_TENSORS] = {
     {"lnfb",     SLICES_ONE,    {DIM_C, DIM_1, DIM_1},       0, INIT_ZERO,     WHEN_NORM_BIAS},
     {"lmheadw",  SLICES_ONE,    {DIM_VP, DIM_C, DIM_1},      1, INIT_VOCAB,    WHEN_UNTIED},
     {"routerw",  SLICES_MOE,    {DIM_E, DIM_C, DIM_1},       1, INIT_NORMAL,   WHEN_ALWAYS},
-    {"efcw",     SLICES_MOE,    {DIM_E, DIM_H, DIM_C},       1, INIT_NORMAL,   WHEN_ALWAYS},
-    {"efcb",     SLICES_MOE,    {DIM_E, DIM_H, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
+    {"efcw",     SLICES_MOE,    {DIM_E, DIM_EFC, DIM_C},     1, INIT_NORMAL,   WHEN_ALWAYS},
+    {"efcb",     SLICES_MOE,    {DIM_E, DIM_EFC, DIM_1},     0, INIT_ZERO,     WHEN_BIAS},
     {"efcprojw", SLICES_MOE,    {DIM_E, DIM_C, DIM_H},       1, INIT_RESIDUAL, WHEN_ALWAYS},
     {"efcprojb", SLICES_MOE,    {DIM_E, DIM_C, DIM_1},       0, INIT_ZERO,     WHEN_BIAS},
 };
@@ -200,6 +200,7 @@ static inline size_t gpt2_dim(const GPT2Config* c, GPT2Dim d) {
     case DIM_MAXT: return (size_t)c->max_seq_len;
     case DIM_E: return (size_t)c->moe.experts;
     case DIM_H: return (size_t)c->moe.hidden;
+    case DIM_EFC: return (size_t)c->moe.hidden * (c->arch.mlp == MLP_SWIGLU ? 2 : 1);
     default: return 1;
     }
 }
@@ -394,10 +395,12 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_MOE_GATE] = n[A_MOE_CHOICE] = n[A_MOE_ROW] = Lm * BT * K;
     n[A_MOE_PLAN] = Lm * 3 * E;
     n[A_MOE_STATS] = Lm * (size_t)moe_stats_floats(&c->moe);
-    n[A_MOE_FCH] = n[A_MOE_FCH_GELU] = Lm * Rr * H;
+    size_t EFC = gpt2_dim(c, DIM_EFC); /* the experts' fc rows: 2H for SwiGLU experts */
+    n[A_MOE_FCH] = Lm * Rr * EFC;
+    n[A_MOE_FCH_GELU] = Lm * Rr * H;
     n[A_MOE_OUT] = Lm * R * C;
     n[A_MOE_XE] = n[A_MOE_DOUT] = n[A_MOE_DXE] = Lm ? R * C : 0;
-    n[A_MOE_DH] = Lm ? Rr * H : 0;
+    n[A_MOE_DH] = Lm ? Rr * (H + (EFC != H ? EFC : 0)) : 0; /* d(act), and SwiGLU's d fch (Rr, 2H) beside it */
     n[A_MOE_DGATE] = Lm ? BT * K : 0;
     n[A_MOE_DLOGITS] = Lm ? BT * E : 0;
     n[A_MOE_XR] = epl * Lm * Rr * C;
@@ -826,12 +829,15 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.row = (int*)actF(m, A_MOE_ROW, (int)j, N * K);
     a.plan = (int*)actF(m, A_MOE_PLAN, (int)j, 3 * E);
     a.stats = actF(m, A_MOE_STATS, (int)j, (size_t)moe_stats_floats(mc));
-    a.fch = actX(m, A_MOE_FCH, (int)j, Rr * H);
+    a.act = (int)m->config.arch.mlp; /* MOE_ACT_* = GPT2Mlp */
+    size_t EFC = gpt2_dim(&m->config, DIM_EFC);
+    a.fch = actX(m, A_MOE_FCH, (int)j, Rr * EFC);
     a.fch_gelu = actX(m, A_MOE_FCH_GELU, (int)j, Rr * H);
     a.out = actX(m, A_MOE_OUT, (int)j, R * C);
     a.xe = (floatX*)m->acts.t[A_MOE_XE];
     a.dout = (floatX*)m->acts.t[A_MOE_DOUT];
     a.dh = (floatX*)m->acts.t[A_MOE_DH];
+    a.dfc = EFC != H ? a.dh + Rr * H : NULL;
     a.dxe = (floatX*)m->acts.t[A_MOE_DXE];
     a.dgate = (float*)m->acts.t[A_MOE_DGATE];
     a.dlogits = (float*)m->acts.t[A_MOE_DLOGITS];

@@ -20,10 +20,10 @@
 #include "llmc/moe.h"
 
 /* The architecture knobs, as data (llmc/README.md, "The model's architecture as data"). GPT-2's values are the
- * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built yet (SwiGLU experts,
- * LayerNorm without bias, rotary positions with an odd head size). llmc/gpt2.h's parameter table sizes tensors from them (grouped-query attention's qkv rows, the MLP
- * width, the biases and the learned positions present or not), so a variant arrives as table rows, a dimension and
- * kernels, not as branches through the trainer. */
+ * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built (LayerNorm without bias,
+ * rotary positions with an odd head size). llmc/gpt2.h's parameter table sizes tensors from them (grouped-query
+ * attention's qkv rows, the MLP and the experts' widths, the biases and the learned positions present or not), so a
+ * variant arrives as table rows, a dimension and kernels, not as branches through the trainer. */
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } GPT2Norm;  /* LayerNorm (Ba et al. 2016) | RMSNorm (Zhang & Sennrich 2019) */
 typedef enum { POS_LEARNED = 0, POS_ROPE } GPT2Pos;           /* learned table | rotary (Su et al. 2021) */
 typedef enum { MLP_GELU = 0, MLP_SWIGLU, MLP_RELU2 } GPT2Mlp;   /* GELU | SwiGLU (Shazeer 2020) | ReLU^2 (So et al. 2021) */
@@ -80,7 +80,6 @@ static inline int gpt2_arch_is_gpt2(const GPT2Arch* a, int C, int NH) {
 static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
     const char* what = a->pos == POS_ROPE && (c->channels / c->num_heads) % 2 ? "pos=rope with an odd head size C/NH"
-                     : a->mlp != MLP_GELU && c->moe.experts > 0 ? "mlp=swiglu/relu2 with experts (SwiGLU experts)"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
                      : NULL;
@@ -304,7 +303,8 @@ static inline int is_model_descriptor(const char* s) {
 static inline size_t gpt2_active_parameters(const GPT2Config* c, size_t total) {
     size_t Lm = (size_t)moe_num_layers(&c->moe, c->num_layers);
     if (!Lm) { return total; }
-    return total - Lm * (size_t)(c->moe.experts - c->moe.top_k) * moe_expert_params(&c->moe, c->channels);
+    return total - Lm * (size_t)(c->moe.experts - c->moe.top_k) *
+                       moe_expert_params(&c->moe, c->channels, c->arch.mlp == MLP_SWIGLU, c->arch.bias);
 }
 
 #endif /* LLMC_GPT2_CONFIG_H */

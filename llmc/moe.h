@@ -3,7 +3,9 @@
  * capacity, and the forward and backward of one MoE layer over the kernels of llmc/backend.h.
  *
  * Model: every n-th block (blocks n-1, 2n-1, ... counting from 0; --moe-every n) replaces its MLP by E experts,
- * each a GPT-2 MLP (fc C->H, tanh-GELU, fcproj H->C; H = --moe-hidden, default 4C), and a router: a bias-free
+ * each an MLP of the model's kind (fc C->FC, the activation, fcproj H->C; H = --moe-hidden, default 4C; GPT-2's
+ * tanh-GELU with FC = H, ReLU^2 with FC = H, or SwiGLU with FC = 2H, rows [gate (H) | up (H)], as Mixtral's experts
+ * w1/w3 stacked; llmc/gpt2.h's mlp knob), and a router: a bias-free
  * linear C->E with fp32 logits, softmax, the top-k experts per token, gates renormalised over the k chosen
  * (GShard, Lepikhin et al. 2020; Mixtral) or, for k = 1, the router probability itself (Switch Transformer,
  * Fedus et al. 2021). Capacity ceil(c*k*N/E) tokens per expert and micro-batch of N tokens (c =
@@ -15,7 +17,7 @@
  * z-loss z_coef * mean(logsumexp(logits)^2) (ST-MoE, Zoph et al. 2022).
  *
  * Layout: the expert tensors are stacked over the Lm = L/n MoE layers, experts inside (llmc/gpt2.h parameter
- * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,H,C), efcb (Lm,E,H), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
+ * table after lnfb): routerw (Lm,E,C), efcw (Lm,E,FC,C), efcb (Lm,E,FC), efcprojw (Lm,E,C,H), efcprojb (Lm,E,C). The
  * dense MLP tensors fcw .. fcprojb hold only the L - Lm dense blocks. Grouped buffers: expert e's tokens are rows
  * [offset_e, offset_e + kept_e) of the R = N*k rows allocated (at most min(N*k, E*cap) are used); the expert
  * GEMMs run one matmul per expert on its rows, with the counts read back to the host once per layer and
@@ -123,11 +125,14 @@ static inline size_t moe_recv_rows(const MoEConfig* c, size_t N) {
 }
 /* the size of the statistics block of one MoE layer (moe_route_stats) */
 static inline int moe_stats_floats(const MoEConfig* c) { return 2 * c->experts + 3; }
-/* parameters of one expert (fc and fcproj weights and biases) */
-static inline size_t moe_expert_params(const MoEConfig* c, int C) {
-    size_t H = (size_t)c->hidden, Cs = (size_t)C;
-    return 2 * H * Cs + H + Cs;
+/* parameters of one expert: fc (FC rows, FC = 2H for a gated MLP) and fcproj weights, and their biases when `bias` */
+static inline size_t moe_expert_params(const MoEConfig* c, int C, int gated, int bias) {
+    size_t H = (size_t)c->hidden, FC = gated ? 2 * H : H, Cs = (size_t)C;
+    return FC * Cs + Cs * H + (bias ? FC + Cs : 0);
 }
+
+/* the experts' activation (llmc/gpt2_config.h's GPT2Mlp values): tanh-GELU, SwiGLU (fc rows [gate | up]), ReLU^2 */
+enum { MOE_ACT_GELU = 0, MOE_ACT_SWIGLU = 1, MOE_ACT_RELU2 = 2 };
 
 /* One MoE layer's tensors for one micro-batch: parameters (floatX), their gradients (floatX, accumulated), the
  * saved activations and the scratch (see llmc/README.md for the shapes; R = N*k rows on the sending side, Rr =
@@ -137,8 +142,10 @@ typedef struct {
     floatX *drouterw, *defcw, *defcb, *defcprojw, *defcprojb;      /* backward only */
     float *probs, *lse, *gate, *stats;                               /* (N,E), (N), (N,k), (2E+3) */
     int *choice, *row, *plan;                                        /* (N,k), (N,k), (3,E) */
-    floatX *xe, *fch, *fch_gelu, *out;                               /* (R,C), (Rr,H), (Rr,H), (R,C) */
+    int act;                                                         /* MOE_ACT_*; FC = 2H for SwiGLU, else H */
+    floatX *xe, *fch, *fch_gelu, *out;                               /* (R,C), (Rr,FC), (Rr,H), (R,C) */
     floatX *dout, *dh, *dxe;                                         /* backward scratch: (R,C), (Rr,H), (R,C) */
+    floatX *dfc;                                                     /* SwiGLU's backward scratch (Rr,2H); else NULL */
     float *dgate, *dlogits;                                          /* backward scratch: (N,k), (N,E) */
     /* expert parallelism only (NULL otherwise): the received rows (Rr,C) and their counts (E) int32 (saved), and
      * the scratch for the expert outputs / received output gradients / input gradients: (Rr,C), (Rr,C) */
@@ -192,16 +199,27 @@ static inline void moe_exchange_rows(MoEExpertParallel* ep, const MoERoute* r, c
 }
 
 /* the expert GEMMs of the forward on grouped rows: expert e (global index e0 + j) on the rows of each block
- * (blocks in buffer order, `rows[b]` rows of local expert b % nl): fch, fch_gelu (rows,H), out (rows,C) */
+ * (blocks in buffer order, `rows[b]` rows of local expert b % nl): fch (rows,FC), fch_gelu (rows,H) (the
+ * activation's output; GELU in the fc matmul's epilogue), out (rows,C) */
 static inline void moe_experts_forward(const MoELayer* a, floatX* out, const floatX* in, const int* rows, int nblocks,
                                        int nl, int e0, int C, int H) {
+    const size_t FC = a->act == MOE_ACT_SWIGLU ? 2 * (size_t)H : (size_t)H;
     size_t r0 = 0;
     for (int b = 0; b < nblocks; b++) {
         int n = rows[b];
         size_t e = (size_t)(e0 + b % nl);
+        const floatX* fcb = a->efcb ? a->efcb + e * FC : NULL;
+        if (n > 0 && a->act == MOE_ACT_GELU) {
+            matmul_forward(a->fch_gelu + r0 * H, in + r0 * C, a->efcw + e * FC * C, fcb, n, C, (int)FC, a->fch + r0 * FC);
+        } else if (n > 0) {
+            matmul_forward(a->fch + r0 * FC, in + r0 * C, a->efcw + e * FC * C, fcb, n, C, (int)FC, NULL);
+            if (a->act == MOE_ACT_SWIGLU) {
+                swiglu_forward(a->fch_gelu + r0 * H, a->fch + r0 * FC, n, H);
+            } else {
+                relu2_forward(a->fch_gelu + r0 * H, a->fch + r0 * FC, (size_t)n * H);
+            }
+        }
         if (n > 0) {
-            matmul_forward(a->fch_gelu + r0 * H, in + r0 * C, a->efcw + e * H * C, (a->efcb ? a->efcb + e * H : NULL), n, C, H,
-                           a->fch + r0 * H);
             matmul_forward(out + r0 * C, a->fch_gelu + r0 * H, a->efcprojw + e * C * H, (a->efcprojb ? a->efcprojb + e * C : NULL), n, H, C,
                            NULL);
         }
@@ -221,8 +239,16 @@ static inline void moe_experts_backward(const MoELayer* a, floatX* din, floatX* 
         if (n > 0) { /* an expert without tokens: no gradient */
             matmul_backward(a->dh + r0 * H, a->defcprojw + e * C * H, (a->defcprojb ? a->defcprojb + e * C : NULL), dout + r0 * C,
                             a->fch_gelu + r0 * H, a->efcprojw + e * C * H, scratch_f32, n, H, C, NULL);
-            matmul_backward(din + r0 * C, a->defcw + e * H * C, (a->defcb ? a->defcb + e * H : NULL), a->dh + r0 * H, in + r0 * C,
-                            a->efcw + e * H * C, scratch_f32, n, C, H, a->fch + r0 * H);
+            const size_t FC = a->act == MOE_ACT_SWIGLU ? 2 * (size_t)H : (size_t)H;
+            floatX* dfc = a->dh + r0 * H; /* d fch: in place for GELU (the fc matmul's pre_gelu) and ReLU^2 */
+            if (a->act == MOE_ACT_SWIGLU) {
+                dfc = a->dfc + r0 * FC;
+                swiglu_backward(dfc, a->dh + r0 * H, a->fch + r0 * FC, n, H);
+            } else if (a->act == MOE_ACT_RELU2) {
+                relu2_backward_inplace(dfc, a->fch + r0 * FC, (size_t)n * H);
+            }
+            matmul_backward(din + r0 * C, a->defcw + e * FC * C, (a->defcb ? a->defcb + e * FC : NULL), dfc, in + r0 * C,
+                            a->efcw + e * FC * C, scratch_f32, n, C, (int)FC, a->act == MOE_ACT_GELU ? a->fch + r0 * FC : NULL);
         }
         r0 += (size_t)n;
     }

@@ -42,7 +42,8 @@
       "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. L96:C12288:NH96; V " \
       "50257 and T 1024 unless given; E and K: a mixture-of-experts model; the architecture words KV<n> (key/value " \
       "heads: grouped-query attention) FF<n> norm=ln|rms pos=learned|rope theta=B mlp=gelu|swiglu|relu2 bias=0|1 " \
-      "tied=0|1 qknorm=0|1 (RMSNorm of each q and k head) are parsed; all built, not yet with experts: mlp=swiglu|relu2), " \
+      "tied=0|1 qknorm=0|1 (RMSNorm of each q and k head) are parsed; experts take the mlp kind: SwiGLU experts as " \
+      "Mixtral's), " \
       "or a model .bin file to start from", \
       MAY_CHANGE("the weights come from the checkpoint; the model's shape is compared with it separately")) \
     X(STRING, output_dir, "", "o", "output-dir", NO_MIN, NO_MAX, \

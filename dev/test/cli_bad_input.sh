@@ -52,7 +52,7 @@ python3 -c "
 import struct
 d=open('dev/test/fixtures/family_fixture_model.bin','rb').read()
 for name, kv in (('mlp', {15: 7}), ('kv', {17: 3}), ('theta', {14: 0}), ('qknorm', {20: 2}),
-                 ('swiglu_moe', {8: 2, 9: 1, 10: 1, 11: 256})):
+                 ('ln_nobias', {12: 0})):
     h=list(struct.unpack('<256i',d[:1024]))
     for i, v in kv.items(): h[i]=v
     open('$TMP/family_'+name+'.bin','wb').write(struct.pack('<256i',*h)+d[1024:])
@@ -61,7 +61,7 @@ expect_error "invalid architecture header: mlp" "family model file with mlp = 7:
 expect_error "invalid architecture header: key/value heads" "family model file with 3 kv heads for NH=4 is refused" -- $TRAIN -e "$TMP/family_kv.bin" -x 1
 expect_error "invalid architecture header: rope theta" "family model file with theta 0 is refused" -- $TRAIN -e "$TMP/family_theta.bin" -x 1
 expect_error "invalid architecture header: bias / tied / qknorm" "family model file with qknorm = 2 is refused" -- $TRAIN -e "$TMP/family_qknorm.bin" -x 1
-expect_error "SwiGLU experts" "family model file of SwiGLU experts (not built yet): one line naming the knob" -- $TRAIN -e "$TMP/family_swiglu_moe.bin" -x 1 --moe-experts 2 --moe-top-k 1 --moe-every 1 --moe-hidden 256
+expect_error "bias=0 with LayerNorm" "family model file of LayerNorm without bias (not built): one line naming the knob" -- $TRAIN -e "$TMP/family_ln_nobias.bin" -x 1
 expect_error "--lr-schedule" "unknown learning-rate schedule" -- $TRAIN "${FAST[@]}" -k sawtooth
 expect_error "output directory" "output directory that cannot be created" -- $TRAIN "${FAST[@]}" -x 1 -o /dev/null/out
 expect_error "-o" "resume without an output directory" -- $TRAIN "${FAST[@]}" -y 1

@@ -179,3 +179,10 @@ dp_refused 2 "--ep 4 does not divide --moe-experts 6" "--ep not dividing E" "${M
 dp_refused 2 "flag --ep 2 with --grad-compress" "--ep with gradient compression" "${MOE[@]}" -x 1 --ep 2 --grad-compress int8
 dp_refused 2 "needs a mixture-of-experts model" "--ep on a dense model" -e d2 -b 1 -t 32 -j '' -g 0 -x 1 --ep 2
 dp_refused 2 "--ep 4 does not divide the data-parallel size dp = 2" "--ep not dividing dp" "${MOE[@]}" -x 1 --ep 4
+
+# the decoder family's experts: SwiGLU (fc rows [gate | up] of 2H = 1024, Mixtral-style) with RMSNorm, rotary
+# positions, GQA and QK-norm around them; ep=2 against ep=1 on 2 processes, the same argument and tolerance as above
+FAM=(-e L2:C128:NH4:KV2:T256:norm=rms:bias=0:tied=0:mlp=swiglu:pos=rope:qknorm=1 "${MOE[@]:2}")
+run 2 "${FAM[@]}" --ep 1 -o "$TMP/fam_ep1" > "$TMP/fam_ep1.log" 2>&1 &&
+    run 2 "${FAM[@]}" --ep 2 -o "$TMP/fam_ep2" > "$TMP/fam_ep2.log" 2>&1 && compare 1 10 "$TMP/fam_ep1" "$TMP/fam_ep2"
+check $? "SwiGLU experts in the decoder family: ep=2 equals ep=1 on dp=2 (losses and norms of 10 steps, $TOL relative)"
