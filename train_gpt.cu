@@ -508,6 +508,7 @@ static void session_init(TrainSession* s) {
         zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, cfg->master_weights, &s->offload);
     }
     zero_enable_compression(&s->zero, &s->compress, (uint32_t)cfg->seed); /* --grad-compress: buffers, residuals */
+    if (s->layout.muon) { zero_enable_muon(&s->zero, cfg->muon_momentum, cfg->muon_ns_steps); } /* --optimizer muon */
     step_stats_init(&s->stats, &s->zero, s->tp, s->pp, s->grid.ep); /* the norm partials; the groups it sums over */
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         pipeline_init(&s->pipe, &s->model, s->pp, &s->layout);

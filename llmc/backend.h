@@ -234,6 +234,17 @@
  *                out = (accumulate ? out : 0) + sum(grads^2) in fp32, deterministic.
  *   scale_floats(floatX* x(n), float s, size_t n)   x *= s (used for loss-scale unscale / averaging)
  *   has_inf_or_nan(const floatX* x(n), size_t n) -> int (host value; synchronises)
+ * Muon (llmc/muon.h; Jordan et al. 2024, Liu et al. 2025; per element the two backends agree bit for bit in fp32):
+ *   muon_gemm(floatX* c(M,N), const floatX* a, const floatX* b, int M, int N, int K, int transA, int transB)
+ *                row-major c = op(a)(M,K) @ op(b)(K,N), fp32 accumulation, deterministic (CPU: sgemm; CUDA: cuBLASLt)
+ *   muon_momentum(floatX* u(n), float* buf(n), const floatX* g(n), size_t n, float beta, float grad_scale)
+ *                gs = g*grad_scale; buf = beta*buf + gs; u = gs + beta*buf (Nesterov; u may alias g)
+ *   muon_normalize(floatX* x(n), const floatX* g(n), const float* normsq(1), size_t n)   x = g/(sqrt(normsq)+1e-7)
+ *   muon_axpby(floatX* out(n), const floatX* x(n), const floatX* y(n), float alpha, float beta, size_t n)
+ *                out = alpha*x + beta*y (out may alias x or y)
+ *   muon_apply(floatX* params(n), float* master(n) or NULL, const floatX* o(n), size_t n, size_t global_offset,
+ *                float lr, float scale, float wd, int t, unsigned int seed)
+ *                p -= lr*(scale*o + wd*p); master and rounding as adamw_update
  * gradient compression (llmc/grad_compress.h; the two backends agree bit for bit on the same fp32 inputs):
  *   compress_pack(float* dst(n), const floatX* g(n), const float* residual(n) or NULL, float decay, size_t n)
  *                dst = g + decay * residual (the product rounded to fp32 first; decay 1: g + residual exactly)

@@ -1361,16 +1361,17 @@ typedef struct {
 } AdamWState;
 
 /* AdamW (Loshchilov & Hutter 2019) over the flat parameter range [start, end) (a ZeRO shard or everything),
- * tensor by tensor so that weight decay applies only to decayed tensors. grad[k] is the gradient of flat
- * parameter start + k (floatX, device); opt covers at least [start, end). */
-static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const floatX* grad, const AdamWState* opt,
-                                     const AdamWStep* s) {
+ * tensor by tensor so that weight decay applies only to decayed tensors, leaving out the tensors whose bit is set in
+ * `except` (bit i: tensor i; llmc/muon.h's, which Muon updates). grad[k] is the gradient of flat parameter start + k
+ * (floatX, device); opt covers at least [start, end). */
+static inline void gpt2_update_range_except(GPT2* m, size_t start, size_t end, const floatX* grad,
+                                            const AdamWState* opt, const AdamWStep* s, uint32_t except) {
     size_t tensor_start = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t tensor_end = tensor_start + m->param_sizes[i];
         size_t lo = start > tensor_start ? start : tensor_start;
         size_t hi = end < tensor_end ? end : tensor_end;
-        if (lo < hi) {
+        if (lo < hi && !(except & (1u << i))) {
             float wd = parameter_is_decayed(i) ? s->weight_decay : 0.0f;
             size_t k = lo - opt->first;
             floatX* dst = opt->params ? opt->params + (lo - opt->first) : m->params_memory + lo;
@@ -1379,6 +1380,12 @@ static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const fl
         }
         tensor_start = tensor_end;
     }
+}
+
+/* AdamW over the flat range [start, end), every tensor (gpt2_update_range_except with none left out) */
+static inline void gpt2_update_range(GPT2* m, size_t start, size_t end, const floatX* grad, const AdamWState* opt,
+                                     const AdamWStep* s) {
+    gpt2_update_range_except(m, start, end, grad, opt, s, 0u);
 }
 
 /* counts of decayed / non-decayed tensors and values (for the weight-decay grouping report/test) */

@@ -52,6 +52,7 @@ typedef struct {
     int offload_params;         /* 1 = ZeRO-3's parameter shard in host memory */
     int compress;               /* data-parallel gradient compression: 0 none, 1 int8, 2 top-k */
     int cuda_graphs;            /* 1 = micro-steps replayed from a captured CUDA graph */
+    int muon;                   /* 1 = --optimizer muon (llmc/muon.h): whole matrices per rank, ZeRO-0/1 */
     /* the step */
     int B, T;                   /* micro-batch (sequences per micro-step per process), sequence length */
     int m;                      /* micro-batches per optimizer step (gradient accumulation; the pipeline's m) */
@@ -354,6 +355,15 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
         snprintf(err, cap, "flag --cuda-graphs 1 does not combine with -z %d: every ZeRO-%d micro-step's backward hands "
                  "its gradients to the shard through a hook, which a captured graph cannot replay; use -z 0 or -z 1",
                  l->zero, l->zero);
+        return LAYOUT_INVALID;
+    }
+    if (l->muon && (l->tp > 1 || l->pp > 1 || l->zero > 1 || l->offload != OFFLOAD_NONE || l->compress ||
+                    md->experts > 0)) {
+        snprintf(err, cap, "flag --optimizer muon is built for one process and data parallelism with -z 0 or -z 1 on a "
+                 "dense model (Newton-Schulz needs each matrix whole); this run has %s: drop it or use --optimizer adamw",
+                 l->tp > 1 ? "--tp > 1" : l->pp > 1 ? "--pp > 1" : l->zero > 1 ? "-z 2 or 3 (gradients sharded)"
+                 : l->offload != OFFLOAD_NONE ? "--offload-optimizer" : l->compress ? "--grad-compress"
+                 : "experts (--moe-experts)");
         return LAYOUT_INVALID;
     }
     if (l->cuda_graphs && l->compress) {

@@ -93,6 +93,11 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
     l->recompute = c->recompute;
     l->recompute_every = c->recompute_every;
     l->cuda_graphs = c->cuda_graphs;
+    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "muon") != 0) {
+        snprintf(err, cap, "flag --optimizer is '%s'; expected adamw or muon", c->optimizer);
+        return 1;
+    }
+    l->muon = strcmp(c->optimizer, "muon") == 0;
     l->B = c->B; l->T = c->T; l->m = 1;
     if ((long long)c->B * c->T > INT_MAX) { /* B*T is an int in the kernels and the ledger; tokens then fit 63 bits */
         snprintf(err, cap, "flags -b %d x -t %d = %lld tokens per micro-batch; expected at most %d", c->B, c->T,

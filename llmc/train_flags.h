@@ -91,6 +91,16 @@
     X(FLOAT, grad_clip, 1.0f, NULL, "grad-clip", 0, NO_MAX, \
       "clip the global gradient norm to this value (0 = off)", \
       MUST_MATCH) \
+    X(STRING, optimizer, "adamw", NULL, "optimizer", NO_MIN, NO_MAX, \
+      "adamw, or muon: Muon (momentum + Newton-Schulz orthogonalisation, update RMS matched to AdamW's) for the " \
+      "blocks' 2-D weights, AdamW for embeddings, head, norms and biases; one -l and -c for both", \
+      MUST_MATCH) \
+    X(FLOAT, muon_momentum, 0.95f, NULL, "muon-momentum", 0, 0.999999, \
+      "--optimizer muon: Nesterov momentum beta", \
+      MUST_MATCH) \
+    X(INT, muon_ns_steps, 5, NULL, "muon-ns-steps", 1, 100, \
+      "--optimizer muon: Newton-Schulz iterations", \
+      MUST_MATCH) \
     X(INT, max_steps, 1200, "x", "max-steps", -1, NO_MAX, \
       "optimizer steps to run; -1 = one epoch of the training data", \
       MAY_CHANGE("the run's length: raise it to train further (the learning rate schedule then spans the new " \

@@ -308,6 +308,13 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
     printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
            vd, no, vo);
+    if (s->zero.muon) { /* --optimizer muon (llmc/muon.h) */
+        const Muon* mu = s->zero.muon;
+        printf("optimizer: Muon (momentum %g, %d Newton-Schulz steps) on %d block matrices (%zu values, momentum in "
+               "AdamW's m); AdamW on the other %zu values; workspace %.1f MiB\n", (double)mu->beta, mu->ns_steps,
+               mu->matrices, mu->muon_params, s->model.num_parameters - mu->muon_params,
+               mu->work_elems * sizeof(floatX) / (1024.0 * 1024.0));
+    }
     char* json = args_config_json(specs, n_specs);
     size_t len = strlen(json), cap = len + 1;
     char more[256];

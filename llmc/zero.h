@@ -37,6 +37,9 @@
  * on the step's last micro-step the layer_ready hook (zero_layer_ready) also streams each bucket's reduced owned
  * gradients to the host as soon as they are final (offload_stream_*); reductions, the norm and the all-gather are
  * unchanged; with ZeRO-3 the update writes the shard.
+ * Muon (--optimizer muon, llmc/muon.h; ZeRO-0/1): zero_update runs zero_muon_update: the momentum of the owned Muon
+ * elements, an all-gather (ZeRO-1) of their updates in the full gradient buffer, which the gradients no longer need,
+ * then Newton-Schulz of every block matrix meeting the owned range and AdamW on the rest.
  * Parameter offload (--offload-params cpu, ZeRO-3 only): the shard lives in pinned host memory (llmc/zero_params.h).
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
@@ -57,6 +60,7 @@
 #include "llmc/offload.h"
 #include "llmc/zero_params.h"
 #include "llmc/model_file.h"
+#include "llmc/muon.h"
 
 typedef struct ZeroOptimizer ZeroOptimizer;
 
@@ -105,6 +109,7 @@ struct ZeroOptimizer {
     int group;                     /* 1: a parameter group (not padded: the all-gather covers [0, P) of the view) */
     ZeroOptimizer* experts;        /* the experts' group, or NULL (no expert parallelism) */
     GPT2* view;                    /* the group's view of the model (z->model points at it), or NULL */
+    Muon* muon;                    /* --optimizer muon (llmc/muon.h): its matrices and workspace; NULL: AdamW only */
 };
 
 /* ---------------------------------------------------------------- helpers shared by the stages */
@@ -439,6 +444,19 @@ static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
     if (z->compress) { z->compress->step = (uint32_t)step; }
 }
 
+/* --optimizer muon (llmc/muon.h): the model's block matrices get Muon with momentum beta and ns_steps Newton-Schulz
+ * iterations, the other tensors AdamW; the momentum is kept in opt.m. Built for ZeRO-0 and ZeRO-1 on the device
+ * (the full gradient buffer is where the updates are gathered) and a whole model (no tensor or pipeline split, no
+ * expert group); the caller refuses the rest first (llmc/layout.h), so another combination here is internal. */
+static inline void zero_enable_muon(ZeroOptimizer* z, float beta, int ns_steps) {
+    if (z->stage->stage > 1 || z->offload || z->compress || z->experts || z->group || !z->grads) {
+        FATAL("internal: --optimizer muon with ZeRO-%d%s%s%s", z->stage->stage, z->offload ? ", offload" : "",
+              z->compress ? ", compression" : "", z->experts || z->group ? ", expert groups" : "");
+    }
+    z->muon = (Muon*)calloc_check(1, sizeof(Muon), "Muon");
+    muon_init(z->muon, z->model, beta, ns_steps);
+}
+
 /* whether the optimizer state holds fp32 master weights (device or offloaded) */
 static inline int zero_has_master(const ZeroOptimizer* z) {
     return z->opt.master != NULL || (z->offload && z->offload->has_master);
@@ -462,6 +480,7 @@ static inline void zero_free(ZeroOptimizer* z) {
     if (z->opt.master) { dev_free(z->opt.master); }
     zero_params_free(&z->params);
     if (z->experts) { zero_free(z->experts); free(z->experts); }
+    if (z->muon) { muon_free(z->muon); free(z->muon); }
     free(z->view);
     memset(z, 0, sizeof(*z));
 }
@@ -535,14 +554,34 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
-/* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h), then (ZeRO-1/2) every rank gets
- * the updated shards: the parameters are all-gathered, queued after the update on the GPU streams. ZeRO-3 keeps the
- * updated shard only (the next forward gathers what it reads). */
+/* --optimizer muon on the owned range [lo, hi) (llmc/muon.h): the momentum and Nesterov update u of the owned Muon
+ * elements, written over their reduced gradients in the full buffer; under ZeRO-1 the updates of the span of Muon
+ * matrices are all-gathered over dp (every rank then holds u of every matrix: the owners' values); each rank runs
+ * Newton-Schulz on every matrix that meets its range (a matrix cut by a shard boundary is computed by both ranks,
+ * identically) and updates its part; AdamW on the other tensors of the range. The gather is a collective: every rank
+ * calls this, owned elements or not. */
+static inline void zero_muon_update(ZeroOptimizer* z, size_t lo, size_t hi, const AdamWStep* s) {
+    muon_momentum_range(z->muon, z->model, lo, hi, z->grads, &z->opt, s);
+    if (z->stage->shards_optimizer && z->dp->world > 1 && z->muon->span_hi > z->muon->span_lo) {
+        profile_at(PROFILE_COMM_DP);
+        comm_all_gather_owned(z->dp, z->grads, z->dtype, z->muon->span_lo, z->muon->span_hi, z->S);
+        comm_join(z->dp);
+        profile_at(PROFILE_ADAMW);
+    }
+    muon_apply_range(z->muon, z->model, lo, hi, z->grads, &z->opt, s);
+    if (hi > lo) { gpt2_update_range_except(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s, z->muon->tensors); }
+}
+
+/* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h; --optimizer muon: zero_muon_update),
+ * then (ZeRO-1/2) every rank gets the updated shards: the parameters are all-gathered, queued after the update on the
+ * GPU streams. ZeRO-3 keeps the updated shard only (the next forward gathers what it reads). */
 static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
     size_t lo, hi;
     zero_owned_range(z, &lo, &hi);
     profile_begin(PROFILE_ADAMW);
-    if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
+    if (z->muon) {
+        zero_muon_update(z, lo, hi, s);
+    } else if (z->offload) { /* AdamW on the CPU, chunk by chunk (llmc/offload.h), into the parameters of the owned range
                        * (ZeRO-3: the shard, on the device or in host memory) */
         floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), first, s); }
@@ -605,7 +644,8 @@ static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
 static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
-    return times * r * (double)z->P * (double)sizeof(floatX);
+    double muon = z->muon && z->stage->shards_optimizer ? (double)(z->muon->span_hi - z->muon->span_lo) : 0.0;
+    return (times * r * (double)z->P + r * muon) * (double)sizeof(floatX); /* Muon: its updates' all-gather */
 }
 
 /* ---------------------------------------------------------------- memory ledger */

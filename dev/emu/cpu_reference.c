@@ -1,6 +1,7 @@
 /* dev/emu/cpu_reference.c -- see dev/emu/cpu_reference.h. One C11 translation unit with the CPU backend. */
 #include "llmc/backend.h" /* the CPU backend (this file is built without LLMC_BACKEND_CUDA) */
 #include "dev/emu/cpu_reference.h"
+#include "llmc/muon.h"
 
 void ref_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
     encoder_forward(out, inp, wte, wpe, B, T, C);
@@ -124,6 +125,22 @@ void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulat
     global_norm_squared(out, g, n, accumulate);
 }
 void ref_scale_floats(float* x, float s, size_t n) { scale_floats(x, s, n); }
+void ref_muon_momentum(float* u, float* buf, const float* g, size_t n, float beta, float grad_scale) {
+    muon_momentum(u, buf, g, n, beta, grad_scale);
+}
+void ref_muon_apply(float* params, const float* o, size_t n, float lr, float scale, float wd) {
+    muon_apply(params, NULL, o, n, 0, lr, scale, wd, 1, 0);
+}
+void ref_muon_newton_schulz(float* out, const float* G, int rows, int cols, int steps) {
+    Muon mu;
+    memset(&mu, 0, sizeof(mu));
+    size_t n = (size_t)rows * cols, s = (size_t)(rows < cols ? rows : cols);
+    mu.work = (float*)calloc(2 * n + 2 * s * s, sizeof(float));
+    mu.normsq = (float*)calloc(1, sizeof(float));
+    memcpy(out, muon_newton_schulz(&mu, G, rows, cols, steps), n * sizeof(float));
+    free(mu.work);
+    free(mu.normsq);
+}
 int ref_has_inf_or_nan(const float* x, size_t n) { return has_inf_or_nan(x, n); }
 void ref_compress_pack(float* dst, const float* g, const float* residual, float decay, size_t n) { compress_pack(dst, g, residual, decay, n); }
 void ref_compress_quantize_int8(signed char* q, float* scales, const float* x, size_t n, int stochastic,

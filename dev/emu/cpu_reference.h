@@ -68,6 +68,11 @@ void ref_vocab_parallel_finish(float* logits, float* losses, const float* maxes,
 void ref_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                       float beta2, float eps, float weight_decay, float grad_scale, int t);
 void ref_global_norm_squared(float* out, const float* g, size_t n, int accumulate);
+/* Muon (llmc/cpu/muon.h, llmc/muon.h): the momentum, the update, and steps Newton-Schulz iterations of G (rows x cols)
+ * into out (rows x cols) */
+void ref_muon_momentum(float* u, float* buf, const float* g, size_t n, float beta, float grad_scale);
+void ref_muon_apply(float* params, const float* o, size_t n, float lr, float scale, float wd);
+void ref_muon_newton_schulz(float* out, const float* G, int rows, int cols, int steps);
 void ref_scale_floats(float* x, float s, size_t n);
 int ref_has_inf_or_nan(const float* x, size_t n);
 void ref_loss_mean_accumulate(float* mean, double* sum, const float* losses, int N);

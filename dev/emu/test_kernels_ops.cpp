@@ -31,6 +31,7 @@
  */
 #include "llmc/backend.h"
 #include "dev/emu/cpu_reference.h"
+#include "llmc/muon.h"
 #include "dev/test/testing.h"
 
 #include <dirent.h>
@@ -1284,6 +1285,92 @@ static void test_adamw(size_t n, int use_master) {
     if (d_master) dev_free(d_master);
 }
 
+/* Muon's element ops (llmc/cuda/muon.cuh) against the CPU twins (llmc/cpu/muon.h) on floatX-rounded inputs: fp32
+ * state (buf, master) bit for bit (the same _rn operations in the same order); floatX outputs one rounding of the
+ * same fp32 value (exact in FP32; bf16: u and params within one bf16 ulp, TOL_FWD covers it); stochastic rounding of
+ * the params within one ulp of the master weights as adamw's. */
+static void test_muon_ops(size_t n) {
+    std::string s = shp("n=%zu", n);
+    std::vector<float> g = randv(n), buf = randv(n, 0.3f), p = randv(n);
+    floatX* d_g = upX(g);
+    floatX* d_u = dX(n);
+    poisonX(d_u, n);
+    float* d_buf = upF(buf);
+    const float beta = 0.95f, gs = 0.75f;
+    muon_momentum(d_u, d_buf, d_g, n, beta, gs);
+    std::vector<float> u(n);
+    ref_muon_momentum(u.data(), buf.data(), g.data(), n, beta, gs);
+    check("muon_momentum buf (fp32)", s, downF(d_buf, n), buf, 0.0);
+    check("muon_momentum u", s, downX(d_u, n), roundX(u), FLOATX_IS_FLOAT ? 0.0 : TOL_FWD);
+    std::vector<float> uX = downX(d_u, n); /* the update as the device holds it: both sides apply the same values */
+    floatX* d_p = upX(p);
+    float* d_master = upF(p);
+    const float lr = 0.02f, scale = 0.2f * sqrtf(192.0f), wd = 0.1f;
+    muon_apply(d_p, d_master, d_u, n, 77, lr, scale, wd, 4, 99u);
+    ref_muon_apply(p.data(), uX.data(), n, lr, scale, wd);
+    std::vector<float> gm = downF(d_master, n), gp = downX(d_p, n);
+    check("muon_apply master (fp32)", s, gm, p, 0.0);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ulp = FLOATX_IS_FLOAT ? 0.0 : fabs(gm[i]) / 128.0;
+        double d = fabs(gp[i] - gm[i]);
+        worst = std::max(worst, ulp > 0 ? d / ulp : (d > 0 ? INFINITY : 0));
+    }
+    TEST_CHECK(worst <= 1.0, "muon_apply params within one ulp of the master weights (%s): worst %.2f ulp", s.c_str(),
+               worst);
+    dev_free(d_g); dev_free(d_u); dev_free(d_buf); dev_free(d_p); dev_free(d_master);
+}
+
+/* how much the iteration amplifies errors injected before the first step and after each (test_muon.c's
+ * ns_amplification): sum over j of max over x in [lo, hi] of |(p^(steps-j))'(p^j(x))|, p the quintic */
+static double muon_amplification(double lo, double hi, int steps) {
+    const double a = MUON_NS_A, b = MUON_NS_B, c = MUON_NS_C;
+    double total = 0;
+    for (int j = 0; j <= steps; j++) {
+        double worst = 0;
+        for (int i = 0; i <= 2000; i++) {
+            double y = lo + (hi - lo) * i / 2000.0, d = 1.0;
+            for (int k = 0; k < steps; k++) {
+                if (k >= j) { d *= a + 3 * b * y * y + 5 * c * y * y * y * y; }
+                y = a * y + b * y * y * y + c * y * y * y * y * y;
+            }
+            worst = std::max(worst, fabs(d));
+        }
+        total += worst;
+    }
+    return total;
+}
+
+/* Muon's Newton-Schulz iteration (llmc/muon.h over muon_gemm = cuBLASLt, muon_normalize, muon_axpby) against the
+ * CPU's (sgemm) on a random k x n (or n x k) G, k < n. Its normalised singular values lie near the Marchenko-Pastur
+ * edges (1 +- sqrt(k/n)) / sqrt(k); with margins (x 0.5 and x 1.5 for these small sizes) the iteration amplifies an
+ * error injected before or after any step by at most A = muon_amplification(lo, hi, steps) in total (15 to 70 here).
+ * FP32: the two sides differ only in the GEMMs' summation order, about 30 sqrt(n) u per injection (test_muon.c's
+ * argument): tol = 30 sqrt(n) u A (1e-3 .. 2e-3). BF16: the device rounds X, A, B and B X to bf16 at every step (the
+ * reference implementation's precision) where the CPU keeps fp32: two roundings' worth (2 x 2^-9 relative) per
+ * injection, tol = 2^-8 A (0.06 .. 0.26): a coarse check that catches only O(1) mistakes in the bf16 path (a wrong
+ * transpose or branch); the FP32 build is the tight twin check. Also: two runs give the same bits. */
+static void test_muon_newton_schulz(int rows, int cols, int steps) {
+    std::string s = shp("%dx%d steps=%d", rows, cols, steps);
+    size_t n = (size_t)rows * cols, k = (size_t)std::min(rows, cols);
+    std::vector<float> G = randv(n);
+    floatX* d_G = upX(G);
+    Muon mu;
+    memset(&mu, 0, sizeof(mu));
+    mu.work = dX(2 * n + 2 * k * k);
+    mu.normsq = dF(1);
+    std::vector<float> got = downX(muon_newton_schulz(&mu, d_G, rows, cols, steps), n);
+    std::vector<float> again = downX(muon_newton_schulz(&mu, d_G, rows, cols, steps), n);
+    std::vector<float> ref(n);
+    ref_muon_newton_schulz(ref.data(), G.data(), rows, cols, steps);
+    double r = sqrt((double)k / (double)(rows + cols - k)), lo = 0.5 * (1 - r) / sqrt((double)k);
+    double A = muon_amplification(lo, 1.5 * (1 + r) / sqrt((double)k), steps);
+    double tol = FLOATX_IS_FLOAT ? 30.0 * sqrt((double)(rows + cols - k)) * ldexp(1.0, -24) * A : ldexp(1.0, -8) * A;
+    check("muon_newton_schulz", s, got, ref, tol);
+    TEST_CHECK(same_bits(got, again), "muon_newton_schulz %s: two runs bit-identical", s.c_str());
+    dev_free(d_G); dev_free(mu.work); dev_free(mu.normsq);
+}
+
 /* the 128-bit path (whole aligned range, n % 8 == 0) and the element path (the same range in two calls split at
  * an odd index: neither length a multiple of 8, the second misaligned) must give the same bits: same per-element
  * arithmetic, same rounding stream index global_offset + i */
@@ -1694,6 +1781,11 @@ int main(void) {
     test_norm_scale_inf(64 * 64);
     test_norm_scale_inf(1003);
     test_norm_scale_inf(1);
+    test_muon_ops(1);
+    test_muon_ops(1003);
+    test_muon_newton_schulz(32, 96, 5);   /* wide (attproj-like aspect) */
+    test_muon_newton_schulz(128, 32, 5);  /* tall: the transposed branch (fc 4C x C) */
+    test_muon_newton_schulz(20, 45, 2);   /* odd sizes: unaligned GEMM operands */
 
     /* the block-level kernels again under the second legal schedule (warps last-to-first) */
     emu::g.reverse_warps = 1;

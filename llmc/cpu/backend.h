@@ -286,6 +286,7 @@ static inline void dev_graph_destroy(DevGraph g) { (void)g; }
 #include "attention_decode.h"
 #include "classifier.h"
 #include "adamw.h"
+#include "muon.h"
 #include "compress.h"
 #include "moe.h"
 

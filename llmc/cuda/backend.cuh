@@ -38,6 +38,7 @@
 #include "matmul.cuh"
 #include "classifier.cuh"
 #include "adamw.cuh"
+#include "muon.cuh"
 #include "attention.cuh"
 #include "attention_decode.cuh"
 #include "compress.cuh"
