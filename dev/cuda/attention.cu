@@ -205,25 +205,33 @@ static int compare(const char* what, const float* got, const double* ref, size_t
 
 typedef struct {
     int B, T, C, NH;
+    int NKV; /* key/value heads of IMPL_CONTRACT (0: NH); the other implementations are multi-head */
 } Shape;
 
 /* IMPL_FLASH: forward + the three-pass backward (attention_backward_flash7); IMPL_FA2: the same forward + the
- * one-kernel FlashAttention-2 backward (attention_backward_fa2) */
-typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN } Impl;
-#define NIMPLS 4
+ * one-kernel FlashAttention-2 backward (attention_backward_fa2); IMPL_CONTRACT: the backend contract's
+ * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: with NKV < NH the
+ * expansion, the multi-head kernels and the group sums) */
+typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN, IMPL_CONTRACT } Impl;
+#define NIMPLS 4 /* the multi-head implementations checked and timed at every shape */
 static const char* impl_name(Impl im) {
-    return im == IMPL_FLASH ? "flash" : im == IMPL_FA2 ? "fa2" : im == IMPL_FALLBACK ? "fallback" : "cudnn";
+    return im == IMPL_FLASH ? "flash" : im == IMPL_FA2 ? "fa2" : im == IMPL_FALLBACK ? "fallback"
+         : im == IMPL_CUDNN ? "cudnn" : "contract";
 }
+static int shape_nkv(Shape s) { return s.NKV ? s.NKV : s.NH; }
 /* scratch floats each implementation's backward needs */
 static size_t scratch_floats(Impl im, Shape s) {
+    if (im == IMPL_CONTRACT) { return attention_scratch_floats(s.B, s.T, s.C, s.NH, shape_nkv(s)); }
     return im == IMPL_FA2 ? attention_fa2_scratch_floats(s.B, s.T, s.C, s.NH) : (size_t)s.B * s.NH * s.T;
 }
 
-static void run_forward(Impl im, floatX* out, float* lse, const floatX* qkv, Shape s) {
+/* scratch: the contract's (attention_scratch_floats; the expanded qkv with NKV < NH), unused by the others */
+static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const floatX* qkv, Shape s) {
     switch (im) {
         case IMPL_FLASH:
         case IMPL_FA2: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK: attention_forward_cuda_cores(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
+        case IMPL_CONTRACT: attention_forward(out, lse, scratch, qkv, s.B, s.T, s.C, s.NH, shape_nkv(s)); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
             attention_forward_cudnn(out, lse, qkv, s.B, s.T, s.C, s.NH);
@@ -238,6 +246,9 @@ static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* do
         case IMPL_FA2: attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK:
             attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
+            break;
+        case IMPL_CONTRACT:
+            attention_backward(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, shape_nkv(s));
             break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
@@ -289,7 +300,7 @@ static int check_shape(Impl im, Shape s) {
     int ok = 1;
     poison(d_out, nout * sizeof(floatX));
     poison(d_lse, nl * sizeof(float));
-    run_forward(im, d_out, d_lse, d_qkv, s);
+    run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
     CUDA_CHECK(cudaDeviceSynchronize());
     download_floatx(h_out, d_out, nout);
     CUDA_CHECK(cudaMemcpy(h_lse, d_lse, nl * sizeof(float), cudaMemcpyDeviceToHost));
@@ -359,7 +370,8 @@ static int cmp_float(const void* a, const void* b) {
 }
 
 static void time_shape(Impl im, Shape s) {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.C, nout = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
+    const size_t nqkv = (size_t)s.B * s.T * (s.C + 2 * shape_nkv(s) * (s.C / s.NH)), nout = (size_t)s.B * s.T * s.C;
+    const size_t nl = (size_t)s.B * s.NH * s.T;
     floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
     float *d_lse, *d_scratch;
     CUDA_CHECK(cudaMalloc(&d_qkv, nqkv * sizeof(floatX)));
@@ -380,7 +392,7 @@ static void time_shape(Impl im, Shape s) {
     CUDA_CHECK(cudaEventCreate(&e1));
     for (int r = 0; r < warmup + reps; r++) {
         CUDA_CHECK(cudaEventRecord(e0, main_stream()));
-        run_forward(im, d_out, d_lse, d_qkv, s);
+        run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
         CUDA_CHECK(cudaEventRecord(e1, main_stream()));
         CUDA_CHECK(cudaEventSynchronize(e1));
         if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_f[r - warmup], e0, e1)); }
@@ -397,9 +409,9 @@ static void time_shape(Impl im, Shape s) {
     const double flops_b = 2.5 * flops_f;
     const double mf = ms_f[reps / 2], mb = ms_b[reps / 2];
     const double tf = flops_f / (mf * 1e-3) / 1e12, tb = flops_b / (mb * 1e-3) / 1e12;
-    printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d hs=%-4d  fwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)  "
+    printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d NKV=%-3d hs=%-4d  fwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)  "
            "bwd %8.3f ms %7.1f TFLOP/s (%4.1f%%)\n",
-           impl_name(im), s.B, s.T, s.C, s.NH, s.C / s.NH, mf, tf, 100.0 * tf / PEAK_TFLOPS, mb, tb,
+           impl_name(im), s.B, s.T, s.C, s.NH, shape_nkv(s), s.C / s.NH, mf, tf, 100.0 * tf / PEAK_TFLOPS, mb, tb,
            100.0 * tb / PEAK_TFLOPS);
     /* one line per backward for scripts/gpu_check.sh's table (median ms) */
     printf("time attention_backward %s B=%d T=%d C=%d NH=%d %.4f ms\n", impl_name(im), s.B, s.T, s.C, s.NH, mb);
@@ -535,55 +547,6 @@ static int check_gqa(Shape s, int NKV) {
     return ok;
 }
 
-/* times the contract's attention_forward / attention_backward at NKV kv heads (NKV = NH: the multi-head path, "mha";
- * NKV < NH: the expansion, the multi-head kernels and the group sums, "gqa"); median of 50 after 5 warm-ups */
-static void time_gqa(Shape s, int NKV) {
-    const int hs = s.C / s.NH;
-    const size_t nq = (size_t)s.B * s.T * (s.C + 2 * NKV * hs), nout = (size_t)s.B * s.T * s.C;
-    const size_t nl = (size_t)s.B * s.NH * s.T, nscr = attention_scratch_floats(s.B, s.T, s.C, s.NH, NKV);
-    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
-    float *d_lse, *d_scratch;
-    CUDA_CHECK(cudaMalloc(&d_qkv, nq * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, nscr * sizeof(float)));
-    float* tmp = (float*)malloc(nq * sizeof(float));
-    random_floatx(tmp, d_qkv, nq);
-    random_floatx(tmp, d_dout, nout);
-    free(tmp);
-    const int warmup = 5, reps = 50;
-    float ms_f[50], ms_b[50];
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int r = 0; r < warmup + reps; r++) {
-        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
-        attention_forward(d_out, d_lse, d_scratch, d_qkv, s.B, s.T, s.C, s.NH, NKV);
-        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_f[r - warmup], e0, e1)); }
-        CUDA_CHECK(cudaEventRecord(e0, main_stream()));
-        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.C, s.NH, NKV);
-        CUDA_CHECK(cudaEventRecord(e1, main_stream()));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        if (r >= warmup) { CUDA_CHECK(cudaEventElapsedTime(&ms_b[r - warmup], e0, e1)); }
-    }
-    qsort(ms_f, reps, sizeof(float), cmp_float);
-    qsort(ms_b, reps, sizeof(float), cmp_float);
-    printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d NKV=%-3d hs=%-4d  fwd %8.3f ms  bwd %8.3f ms\n",
-           NKV < s.NH ? "gqa" : "mha", s.B, s.T, s.C, s.NH, NKV, hs, ms_f[reps / 2], ms_b[reps / 2]);
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaFree(d_qkv));
-    CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dqkv));
-    CUDA_CHECK(cudaFree(d_lse));
-    CUDA_CHECK(cudaFree(d_scratch));
-}
-
 int main(int argc, char** argv) {
     const int check_only = (argc > 1 && strcmp(argv[1], "check") == 0);
     CUDA_CHECK(cudaSetDevice(0));
@@ -592,15 +555,15 @@ int main(int argc, char** argv) {
     printf("device: %s (sm_%d%d), floatX = %s\n", prop.name, prop.major, prop.minor, PRECISION_NAME);
 
     const Shape shapes[] = {
-        {2, 1, 64, 4},     /* T = 1, hs 16 (test fixture config) */
-        {2, 17, 64, 4},    /* hs 16, partial tile */
-        {2, 64, 64, 2},    /* hs 32, exactly one tile */
-        {2, 100, 128, 2},  /* hs 64, partial second tile */
-        {1, 129, 256, 2},  /* hs 128, one row into the third tile */
-        {1, 300, 768, 12}, /* GPT-2 head size, several tiles */
-        {2, 333, 768, 12}, /* GPT-2 head size, 6 key tiles adding to the last dQ tile, B*NH = 24 */
-        {1, 77, 96, 2},    /* hs 48: fallback path */
-        {1, 65, 24, 3},    /* hs 8: fallback path */
+        {2, 1, 64, 4, 0},     /* T = 1, hs 16 (test fixture config) */
+        {2, 17, 64, 4, 0},    /* hs 16, partial tile */
+        {2, 64, 64, 2, 0},    /* hs 32, exactly one tile */
+        {2, 100, 128, 2, 0},  /* hs 64, partial second tile */
+        {1, 129, 256, 2, 0},  /* hs 128, one row into the third tile */
+        {1, 300, 768, 12, 0}, /* GPT-2 head size, several tiles */
+        {2, 333, 768, 12, 0}, /* GPT-2 head size, 6 key tiles adding to the last dQ tile, B*NH = 24 */
+        {1, 77, 96, 2, 0},    /* hs 48: fallback path */
+        {1, 65, 24, 3, 0},    /* hs 8: fallback path */
     };
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
     const Impl impls[NIMPLS] = {IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN};
@@ -612,24 +575,24 @@ int main(int argc, char** argv) {
             if (check_shape(impls[k], shapes[i])) { passed++; } else { failed++; }
         }
     /* grouped-query attention through the contract: B, T, C, NH and NKV */
-    const struct { Shape s; int NKV; } gqa_shapes[] = {
-        {{2, 100, 128, 4}, 2},  /* hs 32, g 2, partial second tile */
-        {{1, 129, 256, 4}, 1},  /* hs 64, multi-query, one row into the third tile */
-        {{2, 77, 768, 12}, 4},  /* GPT-2 head size, g 3 */
-        {{1, 65, 96, 8}, 2},    /* hs 12: fallback path, element expansion/reduction in bf16 */
+    const Shape gqa_shapes[] = {
+        {2, 100, 128, 4, 2},  /* hs 32, g 2, partial second tile */
+        {1, 129, 256, 4, 1},  /* hs 64, multi-query, one row into the third tile */
+        {2, 77, 768, 12, 4},  /* GPT-2 head size, g 3 */
+        {1, 65, 96, 8, 2},    /* hs 12: fallback path, element expansion/reduction in bf16 */
     };
-    for (const auto& q : gqa_shapes) {
-        if (check_gqa(q.s, q.NKV)) { passed++; } else { failed++; }
+    for (const Shape& q : gqa_shapes) {
+        if (check_gqa(q, q.NKV)) { passed++; } else { failed++; }
     }
     printf("attention checks: %d passed, %d failed\n", passed, failed);
     if (!check_only) {
         if (failed) { printf("note: %d check(s) FAILED above; the times below are of kernels with wrong output\n", failed); }
         printf("timing (median of 50 after 5 warm-up; %% of %.0f TFLOP/s dense BF16 H100/H200 SXM):\n", PEAK_TFLOPS);
         const Shape tshapes[] = {
-            {64, 1024, 768, 12},  /* GPT-2 124M's training micro-batch, hs 64 */
-            {16, 1024, 768, 12},  /* a quarter of it */
-            {8, 2048, 768, 12},   /* longer context */
-            {16, 1024, 1536, 12}, /* hs 128 */
+            {64, 1024, 768, 12, 0},  /* GPT-2 124M's training micro-batch, hs 64 */
+            {16, 1024, 768, 12, 0},  /* a quarter of it */
+            {8, 2048, 768, 12, 0},   /* longer context */
+            {16, 1024, 1536, 12, 0}, /* hs 128 */
         };
         const int ntshapes = (int)(sizeof(tshapes) / sizeof(tshapes[0]));
         for (int k = 0; k < NIMPLS; k++)
@@ -639,10 +602,8 @@ int main(int argc, char** argv) {
             }
         /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (the expansion's cost) */
         printf("timing of the contract (attention_forward/backward, llmc/cuda/attention_gqa.cuh):\n");
-        const Shape gs = {64, 1024, 768, 12};
-        time_gqa(gs, 12);
-        time_gqa(gs, 4);
-        time_gqa(gs, 1);
+        const Shape cshapes[] = {{64, 1024, 768, 12, 12}, {64, 1024, 768, 12, 4}, {64, 1024, 768, 12, 1}};
+        for (const Shape& cs : cshapes) { time_shape(IMPL_CONTRACT, cs); }
     }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
