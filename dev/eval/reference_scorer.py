@@ -82,6 +82,8 @@ def read_eval_file(path):
                 ends.append(list(words[j + 1:j + 1 + le]))
                 j += 1 + le
         except IndexError:
+            j = len(words) + 1
+        if j > len(words):
             die(f"eval file '{path}': example {idx} runs past the end of the file")
         if (j - i) * wb != size or not 0 <= label < k or lc < 1 or any(len(e) < 1 for e in ends) or len(ctx) != lc:
             die(f"eval file '{path}': example {idx}: size field, label, or a length does not match its words")
