@@ -15,6 +15,7 @@
 #   make test_gpt        CUDA model test
 #   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
 #   make test-hf         export/import against transformers (optional tier: PyTorch + transformers; PYTHON=...)
+#   make test-eval       -h 1's per-example scores against transformers (optional tier: PyTorch + transformers; PYTHON=...)
 #   make test-slurm      slurm_mpi.sbatch on a one-node Slurm the test starts (optional tier: root, Debian's Slurm)
 #   make fixture         regenerate dev/test fixtures with PyTorch (train_gpt.py)
 #   make clean
@@ -318,6 +319,11 @@ test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
 test-hf: train_gpt_cpu
 	@out=$$(PYTHON=$(PYTHON) bash dev/test/hf_check.sh); echo "$$out"; ! echo "$$out" | grep -q '^not ok'
 
+# the optional reference tier of -h 1: --eval-dump against dev/eval/reference_scorer.py (torch + transformers for
+# $(PYTHON); the eval files are prepared with PREP_PYTHON, default python3)
+test-eval: train_gpt_cpu
+	@out=$$(PYTHON=$(PYTHON) bash dev/eval/check_reference.sh); echo "$$out"; ! echo "$$out" | grep -q '^not ok'
+
 # the Slurm tier: a one-node Slurm cluster started by the test runs scripts/multi_node/slurm_mpi.sbatch with the CPU
 # trainer (root; Debian's slurmctld, slurmd, slurm-client)
 test-slurm: train_gpt_cpu
@@ -336,5 +342,5 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-programs test-quick test-gpu test-hf test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
+.PHONY: all test test-programs test-quick test-gpu test-hf test-eval test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
         fuzz

@@ -42,6 +42,11 @@
  *   S_k and count n_k of losses where mask is 1; predicted by mean loss = argmin S_k / n_k (llm.c's completion-style
  *   accuracy: "acc"), by summed log-probability = argmax -S_k (= argmin S_k: "acc_sum_logprob"); ties go to the
  *   lowest k. Adds to counts: n, correct_mean, correct_sum, and chance_sum += 1/K.
+ * eval_score_rows_detail(..., counts, detail, base): the same, and when detail is not NULL also writes example e's
+ *   scores to detail + (e - base) * EVAL_DETAIL_WORDS: [0] = 1 + predicted ending by mean loss, [1] = 1 + predicted
+ *   ending by summed log-probability, [2 + k] = ending k's mean loss S_k / n_k, [2 + EVAL_MAX_ENDINGS + k] = its sum
+ *   S_k (k < K; the rest untouched). A zeroed buffer therefore holds 0 at [0] for examples scored elsewhere, and
+ *   summing the buffers of the ranks that scored disjoint examples gives every example's scores exactly (--eval-dump).
  * eval_centered(acc, chance) = (acc - chance) / (1 - chance); the suite score is the mean over tasks of it.
  *   EvalCounts are plain sums (doubles), so a data-parallel run adds them over ranks (an all-reduce sum of 4 values).
  * eval_batch_starts(es, n, B, starts): packs examples 0..n-1 into batches as eval_fill_batch does (greedy, an example
@@ -252,8 +257,11 @@ static inline int eval_fill_batch(const EvalSet* es, int first, int end, int B, 
     return done;
 }
 
-static inline void eval_score_rows(const EvalSet* es, const float* losses, const uint8_t* mask, int B, int T,
-                                   const int* row_example, const int* row_ending, EvalCounts* c) {
+#define EVAL_DETAIL_WORDS (2 + 2 * EVAL_MAX_ENDINGS)
+
+static inline void eval_score_rows_detail(const EvalSet* es, const float* losses, const uint8_t* mask, int B, int T,
+                                          const int* row_example, const int* row_ending, EvalCounts* c,
+                                          double* detail, int base) {
     int r = 0;
     while (r < B) {
         const int e = row_example[r];
@@ -269,14 +277,27 @@ static inline void eval_score_rows(const EvalSet* es, const float* losses, const
             }
             const double mean = cnt > 0 ? s / cnt : 0.0;
             const int kk = row_ending[r];
+            if (detail) {
+                detail[(int64_t)(e - base) * EVAL_DETAIL_WORDS + 2 + kk] = mean;
+                detail[(int64_t)(e - base) * EVAL_DETAIL_WORDS + 2 + EVAL_MAX_ENDINGS + kk] = s;
+            }
             if (pred_mean < 0 || mean < best_mean) { best_mean = mean; pred_mean = kk; }
             if (pred_sum < 0 || s < best_sum) { best_sum = s; pred_sum = kk; }
+        }
+        if (detail) {
+            detail[(int64_t)(e - base) * EVAL_DETAIL_WORDS] = 1 + pred_mean;
+            detail[(int64_t)(e - base) * EVAL_DETAIL_WORDS + 1] = 1 + pred_sum;
         }
         c->n += 1;
         c->correct_mean += pred_mean == es->label[e];
         c->correct_sum += pred_sum == es->label[e];
         c->chance_sum += 1.0 / K;
     }
+}
+
+static inline void eval_score_rows(const EvalSet* es, const float* losses, const uint8_t* mask, int B, int T,
+                                   const int* row_example, const int* row_ending, EvalCounts* c) {
+    eval_score_rows_detail(es, losses, mask, B, T, row_example, row_ending, c, NULL, 0);
 }
 
 static inline double eval_centered(double acc, double chance) {

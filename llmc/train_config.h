@@ -203,6 +203,11 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
                  "-h 1 (evaluation only)");
         return 1;
     }
+    if (c->eval_dump[0] != '\0' && !c->eval) {
+        snprintf(err, cap, "flag --eval-dump '%s' writes the scores of -h 1's evaluation, but -h (--eval) is 0; add -h 1",
+                 c->eval_dump);
+        return 1;
+    }
     if (c->val_tokens > 0 && c->val_tokens % c->T != 0) {
         snprintf(err, cap, "flag --val-tokens is %d, which is not a multiple of the sequence length -t %d; use "
                  "--val-tokens %d or %d", c->val_tokens, c->T, c->val_tokens / c->T * c->T, (c->val_tokens / c->T + 1) * c->T);

@@ -17,6 +17,12 @@
  *   NAME acc A (sum logprob A2, n N) | ... | 1.2 s"; logs one row per task {"kind":"eval","step":S,"task":NAME,"n":N,
  *   "acc":A,"acc_sum_logprob":A2,"centered":C} and {"kind":"eval","step":S,"task":"suite","n":sum N,"tasks":k,
  *   "centered":mean C}. In evaluation only (-x 0) it also prints a progress line per tenth of each task, with an ETA.
+ *   With --eval-dump FILE, process 0 also writes one JSON line per example of every task, {"step":S,"task":NAME,
+ *   "index":I,"label":L,"pred":P,"pred_sum_logprob":P2,"mean_loss":[...K],"sum_loss":[...K]} (P: the ending of the
+ *   lowest mean loss, P2: of the highest summed log-probability; losses in nats, %.9g), through an AtomicFile: the
+ *   file holds the latest evaluation whole. The scores come from eval_score_rows_detail on the ranks that scored
+ *   each example, summed over dp and pp like the counts (each example's words are nonzero on one rank only, so the
+ *   sum is exact). For comparing per example with an independent scorer (dev/eval/reference_scorer.py).
  * Splitting: a task's first N examples (--eval-max-examples) are packed into batches of B rows by the file and B
  *   alone (eval_batch_starts); batch b runs on data-parallel rank b % world, so every layout sees the same batches
  *   and the counts (integers) are the same; every dp rank runs as many forwards (ZeRO-3 and --ep forwards are
@@ -53,6 +59,22 @@ static void train_eval_init(TrainSession* s) {
     EvalSuite* ev = &s->eval;
     if (!s->cfg.eval) { return; }
     char err[1400];
+    if (s->cfg.eval_dump[0] != '\0') { /* --eval-dump: refuse an unwritable place now, not after the first evaluation */
+        double bad = 0;
+        int eno = 0;
+        if (is_rank0(s)) {
+            char tmp[1040]; /* the AtomicFile's temp name, made and removed as atomic_file_open will */
+            int fits = strlen(s->cfg.eval_dump) < sizeof(((AtomicFile*)0)->path);
+            snprintf(tmp, sizeof(tmp), "%.1030s.tmp", s->cfg.eval_dump);
+            if (fits) { (void)unlink(tmp); }
+            int fd = fits ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
+            eno = errno;
+            if (fd >= 0) { close(fd); unlink(tmp); } else { bad = 1; }
+        }
+        comm_all_reduce_host_f64(&s->world, &bad, 1);
+        if (bad) { CONFIG_FATAL(s, "--eval-dump '%s': cannot create '%s.tmp': %s", s->cfg.eval_dump, s->cfg.eval_dump,
+                                strlen(s->cfg.eval_dump) < 1024 ? strerror(eno) : "path too long"); }
+    }
     ev->n = eval_resolve_tasks(s->cfg.eval_tasks, s->cfg.eval_dir, ev->task, EVAL_MAX_TASKS, err, sizeof(err));
     if (ev->n < 0) { ev->n = 0; CONFIG_FATAL(s, "%s", err); }
     for (int i = 0; i < ev->n; i++) {
@@ -89,7 +111,7 @@ static void train_eval_progress(TrainSession* s, const char* name, int i, int ro
 }
 
 /* one task on this rank's batches; returns the counts summed over every rank (see the header comment) */
-static EvalCounts train_eval_task(TrainSession* s, const EvalSet* es, const char* name) {
+static EvalCounts train_eval_task(TrainSession* s, const EvalSet* es, const char* name, double* detail) {
     int B = s->cfg.B, T = s->cfg.T, rank = s->dp->rank, world = s->dp->world;
     int n = s->cfg.eval_max_examples > 0 && s->cfg.eval_max_examples < es->num_examples ? s->cfg.eval_max_examples
                                                                                        : es->num_examples;
@@ -108,15 +130,43 @@ static EvalCounts train_eval_task(TrainSession* s, const EvalSet* es, const char
         int rows = 0;
         while (rows < B && rex[rows] >= 0) { rows++; }
         const float* losses = train_forward_losses(s, in, tg, rows);
-        if (losses) { eval_score_rows(es, losses, mask, B, T, rex, ren, &c); }
+        if (losses) { eval_score_rows_detail(es, losses, mask, B, T, rex, ren, &c, detail, 0); }
         train_eval_progress(s, name, i, rounds, &pg);
     }
     double red[4] = {c.n, c.correct_mean, c.correct_sum, c.chance_sum};
     comm_all_reduce_host_f64(s->dp, red, 4);
     if (s->pp->world > 1) { comm_all_reduce_host_f64(s->pp, red, 4); } /* the head stage's counts (0 elsewhere) */
+    if (detail) { /* --eval-dump: each example's words are nonzero on the one rank that scored it */
+        comm_all_reduce_host_f64(s->dp, detail, n * EVAL_DETAIL_WORDS);
+        if (s->pp->world > 1) { comm_all_reduce_host_f64(s->pp, detail, n * EVAL_DETAIL_WORDS); }
+    }
     free(starts); free(in); free(mask);
     EvalCounts r = {red[0], red[1], red[2], red[3]};
     return r;
+}
+
+/* --eval-dump: one JSON line per example of a task (see the header comment) */
+static void train_eval_dump_task(AtomicFile* af, int step, const char* name, const EvalSet* es, int n,
+                                 const double* detail) {
+    char buf[64 + 2 * EVAL_MAX_ENDINGS * 20 + 256], num[32];
+    for (int e = 0; e < n; e++) {
+        const double* d = detail + (size_t)e * EVAL_DETAIL_WORDS;
+        const int K = es->num_endings[e];
+        if (d[0] < 1) { FATAL("eval dump: task '%s' example %d was scored on no rank", name, e); }
+        size_t len = (size_t)snprintf(buf, sizeof(buf), "{\"step\":%d,\"task\":\"%s\",\"index\":%d,\"label\":%d,"
+                                      "\"pred\":%d,\"pred_sum_logprob\":%d,\"mean_loss\":[", step, name, e,
+                                      es->label[e], (int)d[0] - 1, (int)d[1] - 1);
+        atomic_file_write(af, buf, 1, len);
+        for (int part = 0; part < 2; part++) {
+            for (int k = 0; k < K; k++) {
+                len = (size_t)snprintf(buf, sizeof(buf), "%s%s", k ? "," : "",
+                                       json_number(num, sizeof(num), d[2 + part * EVAL_MAX_ENDINGS + k]));
+                atomic_file_write(af, buf, 1, len);
+            }
+            const char* tail = part == 0 ? "],\"sum_loss\":[" : "]}\n";
+            atomic_file_write(af, tail, 1, strlen(tail));
+        }
+    }
 }
 
 static float train_eval_if_due(TrainSession* s, int last) {
@@ -126,8 +176,17 @@ static float train_eval_if_due(TrainSession* s, int last) {
     char line[4096], fields[512], a[32], a2[32], cc[32];
     size_t len = 0;
     line[0] = '\0';
+    const int dump = s->cfg.eval_dump[0] != '\0';
+    AtomicFile af;
+    if (dump && is_rank0(s)) { atomic_file_open(&af, s->cfg.eval_dump); }
     for (int i = 0; i < ev->n; i++) {
-        EvalCounts c = train_eval_task(s, &ev->set[i], ev->task[i].name);
+        const EvalSet* es = &ev->set[i];
+        int n = s->cfg.eval_max_examples > 0 && s->cfg.eval_max_examples < es->num_examples ? s->cfg.eval_max_examples
+                                                                                           : es->num_examples;
+        double* detail = dump ? (double*)calloc_check((size_t)n * EVAL_DETAIL_WORDS, sizeof(double), "eval dump") : NULL;
+        EvalCounts c = train_eval_task(s, es, ev->task[i].name, detail);
+        if (detail && is_rank0(s)) { train_eval_dump_task(&af, s->step, ev->task[i].name, es, n, detail); }
+        free(detail);
         double acc = c.correct_mean / c.n, acc2 = c.correct_sum / c.n, ce = eval_centered(acc, c.chance_sum / c.n);
         centered += ce / ev->n;
         total += c.n;
@@ -143,6 +202,7 @@ static float train_eval_if_due(TrainSession* s, int last) {
     snprintf(fields, sizeof(fields), "\"task\":\"suite\",\"n\":%.0f,\"tasks\":%d,\"centered\":%s", total, ev->n,
              logger_json_number(cc, sizeof(cc), centered));
     logger_log(&s->logger, "eval", s->step, fields);
+    if (dump && is_rank0(s)) { atomic_file_commit(&af); }
     if (is_rank0(s)) {
         printf("eval %.4f (step %d)%s | %.2f s\n", centered, s->step, line, wall_seconds() - t0);
         fflush(stdout);

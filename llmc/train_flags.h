@@ -131,6 +131,11 @@
     X(INT, eval_max_examples, 0, NULL, "eval-max-examples", 0, NO_MAX, \
       "-h 1: evaluate the first N examples of each task (0 = all), the same examples on every layout", \
       MAY_CHANGE("evaluation only")) \
+    X(STRING, eval_dump, "", NULL, "eval-dump", NO_MIN, NO_MAX, \
+      "-h 1: write every evaluated example's scores to this file (JSON lines: step, task, index, label, the ending " \
+      "chosen by mean loss and by summed log-probability, each ending's mean and summed loss; replaced atomically " \
+      "at each evaluation; '' = none)", \
+      MAY_CHANGE("evaluation output only")) \
     X(INT, sample_every, 100, "s", "sample-every", 0, NO_MAX, \
       "print a sample every N steps (0 = only at the end)", \
       MAY_CHANGE("samples only (their RNG is separate from training)")) \

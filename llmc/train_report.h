@@ -229,10 +229,11 @@ static void print_ledger_check(const TrainSession* s) {
 }
 
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
- * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach */
+ * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach. Not for
+ * evaluation only (-x 0 -h 1), which has no schedule to warn about. */
 static void warn_if_warmup_covers_run(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
-    if (!is_rank0(s) || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
+    if (!is_rank0(s) || s->max_steps == 0 || cfg->warmup_steps < s->max_steps || cfg->learning_rate <= 0.0f) { return; }
     float top = 0.0f;
     for (int k = 0; k < s->max_steps; k++) {
         float lr = lr_scheduler_get(&s->scheduler, k);

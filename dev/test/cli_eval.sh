@@ -5,6 +5,7 @@
 #     wrong rows scored, mean and sum swapped, a wrong label or chance); progress lines with an ETA; log rows;
 #   - the same accuracy counts (identical log rows) on 1 process, dp 2, tp 2, pp 2 and ZeRO-3 dp 2 with
 #     --eval-max-examples 10 (catches counts not summed over dp or pp, examples lost or counted twice in the split);
+#     their --eval-dump files (per-example scores) byte-identical on dp 2, pp 2 and ZeRO-3, within fp32 rounding on tp 2;
 #   - in the loop (-x 2 -v 1): eval rows at steps 0, 1, 2, one "eval S (step N) ... | T s" line each;
 #   - -h and --help still print the help; missing, unknown or damaged task files: one error line, exit 1.
 source "$(dirname "$0")/lib_cli.sh"
@@ -19,6 +20,8 @@ EV=(-e "$M" -b 4 -t 64 -j '' -g 0 -x 0 -h 1 --eval-tasks "$FIX")
 # evaluation only, all 16 examples, against the reference
 $TRAIN "${EV[@]}" -o "$TMP/e1" > "$TMP/e1.log" 2>&1
 check $? "-x 0 -h 1 -e MODEL.bin evaluates without training"
+! grep -q "^warning: flag -u" "$TMP/e1.log"
+check $? "evaluation only prints no warning about the warmup of a schedule it does not run"
 python3 dev/test/eval_reference.py "$M" "$FIX" 64 0 > "$TMP/ref.json"
 python3 - "$TMP/e1/log.jsonl" "$TMP/ref.json" "$TMP/e1.log" <<'PY'
 import json, re, sys
@@ -45,17 +48,45 @@ check $? "16 examples: acc and acc_sum_logprob equal the numpy reference's count
 
 # the same counts on every layout
 dp_require_mpi
-$TRAIN "${EV[@]}" --eval-max-examples 10 -o "$TMP/l1" > "$TMP/l1.log" 2>&1
+$TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/l1.dump" -o "$TMP/l1" > "$TMP/l1.log" 2>&1
 check $? "1 process, --eval-max-examples 10"
 python3 dev/test/eval_reference.py "$M" "$FIX" 64 10 > "$TMP/ref10.json"
 for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d 512" "z3:2:-z 3"; do
     IFS=: read -r name np flags <<< "$lay"
     # shellcheck disable=SC2086
-    MPIRUN "$np" $TRAIN "${EV[@]}" --eval-max-examples 10 $flags -o "$TMP/$name" > "$TMP/$name.log" 2>&1
+    MPIRUN "$np" $TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/$name.dump" $flags -o "$TMP/$name" > "$TMP/$name.log" 2>&1
     check $? "$name: -x 0 -h 1 runs"
     cmp -s <(grep '"kind":"eval"' "$TMP/l1/log.jsonl") <(grep '"kind":"eval"' "$TMP/$name/log.jsonl")
     check $? "$name: the eval rows are identical to one process's ($(grep -o '"acc.*' "$TMP/$name/log.jsonl" | head -1))"
 done
+# --eval-dump: every example written once, by process 0, whatever rank scored it. dp, pp and ZeRO-3 run the same
+# arithmetic per row as one process (byte-identical dumps); tp splits the matmuls' sums over ranks, so its losses
+# differ by fp32 rounding: sums of K <= 4C = 512 products reordered, of order sqrt(K) u ~ 1.4e-6 relative (u = 2^-24),
+# a few such steps per layer: within 1e-5 relative, with the same choices (catches an example missed or counted on
+# two ranks, the wrong rank's zeros written, a dp or pp sum of the scores left out)
+for name in dp2 pp2 z3; do
+    cmp -s "$TMP/l1.dump" "$TMP/$name.dump"
+    check $? "--eval-dump under $name: byte-identical to one process's ($(grep -c '' "$TMP/$name.dump") lines)"
+done
+python3 - "$TMP/l1.dump" "$TMP/tp2.dump" "$M" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+ok = len(a) == len(b) == 10 and [r["index"] for r in a] == list(range(10))
+worst = 0.0
+for x, y in zip(a, b):
+    ok = ok and (x["step"], x["task"], x["index"], x["label"], x["pred"], x["pred_sum_logprob"]) == \
+        (y["step"], y["task"], y["index"], y["label"], y["pred"], y["pred_sum_logprob"])
+    for key in ("mean_loss", "sum_loss"):
+        ok = ok and len(x[key]) == len(y[key])
+        worst = max([worst] + [abs(u - v) / abs(u) for u, v in zip(x[key], y[key])])
+print(f"# tp2 dump against one process: worst relative loss difference {worst:.2e}")
+sys.exit(0 if ok and worst <= 1e-5 else 1)
+PY
+check $? "--eval-dump under tp2: 10 examples, the same choices, every ending's mean and summed loss within 1e-5 relative"
+expect_error "add -h 1" "--eval-dump without -h 1" -- $TRAIN -e "$M" -b 4 -t 64 -j '' -g 0 -x 1 --eval-dump "$TMP/d.jsonl" -o "$TMP/nd"
+expect_error "cannot create '$TMP/none/d.jsonl.tmp'" "--eval-dump into a missing folder is refused before evaluating" -- \
+    $TRAIN "${EV[@]}" --eval-dump "$TMP/none/d.jsonl"
 python3 - "$TMP/l1/log.jsonl" "$TMP/ref10.json" <<'PY'
 import json, sys
 t = [json.loads(l) for l in open(sys.argv[1]) if '"task":"eval_handmade"' in l][0]

@@ -133,6 +133,28 @@ int main(void) {
     TEST_CHECK(cnt.n == 2 && cnt.correct_mean == 1 && cnt.correct_sum == 2 && cnt.chance_sum == 0.5,
                "scores: mean-loss 1 of 2, summed log-probability 2 of 2, chance 1/4 + 1/4 (got %g %g %g %g)",
                cnt.n, cnt.correct_mean, cnt.correct_sum, cnt.chance_sum);
+    /* the per-example scores of --eval-dump: 1 + each prediction, then each ending's mean and sum, example e at
+     * (e - base) words; words past K and of unscored examples untouched (a zeroed buffer summed over ranks) */
+    double det[4 * EVAL_DETAIL_WORDS];
+    for (int i = 0; i < 4 * EVAL_DETAIL_WORDS; i++) { det[i] = -7; }
+    EvalCounts cd = {0};
+    eval_score_rows_detail(&a, loss, mk, B, T, rex, rend, &cd, det + EVAL_DETAIL_WORDS, 0);
+    ok = cd.n == cnt.n && cd.correct_mean == cnt.correct_mean && cd.correct_sum == cnt.correct_sum;
+    const double* d0 = det + EVAL_DETAIL_WORDS;
+    const double* d1 = d0 + EVAL_DETAIL_WORDS;
+    ok &= d0[0] == 1 + 3 && d0[1] == 1 + 0 && d1[0] == 1 + 1 && d1[1] == 1 + 1;
+    for (int e = 0; e < 2; e++) {
+        for (int k = 0; k < 4; k++) {
+            double vk = (float)v[4 * e + k];
+            int le = a.end_len[a.end_base[e] + k];
+            const double* d = e ? d1 : d0;
+            ok &= d[2 + k] == vk && d[2 + EVAL_MAX_ENDINGS + k] == vk * le;
+        }
+        ok &= (e ? d1 : d0)[2 + 4] == -7 && (e ? d1 : d0)[2 + EVAL_MAX_ENDINGS + 4] == -7;
+    }
+    ok &= det[0] == -7 && d1[EVAL_DETAIL_WORDS] == -7;
+    TEST_CHECK(ok, "detail: predictions 1 + (3, 0) and 1 + (1, 1), each ending's mean v_k and sum v_k * Le at its "
+               "example's offset, nothing else written");
     /* ties go to the lowest ending (torch's argmin, llm.c): all losses equal -> ending 0 predicted; label 0 */
     for (int i = 0; i < B * T; i++) { loss[i] = 1.0f; }
     EvalCounts tie = {0};
