@@ -116,8 +116,7 @@ head -c 2000 "$FIX" > "$TMP/cut.bin"
 expect_error "eval file '$TMP/cut.bin'" "a truncated eval file" -- $TRAIN "${EV[@]}" --eval-tasks "$TMP/cut.bin"
 expect_error "pass -b 4 or more" "-b below an example's endings" -- $TRAIN "${EV[@]}" -b 2
 dp_refused 2 "unknown task 'x'" "under mpirun: one error line" "${EV[@]}" --eval-tasks x
-if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
-    /usr/bin/python3 scripts/plot_log.py "$TMP/loop/log.jsonl" -o "$TMP/loop.png" > "$TMP/plot.txt" 2>&1 &&
-        grep -q ", 2 eval curves" "$TMP/plot.txt" && test -s "$TMP/loop.png"
-    check $? "scripts/plot_log.py draws the task and suite curves beside the losses: $(cat "$TMP/plot.txt")"
-fi
+# matplotlib for the python3 on PATH comes from scripts/install_deps.sh
+python3 scripts/plot_log.py "$TMP/loop/log.jsonl" -o "$TMP/loop.png" > "$TMP/plot.txt" 2>&1 &&
+    grep -q ", 2 eval curves" "$TMP/plot.txt" && test -s "$TMP/loop.png"
+check $? "scripts/plot_log.py draws the task and suite curves beside the losses: $(cat "$TMP/plot.txt")"
