@@ -173,13 +173,22 @@
  *              fp32. The caller copies it to a device buffer of maxT*hs floats (dev_memcpy_h2d).
  *   rope_forward(floatX* qkv(B,T,(NH+2*KV)*hs) in place, const float* table(maxT,hs/2,2) device, int B, int T,
  *              int NH, int KV, int hs, int pos0)
- *              rows [q heads NH*hs | k heads KV*hs | v heads KV*hs] (the model's qkv, DIM_QKV; KV = NH today);
+ *              rows [q heads NH*hs | k heads KV*hs | v heads KV*hs] (the model's qkv, DIM_QKV; KV < NH: GQA);
  *              rotates the NH q and KV k heads of every token by its angle, v untouched; token t has position
  *              pos0 + t (sequence-parallel shards, KV-cache decode); pos0 + T <= maxT is the caller's.
  *              x[i] = x[i] c - x[i+hs/2] s, x[i+hs/2] = x[i+hs/2] c + x[i] s, fp32 arithmetic, one rounding.
  *   rope_backward(floatX* dqkv(B,T,(NH+2*KV)*hs) in place, same arguments)   the transpose (rotation by -angle)
  *              of the q and k gradients, v gradients untouched.
  *              Both exit with one line for hs odd or < 2, or a negative size or pos0.
+ * QK-norm (Dehghani et al. 2023; per head, in RMS form, as Qwen3; CPU llmc/cpu/qknorm.h, CUDA llmc/cuda/qknorm.cuh):
+ *   qknorm_forward(floatX* qkv(N,(NH+2*NKV)*hs) in place, floatX* pre(N,NH+NKV,hs), float* rstd(N,NH+NKV),
+ *              const floatX* qw(hs), const floatX* kw(hs), int N, int NH, int NKV, int hs)
+ *              every q and k head x (hs values) -> x rstd w (qw for q heads, kw for k heads), rstd = 1/sqrt(mean(x^2)
+ *              + RMSNORM_EPS) saved fp32, the input heads saved in pre; v untouched
+ *   qknorm_backward(floatX* dqkv in place, floatX* dqw(hs) accumulates, floatX* dkw(hs) accumulates, float* scratch,
+ *              const floatX* pre, const floatX* qw, const floatX* kw, const float* rstd, N, NH, NKV, hs)
+ *              d q and d k overwritten with RMSNorm's input gradient, v's untouched; deterministic weight sums.
+ *              scratch: qknorm_scratch_floats(N, NH, NKV, hs) floats
  * residual:
  *   residual_forward(floatX* out(n), const floatX* inp1(n), const floatX* inp2(n), size_t n)
  * attention (causal self-attention, scale 1/sqrt(hs), Vaswani et al. 2017; grouped-query, Ainslie et al. 2023):
