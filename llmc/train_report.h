@@ -228,6 +228,16 @@ static void print_ledger_check(const TrainSession* s) {
     fflush(stdout);
 }
 
+/* the header's optimizer line with --optimizer muon (llmc/muon.h); nothing with AdamW */
+static void print_muon_line(const TrainSession* s) {
+    const Muon* mu = s->zero.muon;
+    if (!mu) { return; }
+    printf("optimizer: Muon (momentum %g, %d Newton-Schulz steps) on %d block matrices (%zu values, momentum in "
+           "AdamW's m); AdamW on the other %zu values; workspace %.1f MiB\n", (double)mu->beta, mu->ns_steps,
+           mu->matrices, mu->muon_params, s->model.num_parameters - mu->muon_params,
+           mu->work_elems * sizeof(floatX) / (1024.0 * 1024.0));
+}
+
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
  * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach. Not for
  * evaluation only (-x 0 -h 1), which has no schedule to warn about. */
@@ -309,13 +319,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     gpt2_weight_decay_groups(&s->model, &nd, &vd, &no, &vo);
     printf("weight decay %.3g on %d tensors (%zu values); none on %d tensors (%zu values)\n", s->cfg.weight_decay, nd,
            vd, no, vo);
-    if (s->zero.muon) { /* --optimizer muon (llmc/muon.h) */
-        const Muon* mu = s->zero.muon;
-        printf("optimizer: Muon (momentum %g, %d Newton-Schulz steps) on %d block matrices (%zu values, momentum in "
-               "AdamW's m); AdamW on the other %zu values; workspace %.1f MiB\n", (double)mu->beta, mu->ns_steps,
-               mu->matrices, mu->muon_params, s->model.num_parameters - mu->muon_params,
-               mu->work_elems * sizeof(floatX) / (1024.0 * 1024.0));
-    }
+    print_muon_line(s);
     char* json = args_config_json(specs, n_specs);
     size_t len = strlen(json), cap = len + 1;
     char more[256];
