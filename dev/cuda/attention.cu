@@ -267,6 +267,31 @@ static int impl_applies(Impl im, Shape s) {
     return 1;
 }
 
+/* the device buffers of one check or timing: qkv and dqkv of nq, out and dout of nout floatX; lse of nl and the
+ * scratch of nscr fp32 */
+typedef struct {
+    floatX *qkv, *dout, *out, *dqkv;
+    float *lse, *scratch;
+} Bufs;
+static Bufs bufs_alloc(size_t nq, size_t nout, size_t nl, size_t nscr) {
+    Bufs b;
+    CUDA_CHECK(cudaMalloc(&b.qkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&b.dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&b.out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&b.dqkv, nq * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&b.lse, nl * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&b.scratch, nscr * sizeof(float)));
+    return b;
+}
+static void bufs_free(Bufs* b) {
+    CUDA_CHECK(cudaFree(b->qkv));
+    CUDA_CHECK(cudaFree(b->dout));
+    CUDA_CHECK(cudaFree(b->out));
+    CUDA_CHECK(cudaFree(b->dqkv));
+    CUDA_CHECK(cudaFree(b->lse));
+    CUDA_CHECK(cudaFree(b->scratch));
+}
+
 /* checks one implementation at one shape; returns 1 on pass */
 static int check_shape(Impl im, Shape s) {
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.C, nout = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
@@ -282,14 +307,9 @@ static int check_shape(Impl im, Shape s) {
     if (!h_qkv || !h_dout || !h_out || !h_lse || !h_dqkv || !h_dqkv2 || !r_out || !r_lse || !r_dqkv) {
         FATAL("out of host memory");
     }
-    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
-    float *d_lse, *d_scratch;
-    CUDA_CHECK(cudaMalloc(&d_qkv, nqkv * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, scratch_floats(im, s) * sizeof(float)));
+    Bufs b = bufs_alloc(nqkv, nout, nl, scratch_floats(im, s));
+    floatX *d_qkv = b.qkv, *d_dout = b.dout, *d_out = b.out, *d_dqkv = b.dqkv;
+    float *d_lse = b.lse, *d_scratch = b.scratch;
     random_floatx(h_qkv, d_qkv, nqkv);
     random_floatx(h_dout, d_dout, nout);
     ref_forward(r_out, r_lse, h_qkv, s.B, s.T, s.C, s.NH);
@@ -351,12 +371,7 @@ static int check_shape(Impl im, Shape s) {
     printf("    %-22s %s\n", "backward deterministic", same ? "ok" : (im == IMPL_CUDNN ? "no (cuDNN)" : "FAIL"));
     if (im != IMPL_CUDNN) { ok &= same; }
 
-    CUDA_CHECK(cudaFree(d_qkv));
-    CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dqkv));
-    CUDA_CHECK(cudaFree(d_lse));
-    CUDA_CHECK(cudaFree(d_scratch));
+    bufs_free(&b);
     free(h_qkv); free(h_dout); free(h_out); free(h_lse); free(h_dqkv); free(h_dqkv2);
     free(r_out); free(r_lse); free(r_dqkv);
     return ok;
@@ -372,14 +387,9 @@ static int cmp_float(const void* a, const void* b) {
 static void time_shape(Impl im, Shape s) {
     const size_t nqkv = (size_t)s.B * s.T * (s.C + 2 * shape_nkv(s) * (s.C / s.NH)), nout = (size_t)s.B * s.T * s.C;
     const size_t nl = (size_t)s.B * s.NH * s.T;
-    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
-    float *d_lse, *d_scratch;
-    CUDA_CHECK(cudaMalloc(&d_qkv, nqkv * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, nqkv * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, scratch_floats(im, s) * sizeof(float)));
+    Bufs b = bufs_alloc(nqkv, nout, nl, scratch_floats(im, s));
+    floatX *d_qkv = b.qkv, *d_dout = b.dout, *d_out = b.out, *d_dqkv = b.dqkv;
+    float *d_lse = b.lse, *d_scratch = b.scratch;
     float* tmp = (float*)malloc(nqkv * sizeof(float));
     random_floatx(tmp, d_qkv, nqkv);
     random_floatx(tmp, d_dout, nout);
@@ -431,12 +441,7 @@ static void time_shape(Impl im, Shape s) {
     }
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaFree(d_qkv));
-    CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dqkv));
-    CUDA_CHECK(cudaFree(d_lse));
-    CUDA_CHECK(cudaFree(d_scratch));
+    bufs_free(&b);
 }
 
 /* ------------------------------------------------------------------ grouped-query attention (contract) */
@@ -459,14 +464,9 @@ static int check_gqa(Shape s, int NKV) {
     if (!h_qkv || !h_x || !h_dout || !h_out || !h_dqkv || !h_dqkv2 || !r_out || !r_lse || !r_xd || !r_dqkv) {
         FATAL("out of host memory");
     }
-    floatX *d_qkv, *d_dout, *d_out, *d_dqkv;
-    float *d_lse, *d_scratch;
-    CUDA_CHECK(cudaMalloc(&d_qkv, nq * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dout, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_out, nout * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&d_scratch, nscr * sizeof(float)));
+    Bufs b = bufs_alloc(nq, nout, nl, nscr);
+    floatX *d_qkv = b.qkv, *d_dout = b.dout, *d_out = b.out, *d_dqkv = b.dqkv;
+    float *d_lse = b.lse, *d_scratch = b.scratch;
     random_floatx(h_qkv, d_qkv, nq);
     random_floatx(h_dout, d_dout, nout);
     /* the multi-head problem: kv head h/g for query head h */
@@ -536,12 +536,7 @@ static int check_gqa(Shape s, int NKV) {
 #endif
     printf("    %-22s %s\n", "backward deterministic", same ? "ok" : (cudnn ? "no (cuDNN)" : "FAIL"));
     if (!cudnn) { ok &= same; }
-    CUDA_CHECK(cudaFree(d_qkv));
-    CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dqkv));
-    CUDA_CHECK(cudaFree(d_lse));
-    CUDA_CHECK(cudaFree(d_scratch));
+    bufs_free(&b);
     free(h_qkv); free(h_x); free(h_dout); free(h_out); free(h_dqkv); free(h_dqkv2);
     free(r_out); free(r_lse); free(r_xd); free(r_dqkv);
     return ok;
