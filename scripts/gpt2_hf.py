@@ -79,6 +79,19 @@ def f32_to_bf16(x):
     return r
 
 
+def take_tensor(w, name, shape, where, expected, out_bf16):
+    """tensor `name` of w = {HF name: (safetensors dtype, array)} as our file stores it: bf16 bits (out_bf16) or
+    float32; a missing tensor or another shape exits with one line naming `where` (the directory) and `expected`"""
+    if name not in w:
+        die(f"{where}: tensor {name} missing (expected {expected})")
+    dt, arr = w[name]
+    if tuple(arr.shape) != tuple(shape):
+        die(f"{where}: tensor {name} has shape {tuple(arr.shape)}, expected {tuple(shape)} from config.json")
+    if out_bf16:
+        return arr if dt == "BF16" else f32_to_bf16(arr.astype(np.float32))
+    return bf16_to_f32(arr) if dt == "BF16" else arr.astype(np.float32)
+
+
 # ----------------------------------------------------------------------------- our model file
 
 def read_model_file(path):

@@ -148,14 +148,7 @@ def main(argv=None):
         return
 
     def get(name, shape):
-        if name not in w:
-            g.die(f"{a.hf_dir}: tensor {name} missing (expected a GPT-2 state dict)")
-        dt, arr = w[name]
-        if tuple(arr.shape) != tuple(shape):
-            g.die(f"{a.hf_dir}: tensor {name} has shape {tuple(arr.shape)}, expected {tuple(shape)} from config.json")
-        if out_bf16:
-            return arr if dt == "BF16" else g.f32_to_bf16(arr.astype(np.float32))
-        return g.bf16_to_f32(arr) if dt == "BF16" else arr.astype(np.float32)
+        return g.take_tensor(w, name, shape, a.hf_dir, "a GPT-2 state dict", out_bf16)
 
     L, C, V, Vp = cfg["L"], cfg["C"], cfg["V"], cfg["Vp"]
     if "lm_head.weight" in w:  # stored by some savers although tied: it must be the embedding

@@ -278,15 +278,9 @@ def import_params(hf_dir, cfg, arch, w, out_bf16):
     used = set()
 
     def get(name, shape):
-        if name not in w:
-            g.die(f"{hf_dir}: tensor {name} missing (expected a LlamaForCausalLM state dict)")
-        dt, arr = w[name]
-        if tuple(arr.shape) != tuple(shape):
-            g.die(f"{hf_dir}: tensor {name} has shape {tuple(arr.shape)}, expected {tuple(shape)} from config.json")
+        t = g.take_tensor(w, name, shape, hf_dir, "a LlamaForCausalLM state dict", out_bf16)
         used.add(name)
-        if out_bf16:
-            return arr if dt == "BF16" else g.f32_to_bf16(arr.astype(np.float32))
-        return g.bf16_to_f32(arr) if dt == "BF16" else arr.astype(np.float32)
+        return t
 
     L, C, NH, V, Vp, KV, F = cfg["L"], cfg["C"], cfg["NH"], cfg["V"], cfg["Vp"], arch["KV"], arch["F"]
     hs = C // NH
