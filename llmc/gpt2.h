@@ -1148,6 +1148,15 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
     }
 }
 
+/* A replicated weight's gradient that each tp rank forms from its part only (its rows under sequence parallelism,
+ * its heads for QK-norm): buf holds this step's n values for d0 (and n more for d1 when d1 != NULL), which are
+ * summed over the tensor-parallel group and added to d0 (and d1). */
+static inline void gpt2_tp_sum_into(GPT2* m, floatX* buf, floatX* d0, floatX* d1, size_t n) {
+    m->tp.all_reduce(m->tp.ctx, buf, (d1 ? 2 : 1) * n);
+    residual_forward(d0, d0, buf, n);
+    if (d1) { residual_forward(d1, d1, buf + n, n); }
+}
+
 /* LayerNorm (or RMSNorm, by arch.norm: no mean, no bias, db not touched) backward over this rank's Nl rows:
  * dresidual += d(norm input); the weight and bias gradients accumulate into dw, db (C each). With sequence
  * parallelism each rank sees only its rows, so this step's weight and bias gradients are formed in a zeroed scratch,
@@ -1166,10 +1175,7 @@ static inline void gpt2_layernorm_backward(GPT2* m, floatX* dresidual, floatX* d
     } else {
         layernorm_backward(dresidual, g, sp ? g + C : db, scratch_f32, dout, inp, w, mean, rstd, Nl, C);
     }
-    if (!sp) { return; }
-    m->tp.all_reduce(m->tp.ctx, g, (rms ? 1 : 2) * (size_t)C);
-    residual_forward(dw, dw, g, (size_t)C);
-    if (!rms) { residual_forward(db, db, g + C, (size_t)C); }
+    if (sp) { gpt2_tp_sum_into(m, g, dw, rms ? NULL : db, (size_t)C); }
 }
 
 /* QK-norm's backward in place on d qkv (N, QKVl) of layer l; its weight gradients accumulate where g says. Each tp
@@ -1187,10 +1193,7 @@ static inline void gpt2_qknorm_backward(GPT2* m, const GPT2GradTarget* g, const 
     qknorm_backward(dqkv, buf ? buf : dq, buf ? buf + hs : dk, (float*)m->acts.t[A_SCRATCH_F32], a->qk_pre,
                     layer_param(p, m, P_QNORMW, l), layer_param(p, m, P_KNORMW, l), a->qk_rstd, N, c->num_heads / tp,
                     c->arch.n_kv_head / tp, hs);
-    if (!buf) { return; }
-    m->tp.all_reduce(m->tp.ctx, buf, 2 * (size_t)hs);
-    residual_forward(dq, dq, buf, (size_t)hs);
-    residual_forward(dk, dk, buf + hs, (size_t)hs);
+    if (buf) { gpt2_tp_sum_into(m, buf, dq, dk, (size_t)hs); }
 }
 
 /* 1 (default): the MLP backward multiplies by GELU's derivative in the fcproj input-gradient GEMM
