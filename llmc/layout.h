@@ -52,7 +52,7 @@ typedef struct {
     int offload_params;         /* 1 = ZeRO-3's parameter shard in host memory */
     int compress;               /* data-parallel gradient compression: 0 none, 1 int8, 2 top-k */
     int cuda_graphs;            /* 1 = micro-steps replayed from a captured CUDA graph */
-    int muon;                   /* 1 = --optimizer muon (llmc/muon.h): whole matrices per rank, ZeRO-0/1 */
+    int muon;                   /* 1 = --optimizer muon (llmc/muon.h): any ZeRO stage, tp, pp */
     /* the step */
     int B, T;                   /* micro-batch (sequences per micro-step per process), sequence length */
     int m;                      /* micro-batches per optimizer step (gradient accumulation; the pipeline's m) */
@@ -357,13 +357,11 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  l->zero, l->zero);
         return LAYOUT_INVALID;
     }
-    if (l->muon && (l->tp > 1 || l->pp > 1 || l->zero > 1 || l->offload != OFFLOAD_NONE || l->compress ||
-                    md->experts > 0)) {
-        snprintf(err, cap, "flag --optimizer muon is built for one process and data parallelism with -z 0 or -z 1 on a "
-                 "dense model (Newton-Schulz needs each matrix whole); this run has %s: drop it or use --optimizer adamw",
-                 l->tp > 1 ? "--tp > 1" : l->pp > 1 ? "--pp > 1" : l->zero > 1 ? "-z 2 or 3 (gradients sharded)"
-                 : l->offload != OFFLOAD_NONE ? "--offload-optimizer" : l->compress ? "--grad-compress"
-                 : "experts (--moe-experts)");
+    if (l->muon && (l->offload != OFFLOAD_NONE || l->compress || md->experts > 0)) {
+        snprintf(err, cap, "flag --optimizer muon does not combine with %s; drop it or use --optimizer adamw",
+                 l->offload != OFFLOAD_NONE ? "--offload-optimizer (Newton-Schulz would have to run on the host)"
+                 : l->compress ? "--grad-compress (its decoded gradients are not kept for the matrices' gather)"
+                 : "experts (--moe-experts: one Muon matrix per expert is not built)");
         return LAYOUT_INVALID;
     }
     if (l->cuda_graphs && l->compress) {

@@ -93,7 +93,7 @@
       MUST_MATCH) \
     X(STRING, optimizer, "adamw", NULL, "optimizer", NO_MIN, NO_MAX, \
       "adamw, or muon: Muon (momentum + Newton-Schulz orthogonalisation, update RMS matched to AdamW's) for the " \
-      "blocks' 2-D weights, AdamW for embeddings, head, norms and biases; one -l and -c for both", \
+      "blocks' 2-D weights, AdamW for embeddings, head, norms and biases; one -l and -c for both; any -z, --tp, --pp", \
       MUST_MATCH) \
     X(FLOAT, muon_momentum, 0.95f, NULL, "muon-momentum", 0, 0.999999, \
       "--optimizer muon: Nesterov momentum beta", \

@@ -37,9 +37,9 @@
  * on the step's last micro-step the layer_ready hook (zero_layer_ready) also streams each bucket's reduced owned
  * gradients to the host as soon as they are final (offload_stream_*); reductions, the norm and the all-gather are
  * unchanged; with ZeRO-3 the update writes the shard.
- * Muon (--optimizer muon, llmc/muon.h; ZeRO-0/1): zero_update runs zero_muon_update: the momentum of the owned Muon
- * elements, an all-gather (ZeRO-1) of their updates in the full gradient buffer, which the gradients no longer need,
- * then Newton-Schulz of every block matrix meeting the owned range and AdamW on the rest.
+ * Muon (--optimizer muon, llmc/muon.h; every stage): zero_update runs zero_muon_update: the momentum of the owned
+ * Muon elements written over their reduced gradients, an all-gather over dp of each matrix a shard boundary cuts
+ * (into the workspace), then Newton-Schulz of every block matrix meeting the owned range and AdamW on the rest.
  * Parameter offload (--offload-params cpu, ZeRO-3 only): the shard lives in pinned host memory (llmc/zero_params.h).
  * GPU ordering: collectives run on the communication stream after the compute work queued before them
  * (llmc/comm.h); zero_finish makes the compute stream wait for all of them. Errors: allocation failures exit
@@ -445,13 +445,13 @@ static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
 }
 
 /* --optimizer muon (llmc/muon.h): the model's block matrices get Muon with momentum beta and ns_steps Newton-Schulz
- * iterations, the other tensors AdamW; the momentum is kept in opt.m. Built for ZeRO-0 and ZeRO-1 on the device
- * (the full gradient buffer is where the updates are gathered) and a whole model (no tensor or pipeline split, no
- * expert group); the caller refuses the rest first (llmc/layout.h), so another combination here is internal. */
+ * iterations, the other tensors AdamW; the momentum is kept in opt.m. Built for every ZeRO stage, tp and pp (the
+ * model part's matrices: its tp slices, its stage's layers); not with optimizer offload, gradient compression or an
+ * expert group, which the caller refuses first (llmc/layout.h), so those here are internal. */
 static inline void zero_enable_muon(ZeroOptimizer* z, float beta, int ns_steps) {
-    if (z->stage->stage > 1 || z->offload || z->compress || z->experts || z->group || !z->grads) {
-        FATAL("internal: --optimizer muon with ZeRO-%d%s%s%s", z->stage->stage, z->offload ? ", offload" : "",
-              z->compress ? ", compression" : "", z->experts || z->group ? ", expert groups" : "");
+    if (z->offload || z->compress || z->experts || z->group) {
+        FATAL("internal: --optimizer muon with%s%s%s", z->offload ? " offload" : "",
+              z->compress ? " compression" : "", z->experts || z->group ? " expert groups" : "");
     }
     z->muon = (Muon*)calloc_check(1, sizeof(Muon), "Muon");
     muon_init(z->muon, z->model, beta, ns_steps);
@@ -554,22 +554,62 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
-/* --optimizer muon on the owned range [lo, hi) (llmc/muon.h): the momentum and Nesterov update u of the owned Muon
- * elements, written over their reduced gradients in the full buffer; under ZeRO-1 the updates of the span of Muon
- * matrices are all-gathered over dp (every rank then holds u of every matrix: the owners' values); each rank runs
- * Newton-Schulz on every matrix that meets its range (a matrix cut by a shard boundary is computed by both ranks,
- * identically) and updates its part; AdamW on the other tensors of the range. The gather is a collective: every rank
- * calls this, owned elements or not. */
-static inline void zero_muon_update(ZeroOptimizer* z, size_t lo, size_t hi, const AdamWStep* s) {
-    muon_momentum_range(z->muon, z->model, lo, hi, z->grads, &z->opt, s);
-    if (z->stage->shards_optimizer && z->dp->world > 1 && z->muon->span_hi > z->muon->span_lo) {
+/* --optimizer muon (llmc/muon.h; llmc/README.md, "The Muon optimizer"): one pass over every Muon matrix of the model
+ * part, the same on every rank of the data-parallel group. u[k] is the Nesterov update of flat element u_first + k of
+ * the owned range [lo, hi) (written over its reduced gradient). */
+typedef struct {
+    ZeroOptimizer* z;
+    size_t lo, hi, u_first;
+    floatX* u;
+    const AdamWStep* s;
+    int gathered;
+} ZeroMuonPass;
+
+/* Matrix [s0, s0 + rc) of tensor i: a matrix that a shard boundary cuts (ZeRO-1/2/3 with N > 1) is all-gathered
+ * over dp into the workspace (a collective: every rank takes part, meeting it or not; a rank receives the owners'
+ * values bit for bit); one that lies inside a shard is read where it is. Every rank whose owned range meets it runs
+ * Newton-Schulz on it and updates its part. */
+static inline void zero_muon_matrix(void* ctx, int i, size_t s0, size_t a_all, size_t b_all) {
+    (void)a_all;
+    ZeroMuonPass* p = (ZeroMuonPass*)ctx;
+    ZeroOptimizer* z = p->z;
+    size_t e = b_all, a = s0 > p->lo ? s0 : p->lo, b = e < p->hi ? e : p->hi;
+    const floatX* G = a < b ? p->u + (s0 - p->u_first) : NULL; /* inside the owned range unless cut */
+    if (z->stage->shards_optimizer && z->dp->world > 1 && s0 / z->S != (e - 1) / z->S) {
+        floatX* buf = muon_gather_buffer(z->muon);
+        if (a < b) { dev_memcpy_d2d(buf + (a - s0), p->u + (a - p->u_first), (b - a) * sizeof(floatX)); }
+        CommSegment seg = {buf, s0, e};
         profile_at(PROFILE_COMM_DP);
-        comm_all_gather_owned(z->dp, z->grads, z->dtype, z->muon->span_lo, z->muon->span_hi, z->S);
-        comm_join(z->dp);
+        comm_all_gather_segments(z->dp, &seg, 1, z->dtype, z->S);
+        comm_wait(z->dp);
         profile_at(PROFILE_ADAMW);
+        G = buf;
+        p->gathered = 1;
     }
-    muon_apply_range(z->muon, z->model, lo, hi, z->grads, &z->opt, s);
+    if (a < b) { muon_update_matrix(z->muon, z->model, G, i, s0, a, b, &z->opt, p->s); }
+}
+
+static inline void zero_muon_momentum(void* ctx, int i, size_t s0, size_t a, size_t b) {
+    (void)i; (void)s0;
+    ZeroMuonPass* p = (ZeroMuonPass*)ctx;
+    muon_momentum_part(p->z->muon, p->u + (a - p->u_first), a, b, &p->z->opt, p->s);
+}
+
+/* --optimizer muon on the owned range [lo, hi): the momentum and Nesterov update u of the owned Muon elements,
+ * written over their reduced gradients (ZeRO-0/1: the full buffer; ZeRO-2/3: the shard accumulator); then, matrix by
+ * matrix, the gather of those cut by a shard boundary, Newton-Schulz (over tp when the matrix is cut over tp) and
+ * the update of the owned part (zero_muon_matrix); AdamW on the other tensors of the range. Every rank calls it,
+ * owned elements or not. */
+static inline void zero_muon_update(ZeroOptimizer* z, size_t lo, size_t hi, const AdamWStep* s) {
+    ZeroMuonPass p = {z, lo, hi, z->grads ? 0 : z->own_start, z->grads ? z->grads : z->grad_shard, s, 0};
+    muon_for_each(z->muon, z->model, lo, hi, zero_muon_momentum, &p);
+    muon_for_each(z->muon, z->model, 0, z->P, zero_muon_matrix, &p);
+    if (p.gathered) { comm_join(z->dp); }
     if (hi > lo) { gpt2_update_range_except(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s, z->muon->tensors); }
+    if (z->params.host) { /* ZeRO-3's shard in host memory, written through unified addressing as AdamW's */
+        z->params.pcie_d2h += (hi - lo) * sizeof(floatX);
+        z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
+    }
 }
 
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h; --optimizer muon: zero_muon_update),
@@ -635,6 +675,27 @@ static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
     gpt2_free(&loaded);
 }
 
+/* --optimizer muon: the ring-model bytes this rank sends per step in the all-gathers of the Muon matrices that a
+ * shard boundary cuts (zero_muon_matrix; 0 without sharding or for one process) */
+static inline void zero_muon_bytes_visit(void* ctx, int i, size_t s0, size_t a, size_t b) {
+    (void)i; (void)a;
+    void** c = (void**)ctx;
+    const ZeroOptimizer* z = (const ZeroOptimizer*)c[0];
+    size_t sent, recv;
+    if (s0 / z->S != (b - 1) / z->S) {
+        comm_ring_bytes(z->dp, s0, b, z->S, sizeof(floatX), 1, &sent, &recv);
+        *(double*)c[1] += (double)sent;
+    }
+}
+static inline double zero_muon_bytes(const ZeroOptimizer* z) {
+    double bytes = 0.0;
+    void* c[2] = {(void*)z, &bytes};
+    if (z->muon && z->stage->shards_optimizer && z->dp->world > 1) {
+        muon_for_each(z->muon, z->model, 0, z->P, zero_muon_bytes_visit, c);
+    }
+    return bytes;
+}
+
 /* The ring model's bytes one rank sends per optimizer step in this stage's data-parallel collectives (llmc/README.md,
  * "ZeRO and the gradient store"): (N-1)/N of the P parameter elements (floatX) times 2 where the gradients are
  * reduced once per step (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather), accum + 1 where every micro-step
@@ -644,8 +705,7 @@ static inline void zero_load_weights(ZeroOptimizer* z, const char* path) {
 static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
-    double muon = z->muon && z->stage->shards_optimizer ? (double)(z->muon->span_hi - z->muon->span_lo) : 0.0;
-    return (times * r * (double)z->P + r * muon) * (double)sizeof(floatX); /* Muon: its updates' all-gather */
+    return times * r * (double)z->P * (double)sizeof(floatX) + zero_muon_bytes(z);
 }
 
 /* ---------------------------------------------------------------- memory ledger */

@@ -129,7 +129,7 @@ static void test_phi_band(void) {
 }
 
 /* G = U diag(s) V^T with singular values geometric from 1 down to smin (times 3.7: the scale must not matter) */
-static void test_newton_schulz(int rows, int cols, double smin, int steps) {
+static void test_newton_schulz_side(int rows, int cols, double smin, int steps, int gram_rows) {
     int k = rows < cols ? rows : cols;
     size_t n = (size_t)rows * cols;
     double* U = (double*)malloc_check((size_t)rows * k * sizeof(double), "U");
@@ -150,9 +150,10 @@ static void test_newton_schulz(int rows, int cols, double smin, int steps) {
     compose(ref, U, ph, V, rows, cols, k);
     Muon mu;
     memset(&mu, 0, sizeof(mu));
-    mu.work = (floatX*)dev_malloc((2 * n + 2 * (size_t)k * k) * sizeof(floatX), "work");
+    size_t gs = (size_t)(gram_rows ? rows : cols);
+    mu.work = (floatX*)dev_malloc((2 * n + 2 * gs * gs) * sizeof(floatX), "work");
     mu.normsq = (float*)dev_malloc(sizeof(float), "normsq");
-    const floatX* X = muon_newton_schulz(&mu, G, rows, cols, steps);
+    const floatX* X = muon_orthogonalize(&mu, G, rows, cols, gram_rows, NULL, steps);
     double err = 0, scale = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)X[i] - ref[i]);
@@ -161,9 +162,9 @@ static void test_newton_schulz(int rows, int cols, double smin, int steps) {
     }
     double nn = rows > cols ? rows : cols, u = ldexp(1.0, -24);
     double tol = 30.0 * sqrt(nn) * u * ns_amplification(s[k - 1] / (fro + 1e-7), s[0] / (fro + 1e-7), steps);
-    TEST_CHECK(err / scale <= tol, "newton_schulz %dx%d (%s) steps=%d smin=%.0e: fp32 vs closed-form double "
-               "rel %.2e (tol %.2e)", rows, cols, rows > cols ? "tall: transposed branch" : rows < cols ? "wide" :
-               "square", steps, smin, err / scale, tol);
+    TEST_CHECK(err / scale <= tol, "newton_schulz %dx%d (%s, Gram %s) steps=%d smin=%.0e: fp32 vs closed-form "
+               "double rel %.2e (tol %.2e)", rows, cols, rows > cols ? "tall" : rows < cols ? "wide" : "square",
+               gram_rows ? "X X^T" : "X^T X", steps, smin, err / scale, tol);
     if (steps == 5) { /* the output's singular values ||X v_q|| */
         double smin_out = INFINITY, smax_out = 0, worst_ortho = 0;
         for (int q = 0; q < k; q++) {
@@ -184,6 +185,11 @@ static void test_newton_schulz(int rows, int cols, double smin, int steps) {
     }
     dev_free(mu.work); dev_free(mu.normsq); dev_free(G);
     free(U); free(V); free(s); free(Gd); free(ref); free(ph);
+}
+
+/* on the reference's side (the smaller Gram matrix) */
+static void test_newton_schulz(int rows, int cols, double smin, int steps) {
+    test_newton_schulz_side(rows, cols, smin, steps, rows <= cols);
 }
 
 /* the element ops against double formulas (each a few fp32 roundings: relative 1e-6) */
@@ -262,6 +268,17 @@ static void test_selection(void) {
     int r, cc;
     muon_matrix_shape(&c, P_FCPROJW, &r, &cc);
     TEST_CHECK(r == 32 && cc == 128, "fcprojw's matrix is (C, F) = (32, 128): got (%d, %d)", r, cc);
+    Muon mu;
+    memset(&mu, 0, sizeof(mu));
+    muon_tensor_setup(&mu, &c, P_QKVW, 2);
+    muon_tensor_setup(&mu, &c, P_FCPROJW, 2);
+    muon_tensor_setup(&mu, &c, P_ATTPROJW, 1);
+    TEST_CHECK(mu.rows[P_QKVW] == 48 && mu.cols[P_QKVW] == 32 && !mu.gram_rows[P_QKVW] && mu.tp_split[P_QKVW] &&
+               mu.rows[P_FCPROJW] == 32 && mu.cols[P_FCPROJW] == 64 && mu.gram_rows[P_FCPROJW] &&
+               mu.tp_split[P_FCPROJW] && mu.gram_rows[P_ATTPROJW] && !mu.tp_split[P_ATTPROJW] &&
+               fabsf(mu.scale[P_QKVW] - 0.2f * sqrtf(96.0f)) < 1e-6f && fabsf(mu.scale[P_FCPROJW] - 0.2f * sqrtf(128.0f)) < 1e-6f,
+               "tp 2: qkvw (column-parallel) keeps 48 of 96 rows with the Gram matrix X^T X (the tp sum of the slices'), "
+               "fcprojw (row-parallel) 64 of 128 columns with X X^T; the RMS scale of the whole matrices; tp 1: no sum");
 }
 
 int main(void) {
@@ -278,6 +295,8 @@ int main(void) {
     test_newton_schulz(24, 40, 1e-2, 1);   /* one step */
     test_newton_schulz(40, 24, 1e-2, 8);   /* more steps than the default */
     test_newton_schulz(7, 5, 0.5, 5);      /* tiny, odd */
+    test_newton_schulz_side(16, 48, 1e-2, 5, 0); /* the larger Gram side, as tp's row split of a wide matrix */
+    test_newton_schulz_side(48, 16, 1e-2, 5, 1); /* and of a tall one cut by columns */
     test_element_ops(1);
     test_element_ops(1003);
     test_element_ops(70000); /* above the OpenMP threshold */
