@@ -9,6 +9,8 @@
 #     6e-7..9e-7 relative; tp's Gram matrices left unsummed give 6e-3, a cut matrix not gathered garbage). The ZeRO-1
 #     shard boundary S = 296,704 cuts layer 0's attprojw, so the gather of a cut matrix runs; ZeRO-3 trains
 #     bit-identically to ZeRO-2 (the same reduced gradients, the same gathers);
+#   - the bytes each dp 2 rank sends per step under ZeRO-1/2/3 equal zero_step_bytes_theory (which counts the cut
+#     matrices' gathers: without them it is 2 KiB or 62 KiB off per rank) plus the step statistics' 32 bytes;
 #   - ZeRO-0 and ZeRO-1 train bit-identically on dp 2 (the same ring sums; every rank runs Newton-Schulz on the
 #     owners' values);
 #   - resume: a dp 2 ZeRO-2 run cut at step 5 resumes bit for bit (model, both ranks' state files), and its
@@ -42,13 +44,24 @@ check $? "muon: one process, 10 steps of -d 512 (4 micro-steps)"
 T10=$(dp_order_tol 10)
 for L in "2 -z 0" "2 -z 1" "2 -z 2" "2 -z 3" "2 --tp 2" "2 --pp 2" "8 --tp 2 --pp 2 -z 1"; do
     n=${L%% *}; flags=${L#* }; run=$(echo "$flags" | tr -d ' -')
-    MPIRUN "$n" $TRAIN "${S[@]}" $flags -o "$TMP/$run" > "$TMP/$run.log" 2>&1
+    MPIRUN "$n" $TRAIN "${S[@]}" $flags --comm-stats 1 -o "$TMP/$run" > "$TMP/$run.log" 2>&1
     check $? "muon: $n processes, $flags: 10 steps"
     [ "$flags" = "-z 0" ] && continue
     out=$(dp_compare_logs "$TMP/one/log.jsonl" "$TMP/$run/log.jsonl" train loss $T10 10) &&
         out="$out; $(dp_compare_models_rms "$TMP/one/model_00000010.bin" "$TMP/$run/model_00000010.bin" $T10)"
     check $? "muon: $n processes, $flags vs one process within T(10) = $T10: $out"
 done
+python3 - "$TMP"/z{1,2,3}.log <<'PY'
+import re, sys
+bad, n = [], 0
+for f in sys.argv[1:]:
+    for sent, theory in re.findall(r"^comm: rank \d step \d+ sent (\d+) .* ring theory (\d+)", open(f).read(), re.M):
+        n += 1
+        if int(sent) != int(theory) + 32: bad.append((f, sent, theory))
+print("# %d comm lines, mismatches %s" % (n, bad[:3]))
+sys.exit(0 if n == 60 and not bad else 1)
+PY
+check $? "muon: dp 2 ZeRO-1/2/3 bytes each rank sends per step = the ring theory (with the cut matrices' gathers) + the 32 bytes of step statistics"
 out=$(dp_same_training "$TMP/z0" "$TMP/z1" 10)
 check $? "muon: dp 2 ZeRO-1 trains bit-identically to ZeRO-0: $out"
 out=$(dp_same_training "$TMP/z2" "$TMP/z3" 10)
