@@ -14,6 +14,11 @@
  *               work, not counted.
  *   compute     executed FLOPs / GPUs / (peak x gemm_eff): one GEMM efficiency factor for every matmul.
  *   optimizer   AdamW reads and writes about 2 pb + pb + 24 bytes per owned parameter at HBM bandwidth.
+ *     Muon      (--optimizer muon, llmc/muon.h) adds, per block matrix (long side l, short side s; tp cuts the long
+ *               side) and Newton-Schulz step (5 assumed, the default), 4 s^2 l / tp + 2 s^3 FLOPs at the GEMM rate and,
+ *               with tp, an all-reduce of the s x s Gram matrix over tp; the stage's matrices split over the dp ranks
+ *               (ZeRO-1/2/3; ZeRO-0: every rank all of them); with ZeRO-1/2/3 dp - 1 cut matrices (of the stage's mean
+ *               size) all-gathered over dp; all exposed (the update waits for them).
  *   collectives ring: all-reduce 2(n-1)/n x bytes / bw + 2(n-1) x lat; reduce-scatter and all-gather half of it;
  *               tree all-reduce 2 x bytes / bw + 2 log2(n) x lat; the faster of the two is used (as NCCL chooses).
  *               bw is per direction per GPU; a group is on NVLink when it fits in a node (ranks are placed as the
@@ -55,6 +60,7 @@
 
 #include "llmc/ledger.h"
 #include "llmc/mfu.h"
+#include "llmc/muon.h"
 
 /* Assumptions of the model (not datasheet figures; flags override the bandwidths): latency per collective step
  * (NVLink 3 us, InfiniBand 5 us, of the order NCCL's tests show for small messages), 10% of the device memory kept
@@ -175,6 +181,7 @@ typedef struct {
     int fits;
     double model_flops, exec_flops, tokens;
     double t_compute, t_tp, t_pp, t_dp, t_ep, t_opt, bubble, t_step, tok_s, mfu;
+    double t_muon, flops_muon, b_muon_tp, b_muon_dp; /* --optimizer muon: its share of t_opt, FLOPs, bytes per GPU */
     double active_params;     /* parameters one token uses (mixture of experts: k of E experts; dense: all) */
     double b_ep;              /* expert parallelism: all-to-all bytes sent per step per GPU */
     int ep_net;               /* 1 = the ep group spans nodes */
@@ -235,6 +242,38 @@ static inline void plan_evaluate_ep(PlanResult* r, const PlanCluster* cl) {
     }
 }
 
+#define PLAN_MUON_NS_STEPS 5 /* --muon-ns-steps' default */
+
+/* plan_evaluate's Muon terms (t_muon, flops_muon, b_muon_tp, b_muon_dp; zero with AdamW) at GEMM rate `rate` */
+static inline void plan_evaluate_muon(PlanResult* r, const PlanCluster* cl, double rate) {
+    const LedgerLayout* l = &r->lay;
+    const Layout* ly = &l->layout;
+    const GPT2Config* c = &l->cfg;
+    if (!ly->muon) { return; }
+    int tp = ly->tp, dp = ly->dp, gpn = cl->gpus_per_node, share = ly->zero >= 1 ? dp : 1;
+    double layers = (double)c->num_layers / ly->pp, ns = PLAN_MUON_NS_STEPS, pb = l->pb, elems = 0, mats = 0;
+    double bw = tp > gpn ? cl->dev.net_gbs : cl->dev.nvlink_gbs, lat = tp > gpn ? cl->net_lat_us : cl->nvlink_lat_us;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if (!muon_is_matrix(c, i)) { continue; }
+        int a, b;
+        muon_matrix_shape(c, i, &a, &b);
+        double sh = a < b ? a : b, lg = a < b ? b : a, n = layers * ns / share;
+        r->flops_muon += n * (4.0 * sh * sh * lg / tp + 2.0 * sh * sh * sh);
+        r->t_muon += n * plan_allreduce(sh * sh * pb, tp, bw, lat);
+        r->b_muon_tp += tp > 1 ? n * 2.0 * (tp - 1.0) / tp * sh * sh * pb : 0.0;
+        elems += layers * a * b / tp;
+        mats += layers;
+    }
+    r->t_muon += r->flops_muon / rate;
+    if (ly->zero >= 1 && dp > 1 && mats > 0) {
+        int net = tp * dp > gpn;
+        double mean = elems / mats * pb;
+        r->b_muon_dp = (dp - 1.0) * (dp - 1.0) / dp * mean;
+        r->t_muon += (dp - 1.0) * plan_ring_half(mean, dp, net ? cl->dev.net_gbs : cl->dev.nvlink_gbs,
+                                                 net ? cl->net_lat_us : cl->nvlink_lat_us);
+    }
+}
+
 /* predicts one layout (lay.flash is set); see the header comment for every term */
 static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluster* cl) {
     PlanResult r;
@@ -278,6 +317,8 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     /* optimizer: the owned range at HBM bandwidth */
     double range = ly->zero >= 1 ? (double)r.mem.S : (double)r.mem.P;
     r.t_opt = ly->offload ? 0.0 : range * (3.0 * pb + 24.0) / (cl->dev.hbm_gbs * 1e9);
+    plan_evaluate_muon(&r, cl, rate);
+    r.t_opt += r.t_muon;
     double pipe = (r.t_compute + r.t_tp) / (1.0 - r.bubble);
     r.t_step = pipe + r.t_pp + r.t_dp + r.t_ep + r.t_opt;
     r.tok_s = r.tokens / r.t_step;
@@ -375,6 +416,12 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
            "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, ly->schedule == PIPE_INTERLEAVED ? "v" : "",
            100.0 * cl->mem_reserve);
+    if (ly->muon) {
+        printf("plan muon: Newton-Schulz (%d steps) %.3g TFLOP per GPU per step, tp Gram all-reduces %.3f GB, dp "
+               "gathers of cut matrices %.3f GB: %.4f s of the optimizer's %.4f s (%.1f%% of the step)\n",
+               PLAN_MUON_NS_STEPS, r->flops_muon / 1e12, r->b_muon_tp / GB, r->b_muon_dp / GB, r->t_muon, r->t_opt,
+               100.0 * r->t_muon / r->t_step);
+    }
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (ly->tp * ly->pp * ly->dp) / 1e12, r->limit);

@@ -265,6 +265,38 @@ static void check_ledger_rules(void) {
 /* mixture of experts in the planner (no fixture: the formulas of llmc/planner.h's header, recomputed here): the shape
  * parser's :E:K, FLOPs from the active parameters, memory from all of them split over ep, the all-to-all bytes and
  * time, the two data-parallel groups, the search over ep; and ZeRO-3 with tp and pp (theory rows) */
+/* --optimizer muon's planner terms on d12 (C 768, L 12, F 3072): Newton-Schulz FLOPs per GPU per step equal the
+ * hand sum 12 layers x 5 steps x sum over (qkvw 2304x768, attprojw 768^2, fcw 3072x768, fcprojw 768x3072) of
+ * 4 s^2 l / tp + 2 s^3 (s the short side, l the long one), split over dp with ZeRO-1; tp 2 adds the Gram all-reduces'
+ * bytes 5 x 48 x 2 (tp-1)/tp x 768^2 x 2; AdamW has none of it. A term per layer instead of per matrix, the s^3 left
+ * out or the dp split forgotten fails. */
+static void check_muon(void) {
+    LedgerLayout l = base_layout("L12:C768:NH12", 8, 1024);
+    PlanCluster cl = plan_cluster(plan_device_find("h100"), 4, 8, PLAN_DEFAULT_GEMM_EFF, "bf16");
+    PlanResult a = plan_evaluate(&l, &cl);
+    l.layout.muon = 1;
+    double s = 768, per_tp1 = 0, per_tp2 = 0, dims[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
+    for (int i = 0; i < 4; i++) {
+        double sh = fmin(dims[i][0], dims[i][1]), lg = fmax(dims[i][0], dims[i][1]);
+        per_tp1 += 60.0 * (4.0 * sh * sh * lg + 2.0 * sh * sh * sh);
+        per_tp2 += 60.0 * (4.0 * sh * sh * lg / 2.0 + 2.0 * sh * sh * sh);
+    }
+    PlanResult m1 = plan_evaluate(&l, &cl);
+    l.layout.dp = 2; l.layout.zero = 1;
+    PlanResult m2 = plan_evaluate(&l, &cl);
+    l.layout.dp = 1; l.layout.zero = 0; l.layout.tp = 2;
+    PlanResult m3 = plan_evaluate(&l, &cl);
+    double gram = 5.0 * 48.0 * 2.0 * 0.5 * s * s * 2.0;
+    TEST_CHECK(a.flops_muon == 0 && a.t_muon == 0 && fabs(m1.flops_muon / per_tp1 - 1) < 1e-12 &&
+               fabs(m2.flops_muon / (per_tp1 / 2) - 1) < 1e-12 && fabs(m3.flops_muon / per_tp2 - 1) < 1e-12 &&
+               fabs(m3.b_muon_tp / gram - 1) < 1e-12 && m1.b_muon_tp == 0 && m2.b_muon_dp > 0 &&
+               m1.t_opt > a.t_opt + m1.flops_muon / (cl.peak_tflops * 1e12 * cl.gemm_eff) * 0.999,
+               "muon on d12: Newton-Schulz %.4g FLOPs (want %.4g), dp 2 ZeRO-1 %.4g (want half), tp 2 %.4g (want %.4g) "
+               "with Gram all-reduces %.4g bytes (want %.4g); AdamW none; the optimizer time grows by at least the "
+               "FLOPs at the GEMM rate", m1.flops_muon, per_tp1, m2.flops_muon, m3.flops_muon, per_tp2, m3.b_muon_tp,
+               gram);
+}
+
 static void check_moe(void) {
     GPT2Config c;
     char err[512];
@@ -348,6 +380,7 @@ static void check_moe(void) {
 int main(void) {
     check_ledger_rules();
     check_moe();
+    check_muon();
     FILE* fp = fopen(FIXTURE, "r");
     TEST_CHECK(fp != NULL, "fixture %s opens", FIXTURE);
     if (!fp) { return testing_finish(); }
