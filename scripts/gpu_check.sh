@@ -10,7 +10,8 @@
 #    4 bench      GPT-2 124M (d12) BF16, T=1024, B=$BENCH_B, $BENCH_STEPS steps: median tokens/s after step 5, MFU
 #                 (llm.c's 6N + 6LCT convention, llmc/mfu.h), the ledger's largest micro-batch, and the trainer's
 #                 phase table when ./train_gpt has --profile-steps (else a row says it has not)
-#                 The decoder family's l12 (Llama-style at d12's size) the same way: its tokens/s beside d12's
+#                 The decoder family's l12 (Llama-style at d12's size) the same way: its tokens/s beside d12's;
+#                 and d12 with --optimizer muon (its tokens/s beside AdamW's)
 #    5 devcuda    every dev/cuda program (checks against CPU references, then timings at training shapes), each
 #                 under its own timeout, plus rows for the kernels changed on a prediction (dev/cuda/NOTES.md)
 #    6 zero       1-process ZeRO-0/1/2/3 through the NCCL path (d12, B=8, 2 micro-steps, 3 steps); their losses
@@ -65,7 +66,7 @@ t0=$SECONDS
 PLAN="preflight|15|5|5|nvidia-smi, nvcc, make, cuBLAS / NCCL / cuDNN / OpenSSL presence
 build|120|30|40-70|train_gpt, test_gpt, test_gpt_fp32 (sm_$ARCH; USE_NCCL=0 and WERROR=0 retries inside the limit); dev/cuda, train_gpt_cudnn beside it
 fixture|60|15|2 x 15|test_gpt (BF16) and test_gpt_fp32 against the PyTorch fixture
-bench|75|20|30-45|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s, MFU, phase table; the family's l12 beside it
+bench|90|20|40-65|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s, MFU, phase table; the family's l12 and Muon beside it
 devcuda|90|20|40-70|dev/cuda checks and timings at training shapes, each program <= 25 s
 zero|60|20|4 x 10|ZeRO-0/1/2/3, 1 process, 2 micro-steps; losses compared
 graphs|30|15|15-20|ours with --cuda-graphs 1
@@ -350,6 +351,10 @@ stage_bench() {
     bench bench_l12 0 ./train_gpt -e l12
     rc=$?
     row "family l12 (Llama-style 124M) BF16 tokens/s" "$TOK (MFU $MFU; $(status_word $rc); GPT-2 d12: $OURS)"
+    # Muon (llmc/muon.h) on d12: its Newton-Schulz GEMMs beside AdamW's step (the planner predicts 2.8% of a B=64 step)
+    bench bench_muon 0 ./train_gpt --optimizer muon
+    rc=$?
+    row "d12 --optimizer muon BF16 tokens/s" "$TOK (MFU $MFU; $(status_word $rc); AdamW: $OURS; predicted: 2.8% fewer at B=64)"
 }
 
 # ---------------------------------------------------------------- 5 dev/cuda
