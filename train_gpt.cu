@@ -65,6 +65,7 @@
 #include "llmc/train_session.h"    /* defines: TrainSession, CONFIG_FATAL */
 #include "llmc/train_report.h"     /* defines: StepResult, step counters, the step line, header, memory ledger check */
 #include "llmc/train_checkpoint.h" /* defines: write_checkpoint, resume_from_checkpoint */
+#include "llmc/train_target.h"     /* defines: TargetRun, target_check, target_report (--target-val-loss) */
 #include "llmc/train_eval.h"   /* defines: train_forward_losses, train_eval_init, train_eval_if_due (-h 1) */
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
@@ -557,9 +558,9 @@ static void session_free(TrainSession* s) {
 
 /* ---------------------------------------------------------------- the training loop */
 
-/* validation, -h 1 evaluation (llmc/train_eval.h) and a sample when due (every -v / -s steps, and at the end); returns
- * the validation loss, or NAN when there was no validation */
-static float evaluate_if_due(TrainSession* s, int last) {
+/* validation, -h 1 evaluation (llmc/train_eval.h) and a sample when due (every -v / -s steps, and at the end, which a
+ * validation reaching --target-val-loss makes this step); returns the validation loss, or NAN when there was none */
+static float evaluate_if_due(TrainSession* s, int last, TargetRun* target) {
     const TrainConfig* cfg = &s->cfg;
     float vl = NAN;
     if (s->has_val && (last || (cfg->val_every > 0 && s->step % cfg->val_every == 0))) {
@@ -568,6 +569,7 @@ static float evaluate_if_due(TrainSession* s, int last) {
         char fields[128], num[32];
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
+        last |= target_check(target, &s->world, vl, s->step);    /* --target-val-loss: every process alike */
     }
     train_eval_if_due(s, last);                                  /* -h 1: the tasks' accuracies, one line */
     if (s->sampling && (in_first_dp_replica(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
@@ -578,10 +580,22 @@ static float evaluate_if_due(TrainSession* s, int last) {
     return vl;
 }
 
+/* --target-val-loss reached at step s->step before -x: the checkpoint a normal end writes, unless -n wrote this
+ * step's already or this run trained no step */
+static void checkpoint_at_target(TrainSession* s, int start_step) {
+    const TrainConfig* cfg = &s->cfg;
+    if (cfg->output_dir[0] == '\0' || s->step == start_step || s->step >= s->max_steps ||
+        (cfg->checkpoint_every > 0 && s->step % cfg->checkpoint_every == 0)) {
+        return;
+    }
+    if (s->bad_steps == 0) { write_checkpoint(s); } /* else the error after the loop says none was written */
+}
+
 /* the training loop: validation and samples at their intervals and at the end, one line per step,
  * checkpoints every -n steps and at the end (when -o is set); the final line gives this run's training and wall
  * time, the tokens the model has seen (steps x tokens per step, earlier runs of a resumed one included) and the
- * best validation loss of this run */
+ * best validation loss of this run; --target-val-loss ends the run at the first validation that reaches it
+ * (llmc/train_target.h) */
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
@@ -595,13 +609,16 @@ static void train(TrainSession* s) {
     int start_step = s->step;
     float best_val = NAN;
     int best_val_step = -1;
+    TargetRun target;
+    target_init(&target, cfg->target_val_loss);
     Progress pg;
     progress_start(&pg, wall_seconds());
     preempt_install(s->preempt_signals, s->preempt_n);              /* --signal-checkpoint */
     for (;;) {
         int last = s->step >= s->max_steps;
-        float vl = evaluate_if_due(s, last);                         /* validation loss, sample */
+        float vl = evaluate_if_due(s, last, &target);                /* validation loss, sample */
         if (!isnan(vl) && (isnan(best_val) || vl < best_val)) { best_val = vl; best_val_step = s->step; }
+        if (target.reached) { checkpoint_at_target(s, start_step); break; } /* --target-val-loss */
         if (last) { break; }
         profile_step_begin(&s->prof, s->step - start_step + 1);      /* --profile-steps: this step's phases */
         double t0 = wall_seconds();
@@ -651,6 +668,7 @@ static void train(TrainSession* s) {
                      s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
                      (double)cfg->learning_rate);
     }
+    target_report(&target, &s->logger, is_rank0(s), s->step, tokens_per_step, train_seconds, best_val, best_val_step);
     if (is_rank0(s) && train_seconds > 0) {
         char wall[32], best[64] = "no validation";
         progress_format_duration(progress_elapsed(&pg, wall_seconds()), wall, sizeof(wall));

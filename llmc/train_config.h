@@ -190,8 +190,9 @@ static inline int train_config_check_build(const TrainConfig* c, char* err, size
 }
 
 /* the flag rules that are not about the layout (llmc/layout.h's): the sequence length against the model's context,
- * steps, validation, the schedule's name, train_config_check_build's, the signal names, the output directory's
- * length, and the planner's --offload (without --plan). Returns 0, or 1 with one sentence in err. */
+ * steps, validation (and --target-val-loss's need of it), the schedule's name, train_config_check_build's, the
+ * signal names, the output directory's length, and the planner's --offload (without --plan). Returns 0, or 1 with
+ * one sentence in err. */
 static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc, char* err, size_t cap) {
     if (c->T > mc->max_seq_len) {
         snprintf(err, cap, "flag -t (--seq-len) is %d but the model's context length is %d; use -t %d or less", c->T,
@@ -220,6 +221,12 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
     if (c->val_max_steps == 0) {
         snprintf(err, cap, "flag -m (--val-max-steps) is 0, which would evaluate nothing; use -m -1 for all windows, a "
                  "positive count, or -j '' to turn validation off");
+        return 1;
+    }
+    if (c->target_val_loss > 0 && (c->val_every == 0 || c->val_data[0] == '\0')) {
+        snprintf(err, cap, "flag --target-val-loss %g is checked at every validation, but validation is off (-v %d, -j "
+                 "'%s'); give -v N > 0 and a validation file with -j", (double)c->target_val_loss, c->val_every,
+                 c->val_data);
         return 1;
     }
     if (!lr_schedule_is_known(c->lr_schedule)) {

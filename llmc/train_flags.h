@@ -330,6 +330,12 @@
       "stop after N steps of this run with a checkpoint, as if interrupted (like Megatron's --exit-interval; 0 = " \
       "off)", \
       MAY_CHANGE("when this run stops")) \
+    X(FLOAT, target_val_loss, 0.0f, NULL, "target-val-loss", 0, NO_MAX, \
+      "stop after the first validation (every -v steps; needs -v > 0 and -j) whose loss is <= X, with the " \
+      "checkpoint a normal end writes, and print and log (kind target) the step, the tokens (step x B x T x " \
+      "accumulation x processes) and the seconds of training (this run's optimizer steps, without validation, " \
+      "samples and checkpoints); a run that ends at -x without it says so (reached false); 0 = off", \
+      MAY_CHANGE("when this run stops")) \
     X(STRING, signal_checkpoint, "term,usr1", NULL, "signal-checkpoint", NO_MIN, NO_MAX, \
       "signals (term, usr1, comma-separated, or none) on which a run with -o finishes the current step, writes a " \
       "checkpoint and exits 0 (every process together); a second such signal stops at once", \
