@@ -20,6 +20,8 @@
 # Every run uses --cpu-matmul CPU_MATMUL (default fp32): auto times fp32 against bf16 at start-up and, on a loaded
 # machine, may pick differently from one run to the next, which changes the arithmetic (d4_adamw on the first seed
 # would then not repeat the reference run).
+# Every run: no samples but the last (-s 0; sampling does not touch training), the reference stops one step after
+# 0.75 x STEPS (--exit-after-steps; its learning-rate schedule is still -x STEPS's).
 # Output: the table (config, seed, steps, tokens and seconds to the target, tokens against d4_adamw's on the same
 # seed) on stdout and as Markdown in OUT/table.md; OUT/val_loss_vs_tokens.png (matplotlib; skipped with a note
 # without it).
@@ -63,7 +65,7 @@ run() {
     local name=$1; shift
     rm -rf "${OUT:?}/$name"
     echo "[time_to_target] $name: $*"
-    "$BIN" --cpu-matmul "$CPU_MATMUL" "$@" -g 0 -v "$VAL_EVERY" -x "$STEPS" -o "$OUT/$name" > "$OUT/$name.txt" 2>&1 ||
+    "$BIN" --cpu-matmul "$CPU_MATMUL" "$@" -g 0 -s 0 -v "$VAL_EVERY" -x "$STEPS" -o "$OUT/$name" > "$OUT/$name.txt" 2>&1 ||
         { echo "error: $name failed: see $OUT/$name.txt" >&2; exit 1; }
 }
 
@@ -83,7 +85,8 @@ PY
 if [ "${ANALYZE_ONLY:-0}" != 1 ]; then
     [ -x "$BIN" ] || { echo "error: $BIN is missing: make train_gpt_cpu" >&2; exit 1; }
     for c in $CONFIGS; do config_flags "$c" > /dev/null || exit 1; done
-    run "ref_s$REF_SEED" -e d4 --seed "$REF_SEED"
+    # stopped just after 0.75 x STEPS (its validation there included): the schedule is still -x STEPS's
+    run "ref_s$REF_SEED" -e d4 --seed "$REF_SEED" --exit-after-steps $((STEPS * 3 / 4 + 1))
 fi
 read -r TARGET TARGET_STEP <<< "$(target_of_ref)" || exit 1
 [ -n "${TARGET_STEP:-}" ] || exit 1
