@@ -65,7 +65,7 @@
 #include "llmc/train_session.h"    /* defines: TrainSession, CONFIG_FATAL */
 #include "llmc/train_report.h"     /* defines: StepResult, step counters, the step line, header, memory ledger check */
 #include "llmc/train_checkpoint.h" /* defines: write_checkpoint, resume_from_checkpoint */
-#include "llmc/train_target.h"     /* defines: TargetRun, target_check, target_report (--target-val-loss) */
+#include "llmc/train_target.h"     /* defines: TargetRun, target_check, target_report (--target-val-loss, -eval-score) */
 #include "llmc/train_eval.h"   /* defines: train_forward_losses, train_eval_init, train_eval_if_due (-h 1) */
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
@@ -559,7 +559,8 @@ static void session_free(TrainSession* s) {
 /* ---------------------------------------------------------------- the training loop */
 
 /* validation, -h 1 evaluation (llmc/train_eval.h) and a sample when due (every -v / -s steps, and at the end, which a
- * validation reaching --target-val-loss makes this step); returns the validation loss, or NAN when there was none */
+ * validation or evaluation reaching --target-val-loss / --target-eval-score makes this step); returns the validation
+ * loss, or NAN when there was none */
 static float evaluate_if_due(TrainSession* s, int last, TargetRun* target) {
     const TrainConfig* cfg = &s->cfg;
     float vl = NAN;
@@ -569,9 +570,10 @@ static float evaluate_if_due(TrainSession* s, int last, TargetRun* target) {
         char fields[128], num[32];
         snprintf(fields, sizeof(fields), "\"val_loss\":%s", logger_json_number(num, sizeof(num), vl));
         logger_log(&s->logger, "val", s->step, fields);
-        last |= target_check(target, &s->world, vl, s->step);    /* --target-val-loss: every process alike */
+        last |= target_check(&target->val, &s->world, vl, s->step); /* --target-val-loss: every process alike */
     }
-    train_eval_if_due(s, last);                                  /* -h 1: the tasks' accuracies, one line */
+    float score = train_eval_if_due(s, last);                    /* -h 1: the tasks' accuracies, one line */
+    last |= target_check(&target->eval, &s->world, score, s->step); /* --target-eval-score */
     if (s->sampling && (in_first_dp_replica(s) || zero_params_sharded(&s->zero) || /* ZeRO-3: all gather */
                         s->ep_comm.active) &&                                   /* --ep: all exchange tokens */
         (last || (cfg->sample_every > 0 && s->step > 0 && s->step % cfg->sample_every == 0))) {
@@ -580,7 +582,7 @@ static float evaluate_if_due(TrainSession* s, int last, TargetRun* target) {
     return vl;
 }
 
-/* --target-val-loss reached at step s->step before -x: the checkpoint a normal end writes, unless -n wrote this
+/* --target-val-loss or --target-eval-score reached at step s->step before -x: the checkpoint a normal end writes, unless -n wrote this
  * step's already or this run trained no step */
 static void checkpoint_at_target(TrainSession* s, int start_step) {
     const TrainConfig* cfg = &s->cfg;
@@ -594,8 +596,8 @@ static void checkpoint_at_target(TrainSession* s, int start_step) {
 /* the training loop: validation and samples at their intervals and at the end, one line per step,
  * checkpoints every -n steps and at the end (when -o is set); the final line gives this run's training and wall
  * time, the tokens the model has seen (steps x tokens per step, earlier runs of a resumed one included) and the
- * best validation loss of this run; --target-val-loss ends the run at the first validation that reaches it
- * (llmc/train_target.h) */
+ * best validation loss of this run; --target-val-loss / --target-eval-score end the run at the first validation /
+ * evaluation that reaches them (llmc/train_target.h) */
 static void train(TrainSession* s) {
     const TrainConfig* cfg = &s->cfg;
     const GPT2Config* c = &s->model.config;
@@ -610,7 +612,7 @@ static void train(TrainSession* s) {
     float best_val = NAN;
     int best_val_step = -1;
     TargetRun target;
-    target_init(&target, cfg->target_val_loss);
+    target_init(&target, cfg->target_val_loss, cfg->target_eval_score);
     Progress pg;
     progress_start(&pg, wall_seconds());
     preempt_install(s->preempt_signals, s->preempt_n);              /* --signal-checkpoint */
@@ -618,7 +620,7 @@ static void train(TrainSession* s) {
         int last = s->step >= s->max_steps;
         float vl = evaluate_if_due(s, last, &target);                /* validation loss, sample */
         if (!isnan(vl) && (isnan(best_val) || vl < best_val)) { best_val = vl; best_val_step = s->step; }
-        if (target.reached) { checkpoint_at_target(s, start_step); break; } /* --target-val-loss */
+        if (target_reached(&target)) { checkpoint_at_target(s, start_step); break; } /* --target-* */
         if (last) { break; }
         profile_step_begin(&s->prof, s->step - start_step + 1);      /* --profile-steps: this step's phases */
         double t0 = wall_seconds();
@@ -668,7 +670,7 @@ static void train(TrainSession* s) {
                      s->bad_steps, s->bad_steps == 1 ? "" : "s", s->step, s->bad_steps == 1 ? "was" : "were",
                      (double)cfg->learning_rate);
     }
-    target_report(&target, &s->logger, is_rank0(s), s->step, tokens_per_step, train_seconds, best_val, best_val_step);
+    target_report(&target, &s->logger, is_rank0(s), s->step, tokens_per_step, train_seconds);
     if (is_rank0(s) && train_seconds > 0) {
         char wall[32], best[64] = "no validation";
         progress_format_duration(progress_elapsed(&pg, wall_seconds()), wall, sizeof(wall));

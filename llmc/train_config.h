@@ -229,6 +229,11 @@ static inline int train_config_check(const TrainConfig* c, const GPT2Config* mc,
                  c->val_data);
         return 1;
     }
+    if (c->target_eval_score > 0 && (!c->eval || c->val_every == 0)) {
+        snprintf(err, cap, "flag --target-eval-score %g is checked at every -h 1 evaluation, but that is off (-h %d, -v "
+                 "%d); give -h 1 and -v N > 0", (double)c->target_eval_score, c->eval, c->val_every);
+        return 1;
+    }
     if (!lr_schedule_is_known(c->lr_schedule)) {
         snprintf(err, cap, "flag -k (--lr-schedule) is '%s'; expected one of cosine, linear, constant, wsd", c->lr_schedule);
         return 1;

@@ -336,6 +336,10 @@
       "accumulation x processes) and the seconds of training (this run's optimizer steps, without validation, " \
       "samples and checkpoints); a run that ends at -x without it says so (reached false); 0 = off", \
       MAY_CHANGE("when this run stops")) \
+    X(FLOAT, target_eval_score, 0.0f, NULL, "target-eval-score", 0, 1, \
+      "like --target-val-loss for the -h 1 evaluation (needs -h 1 and -v > 0): stop after the first evaluation " \
+      "whose suite score (the tasks' mean centered accuracy, 0 = chance, 1 = all right) is >= X; 0 = off", \
+      MAY_CHANGE("when this run stops")) \
     X(STRING, signal_checkpoint, "term,usr1", NULL, "signal-checkpoint", NO_MIN, NO_MAX, \
       "signals (term, usr1, comma-separated, or none) on which a run with -o finishes the current step, writes a " \
       "checkpoint and exits 0 (every process together); a second such signal stops at once", \

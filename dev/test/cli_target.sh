@@ -8,6 +8,9 @@
 #     seconds of training;
 #   - an unreachable target (0.001) runs to -x and logs reached false with the best validation loss;
 #   - without validation (-v 0, or -j '') the flag is refused with one error line;
+#   - --target-eval-score Y with -h 1 on the 16-example fixture: the same stop rule for the suite score (>= Y; the
+#     target halfway between a reference run's first new best score above 0 and the best before it), one target
+#     record of metric eval_score; refused without -h 1;
 #   - under mpirun -np 2 (-d 256 = B 4 x T 32 x 2 processes): both processes stop after the same step S (each writes
 #     its state file of step S, none runs on: the run exits 0 within a timeout) and the logged tokens count both.
 source "$(dirname "$0")/dp_lib.sh"
@@ -97,6 +100,49 @@ expect_error "--target-val-loss 4 is checked at every validation, but validation
     "--target-val-loss with -v 0 is refused" -- $TRAIN "${F[@]}" -x 10 -v 0 --target-val-loss 4
 expect_error "but validation is off (-v 5, -j '')" "--target-val-loss with -j '' is refused" -- \
     $TRAIN "${F[@]}" -x 10 -j '' --target-val-loss 4
+
+# --target-eval-score: the -h 1 evaluation on the committed 16-example fixture, a reference run's suite scores
+EVF=(-e d2 -b 4 -t 64 -d 256 -g 0 -u 2 -l 3e-3 -v 3 -m 1 -h 1 --eval-tasks dev/test/fixtures/eval_handmade.bin)
+$TRAIN "${EVF[@]}" -x 30 -o "$TMP/eref" > "$TMP/eref.txt" 2>&1
+check $? "eval reference run: -x 30 with -h 1 every 3 steps"
+read -r ETARGET ESTOP <<< "$(python3 - "$TMP/eref/log.jsonl" <<'PY'
+import json, sys
+sc = [(r["step"], r["centered"]) for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "eval" and r["task"] == "suite"]
+# the first evaluation after step 0 whose score is above every earlier one (and above 0): the target halfway up to it
+for i in range(1, len(sc)):
+    step, v = sc[i]
+    best_before = max(x for _, x in sc[:i])
+    if v > best_before and v > 0:
+        print("%.6f %d" % ((v + max(best_before, 0.0)) / 2, step))
+        break
+PY
+)"
+test -n "${ESTOP:-}"
+check $? "eval reference: an evaluation step S scoring above every earlier one (S ${ESTOP:-none}, target ${ETARGET:-none})"
+ESTOP=${ESTOP:-0}
+$TRAIN "${EVF[@]}" -x 30 --target-eval-score "${ETARGET:-0.5}" -o "$TMP/ehit" > "$TMP/ehit.txt" 2>&1
+check $? "--target-eval-score ${ETARGET:-}: the run exits 0"
+python3 - "$TMP/ehit/log.jsonl" "$TMP/eref/log.jsonl" "$TMP/ehit.txt" "${ETARGET:-0.5}" "$ESTOP" 256 <<'PY'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+text, target, stop, per_step = open(sys.argv[3]).read(), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+sc = [(r["step"], r["centered"]) for r in rows if r["kind"] == "eval" and r["task"] == "suite"]
+ref_sc = [(r["step"], r["centered"]) for r in ref if r["kind"] == "eval" and r["task"] == "suite" and r["step"] <= stop]
+tgt = [r for r in rows if r["kind"] == "target"]
+trains = [r["step"] for r in rows if r["kind"] == "train"]
+ok = sc == ref_sc and sc[-1][0] == stop and sc[-1][1] >= target and all(v < target for _, v in sc[:-1])
+ok = ok and max(trains) == stop and len(tgt) == 1 and tgt[0]["metric"] == "eval_score" and tgt[0]["step"] == stop
+# the record holds the float the loop compared (the eval rows the double): equal within float32 rounding, 6e-8 in [0, 1]
+ok = ok and abs(tgt[0]["eval_score"] - sc[-1][1]) <= 1e-7 and tgt[0]["tokens"] == stop * per_step and tgt[0]["reached"] is True
+m = re.search(r"^target eval score [0-9.]+ reached at step (\d+): ([0-9,]+) tokens", text, re.M)
+ok = ok and m is not None and int(m.group(1)) == stop and int(m.group(2).replace(",", "")) == stop * per_step
+print("# %s | %s" % (m.group(0) if m else "no target line", tgt))
+sys.exit(0 if ok else 1)
+PY
+check $? "--target-eval-score stops at step $ESTOP, the first evaluation scoring >= the target (earlier ones below, the reference's scores), one record of metric eval_score"
+expect_error "--target-eval-score 0.5 is checked at every -h 1 evaluation, but that is off (-h 0" \
+    "--target-eval-score without -h 1 is refused" -- $TRAIN "${F[@]}" -x 10 --target-eval-score 0.5
 
 dp_require_mpi
 timeout 60 mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
