@@ -1,5 +1,5 @@
 # dev/test/cli_target.sh -- --target-val-loss X (llmc/train_target.h) through the real CLI, d2 with 2 micro-steps per
-# optimizer step (-d 256 = 2 x B 4 x T 32), about 15 s:
+# optimizer step (-d 256 = 2 x B 4 x T 32), about 30 s:
 #   - a reference run without a target (-x 40, -v 5) gives the validation losses; the target is set halfway between
 #     one of them, S, and the lowest before it, so the first validation at or below it is step S (and no earlier one);
 #   - the run with that target: stops at step S (the log's val rows: the stop step's <= X, every earlier one > X, the
