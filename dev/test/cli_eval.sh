@@ -3,7 +3,7 @@
 #   - evaluation only (-x 0 -h 1 -e MODEL.bin): the counts equal dev/test/eval_reference.py's, an independent numpy
 #     GPT-2 forward and llm.c-style scoring sharing no code with the trainer (catches a mask off by one position, the
 #     wrong rows scored, mean and sum swapped, a wrong label or chance); progress lines with an ETA; log rows;
-#   - the same accuracy counts (identical log rows) on 1 process, dp 2, tp 2, pp 2 and ZeRO-3 dp 2 with
+#   - the same accuracy counts (identical log rows) on 1 process, dp 2, tp 2, pp 2, ZeRO-3 dp 2 and tp 2 x pp 2 x dp 2 with
 #     --eval-max-examples 10 (catches counts not summed over dp or pp, examples lost or counted twice in the split);
 #     their --eval-dump files (per-example scores) byte-identical on dp 2, pp 2 and ZeRO-3, within fp32 rounding on tp 2;
 #   - in the loop (-x 2 -v 1): eval rows at steps 0, 1, 2, one "eval S (step N) ... | T s" line each;
@@ -51,7 +51,7 @@ dp_require_mpi
 $TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/l1.dump" -o "$TMP/l1" > "$TMP/l1.log" 2>&1
 check $? "1 process, --eval-max-examples 10"
 python3 dev/test/eval_reference.py "$M" "$FIX" 64 10 > "$TMP/ref10.json"
-for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d 512" "z3:2:-z 3"; do
+for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d 512" "z3:2:-z 3" "3d:8:--tp 2 --pp 2 -z 1 -d 1024"; do
     IFS=: read -r name np flags <<< "$lay"
     # shellcheck disable=SC2086
     MPIRUN "$np" $TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/$name.dump" $flags -o "$TMP/$name" > "$TMP/$name.log" 2>&1
