@@ -30,6 +30,11 @@
 #   CONFIGS="d4_adamw d4_muon l4_adamw l4_muon l4qk_adamw l4qk_muon"
 #   SMOKE=1: STEPS=20, VAL_EVERY=5, SEEDS=1337 (a check that the script works end to end, minutes, meaningless numbers)
 #   ANALYZE_ONLY=1: only the table and the plot, from the existing OUT/*/log.jsonl
+#   REF_SEED (default the first of SEEDS): the reference's seed; REF_ONLY=1: run only the reference; REUSE_REF=1: keep
+#   an existing OUT/ref_sREF_SEED. Two seeds on two cores, each run on one thread (what dev/bench/README.md reports):
+#     REF_ONLY=1 bash time_to_target.sh OUT
+#     for s in 1337 42; do OMP_NUM_THREADS=1 REUSE_REF=1 REF_SEED=1337 SEEDS=$s bash time_to_target.sh OUT & done; wait
+#     ANALYZE_ONLY=1 bash time_to_target.sh OUT
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 if [ "${SMOKE:-0}" = 1 ]; then
@@ -41,7 +46,7 @@ MUON_LR=${MUON_LR:-1e-3}
 CPU_MATMUL=${CPU_MATMUL:-fp32}
 CONFIGS=${CONFIGS:-"d4_adamw d4_muon l4_adamw l4_muon l4qk_adamw l4qk_muon"}
 L4QK="L4:C256:NH4:T256:norm=rms:pos=rope:theta=500000:mlp=swiglu:bias=0:qknorm=1"
-REF_SEED=${SEEDS%% *}
+REF_SEED=${REF_SEED:-${SEEDS%% *}}
 BIN=./train_gpt_cpu
 mkdir -p "$OUT" || exit 1
 
@@ -86,7 +91,12 @@ if [ "${ANALYZE_ONLY:-0}" != 1 ]; then
     [ -x "$BIN" ] || { echo "error: $BIN is missing: make train_gpt_cpu" >&2; exit 1; }
     for c in $CONFIGS; do config_flags "$c" > /dev/null || exit 1; done
     # stopped just after 0.75 x STEPS (its validation there included): the schedule is still -x STEPS's
-    run "ref_s$REF_SEED" -e d4 --seed "$REF_SEED" --exit-after-steps $((STEPS * 3 / 4 + 1))
+    if [ "${REUSE_REF:-0}" = 1 ] && [ -s "$OUT/ref_s$REF_SEED/log.jsonl" ]; then
+        echo "[time_to_target] ref_s$REF_SEED: reused (REUSE_REF=1)"
+    else
+        run "ref_s$REF_SEED" -e d4 --seed "$REF_SEED" --exit-after-steps $((STEPS * 3 / 4 + 1))
+    fi
+    [ "${REF_ONLY:-0}" = 1 ] && { echo "[time_to_target] REF_ONLY=1: the reference only"; exit 0; }
 fi
 read -r TARGET TARGET_STEP <<< "$(target_of_ref)" || exit 1
 [ -n "${TARGET_STEP:-}" ] || exit 1
