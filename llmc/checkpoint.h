@@ -5,7 +5,8 @@
  *
  * File kinds (little-endian; header = 256 int32, body follows):
  *   model file   magic 20240326, version 3 (fp32 params) or 5 (bf16 params),
- *                header[2..7] = maxT, V, L, NH, C, Vp (llm.c-compatible; llmc/model_file.h)
+ *                header[2..7] = maxT, V, L, NH, C, Vp (llm.c-compatible; llmc/model_file.h); 7/8 mixture of
+ *                experts, 9/10 the decoder family, 11/12 the family with Llama-3 rope scaling (llmc/model_file.h)
  *   state file   magic 20241129 (ours), version 1: training state of one rank (llmc/train_state.h)
  *   debug state  magic 20240327, version 2: test fixture (see train_gpt.py)
  *
@@ -39,6 +40,8 @@
 #define MODEL_FILE_VERSION_MOE_BF16 8
 #define MODEL_FILE_VERSION_ARCH_FP32 9 /* the decoder family (llmc/model_file.h): header[12..20] = the architecture knobs */
 #define MODEL_FILE_VERSION_ARCH_BF16 10
+#define MODEL_FILE_VERSION_ROPE_SCALED_FP32 11 /* the family with Llama-3 rope scaling: + header[21..24] (llmc/model_file.h) */
+#define MODEL_FILE_VERSION_ROPE_SCALED_BF16 12
 #define STATE_FILE_MAGIC 20241129
 #define STATE_FILE_VERSION 1
 #define DEBUG_STATE_MAGIC 20240327

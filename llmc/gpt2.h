@@ -504,7 +504,7 @@ static inline void gpt2_allocate_weights(GPT2* model, const GPT2Config* cfg, con
         int maxT = cfg->max_seq_len, hs = cfg->channels / cfg->num_heads;
         size_t n = (size_t)maxT * (size_t)hs;
         float* host = (float*)malloc_check(n * sizeof(float), "rope table");
-        rope_table(host, maxT, hs, cfg->arch.rope_theta, NULL);
+        rope_table(host, maxT, hs, cfg->arch.rope_theta, &cfg->arch.rope_scaling); /* factor 0: none */
         model->rope_table = (float*)dev_malloc(n * sizeof(float), "rope table");
         dev_memcpy_h2d(model->rope_table, host, n * sizeof(float));
         free(host);

@@ -12,12 +12,14 @@
 #ifndef LLMC_GPT2_CONFIG_H
 #define LLMC_GPT2_CONFIG_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "llmc/utils.h"
 #include "llmc/moe.h"
+#include "llmc/rope_table.h"
 
 /* The architecture knobs, as data (llmc/README.md, "The model's architecture as data"). GPT-2's values are the
  * defaults (gpt2_arch_default); gpt2_arch_check refuses with one line the values not built (LayerNorm without bias,
@@ -31,6 +33,7 @@ typedef struct {
     GPT2Norm norm;
     GPT2Pos pos;
     float rope_theta;      /* rotary base (read with POS_ROPE) */
+    RopeScaling rope_scaling; /* Llama-3 frequency scaling of the rotary table (llmc/rope_table.h); factor 0 = none */
     GPT2Mlp mlp;
     int ffn_hidden;        /* the dense MLP's hidden width (GPT-2: 4C) */
     int n_kv_head;         /* key/value heads (GPT-2: NH; grouped-query attention: fewer, dividing NH) */
@@ -72,13 +75,20 @@ static inline int gpt2_arch_is_gpt2(const GPT2Arch* a, int C, int NH) {
     gpt2_arch_default(&d, C, NH);
     return a->norm == d.norm && a->pos == d.pos && a->rope_theta == d.rope_theta && a->mlp == d.mlp &&
            a->ffn_hidden == d.ffn_hidden && a->n_kv_head == d.n_kv_head && a->bias == d.bias &&
-           a->tied_head == d.tied_head && a->qk_norm == d.qk_norm;
+           a->tied_head == d.tied_head && a->qk_norm == d.qk_norm && !rope_scaling_on(&a->rope_scaling);
 }
 
 /* 0 when c's architecture is GPT-2's (the one this model implements); else 1 with one sentence in err naming the
  * knob, its value and what is built */
 static inline int gpt2_arch_check(const GPT2Config* c, char* err, size_t cap) {
     const GPT2Arch* a = &c->arch;
+    if (rope_scaling_on(&a->rope_scaling) && a->pos != POS_ROPE) {
+        snprintf(err, cap, "flag -e (--model): rope_scaling=%g/%g/%g/%d scales rotary frequencies and this model has "
+                 "learned positions; add pos=rope or drop rope_scaling", (double)a->rope_scaling.factor,
+                 (double)a->rope_scaling.low_freq_factor, (double)a->rope_scaling.high_freq_factor,
+                 a->rope_scaling.original_max_pos);
+        return 1;
+    }
     const char* what = a->pos == POS_ROPE && (c->channels / c->num_heads) % 2 ? "pos=rope with an odd head size C/NH"
                      : !a->bias && a->norm == NORM_LAYERNORM ? "bias=0 with LayerNorm (a LayerNorm without bias; "
                                                                 "bias=0 is built with norm=rms)"
@@ -111,11 +121,14 @@ static const ModelDescriptor MODEL_DESCRIPTORS[] = {
     {"l8", 8, 128, 4, 256, LLAMA_ARCH, "tiny deep Llama-style CPU model (d8's size)"},
     {"l12", 12, 768, 12, 1024, LLAMA_ARCH, "Llama-style 124M-class model (d12's size)"},
     /* Meta's published shapes (their config.json files: 1.24B, 8.03B, 70.6B parameters), for the planner; context
-     * 8192 (their pretraining length before the long-context stage, whose Llama-3 frequency scaling the shape words
-     * do not carry) */
-    {"llama3.2-1b", 16, 2048, 32, 8192, LLAMA_ARCH ":KV8:FF8192:V128256", "Llama-3.2-1B (tied head)"},
-    {"llama3.1-8b", 32, 4096, 32, 8192, LLAMA_ARCH ":KV8:FF14336:V128256:tied=0", "Llama-3.1-8B"},
-    {"llama3.1-70b", 80, 8192, 64, 8192, LLAMA_ARCH ":KV8:FF28672:V128256:tied=0", "Llama-3.1-70B"},
+     * 8192 (their pretraining length before the long-context stage) with their Llama-3 frequency scaling
+     * (config.json's rope_scaling: factor 32 for 3.2-1B, 8 for 3.1; low 1, high 4, original 8192) */
+    {"llama3.2-1b", 16, 2048, 32, 8192, LLAMA_ARCH ":KV8:FF8192:V128256:rope_scaling=32/1/4/8192",
+     "Llama-3.2-1B (tied head)"},
+    {"llama3.1-8b", 32, 4096, 32, 8192, LLAMA_ARCH ":KV8:FF14336:V128256:tied=0:rope_scaling=8/1/4/8192",
+     "Llama-3.1-8B"},
+    {"llama3.1-70b", 80, 8192, 64, 8192, LLAMA_ARCH ":KV8:FF28672:V128256:tied=0:rope_scaling=8/1/4/8192",
+     "Llama-3.1-70B"},
 };
 #define NUM_MODEL_DESCRIPTORS ((int)(sizeof(MODEL_DESCRIPTORS) / sizeof(MODEL_DESCRIPTORS[0])))
 #define GPT2_VOCAB_SIZE 50257
@@ -159,6 +172,38 @@ static inline int gpt2_shape_arch_word(GPT2Arch* a, const char* word, size_t n) 
     return 0;
 }
 
+/* the value of the shape word rope_scaling=FACTOR/LOW/HIGH/ORIGT (v: n characters after '='; Llama-3 frequency
+ * scaling, llmc/rope_table.h: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) into s;
+ * returns 0, or -1 with one sentence in err naming the shape and the field (rope_scaling_invalid's rules, factor > 0:
+ * leave the word out for no scaling) */
+static inline int gpt2_shape_rope_scaling(RopeScaling* s, const char* name, const char* v, size_t n, char* err,
+                                          size_t cap) {
+    char buf[96];
+    snprintf(buf, sizeof(buf), "%.*s", (int)(n < 95 ? n : 95), v);
+    double x[4] = {0, 0, 0, 0};
+    char* p = buf;
+    int ok = n < 95;
+    for (int i = 0; i < 4 && ok; i++) {
+        char* end;
+        x[i] = strtod(p, &end);
+        ok = end != p && *end == (i < 3 ? '/' : '\0');
+        p = end + (i < 3 && ok);
+    }
+    int orig_ok = x[3] >= 1.0 && x[3] <= 1e9 && x[3] == floor(x[3]);
+    RopeScaling r = {(float)x[0], (float)x[1], (float)x[2], orig_ok ? (int)x[3] : 0};
+    const char* bad = !ok ? "expected four numbers FACTOR/LOW/HIGH/ORIGT, e.g. rope_scaling=8/1/4/8192"
+                    : !(x[0] > 0.0) ? "factor (expected a finite number > 0; leave the word out for no scaling)"
+                    : rope_scaling_invalid(&r) ? rope_scaling_invalid(&r)
+                    : !orig_ok ? "original_max_pos (expected an integer >= 1)" : NULL;
+    if (bad) {
+        snprintf(err, cap, "flag -e (--model) '%s': rope_scaling=%s: %s (Llama-3 frequency scaling: factor > 0, "
+                 "0 < low_freq_factor < high_freq_factor, original_max_position_embeddings >= 1)", name, buf, bad);
+        return -1;
+    }
+    *s = r;
+    return 0;
+}
+
 /* gpt2_config_from_shape's checks of the parsed fields (val/seen indexed as its keys: NH L C V T E K KV FF): L, C
  * and NH given, NH divides C, KV divides NH, E and K together, and every size the model derives from the shape
  * representable: an upper bound of the parameter count (embeddings; 4C^2 + 2CH + 10C + H per block and 2CH + H + 2C
@@ -197,8 +242,8 @@ static inline int gpt2_shape_check(const char* name, const long* val, const int*
 }
 
 /* Custom model shapes "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>]
- * [:FF<mlp width>][:norm=ln|rms][:pos=learned|rope][:theta=BASE][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1]
- * [:qknorm=0|1]", fields in any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's
+ * [:FF<mlp width>][:norm=ln|rms][:pos=learned|rope][:theta=BASE][:rope_scaling=FACTOR/LOW/HIGH/ORIGT]
+ * [:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1][:qknorm=0|1]", fields in any order, each once (e.g. L96:C12288:NH96 for GPT-3 175B). Defaults: V 50257 (GPT-2's
  * tokenizer), T (maxT, the rows of wpe) 1024, GPT-2's architecture (gpt2_arch_default; the trainer refuses other
  * values with gpt2_arch_check). Returns 0 (cfg untouched) if `name` does not look like a shape (no ':' or not
  * starting with 'L' and a digit), 1 with cfg filled for a valid one, -1 with one sentence in err (cap bytes) for a
@@ -222,11 +267,18 @@ static inline int gpt2_config_from_shape(GPT2Config* cfg, const char* name, char
             size_t n = strlen(keys[q]);
             if (strncmp(p, keys[q], n) == 0 && p[n] >= '0' && p[n] <= '9' && (k < 0 || n > strlen(keys[k]))) { k = q; }
         }
+        if (k < 0 && wl >= 13 && strncmp(p, "rope_scaling=", 13) == 0) { /* factor/low/high/original_max_pos */
+            if (gpt2_shape_rope_scaling(&arch.rope_scaling, name, p + 13, wl - 13, err, cap)) { return -1; }
+            p += wl;
+            p = *p == ':' ? p + 1 : p;
+            continue;
+        }
         if (k < 0) {
             if (!gpt2_shape_arch_word(&arch, p, wl)) {
                 snprintf(err, cap, "flag -e (--model) '%s': unknown field at '%s'; expected L<layers>:C<channels>:"
                          "NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>][:KV<kv heads>][:FF<mlp width>]"
-                         "[:norm=ln|rms][:pos=learned|rope][:theta=BASE][:mlp=gelu|swiglu|relu2][:bias=0|1][:tied=0|1][:qknorm=0|1], "
+                         "[:norm=ln|rms][:pos=learned|rope][:theta=BASE][:rope_scaling=F/LOW/HIGH/ORIGT][:mlp=gelu|swiglu|relu2]"
+                         "[:bias=0|1][:tied=0|1][:qknorm=0|1], "
                          "e.g. L96:C12288:NH96", name, p);
                 return -1;
             }

@@ -17,6 +17,11 @@
  * tied head, QK-norm (0/1 each); the tensors are the table's rows that exist for those knobs, in table order. GPT-2
  * models keep versions 3/5/7/8 (llm.c reads 3 and 5), and a binary older than the family refuses 9/10 with its
  * one-line version error.
+ * A family model with Llama-3 rope frequency scaling (GPT2Arch.rope_scaling, factor > 0; llmc/rope_table.h) is
+ * version 11 (fp32) or 12 (bf16): version 9/10's header and tensors + header[21..24] = factor, low_freq_factor,
+ * high_freq_factor (fp32 bits each), original_max_position_embeddings (int). Only such a model writes 11/12 (one
+ * without scaling writes 9/10, byte for byte as before), so a binary that reads 9/10 and ignores header[21..] refuses
+ * a scaled model with its version error instead of computing it with unscaled frequencies.
  * Writes are atomic (path.tmp, then rename). Errors: every reader checks magic, version, header fields and
  * file size and exits with one line naming the file, what it found and how to regenerate it; a parameter that
  * is NaN or infinite is refused the same way, naming its tensor, its index in that tensor and its layer
@@ -48,6 +53,32 @@ static inline void model_file_put_arch(int header[FILE_HEADER_INTS], const GPT2A
     header[18] = a->bias;
     header[19] = a->tied_head;
     header[20] = a->qk_norm;
+}
+
+/* the Llama-3 rope scaling in header[21..24] of a version 11/12 file (the format above) */
+static inline void model_file_put_rope_scaling(int header[FILE_HEADER_INTS], const RopeScaling* s) {
+    memcpy(&header[21], &s->factor, sizeof(int));
+    memcpy(&header[22], &s->low_freq_factor, sizeof(int));
+    memcpy(&header[23], &s->high_freq_factor, sizeof(int));
+    header[24] = s->original_max_pos;
+}
+
+/* reads header[21..24] of the version 11/12 file `path` into s; exits with one line naming the file and the field
+ * when the scaling is off (factor 0: such a model is version 9/10) or breaks rope_scaling_invalid's rules */
+static inline void model_file_get_rope_scaling(const int header[FILE_HEADER_INTS], RopeScaling* s, const char* path) {
+    RopeScaling r;
+    memcpy(&r.factor, &header[21], sizeof(float));
+    memcpy(&r.low_freq_factor, &header[22], sizeof(float));
+    memcpy(&r.high_freq_factor, &header[23], sizeof(float));
+    r.original_max_pos = header[24];
+    const char* bad = r.factor == 0.0f ? "factor (expected a finite number > 0; 0 is no scaling, written as version 9/10)"
+                                       : rope_scaling_invalid(&r);
+    if (bad) {
+        FATAL("model file '%s' has an invalid rope scaling header: %s; header[21..24] = factor %g, low_freq_factor %g, "
+              "high_freq_factor %g, original_max_pos %d", path, bad, (double)r.factor, (double)r.low_freq_factor,
+              (double)r.high_freq_factor, r.original_max_pos);
+    }
+    *s = r;
 }
 
 /* reads header[12..20] of the version 9/10 file `path` into a; exits with one line naming the file and the field
@@ -83,7 +114,7 @@ static inline void model_file_get_arch(const int header[FILE_HEADER_INTS], GPT2A
 
 /* writes the full model's weights `host_full` (fp32, file order) of configuration c as a model file at `path`:
  * version 5 (raw bf16, rounded to nearest) for BF16 builds, version 3 (fp32) otherwise (7/8 with experts, 9/10 for
- * the decoder family: the format above). Atomic: path.tmp then
+ * the decoder family, 11/12 for the family with rope scaling: the format above). Atomic: path.tmp then
  * rename. */
 static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_parameters, const float* host_full,
                                          const void* host_raw_bf16, const char* path) {
@@ -109,6 +140,10 @@ static inline void gpt2_write_model_file(const GPT2Config* c, size_t num_paramet
     if (!gpt2_arch_is_gpt2(&c->arch, c->channels, c->num_heads)) {
         header[1] = bf16 ? MODEL_FILE_VERSION_ARCH_BF16 : MODEL_FILE_VERSION_ARCH_FP32;
         model_file_put_arch(header, &c->arch);
+    }
+    if (rope_scaling_on(&c->arch.rope_scaling)) { /* versions 11/12: a reader of 9/10 must not drop the scaling */
+        header[1] = bf16 ? MODEL_FILE_VERSION_ROPE_SCALED_BF16 : MODEL_FILE_VERSION_ROPE_SCALED_FP32;
+        model_file_put_rope_scaling(header, &c->arch.rope_scaling);
     }
     AtomicFile af;
     atomic_file_open(&af, path);
@@ -148,14 +183,15 @@ static inline void gpt2_write_model(GPT2* m, const char* path, int writer) {
     free(host);
 }
 
-/* 1 for a model-file version holding raw bf16 parameters (5 dense, 8 mixture of experts, 10 the decoder family) */
+/* 1 for a model-file version holding raw bf16 parameters (5 dense, 8 mixture of experts, 10 the decoder family, 12
+ * the family with rope scaling) */
 static inline int model_file_version_is_bf16(int version) {
     return version == MODEL_FILE_VERSION_BF16 || version == MODEL_FILE_VERSION_MOE_BF16 ||
-           version == MODEL_FILE_VERSION_ARCH_BF16;
+           version == MODEL_FILE_VERSION_ARCH_BF16 || version == MODEL_FILE_VERSION_ROPE_SCALED_BF16;
 }
 
 /* reads only the header of the model file `path` into cfg and returns the file's version (3 or 5 dense, 7 or 8
- * mixture of experts, 9 or 10 the decoder family) */
+ * mixture of experts, 9 or 10 the decoder family, 11 or 12 the family with rope scaling) */
 static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     int header[FILE_HEADER_INTS];
     const char* regen = "write one with ./train_gpt_cpu -o DIR, or python3 train_gpt.py --write-fixture";
@@ -167,10 +203,11 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
         fclose(pf);
     }
     int moe = peek[1] == MODEL_FILE_VERSION_MOE_FP32 || peek[1] == MODEL_FILE_VERSION_MOE_BF16;
-    int family = peek[1] == MODEL_FILE_VERSION_ARCH_FP32 || peek[1] == MODEL_FILE_VERSION_ARCH_BF16;
+    int scaled = peek[1] == MODEL_FILE_VERSION_ROPE_SCALED_FP32 || peek[1] == MODEL_FILE_VERSION_ROPE_SCALED_BF16;
+    int family = scaled || peek[1] == MODEL_FILE_VERSION_ARCH_FP32 || peek[1] == MODEL_FILE_VERSION_ARCH_BF16;
     FILE* f = checkpoint_open_checked(path, header, MODEL_FILE_MAGIC,
-                                      family ? MODEL_FILE_VERSION_ARCH_FP32 : moe ? MODEL_FILE_VERSION_MOE_FP32 : MODEL_FILE_VERSION_FP32,
-                                      family ? MODEL_FILE_VERSION_ARCH_BF16 : moe ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_BF16,
+                                      scaled ? MODEL_FILE_VERSION_ROPE_SCALED_FP32 : family ? MODEL_FILE_VERSION_ARCH_FP32 : moe ? MODEL_FILE_VERSION_MOE_FP32 : MODEL_FILE_VERSION_FP32,
+                                      scaled ? MODEL_FILE_VERSION_ROPE_SCALED_BF16 : family ? MODEL_FILE_VERSION_ARCH_BF16 : moe ? MODEL_FILE_VERSION_MOE_BF16 : MODEL_FILE_VERSION_BF16,
                                       "model file", regen);
     fclose(f);
     memset(&cfg->moe, 0, sizeof(cfg->moe));
@@ -204,6 +241,13 @@ static inline int gpt2_read_model_header(const char* path, GPT2Config* cfg) {
     }
     gpt2_arch_default(&cfg->arch, cfg->channels, cfg->num_heads); /* versions 3/5/7/8 hold GPT-2's architecture */
     if (family) { model_file_get_arch(header, &cfg->arch, path); }
+    if (scaled) {
+        model_file_get_rope_scaling(header, &cfg->arch.rope_scaling, path);
+        if (cfg->arch.pos != POS_ROPE) {
+            FATAL("model file '%s' has an invalid rope scaling header: version %d scales rotary frequencies but pos "
+                  "(header[13]) is %d, learned positions", path, header[1], header[13]);
+        }
+    }
     return header[1];
 }
 

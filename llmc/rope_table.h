@@ -48,18 +48,28 @@ typedef struct {
 
 static inline int rope_scaling_on(const RopeScaling* s) { return s != NULL && s->factor != 0.0f; }
 
+/* NULL when the scaling s is valid (NULL, factor 0 = none, or the rules of the header comment); else the first
+ * field that breaks them, as a phrase (the descriptor parser, the model-file reader and rope_check_args share it) */
+static inline const char* rope_scaling_invalid(const RopeScaling* s) {
+    if (s == NULL || s->factor == 0.0f) { return NULL; }
+    return !(s->factor > 0.0f) || !isfinite(s->factor) ? "factor (expected a finite number > 0)"
+         : !(s->low_freq_factor > 0.0f) || !isfinite(s->low_freq_factor) ? "low_freq_factor (expected a finite number > 0)"
+         : !(s->high_freq_factor > s->low_freq_factor) || !isfinite(s->high_freq_factor)
+             ? "high_freq_factor (expected a finite number > low_freq_factor)"
+         : s->original_max_pos < 1 ? "original_max_pos (expected an integer >= 1)"
+         : NULL;
+}
+
 /* exits with one line unless (maxT, hs, theta, scaling) are valid (see the header comment) */
 static inline void rope_check_args(int maxT, int hs, float theta, const RopeScaling* s) {
     if (hs < 2 || hs % 2 != 0) { FATAL("rope: head size %d must be even and >= 2", hs); }
     if (maxT < 1) { FATAL("rope: table length maxT = %d must be >= 1", maxT); }
     if (!(theta > 1.0f) || !isfinite(theta)) { FATAL("rope: theta = %g must be a finite number > 1", (double)theta); }
-    if (s != NULL && s->factor != 0.0f) {
-        if (!(s->factor > 0.0f) || !isfinite(s->factor) || s->original_max_pos < 1 || !(s->low_freq_factor > 0.0f) ||
-            !(s->high_freq_factor > s->low_freq_factor) || !isfinite(s->high_freq_factor)) {
-            FATAL("rope: llama3 scaling needs factor > 0, original_max_pos >= 1 and 0 < low_freq_factor < "
-                  "high_freq_factor (got factor %g, low %g, high %g, original_max_pos %d)", (double)s->factor,
-                  (double)s->low_freq_factor, (double)s->high_freq_factor, s->original_max_pos);
-        }
+    const char* bad = rope_scaling_invalid(s);
+    if (bad) {
+        FATAL("rope: llama3 scaling needs factor > 0, original_max_pos >= 1 and 0 < low_freq_factor < "
+              "high_freq_factor; %s is wrong (got factor %g, low %g, high %g, original_max_pos %d)", bad,
+              (double)s->factor, (double)s->low_freq_factor, (double)s->high_freq_factor, s->original_max_pos);
     }
 }
 

@@ -41,7 +41,9 @@
       "128256-token vocabulary needs 32-bit token shards), a custom shape " \
       "L<layers>:C<channels>:NH<heads>[:V<vocab>][:T<context>][:E<experts>:K<top-k>] (e.g. L96:C12288:NH96; V " \
       "50257 and T 1024 unless given; E and K: a mixture-of-experts model; the architecture words KV<n> (key/value " \
-      "heads: grouped-query attention) FF<n> norm=ln|rms pos=learned|rope theta=B mlp=gelu|swiglu|relu2 bias=0|1 " \
+      "heads: grouped-query attention) FF<n> norm=ln|rms pos=learned|rope theta=B rope_scaling=F/LOW/HIGH/ORIGT " \
+      "(Llama-3 frequency scaling of rotary positions: factor, low and high frequency factors, original context; " \
+      "llama3.2-1b 32/1/4/8192, llama3.1-* 8/1/4/8192) mlp=gelu|swiglu|relu2 bias=0|1 " \
       "tied=0|1 qknorm=0|1 (RMSNorm of each q and k head) are parsed; experts take the mlp kind: SwiGLU experts as " \
       "Mixtral's), " \
       "or a model .bin file to start from", \

@@ -272,9 +272,15 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("| model                 | %s: L=%d C=%d NH=%d maxT=%d V=%d (padded %d)\n", s->cfg.model, c->num_layers,
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     const GPT2Arch* a = &c->arch; /* the decoder family's knobs (llmc/gpt2.h, GPT2Arch) */
-    char pos[64];
-    snprintf(pos, sizeof(pos), a->pos == POS_ROPE ? "rotary positions (theta %g)" : "learned positions",
-             (double)a->rope_theta);
+    char pos[256];
+    if (a->pos == POS_ROPE && rope_scaling_on(&a->rope_scaling)) { /* the -e word rope_scaling=F/LOW/HIGH/ORIGT */
+        snprintf(pos, sizeof(pos), "rotary positions (theta %g, Llama-3 scaling rope_scaling=%g/%g/%g/%d)",
+                 (double)a->rope_theta, (double)a->rope_scaling.factor, (double)a->rope_scaling.low_freq_factor,
+                 (double)a->rope_scaling.high_freq_factor, a->rope_scaling.original_max_pos);
+    } else {
+        snprintf(pos, sizeof(pos), a->pos == POS_ROPE ? "rotary positions (theta %g)" : "learned positions",
+                 (double)a->rope_theta);
+    }
     printf("| architecture          | %s, %s, %s MLP of width %d, %d key/value heads, %s, head %s%s\n",
            a->norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm", pos,
            a->mlp == MLP_SWIGLU ? "SwiGLU" : a->mlp == MLP_RELU2 ? "ReLU^2" : "GELU", a->ffn_hidden, a->n_kv_head,
