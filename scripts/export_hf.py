@@ -109,7 +109,8 @@ def peek_version(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="our model file -> Hugging Face GPT2LMHeadModel (GPT-2 files) or "
                                              "LlamaForCausalLM (the decoder family's Llama member) directory")
-    ap.add_argument("model", help="model .bin (GPT-2: fp32 v3 or bf16 v5; Llama-style family: fp32 v9 or bf16 v10)")
+    ap.add_argument("model", help="model .bin (GPT-2: fp32 v3 or bf16 v5; Llama-style family: fp32 v9 or bf16 v10, "
+                                  "with Llama-3 rope scaling v11 or v12)")
     ap.add_argument("outdir", help="output directory (must not exist, or be empty)")
     ap.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default="auto",
                     help="weights in model.safetensors (auto: as in the model file)")
@@ -120,13 +121,13 @@ def main(argv=None):
         die_msg = "is a file" if not os.path.isdir(out) else "is a directory that is not empty"
         g.die(f"{out} {die_msg}; export_hf.py writes a new directory and overwrites nothing (give a new OUTDIR)")
     g.import_safetensors()
-    if peek_version(a.model) in (lh.VERSION_ARCH_FP32, lh.VERSION_ARCH_BF16):
+    if peek_version(a.model) in lh.FAMILY_VERSIONS:
         cfg, version, arch, params = lh.read_family_model_file(a.model)
         why = lh.refusal(arch)
         if why:
             g.die(f"{a.model}: a decoder-family model with {why}: Hugging Face Llama has no such knob; only the "
                   f"Llama member (norm=rms, pos=rope, mlp=swiglu, bias=0) is exported")
-        src_bf16 = version == lh.VERSION_ARCH_BF16
+        src_bf16 = lh.version_is_bf16(version)
     else:
         cfg, version, params = g.read_model_file(a.model)
         arch = None

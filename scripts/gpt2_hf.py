@@ -106,7 +106,7 @@ def read_model_file(path):
     if h[0] == MODEL_MAGIC and h[1] in (7, 8):
         die(f"{path}: a mixture-of-experts model file (version {h[1]}, E={h[8]} experts): Hugging Face GPT-2 has no "
             f"experts; only dense models (version 3 or 5) are converted")
-    if h[0] == MODEL_MAGIC and h[1] in (9, 10):
+    if h[0] == MODEL_MAGIC and h[1] in (9, 10, 11, 12):
         die(f"{path}: a decoder-family model file (version {h[1]}: architecture knobs other than GPT-2's, e.g. "
             f"RMSNorm), not GPT-2's version 3 or 5 (scripts/llama_hf.py reads it)")
     if h[0] != MODEL_MAGIC or h[1] not in (VERSION_FP32, VERSION_BF16):

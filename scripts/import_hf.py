@@ -119,13 +119,15 @@ def read_weights(d):
 
 
 def import_llama(a, cfg, arch, w, out_bf16):
-    """writes the Llama/Mistral weights w as a version 9 (fp32) or 10 (bf16) family file (scripts/llama_hf.py)"""
+    """writes the Llama/Mistral weights w as a version 9 (fp32) or 10 (bf16) family file, 11/12 with Llama-3 rope
+    scaling (scripts/llama_hf.py)"""
     params = lh.import_params(a.hf_dir, cfg, arch, w, out_bf16)
-    version = lh.VERSION_ARCH_BF16 if out_bf16 else lh.VERSION_ARCH_FP32
+    version = lh.family_version(arch, out_bf16)
     lh.write_family_model_file(a.model, cfg, arch, version, params)
     note = f"; note: V={cfg['V']} > 65536, token shards (uint16) cannot hold ids >= 65536" if cfg["V"] > 65536 else ""
     print(f"imported {a.hf_dir} as the Llama-style family (L={cfg['L']} NH={cfg['NH']} KV={arch['KV']} C={cfg['C']} "
-          f"F={arch['F']} maxT={cfg['maxT']} V={cfg['V']} padded to Vp={cfg['Vp']}, theta={arch['theta']:g}, "
+          f"F={arch['F']} maxT={cfg['maxT']} V={cfg['V']} padded to Vp={cfg['Vp']}, theta={arch['theta']:g}"
+          f"{lh.scaling_word(arch)}, "
           f"{'tied' if arch['tied'] else 'untied'} head) to {a.model} as version {version} "
           f"({'bf16' if out_bf16 else 'fp32'}){note}")
 

@@ -1,6 +1,6 @@
 """
 scripts/llama_hf.py -- shared by scripts/export_hf.py and scripts/import_hf.py: our decoder-family model files
-(versions 9 and 10) and the Hugging Face Llama layout (LlamaForCausalLM; MistralForCausalLM has the same names), with
+(versions 9 and 10; 11 and 12 with Llama-3 rope scaling) and the Hugging Face Llama layout (LlamaForCausalLM; MistralForCausalLM has the same names), with
 numpy and safetensors only. The GPT-2 side is scripts/gpt2_hf.py, whose helpers (bf16 bits, safetensors, die) are
 used here.
 
@@ -8,7 +8,10 @@ Our family file (llmc/model_file.h; llmc/README.md "File formats", "The model's 
 header[256], header[0] = 20240326, header[1] = 9 (fp32) or 10 (raw bf16), header[2..7] = maxT, V, L, NH, C, Vp,
 header[8..11] = MoE E, k, n, H (0 for a dense model), header[12..20] = norm (0 LayerNorm, 1 RMSNorm), pos (0 learned,
 1 rotary), rope theta (fp32 bits), mlp (0 GELU, 1 SwiGLU, 2 ReLU^2), MLP width F, key/value heads KV, bias, tied,
-qknorm (0/1 each); then the tensors of llmc/gpt2.h's table that exist for those knobs, in table order
+qknorm (0/1 each); versions 11 (fp32) / 12 (bf16) add Llama-3 rope frequency scaling in header[21..24] = factor,
+low_freq_factor, high_freq_factor (fp32 bits each), original_max_position_embeddings (int) (config.json's
+rope_scaling with rope_type "llama3"; the trainer's -e word rope_scaling=F/LOW/HIGH/ORIGT); then the tensors of
+llmc/gpt2.h's table that exist for those knobs, in table order
 (train_gpt.py param_shapes): wte (Vp,C), [wpe (maxT,C)], ln1w (L,C), [ln1b], qkvw (L, (NH+2KV) hs, C), [qkvb],
 attprojw (L,C,C), [attprojb], ln2w (L,C), [ln2b], fcw (L, FC, C), [fcb], fcprojw (L,C,F), [fcprojb], lnfw (C,), [lnfb],
 [lmheadw (Vp,C) when untied]; FC = 2F for SwiGLU (rows [gate | up]), F otherwise; hs = C/NH.
@@ -43,6 +46,8 @@ import numpy as np
 import gpt2_hf as g
 
 VERSION_ARCH_FP32, VERSION_ARCH_BF16 = 9, 10
+VERSION_SCALED_FP32, VERSION_SCALED_BF16 = 11, 12  # the family with Llama-3 rope scaling: + header[21..24]
+FAMILY_VERSIONS = (VERSION_ARCH_FP32, VERSION_ARCH_BF16, VERSION_SCALED_FP32, VERSION_SCALED_BF16)
 RMSNORM_EPS = 1e-5  # llmc's RMSNORM_EPS; Llama 2/3 and Mistral use it too
 NORMS, POSS, MLPS = ("layernorm", "rms"), ("learned", "rope"), ("gelu", "swiglu", "relu2")
 # the trainer's header bounds (llmc/model_file.h gpt2_read_model_header, model_file_get_arch)
@@ -57,6 +62,38 @@ def f32_bits(x):
 def bits_f32(i):
     """the float32 whose bits are the int32 i (header[14] -> theta)"""
     return struct.unpack("<f", struct.pack("<i", int(i)))[0]
+
+
+def version_is_bf16(version):
+    return version in (VERSION_ARCH_BF16, VERSION_SCALED_BF16)
+
+
+def family_version(arch, bf16):
+    """the version a family file of these knobs is written as: 9/10, or 11/12 with rope scaling (llmc/model_file.h)"""
+    if arch.get("rope_scaling"):
+        return VERSION_SCALED_BF16 if bf16 else VERSION_SCALED_FP32
+    return VERSION_ARCH_BF16 if bf16 else VERSION_ARCH_FP32
+
+
+def scaling_invalid(s):
+    """None when the Llama-3 scaling s (factor, low, high, original_max_pos) is valid, else the first bad field
+    (llmc/rope_table.h rope_scaling_invalid's rules, factor > 0)"""
+    fin = lambda x: np.isfinite(x)  # noqa: E731
+    if not (s["factor"] > 0 and fin(s["factor"])):
+        return "factor (expected a finite number > 0)"
+    if not (s["low"] > 0 and fin(s["low"])):
+        return "low_freq_factor (expected a finite number > 0)"
+    if not (s["high"] > s["low"] and fin(s["high"])):
+        return "high_freq_factor (expected a finite number > low_freq_factor)"
+    if not (int(s["original_max_pos"]) == s["original_max_pos"] and s["original_max_pos"] >= 1):
+        return "original_max_position_embeddings (expected an integer >= 1)"
+    return None
+
+
+def scaling_word(arch):
+    """', rope_scaling=F/LOW/HIGH/ORIGT' (the trainer's -e word) or '' without scaling"""
+    s = arch.get("rope_scaling")
+    return f", rope_scaling={s['factor']:g}/{s['low']:g}/{s['high']:g}/{s['original_max_pos']}" if s else ""
 
 
 def family_shapes(cfg, arch):
@@ -76,7 +113,8 @@ def family_shapes(cfg, arch):
 
 
 def read_family_model_file(path):
-    """-> (cfg, version, arch, {name: array}) of a version 9/10 file; arrays float32 (9) or uint16 bf16 bits (10),
+    """-> (cfg, version, arch, {name: array}) of a version 9/10/11/12 file; arrays float32 (9, 11) or uint16 bf16
+    bits (10, 12); arch["rope_scaling"] None (9/10) or {factor, low, high, original_max_pos} (11/12),
     shaped as family_shapes. Checks magic, version, the header's ranges (as the trainer does) and the file size;
     a mixture-of-experts family file (header[8] > 0) is refused (Llama has no experts)."""
     if not os.path.isfile(path):
@@ -85,9 +123,10 @@ def read_family_model_file(path):
     if size < g.HEADER_INTS * 4:
         g.die(f"{path}: {size} bytes, too short for a model file header ({g.HEADER_INTS * 4} bytes)")
     h = np.fromfile(path, dtype="<i4", count=g.HEADER_INTS)
-    if h[0] != g.MODEL_MAGIC or h[1] not in (VERSION_ARCH_FP32, VERSION_ARCH_BF16):
+    if h[0] != g.MODEL_MAGIC or h[1] not in FAMILY_VERSIONS:
         g.die(f"{path}: header magic/version {h[0]}/{h[1]}, expected {g.MODEL_MAGIC}/{VERSION_ARCH_FP32} or "
-              f"{VERSION_ARCH_BF16} (a decoder-family model file)")
+              f"{VERSION_ARCH_BF16} (a decoder-family model file), {VERSION_SCALED_FP32} or {VERSION_SCALED_BF16} "
+              f"(with Llama-3 rope scaling)")
     cfg = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]))
     if min(cfg.values()) <= 0 or cfg["C"] % cfg["NH"] or cfg["Vp"] < cfg["V"]:
         g.die(f"{path}: invalid header {cfg} (expected positive sizes, C divisible by NH, Vp >= V)")
@@ -100,9 +139,16 @@ def read_family_model_file(path):
     if not ok:
         g.die(f"{path}: invalid architecture header[12..20] = {list(h[12:21])} (see llmc/model_file.h)")
     arch = dict(norm=NORMS[h[12]], pos=POSS[h[13]], theta=theta, mlp=MLPS[h[15]], F=int(h[16]), KV=int(h[17]),
-                bias=int(h[18]), tied=int(h[19]), qknorm=int(h[20]))
+                bias=int(h[18]), tied=int(h[19]), qknorm=int(h[20]), rope_scaling=None)
+    if h[1] in (VERSION_SCALED_FP32, VERSION_SCALED_BF16):
+        s = dict(factor=bits_f32(h[21]), low=bits_f32(h[22]), high=bits_f32(h[23]), original_max_pos=int(h[24]))
+        bad = scaling_invalid(s) or (None if arch["pos"] == "rope" else "pos (learned positions have no rotary "
+                                                                           "frequencies to scale)")
+        if bad:
+            g.die(f"{path}: invalid rope scaling header[21..24] = {s}: {bad} (see llmc/model_file.h)")
+        arch["rope_scaling"] = s
     shapes = family_shapes(cfg, arch)
-    dtype = np.dtype("<f4") if h[1] == VERSION_ARCH_FP32 else np.dtype("<u2")
+    dtype = np.dtype("<u2") if version_is_bf16(int(h[1])) else np.dtype("<f4")
     want = g.HEADER_INTS * 4 + sum(int(np.prod(s)) for _, s in shapes) * dtype.itemsize
     if size != want:
         g.die(f"{path}: {size} bytes, expected {want} for {cfg} {arch} (truncated or damaged)")
@@ -116,13 +162,18 @@ def read_family_model_file(path):
 
 
 def write_family_model_file(path, cfg, arch, version, params):
-    """writes a dense version 9 (float32 params) or 10 (uint16 bf16 bits) file atomically (path.tmp, then rename);
-    params as read_family_model_file returns them"""
+    """writes a dense version 9/11 (float32 params) or 10/12 (uint16 bf16 bits) file atomically (path.tmp, then
+    rename); version must be family_version(arch, bf16); params as read_family_model_file returns them"""
+    if version != family_version(arch, version_is_bf16(version)):
+        raise AssertionError(f"internal: version {version} for rope_scaling {arch.get('rope_scaling')}")
     h = np.zeros(g.HEADER_INTS, dtype="<i4")
     h[:8] = [g.MODEL_MAGIC, version, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]]
     h[12:21] = [NORMS.index(arch["norm"]), POSS.index(arch["pos"]), f32_bits(arch["theta"]), MLPS.index(arch["mlp"]),
                 arch["F"], arch["KV"], arch["bias"], arch["tied"], arch["qknorm"]]
-    dtype = np.dtype("<f4") if version == VERSION_ARCH_FP32 else np.dtype("<u2")
+    s = arch.get("rope_scaling")
+    if s:
+        h[21:25] = [f32_bits(s["factor"]), f32_bits(s["low"]), f32_bits(s["high"]), s["original_max_pos"]]
+    dtype = np.dtype("<u2") if version_is_bf16(version) else np.dtype("<f4")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(h.tobytes())
@@ -198,7 +249,13 @@ def export_config(cfg, arch, out_bf16, eot):
         "initializer_range": 0.02,
         "rms_norm_eps": RMSNORM_EPS,
         "rope_theta": float(np.float32(arch["theta"])),
-        "rope_scaling": None,
+        "rope_scaling": None if not arch.get("rope_scaling") else {
+            "rope_type": "llama3",
+            "factor": float(np.float32(arch["rope_scaling"]["factor"])),
+            "low_freq_factor": float(np.float32(arch["rope_scaling"]["low"])),
+            "high_freq_factor": float(np.float32(arch["rope_scaling"]["high"])),
+            "original_max_position_embeddings": int(arch["rope_scaling"]["original_max_pos"]),
+        },
         "attention_bias": False,
         "attention_dropout": 0.0,
         "mlp_bias": False,
@@ -218,7 +275,8 @@ LLAMA_TYPES = ("llama", "mistral")
 
 
 def import_config(path, c):
-    """config.json dict c of a LlamaForCausalLM / MistralForCausalLM -> (cfg, arch) for a version 9/10 file.
+    """config.json dict c of a LlamaForCausalLM / MistralForCausalLM -> (cfg, arch) for a version 9/10 file (11/12
+    with rope_scaling of rope_type "llama3").
     Dies with one line on what the trainer cannot compute or represent (named in the message)."""
     try:
         C, NH, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
@@ -247,9 +305,10 @@ def import_config(path, c):
         why = f"hidden_act '{c.get('hidden_act')}' (this model's SwiGLU uses silu)"
     elif abs(eps - RMSNORM_EPS) > 1e-12:
         why = f"rms_norm_eps {eps} (the trainer's RMSNorm uses 1e-5, a compile-time constant)"
-    elif stype not in (None, "default"):
-        why = f"rope_scaling '{stype}' (the model file has no field for frequency scaling; Llama-3 scaling exists " \
-              f"only in the kernels' table, llmc/rope_table.h)"
+    elif stype not in (None, "default", "llama3"):
+        why = f"rope_scaling '{stype}' (only rope_type 'llama3', Llama-3's frequency scaling, is built)"
+    elif stype == "llama3" and llama3_scaling(scaling)[1]:
+        why = f"rope_scaling {scaling}: {llama3_scaling(scaling)[1]}"
     elif not (1.0 < theta < 1e12):
         why = f"rope_theta {theta} (expected a number between 1 and 1e12)"
     elif c.get("attention_bias", False) or c.get("mlp_bias", False):
@@ -266,8 +325,24 @@ def import_config(path, c):
         g.die(f"{path}: {why} is not supported; import_hf.py converts Llama/Mistral models this trainer computes")
     cfg = dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=g.padded_vocab(V))
     arch = dict(norm="rms", pos="rope", theta=float(np.float32(theta)), mlp="swiglu", F=F, KV=KV, bias=0,
-                tied=1 if tied else 0, qknorm=0)
+                tied=1 if tied else 0, qknorm=0, rope_scaling=llama3_scaling(scaling)[0] if stype == "llama3" else None)
     return cfg, arch
+
+
+def llama3_scaling(sc):
+    """config.json's rope_scaling dict of rope_type "llama3" -> ({factor, low, high, original_max_pos} as float32
+    values and an int, None) or (None, why) for a missing or invalid field"""
+    try:
+        s = dict(factor=float(np.float32(sc["factor"])), low=float(np.float32(sc["low_freq_factor"])),
+                 high=float(np.float32(sc["high_freq_factor"])), original_max_pos=sc["original_max_position_embeddings"])
+    except (KeyError, TypeError, ValueError) as e:
+        return None, f"missing or bad field {e} (llama3 needs factor, low_freq_factor, high_freq_factor, " \
+                     f"original_max_position_embeddings)"
+    if not isinstance(s["original_max_pos"], int) or isinstance(s["original_max_pos"], bool) \
+            or not 1 <= s["original_max_pos"] < 2 ** 31:
+        return None, "original_max_position_embeddings (expected an integer >= 1)"
+    bad = scaling_invalid(s)
+    return (None, bad) if bad else (s, None)
 
 
 def import_params(hf_dir, cfg, arch, w, out_bf16):

@@ -9,7 +9,9 @@
 #      tokenizer runs;
 #   3. the decoder family's Llama member: a random LlamaConfig model (grouped-query attention, untied head) saved by
 #      transformers -> import_hf.py -> train_gpt_cpu, and a family model trained here (KV 2 of 4 heads, untied) ->
-#      export_hf.py -> LlamaForCausalLM.from_pretrained, also as bf16 (version 10): the same two comparisons.
+#      export_hf.py -> LlamaForCausalLM.from_pretrained, also as bf16 (version 10): the same two comparisons;
+#   4. the same both ways with Llama-3 rope frequency scaling (rope_scaling llama3; version 11 files), the window
+#      reaching past original_max_position_embeddings / high_freq_factor.
 # Tolerance of the losses: 1e-5 relative. Both sides compute in fp32 with different kernels (OpenBLAS and our
 # attention/LayerNorm against PyTorch's CPU kernels), so each dot product of K <= 4C = 512 terms differs by rounding
 # of order sqrt(K) u ~ 3e-6 relative at most in practice (u = 2^-24 ~ 6e-8; Higham & Mary 2019, probabilistic
@@ -149,3 +151,34 @@ lh.write_family_model_file(sys.argv[2], cfg, arch, lh.VERSION_ARCH_BF16, {k: g.f
 check $? "export_hf.py of the family model as bf16 (version 10) writes bfloat16 weights"
 ours "$TMP/l10.bin" "$TMP/l10_ours.txt"
 compare "$TMP/l10_ours.txt" "$TMP/lhf10" "trained family model as bf16 exported as LlamaForCausalLM"
+
+# 4. Llama-3 rope frequency scaling (rope_scaling of rope_type "llama3"; our version 11/12 files). The model's
+# original_max_position_embeddings is small (32) so that the 4 x 32 window runs past L / high_freq_factor = 8 and,
+# with head size 16 and theta 10000, its 8 frequencies fall in all three bands: pair 0 (wavelength 6.3 < 8) kept,
+# pair 1 (19.9, between 8 and 32) blended, pairs 2..7 (> 32) divided by the factor. transformers -> ours: a random
+# LlamaConfig model with that scaling; ours -> transformers: a scaled family model trained here, exported.
+"$PY" - "$TMP/lscaled" <<'PY'
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(1)
+cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=50257, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
+                  eos_token_id=50256, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                        high_freq_factor=4.0, original_max_position_embeddings=32))
+LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+"$PY" scripts/import_hf.py "$TMP/lscaled" "$TMP/lscaled.bin" > "$TMP/lsimport.txt" 2>&1 &&
+    "$PY" -c "
+import sys, numpy as np; h = np.fromfile(sys.argv[1], dtype='<i4', count=256)
+sys.exit(0 if h[1] == 11 and list(h[21:24].view('<f4')) == [8, 1, 4] and h[24] == 32 else 1)" "$TMP/lscaled.bin"
+check $? "import_hf.py reads a LlamaForCausalLM with llama3 rope scaling as version 11, header[21..24] = 8 1 4 32: $(cut -c1-150 "$TMP/lsimport.txt")"
+ours "$TMP/lscaled.bin" "$TMP/lscaled_ours.txt"
+compare "$TMP/lscaled_ours.txt" "$TMP/lscaled" "random LlamaConfig model with llama3 rope scaling 8/1/4/32 imported"
+$TRAIN "${FAST[@]/d2/L2:C64:NH4:KV2:T64:norm=rms:pos=rope:mlp=swiglu:bias=0:tied=0:rope_scaling=8/1/4/32}" -x 20 \
+    -o "$TMP/lsrun" > "$TMP/lstrain.txt" 2>&1
+"$PY" scripts/export_hf.py "$TMP/lsrun/model_00000020.bin" "$TMP/lshf" > "$TMP/lsexport.txt" 2>&1 &&
+    grep -q '"rope_type": "llama3"' "$TMP/lshf/config.json"
+check $? "export_hf.py of a scaled family model trained 20 steps writes rope_scaling llama3: $(cut -c1-120 "$TMP/lsexport.txt")"
+ours "$TMP/lsrun/model_00000020.bin" "$TMP/ls_ours.txt"
+compare "$TMP/ls_ours.txt" "$TMP/lshf" "trained family model with rope_scaling=8/1/4/32 exported as LlamaForCausalLM"

@@ -11,6 +11,11 @@ modeling_llama.py math in float64:
   RMSNorm        w * x / sqrt(mean(x^2) + rms_norm_eps)                                       (LlamaRMSNorm)
   rotary         inv_freq[i] = rope_theta^(-2i/hs), i < hs/2; cos/sin of t * inv_freq duplicated to hs;
                  q' = q cos + rotate_half(q) sin, rotate_half(x) = [-x[hs/2:], x[:hs/2]]     (apply_rotary_pos_emb)
+                 with config.json's rope_scaling of rope_type "llama3" (transformers' documented Llama-3 rule,
+                 written here from the formula: L = original_max_position_embeddings, wavelength 2 pi / inv_freq):
+                 wavelength < L / high_freq_factor keeps inv_freq, > L / low_freq_factor divides it by factor,
+                 between them (ends included) (1 - s) inv_freq / factor + s inv_freq with
+                 s = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
   attention      causal softmax(q k^T / sqrt(hs)) v; query head h reads kv head h // (NH/KV)   (repeat_kv)
   MLP            down(silu(gate(x)) * up(x))                                                  (LlamaMLP)
   head           lm_head.weight, or embed_tokens.weight when tie_word_embeddings
@@ -21,7 +26,8 @@ record holds our loss with 9 significant digits (an fp32 printed exactly). SAMPL
 Prints TAP lines: the loss within 1e-5 relative (the derivation is in dev/test/cli_hf.sh), the G greedy tokens equal
 (with the smallest top-2 logit margin along the way, so a near tie would show as the cause). --mutants also computes
 the loss with plausible conversion bugs (q/k rotated with the interleaved pairing (2i, 2i+1), kv heads tiled instead
-of repeat_kv's order, gate and up swapped, RMSNorm weights ignored, rope_theta 10000) and checks each moves the
+of repeat_kv's order, gate and up swapped, RMSNorm weights ignored, rope_theta 10000; with Llama-3 rope scaling
+also the scaling ignored and its middle band's blend reversed, s <-> 1 - s) and checks each moves the
 loss by more than 100 times the tolerance, so the comparison can tell them apart.
 Exit status 1 when a check fails; errors in the inputs print one line and exit 1.
 """
@@ -42,6 +48,7 @@ def load(hf_dir):
     """-> (config dict, {name without 'model.': float64 array})"""
     with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
         c = json.load(f)
+    c["_dir"] = hf_dir
     w = {}
     for k, (dt, a) in g.read_safetensors(os.path.join(hf_dir, "model.safetensors")).items():
         a = g.bf16_to_f32(a) if dt == "BF16" else a
@@ -49,7 +56,25 @@ def load(hf_dir):
     return c, w
 
 
-def forward(c, w, tokens, rope="half", kv="repeat", swap_gate_up=False, norm_weights=True, theta=None):
+def hf_dir_of(c):
+    return c.get("_dir", "config.json")
+
+
+def llama3_inv_freq(inv, sc, blend="s"):
+    """inv_freq (float64) under the rope_scaling dict sc of rope_type "llama3" (module comment); blend "1-s" is the
+    mutant that swaps the middle band's weights"""
+    L, factor = float(sc["original_max_position_embeddings"]), float(sc["factor"])
+    lo, hi = float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+    wavelength = 2.0 * np.pi / inv
+    s = (L / wavelength - lo) / (hi - lo)
+    if blend != "s":
+        s = 1.0 - s
+    high_band, low_band = wavelength < L / hi, wavelength > L / lo
+    return np.select([high_band, low_band], [inv, inv / factor], (1.0 - s) * inv / factor + s * inv)
+
+
+def forward(c, w, tokens, rope="half", kv="repeat", swap_gate_up=False, norm_weights=True, theta=None,
+            scaling="llama3"):
     """logits (B, T, V) float64 of tokens (B, T) int; the keyword arguments select the mutants (module comment)"""
     C, NH, L = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
     KV = c.get("num_key_value_heads") or NH
@@ -62,6 +87,11 @@ def forward(c, w, tokens, rope="half", kv="repeat", swap_gate_up=False, norm_wei
         return y * wt if norm_weights else y
 
     inv = 1.0 / theta ** (np.arange(0, hs, 2, dtype=np.float64) / hs)
+    sc = c.get("rope_scaling")
+    if sc and scaling != "ignored":
+        if sc.get("rope_type", sc.get("type")) != "llama3":
+            g.die(f"{hf_dir_of(c)}: rope_scaling {sc} is not llama3 (the only one this reference implements)")
+        inv = llama3_inv_freq(inv, sc, "1-s" if scaling == "reversed" else "s")
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]  # (T, hs/2)
     cos, sin = np.cos(ang), np.sin(ang)
 
@@ -144,6 +174,9 @@ def main():
         mutants = {"interleaved rotary pairing": dict(rope="interleaved"), "kv heads tiled": dict(kv="tile"),
                    "gate and up swapped": dict(swap_gate_up=True), "RMSNorm weights ignored": dict(norm_weights=False),
                    "rope_theta 10000": dict(theta=10000.0)}
+        if c.get("rope_scaling"):
+            mutants.update({"rope scaling ignored": dict(scaling="ignored"),
+                            "llama3 middle band blended 1-s": dict(scaling="reversed")})
         if (c.get("num_key_value_heads") or c["num_attention_heads"]) in (1, c["num_attention_heads"]):
             del mutants["kv heads tiled"]  # the same model with one kv head or none shared
         far = {n: abs(loss(c, w, x, y, **kw) - ref) / abs(ref) for n, kw in mutants.items()}
