@@ -5,9 +5,9 @@
 # input is refused with one line. The decoder family's Llama member (second half): two trained models (KV 2 untied,
 # KV 1 tied with FF320) export to LlamaForCausalLM directories checked through safetensors (literal HF names and
 # shapes, q/k/v/o and gate/up/down against the qkvw/fcw rows read by offsets, config fields), round trip bit for bit
-# in fp32 (v9) and bf16 (v10), the trainer's first loss on the imported files equals the original's, Mistral, sharded
+# in fp32 (v9) and bf16 (v10), with Llama-3 rope scaling (v11, v12) too, the trainer's first loss on the imported files equals the original's, Mistral, sharded
 # and bare-name directories import alike; dev/test/llama_reference.py's numpy Llama forward of the exported directory
-# matches the trainer's loss (1e-5 relative) and greedy tokens; family knobs Llama lacks and Llama configurations the
+# matches the trainer's loss (1e-5 relative) and greedy tokens, also with llama3 rope scaling; family knobs Llama lacks and Llama configurations the
 # trainer cannot compute are refused with one line. Needs python3 with numpy and safetensors (scripts/install_deps.sh installs them);
 # without them it prints one "# SKIP" line. The transformers comparison is dev/test/hf_check.sh (optional tier).
 source "$(dirname "$0")/lib_cli.sh"
@@ -284,6 +284,33 @@ lh.write_family_model_file(sys.argv[2], cfg, arch, v, q)
 PY
 python3 scripts/export_hf.py "$TMP/S.bin" "$TMP/hfS" > /dev/null 2>&1
 check $? "export_hf.py of S (A's shape, random weights of std 0.1-1, written by scripts/llama_hf.py)"
+# R: S with Llama-3 rope frequency scaling 8/1/8/64 (version 11). Head size 32, theta 500000: pair 0 (wavelength 6.3
+# < 64/8) kept, pairs 1 and 2 (14.3, 32.5, up to 64/1) blended, pairs 3..15 divided by 8, so the 32-token window
+# exercises all three bands; the trainer's table (llmc/rope_table.h) against llama_reference.py's numpy rule.
+python3 - "$TMP/S.bin" "$TMP/R.bin" <<'PY'
+import sys, llama_hf as lh
+cfg, v, arch, p = lh.read_family_model_file(sys.argv[1])
+arch["rope_scaling"] = dict(factor=8.0, low=1.0, high=8.0, original_max_pos=64)
+lh.write_family_model_file(sys.argv[2], cfg, arch, lh.family_version(arch, False), p)
+PY
+python3 scripts/export_hf.py "$TMP/R.bin" "$TMP/hfR" > /dev/null 2>&1 &&
+    python3 -c "
+import json, sys; c = json.load(open(sys.argv[1]))
+want = dict(rope_type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=8.0, original_max_position_embeddings=64)
+sys.exit(0 if c['rope_scaling'] == want and type(c['rope_scaling']['original_max_position_embeddings']) is int else 1)" "$TMP/hfR/config.json" &&
+    python3 scripts/import_hf.py "$TMP/hfR" "$TMP/backR.bin" > /dev/null 2>&1 && cmp "$TMP/R.bin" "$TMP/backR.bin"
+check $? "R (version 11, rope_scaling 8/1/8/64) exports config.json rope_scaling {rope_type llama3, factor 8, low 1, high 8, original 64} and imports back bit for bit"
+python3 -c "
+import sys, gpt2_hf as g, llama_hf as lh
+cfg, v, arch, p = lh.read_family_model_file(sys.argv[1])
+lh.write_family_model_file(sys.argv[2], cfg, arch, lh.family_version(arch, True), {k: g.f32_to_bf16(a) for k, a in p.items()})" \
+    "$TMP/R.bin" "$TMP/R12.bin" &&
+    python3 scripts/export_hf.py "$TMP/R12.bin" "$TMP/hfR12" > /dev/null 2>&1 &&
+    python3 scripts/import_hf.py "$TMP/hfR12" "$TMP/backR12.bin" > /dev/null 2>&1 && cmp "$TMP/R12.bin" "$TMP/backR12.bin" &&
+    python3 -c "
+import sys, numpy as np; h = np.fromfile(sys.argv[1], dtype='<i4', count=256)
+sys.exit(0 if h[1] == 12 and list(h[21:24].view('<f4')) == [8, 1, 8] and h[24] == 64 else 1)" "$TMP/backR12.bin"
+check $? "R as bf16 is version 12 with header[21..24] = 8 1 8 64 and round trips bit for bit"
 python3 - "$TMP/win.bin" 129 <<'PY'
 import sys, numpy as np
 n = int(sys.argv[2])
@@ -291,12 +318,12 @@ toks = np.fromfile("dev/data/tinyshakespeare/tiny_shakespeare_val.bin", dtype="<
 h = np.zeros(256, dtype="<i4"); h[:3] = [20240520, 1, n]
 open(sys.argv[1], "wb").write(h.tobytes() + toks.tobytes())
 PY
-for m in A B S; do
-    case $m in A) f=$A ;; B) f=$B ;; S) f=$TMP/S.bin ;; esac
+for m in A B S R; do
+    case $m in A) f=$A ;; B) f=$B ;; S) f=$TMP/S.bin ;; R) f=$TMP/R.bin ;; esac
     $TRAIN -e "$f" -i "$TMP/win.bin" -j "$TMP/win.bin" -b 4 -t 32 -x 1 -l 0 -v 1 -m 1 -g 8 --temperature 0 \
         --tokenizer '' -o "$TMP/ref$m" > "$TMP/ref$m.txt" 2>&1
     python3 dev/test/llama_reference.py "$TMP/hf$m" "$TMP/win.bin" 4 32 "$TMP/ref$m/log.jsonl" "$TMP/ref$m.txt" 8 \
-        "model $m exported, numpy Llama vs train_gpt_cpu" $([ $m = S ] && echo --mutants)
+        "model $m exported, numpy Llama vs train_gpt_cpu" $([ $m = S ] || [ $m = R ] && echo --mutants)
 done
 
 # refusals, one line each: family knobs Llama does not have (small files written by scripts/llama_hf.py)
@@ -328,8 +355,12 @@ import json, sys; c = json.load(open(sys.argv[1])); c.update($2); json.dump(c, o
     expect_error "$3" "import_hf.py refuses $4" -- python3 scripts/import_hf.py "$TMP/r_$1" "$TMP/r_$1.bin"
 }
 refuse_cfg eps "rms_norm_eps=1e-6" "rms_norm_eps 1e-06" "rms_norm_eps 1e-6 (the trainer's is 1e-5)"
-refuse_cfg rs "rope_scaling=dict(rope_type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)" \
-    "rope_scaling 'llama3'" "Llama-3 rope scaling (the model file has no field for it)"
+refuse_cfg rs "rope_scaling=dict(rope_type='yarn', factor=4.0, original_max_position_embeddings=64)" \
+    "rope_scaling 'yarn'" "a rope scaling other than llama3 (yarn)"
+refuse_cfg rsl "rope_scaling=dict(rope_type='llama3', factor=8.0, low_freq_factor=4.0, high_freq_factor=1.0, original_max_position_embeddings=64)" \
+    "high_freq_factor" "llama3 rope scaling with high_freq_factor below low_freq_factor"
+refuse_cfg rso "rope_scaling=dict(rope_type='llama3', factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)" \
+    "original_max_position_embeddings" "llama3 rope scaling without original_max_position_embeddings"
 refuse_cfg sw "model_type='mistral', sliding_window=64" "sliding_window 64" "a Mistral sliding window below maxT"
 refuse_cfg hd "head_dim=16" "head_dim 16" "head_dim other than hidden_size / num_attention_heads"
 refuse_cfg ab "attention_bias=True" "biases" "attention_bias"
