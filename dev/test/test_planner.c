@@ -377,7 +377,51 @@ static void check_moe(void) {
                "per step = %.0f (planned %.0f)%s", part, want3, zp.b_dp, plan_theory_note(&z));
 }
 
+/* the -e word rope_scaling=F/LOW/HIGH/ORIGT (Llama-3 rope frequency scaling, llmc/gpt2_config.h): the Llama-3
+ * descriptors carry Meta's values, a shape's word fills the four fields, every malformed value is one sentence naming
+ * the field, and learned positions refuse it */
+static void check_rope_scaling_words(void) {
+    static const struct { const char* name; float f; } want[] = {
+        {"llama3.2-1b", 32.0f}, {"llama3.1-8b", 8.0f}, {"llama3.1-70b", 8.0f}, {"l4", 0.0f}, {"d4", 0.0f}};
+    for (int i = 0; i < 5; i++) {
+        GPT2Config c;
+        int ok = gpt2_config_from_descriptor(&c, want[i].name);
+        const RopeScaling* r = &c.arch.rope_scaling;
+        TEST_CHECK(ok && r->factor == want[i].f && (want[i].f == 0.0f ? r->low_freq_factor == 0.0f && r->original_max_pos == 0
+                   : r->low_freq_factor == 1.0f && r->high_freq_factor == 4.0f && r->original_max_pos == 8192),
+                   "descriptor %s: rope scaling %g/%g/%g/%d (want factor %g%s)", want[i].name, (double)r->factor,
+                   (double)r->low_freq_factor, (double)r->high_freq_factor, r->original_max_pos, (double)want[i].f,
+                   want[i].f == 0.0f ? ", none" : ", 1/4/8192");
+    }
+    GPT2Config c;
+    char err[1024] = "";
+    int rc = gpt2_config_from_shape(&c, "L2:C64:NH2:pos=rope:rope_scaling=4/0.5/2.5/16", err, sizeof(err));
+    TEST_CHECK(rc == 1 && c.arch.rope_scaling.factor == 4.0f && c.arch.rope_scaling.low_freq_factor == 0.5f &&
+               c.arch.rope_scaling.high_freq_factor == 2.5f && c.arch.rope_scaling.original_max_pos == 16 &&
+               !gpt2_arch_check(&c, err, sizeof(err)) && !gpt2_arch_is_gpt2(&c.arch, 64, 2),
+               "shape word rope_scaling=4/0.5/2.5/16 parses into factor, low, high, original (rc %d: %s)", rc, err);
+    static const struct { const char* word; const char* needle; } bad[] = {
+        {"4/1/4", "expected four numbers"}, {"4/1/4/16/2", "expected four numbers"}, {"", "expected four numbers"},
+        {"0/1/4/16", "factor"}, {"-2/1/4/16", "factor"}, {"nan/1/4/16", "factor"}, {"4/0/4/16", "low_freq_factor"},
+        {"4/4/1/16", "high_freq_factor"}, {"4/1/1/16", "high_freq_factor"}, {"4/1/inf/16", "high_freq_factor"},
+        {"4/1/4/0", "original_max_pos"}, {"4/1/4/16.5", "original_max_pos"}, {"4/1/4/1e10", "original_max_pos"},
+        {"4/1/4/16x", "expected four numbers"}};
+    for (int i = 0; i < (int)(sizeof(bad) / sizeof(bad[0])); i++) {
+        char shape[128];
+        snprintf(shape, sizeof(shape), "L2:C64:NH2:pos=rope:rope_scaling=%s", bad[i].word);
+        err[0] = '\0';
+        rc = gpt2_config_from_shape(&c, shape, err, sizeof(err));
+        TEST_CHECK(rc == -1 && strstr(err, bad[i].needle) && strstr(err, "rope_scaling=") && !strchr(err, '\n'),
+                   "rope_scaling=%s refused naming '%s': rc %d, '%s'", bad[i].word, bad[i].needle, rc, err);
+    }
+    rc = gpt2_config_from_shape(&c, "L2:C64:NH2:rope_scaling=4/1/4/16", err, sizeof(err));
+    int refused = rc == 1 && gpt2_arch_check(&c, err, sizeof(err)) == 1;
+    TEST_CHECK(refused && strstr(err, "learned positions") && strstr(err, "pos=rope"),
+               "rope_scaling with learned positions refused by gpt2_arch_check: '%s'", err);
+}
+
 int main(void) {
+    check_rope_scaling_words();
     check_ledger_rules();
     check_moe();
     check_muon();
