@@ -215,10 +215,11 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     file_cfg.moe.ep_capacity = mc->moe.ep_capacity;
     file_cfg.moe.ep_rank = mc->moe.ep_rank;
     if (memcmp(&file_cfg, mc, sizeof(GPT2Config)) != 0) {
-        FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d) differs from -e %s (L=%d C=%d "
-              "NH=%d V=%d maxT=%d)", path, file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads,
-              file_cfg.vocab_size, file_cfg.max_seq_len, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
-              mc->vocab_size, mc->max_seq_len);
+        FATAL_ALL("cannot resume from '%s': its model (L=%d C=%d NH=%d V=%d maxT=%d, rope scaling factor %g) differs from "
+              "-e %s (L=%d C=%d NH=%d V=%d maxT=%d, rope scaling factor %g) in these or other architecture knobs", path,
+              file_cfg.num_layers, file_cfg.channels, file_cfg.num_heads, file_cfg.vocab_size, file_cfg.max_seq_len,
+              (double)file_cfg.arch.rope_scaling.factor, cfg->model, mc->num_layers, mc->channels, mc->num_heads,
+              mc->vocab_size, mc->max_seq_len, (double)mc->arch.rope_scaling.factor);
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
     if (s->zero.experts) { gpt2_load_weights(&s->model, path); } /* --ep: this rank's experts of the full model */
