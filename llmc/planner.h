@@ -339,6 +339,15 @@ static inline const char* plan_theory_note(const LedgerLayout* l) {
            " [theory: not implemented by the trainer]" : "";
 }
 
+/* plan_print's --optimizer muon line (nothing with AdamW) */
+static inline void plan_print_muon(const PlanResult* r) {
+    if (!r->lay.layout.muon) { return; }
+    printf("plan muon: Newton-Schulz (%d steps) %.3g TFLOP per GPU per step, tp Gram all-reduces %.3f GB, dp gathers of "
+           "cut matrices %.3f GB: %.4f s of the optimizer's %.4f s (%.1f%% of the step)\n", PLAN_MUON_NS_STEPS,
+           r->flops_muon / 1e12, r->b_muon_tp / 1e9, r->b_muon_dp / 1e9, r->t_muon, r->t_opt,
+           100.0 * r->t_muon / r->t_step);
+}
+
 /* prints the full table of one layout */
 static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     const LedgerLayout* l = &r->lay;
@@ -416,12 +425,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble (p-1)/(%sm+p-1); %.0f%% of the "
            "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, ly->schedule == PIPE_INTERLEAVED ? "v" : "",
            100.0 * cl->mem_reserve);
-    if (ly->muon) {
-        printf("plan muon: Newton-Schulz (%d steps) %.3g TFLOP per GPU per step, tp Gram all-reduces %.3f GB, dp "
-               "gathers of cut matrices %.3f GB: %.4f s of the optimizer's %.4f s (%.1f%% of the step)\n",
-               PLAN_MUON_NS_STEPS, r->flops_muon / 1e12, r->b_muon_tp / GB, r->b_muon_dp / GB, r->t_muon, r->t_opt,
-               100.0 * r->t_muon / r->t_step);
-    }
+    plan_print_muon(r);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
            100.0 * r->mfu, r->model_flops / r->t_step / (ly->tp * ly->pp * ly->dp) / 1e12, r->limit);
