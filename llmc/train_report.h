@@ -238,6 +238,17 @@ static void print_muon_line(const TrainSession* s) {
            mu->work_elems * sizeof(floatX) / (1024.0 * 1024.0));
 }
 
+/* the header's positions words: learned, or rotary with theta (and the -e word rope_scaling=F/LOW/HIGH/ORIGT) */
+static void describe_positions(const GPT2Arch* a, char* out, size_t cap) {
+    if (a->pos == POS_ROPE && rope_scaling_on(&a->rope_scaling)) {
+        snprintf(out, cap, "rotary positions (theta %g, Llama-3 scaling rope_scaling=%g/%g/%g/%d)", (double)a->rope_theta,
+                 (double)a->rope_scaling.factor, (double)a->rope_scaling.low_freq_factor,
+                 (double)a->rope_scaling.high_freq_factor, a->rope_scaling.original_max_pos);
+    } else {
+        snprintf(out, cap, a->pos == POS_ROPE ? "rotary positions (theta %g)" : "learned positions", (double)a->rope_theta);
+    }
+}
+
 /* one warning line (rank 0) when the warmup is as long as the run or longer: the schedule's decay never starts and
  * (warmup > steps) the peak rate -l is never reached; the line names the highest rate the run does reach. Not for
  * evaluation only (-x 0 -h 1), which has no schedule to warn about. */
@@ -273,14 +284,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
            c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     const GPT2Arch* a = &c->arch; /* the decoder family's knobs (llmc/gpt2.h, GPT2Arch) */
     char pos[256];
-    if (a->pos == POS_ROPE && rope_scaling_on(&a->rope_scaling)) { /* the -e word rope_scaling=F/LOW/HIGH/ORIGT */
-        snprintf(pos, sizeof(pos), "rotary positions (theta %g, Llama-3 scaling rope_scaling=%g/%g/%g/%d)",
-                 (double)a->rope_theta, (double)a->rope_scaling.factor, (double)a->rope_scaling.low_freq_factor,
-                 (double)a->rope_scaling.high_freq_factor, a->rope_scaling.original_max_pos);
-    } else {
-        snprintf(pos, sizeof(pos), a->pos == POS_ROPE ? "rotary positions (theta %g)" : "learned positions",
-                 (double)a->rope_theta);
-    }
+    describe_positions(a, pos, sizeof(pos));
     printf("| architecture          | %s, %s, %s MLP of width %d, %d key/value heads, %s, head %s%s\n",
            a->norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm", pos,
            a->mlp == MLP_SWIGLU ? "SwiGLU" : a->mlp == MLP_RELU2 ? "ReLU^2" : "GELU", a->ffn_hidden, a->n_kv_head,
