@@ -65,7 +65,7 @@
 #include "llmc/train_session.h"    /* defines: TrainSession, CONFIG_FATAL */
 #include "llmc/train_report.h"     /* defines: StepResult, step counters, the step line, header, memory ledger check */
 #include "llmc/train_checkpoint.h" /* defines: write_checkpoint, resume_from_checkpoint */
-#include "llmc/train_target.h"     /* defines: TargetRun, target_check, target_report (--target-val-loss, -eval-score) */
+#include "llmc/train_target.h"     /* defines: TargetRun, target_check, target_report (--target-*) */
 #include "llmc/train_eval.h"   /* defines: train_forward_losses, train_eval_init, train_eval_if_due (-h 1) */
 
 /* ---------------------------------------------------------------- one micro-step, one optimizer step */
@@ -582,8 +582,8 @@ static float evaluate_if_due(TrainSession* s, int last, TargetRun* target) {
     return vl;
 }
 
-/* --target-val-loss or --target-eval-score reached at step s->step before -x: the checkpoint a normal end writes, unless -n wrote this
- * step's already or this run trained no step */
+/* --target-val-loss or --target-eval-score reached at step s->step before -x: the checkpoint a normal end writes,
+ * unless -n wrote this step's already or this run trained no step */
 static void checkpoint_at_target(TrainSession* s, int start_step) {
     const TrainConfig* cfg = &s->cfg;
     if (cfg->output_dir[0] == '\0' || s->step == start_step || s->step >= s->max_steps ||

@@ -554,6 +554,11 @@ static inline void zero_owned_range(const ZeroOptimizer* z, size_t* lo, size_t* 
 /* the reduced gradient of flat element i (i in the owned range) */
 static inline const floatX* zero_grad_at(const ZeroOptimizer* z, size_t i) { return z->stage->grad_at(z, i); }
 
+/* 1 when Muon matrix [s0, e) is cut by a data-parallel shard boundary, so that it must be gathered (ZeRO-1/2/3, N > 1) */
+static inline int zero_muon_cut(const ZeroOptimizer* z, size_t s0, size_t e) {
+    return z->stage->shards_optimizer && z->dp->world > 1 && s0 / z->S != (e - 1) / z->S;
+}
+
 /* --optimizer muon (llmc/muon.h; llmc/README.md, "The Muon optimizer"): one pass over every Muon matrix of the model
  * part, the same on every rank of the data-parallel group. u[k] is the Nesterov update of flat element u_first + k of
  * the owned range [lo, hi) (written over its reduced gradient). */
@@ -575,7 +580,7 @@ static inline void zero_muon_matrix(void* ctx, int i, size_t s0, size_t a_all, s
     ZeroOptimizer* z = p->z;
     size_t e = b_all, a = s0 > p->lo ? s0 : p->lo, b = e < p->hi ? e : p->hi;
     const floatX* G = a < b ? p->u + (s0 - p->u_first) : NULL; /* inside the owned range unless cut */
-    if (z->stage->shards_optimizer && z->dp->world > 1 && s0 / z->S != (e - 1) / z->S) {
+    if (zero_muon_cut(z, s0, e)) {
         floatX* buf = muon_gather_buffer(z->muon);
         if (a < b) { dev_memcpy_d2d(buf + (a - s0), p->u + (a - p->u_first), (b - a) * sizeof(floatX)); }
         CommSegment seg = {buf, s0, e};
@@ -606,10 +611,6 @@ static inline void zero_muon_update(ZeroOptimizer* z, size_t lo, size_t hi, cons
     muon_for_each(z->muon, z->model, 0, z->P, zero_muon_matrix, &p);
     if (p.gathered) { comm_join(z->dp); }
     if (hi > lo) { gpt2_update_range_except(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s, z->muon->tensors); }
-    if (z->params.host) { /* ZeRO-3's shard in host memory, written through unified addressing as AdamW's */
-        z->params.pcie_d2h += (hi - lo) * sizeof(floatX);
-        z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
-    }
 }
 
 /* AdamW on the owned range (llmc/gpt2.h; offloaded: on the CPU, llmc/offload.h; --optimizer muon: zero_muon_update),
@@ -625,12 +626,13 @@ static inline void zero_update(ZeroOptimizer* z, const AdamWStep* s) {
                        * (ZeRO-3: the shard, on the device or in host memory) */
         floatX* first = z->stage->shards_params ? z->params.shard : z->model->params_memory + z->own_start;
         if (hi > lo) { offload_update(z->offload, z->model, lo, hi, zero_grad_at(z, lo), first, s); }
-    } else if (hi > lo) { /* ZeRO-3 with the shard in host memory: the kernel writes it through unified addressing */
+    } else if (hi > lo) {
         gpt2_update_range(z->model, lo, hi, zero_grad_at(z, lo), &z->opt, s);
-        if (z->params.host) {
-            z->params.pcie_d2h += (hi - lo) * sizeof(floatX);
-            z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
-        }
+    }
+    if (z->params.host && !z->offload) { /* ZeRO-3's shard in host memory: the update kernel (AdamW's or Muon's)
+                                          * writes it through unified addressing */
+        z->params.pcie_d2h += (hi - lo) * sizeof(floatX);
+        z->params.pcie_h2d += z->opt.master ? 0 : (hi - lo) * sizeof(floatX);
     }
     profile_at(PROFILE_COMM_DP);
     if (z->stage->shards_optimizer && !z->stage->shards_params) {
@@ -682,7 +684,7 @@ static inline void zero_muon_bytes_visit(void* ctx, int i, size_t s0, size_t a, 
     void** c = (void**)ctx;
     const ZeroOptimizer* z = (const ZeroOptimizer*)c[0];
     size_t sent, recv;
-    if (s0 / z->S != (b - 1) / z->S) {
+    if (zero_muon_cut(z, s0, b)) {
         comm_ring_bytes(z->dp, s0, b, z->S, sizeof(floatX), 1, &sent, &recv);
         *(double*)c[1] += (double)sent;
     }
@@ -690,9 +692,7 @@ static inline void zero_muon_bytes_visit(void* ctx, int i, size_t s0, size_t a, 
 static inline double zero_muon_bytes(const ZeroOptimizer* z) {
     double bytes = 0.0;
     void* c[2] = {(void*)z, &bytes};
-    if (z->muon && z->stage->shards_optimizer && z->dp->world > 1) {
-        muon_for_each(z->muon, z->model, 0, z->P, zero_muon_bytes_visit, c);
-    }
+    if (z->muon) { muon_for_each(z->muon, z->model, 0, z->P, zero_muon_bytes_visit, c); }
     return bytes;
 }
 
