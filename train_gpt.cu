@@ -59,6 +59,7 @@
 #include "llmc/zero_experts.h"         /* defines: zero_init_experts (--ep: the experts' own ZeRO group), files */
 #include "llmc/planner.h"        /* defines: PlanCluster, plan_evaluate, plan_search (--plan) */
 #include "llmc/pipeline_model.h"   /* defines: Pipeline, pipeline_step, the pipeline trace */
+#include "llmc/tp_replicas.h"      /* defines: tp_sync_replicas */
 #include "llmc/train_flags.h"      /* defines: TrainConfig (every flag, declared once), train_config_specs */
 #include "llmc/train_config.h"     /* defines: train_model_config, train_config_layout, train_config_check */
 #include "llmc/layout.h"           /* defines: Layout, layout_check (the compatibility table) */
@@ -173,6 +174,14 @@ static double local_loss(TrainSession* s) {
     return head ? gpt2_loss_sum_read(head) / s->layout.m : 0.0;
 }
 
+/* after the update: the copies a layout keeps of one tensor made bit-identical where the reductions could part them
+ * (the tied wte on the pipeline's two ends, llmc/pipeline_model.h; under gradient compression the tensors every tp
+ * rank holds whole, llmc/tp_replicas.h) */
+static void sync_replicas(TrainSession* s) {
+    pipeline_sync_embedding(&s->pipe);
+    if (s->zero.compress) { tp_sync_replicas(&s->model, s->tp); }
+}
+
 /* One optimizer step (llmc/README.md, "The trainer"): the micro-batches forward and backward, every gradient bucket
  * reduced, the global loss and norm, clipping and one AdamW update; returns what the step line reports. dloss: the
  * loss is the mean over the global batch; FP16 scales it so small gradients do not flush to zero (Micikevicius et
@@ -195,6 +204,7 @@ static StepResult train_step(TrainSession* s) {
     float clip = clip_scale(r.grad_norm, s->cfg.grad_clip);      /* global-norm clipping */
     AdamWStep update = adamw_step(&s->cfg, r.lr, clip / loss_scale, session_updates(s));
     if (!r.skipped) { zero_update(&s->zero, &update); }          /* AdamW on the owned range, then all-gather */
+    if (!r.skipped) { sync_replicas(s); }                        /* copies a compressed or pp reduction could part */
     else { s->skipped_steps++; }                                 /* neither t nor the schedule advances */
     s->step++;
     step_counters_end(s, &r);                                    /* compression, offload and pipeline figures */

@@ -40,8 +40,9 @@
  * whatever the gradient accumulation. Each bucket is encoded and its transfers posted from backward's bucket hook
  * (on the GPU they run on the communication stream and overlap the rest of backward); grad_compress_finish, after
  * the last bucket, decodes every bucket into the gradient buffer (so the gradient norm, the clipping and the
- * update see the decompressed gradient). Not for ZeRO-2 (its reduce-scatter runs every micro-step) nor tensor or
- * pipeline groups: the trainer refuses those combinations with one line.
+ * update see the decompressed gradient). Not for ZeRO-2 (its reduce-scatter runs every micro-step): the trainer
+ * refuses it with one line. Inside tensor- and pipeline-parallel layouts each rank compresses its own part over its
+ * data-parallel group; the tp and pp traffic is never compressed (llmc/README.md, "Gradient compression").
  *
  * Residuals (error feedback): fp32, one per real parameter, on this rank (device memory; the ledger counts them),
  * saved in every checkpoint as DIR/gradres_SSSSSSSS_RRRRR.bin (magic 20261201, version 1: [2] step [3] rank

@@ -328,12 +328,6 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  "none", layout_compress_name(l->compress), l->zero);
         return LAYOUT_INVALID;
     }
-    if (l->compress && (l->tp > 1 || l->pp > 1)) {
-        snprintf(err, cap, "flag --grad-compress %s compresses data-parallel gradient reductions only; tensor- and "
-                 "pipeline-parallel runs (--tp %d --pp %d) are not compressed: use --tp 1 --pp 1 or --grad-compress "
-                 "none", layout_compress_name(l->compress), l->tp, l->pp);
-        return LAYOUT_INVALID;
-    }
     if (l->compress && l->dp < 2) {
         snprintf(err, cap, "flag --grad-compress %s needs 2 or more data-parallel processes (this run has %d): one "
                  "process reduces no gradients; run under mpirun -np N or use --grad-compress none",

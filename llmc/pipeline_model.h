@@ -54,6 +54,7 @@ struct Pipeline {
     int* tokens;                    /* (m, 2, B, T) device: inputs, targets of the step's micro-batches */
     int* host_inputs;               /* (m, B, T) host: the inputs (the deterministic encoder backward reads them) */
     floatX* wte_peer;               /* the other end's wte gradient (first and last stage, p > 1) */
+    int wte_sync;                   /* the first stage sends its updated wte to the last (pipeline_sync_embedding) */
     float* logits_row;              /* (Vp) device fp32: a sampled logits row on its way to rank 0 (made on first use) */
     /* the step in progress */
     ZeroOptimizer* zero;
@@ -217,6 +218,7 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
     pl->host_inputs = (int*)malloc_check((size_t)m * B * T * sizeof(int), "pipeline host tokens");
     if (pl->p > 1 && model->config.arch.tied_head && (model->stage.has_embedding || model->stage.has_head)) {
         pl->wte_peer = (floatX*)dev_malloc(model->param_sizes[P_WTE] * sizeof(floatX), "the other end's wte gradient");
+        pl->wte_sync = l->dp >= 3 || l->compress; /* 2 ranks sum a + b = b + a whatever the chunks */
     }
 }
 
@@ -254,6 +256,26 @@ static inline void pipeline_sum_embedding_grads(Pipeline* pl) {
     profile_begin(PROFILE_COMM_PP);
     comm_p2p_batch(pl->pp, ops, 2); /* after the schedule: no transfer of it is in flight, tag 0 is free */
     residual_forward(g, g, pl->wte_peer, n);
+    profile_end();
+}
+
+/* After the optimizer update, where the two ends' copies of the tied wte could part (pl->wte_sync): the first stage
+ * sends its updated wte to the last, whose copy becomes it bit for bit (V*C floatX over the pp group once per step).
+ * Why: both ends hold the same summed gradient (pipeline_sum_embedding_grads), but each end's data-parallel reduction
+ * cuts its own flat buffer into chunks of its own S, so with 3 or more data-parallel ranks one element is summed as
+ * (a + b) + c on one end and (b + c) + a on the other, and gradient compression quantises or selects over buckets
+ * that differ between the ends; the copies would then drift apart by roundings (llmc/README.md, "Pipeline
+ * parallelism"). The last stage's own update of wte is overwritten; its optimizer state is never saved (the
+ * checkpoint writes the first stage's). Collective over the pp group's two ends; a no-op elsewhere. */
+static inline void pipeline_sync_embedding(Pipeline* pl) {
+    if (!pl->wte_sync) { return; }
+    floatX* w = pl->model->params.t[P_WTE];
+    size_t n = pl->model->param_sizes[P_WTE];
+    CommP2P op = {pl->model->stage.has_embedding, pl->model->stage.has_embedding ? pl->p - 1 : 0, w,
+                  floatx_comm_dtype(), n, 0};
+    profile_begin(PROFILE_COMM_PP);
+    comm_p2p_batch(pl->pp, &op, 1);
+    comm_join(pl->pp); /* the next forward reads the received copy */
     profile_end();
 }
 

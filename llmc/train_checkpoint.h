@@ -141,12 +141,39 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     return changed ? h.world : 0;
 }
 
+/* --grad-compress error feedback: the residual of rank r covers rank r's parameters (its tp slice of its stage's
+ * layers), so a checkpoint written with another --tp, --pp or stages (--pp-layers, --pp-virtual) is refused with one
+ * line naming the flags when this run would read its residuals */
+static void resume_residuals_same_cut(TrainSession* s, int resume_step) {
+    char path[1024];
+    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
+    TrainState mine;
+    double differs = 0.0; /* a rank without a file (another process count): the residual reader refuses that */
+    if (file_exists(path)) {
+        train_state_read_header(path, &mine);
+        differs = mine.tp_size != s->tp->world || mine.pp_size != s->pp->world ||
+                  memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
+    }
+    comm_all_reduce_host_f64(&s->world, &differs, 1);
+    if (differs > 0.0) {
+        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+        train_state_read_header(path, &mine); /* rank 0's file names the layout in the one line */
+        FATAL_ALL("cannot resume '%s' with --grad-compress error feedback: its residuals belong to the parameters of "
+                  "--tp %d --pp %d and their stages, this run has --tp %d --pp %d%s; resume with that layout, or with "
+                  "--grad-compress-ef 0 or --grad-compress none to drop them", s->cfg.output_dir, mine.tp_size,
+                  mine.pp_size, s->tp->world, s->pp->world,
+                  mine.tp_size == s->tp->world && mine.pp_size == s->pp->world ? " (other --pp-layers or --pp-virtual)" : "");
+    }
+}
+
 /* --grad-compress error feedback: this rank's residuals of checkpoint resume_step (a file of another data-parallel
- * size is refused with one line); one line says when they start at zero or are dropped */
+ * size, tensor- or pipeline-parallel cut is refused with one line); one line says when they start at zero or are
+ * dropped */
 static void resume_residuals(TrainSession* s, int resume_step) {
     char path[1024];
     checkpoint_residual_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
     int saved = file_exists(path);
+    if (saved && s->zero.compress && s->compress.error_feedback) { resume_residuals_same_cut(s, resume_step); }
     int restored = s->zero.compress ? grad_compress_read_residual(s->zero.compress, s->cfg.output_dir, resume_step,
                                                                   s->world.rank) : 0;
     int wanted = s->zero.compress && s->compress.error_feedback;

@@ -198,10 +198,10 @@
       "with --pp > 1 and -o: DIR/trace.json (Chrome trace format, one track per process) of the first N steps", \
       MAY_CHANGE("diagnostics")) \
     X(STRING, grad_compress, "none", NULL, "grad-compress", NO_MIN, NO_MAX, \
-      "data-parallel gradient compression (-z 0/1): none, int8 (per-block INT8, ~0.25x the fp32 bytes) or " \
+      "data-parallel gradient compression (-z 0/1; inside --tp/--pp only the dp reduction): none, int8 (per-block INT8, ~0.25x the fp32 bytes) or " \
       "topk:RATIO (the RATIO largest values of each bucket, e.g. topk:0.01)", \
       MAY_CHANGE("how gradients are exchanged: the error-feedback residuals are restored, start at zero or are " \
-                 "dropped, said in one line (another process count with residuals is refused)")) \
+                 "dropped, said in one line (another process count, --tp or --pp with residuals is refused)")) \
     X(STRING, grad_compress_round, "nearest", NULL, "grad-compress-round", NO_MIN, NO_MAX, \
       "INT8 rounding: nearest or stochastic (unbiased)", \
       MAY_CHANGE("the INT8 rounding of the gradient exchange")) \

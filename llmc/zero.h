@@ -422,8 +422,8 @@ static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_
     }
 }
 
-/* Gradient compression `spec` (llmc/grad_compress.h) for the buckets of ZeRO-0/1 (the caller refuses ZeRO-2, tensor
- * and pipeline parallelism first); seed keys the stochastic-rounding stream. No-op for GRAD_COMPRESS_NONE. */
+/* Gradient compression `spec` (llmc/grad_compress.h) for the buckets of ZeRO-0/1 (the caller refuses ZeRO-2 first;
+ * inside tp/pp layouts z covers this rank's part and its dp group); seed keys the stochastic-rounding stream. No-op for GRAD_COMPRESS_NONE. */
 static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressSpec* spec, uint32_t seed) {
     if (spec->kind == GRAD_COMPRESS_NONE) { return; }
     if (z->stage->stage > 1) { FATAL("internal: gradient compression with ZeRO-%d", z->stage->stage); }

@@ -15,7 +15,7 @@
 #     dropped with one line;
 #   - --grad-compress-ef-decay 0.5: step 1 as the default, later steps other gradients (part of the residual), the
 #     same bytes, named in the header; refused without error feedback and at 0;
-#   - refusals with one line: ZeRO-2, tensor parallelism, one process, a bad ratio, a bad rounding mode;
+#   - refusals with one line: ZeRO-2, one data-parallel process (alone or beside --tp 2), a bad ratio, a bad rounding mode;
 #   - --grad-compress-warmup 2: steps 1-2 uncompressed (the uncompressed run's losses bit for bit, 1x the bytes), step
 #     3 compressed; with --grad-compress-ef-decay 0.7 too, resume across the warm-up boundary bit-identical;
 #   - the emulated GPU build (CUDA kernels + NCCL over MPI, fp32): int8 and top-k train as the CPU build does;
@@ -143,7 +143,7 @@ dp_refused 2 "needs --grad-compress int8 or topk:RATIO with --grad-compress-ef 1
 dp_refused 2 "expected a factor in (0, 1]" "--grad-compress-ef-decay 0" "${F[@]}" --grad-compress topk:0.01 --grad-compress-ef-decay 0
 
 dp_refused 2 "works with -z 0 and -z 1" "--grad-compress with ZeRO-2" "${F[@]}" -z 2 --grad-compress int8
-dp_refused 2 "data-parallel gradient reductions only" "--grad-compress with tensor parallelism" "${F[@]}" --tp 2 --grad-compress int8
+dp_refused 2 "needs 2 or more data-parallel processes (this run has 1)" "--grad-compress on --tp 2 with one data-parallel rank" "${F[@]}" --tp 2 --grad-compress int8
 dp_refused 1 "needs 2 or more data-parallel processes" "--grad-compress on one process" "${F[@]}" --grad-compress topk:0.01
 dp_refused 2 "must be a number in (0, 1]" "--grad-compress topk:0" "${F[@]}" --grad-compress topk:0
 dp_refused 2 "expected nearest or stochastic" "--grad-compress-round up" "${F[@]}" --grad-compress int8 --grad-compress-round up

@@ -139,7 +139,12 @@ static void test_options(void) {
     l.zero = 1;
     expect("int8 compression with -z 1 on dp 2", &l, &D4, 2, LAYOUT_BUILDABLE, NULL);
     l.tp = 2;
-    expect("top-k compression with tp 2", &l, &D4, 4, LAYOUT_INVALID, NEEDLES("data-parallel gradient reductions only"));
+    expect("int8 compression with tp 2 x dp 2 (the data-parallel reduction is compressed)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
+    l.tp = 1; l.pp = 2; l.m = 2;
+    expect("int8 compression with pp 2 x dp 2", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
+    l.dp = 1;
+    expect("int8 compression with pp 2 and no data parallelism", &l, &D4, 2, LAYOUT_INVALID,
+           NEEDLES("needs 2 or more data-parallel processes (this run has 1)"));
     l = base(1); l.compress = 2;
     expect("top-k compression on one process", &l, &D4, 1, LAYOUT_INVALID, NEEDLES("needs 2 or more data-parallel processes"));
     l = base(2); l.muon = 1; l.zero = 1;
