@@ -94,6 +94,26 @@ static void write_checkpoint(TrainSession* s) {
     }
 }
 
+/* A mixture-of-experts checkpoint written with another layout: one line naming what differs (the process count, -z,
+ * or the stages), since re-sharding MoE optimizer state is not built; every rank exits. */
+static void moe_reshard_refused(TrainSession* s, int resume_step) {
+    char path[1024], was[160] = "", now[160] = "";
+    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+    TrainState h;
+    train_state_read_header(path, &h);
+    if (h.world != s->world.world) {
+        snprintf(was, sizeof(was), "%d processes", h.world);
+        snprintf(now, sizeof(now), "%d processes", s->world.world);
+    }
+    if (h.zero_stage != s->cfg.zero_stage) {
+        snprintf(was + strlen(was), sizeof(was) - strlen(was), "%s-z %d", was[0] ? ", " : "", h.zero_stage);
+        snprintf(now + strlen(now), sizeof(now) - strlen(now), "%s-z %d", now[0] ? ", " : "", s->cfg.zero_stage);
+    }
+    if (!was[0]) { snprintf(was, sizeof(was), "other pipeline stages"); snprintf(now, sizeof(now), "these"); }
+    FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s': it was written with %s, this run has %s; "
+              "re-sharding MoE optimizer state is not implemented: resume with %s", s->cfg.output_dir, was, now, was);
+}
+
 /* The number of processes that wrote checkpoint resume_step if the layout (processes or ZeRO stage) differs,
  * so the optimizer state must be re-sharded (one line says so); 0 for the same layout. Refuses, one line from
  * rank 0, a checkpoint of another micro-batch, sequence length or number of tokens per step. */
@@ -259,11 +279,7 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     int files = reshard_from > 0 ? reshard_from : s->world.world;
     if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
     comm_barrier(&s->world);
-    if (reshard_from > 0 && mc->moe.experts > 0) {
-        FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s' on %d processes: it was written by %d; "
-                  "re-sharding MoE optimizer state is not implemented, resume on %d processes", cfg->output_dir,
-                  s->world.world, reshard_from, reshard_from);
-    }
+    if (reshard_from > 0 && mc->moe.experts > 0) { moe_reshard_refused(s, resume_step); }
     if (reshard_from > 0) {
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);

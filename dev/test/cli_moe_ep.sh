@@ -98,7 +98,7 @@ check $? "all-to-all bytes sent per step = token rows sent x C x 4 B + count exc
 # determinism and resume: a second ep=2 run stops after a checkpoint at step 5, then resumes
 run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" --exit-after-steps 5 > "$TMP/r1.log" 2>&1
 check $? "ep=2 again, checkpoint at step 5"
-cp -r "$TMP/r" "$TMP/r_ep1"
+cp -r "$TMP/r" "$TMP/r_ep1"; cp -r "$TMP/r" "$TMP/r_z1"
 run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" -y 1 > "$TMP/r2.log" 2>&1
 check $? "ep=2 resumed from step 5"
 test "$(steps "$TMP/r1.log" | wc -l)" -eq 5 && cmp -s <(steps "$TMP/ep2.log" | head -n 5) <(steps "$TMP/r1.log")
@@ -120,6 +120,8 @@ run 2 "${MOE[@]}" --ep 1 -o "$TMP/r_ep1" -y 1 > "$TMP/r_ep1.log" 2>&1 &&
 check $? "the ep=2 checkpoint of step 5 resumes at ep=1 (optimizer state rebuilt from both state files)"
 compare 6 10 "$TMP/ep2" "$TMP/r_ep1"
 check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
+dp_refused 2 "it was written with -z 0, this run has -z 1" "the ep=2 checkpoint (-z 0) resumed with -z 1 on the same 2 processes (the line names -z, not the process count)" \
+    "${MOE[@]}" --ep 2 -z 1 -o "$TMP/r_z1" -y 1
 
 # accumulation x processes changed between the sides: 1 process x 4 micro-steps (ep=1) against 2 processes x 2
 # micro-steps with --ep 2 and ZeRO-2 (the experts' group reduce-scatters every micro-step into its shard accumulator)
