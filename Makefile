@@ -304,6 +304,10 @@ test:
 # layout tests (every ZeRO stage, tp, pp, ep, offload, compression, recompute, preemption, crash safety) run in make test.
 QUICK_CLI := flags_doc|bad_input|resume|layout|checksums|dp_equiv|moe|grid|step_stats|options|progress|tensorboard|tokens32
 QUICK_MPI_BINS := $(if $(filter 1,$(USE_MPI)),$(BUILD)/mpi_grid $(BUILD)/mpi_step_stats)
+# README.md's composition matrix (Planning a layout), regenerated from layout_check
+layout-matrix: $(BUILD)/test_layout_matrix
+	$(BUILD)/test_layout_matrix --write
+
 test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS) $(BUILD)/shard_decode
 	TESTS_QUICK=1 TESTS_FILTER='^(test_|cli_($(QUICK_CLI))\.sh$$)' TESTS_SKIP='emu' TEST_JOBS=$(TEST_JOBS) bash dev/test/run_tests.sh
 
@@ -342,5 +346,5 @@ fixture:
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
-.PHONY: all test test-programs test-quick test-gpu test-hf test-eval test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
+.PHONY: all layout-matrix test test-programs test-quick test-gpu test-hf test-eval test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
         fuzz
