@@ -119,22 +119,9 @@ static char* matrix_block(void) {
     return s;
 }
 
-static char* read_file_all(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) { return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* s = (char*)malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* README.md's block replaced by `block` (temp file, then rename); exits 1 with one line when the markers are missing */
 static int write_readme(const char* block) {
-    char* readme = read_file_all("README.md");
+    char* readme = testing_read_file("README.md", NULL);
     char* at = readme ? strstr(readme, BEGIN_MARK) : NULL;
     char* end = at ? strstr(at, END_MARK) : NULL;
     if (!end) {
@@ -172,7 +159,7 @@ int main(int argc, char** argv) {
         if (strcmp(c, "ok") != 0) { alone = 0; printf("# %s alone: %s\n", FEATURES[a].name, c); }
     }
     TEST_CHECK(alone, "every feature of the matrix alone on 2 data-parallel processes is buildable");
-    char* readme = read_file_all("README.md");
+    char* readme = testing_read_file("README.md", NULL);
     const char* at = readme ? strstr(readme, BEGIN_MARK) : NULL;
     TEST_CHECK(at != NULL && strncmp(at, block, strlen(block)) == 0,
           "README.md holds the composition matrix layout_check gives, byte for byte (regenerate: make layout-matrix)");

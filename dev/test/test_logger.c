@@ -12,18 +12,10 @@
 static char g_dir[256];
 
 /* reads the whole file into a malloc'd NUL-terminated buffer */
-static char* slurp(const char* path, size_t* n_out) {
-    FILE* f = fopen(path, "rb");
-    if (!f) { *n_out = 0; char* e = (char*)malloc(1); e[0] = 0; return e; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* buf = (char*)malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    *n_out = got;
-    return buf;
+static char* slurp(const char* path, size_t* n_out) { /* "" for a missing file */
+    char* s = testing_read_file(path, n_out);
+    if (!s) { s = (char*)malloc(1); s[0] = 0; }
+    return s;
 }
 
 /* a child logs 100-byte lines under a 1,000-byte file-size limit until a write fails (FATAL); returns its status */

@@ -14,6 +14,7 @@
 #ifndef LLMC_TESTING_H
 #define LLMC_TESTING_H
 #include <stdio.h>
+#include <stdlib.h>
 
 static int testing_passed = 0;
 static int testing_failed = 0;
@@ -33,6 +34,22 @@ static int testing_failed = 0;
         }                                                                  \
         fflush(stdout);                                                    \
     } while (0)
+
+/* the whole file at path as a NUL-terminated malloc'ed string (its length in *n_out when n_out is not NULL); NULL
+ * when it cannot be opened */
+static inline char* testing_read_file(const char* path, size_t* n_out) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { if (n_out) { *n_out = 0; } return NULL; }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* buf = (char*)malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    if (buf) { buf[got] = '\0'; }
+    fclose(f);
+    if (n_out) { *n_out = got; }
+    return buf;
+}
 
 /* prints the per-program summary; returns the exit status for main() */
 static inline int testing_finish(void) {
