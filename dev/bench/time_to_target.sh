@@ -31,7 +31,8 @@
 #   SMOKE=1: STEPS=20, VAL_EVERY=5, SEEDS=1337 (a check that the script works end to end, minutes, meaningless numbers)
 #   ANALYZE_ONLY=1: only the table and the plot, from the existing OUT/*/log.jsonl
 #   REF_SEED (default the first of SEEDS): the reference's seed; REF_ONLY=1: run only the reference; REUSE_REF=1: keep
-#   an existing OUT/ref_sREF_SEED. Two seeds on two cores, each run on one thread (what dev/bench/README.md reports):
+#   an existing OUT/ref_sREF_SEED; TARGET=X: no reference run, X is the target (a value the reference gave before,
+#   e.g. dev/bench/README.md's, to add configs to a measured table on another day). Two seeds on two cores, each run on one thread (what dev/bench/README.md reports):
 #     REF_ONLY=1 bash time_to_target.sh OUT
 #     for s in 1337 42; do OMP_NUM_THREADS=1 REUSE_REF=1 REF_SEED=1337 SEEDS=$s bash time_to_target.sh OUT & done; wait
 #     ANALYZE_ONLY=1 bash time_to_target.sh OUT
@@ -91,14 +92,18 @@ if [ "${ANALYZE_ONLY:-0}" != 1 ]; then
     [ -x "$BIN" ] || { echo "error: $BIN is missing: make train_gpt_cpu" >&2; exit 1; }
     for c in $CONFIGS; do config_flags "$c" > /dev/null || exit 1; done
     # stopped just after 0.75 x STEPS (its validation there included): the schedule is still -x STEPS's
-    if [ "${REUSE_REF:-0}" = 1 ] && [ -s "$OUT/ref_s$REF_SEED/log.jsonl" ]; then
+    if [ -n "${TARGET:-}" ]; then
+        echo "[time_to_target] TARGET=$TARGET given: no reference run"
+    elif [ "${REUSE_REF:-0}" = 1 ] && [ -s "$OUT/ref_s$REF_SEED/log.jsonl" ]; then
         echo "[time_to_target] ref_s$REF_SEED: reused (REUSE_REF=1)"
     else
         run "ref_s$REF_SEED" -e d4 --seed "$REF_SEED" --exit-after-steps $((STEPS * 3 / 4 + 1))
     fi
     [ "${REF_ONLY:-0}" = 1 ] && { echo "[time_to_target] REF_ONLY=1: the reference only"; exit 0; }
 fi
-read -r TARGET TARGET_STEP <<< "$(target_of_ref)" || exit 1
+if [ -n "${TARGET:-}" ]; then TARGET_STEP=0; else
+    read -r TARGET TARGET_STEP <<< "$(target_of_ref)" || exit 1
+fi
 [ -n "${TARGET_STEP:-}" ] || exit 1
 echo "[time_to_target] target: val loss $TARGET, d4 AdamW (the default recipe, seed $REF_SEED) at step $TARGET_STEP of $STEPS"
 if [ "${ANALYZE_ONLY:-0}" != 1 ]; then
@@ -134,8 +139,9 @@ ref = load(f"ref_s{ref_seed}")
 if ref:
     tps = tokens_per_step(ref)
     curves[f"ref_s{ref_seed}"] = [(r["step"] * tps, r["val_loss"]) for r in ref if r["kind"] == "val"]
-lines = [f"Target: validation loss {float(target):.4f}, reached by the default recipe (d4, AdamW, seed {ref_seed}) at "
-         f"step {target_step} of {steps}. Muon -l {muon_lr}. Seconds: the trainer's seconds of training (optimizer "
+where = (f"reached by the default recipe (d4, AdamW, seed {ref_seed}) at step {target_step} of {steps}"
+         if int(target_step) > 0 else "given (TARGET=, no reference run)")
+lines = [f"Target: validation loss {float(target):.4f}, {where}. Muon -l {muon_lr}. Seconds: the trainer's seconds of training (optimizer "
          f"steps only), one shared 2-core CPU.", "",
          "| config | seed | steps to target | tokens to target | seconds | tokens / d4_adamw's |",
          "|---|---|---|---|---|---|"]
