@@ -28,7 +28,9 @@
  *               sequence parallel: reduce-scatter + all-gather, the same bytes), exposed 100% (on the critical path).
  *     pp        activation and gradient B T C pb (sequence parallel: / tp) per micro-batch per boundary, the mean
  *               over the stages (the first and last send one way only); exposed:
- *               the 2 (pp-1) v transfers of the fill and drain, the steady state overlaps with compute.
+ *               the 2 (pp-1) v transfers of the fill and drain, the steady state overlaps with compute; with a tied
+ *               head also the wte gradient both ways between the ends (V C / tp pb) and, with 3+ dp ranks or
+ *               compression, the first stage's wte to the last after the update (llmc/pipeline_model.h), exposed.
  *     dp        ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather, ZeRO-2 reduce-scatter every micro-step +
  *               all-gather, ZeRO-3 reduce-scatter every micro-step and all-gathers the parameters in every forward
  *               and backward (none after the update), of the stage's P pb bytes; reductions overlap with one
@@ -311,6 +313,13 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
     r.t_pp = ly->pp > 1 ? 2.0 * (ly->pp - 1) * ly->v * t_p2p : 0.0;
     r.b_pp = ly->pp > 1 ? (2.0 * ly->v - 2.0 / ly->pp) * ly->m * boundary : 0.0; /* mean: the ends send one way */
+    if (ly->pp > 1 && c->arch.tied_head) { /* the tied wte at the two ends (llmc/pipeline_model.h): its gradient sent
+                                            * both ways, and with 3+ dp ranks or compression the first stage's
+                                            * weights to the last after the update; once per step */
+        double wte = (double)c->padded_vocab_size * c->channels / ly->tp * pb, sync = ly->dp >= 3 || ly->compress;
+        r.b_pp += (2.0 + sync) * wte / ly->pp;
+        r.t_pp += (1.0 + sync) * (wte / (pbw * 1e9) + plat * 1e-6);
+    }
     r.bubble = ly->pp > 1 ? pipe_bubble_theory(ly->schedule, ly->pp, ly->m, ly->v) : 0.0;
     plan_evaluate_dp(&r, cl, t_micro);
     plan_evaluate_ep(&r, cl);

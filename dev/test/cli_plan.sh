@@ -13,7 +13,9 @@
 #     parameter, gradient, master and AdamW bytes per stage;
 #   - the planner's data-parallel bytes per step equal the trainer's --comm-stats counters of step 2 (mean over the
 #     ranks) for ZeRO-0/1/2/3 on 2 and 3 processes and for expert parallelism (--ep 2 on dp 2 and 4, --ep 4 on dp 4:
-#     the dense group over dp, the experts' over expert-dp, the experts' norm over ep), and its pipeline boundary bytes those of the pp layouts (gpipe,
+#     the dense group over dp, the experts' over expert-dp, the experts' norm over ep), and its pipeline bytes (the
+#     boundaries, the tied wte's gradient exchange and, on 3+ dp ranks, its sync) those of the pp layouts, but for
+#     the step statistics' few doubles (under 1 KiB) (gpipe,
 #     1f1b with tp and sequence parallelism, interleaved, --pp-layers). The tensor-parallel bytes are not compared
 #     (the planner counts the 4 per-layer all-reduces only, not the vocabulary-parallel loss statistics).
 source "$(dirname "$0")/dp_lib.sh"
@@ -89,7 +91,7 @@ LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "3|-e d2 -z 3 -d 38
 if [ -z "${TESTS_QUICK:-}" ]; then
     LAYOUTS+=("2|-e L2:C64:NH2:E4:K2 -z 0 --ep 2" "4|-e L2:C64:NH2:E4:K2 -z 0 --ep 4" "4|-e L2:C64:NH2:E4:K2 -z 2 --ep 2"
               "2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
-              "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256")
+              "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256" "6|-e d2 --pp 2 -z 1 -d 384")
 fi
 for layout in "${LAYOUTS[@]}"; do
     n=${layout%%|*}; flags=${layout#*|}
@@ -101,10 +103,12 @@ for layout in "${LAYOUTS[@]}"; do
     out=$(ledger_matches "$TMP/run.txt" "$TMP/pl.txt")
     check $(( rc != 0 || $? != 0 )) "np $n $flags: ledger bytes = allocated bytes on every stage, and --plan prints the same parameter, gradient, master, AdamW bytes (run exit $rc): $out"
     if [[ "$flags" == *--pp* ]]; then
-        measured=$(grep -o '^comm: rank [0-9]* step 2 .* boundary sent [0-9]*' "$TMP/run.txt" | awk '{s += $NF; n++} END {if (n) printf "%.2f", s / n}')
+        measured=$(grep -o '^comm: rank [0-9]* step 2 .* boundary sent [0-9]* recv [0-9]* bytes; sent [0-9]*' "$TMP/run.txt" | awk '{s += $NF; n++} END {if (n) printf "%.2f", s / n}')
         planned=$(grep -o '| pp [0-9.]* |' "$TMP/pl.txt" | cut -d' ' -f3)
-        test -n "$measured" && test "$measured" = "$planned"
-        check $? "np $n $flags: pipeline boundary bytes sent per step per process: planned $planned, measured (--comm-stats, step 2, mean of $n ranks) $measured"
+        # the planner leaves out the step statistics' small all-reduces over pp (loss and norm partials, the overflow
+        # flag, the measured bubble: a few doubles per rank), so the measured total may exceed it by under 1 KiB
+        test -n "$measured" && python3 -c "import sys; d = $measured - $planned; sys.exit(0 if 0 <= d < 1024 else 1)"
+        check $? "np $n $flags: pipeline bytes sent per step per process (boundaries and the tied wte at the ends): planned $planned, measured (--comm-stats, step 2, every pp transfer, mean of $n ranks) $measured, the rest under 1 KiB (the step statistics)"
     fi
     if [[ "$flags" != *--tp* && "$flags" != *--pp* ]]; then
         measured=$(grep '^comm: rank [0-9]* step 2 sent' "$TMP/run.txt" | awk '{s += $7; n++} END {if (n) printf "%.2f", s / n}')
