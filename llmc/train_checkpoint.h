@@ -114,6 +114,23 @@ static void moe_reshard_refused(TrainSession* s, int resume_step) {
               "re-sharding MoE optimizer state is not implemented: resume with %s", s->cfg.output_dir, was, now, was);
 }
 
+/* 1 on every rank when some rank's state file of checkpoint resume_step covers another part of the model than this
+ * run gives that rank: another --tp, --pp or stages (--pp-layers, --pp-virtual); a rank without a file (another
+ * process count) counts as unchanged. Every rank looks at its own file; collective over the world. */
+static int checkpoint_cut_changed(TrainSession* s, int resume_step) {
+    char path[1024];
+    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
+    double differs = 0.0;
+    if (file_exists(path)) {
+        TrainState mine;
+        train_state_read_header(path, &mine);
+        differs = mine.tp_size != s->tp->world || mine.pp_size != s->pp->world ||
+                  memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
+    }
+    comm_all_reduce_host_f64(&s->world, &differs, 1);
+    return differs > 0.0;
+}
+
 /* The number of processes that wrote checkpoint resume_step if the layout (processes or ZeRO stage) differs,
  * so the optimizer state must be re-sharded (one line says so); 0 for the same layout. Refuses, one line from
  * rank 0, a checkpoint of another micro-batch, sequence length or number of tokens per step. */
@@ -139,14 +156,8 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
     }
     int changed = h.world != s->world.world || h.zero_stage != s->cfg.zero_stage || h.tp_size != s->tp->world ||
                   h.pp_size != s->pp->world, stages_changed = 0;
-    if (h.pp_size == s->pp->world && h.world == s->world.world && s->pp->world > 1) {
-        /* the same sizes but other stages (--pp-layers, --pp-virtual)? every rank looks at its own file */
-        TrainState mine;
-        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
-        train_state_read_header(path, &mine);
-        double differs = memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
-        comm_all_reduce_host_f64(&s->world, &differs, 1);
-        stages_changed = differs > 0.0;
+    if (h.pp_size == s->pp->world && h.tp_size == s->tp->world && h.world == s->world.world && s->pp->world > 1) {
+        stages_changed = checkpoint_cut_changed(s, resume_step); /* the same sizes but other stages? */
         changed |= stages_changed;
     }
     if (changed && is_rank0(s)) {
@@ -165,25 +176,16 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
  * layers), so a checkpoint written with another --tp, --pp or stages (--pp-layers, --pp-virtual) is refused with one
  * line naming the flags when this run would read its residuals */
 static void resume_residuals_same_cut(TrainSession* s, int resume_step) {
+    if (!checkpoint_cut_changed(s, resume_step)) { return; }
     char path[1024];
-    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, s->world.rank);
-    TrainState mine;
-    double differs = 0.0; /* a rank without a file (another process count): the residual reader refuses that */
-    if (file_exists(path)) {
-        train_state_read_header(path, &mine);
-        differs = mine.tp_size != s->tp->world || mine.pp_size != s->pp->world ||
-                  memcmp(&mine.stage, &s->model.stage, sizeof(GPT2Stage)) != 0;
-    }
-    comm_all_reduce_host_f64(&s->world, &differs, 1);
-    if (differs > 0.0) {
-        checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
-        train_state_read_header(path, &mine); /* rank 0's file names the layout in the one line */
-        FATAL_ALL("cannot resume '%s' with --grad-compress error feedback: its residuals belong to the parameters of "
-                  "--tp %d --pp %d and their stages, this run has --tp %d --pp %d%s; resume with that layout, or with "
-                  "--grad-compress-ef 0 or --grad-compress none to drop them", s->cfg.output_dir, mine.tp_size,
-                  mine.pp_size, s->tp->world, s->pp->world,
-                  mine.tp_size == s->tp->world && mine.pp_size == s->pp->world ? " (other --pp-layers or --pp-virtual)" : "");
-    }
+    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+    TrainState h;
+    train_state_read_header(path, &h); /* rank 0's file names the layout in the one line */
+    FATAL_ALL("cannot resume '%s' with --grad-compress error feedback: its residuals belong to the parameters of "
+              "--tp %d --pp %d and their stages, this run has --tp %d --pp %d%s; resume with that layout, or with "
+              "--grad-compress-ef 0 or --grad-compress none to drop them", s->cfg.output_dir, h.tp_size, h.pp_size,
+              s->tp->world, s->pp->world,
+              h.tp_size == s->tp->world && h.pp_size == s->pp->world ? " (other --pp-layers or --pp-virtual)" : "");
 }
 
 /* --grad-compress error feedback: this rank's residuals of checkpoint resume_step (a file of another data-parallel
