@@ -368,10 +368,10 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
 
 /* the combinations the ledger and the planner evaluate but the trainer does not build */
 static inline LayoutVerdict layout_check_theory(const Layout* l, char* err, size_t cap) {
-    if (l->zero == 3 && (l->tp > 1 || l->pp > 1)) {
-        snprintf(err, cap, "flag -z 3 (ZeRO-3) shards the whole model's parameters over data-parallel processes; it "
-                 "does not combine with --tp %d --pp %d (their parts are not gathered per layer): use -z 2 (-z 0 or 1 "
-                 "with --pp), or --tp 1 --pp 1", l->tp, l->pp);
+    if (l->zero == 3 && l->pp > 1) {
+        snprintf(err, cap, "flag -z 3 (ZeRO-3) does not combine with --pp %d: its gathers and per-micro-step "
+                 "reduce-scatters run layer by layer in one pass's order, which the pipeline schedule interleaves; use "
+                 "-z 0 or -z 1 with --pp", l->pp);
         return LAYOUT_THEORY;
     }
     if (l->zero == 2 && l->pp > 1) {

@@ -657,13 +657,23 @@ static inline size_t zero_param_bytes(const ZeroOptimizer* z) {
 }
 
 /* Writes the full model as a model file at `path` (llmc/model_file.h, always the whole model); `writer` writes.
- * ZeRO-3: every rank of the data-parallel group calls it (the layers are gathered one unit at a time); otherwise as
- * gpt2_write_model. */
+ * ZeRO-3: every rank of the data-parallel group calls it (the layers are gathered one unit at a time); with tensor
+ * parallelism every rank of the tp group too: each tp rank's part is gathered over dp into a device buffer of its
+ * P elements, then the parts over tp as gpt2_write_model does (llmc/sharding.h, shard_gather_full_from); otherwise
+ * as gpt2_write_model. */
 static inline void zero_write_model(ZeroOptimizer* z, const char* path, int writer) {
     if (!z->stage->shards_params) { gpt2_write_model(z->model, path, writer); return; }
-    float* host = writer ? (float*)malloc_check(z->P * sizeof(float), "host copy of weights") : NULL;
-    zero_params_download_full(&z->params, host);
-    if (writer) { gpt2_write_model_file(&z->model->config, z->P, host, NULL, path); }
+    GPT2* m = z->model;
+    float* host = writer ? (float*)malloc_check(m->num_parameters_full * sizeof(float), "host copy of weights") : NULL;
+    if (m->tp.size == 1) {
+        zero_params_download_full(&z->params, host, NULL);
+    } else {
+        floatX* part = (floatX*)dev_malloc(z->P * sizeof(floatX), "this tp rank's parameters (ZeRO-3 model file)");
+        zero_params_download_full(&z->params, NULL, part);
+        shard_gather_full_from(m, part, host);
+        dev_free(part);
+    }
+    if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
     free(host);
 }
 

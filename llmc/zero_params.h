@@ -196,17 +196,20 @@ static inline size_t zero_params_host_bytes(const ZeroParamStore* ps) {
     return ps->host && !ps->shard_borrowed ? ps->S * sizeof(floatX) : 0;
 }
 
-/* The full model's parameters in fp32 into host_full (P floats, flat order; NULL on ranks that do not need them):
- * every rank of the group calls it (unit by unit through the working buffer, so no full copy is ever held on the
- * device). Synchronises; leaves no gather in flight. */
-static inline void zero_params_download_full(ZeroParamStore* ps, float* host_full) {
+/* This instance's parameters (P elements, its flat order: the whole model, or a tensor-parallel rank's part) in
+ * fp32 into host_full and/or as floatX into dev_full (device); either may be NULL (host_full is NULL on ranks that do
+ * not write): every rank of the group calls it, unit by unit through the working buffer, so nothing but dev_full
+ * (when asked for) holds more than the working set. Synchronises; leaves no gather in flight. */
+static inline void zero_params_download_full(ZeroParamStore* ps, float* host_full, floatX* dev_full) {
     for (int l = -1; l < ps->model->n_layers; l++) {
         zero_params_gather(ps, l);
         comm_join(ps->dp);
         CommSegment seg[NUM_PARAMETER_TENSORS];
         int n = zero_params_segments(ps, l, seg);
-        for (int k = 0; host_full && k < n; k++) {
-            dev_download_floats(host_full + seg[k].begin, (const floatX*)seg[k].ptr, seg[k].end - seg[k].begin);
+        for (int k = 0; k < n; k++) {
+            size_t len = seg[k].end - seg[k].begin;
+            if (host_full) { dev_download_floats(host_full + seg[k].begin, (const floatX*)seg[k].ptr, len); }
+            if (dev_full && len) { dev_memcpy_d2d(dev_full + seg[k].begin, seg[k].ptr, len * sizeof(floatX)); }
         }
     }
     ps->pending[0] = ps->pending[1] = -1;

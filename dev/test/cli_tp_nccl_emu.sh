@@ -5,21 +5,22 @@
 # through llmc/comm_nccl.h on its communication stream, as on GPUs. d2 (B=4, T=32), 2 steps. Tolerances:
 # dp_lib.sh and cli_dp_nccl_emu.sh.
 #   - FP32, tp 2, tp 2 with sequence parallelism (2 processes) and tp 2 x dp 2 with sequence parallelism and
-#     ZeRO-1 (4 processes): every run exits 0 after 2 steps; losses and gradient norms equal the CPU build's
+#     ZeRO-1, and tp 2 x dp 2 with ZeRO-3 (each tp rank's part gathered layer by layer over dp through the
+#     NCCL path's all-gathers; 4 processes): every run exits 0 after 2 steps; losses and gradient norms equal the CPU build's
 #     under mpirun with the same flags within 1e-5 relative (another implementation of every op, each agreeing
 #     to ~1e-6 in fp32; test_gpt.cu's fp32 fixture tolerance), the final weights' RMS difference within 1e-5 of
 #     their RMS; the bytes each tensor-parallel group moves per step equal the CPU build's (both count the ring
 #     model of every collective, so the NCCL path issues the same collectives on the same sizes), per rank within
 #     64 bytes (the NCCL counters model a host fp64 all-reduce as twice its reduce-scatter, which for a count not
 #     divisible by tp puts a few values' bytes on another rank than the MPI ring does: the same group total);
-#   - BF16, tp 2 and tp 2 with sequence parallelism: losses equal the fp32 CPU build on one process within 5e-3
+#   - BF16, tp 2, tp 2 with sequence parallelism, and tp 2 x dp 2 with ZeRO-3: losses equal the fp32 CPU build on one process within 5e-3
 #     relative (test_gpt.cu's BF16 step-loss tolerance: bf16 activations and gradients, fp32 master weights).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -x 2 -l 1e-3 --comm-stats 1)
 
-for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1"; do
+for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1" "4 --tp 2 -z 3"; do
     set -- $setup
     N=$1; shift
     name="n$N$(echo "$@" | tr -d ' -')"
@@ -49,3 +50,12 @@ for sp in 0 1; do
     out=$(dp_compare_logs "$TMP/cpu_ref/log.jsonl" "$E/log.jsonl" train loss 5e-3 2)
     check $? "NCCL path, BF16, tp 2, sequence parallel $sp: losses vs the fp32 CPU build on one process: $out"
 done
+
+E="$TMP/bf16_z3"
+$TRAIN "${F[@]}" -d 256 -o "$TMP/cpu_ref256" > "$TMP/cpu_ref256.log" 2>&1
+MPIRUN 4 ./train_gpt_emu_mpi_bf16 "${F[@]}" --tp 2 -z 3 -d 256 -o "$E" > "$E.log" 2>&1
+rc=$?
+test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
+check $? "NCCL path (emulated), BF16, tp 2 x dp 2 -z 3: 2 steps under mpirun (exit $rc)"
+out=$(dp_compare_logs "$TMP/cpu_ref256/log.jsonl" "$E/log.jsonl" train loss 5e-3 2)
+check $? "NCCL path, BF16, tp 2 x dp 2 -z 3: losses vs the fp32 CPU build on one process: $out"

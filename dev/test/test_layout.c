@@ -175,9 +175,14 @@ static void test_options(void) {
 
 static void test_theory(void) {
     Layout l = base(2); l.tp = 2; l.zero = 3;
-    expect("-z 3 with tp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3)", "--tp 2 --pp 1"));
+    expect("-z 3 with tp 2 (each tp rank's part sharded over dp)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
+    l.sp = 1; l.offload_params = 1; l.recompute = 3;
+    expect("-z 3 with tp 2, sequence parallelism, parameter offload, -r 3", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.pp = 2; l.m = 2; l.zero = 3;
-    expect("-z 3 with pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3)", "--tp 1 --pp 2"));
+    expect("-z 3 with pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp 2"));
+    l.tp = 2;
+    expect("-z 3 with tp 2 x pp 2: pp's rule", &l, &D4, 8, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp 2"));
+    l.tp = 1;
     l.zero = 2;
     expect("-z 2 with pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 2 does not combine with --pp 2"));
     l.zero = 1;
