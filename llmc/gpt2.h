@@ -672,9 +672,11 @@ static inline void gpt2_params_needed(GPT2* m, int l, int backward) {
 /* ============================================================ where backward writes gradients */
 
 /* Where gpt2_backward writes the parameter gradients (floatX, accumulated with +=; the owner zeroes them) and
- * whom it tells. Layer l's slice of per-layer tensor i goes to base.t[i] + (l % layer_slots) * layer_stride[i];
- * the global tensors wte, wpe, lnfw, lnfb to base.t[i]. A full flat buffer (gpt2_grad_target_full) has
- * layer_slots = L and layer_stride = the per-layer size; ZeRO-2's two reused layer slots have layer_slots = 2.
+ * whom it tells. Layer l's slice of per-layer tensor i goes to base.t[i] + ((l + layer_offset) % layer_slots) *
+ * layer_stride[i]; the global tensors wte, wpe, lnfw, lnfb to base.t[i]. A full flat buffer (gpt2_grad_target_full)
+ * has layer_slots = L and layer_stride = the per-layer size; ZeRO-2's two reused layer slots have layer_slots = 2;
+ * layer_offset is 0 but for a pipeline chunk (llmc/pipeline_model.h), whose layer l is its stage's layer_offset + l
+ * (its first layer's index in the stage) and takes that layer's place or slot.
  * Hooks (each may be NULL), called on the host in stream order during gpt2_backward with `ctx`:
  *   backward_begin(ctx)   before the first gradient of this backward is written
  *   layer_begin(ctx, l)   before layer l's gradients are written (l = L-1 .. 0)
@@ -685,6 +687,7 @@ typedef struct {
     ParameterTensors base;
     size_t layer_stride[NUM_PARAMETER_TENSORS];
     int layer_slots;
+    int layer_offset;           /* a pipeline chunk's first layer in its stage (0 otherwise) */
     void (*backward_begin)(void* ctx);
     void (*layer_begin)(void* ctx, int l);
     void (*layer_ready)(void* ctx, int l);
@@ -705,7 +708,7 @@ static inline GPT2GradTarget gpt2_grad_target_full(const GPT2* m, floatX* grads)
 
 /* where backward writes the gradient of layer l's slice of per-layer tensor i */
 static inline floatX* gpt2_layer_grad(const GPT2GradTarget* g, int i, int l) {
-    return g->base.t[i] + (size_t)(l % g->layer_slots) * g->layer_stride[i];
+    return g->base.t[i] + (size_t)((l + g->layer_offset) % g->layer_slots) * g->layer_stride[i];
 }
 
 /* One piece of a gradient bucket: grad[k] is the gradient of flat parameter begin + k, k < end - begin. */

@@ -369,14 +369,8 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
 /* the combinations the ledger and the planner evaluate but the trainer does not build */
 static inline LayoutVerdict layout_check_theory(const Layout* l, char* err, size_t cap) {
     if (l->zero == 3 && l->pp > 1) {
-        snprintf(err, cap, "flag -z 3 (ZeRO-3) does not combine with --pp %d: its gathers and per-micro-step "
-                 "reduce-scatters run layer by layer in one pass's order, which the pipeline schedule interleaves; use "
-                 "-z 0 or -z 1 with --pp", l->pp);
-        return LAYOUT_THEORY;
-    }
-    if (l->zero == 2 && l->pp > 1) {
-        snprintf(err, cap, "flag -z 2 does not combine with --pp %d: ZeRO-2 reduces every micro-step's gradients layer "
-                 "by layer in backward order, which the pipeline schedule interleaves; use -z 0 or -z 1", l->pp);
+        snprintf(err, cap, "flag -z 3 (ZeRO-3) does not combine with --pp %d: its parameter gathers prefetch layer by "
+                 "layer in one pass's order, which the pipeline schedule interleaves; use -z 0, 1 or 2 with --pp", l->pp);
         return LAYOUT_THEORY;
     }
     return LAYOUT_BUILDABLE;

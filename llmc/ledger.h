@@ -35,7 +35,7 @@
  * S * pb, or nothing extra in fp32 builds with --offload-optimizer cpu, whose fp32 weights are the shard itself;
  * the optimizer offload then writes the parameters in place and needs no parameter staging chunks. PCIe per step:
  * ledger_offload_params_step_bytes.
- * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 or ZeRO-2 with pp.
+ * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with pp.
  * Expert parallelism (ep > 1, as the trainer builds it, llmc/zero_experts.h): each rank holds E/ep experts of every
  * MoE block, the router whole; two ZeRO groups, the dense tensors over dp (shard Sd) and the rank's experts over the
  * dp/ep ranks holding the same experts (S_exp); parameters one unpadded buffer of P, gradients each group's padded
@@ -75,6 +75,8 @@ static inline int ledger_ep(const LedgerLayout* l) { return l->layout.ep > 1 ? l
 typedef struct {
     int stage;
     size_t P, S;              /* this rank's parameters, shard ceil(P/dp) (ep > 1: the sums of the two groups below) */
+    size_t globals;           /* of P, the global tensors' elements (wte, wpe, lnfw, lnfb this stage holds; ep > 1:
+                               * with the experts' tensors, which are global to the ZeRO store too) */
     size_t P_exp, S_exp;      /* ep > 1: this rank's expert elements (its E/ep experts of every MoE block) and their
                                * shard ceil(P_exp / (dp/ep)) over the ranks holding the same experts; 0 otherwise */
     size_t a2a;               /* ep > 1: the all-to-all send and receive buffers (bytes) */
@@ -199,6 +201,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
         r.a2a = 2 * R * (size_t)c->channels * pb; /* receive of the dispatch, send of the combine */
     }
     size_t range = l->layout.zero >= 1 ? r.S : r.P;
+    r.globals = globals;
     size_t a_slot = (slot + 127) / 128 * 128, a_glob = (globals + 127) / 128 * 128;
     if (ep > 1) { /* the groups' ZeRO-2 globals are two allocations, each 256-byte aligned (llmc/zero_experts.h) */
         a_glob = (globals - r.P_exp + 127) / 128 * 128 + (r.P_exp + 127) / 128 * 128;

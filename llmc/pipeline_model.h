@@ -79,15 +79,15 @@ static inline void pipeline_hook_layer_begin(void* ctx, int l) {
 static inline void pipeline_hook_layer_ready(void* ctx, int l) {
     PipelineHookCtx* h = (PipelineHookCtx*)ctx;
     const GPT2GradTarget* z = &h->pl->zero->target;
-    if (l >= 0 && z->layer_ready) { z->layer_ready(z->ctx, h->j0 + l); } /* -1: after the embedding sum */
-}
-static inline void pipeline_hook_backward_begin(void* ctx) {
-    PipelineHookCtx* h = (PipelineHookCtx*)ctx;
-    const GPT2GradTarget* z = &h->pl->zero->target;
-    if (z->backward_begin) { z->backward_begin(z->ctx); }
+    if (l >= 0 && z->layer_ready) { z->layer_ready(z->ctx, h->j0 + l); }
+    /* -1 (the global tensors' bucket) waits for the embedding sum at the end of the step; ZeRO-2/3 fold this pass's
+     * last layer bucket now, before another pass reuses its slot */
+    if (l < 0 && z->layer_ready) { profile_begin(PROFILE_COMM_DP); zero2_fold_pending(h->pl->zero); profile_end(); }
 }
 
-/* chunk k's target over the store's current target (zero_micro_step decides its hooks) */
+/* chunk k's target over the store's current target (zero_micro_step decides its hooks): its layer l is the stage's
+ * layer j0 + l (the full buffer's place or ZeRO-2's slot of that layer). No backward_begin: what it zeroes (ZeRO-2's
+ * global tensors' gradients) accumulates over the step's micro-batches here and is zeroed by zero_begin_step. */
 static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     const GPT2GradTarget* z = &pl->zero->target;
     GPT2GradTarget* g = &pl->target[k];
@@ -96,12 +96,9 @@ static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     h->chunk = k;
     h->j0 = gpt2_stage_chunk_offset(&pl->model->stage, k);
     *g = *z;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (gpt2_is_per_layer(&pl->model->config, i)) { g->base.t[i] = z->base.t[i] + (size_t)h->j0 * z->layer_stride[i]; }
-    }
-    g->layer_slots = pl->chunk[k]->n_layers;
+    g->layer_offset = h->j0;
     g->ctx = h;
-    g->backward_begin = pipeline_hook_backward_begin;
+    g->backward_begin = NULL;
     g->layer_begin = pipeline_hook_layer_begin;
     g->layer_ready = pipeline_hook_layer_ready;
     return g;

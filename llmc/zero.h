@@ -90,6 +90,8 @@ struct ZeroOptimizer {
     int reducing;                  /* the current micro-step's backward issues buckets */
     int streaming;                 /* --offload-optimizer: the current micro-step's hook streams the reduced buckets
                                     * down to the host (the step's last micro-step, without gradient compression) */
+    int has_pending, pending;      /* ZeRO-2/3: layer `pending`'s reduce-scatter is in flight, not yet folded into the
+                                    * shard accumulator (zero2_fold_pending) */
     /* gradient storage: the full buffer (ZeRO-0/1) ... */
     floatX* grads;
     /* ... or ZeRO-2's one allocation: [slot 0 | slot 1 | wte, wpe, lnfw, lnfb | own shard accumulator] */
@@ -209,6 +211,9 @@ static inline void zero2_allocate_grads(ZeroOptimizer* z) {
 
 static inline void zero2_begin_step(ZeroOptimizer* z) {
     dev_memset(z->grad_shard, 0, (z->own_end - z->own_start) * sizeof(floatX));
+    /* a pipeline accumulates the global tensors' gradients over its micro-batches (no backward_begin there) */
+    dev_memset(z->grad_globals, 0, z->grad_globals_elems * sizeof(floatX));
+    z->has_pending = 0;
 }
 static inline const floatX* zero2_grad_at(const ZeroOptimizer* z, size_t i) { return z->grad_shard + (i - z->own_start); }
 
@@ -235,27 +240,40 @@ static inline void zero2_accumulate_owned(ZeroOptimizer* z, const CommSegment* s
     }
 }
 
-/* ZeRO-2: bucket `layer` is reduce-scattered; the previous bucket (issued by the previous call) is first folded
- * into the shard accumulator, after its fence, before backward zeroes its slot for layer - 1 */
+static inline void zero_offload_stream_bucket(ZeroOptimizer* z, int layer); /* below */
+
+/* ZeRO-2/3: folds the bucket whose reduce-scatter is in flight (if any) into the shard accumulator after its fence,
+ * and streams it to the host when this micro-step streams (--offload-optimizer: it is final then). Called before
+ * the next bucket is issued and at the end of every pipeline backward pass (llmc/pipeline_model.h), so a layer
+ * slot is folded before a later backward zeroes it. */
+static inline void zero2_fold_pending(ZeroOptimizer* z) {
+    if (!z->has_pending) { return; }
+    CommSegment seg[NUM_PARAMETER_TENSORS];
+    int n = zero_bucket_segments(z, z->pending, seg);
+    comm_fence_wait(z->dp, z->pending & 1);
+    zero2_accumulate_owned(z, seg, n);
+    if (z->streaming) { zero_offload_stream_bucket(z, z->pending); }
+    z->has_pending = 0;
+}
+
+/* ZeRO-2: bucket `layer` is reduce-scattered; the previous bucket (issued by the previous call of this backward) is
+ * first folded into the shard accumulator, after its fence, before backward zeroes its slot for layer - 1. The
+ * global tensors' bucket (-1) is folded at once (before the next micro-step zeroes grad_globals). */
 static inline void zero2_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
     Comm* c = z->dp;
+    zero2_fold_pending(z);
     CommSegment seg[NUM_PARAMETER_TENSORS];
     int n = zero_bucket_segments(z, layer, seg);
-    int prev = layer >= 0 ? layer + 1 : 0; /* the bucket issued by the previous call */
-    if (prev < z->model->n_layers) {
-        CommSegment pseg[NUM_PARAMETER_TENSORS];
-        int pn = zero_bucket_segments(z, prev, pseg);
-        comm_fence_wait(c, prev & 1);
-        zero2_accumulate_owned(z, pseg, pn);
-    }
     comm_reduce_scatter_segments(c, seg, n, z->dtype, z->S);
     if (layer >= 0) {
         comm_fence_record(c, layer & 1);
+        z->has_pending = 1;
+        z->pending = layer;
     } else {
         comm_fence_record(c, 2);
         comm_fence_wait(c, 2);
-        zero2_accumulate_owned(z, seg, n); /* before the next micro-step zeroes grad_globals */
+        zero2_accumulate_owned(z, seg, n);
     }
 }
 
@@ -299,12 +317,9 @@ static inline void zero_offload_stream_bucket(ZeroOptimizer* z, int layer) {
 }
 
 /* --offload-optimizer, after bucket `layer`'s collective: streams the buckets whose reduced gradients are now final:
- * ZeRO-0/1 this one; ZeRO-2/3 the one folded into the shard accumulator by this call (the previous bucket; at layer -1
- * also bucket -1 itself) */
+ * ZeRO-0/1 this one; ZeRO-2/3 bucket -1 (the layers' buckets stream as they are folded: zero2_fold_pending) */
 static inline void zero_offload_stream_final(ZeroOptimizer* z, int layer) {
     if (!z->stage->reduces_every_micro_step) { zero_offload_stream_bucket(z, layer); return; }
-    int prev = layer >= 0 ? layer + 1 : 0;
-    if (prev < z->model->n_layers) { zero_offload_stream_bucket(z, prev); }
     if (layer < 0) { zero_offload_stream_bucket(z, -1); }
 }
 
@@ -710,12 +725,23 @@ static inline double zero_muon_bytes(const ZeroOptimizer* z) {
  * "ZeRO and the gradient store"): (N-1)/N of the P parameter elements (floatX) times 2 where the gradients are
  * reduced once per step (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather), accum + 1 where every micro-step
  * reduce-scatters (ZeRO-2, one all-gather after the update), 3 accum where the parameters are sharded too (ZeRO-3:
- * per micro-step an all-gather for the forward, one for the backward and a reduce-scatter). Leaves out the step
- * statistics (N + 2 fp64 values) and the padding (fewer than N elements per collective); 0 for one process. */
-static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum) {
+ * per micro-step an all-gather for the forward, one for the backward and a reduce-scatter). In a pipeline
+ * (pipelined = 1) ZeRO-2 reduce-scatters the global tensors' bucket (wte, wpe, lnf of this stage) once per step,
+ * after the tied embedding's sum (llmc/pipeline_model.h): accum x the layers' elements + the globals + P. Leaves out
+ * the step statistics (N + 2 fp64 values) and the padding (fewer than N elements per collective); 0 for one
+ * process. */
+static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum, int pipelined) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
-    return times * r * (double)z->P * (double)sizeof(floatX) + zero_muon_bytes(z);
+    double elems = times * (double)z->P;
+    if (pipelined && z->stage->reduces_every_micro_step && !z->stage->shards_params) {
+        double globals = 0.0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            if (!gpt2_is_per_layer(&z->model->config, i)) { globals += (double)z->model->param_sizes[i]; }
+        }
+        elems = accum * ((double)z->P - globals) + globals + (double)z->P;
+    }
+    return elems * r * (double)sizeof(floatX) + zero_muon_bytes(z);
 }
 
 /* ---------------------------------------------------------------- memory ledger */

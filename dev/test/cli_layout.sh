@@ -28,7 +28,7 @@ CELLS=(
 "2|buildable|DENSE|--pp 2 --pp-schedule gpipe"
 "2|buildable|DENSE|--pp 2 -d 256 --pp-schedule interleaved --pp-virtual 2"
 "2|invalid|DENSE|--pp 2 -d 384 --pp-schedule interleaved --pp-virtual 2"
-"2|theory|DENSE|--pp 2 -d 256 -z 2"
+"2|buildable|DENSE|--pp 2 -d 256 -z 2"
 "2|theory|DENSE|--pp 2 -d 256 -z 3"
 "4|buildable|DENSE|--tp 2 -z 3 -d 256"
 "4|buildable|DENSE|--tp 2 --pp 2 -d 256 -z 1"
