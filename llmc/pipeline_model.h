@@ -268,11 +268,16 @@ static inline void pipeline_sync_embedding(Pipeline* pl) {
     if (!pl->wte_sync) { return; }
     floatX* w = pl->model->params.t[P_WTE];
     size_t n = pl->model->param_sizes[P_WTE];
-    CommP2P op = {pl->model->stage.has_embedding, pl->model->stage.has_embedding ? pl->p - 1 : 0, w,
-                  floatx_comm_dtype(), n, 0};
+    int first = pl->model->stage.has_embedding, sharded = pl->zero && zero_params_sharded(pl->zero);
+    CommP2P op = {first, first ? pl->p - 1 : 0, w, floatx_comm_dtype(), n, 0};
     profile_begin(PROFILE_COMM_PP);
+    if (sharded && first) { /* ZeRO-3: the updated wte gathered over dp into the working buffer first */
+        zero_params_gather(&pl->zero->params, -1);
+        comm_join(pl->zero->dp);
+    }
     comm_p2p_batch(pl->pp, &op, 1);
     comm_join(pl->pp); /* the next forward reads the received copy */
+    if (sharded && !first) { zero_params_set_range(&pl->zero->params, w, 0, n); } /* wte is flat [0, V C) */
     profile_end();
 }
 
@@ -333,15 +338,16 @@ static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits
 }
 
 /* The full model's parameters (fp32, file order) into host_full on pipeline rank 0's tp rank 0 (NULL elsewhere):
- * each stage gathers its part over tp (shard_gather_full) and its tp rank 0 sends it, in the stage's own order, to
+ * each stage gathers its part over tp (shard_gather_full_from; src: the stage's flat parameters on the device, the
+ * model's own buffer or, under ZeRO-3, a gathered copy) and its tp rank 0 sends it, in the stage's own order, to
  * pipeline rank 0, which puts every stage's pieces in place. Collective over the pp and tp groups. */
-static inline void pipeline_gather_model(Pipeline* pl, float* host_full) {
+static inline void pipeline_gather_model(Pipeline* pl, const floatX* src, float* host_full) {
     GPT2* m = pl->model;
     const GPT2Config* c = &m->config;
     int tp0 = m->tp.rank == 0;
     float* mine = tp0 && pl->rank != 0 ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (gather)")
                                         : NULL;
-    shard_gather_full(m, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
+    shard_gather_full_from(m, src, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
     if (pl->p > 1 && tp0) {
         for (int s = 1; s < pl->p; s++) {
             if (pl->rank != 0 && pl->rank != s) { continue; }
@@ -419,14 +425,23 @@ static inline void pipeline_sample_logits(void* ctx, const int* host_tokens, int
 }
 
 /* Writes the full model file at `path` from every stage (gpt2_write_model_file; BF16 builds: the bf16 values,
- * exact through fp32). Every rank of the pp and tp groups calls; the caller with `writer` set (pipeline rank 0, tp
- * rank 0) writes. */
-static inline void pipeline_write_model(Pipeline* pl, const char* path, int writer) {
+ * exact through fp32). Every rank of the pp and tp groups of the first data-parallel replica calls (`replica0`; the
+ * others only under ZeRO-3, whose stage parameters every rank of the dp group first gathers into one device buffer:
+ * zero_params_download_full); the caller with `writer` set (pipeline rank 0, tp rank 0) writes. */
+static inline void pipeline_write_model(Pipeline* pl, ZeroOptimizer* z, const char* path, int writer, int replica0) {
     GPT2* m = pl->model;
-    float* host = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (file)") : NULL;
-    pipeline_gather_model(pl, host);
-    if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
-    free(host);
+    floatX* part = NULL;
+    if (zero_params_sharded(z)) {
+        part = (floatX*)dev_malloc(z->P * sizeof(floatX), "this stage's parameters (ZeRO-3 model file)");
+        zero_params_download_full(&z->params, NULL, part);
+    }
+    if (replica0) {
+        float* host = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (file)") : NULL;
+        pipeline_gather_model(pl, part ? part : m->params_memory, host);
+        if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
+        free(host);
+    }
+    if (part) { dev_free(part); }
 }
 
 /* Prints one line per pipeline stage (its layers, ends, parameters and bytes of weights + gradients + fp32 AdamW

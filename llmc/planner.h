@@ -155,7 +155,7 @@ static inline double plan_all_to_all(double bytes, int n, double bw, double lat)
 /* one data-parallel group's collectives per optimizer step (see the header comment, dp): exposed seconds in *t and
  * bytes sent per rank in *bytes, for n ranks over a link of bw GB/s and lat us; padded: the padded n x S buffer's
  * bytes (the reductions' and all-gathers' time), real: the real P values' bytes (what the trainer's reductions send);
- * once: of real, the bytes ZeRO-2 reduces once per step instead of every micro-batch (a pipeline stage's global
+ * once: of real, the bytes ZeRO-2/3 reduce once per step instead of every micro-batch (a pipeline stage's global
  * tensors, held back for the tied embedding's sum; 0 elsewhere); t_fwd, t_bwd: one micro-batch's forward and
  * backward (the overlap windows) */
 static inline void plan_dp_group(int zero, int m, int n, double padded, double real, double once, double bw, double lat,
@@ -163,7 +163,7 @@ static inline void plan_dp_group(int zero, int m, int n, double padded, double r
     double t_reduce = zero == 0 ? plan_allreduce(padded, n, bw, lat) : plan_ring_half(padded, n, bw, lat);
     double t_gather = zero >= 1 ? plan_ring_half(padded, n, bw, lat) : 0.0;
     double reduces = zero >= 2 ? m : 1;
-    if (zero == 2 && once > 0.0 && real > 0.0) { reduces = (m * (real - once) + once) / real; }
+    if (zero >= 2 && once > 0.0 && real > 0.0) { reduces = (m * (real - once) + once) / real; }
     *t = reduces * fmax(0.0, t_reduce - t_bwd) + (zero == 3 ? 0.0 : t_gather);
     if (zero == 3) { *t += m * (fmax(0.0, t_gather - t_fwd) + fmax(0.0, t_gather - t_bwd)); }
     /* the trainer's reductions send the real [0, P) only, its all-gather after the update the padded n x S; ZeRO-3
@@ -219,6 +219,9 @@ static inline void plan_evaluate_dp(PlanResult* r, const PlanCluster* cl, double
     if (ep > 1) { /* the local experts' gradients reduce over the dp/ep ranks holding the same experts */
         double Pe = (double)r->mem.P_exp * pb;
         plan_dp_group(zero, m, edp, Pe, Pe, 0.0, dbw, dlat, t_fwd, t_bwd, &t_exp, &b_exp);
+    }
+    if (zero == 3 && ly->pp > 1 && dp >= 3 && l->cfg.arch.tied_head && r->mem.stage == 0) {
+        b_dense += (dp - 1.0) / dp * once; /* the first stage's extra gather of its globals for the tied wte's sync */
     }
     r->t_dp = t_dense + t_exp;
     r->b_dp = dp > 1 ? b_dense + b_exp + 2.0 * ((dp - 1.0) / dp) * 8.0 * (zero >= 1 ? dp + 2 : 1) : 0.0;
@@ -456,7 +459,7 @@ static inline int plan_cmp(const void* a, const void* b) {
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
  * and 3 (base's recompute_every), the 1f1b schedule and interleaved with v 2, sequence parallel with tp > 1, and for
  * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
- * invalid ones are skipped, theory-only ones (ZeRO-3 with pp) kept with theory = 1. Returns
+ * invalid ones are skipped, theory-only ones (ZeRO-3 with the interleaved schedule) kept with theory = 1. Returns
  * the count in *n of a malloc'd array sorted best first (fitting layouts first, then by tokens/s, then by less
  * memory), one per (tp, pp, ep) (its best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,

@@ -121,7 +121,7 @@ static void print_comm_stats(TrainSession* s, const StepResult* r) {
     printf("comm: rank %d step %d sent %llu recv %llu bytes in %llu calls (zero %d, world %d, P %zu, S %zu)",
            c->rank, s->step, n.bytes_sent, n.bytes_recv, n.calls, s->cfg.zero_stage,
            c->world, s->zero.P, s->zero.S);
-    if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->layout.m, s->layout.pp > 1)); }
+    if (!s->zero.compress) { printf(" ring theory %.0f", zero_step_bytes_theory(&s->zero, s->layout.m, s->layout.pp > 1, s->pipe.wte_sync && s->model.stage.has_embedding)); }
     if (r->off_d2h_theory > 0) { /* this rank's own offload bytes (the step line is rank 0's) */
         printf(" | offload PCIe %.0f+%.0f bytes (theory %.0f+%.0f)", r->off_d2h, r->off_h2d, r->off_d2h_theory,
                r->off_h2d_theory);

@@ -726,20 +726,22 @@ static inline double zero_muon_bytes(const ZeroOptimizer* z) {
  * reduced once per step (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter + all-gather), accum + 1 where every micro-step
  * reduce-scatters (ZeRO-2, one all-gather after the update), 3 accum where the parameters are sharded too (ZeRO-3:
  * per micro-step an all-gather for the forward, one for the backward and a reduce-scatter). In a pipeline
- * (pipelined = 1) ZeRO-2 reduce-scatters the global tensors' bucket (wte, wpe, lnf of this stage) once per step,
- * after the tied embedding's sum (llmc/pipeline_model.h): accum x the layers' elements + the globals + P. Leaves out
- * the step statistics (N + 2 fp64 values) and the padding (fewer than N elements per collective); 0 for one
- * process. */
-static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum, int pipelined) {
+ * (pipelined = 1) ZeRO-2/3 reduce-scatter the global tensors' bucket (wte, wpe, lnf of this stage) once per step,
+ * after the tied embedding's sum (llmc/pipeline_model.h): accum x the layers' elements + the globals, + P for ZeRO-2's
+ * all-gather or 2 accum P for ZeRO-3's gathers; sync_gather: 1 where ZeRO-3's first stage gathers its global unit
+ * once more for the tied wte's sync (pipeline_sync_embedding). Leaves out the step statistics (N + 2 fp64 values)
+ * and the padding (fewer than N elements per collective); 0 for one process. */
+static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum, int pipelined, int sync_gather) {
     double r = (z->dp->world - 1.0) / z->dp->world, times = z->stage->shards_params ? 3.0 * accum
                                                             : z->stage->reduces_every_micro_step ? accum + 1.0 : 2.0;
     double elems = times * (double)z->P;
-    if (pipelined && z->stage->reduces_every_micro_step && !z->stage->shards_params) {
+    if (pipelined && z->stage->reduces_every_micro_step) {
         double globals = 0.0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             if (!gpt2_is_per_layer(&z->model->config, i)) { globals += (double)z->model->param_sizes[i]; }
         }
-        elems = accum * ((double)z->P - globals) + globals + (double)z->P;
+        elems = accum * ((double)z->P - globals) + globals +
+                (z->stage->shards_params ? 2.0 * accum * (double)z->P + (sync_gather ? globals : 0.0) : (double)z->P);
     }
     return elems * r * (double)sizeof(floatX) + zero_muon_bytes(z);
 }

@@ -215,19 +215,26 @@ static inline void zero_params_download_full(ZeroParamStore* ps, float* host_ful
     ps->pending[0] = ps->pending[1] = -1;
 }
 
+/* replaces the elements of this rank's shard that lie in the flat range [begin, end) by src (device, floatX; src[0] is
+ * element begin); the rest of the shard is left as it is */
+static inline void zero_params_set_range(ZeroParamStore* ps, const floatX* src, size_t begin, size_t end) {
+    size_t a = ps->own_start, lo = begin > a ? begin : a, hi = a + ps->S;
+    hi = hi < end ? hi : end;
+    if (hi <= lo) { return; }
+    if (ps->host) { /* no copy out of the shard may still be in flight when the host writes it */
+        dev_synchronize();
+        dev_memcpy_d2h(ps->shard + (lo - a), src + (lo - begin), (hi - lo) * sizeof(floatX));
+    } else {
+        dev_memcpy_d2d(ps->shard + (lo - a), src + (lo - begin), (hi - lo) * sizeof(floatX));
+    }
+}
+
 /* replaces this rank's shard by elements [own_start, own_start + S) of the full parameters `full` (device, P
  * floatX, the flat order); the shard's tail past P stays zero */
 static inline void zero_params_set_from_full(ZeroParamStore* ps, const floatX* full) {
-    size_t lo = ps->own_start < ps->P ? ps->own_start : ps->P, hi = ps->own_start + ps->S;
-    hi = hi < ps->P ? hi : ps->P;
-    if (ps->host) { /* no copy out of the shard may still be in flight when the host writes it */
-        dev_synchronize();
-        memset(ps->shard, 0, ps->S * sizeof(floatX));
-        if (hi > lo) { dev_memcpy_d2h(ps->shard, full + lo, (hi - lo) * sizeof(floatX)); }
-        return;
-    }
-    dev_memset(ps->shard, 0, ps->S * sizeof(floatX));
-    if (hi > lo) { dev_memcpy_d2d(ps->shard, full + lo, (hi - lo) * sizeof(floatX)); }
+    if (ps->host) { dev_synchronize(); memset(ps->shard, 0, ps->S * sizeof(floatX)); }
+    else { dev_memset(ps->shard, 0, ps->S * sizeof(floatX)); }
+    zero_params_set_range(ps, full, 0, ps->P);
 }
 
 /* frees the shard (the working buffer is the model's params_memory: gpt2_free frees it; a borrowed shard is its

@@ -14,7 +14,7 @@
 #     the straight ZeRO-3 run (the ZeRO-3 resume also gives the same optimizer shard file); a
 #     ZeRO-1 checkpoint of 3 processes resumed at ZeRO-3 on 2 continues within T(4) of the straight run (the model
 #     file is the full model either way);
-#   - -z 3 with --pp or --grad-compress is refused with one line (with --tp: cli_zero3_tp.sh);
+#   - -z 3 with --grad-compress is refused with one line (with --tp: cli_zero3_tp.sh; with --pp: cli_pp_zero.sh);
 #   - d12 on 4 processes (--dry-run 1): the ledger equals the allocation, and the parameters held are the shard +
 #     2 layers + wte/wpe/lnf (below the full buffer).
 source "$(dirname "$0")/dp_lib.sh"
@@ -116,7 +116,6 @@ check $? "ZeRO-1 (3 processes) resumed at ZeRO-3 (2 processes) vs 4 straight ZeR
 
 # refusals
 Q=(-e L2:C64:NH2 -b 2 -t 32 -j '' -g 0 -x 1)
-dp_refused 2 "-z 3" "-z 3 with --pp 2" "${Q[@]}" -z 3 --pp 2 -d 128
 dp_refused 2 "-z 1" "-z 3 with --grad-compress int8" "${R[@]}" -z 3 --grad-compress int8
 
 # d12 on 4 processes, set up without training

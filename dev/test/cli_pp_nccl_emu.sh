@@ -5,7 +5,8 @@
 # d8 (B=2, T=16), 2 steps. Tolerances: those of cli_tp_nccl_emu.sh.
 #   - FP32, pp 2 1f1b (m = 4), pp 2 interleaved (v = 2, m = 4), tp 2 x pp 2 with ZeRO-1 (4 processes, m = 4) and
 #     pp 2 x dp 2 with ZeRO-2, interleaved over chunks of one layer (v = 4, m = 2: every pass's buckets reduce-scattered
-#     on the communication stream, folded after their fences, odd chunks in the other slot):
+#     on the communication stream, folded after their fences, odd chunks in the other slot), and pp 2 x dp 2 with
+#     ZeRO-3 (1f1b, m = 2: each stage's layers gathered on the communication stream in every pass):
 #     every run exits 0 after 2 steps; losses and gradient norms equal the CPU build's under mpirun with the same
 #     flags within 1e-5 relative, the final weights' RMS difference within 1e-5 of their RMS; the boundary bytes
 #     each rank moves per step equal the CPU build's exactly (the same transfers);
@@ -16,7 +17,7 @@ dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 F=(-e d8 -b 2 -t 16 -j '' -g 0 -x 2 -l 1e-3 -d 128 --comm-stats 1)
 
 for setup in "2 --pp 2" "2 --pp 2 --pp-schedule interleaved --pp-virtual 2" "4 --tp 2 --pp 2 -z 1" \
-             "4 --pp 2 -z 2 --pp-schedule interleaved --pp-virtual 4"; do
+             "4 --pp 2 -z 2 --pp-schedule interleaved --pp-virtual 4" "4 --pp 2 -z 3"; do
     set -- $setup
     N=$1; shift
     name="n$N$(echo "$@" | tr -d ' -')"

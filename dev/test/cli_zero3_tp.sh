@@ -12,8 +12,7 @@
 #     (two all-gathers and a reduce-scatter of the tp rank's part) within 256 bytes per collective;
 #   - checkpoints: resumed at -z 3 on the same layout (model and every state file bit for bit), at -z 1 (bit for
 #     bit: one micro-step), re-sharded to tp 1 x dp 2 at -z 3 and from a tp 1 x dp 2 -z 1 checkpoint to tp 2 x dp 2
-#     at -z 3 (within T(4));
-#   - -z 3 with --tp 2 --pp 2 is refused with pp's sentence.
+#     at -z 3 (within T(4)). (tp 2 x pp 2 x dp 2 at -z 3: cli_pp_zero.sh.)
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L3:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
@@ -105,5 +104,3 @@ MPIRUN 4 $TRAIN "${M[@]}" --tp 2 -z 3 -d 128 -o "$TMP/s2" -y 1 > "$TMP/s2.log" 2
 out=$(dp_compare_logs "$TMP/s/log.jsonl" "$TMP/s2/log.jsonl" train loss $T4 4) && \
     out="$out; $(dp_compare_models_rms "$TMP/s/model_00000004.bin" "$TMP/s2/model_00000004.bin" $T4)"
 check $? "a tp 1 x dp 2 -z 1 checkpoint resumed at tp 2 x dp 2 -z 3 (announced) vs the straight -z 1 run (T(4)): $out"
-
-dp_refused 4 "-z 3 (ZeRO-3) does not combine with --pp 2" "-z 3 with --tp 2 --pp 2" "${M[@]}" -z 3 --tp 2 --pp 2 -d 128

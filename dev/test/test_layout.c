@@ -179,16 +179,18 @@ static void test_theory(void) {
     l.sp = 1; l.offload_params = 1; l.recompute = 3;
     expect("-z 3 with tp 2, sequence parallelism, parameter offload, -r 3", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.pp = 2; l.m = 2; l.zero = 3;
-    expect("-z 3 with pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp 2"));
-    l.tp = 2;
-    expect("-z 3 with tp 2 x pp 2: pp's rule", &l, &D4, 8, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp 2"));
-    l.tp = 1;
+    expect("-z 3 with pp 2 (1f1b)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
+    l.tp = 2; l.schedule = PIPE_GPIPE;
+    expect("-z 3 with tp 2 x pp 2 (gpipe)", &l, &D4, 8, LAYOUT_BUILDABLE, NULL);
+    l.tp = 1; l.schedule = PIPE_INTERLEAVED; l.v = 2;
+    expect("-z 3 with interleaved pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp-schedule interleaved"));
+    l.schedule = PIPE_1F1B; l.v = 1;
     l.zero = 2;
     expect("-z 2 with pp 2 (each pass's buckets reduce-scattered as the schedule runs it)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l.zero = 1;
     expect("-z 1 with pp 2", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
-    l.zero = 3; l.m = 1; /* invalid (m < pp) comes before theory (ZeRO-3 with pp) */
-    expect("-z 3 with pp 2 and m 1: the invalid rule first", &l, &D4, 4, LAYOUT_INVALID, NEEDLES("at least 2 micro-batches"));
+    l.zero = 3; l.m = 1; l.schedule = PIPE_INTERLEAVED; l.v = 2; /* invalid (m < pp) before theory (ZeRO-3, interleaved) */
+    expect("-z 3 with interleaved pp 2 and m 1: the invalid rule first", &l, &D4, 4, LAYOUT_INVALID, NEEDLES("micro-batches"));
 }
 
 /* the first problem wins, whatever else is wrong: the rules are checked in a fixed order */

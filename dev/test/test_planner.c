@@ -9,7 +9,7 @@
  *   megatron  Narayanan et al. 2021 Table 1: predicted TFLOP/s per GPU within +-20% with one GEMM efficiency;
  *   llmc      llm.c's GPT-2 124M-1558M runs on 8 A100/H100: predicted tokens/s within +-20%, the same efficiency;
  * mixture of experts in the plan (the :E:K shape, active-parameter FLOPs, experts over ep, the all-to-all bytes and
- * time, the two data-parallel groups, --plan-search over ep) and ZeRO-3 with tp x pp (a theory row: pp);
+ * time, the two data-parallel groups, --plan-search over ep) and ZeRO-3 with tp x pp;
  * and the ledger's own rules: ZeRO-3 shards parameters (+ a working set) and gradients as ZeRO-2, ZeRO-1/2 the optimizer state, the
  * pipeline stages hold the schedule's activation slots. Runs in well under a second.
  */
@@ -61,7 +61,7 @@ static void check_state(char** f) {
         printf("# %s, full row for L80 C8192 NH64 (%.1fB parameters), B 1, T 2048: parameters %.1f + gradients %.1f + "
                "master %.1f + m, v %.1f + activations %.1f (%d slots) + buffers %.1f = %.1f GB per GPU%s\n", f[1],
                ledger_model_parameters(&l.cfg) / 1e9, r.params / 1e9, r.grads / 1e9, r.master / 1e9, r.moments / 1e9,
-               r.acts / 1e9, r.slots, r.buffers / 1e9, ledger_total(&r) / 1e9, l.layout.zero == 3 && l.layout.pp > 1 ? " [ZeRO-3 with pp: theory]" : "");
+               r.acts / 1e9, r.slots, r.buffers / 1e9, ledger_total(&r) / 1e9, l.layout.zero == 3 && l.layout.pp > 1 && l.layout.v > 1 ? " [ZeRO-3 with interleaved pp: theory]" : "");
     }
 }
 
@@ -264,7 +264,7 @@ static void check_ledger_rules(void) {
 
 /* mixture of experts in the planner (no fixture: the formulas of llmc/planner.h's header, recomputed here): the shape
  * parser's :E:K, FLOPs from the active parameters, memory from all of them split over ep, the all-to-all bytes and
- * time, the two data-parallel groups, the search over ep; and ZeRO-3 with tp and pp (pp: a theory row) */
+ * time, the two data-parallel groups, the search over ep; and ZeRO-3 with tp and pp */
 /* --optimizer muon's planner terms on d12 (C 768, L 12, F 3072): Newton-Schulz FLOPs per GPU per step equal the
  * hand sum 12 layers x 5 steps x sum over (qkvw 2304x768, attprojw 768^2, fcw 3072x768, fcprojw 768x3072) of
  * 4 s^2 l / tp + 2 s^3 (s the short side, l the long one), split over dp with ZeRO-1; tp 2 adds the Gram all-reduces'
@@ -353,8 +353,9 @@ static void check_moe(void) {
     TEST_CHECK(seen == (2 | 4 | 16 | 256) && n == 4, "--plan-search on a MoE model: one row per ep of 1, 2, 4, 8 "
                "(dividing E 8 and dp 64): %d rows, best ep %d", n, ledger_ep(&s[0].lay));
     free(s);
-    /* ZeRO-3 with tp and pp (pp: a theory row): parameters sharded over dp within each tp/pp part, + 2 gathered layers and
-     * the globals; per step 3 (N-1)/N of the part's bytes (reduce-scatter, all-gather forward and backward), m = 1 */
+    /* ZeRO-3 with tp and pp: parameters sharded over dp within each tp/pp part, + 2 gathered layers and the globals;
+     * per step 3 (N-1)/N of the part's bytes (reduce-scatter, all-gather forward and backward), m = 1, on the last
+     * stage (the first gathers its globals once more for the tied wte's sync with 3+ dp ranks) */
     LedgerLayout z = base_layout("L8:C256:NH4", 1, 64);
     z.layout.tp = 2; z.layout.pp = 2; z.layout.dp = 4; z.layout.zero = 3; z.layout.m = 2;
     z.layout.schedule = PIPE_GPIPE;
