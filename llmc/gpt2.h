@@ -429,10 +429,17 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
  *                                   1: l = L-1 .. 0, only layer l's are read until the next call); l = -1 at the start
  *                                   of every forward and backward: wte, wpe, lnfw, lnfb, read throughout the pass
  *                                   (the embedding and the tied LM head both read wte).
- * The hook may queue device work (collectives into the working buffer); it must not move params. */
+ * The hook may queue device work (collectives into the working buffer); it must not move params. It is told the
+ * source's layer index: layer_offset + l, where layer_offset is 0 but for a pipeline chunk (llmc/pipeline_model.h),
+ * whose layer l is its stage's layer layer_offset + l and reads that layer's slot; `first` and `count` are the
+ * source layers the calling model's passes walk (layer_offset, n_layers), so a prefetch never leaves them; at l = -1
+ * `globals` says whether the calling model reads any global tensor (a chunk without the embedding and the head
+ * reads none, so nothing need be gathered for it). layer_param reads layer l from slot (layer_offset + l) %
+ * layer_slots. */
 typedef struct {
     int layer_slots;
-    void (*layer_needed)(void* ctx, int l, int backward);
+    int layer_offset;
+    void (*layer_needed)(void* ctx, int l, int backward, int first, int count, int globals);
     void* ctx;
 } GPT2ParamSource;
 
@@ -660,13 +667,17 @@ static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int 
         return p->t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
     }
     int k = m->param_source.layer_slots;
-    return p->t[i] + (size_t)(k > 0 ? l % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
+    return p->t[i] + (size_t)(k > 0 ? (l + m->param_source.layer_offset) % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
 }
 
 /* tells the parameter source that layer l (-1: the global tensors) is needed next (GPT2ParamSource); no-op without
  * a hook */
 static inline void gpt2_params_needed(GPT2* m, int l, int backward) {
-    if (m->param_source.layer_needed) { m->param_source.layer_needed(m->param_source.ctx, l, backward); }
+    const GPT2ParamSource* s = &m->param_source;
+    if (!s->layer_needed) { return; }
+    int globals = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { globals |= !gpt2_is_per_layer(&m->config, i) && m->param_sizes[i] > 0; }
+    s->layer_needed(s->ctx, l < 0 ? -1 : s->layer_offset + l, backward, s->layer_offset, m->n_layers, globals);
 }
 
 /* ============================================================ where backward writes gradients */

@@ -366,14 +366,10 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
     return LAYOUT_BUILDABLE;
 }
 
-/* the combinations the ledger and the planner evaluate but the trainer does not build */
+/* the combinations the ledger and the planner evaluate but the trainer does not build: none at present (the last,
+ * ZeRO-2/3 with pipelines, are built); a rule added here answers LAYOUT_THEORY with its sentence */
 static inline LayoutVerdict layout_check_theory(const Layout* l, char* err, size_t cap) {
-    if (l->zero == 3 && l->pp > 1 && l->v > 1) {
-        snprintf(err, cap, "flag -z 3 (ZeRO-3) does not combine with --pp-schedule interleaved: a stage's chunks read "
-                 "their layers through views of the whole stage's buffer, not through ZeRO-3's gathered slots; use "
-                 "1f1b or gpipe, or -z 0, 1 or 2");
-        return LAYOUT_THEORY;
-    }
+    (void)l; (void)err; (void)cap;
     return LAYOUT_BUILDABLE;
 }
 

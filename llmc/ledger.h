@@ -35,7 +35,7 @@
  * S * pb, or nothing extra in fp32 builds with --offload-optimizer cpu, whose fp32 weights are the shard itself;
  * the optimizer offload then writes the parameters in place and needs no parameter staging chunks. PCIe per step:
  * ledger_offload_params_step_bytes.
- * Theory only (the trainer refuses them; the planner marks them): ZeRO-3 with the interleaved pipeline schedule.
+ * Theory only (the trainer refuses them; the planner marks them): none at present.
  * Expert parallelism (ep > 1, as the trainer builds it, llmc/zero_experts.h): each rank holds E/ep experts of every
  * MoE block, the router whole; two ZeRO groups, the dense tensors over dp (shard Sd) and the rank's experts over the
  * dp/ep ranks holding the same experts (S_exp); parameters one unpadded buffer of P, gradients each group's padded

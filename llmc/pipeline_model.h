@@ -166,12 +166,16 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
     v.stage = gpt2_chunk_stage(st, k);
     v.n_layers = st->chunk_layers[k];
     size_t j0 = (size_t)gpt2_stage_chunk_offset(st, k);
+    /* ZeRO-3 (a parameter source with layer slots): the chunk reads the stage's gathered slots, its layer l being the
+     * stage's j0 + l (GPT2ParamSource.layer_offset); otherwise its layers in place in the stage's buffer */
+    int slots = rank_model->param_source.layer_slots > 0;
+    if (slots) { v.param_source = rank_model->param_source; v.param_source.layer_offset = (int)j0; }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         int per_layer = gpt2_is_per_layer(&rank_model->config, i);
         size_t per = per_layer ? rank_model->param_sizes[i] / (size_t)rank_model->n_layers : 0;
         int held = per_layer || shard_stage_holds(&rank_model->config, &v.stage, i);
         v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
-        v.params.t[i] = rank_model->params.t[i] + j0 * per;
+        v.params.t[i] = rank_model->params.t[i] + (slots ? 0 : j0 * per);
         v.num_parameters += v.param_sizes[i];
     }
     v.num_parameters_full = rank_model->num_parameters_full;

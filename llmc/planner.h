@@ -459,7 +459,7 @@ static inline int plan_cmp(const void* a, const void* b) {
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
  * and 3 (base's recompute_every), the 1f1b schedule and interleaved with v 2, sequence parallel with tp > 1, and for
  * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
- * invalid ones are skipped, theory-only ones (ZeRO-3 with the interleaved schedule) kept with theory = 1. Returns
+ * invalid ones are skipped, theory-only ones (none at present) kept with theory = 1. Returns
  * the count in *n of a malloc'd array sorted best first (fitting layouts first, then by tokens/s, then by less
  * memory), one per (tp, pp, ep) (its best ZeRO stage and recompute). tokens: tokens per step. */
 static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluster* cl, long long tokens, int theory,

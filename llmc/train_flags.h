@@ -271,7 +271,7 @@
       "1 = like --plan, but enumerate the layouts and print the 10 best", \
       MUST_MATCH) \
     X(INT, plan_theory, 1, NULL, "plan-theory", 0, 1, \
-      "--plan-search: 1 = also rank the layouts the trainer does not build yet (theory: -z 3 with --pp-schedule interleaved)", \
+      "--plan-search: 1 = also rank the layouts the trainer does not build yet (theory rows; none at present)", \
       MUST_MATCH) \
     X(INT, gpus, 8, NULL, "gpus", 1, NO_MAX, \
       "--plan: GPUs of the cluster (tp x pp x dp)", \

@@ -108,16 +108,19 @@ static inline void zero_params_gather(ZeroParamStore* ps, int l) {
 
 /* GPT2ParamSource hook (see the header): the global unit is gathered and waited for at the start of each pass (and
  * the pass's first layer prefetched); layer l is waited for (or gathered now if no prefetch was issued) and the
- * next layer of the pass is prefetched into the other slot */
-static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
+ * next layer of the pass is prefetched into the other slot. The pass walks layers [first, first + count) (a
+ * pipeline chunk: its part of the stage; else all), so the prefetch stays inside them; a pass whose model reads no
+ * global tensor (`globals` 0: a pipeline chunk between the ends) gathers no global unit. */
+static inline void zero_params_layer_needed(void* ctx, int l, int backward, int first, int count, int globals) {
     ZeroParamStore* ps = (ZeroParamStore*)ctx;
-    int L = ps->model->n_layers;
     profile_begin(PROFILE_COMM_DP); /* --profile-steps (llmc/profile.h) */
-    int next = l < 0 ? (backward ? L - 1 : 0) : (backward ? l - 1 : l + 1);
+    int next = l < 0 ? (backward ? first + count - 1 : first) : (backward ? l - 1 : l + 1);
     if (l < 0) {
-        zero_params_gather(ps, -1);
-        comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + 2);
-        comm_fence_wait(ps->dp, ZERO_PARAMS_FENCE + 2);
+        if (globals) {
+            zero_params_gather(ps, -1);
+            comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + 2);
+            comm_fence_wait(ps->dp, ZERO_PARAMS_FENCE + 2);
+        }
     } else {
         int k = l & 1;
         if (ps->pending[k] != l) { /* no prefetch of l in flight (a pass that starts elsewhere): gather it now */
@@ -127,7 +130,7 @@ static inline void zero_params_layer_needed(void* ctx, int l, int backward) {
         comm_fence_wait(ps->dp, ZERO_PARAMS_FENCE + k);
         ps->pending[k] = -1;
     }
-    if (next >= 0 && next < L) {
+    if (next >= first && next < first + count) {
         int k = next & 1;
         zero_params_gather(ps, next);
         comm_fence_record(ps->dp, ZERO_PARAMS_FENCE + k);

@@ -30,7 +30,7 @@ CELLS=(
 "2|invalid|DENSE|--pp 2 -d 384 --pp-schedule interleaved --pp-virtual 2"
 "2|buildable|DENSE|--pp 2 -d 256 -z 2"
 "2|buildable|DENSE|--pp 2 -d 256 -z 3"
-"2|theory|DENSE|--pp 2 -d 256 --pp-schedule interleaved --pp-virtual 2 -z 3"
+"2|buildable|DENSE|--pp 2 -d 256 --pp-schedule interleaved --pp-virtual 2 -z 3"
 "4|buildable|DENSE|--tp 2 -z 3 -d 256"
 "4|buildable|DENSE|--tp 2 --pp 2 -d 256 -z 1"
 "8|buildable|DENSE|--tp 2 --pp 2 -d 512 -z 1"

@@ -187,4 +187,3 @@ dp_refused 2 "--pp-layers" "--pp-layers with a trailing comma" -e d8 "${B[@]}" -
 dp_refused 2 "--pp-layers" "--pp-layers with a space and a sign" -e d8 "${B[@]}" --pp 2 --pp-layers " 4,+4" -d 64
 dp_refused 2 "pass -d 64" "--pp 2 with the default -d (one micro-batch): the -d to pass is named" -e d8 "${B[@]}" --pp 2
 dp_refused 2 "--pp-schedule" "an unknown schedule" -e d8 "${B[@]}" --pp 2 --pp-schedule zigzag -d 64
-dp_refused 2 "-z 3 (ZeRO-3) does not combine with --pp-schedule interleaved" "ZeRO-3 with the interleaved schedule" -e d8 "${B[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 -z 3 -d 64

@@ -2,7 +2,7 @@
 # the gradient store"): every micro-batch's backward on a stage reduce-scatters its layers' buckets over the stage's
 # data-parallel group as the schedule runs it (two layer slots; a pass's last bucket folded into the shard accumulator
 # at the pass's end, before another pass reuses its slot), the global tensors' bucket (wte, wpe, lnf) once per step
-# after the tied embedding's sum; ZeRO-3 also gathers the stage's layers for every forward and backward pass, and its
+# after the tied embedding's sum; ZeRO-3 also gathers the pass's layers for every forward and backward pass, and its
 # first stage sends the updated wte from its gathered global unit to the last stage, which keeps its own shard's part.
 # Model L4:C64:NH4:T48 (2 layers a stage at pp 2), B 2, T 32. Tolerances: the argument in dp_lib.sh (ZeRO-2 sums over
 # ranks before micro-batches, ZeRO-1 after: a reordered fp32 sum; ZeRO-3 is ZeRO-2's arithmetic).
@@ -10,18 +10,19 @@
 #     other slot), pp 2 x dp 3, tp 2 x pp 2 x dp 2, and with -r 3 and --optimizer muon: -z 2 against -z 1 on the
 #     same layout within T(4) (losses, norms, final weights; a bucket folded twice, lost, or written to the wrong
 #     slot moves them by 1e-3 and more);
-#   - the same layouts but interleaved at -z 3: bit for bit as -z 2 (step records, model file), also with validation
-#     and samples, and on dp 3 (the wte sync) with parameter and optimizer offload;
+#   - the same layouts at -z 3: bit for bit as -z 2 (step records, model file; interleaved: a chunk reads the stage's
+#     slots at its layer offset), also with validation and samples, and on dp 3 (the wte sync) with parameter and
+#     optimizer offload;
 #   - pp 2 x dp 2 -z 2 against one process within T(4);
 #   - each stage's data-parallel bytes of step 2, mean over its dp ranks, equal the ring theory computed here from
 #     the stage's tensors: ZeRO-2 (m x its layers' elements + its global tensors' + P) x (N-1)/N x 4, ZeRO-3 the same
-#     reductions + 2 m P of gathers (+ the globals once more on the first stage with 3 dp ranks: the wte sync), the
+#     reductions + 2 m P of gathers (+ the globals once more on the first stage with 3 dp ranks: the wte sync; the
+#     interleaved chunks between the ends gather none), the
 #     trainer printing the same figure, within 256 bytes per collective (the step statistics);
 #   - the memory ledger equals the allocation on every stage;
 #   - --offload-optimizer cpu streams every reduced bucket once: bit-identical to -z 2 without it;
 #   - checkpoints of -z 2 and -z 3 resume bit-identically on the same layout (model and every state file), and
-#     re-sharded to -z 1 on one pipeline stage within T(4); a -z 1 checkpoint of one stage resumes at pp 2 -z 3;
-#   - -z 3 with the interleaved schedule is refused with one line.
+#     re-sharded to -z 1 on one pipeline stage within T(4); a -z 1 checkpoint of one stage resumes at pp 2 -z 3.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
@@ -42,7 +43,7 @@ close() { # A B: losses, norms, final weights within T(4) (one line; the status 
 }
 
 for spec in "a:4:--pp 2 -d 512 --comm-stats 1" "b:4:--pp 2 -d 512 --pp-schedule gpipe" \
-            "c:4:-e L6:C64:NH4:T48 --pp 2 -d 512 --pp-schedule interleaved --pp-virtual 3" \
+            "c:4:-e L6:C64:NH4:T48 --pp 2 -d 512 --pp-schedule interleaved --pp-virtual 3 --comm-stats 1" \
             "d:6:--pp 2 -d 768 --comm-stats 1" "e:8:--tp 2 --pp 2 -d 512 --sequence-parallel 1" \
             "f:4:--pp 2 -d 512 -r 3" "g:4:--pp 2 -d 512 --optimizer muon"; do
     IFS=: read -r name n flags <<< "$spec"
@@ -53,9 +54,10 @@ for spec in "a:4:--pp 2 -d 512 --comm-stats 1" "b:4:--pp 2 -d 512 --pp-schedule 
     test "$(grep -c '^memory ledger .* -> equal$' "$TMP/${name}2.log")" -eq 2
     check $? "$n processes, $flags -z 2: the memory ledger equals the allocation on both stages"
 done
-# ZeRO-3: bit for bit as ZeRO-2 on the same layouts (the interleaved one is refused, below)
+# ZeRO-3: bit for bit as ZeRO-2 on the same layouts
 VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
-for spec in "a:4:--pp 2 -d 512 --comm-stats 1" "b:4:--pp 2 -d 512 --pp-schedule gpipe" "d:6:--pp 2 -d 768 --comm-stats 1" \
+for spec in "a:4:--pp 2 -d 512 --comm-stats 1" "b:4:--pp 2 -d 512 --pp-schedule gpipe" \
+            "c:4:-e L6:C64:NH4:T48 --pp 2 -d 512 --pp-schedule interleaved --pp-virtual 3 --comm-stats 1" "d:6:--pp 2 -d 768 --comm-stats 1" \
             "e:8:--tp 2 --pp 2 -d 512 --sequence-parallel 1" "f:4:--pp 2 -d 512 -r 3" "g:4:--pp 2 -d 512 --optimizer muon" \
             "v:4:--pp 2 -d 512 -j $VAL -v 2 -m 3 -s 2 -g 6" "p:6:--pp 2 -d 768 --offload-optimizer cpu --offload-params cpu"; do
     IFS=: read -r name n flags <<< "$spec"
@@ -81,11 +83,11 @@ $TRAIN "${M[@]}" -d 512 -o "$TMP/single" > "$TMP/single.log" 2>&1
 out=$(close single a2)
 check $? "pp 2 x dp 2 -z 2 vs one process (T(4)): $out"
 
-bytes_ok() { # LOG N M Z: each stage's mean step-2 dp bytes = the theory, and the trainer's printed figure
+bytes_ok() { # LOG N M Z LAYERS: each stage's mean step-2 dp bytes = the theory, and the trainer's printed figure
     python3 - "$@" <<'PY'
 import re, sys
-log, N, m, z = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-C, T, Vp, layers = 64, 48, 50304, 2
+log, N, m, z, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+C, T, Vp = 64, 48, 50304
 layer = 12 * C * C + 13 * C
 glob = {0: Vp * C + T * C, 1: Vp * C + 2 * C}   # first stage: wte, wpe; last: the tied wte, lnf
 rows = re.findall(r"comm: rank \d+ step 2 sent (\d+) recv \d+ bytes in (\d+) calls \(zero %d, world \d+, P (\d+), S \d+\) ring theory (\d+) \| pp rank (\d+)" % z, open(log).read())
@@ -105,10 +107,12 @@ sys.exit(0 if ok else 1)
 PY
 }
 for z in 2 3; do
-    out=$(bytes_ok "$TMP/a$z.log" 2 4 $z)
+    out=$(bytes_ok "$TMP/a$z.log" 2 4 $z 2)
     check $? "pp 2 x dp 2 -z $z, m 4: data-parallel bytes per step per stage: $out"
-    out=$(bytes_ok "$TMP/d$z.log" 3 4 $z)
+    out=$(bytes_ok "$TMP/d$z.log" 3 4 $z 2)
     check $? "pp 2 x dp 3 -z $z, m 4: data-parallel bytes per step per stage: $out"
+    out=$(bytes_ok "$TMP/c$z.log" 2 4 $z 3)
+    check $? "interleaved pp 2 (v 3) x dp 2 -z $z, m 4: data-parallel bytes per step per stage (ZeRO-3: chunks between the ends gather no globals): $out"
 done
 
 run o2 4 --pp 2 -d 512 -z 2 --offload-optimizer cpu
@@ -136,5 +140,3 @@ MPIRUN 4 $TRAIN "${M[@]}" --pp 2 -d 512 -z 3 -o "$TMP/q" -y 1 > "$TMP/q.log" 2>&
 out=$(close a3 q)
 check $? "a 2-process -z 1 checkpoint resumed at pp 2 x dp 2 -z 3 (announced) vs the straight pp 2 -z 3 run (T(4)): $out"
 
-dp_refused 4 "-z 3 (ZeRO-3) does not combine with --pp-schedule interleaved" "-z 3 with the interleaved schedule" \
-    "${M[@]}" --pp 2 -d 512 --pp-schedule interleaved --pp-virtual 2 -z 3

@@ -173,7 +173,8 @@ static void test_options(void) {
     expect("--cuda-graphs 1 with -z 1 alone", &l, &D4, 1, LAYOUT_BUILDABLE, NULL);
 }
 
-static void test_theory(void) {
+/* the cells that were theory only (ZeRO-3 with tp or pp, ZeRO-2 with pp) and are built now */
+static void test_formerly_theory(void) {
     Layout l = base(2); l.tp = 2; l.zero = 3;
     expect("-z 3 with tp 2 (each tp rank's part sharded over dp)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l.sp = 1; l.offload_params = 1; l.recompute = 3;
@@ -183,14 +184,14 @@ static void test_theory(void) {
     l.tp = 2; l.schedule = PIPE_GPIPE;
     expect("-z 3 with tp 2 x pp 2 (gpipe)", &l, &D4, 8, LAYOUT_BUILDABLE, NULL);
     l.tp = 1; l.schedule = PIPE_INTERLEAVED; l.v = 2;
-    expect("-z 3 with interleaved pp 2", &l, &D4, 4, LAYOUT_THEORY, NEEDLES("-z 3 (ZeRO-3) does not combine with --pp-schedule interleaved"));
+    expect("-z 3 with interleaved pp 2", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l.schedule = PIPE_1F1B; l.v = 1;
     l.zero = 2;
     expect("-z 2 with pp 2 (each pass's buckets reduce-scattered as the schedule runs it)", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
     l.zero = 1;
     expect("-z 1 with pp 2", &l, &D4, 4, LAYOUT_BUILDABLE, NULL);
-    l.zero = 3; l.m = 1; l.schedule = PIPE_INTERLEAVED; l.v = 2; /* invalid (m < pp) before theory (ZeRO-3, interleaved) */
-    expect("-z 3 with interleaved pp 2 and m 1: the invalid rule first", &l, &D4, 4, LAYOUT_INVALID, NEEDLES("micro-batches"));
+    l.zero = 3; l.m = 1; l.schedule = PIPE_INTERLEAVED; l.v = 2;
+    expect("-z 3 with interleaved pp 2 and m 1: invalid (m < pp)", &l, &D4, 4, LAYOUT_INVALID, NEEDLES("micro-batches"));
 }
 
 /* the first problem wins, whatever else is wrong: the rules are checked in a fixed order */
@@ -248,7 +249,7 @@ int main(void) {
     test_model();
     test_pipeline();
     test_options();
-    test_theory();
+    test_formerly_theory();
     test_order();
     test_stage_layers();
     test_axes_order();
