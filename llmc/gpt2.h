@@ -344,8 +344,15 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t BT = (size_t)B * (size_t)T, Vp = (size_t)c->padded_vocab_size;
     size_t Cl = C / p, Vs = Vp / p, BTl = (size_t)tp_rows(tp, (int)BT); /* this rank's channels, vocabulary, rows */
     size_t L_ln = recompute == 2 ? 1 : L;
-    size_t Lm = (size_t)moe_num_layers(&c->moe, (int)L), Ld = L - Lm; /* MoE blocks; blocks with a dense MLP (-r 3
-                                                                          * with experts is refused by the trainer) */
+    /* MoE blocks and blocks with a dense MLP that keep activations: all of them, or with -r 3 the most one window
+     * of L consecutive layers can hold (gpt2_moe_entry); the routing statistics stay per MoE block (Lm_all) */
+    size_t Lm_all = (size_t)moe_num_layers(&c->moe, L_all), Lm = Lm_all, Ld = L - Lm;
+    if (recompute == 3 && Lm_all) {
+        size_t every = (size_t)c->moe.every, most_moe = (L + every - 1) / every, most_dense = L - L / every;
+        size_t Ld_all = (size_t)L_all - Lm_all;
+        Lm = most_moe < Lm_all ? most_moe : Lm_all;
+        Ld = most_dense < Ld_all ? most_dense : Ld_all;
+    }
     size_t L_gelu = recompute == 1 || recompute == 2 ? (Ld < 1 ? Ld : 1) : Ld;
     size_t Fl = gpt2_dim(c, DIM_FF) / p, FCl = gpt2_dim(c, DIM_FC) / p, QKVl = gpt2_dim(c, DIM_QKV) / p;
     size_t dfc = FCl + (FCl != Fl ? Fl : 0); /* a gated MLP's backward keeps d(act) (Fl) beside d(fch) (FCl) */
@@ -394,7 +401,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_MOE_LSE] = Lm * BT;
     n[A_MOE_GATE] = n[A_MOE_CHOICE] = n[A_MOE_ROW] = Lm * BT * K;
     n[A_MOE_PLAN] = Lm * 3 * E;
-    n[A_MOE_STATS] = Lm * (size_t)moe_stats_floats(&c->moe);
+    n[A_MOE_STATS] = Lm_all * (size_t)moe_stats_floats(&c->moe);
     size_t EFC = gpt2_dim(c, DIM_EFC); /* the experts' fc rows: 2H for SwiGLU experts */
     n[A_MOE_FCH] = Lm * Rr * EFC;
     n[A_MOE_FCH_GELU] = Lm * Rr * H;
@@ -780,6 +787,23 @@ static inline int gpt2_residual3_entry(const GPT2* m, int l) {
     return (l + 1) % kk == 0 || l == L - 1 ? l / kk : nseg + l % kk;
 }
 
+/* The activation entries of a mixture-of-experts model's blocks: MoE block l's among the MoE blocks
+ * (gpt2_moe_entry) and dense block l's among the dense ones (gpt2_dense_entry); with -r 3 among those of l's
+ * segment (its first layer s = l - l % k), whose window of entries every segment reuses (gpt2_activation_sizes
+ * holds the most a window can need). The routing statistics are per MoE block always (moe_index). */
+static inline int gpt2_moe_entry(const GPT2* m, int l) {
+    const MoEConfig* mc = &m->config.moe;
+    if (m->recompute != 3) { return moe_index(mc, l); }
+    int s = l - l % gpt2_recompute_window(3, m->recompute_every, m->n_layers);
+    return moe_index(mc, l) - moe_num_layers(mc, s);
+}
+static inline int gpt2_dense_entry(const GPT2* m, int l) {
+    const MoEConfig* mc = &m->config.moe;
+    if (m->recompute != 3) { return moe_dense_index(mc, l); }
+    int s = l - l % gpt2_recompute_window(3, m->recompute_every, m->n_layers);
+    return moe_dense_index(mc, l) - moe_dense_index(mc, s);
+}
+
 static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     const GPT2Config* c = &m->config;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->channels;
@@ -797,8 +821,8 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     a.atty = actX(m, A_ATTY, w, BT * Cl);
     a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
-    /* the dense MLP activations exist for the blocks without experts (a MoE model has no -r 3 window) */
-    int l_mlp = moe_num_layers(&c->moe, c->num_layers) ? moe_dense_index(&c->moe, l) : w;
+    /* the dense MLP activations exist for the blocks without experts (gpt2_dense_entry) */
+    int l_mlp = moe_num_layers(&c->moe, c->num_layers) ? gpt2_dense_entry(m, l) : w;
     size_t P = (size_t)m->tp.size, Fl = gpt2_dim(c, DIM_FF) / P, FCl = gpt2_dim(c, DIM_FC) / P;
     a.fch = actX(m, A_FCH, l_mlp, BT * FCl);
     a.fch_gelu = actX(m, A_FCH_GELU, l_gelu == 0 ? 0 : l_mlp, BT * Fl);
@@ -836,18 +860,19 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
         a.defcprojw = g->base.t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
         a.defcprojb = m->param_sizes[P_EFCPROJB] ? g->base.t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm) : NULL;
     }
-    a.probs = actF(m, A_MOE_PROBS, (int)j, N * E);
-    a.lse = actF(m, A_MOE_LSE, (int)j, N);
-    a.gate = actF(m, A_MOE_GATE, (int)j, N * K);
-    a.choice = (int*)actF(m, A_MOE_CHOICE, (int)j, N * K);
-    a.row = (int*)actF(m, A_MOE_ROW, (int)j, N * K);
-    a.plan = (int*)actF(m, A_MOE_PLAN, (int)j, 3 * E);
+    int e = gpt2_moe_entry(m, l); /* the activation entry (-r 3: within the window) */
+    a.probs = actF(m, A_MOE_PROBS, e, N * E);
+    a.lse = actF(m, A_MOE_LSE, e, N);
+    a.gate = actF(m, A_MOE_GATE, e, N * K);
+    a.choice = (int*)actF(m, A_MOE_CHOICE, e, N * K);
+    a.row = (int*)actF(m, A_MOE_ROW, e, N * K);
+    a.plan = (int*)actF(m, A_MOE_PLAN, e, 3 * E);
     a.stats = actF(m, A_MOE_STATS, (int)j, (size_t)moe_stats_floats(mc));
     a.act = (int)m->config.arch.mlp; /* MOE_ACT_* = GPT2Mlp */
     size_t EFC = gpt2_dim(&m->config, DIM_EFC);
-    a.fch = actX(m, A_MOE_FCH, (int)j, Rr * EFC);
-    a.fch_gelu = actX(m, A_MOE_FCH_GELU, (int)j, Rr * H);
-    a.out = actX(m, A_MOE_OUT, (int)j, R * C);
+    a.fch = actX(m, A_MOE_FCH, e, Rr * EFC);
+    a.fch_gelu = actX(m, A_MOE_FCH_GELU, e, Rr * H);
+    a.out = actX(m, A_MOE_OUT, e, R * C);
     a.xe = (floatX*)m->acts.t[A_MOE_XE];
     a.dout = (floatX*)m->acts.t[A_MOE_DOUT];
     a.dh = (floatX*)m->acts.t[A_MOE_DH];
@@ -856,8 +881,8 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.dgate = (float*)m->acts.t[A_MOE_DGATE];
     a.dlogits = (float*)m->acts.t[A_MOE_DLOGITS];
     if (moe_ep_size(mc) > 1) { /* expert parallelism: the expert side's rows (llmc/moe.h) */
-        a.xr = actX(m, A_MOE_XR, (int)j, Rr * C);
-        a.rplan = (int*)actF(m, A_MOE_RPLAN, (int)j, E);
+        a.xr = actX(m, A_MOE_XR, e, Rr * C);
+        a.rplan = (int*)actF(m, A_MOE_RPLAN, e, E);
         a.recv = (floatX*)m->acts.t[A_MOE_RECV];
         a.drecv = (floatX*)m->acts.t[A_MOE_DRECV];
         a.recv_rows = Rr;

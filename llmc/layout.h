@@ -316,10 +316,9 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  l->ep, l->offload != OFFLOAD_NONE ? "--offload-optimizer" : "--grad-compress");
         return LAYOUT_INVALID;
     }
-    if (md->experts > 0 && (l->zero == 3 || l->recompute == 3)) {
-        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run with -z 0/1/2 and -r 0/1/2 "
-                 "(the expert tensors are not per-layer units for ZeRO-3's gathers or -r 3's segments)", md->experts,
-                 l->zero == 3 ? "-z 3" : "-r 3");
+    if (md->experts > 0 && l->zero == 3) {
+        snprintf(err, cap, "flag --moe-experts %d with -z 3: mixture-of-experts models run with -z 0/1/2 (the expert "
+                 "tensors are not per-layer units for ZeRO-3's gathers)", md->experts);
         return LAYOUT_INVALID;
     }
     if (l->compress && l->zero > 1) {

@@ -238,7 +238,8 @@ static inline void plan_evaluate_ep(PlanResult* r, const PlanCluster* cl) {
     const GPT2Config* c = &l->cfg;
     int gpn = cl->gpus_per_node, ep = ledger_ep(l);
     double pb = l->pb;
-    /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward) of the B T k rows
+    /* ep: per MoE layer and micro-batch 4 all-to-alls (dispatch and combine, forward and backward; 2 more for a block
+     * -r 3 recomputes) of the B T k rows
      * of C values this rank routes, (ep-1)/ep of them leaving the rank; exposed in full (the experts wait for their
      * rows, the next layer for the combined output). The ep group: ep consecutive dp ranks (tp fastest, then dp) */
     if (ep > 1) {
@@ -246,8 +247,11 @@ static inline void plan_evaluate_ep(PlanResult* r, const PlanCluster* cl) {
         double ebw = r->ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r->ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
         double rows = (double)ly->B * ly->T * c->moe.top_k * c->channels * pb;
         double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
-        r->t_ep = 4.0 * Lm * ly->m * plan_all_to_all(rows, ep, ebw, elat);
-        r->b_ep = 4.0 * Lm * ly->m * (ep - 1.0) / ep * rows;
+        /* -r 3 recomputes every MoE block before the last segment: its dispatch and combine run once more */
+        int L = c->num_layers, kk = gpt2_recompute_window(ly->recompute, ly->recompute_every, L);
+        double a2a = 4.0 * Lm + (ly->recompute == 3 ? 2.0 * moe_num_layers(&c->moe, (L - 1) / kk * kk) : 0.0);
+        r->t_ep = a2a * ly->m * plan_all_to_all(rows, ep, ebw, elat);
+        r->b_ep = a2a * ly->m * (ep - 1.0) / ep * rows;
     }
 }
 
@@ -405,7 +409,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     { /* activations of this layout's fullest stage with every recompute level, with/without sp */
         printf("plan activations (GB per GPU, stage %d):", m->stage);
         for (int sp = 0; sp <= (ly->tp > 1); sp++) {
-            for (int rc = 0; rc <= (l->cfg.moe.experts > 0 ? 2 : 3); rc++) { /* MoE: no -r 3 (layout_check) */
+            for (int rc = 0; rc <= 3; rc++) {
                 LedgerLayout v = *l;
                 v.layout.recompute = rc; v.layout.sp = sp;
                 printf(" r%d%s %.3f", rc, sp ? "+sp" : "", ledger_rank(&v, m->stage).acts / GB);
