@@ -51,7 +51,7 @@ dp_require_mpi
 $TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/l1.dump" -o "$TMP/l1" > "$TMP/l1.log" 2>&1
 check $? "1 process, --eval-max-examples 10"
 python3 dev/test/eval_reference.py "$M" "$FIX" 64 10 > "$TMP/ref10.json"
-for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d 512" "z3:2:-z 3" "tp2z3:4:--tp 2 -z 3" "3d:8:--tp 2 --pp 2 -z 1 -d 1024"; do
+for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d 512" "z3:2:-z 3" "tp2z3:4:--tp 2 -z 3" "pp2z3:4:--pp 2 -z 3 -d 1024" "3d:8:--tp 2 --pp 2 -z 1 -d 1024"; do
     IFS=: read -r name np flags <<< "$lay"
     # shellcheck disable=SC2086
     MPIRUN "$np" $TRAIN "${EV[@]}" --eval-max-examples 10 --eval-dump "$TMP/$name.dump" $flags -o "$TMP/$name" > "$TMP/$name.log" 2>&1
