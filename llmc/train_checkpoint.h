@@ -95,26 +95,6 @@ static void write_checkpoint(TrainSession* s) {
     }
 }
 
-/* A mixture-of-experts checkpoint written with another layout: one line naming what differs (the process count, -z,
- * or the stages), since re-sharding MoE optimizer state is not built; every rank exits. */
-static void moe_reshard_refused(TrainSession* s, int resume_step) {
-    char path[1024], was[160] = "", now[160] = "";
-    checkpoint_state_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
-    TrainState h;
-    train_state_read_header(path, &h);
-    if (h.world != s->world.world) {
-        snprintf(was, sizeof(was), "%d processes", h.world);
-        snprintf(now, sizeof(now), "%d processes", s->world.world);
-    }
-    if (h.zero_stage != s->cfg.zero_stage) {
-        snprintf(was + strlen(was), sizeof(was) - strlen(was), "%s-z %d", was[0] ? ", " : "", h.zero_stage);
-        snprintf(now + strlen(now), sizeof(now) - strlen(now), "%s-z %d", now[0] ? ", " : "", s->cfg.zero_stage);
-    }
-    if (!was[0]) { snprintf(was, sizeof(was), "other pipeline stages"); snprintf(now, sizeof(now), "these"); }
-    FATAL_ALL("cannot resume the mixture-of-experts checkpoint in '%s': it was written with %s, this run has %s; "
-              "re-sharding MoE optimizer state is not implemented: resume with %s", s->cfg.output_dir, was, now, was);
-}
-
 /* 1 on every rank when some rank's state file of checkpoint resume_step covers another part of the model than this
  * run gives that rank: another --tp, --pp or stages (--pp-layers, --pp-virtual); a rank without a file (another
  * process count) counts as unchanged. Every rank looks at its own file; collective over the world. */
@@ -167,6 +147,7 @@ static int checkpoint_layout_change(TrainSession* s, int resume_step) {
                s->cfg.zero_stage);
         if (h.tp_size > 1 || s->tp->world > 1) { printf(" (tensor-parallel size %d -> %d)", h.tp_size, s->tp->world); }
         if (h.pp_size != s->pp->world) { printf(" (pipeline size %d -> %d)", h.pp_size, s->pp->world); }
+        if (h.ep_size != s->grid.ep->world) { printf(" (expert-parallel size %d -> %d)", h.ep_size, s->grid.ep->world); }
         else if (stages_changed) { printf(" (other pipeline stages: --pp-layers or --pp-virtual)"); }
         printf("\n");
     }
@@ -282,25 +263,24 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
     int files = reshard_from > 0 ? reshard_from : s->world.world;
     if (is_rank0(s)) { train_state_scan_old(resume_step, files, &ours, &ctx, NULL); }
     comm_barrier(&s->world);
-    if (reshard_from > 0 && mc->moe.experts > 0) { moe_reshard_refused(s, resume_step); }
-    if (reshard_from > 0) {
+    ZeroGroupsState groups;
+    AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
+    checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
+    TrainState mine = ours;
+    if (reshard_from == 0) { train_state_read_header(path, &mine); }
+    if (mc->moe.experts > 0 && (reshard_from > 0 || mine.ep_size != ours.ep_size)) { /* rebuilt from all files */
+        int old_world = reshard_from > 0 ? reshard_from : s->world.world;
+        if (is_rank0(s) && reshard_from == 0) {
+            printf("resume: checkpoint step %d was written with --ep %d; rebuilding the optimizer state for --ep %d "
+                   "from its %d state files\n", resume_step, mine.ep_size, ours.ep_size, old_world);
+        }
+        zero_experts_read_resharded(cfg->output_dir, resume_step, old_world, mc, &ours, &ctx, &opt,
+                                    dataloader_windows_per_epoch(&s->train_loader), &found);
+    } else if (reshard_from > 0) {
         train_state_read_resharded(resume_step, reshard_from, &ours, &ctx, &s->zero.opt,
                                    dataloader_windows_per_epoch(&s->train_loader), &found);
     } else {
-        checkpoint_state_path(path, sizeof(path), cfg->output_dir, resume_step, s->world.rank);
-        TrainState mine;
-        train_state_read_header(path, &mine);
-        ZeroGroupsState groups;
-        AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
-        if (mc->moe.experts > 0 && mine.ep_size != ours.ep_size) { /* written with another --ep: rebuilt from all */
-            if (is_rank0(s)) {
-                printf("resume: checkpoint step %d was written with --ep %d; rebuilding the optimizer state for --ep "
-                       "%d from its %d state files\n", resume_step, mine.ep_size, ours.ep_size, s->world.world);
-            }
-            zero_experts_read_other_ep(cfg->output_dir, resume_step, s->world.world, mc, &ours, &ctx, &opt, &found);
-        } else {
-            train_state_read(path, resume_step, &ours, &ctx, &opt, &found);
-        }
+        train_state_read(path, resume_step, &ours, &ctx, &opt, &found);
     }
     DataLoaderState ls;
     ls.epoch = found.data_epoch;

@@ -495,6 +495,27 @@ static inline void train_state_reshard_piece(void* ctx, int tensor, size_t full,
     }
 }
 
+/* The header a re-sharded resume continues from, given the old files' headers old[0..old world): file 0's (step,
+ * RNG, loss scale, skipped steps) with this rank's data position: the position of the old data-parallel rank with
+ * this rank's coordinate when the data-parallel size is unchanged, else file 0's position + this rank's coordinate
+ * (rank 0 checked before that the old ranks stood at consecutive windows: train_state_scan_old), wrapped into the
+ * next epoch at windows_per_epoch. */
+static inline void train_state_reshard_position(const TrainState* old, const TrainState* ours,
+                                                size_t windows_per_epoch, TrainState* found) {
+    *found = old[0];
+    int d = train_state_dp_coord(ours, ours->rank), tp_old = old[0].tp_size; /* this rank's data-parallel coordinate */
+    if (train_state_dp_size(&old[0]) == train_state_dp_size(ours)) {          /* the same data-parallel ranks */
+        found->data_epoch = old[d * tp_old].data_epoch;
+        found->data_position = old[d * tp_old].data_position;
+    } else {
+        found->data_position = old[0].data_position + (uint64_t)d;
+        if (found->data_position >= (uint64_t)windows_per_epoch) {
+            found->data_epoch++;
+            found->data_position = (uint64_t)d;
+        }
+    }
+}
+
 /* Resume with another number of processes, ZeRO stage, tensor-parallel or pipeline layout (re-sharding): loads into
  * opt (device) this rank's part of the old optimizer state, element by element through the full model's flat order
  * (llmc/gpt2.h, shard_for_each_piece: how each rank's parameters are cut from the full model), so m, v and
@@ -521,7 +542,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
         checkpoint_state_path(rs.paths[q], 1024, ctx->output_dir, step, q);
         train_state_read_header(rs.paths[q], &rs.old[q]);
     }
-    GPT2Config cfg; /* a dense model: the trainer refuses re-sharding a mixture-of-experts run */
+    GPT2Config cfg; /* a dense model: a mixture-of-experts run re-shards through zero_experts_read_resharded */
     memset(&cfg, 0, sizeof(cfg));
     cfg.max_seq_len = ours->max_seq_len; cfg.vocab_size = ours->vocab_size; cfg.padded_vocab_size = ours->padded_vocab_size;
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
@@ -549,18 +570,7 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
         adamw_state_put(opt, k, rs.host + (size_t)k * n, n);
     }
     for (int q = 0; q < old_world; q++) { if (rs.files[q]) { fclose(rs.files[q]); } }
-    *found = rs.old[0];
-    int d = train_state_dp_coord(ours, ours->rank), tp_old = rs.old[0].tp_size; /* this rank's data-parallel coordinate */
-    if (train_state_dp_size(&rs.old[0]) == train_state_dp_size(ours)) {          /* the same data-parallel ranks */
-        found->data_epoch = rs.old[d * tp_old].data_epoch;
-        found->data_position = rs.old[d * tp_old].data_position;
-    } else {
-        found->data_position = rs.old[0].data_position + (uint64_t)d;
-        if (found->data_position >= (uint64_t)windows_per_epoch) {
-            found->data_epoch++;
-            found->data_position = (uint64_t)d;
-        }
-    }
+    train_state_reshard_position(rs.old, ours, windows_per_epoch, found);
     free(rs.host); free(rs.old_pieces.v); free(rs.paths); free(rs.files); free(rs.old);
 }
 

@@ -20,8 +20,8 @@
  * Files. The model file is the full model whatever p: written by gathering the experts over the ep group
  * (zero_experts_write_model), read by taking this rank's experts (gpt2_build_from_file_run). State files hold both
  * groups' ranges one after the other in every section, with p, q and the expert range in the header; a resume at
- * another p (same processes) rebuilds the full state on the host from every old file and takes its own ranges
- * (zero_experts_read_other_ep). Errors: one line (FATAL) for what is not supported; allocation failures exit.
+ * another p, process count or ZeRO stage rebuilds the full state on the host from every old file and takes its own
+ * ranges (zero_experts_read_resharded). Errors: one line (FATAL) for what is not supported; allocation failures exit.
  * Host-side code over llmc/backend.h and llmc/comm.h: the same on both builds.
  */
 #ifndef LLMC_ZERO_EXPERTS_H
@@ -192,45 +192,48 @@ static inline size_t zero_experts_state_index(const TrainState* h, const size_t*
     return li < P_local ? map[li] : (size_t)-1;
 }
 
-/* Resume of a mixture-of-experts checkpoint written with another --ep by the same number of processes (and the same
- * ZeRO stage; other changes are refused before): every rank reads the m, v (and master) sections of all `world` state
- * files of checkpoint `step` into a full-model copy on the host (3 x the full parameter count of fp32: a cost of
- * this path only), then puts its own ranges (ours: this run's header, its ep_size/ep_rank/ranges) into opt (the
- * state of zero_checkpoint_state). *found: this rank's own file's header (data position, step, RNG, loss scale).
- * Exits with one line for a damaged or non-finite file (train_state_check_size, train_state_check_finite). */
-static inline void zero_experts_read_other_ep(const char* output_dir, int step, int world, const GPT2Config* cfg,
-                                              const TrainState* ours, const TrainStateContext* ctx,
-                                              const AdamWState* opt, TrainState* found) {
+/* Re-sharded resume of a mixture-of-experts checkpoint (llmc/README.md, "Expert parallelism"): written by `old_world`
+ * processes with any --ep and ZeRO stage (tp = pp = 1, as every MoE run), read by this run's processes with any
+ * --ep and ZeRO stage. Every rank reads the m, v (and master) sections of all old state files of checkpoint `step`
+ * into a full-model copy on the host (each file's dense and expert ranges put at their full-model indices through
+ * its own ep size and rank; 3 x the full parameter count of fp32: a cost of this path only), then puts its own
+ * ranges (ours: this run's header, its ep_size/ep_rank/ranges) into opt (the state of zero_checkpoint_state).
+ * *found: the step, RNG and loss scale of file 0 and this rank's data position (train_state_reshard_position).
+ * Exits with one line for a damaged or non-finite file (train_state_check_size, train_state_check_finite); rank 0
+ * has checked the files' agreement before (train_state_scan_old). */
+static inline void zero_experts_read_resharded(const char* output_dir, int step, int old_world, const GPT2Config* cfg,
+                                               const TrainState* ours, const TrainStateContext* ctx,
+                                               const AdamWState* opt, size_t windows_per_epoch, TrainState* found) {
     size_t sizes[NUM_PARAMETER_TENSORS], Pf = 0;
     gpt2_parameter_sizes(sizes, cfg);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { Pf += sizes[i]; }
     int sections = ours->has_master ? 3 : 2;
-    float* full = (float*)calloc_check((size_t)sections * Pf, sizeof(float), "full optimizer state (--ep resume)");
+    float* full = (float*)calloc_check((size_t)sections * Pf, sizeof(float), "full optimizer state (MoE re-sharding)");
+    TrainState* old = (TrainState*)calloc_check((size_t)old_world, sizeof(TrainState), "old state headers");
     char path[1024];
-    for (int r = 0; r < world; r++) {
+    for (int r = 0; r < old_world; r++) {
         checkpoint_state_path(path, sizeof(path), output_dir, step, r);
-        TrainState h;
-        FILE* f = train_state_open(path, &h);
-        train_state_check_step(path, h.step, step);
-        train_state_check_size(path, &h, ctx);
+        TrainState* h = &old[r];
+        FILE* f = train_state_open(path, h);
+        train_state_check_step(path, h->step, step);
+        train_state_check_size(path, h, ctx);
         size_t Pl, Pd;
-        size_t* map = zero_experts_index_map(cfg, h.ep_size, h.ep_rank, &Pl, &Pd);
-        size_t n = (size_t)h.shard_size;
+        size_t* map = zero_experts_index_map(cfg, h->ep_size, h->ep_rank, &Pl, &Pd);
+        size_t n = (size_t)h->shard_size;
         float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
         for (int k = 0; k < sections; k++) {
             fread_check(host, sizeof(float), n, f, path);
             char what[1100];
             snprintf(what, sizeof(what), "training state '%s'", path);
-            train_state_check_finite(what, k, host, n, h.shard_start, host);
+            train_state_check_finite(what, k, host, n, h->shard_start, host);
             for (size_t j = 0; j < n; j++) {
-                size_t g = zero_experts_state_index(&h, map, Pl, Pd, j);
+                size_t g = zero_experts_state_index(h, map, Pl, Pd, j);
                 if (g < Pf) { full[(size_t)k * Pf + g] = host[j]; }
             }
         }
         free(host);
         free(map);
         fclose(f);
-        if (r == ours->rank) { *found = h; }
     }
     size_t Pl, Pd;
     size_t* map = zero_experts_index_map(cfg, ours->ep_size, ours->ep_rank, &Pl, &Pd);
@@ -243,9 +246,11 @@ static inline void zero_experts_read_other_ep(const char* output_dir, int step, 
         }
         adamw_state_put(opt, k, host, n);
     }
+    train_state_reshard_position(old, ours, windows_per_epoch, found);
     free(host);
     free(map);
     free(full);
+    free(old);
 }
 
 #endif /* LLMC_ZERO_EXPERTS_H */

@@ -18,6 +18,8 @@
 #     its resume gives bit-identical steps 6..10, final weights and optimizer state;
 #   - the ep=2 checkpoint of step 5 resumes at ep=1 (the model file is the full model; the optimizer state is rebuilt
 #     from both ranks' state files, said in one line): steps 6..10 equal the ep=2 run's within the same tolerance;
+#   - re-sharded resume across ZeRO stages and process counts: at -z 1 on 2 processes (bit-identical), on 1 process
+#     at --ep 1 -z 2, and a 1-process checkpoint on 2 processes at --ep 2 -z 2 (within the same tolerance);
 #   - memory: a rank holds E/ep experts (llmc/zero_experts.h): the expert group has 2 x 4/ep x 131712 parameters
 #     (d2: C=128, H=512, 2 MoE blocks) over dp/ep processes, the dense group the rest over dp;
 #   - ep=2 on dp=4 with ZeRO-1, ep=4 on dp=4 (one expert each) with ZeRO-2, and ep=4 on dp=8 (two ep groups,
@@ -98,7 +100,7 @@ check $? "all-to-all bytes sent per step = token rows sent x C x 4 B + count exc
 # determinism and resume: a second ep=2 run stops after a checkpoint at step 5, then resumes
 run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" --exit-after-steps 5 > "$TMP/r1.log" 2>&1
 check $? "ep=2 again, checkpoint at step 5"
-cp -r "$TMP/r" "$TMP/r_ep1"; cp -r "$TMP/r" "$TMP/r_z1"
+cp -r "$TMP/r" "$TMP/r_ep1"; cp -r "$TMP/r" "$TMP/r_z1"; cp -r "$TMP/r" "$TMP/r_one"
 run 2 "${MOE[@]}" --ep 2 -o "$TMP/r" -y 1 > "$TMP/r2.log" 2>&1
 check $? "ep=2 resumed from step 5"
 test "$(steps "$TMP/r1.log" | wc -l)" -eq 5 && cmp -s <(steps "$TMP/ep2.log" | head -n 5) <(steps "$TMP/r1.log")
@@ -120,8 +122,30 @@ run 2 "${MOE[@]}" --ep 1 -o "$TMP/r_ep1" -y 1 > "$TMP/r_ep1.log" 2>&1 &&
 check $? "the ep=2 checkpoint of step 5 resumes at ep=1 (optimizer state rebuilt from both state files)"
 compare 6 10 "$TMP/ep2" "$TMP/r_ep1"
 check $? "resumed at ep=1: steps 6..10 equal the ep=2 run's ($TOL relative)"
-dp_refused 2 "it was written with -z 0, this run has -z 1" "the ep=2 checkpoint (-z 0) resumed with -z 1 on the same 2 processes (the line names -z, not the process count)" \
-    "${MOE[@]}" --ep 2 -z 1 -o "$TMP/r_z1" -y 1
+# re-sharded resume (llmc/zero_experts.h, zero_experts_read_resharded): the ep=2 ZeRO-0 checkpoint of step 5 on the
+# same 2 processes at -z 1 (ZeRO-0 and ZeRO-1 train bit-identically without accumulation, so bit-identical), and on
+# one process at --ep 1 -z 2 with 2 micro-steps (the same windows, each routed alone): within $TOL. A misplaced
+# expert range (every file's experts read as ep rank 0's) moves the later losses by about 1e-2.
+run 2 "${MOE[@]}" --ep 2 -z 1 -o "$TMP/r_z1" -y 1 > "$TMP/r_z1.log" 2>&1 &&
+    grep -q '^resume: checkpoint step 5 was written by 2 processes with ZeRO stage 0; re-sharding the optimizer state for 2 processes with ZeRO stage 1' "$TMP/r_z1.log"
+check $? "the ep=2 -z 0 checkpoint of step 5 resumes with -z 1 (re-sharded, said in one line)"
+test "$(steps "$TMP/r_z1.log" | wc -l)" -eq 5 && cmp -s <(steps "$TMP/ep2.log" | tail -n 5) <(steps "$TMP/r_z1.log") &&
+    cmp -s "$TMP/ep2/model_00000010.bin" "$TMP/r_z1/model_00000010.bin"
+check $? "resumed at -z 1: steps 6..10 and the final weights bit-identical to the -z 0 run's"
+run 1 "${MOE[@]}" --ep 1 -z 2 -d 32 -o "$TMP/r_one" -y 1 > "$TMP/r_one.log" 2>&1 &&
+    grep -q 're-sharding the optimizer state for 1 processes with ZeRO stage 2 (expert-parallel size 2 -> 1)' "$TMP/r_one.log" &&
+    test "$(steps "$TMP/r_one.log" | wc -l)" -eq 5
+check $? "the ep=2 checkpoint of step 5 (2 processes) resumes on 1 process with -z 2 and 2 micro-steps"
+out=$(compare 6 10 "$TMP/ep2" "$TMP/r_one") && out="$out; $(dp_compare_models_rms "$TMP/ep2/model_00000010.bin" "$TMP/r_one/model_00000010.bin" "$TOL")"
+check $? "resumed on 1 process: steps 6..10 and the final weights' RMS equal the ep=2 run's ($TOL): $(echo "$out" | tail -n 1)"
+# the other way: a 1-process checkpoint (2 micro-steps, -z 0) resumed on 2 processes at --ep 2 -z 2
+run 1 "${MOE[@]}" -d 32 -o "$TMP/one" > "$TMP/one.log" 2>&1 &&
+    run 1 "${MOE[@]}" -d 32 -o "$TMP/r_two" --exit-after-steps 5 > "$TMP/r_two1.log" 2>&1 &&
+    run 2 "${MOE[@]}" --ep 2 -z 2 -o "$TMP/r_two" -y 1 > "$TMP/r_two.log" 2>&1 &&
+    grep -q '^resume: continuing from step 5' "$TMP/r_two.log" && test "$(steps "$TMP/r_two.log" | wc -l)" -eq 5
+check $? "a 1-process checkpoint of step 5 resumes on 2 processes with --ep 2 -z 2"
+out=$(compare 6 10 "$TMP/one" "$TMP/r_two") && out="$out; $(dp_compare_models_rms "$TMP/one/model_00000010.bin" "$TMP/r_two/model_00000010.bin" "$TOL")"
+check $? "resumed at --ep 2 on 2 processes: steps 6..10 and the final weights' RMS equal the 1-process run's ($TOL): $(echo "$out" | tail -n 1)"
 
 # accumulation x processes changed between the sides: 1 process x 4 micro-steps (ep=1) against 2 processes x 2
 # micro-steps with --ep 2 and ZeRO-2 (the experts' group reduce-scatters every micro-step into its shard accumulator)
