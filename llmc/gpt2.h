@@ -395,14 +395,15 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_TP_STATS] = p > 1 ? (p + 2) * BT : 0;
     n[A_LN_GRAD] = max_size(p > 1 && tp->sequence_parallel ? 2 * C : 0, p > 1 && qk ? 2 * hs : 0);
     n[A_LOGITS_ROW] = p > 1 ? Vp : 0;
-    size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, H = (size_t)c->moe.hidden, R = BT * K;
+    /* experts: each expert's hidden width split over tp (llmc/sharding.h, expert tensor parallelism) */
+    size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, H = (size_t)c->moe.hidden / p, R = BT * K;
     size_t Rr = moe_recv_rows(&c->moe, BT), epl = moe_ep_size(&c->moe) > 1 && Lm ? 1 : 0; /* expert side */
     n[A_MOE_PROBS] = Lm * BT * E;
     n[A_MOE_LSE] = Lm * BT;
     n[A_MOE_GATE] = n[A_MOE_CHOICE] = n[A_MOE_ROW] = Lm * BT * K;
     n[A_MOE_PLAN] = Lm * 3 * E;
     n[A_MOE_STATS] = Lm_all * (size_t)moe_stats_floats(&c->moe);
-    size_t EFC = gpt2_dim(c, DIM_EFC); /* the experts' fc rows: 2H for SwiGLU experts */
+    size_t EFC = gpt2_dim(c, DIM_EFC) / p; /* this rank's fc rows of an expert: 2H/tp for SwiGLU experts */
     n[A_MOE_FCH] = Lm * Rr * EFC;
     n[A_MOE_FCH_GELU] = Lm * Rr * H;
     n[A_MOE_OUT] = Lm * R * C;
@@ -838,12 +839,22 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
 /* the stage's output (Nl,C): the residual stream after its last layer (see gpt2_stage_input) */
 static inline floatX* gpt2_stage_output(const GPT2* m) { return gpt2_layer_acts(m, m->n_layers - 1).residual3; }
 
+/* the MoE configuration this tensor-parallel rank computes with: each expert's hidden width H/tp (its slice of the
+ * expert, llmc/sharding.h), the rest as the model's */
+static inline MoEConfig gpt2_moe_local(const GPT2* m) {
+    MoEConfig c = m->config.moe;
+    c.hidden /= m->tp.size;
+    return c;
+}
+
 /* MoE block l's parameters, their gradients (where g says; g NULL: none) and its activations as a MoELayer
- * (llmc/moe.h): slice moe_index(l) of the expert tensors and of the per-MoE-block activations; shared scratch */
+ * (llmc/moe.h): slice moe_index(l) of the expert tensors and of the per-MoE-block activations; shared scratch.
+ * Tensor parallel: this rank's slice of every expert (H/tp), efcprojb added by tp rank 0 only (its gradient formed
+ * on every rank, equal there). */
 static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, int l) {
     const MoEConfig* mc = &m->config.moe;
     size_t j = (size_t)moe_index(mc, l), Lm = (size_t)moe_num_layers(mc, m->config.num_layers);
-    size_t N = (size_t)m->B * m->T, E = (size_t)mc->experts, K = (size_t)mc->top_k, H = (size_t)mc->hidden;
+    size_t N = (size_t)m->B * m->T, E = (size_t)mc->experts, K = (size_t)mc->top_k, H = (size_t)mc->hidden / m->tp.size;
     size_t C = (size_t)m->config.channels, R = N * K, Rr = moe_recv_rows(mc, N);
     MoELayer a;
     memset(&a, 0, sizeof(a));
@@ -852,7 +863,8 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.efcw = p->t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
     a.efcb = m->param_sizes[P_EFCB] ? p->t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm) : NULL; /* NULL: bias=0 */
     a.efcprojw = p->t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
-    a.efcprojb = m->param_sizes[P_EFCPROJB] ? p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm) : NULL;
+    a.efcprojb = m->param_sizes[P_EFCPROJB] && m->tp.rank == 0 ? p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm)
+                                                               : NULL;
     if (g) {
         a.drouterw = g->base.t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
         a.defcw = g->base.t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
@@ -869,7 +881,7 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     a.plan = (int*)actF(m, A_MOE_PLAN, e, 3 * E);
     a.stats = actF(m, A_MOE_STATS, (int)j, (size_t)moe_stats_floats(mc));
     a.act = (int)m->config.arch.mlp; /* MOE_ACT_* = GPT2Mlp */
-    size_t EFC = gpt2_dim(&m->config, DIM_EFC);
+    size_t EFC = gpt2_dim(&m->config, DIM_EFC) / m->tp.size;
     a.fch = actX(m, A_MOE_FCH, e, Rr * EFC);
     a.fch_gelu = actX(m, A_MOE_FCH_GELU, e, Rr * H);
     a.out = actX(m, A_MOE_OUT, e, R * C);
@@ -1023,12 +1035,16 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     profile_at(PROFILE_LAYERNORM);
     gpt2_fused_residual_norm_forward(c->arch.norm, a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
-    if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h; no tensor parallelism) */
+    if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h); tp: each expert's H/tp, routing on every rank */
         profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, NULL, l);
-        moe_layer_forward(&ml, &c->moe, &m->moe_opt, scratch, a.ln2, N, C);
+        MoEConfig mcl = gpt2_moe_local(m);
+        MoEOptions o = m->moe_opt;
+        o.tp = tp;
+        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
+        moe_layer_forward(&ml, &mcl, &o, scratch, x, N, C); /* reads x before it writes scratch */
         if (!finish) { return; }
-        y = scratch;
+        y = tp_reduce(tp, scratch, N, C);                                               /* g */
     } else {
         x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
         gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
@@ -1284,11 +1300,16 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     LayerActivations a = gpt2_layer_acts(m, l);
     gpt2_recompute_layer(m, &a, l, N, Nl);
     const floatX *dy, *x, *dx;
-    if (moe_is_layer(&c->moe, l)) { /* residual3 = residual2 + experts(ln2) (llmc/moe.h) */
+    if (moe_is_layer(&c->moe, l)) { /* residual3 = residual2 + g(experts(f(ln2))) (llmc/moe.h) */
         profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, g, l);
-        moe_layer_backward(&ml, &c->moe, &m->moe_opt, dbtc, dresidual, a.ln2, scratch_f32, N, C, m->moe_dloss);
-        dx = dbtc;
+        MoEConfig mcl = gpt2_moe_local(m);
+        MoEOptions o = m->moe_opt;
+        o.tp = tp;
+        dy = tp_gather(tp, dresidual, dbt4c, N, C);                                     /* g backward */
+        x = tp_gather(tp, a.ln2, scratch, N, C);
+        moe_layer_backward(&ml, &mcl, &o, dbtc, dy, x, scratch_f32, N, C, m->moe_dloss);
+        dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
     } else {
         profile_at(PROFILE_FCPROJ);
         dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */

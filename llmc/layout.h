@@ -63,6 +63,7 @@ typedef struct {
     int NH, C, Vp, L;           /* heads, channels, padded vocabulary, layers */
     int experts;                /* mixture of experts: E (0 = a dense model) */
     int NKV;                    /* key/value heads (grouped-query attention: fewer than NH; 0 = unknown) */
+    int EH;                     /* mixture of experts: each expert's hidden width H (0 = unknown) */
 } LayoutModel;
 
 /* ---------------------------------------------------------------- the axes */
@@ -174,17 +175,29 @@ static inline LayoutVerdict layout_say(LayoutVerdict v, char* err, size_t cap, c
 }
 
 /* experts against the layout, checked first (a combination that never runs is named before the world-size
- * arithmetic): no tp, pp or CUDA graphs with experts; experts to split, and E/ep of them on every ep rank */
+ * arithmetic): no pp or CUDA graphs with experts, tp only without ep (expert tensor parallelism: each expert's H
+ * split over tp); experts to split, and E/ep of them on every ep rank */
 static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     if (l->ep > 1 && md->experts == 0) {
         snprintf(err, cap, "flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts "
                  "to split; use --ep 1", l->ep);
         return LAYOUT_INVALID;
     }
-    if (md->experts > 0 && (l->tp > 1 || l->pp > 1 || l->cuda_graphs)) {
-        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without tensor or pipeline "
-                 "parallelism and CUDA graphs (data parallelism and ZeRO-1/2 work)", md->experts,
-                 l->tp > 1 ? "--tp > 1" : l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
+    if (md->experts > 0 && (l->pp > 1 || l->cuda_graphs)) {
+        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without pipeline parallelism "
+                 "and CUDA graphs (data, tensor and expert parallelism and ZeRO-1/2 work)", md->experts,
+                 l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
+        return LAYOUT_INVALID;
+    }
+    if (md->experts > 0 && l->tp > 1 && l->ep > 1) {
+        snprintf(err, cap, "flag --ep %d with --tp %d: experts are split over tp (expert tensor parallelism) or over "
+                 "ep, not both yet; use --ep 1 or --tp 1", l->ep, l->tp);
+        return LAYOUT_INVALID;
+    }
+    if (md->experts > 0 && md->EH > 0 && l->tp > 0 && md->EH % l->tp != 0) {
+        snprintf(err, cap, "process grid: --tp %d does not divide the experts' hidden width %d (--moe-hidden; each "
+                 "expert's fc rows and fcproj columns are split over tp); expected --tp to divide %d", l->tp, md->EH,
+                 md->EH);
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && l->ep >= 1 && md->experts % l->ep != 0) {

@@ -38,6 +38,7 @@
 
 #include "llmc/utils.h"
 #include "llmc/backend.h"
+#include "llmc/tensor_parallel.h"
 
 
 /* the model-file fields of a mixture-of-experts model (experts = 0: a dense model, the rest 0 too) */
@@ -84,6 +85,7 @@ typedef struct {
     float capacity_factor, aux_coef, z_coef;
     MoEExpertParallel* ep;
     int pad_tokens;
+    const TensorParallel* tp; /* expert tensor parallelism (NULL or size 1: none): see moe_layer_backward */
 } MoEOptions;
 
 /* 1 if block l has experts */
@@ -306,7 +308,11 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
 
 /* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
  * experts and the router, and accumulates the layer's parameter gradients; the load-balancing and z-losses enter
- * with weight dloss*N (dloss as in gpt2_forward). x is the layer input of the forward (the grouped input is
+ * with weight dloss*N (dloss as in gpt2_forward). Expert tensor parallelism (o->tp of size p > 1; every rank of the
+ * group calls this with the same x, dy and routing, and holds each expert's H/p slice, c->hidden = H/p): the
+ * expert outputs of a rank are partial sums, so the gates' gradients (N,k) are summed over tp (fp32) before the
+ * router's backward, which every rank runs alike (equal router gradients on every rank); dx is this rank's partial
+ * sum for the caller's tp reduction, so only tp rank 0 adds the router's input gradient to it. x is the layer input of the forward (the grouped input is
  * rebuilt from it; under expert parallelism the received rows were saved instead, and the output gradients go to
  * the experts' ranks and the input gradients come back by the same two all-to-alls as in the forward).
  * scratch_f32: matmul_scratch_floats(Rr, C, H) and (Rr, H, C) floats. */
@@ -316,6 +322,8 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
     int E = c->experts, k = c->top_k, H = c->hidden;
     if (o->pad_tokens != 0) { FATAL("internal: MoE backward of a forward with %d padding tokens", o->pad_tokens); }
     moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
+    int tp = o->tp && o->tp->size > 1;
+    if (tp) { o->tp->all_reduce_f32(o->tp->ctx, a->dgate, (size_t)N * k); }
     if (o->ep && o->ep->size > 1) {
         MoERoute r;
         moe_ep_route(&r, a, c, o->ep, 0);
@@ -329,7 +337,8 @@ static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, con
         moe_experts_backward(a, a->dxe, a->dout, a->xe, plan + E, E, E, 0, scratch_f32, C, H);
     }
     moe_permute_backward(dx, a->dxe, a->row, N, C, k);
-    moe_router_backward(dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,
+    /* tp ranks other than 0: the router's input gradient goes to the free (R,C) scratch dxe and is dropped */
+    moe_router_backward(tp && o->tp->rank > 0 ? a->dxe : dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,
                         a->routerw, N, C, E, k, dloss, o->aux_coef, o->z_coef);
 }
 

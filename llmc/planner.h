@@ -317,6 +317,12 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double tp_micro = per_layer * layers * plan_allreduce(btc, ly->tp, bw, lat);
     r.t_tp = tp_micro * ly->m;
     r.b_tp = ly->tp > 1 ? per_layer * layers * ly->m * 2.0 * (ly->tp - 1) / ly->tp * btc : 0.0;
+    if (ly->tp > 1 && c->moe.experts > 0) { /* expert tensor parallelism: each MoE block's gate gradients (N k fp32) */
+        double gates = (double)moe_num_layers(&c->moe, c->num_layers) / ly->pp * ly->m * ly->B * ly->T * c->moe.top_k * 4.0;
+        r.b_tp += 2.0 * (ly->tp - 1) / ly->tp * gates;
+        r.t_tp += (double)moe_num_layers(&c->moe, c->num_layers) / ly->pp * ly->m *
+                  plan_allreduce((double)ly->B * ly->T * c->moe.top_k * 4.0, ly->tp, bw, lat);
+    }
     /* pp */
     r.pp_net = ly->pp > 1 && G > gpn;
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;

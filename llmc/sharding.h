@@ -12,7 +12,9 @@
  *              TP_QKV_BLOCKS: qkv's q, k and v blocks of NH, NKV and NKV heads, each split by heads)
  *   stage      which pipeline stages hold it: the stage of each layer (per-layer tensors), the first (wpe), the last
  *              (lnf), both ends (the tied wte: its two copies' gradients are summed between them)
- *   ep_split   expert parallelism splits it over the ep ranks (each holds E/ep experts of every MoE block)
+ *   ep_split   expert parallelism splits it over the ep ranks (each holds E/ep experts of every MoE block); these
+ *              per-expert tensors are cut by tp expert by expert (expert tensor parallelism, as Megatron-LM's: each
+ *              expert's fc column-parallel, its fcproj row-parallel, so an expert's GEMMs split like the dense MLP's)
  * and from the rows follow who counts a tensor in the global gradient norm (shard_counts_in_norm: a split tensor on
  * every rank of the split, a replicated one on tp rank 0, the tied wte on the first stage) and who owns each element
  * exactly once (dev/test/test_sharding.c walks the layout grid and checks that every parameter element is owned by
@@ -70,11 +72,11 @@ static const ShardRow GPT2_SHARDING[NUM_PARAMETER_TENSORS] = {
     {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfw */
     {TP_REPLICATED,    1,      HELD_LAST,      0},  /* lnfb */
     {TP_VOCAB,         1,      HELD_LAST,      0},  /* lmheadw: the untied head, split like wte */
-    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* routerw: every ep rank routes its own tokens */
-    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcw */
-    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcb */
-    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcprojw */
-    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcprojb */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  0},  /* routerw: every tp rank routes the same tokens alike */
+    {TP_COLUMN,        0,      HELD_BY_LAYER,  1},  /* efcw: each expert's fc rows, like fcw */
+    {TP_COLUMN,        0,      HELD_BY_LAYER,  1},  /* efcb */
+    {TP_ROW,           1,      HELD_BY_LAYER,  1},  /* efcprojw: each expert's input columns, like fcprojw */
+    {TP_REPLICATED,    1,      HELD_BY_LAYER,  1},  /* efcprojb: added once, by tp rank 0 */
 };
 
 /* 1 for tensors split over the tensor-parallel ranks */
@@ -115,7 +117,7 @@ static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     gpt2_parameter_sizes(full, c);
     TPSlice s;
     s.blocks = 1; s.stride = 0; s.start = 0; s.lead_len = 0; s.lead_start = 0;
-    s.len = gpt2_is_per_layer(c, i) ? full[i] / (size_t)c->num_layers : full[i];
+    s.len = gpt2_slice_elems(c, i); /* one slice: a layer's, a dense block's (a MoE model's MLP), the whole tensor */
     const ShardRow* row = &GPT2_SHARDING[i];
     if (full[i] == 0) { s.blocks = 0; s.len = 0; return s; } /* absent for these knobs (a bias with bias=0): no piece */
     if (p == 1 || row->tp == TP_REPLICATED) { return s; }
@@ -136,6 +138,29 @@ static inline TPSlice shard_tp_slice(const GPT2Config* c, int i, int p, int r) {
     return s;
 }
 
+/* 1 for the tensors held expert by expert (efcw, efcb, efcprojw, efcprojb: (Lm,E,rows,cols)) */
+static inline int shard_per_expert(int i) { return GPT2_SHARDING[i].ep_split; }
+
+/* How tensor-parallel rank r of p holds one expert's matrix of a per-expert tensor i (rows = dims[1], cols =
+ * dims[2]): the row's cut applied to that matrix alone (column-parallel: rows [r R/(k p), (r+1) R/(k p)) of each of
+ * its k blocks, k = 2 for SwiGLU experts' [gate | up]; row-parallel: columns [r K/p, (r+1) K/p) of every row;
+ * replicated or p = 1: the whole matrix). No leading block. */
+static inline TPSlice shard_tp_expert_slice(const GPT2Config* c, int i, int p, int r) {
+    const GPT2Dim* d = GPT2_PARAMS[i].dims;
+    size_t R = gpt2_dim(c, d[1]), K = gpt2_dim(c, d[2]), P = (size_t)p;
+    TPSlice s;
+    s.blocks = 1; s.len = R * K; s.stride = 0; s.start = 0; s.lead_len = 0; s.lead_start = 0;
+    if (p == 1 || GPT2_SHARDING[i].tp == TP_REPLICATED) { return s; }
+    if (GPT2_SHARDING[i].tp == TP_ROW) {
+        s.blocks = R; s.len = K / P; s.stride = K;
+    } else {
+        size_t k = gpt2_dim(c, DIM_EFC) / gpt2_dim(c, DIM_H);
+        s.blocks = k; s.len = R / (k * P) * K; s.stride = k > 1 ? R / k * K : 0;
+    }
+    s.start = (size_t)r * s.len;
+    return s;
+}
+
 /* element counts of the tensors of one tensor-parallel rank of p (all ranks hold the same sizes) of stage st (NULL:
  * the whole model); tensors a stage does not hold have 0 elements; with expert parallelism (c->moe.ep > 1) the split
  * expert tensors hold this rank's E/ep experts of each MoE block */
@@ -146,7 +171,12 @@ static inline void shard_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], co
     size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = shard_tp_slice(c, i, p, 0);
-        sizes[i] = shard_stage_holds(c, st, i) ? (s.lead_len + s.blocks * s.len) * (gpt2_is_per_layer(c, i) ? layers : 1) : 0;
+        sizes[i] = shard_stage_holds(c, st, i) ? (s.lead_len + s.blocks * s.len) * (gpt2_is_per_layer(c, i) ? layers
+                                                                                  : gpt2_tensor_slices(c, i)) : 0;
+        if (shard_per_expert(i) && sizes[i]) { /* Lm x E expert matrices, each cut by tp */
+            TPSlice u = shard_tp_expert_slice(c, i, p, 0);
+            sizes[i] = gpt2_tensor_slices(c, i) * (size_t)c->moe.experts * u.blocks * u.len;
+        }
         if (shard_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
     }
 }
@@ -176,19 +206,27 @@ static inline void shard_for_each_piece(const GPT2Config* c, int p, int r, const
     shard_parameter_sizes(local, c, p, st);
     size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (shard_ep_splits(c, i) && local[i]) { /* expert parallelism: ep rank q's experts of each MoE block */
-            size_t Lm = gpt2_tensor_slices(c, i), fb = full[i] / Lm, lb = local[i] / Lm, q = (size_t)c->moe.ep_rank;
-            for (size_t j = 0; j < Lm; j++) { fn(ctx, i, foff + j * fb + q * lb, loff + j * lb, lb); }
+        if (shard_per_expert(i) && local[i]) { /* ep rank q's experts of each MoE block, each expert's tp slice */
+            size_t Lm = gpt2_tensor_slices(c, i), E = (size_t)c->moe.experts, El = E / (size_t)moe_ep_size(&c->moe);
+            size_t q = shard_ep_splits(c, i) ? (size_t)c->moe.ep_rank : 0, uf = full[i] / (Lm * E);
+            TPSlice u = shard_tp_expert_slice(c, i, p, r);
+            size_t ul = u.blocks * u.len;
+            for (size_t j = 0; j < Lm; j++) {
+                for (size_t e = 0; e < El; e++) {
+                    size_t fo = foff + (j * E + q * El + e) * uf, lo = loff + (j * El + e) * ul;
+                    for (size_t b = 0; b < u.blocks; b++) { fn(ctx, i, fo + u.start + b * u.stride, lo + b * u.len, u.len); }
+                }
+            }
             foff += full[i];
             loff += local[i];
             continue;
         }
         int per_layer = gpt2_is_per_layer(c, i);
-        size_t layers = per_layer ? Ls : (local[i] ? 1 : 0);
+        size_t nsl = gpt2_tensor_slices(c, i), layers = per_layer ? Ls : (local[i] ? nsl : 0); /* slices held */
         TPSlice s = shard_tp_slice(c, i, p, r);
         for (size_t j = 0; j < layers; j++) {
-            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : 0;
-            size_t fl = foff + g * (full[i] / (per_layer ? L : 1)), ll = loff + j * (local[i] / layers);
+            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : j;
+            size_t fl = foff + g * (full[i] / (per_layer ? L : nsl)), ll = loff + j * (local[i] / layers);
             if (s.lead_len) { fn(ctx, i, fl + s.lead_start, ll, s.lead_len); }
             for (size_t b = 0; b < s.blocks; b++) {
                 fn(ctx, i, fl + s.start + b * s.stride, ll + s.lead_len + b * s.len, s.len);
@@ -303,6 +341,7 @@ static inline LayoutModel shard_layout_model(const GPT2Config* c) {
     memset(&md, 0, sizeof(md));
     md.NH = c->num_heads; md.NKV = c->arch.n_kv_head; md.C = c->channels; md.Vp = c->padded_vocab_size; md.L = c->num_layers;
     md.experts = c->moe.experts;
+    md.EH = c->moe.hidden;
     return md;
 }
 

@@ -162,14 +162,16 @@ static inline void zero_experts_map_piece(void* ctx, int tensor, size_t full, si
     for (size_t k = 0; k < n; k++) { m->map[local + k] = full + k; }
 }
 
-/* the full-model index of every local parameter (P local values) of ep rank q of p for model c (p <= 1: the whole
- * model, the identity); malloc'd, the caller frees; *P_local, *Pd (the dense part) set */
-static inline size_t* zero_experts_index_map(const GPT2Config* c0, int p, int q, size_t* P_local, size_t* Pd) {
+/* the full-model index of every local parameter (P local values) of tensor-parallel rank tr of tp and ep rank q of p
+ * for model c (tp = p = 1: the whole model, the identity); malloc'd, the caller frees; *P_local, *Pd (the dense
+ * part) set */
+static inline size_t* zero_experts_index_map(const GPT2Config* c0, int tp, int tr, int p, int q, size_t* P_local,
+                                             size_t* Pd) {
     GPT2Config c = *c0;
     c.moe.ep = p > 1 ? p : 0;
     c.moe.ep_rank = p > 1 ? q : 0;
     size_t sizes[NUM_PARAMETER_TENSORS];
-    shard_parameter_sizes(sizes, &c, 1, NULL);
+    shard_parameter_sizes(sizes, &c, tp, NULL);
     *P_local = 0;
     *Pd = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -177,7 +179,7 @@ static inline size_t* zero_experts_index_map(const GPT2Config* c0, int p, int q,
         if (!shard_ep_splits(&c, i)) { *Pd += sizes[i]; }
     }
     ZeroExpertsIndexMap m = {(size_t*)malloc_check(*P_local * sizeof(size_t), "expert index map")};
-    shard_for_each_piece(&c, 1, 0, NULL, zero_experts_map_piece, &m);
+    shard_for_each_piece(&c, tp, tr, NULL, zero_experts_map_piece, &m);
     return m.map;
 }
 
@@ -193,10 +195,10 @@ static inline size_t zero_experts_state_index(const TrainState* h, const size_t*
 }
 
 /* Re-sharded resume of a mixture-of-experts checkpoint (llmc/README.md, "Expert parallelism"): written by `old_world`
- * processes with any --ep and ZeRO stage (tp = pp = 1, as every MoE run), read by this run's processes with any
- * --ep and ZeRO stage. Every rank reads the m, v (and master) sections of all old state files of checkpoint `step`
- * into a full-model copy on the host (each file's dense and expert ranges put at their full-model indices through
- * its own ep size and rank; 3 x the full parameter count of fp32: a cost of this path only), then puts its own
+ * processes with any --tp, --ep and ZeRO stage (pp = 1, as every MoE run), read by this run's processes with any
+ * --tp, --ep and ZeRO stage. Every rank reads the m, v (and master) sections of all old state files of checkpoint
+ * `step` into a full-model copy on the host (each file's dense and expert ranges put at their full-model indices
+ * through its own tp and ep sizes and ranks, tp rank 0's replicated tensors last; 3 x the full parameter count of fp32: a cost of this path only), then puts its own
  * ranges (ours: this run's header, its ep_size/ep_rank/ranges) into opt (the state of zero_checkpoint_state).
  * *found: the step, RNG and loss scale of file 0 and this rank's data position (train_state_reshard_position).
  * Exits with one line for a damaged or non-finite file (train_state_check_size, train_state_check_finite); rank 0
@@ -211,14 +213,14 @@ static inline void zero_experts_read_resharded(const char* output_dir, int step,
     float* full = (float*)calloc_check((size_t)sections * Pf, sizeof(float), "full optimizer state (MoE re-sharding)");
     TrainState* old = (TrainState*)calloc_check((size_t)old_world, sizeof(TrainState), "old state headers");
     char path[1024];
-    for (int r = 0; r < old_world; r++) {
+    for (int r = old_world - 1; r >= 0; r--) { /* tp rank 0's copies of the replicated tensors last */
         checkpoint_state_path(path, sizeof(path), output_dir, step, r);
         TrainState* h = &old[r];
         FILE* f = train_state_open(path, h);
         train_state_check_step(path, h->step, step);
         train_state_check_size(path, h, ctx);
         size_t Pl, Pd;
-        size_t* map = zero_experts_index_map(cfg, h->ep_size, h->ep_rank, &Pl, &Pd);
+        size_t* map = zero_experts_index_map(cfg, h->tp_size, h->tp_rank, h->ep_size, h->ep_rank, &Pl, &Pd);
         size_t n = (size_t)h->shard_size;
         float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
         for (int k = 0; k < sections; k++) {
@@ -236,7 +238,7 @@ static inline void zero_experts_read_resharded(const char* output_dir, int step,
         fclose(f);
     }
     size_t Pl, Pd;
-    size_t* map = zero_experts_index_map(cfg, ours->ep_size, ours->ep_rank, &Pl, &Pd);
+    size_t* map = zero_experts_index_map(cfg, ours->tp_size, ours->tp_rank, ours->ep_size, ours->ep_rank, &Pl, &Pd);
     size_t n = (size_t)ours->shard_size;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     for (int k = 0; k < sections; k++) {

@@ -20,9 +20,9 @@ static Layout base(int dp) {
     return l;
 }
 
-static const LayoutModel D4 = {4, 256, 50304, 4, 0, 0};    /* NH, C, Vp, L, experts, NKV (0: unknown) */
-static const LayoutModel D8 = {4, 128, 50304, 8, 0, 0};
-static const LayoutModel MOE = {4, 256, 50304, 4, 4, 0};
+static const LayoutModel D4 = {4, 256, 50304, 4, 0, 0, 0};    /* NH, C, Vp, L, experts, NKV, EH (0: unknown) */
+static const LayoutModel D8 = {4, 128, 50304, 8, 0, 0, 0};
+static const LayoutModel MOE = {4, 256, 50304, 4, 4, 0, 0};
 
 /* layout_check gives `want` and its sentence contains every needle (NULL-terminated), one line */
 static void expect(const char* what, const Layout* l, const LayoutModel* md, int world, LayoutVerdict want,
@@ -60,8 +60,8 @@ static void test_axes(void) {
 }
 
 static void test_model(void) {
-    LayoutModel nh6 = {6, 384, 50304, 6, 0, 0}, c258 = {4, 258, 0, 0, 0, 0}, v50257 = {8, 512, 50257, 0, 0, 0};
-    LayoutModel kv2 = {8, 512, 50304, 4, 0, 2}; /* grouped-query attention: 2 key/value heads for 8 query heads */
+    LayoutModel nh6 = {6, 384, 50304, 6, 0, 0, 0}, c258 = {4, 258, 0, 0, 0, 0, 0}, v50257 = {8, 512, 50257, 0, 0, 0, 0};
+    LayoutModel kv2 = {8, 512, 50304, 4, 0, 2, 0}; /* grouped-query attention: 2 key/value heads for 8 query heads */
     Layout l = base(2); l.tp = 4;
     expect("tp 4 with NH 6", &l, &nh6, 8, LAYOUT_INVALID, NEEDLES("--tp 4", "6 attention heads", "divide 6"));
     expect("tp 4 with KV 2 (NH 8)", &l, &kv2, 8, LAYOUT_INVALID, NEEDLES("--tp 4", "2 key/value heads", "divide 2"));
@@ -75,7 +75,7 @@ static void test_model(void) {
     expect("pp 8 with L 4", &l, &D4, 8, LAYOUT_INVALID, NEEDLES("--pp 8", "4 layers", "--pp <= 4"));
     l = base(1); l.tp = 4; l.pp = 2; l.m = 2;
     expect("tp 4 x pp 2 on d4", &l, &D4, 8, LAYOUT_BUILDABLE, NULL);
-    LayoutModel unknown = {0, 0, 0, 0, 0, 0};
+    LayoutModel unknown = {0, 0, 0, 0, 0, 0, 0};
     l = base(1); l.tp = 8;
     expect("an unknown model skips the model checks", &l, &unknown, 8, LAYOUT_BUILDABLE, NULL);
     expect("no model (NULL) skips them too", &l, NULL, 8, LAYOUT_BUILDABLE, NULL);
@@ -121,9 +121,16 @@ static void test_options(void) {
     l = base(4); l.ep = 4;
     expect("--ep 4 with 6 experts", &l, &e6, 4, LAYOUT_INVALID, NEEDLES("--ep 4 does not divide --moe-experts 6"));
     l = base(1); l.tp = 2;
-    expect("MoE with tp 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --tp > 1"));
+    expect("MoE with tp 2 (expert tensor parallelism)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
+    l = base(2); l.tp = 2; l.ep = 2;
+    expect("MoE with tp 2 and ep 2", &l, &MOE, 4, LAYOUT_INVALID, NEEDLES("--ep 2 with --tp 2", "not both"));
     /* on one process: the never-supported combination is named, not the world-size arithmetic (rule order) */
-    expect("MoE with tp 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --tp > 1"));
+    expect("MoE with tp 2 and ep 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--ep 2 with --tp 2"));
+    LayoutModel h6 = MOE;
+    h6.EH = 6;
+    l = base(1); l.tp = 4;
+    expect("MoE with tp 4 and expert hidden 6", &l, &h6, 4, LAYOUT_INVALID,
+           NEEDLES("--tp 4 does not divide the experts' hidden width 6"));
     l = base(1); l.pp = 2; l.m = 2;
     expect("MoE with pp 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --pp > 1"));
     l = base(2); l.zero = 3;

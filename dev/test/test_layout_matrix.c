@@ -84,7 +84,7 @@ static void cell(int a, int b, char* out, size_t cap) {
     l.B = 4; l.T = 32; l.m = 1;
     fa->apply(&l);
     fb->apply(&l);
-    LayoutModel md = {4, 256, 50304, 4, fa->moe || fb->moe ? 4 : 0, 0};
+    LayoutModel md = {4, 256, 50304, 4, fa->moe || fb->moe ? 4 : 0, 0, 0};
     char err[1024];
     LayoutVerdict v = layout_check(&l, &md, layout_world(&l), err, sizeof(err));
     if (v == LAYOUT_BUILDABLE) { snprintf(out, cap, "ok"); }

@@ -127,20 +127,29 @@ static void test_dense(const char* shape, int min_checked) {
                "hold", shape, checked, min_checked, good);
 }
 
+/* experts split over ep (whole experts) or over tp (each expert's fc rows and fcproj columns; SwiGLU experts' gate
+ * and up blocks each split) */
 static void test_experts(void) {
-    for (int every = 1; every <= 2; every++) {
-        GPT2Config c;
-        char err[512];
-        if (gpt2_config_from_shape(&c, "L4:C64:NH4:V1000:T32:E8:K2", err, sizeof(err)) != 1) { FATAL("%s", err); }
-        c.moe.every = every;
-        for (int ep = 1; ep <= 4; ep *= 2) {
-            Layout l = layout(1, 1, 1, 1);
-            l.dp = 4; l.ep = ep;
-            LayoutModel md = shard_layout_model(&c);
-            char what[128];
-            snprintf(what, sizeof(what), "L4 E8 (experts every %d blocks): dp 4, ep %d", every, ep);
-            TEST_CHECK(layout_check(&l, &md, 4, err, sizeof(err)) == LAYOUT_BUILDABLE, "%s is buildable: %s", what, err);
-            check_layout(&c, &l, ep, what);
+    const char* shapes[2] = {"L4:C64:NH4:V1000:T32:E8:K2", "L4:C64:NH4:V1000:T32:E8:K2:norm=rms:bias=0:mlp=swiglu"};
+    for (int k = 0; k < 2; k++) {
+        for (int every = 1; every <= 2; every++) {
+            GPT2Config c;
+            char err[512];
+            if (gpt2_config_from_shape(&c, shapes[k], err, sizeof(err)) != 1) { FATAL("%s", err); }
+            c.moe.every = every;
+            for (int tp = 1; tp <= 4; tp *= 2) {
+                for (int ep = 1; ep <= (tp == 1 ? 4 : 1); ep *= 2) {
+                    Layout l = layout(tp, 1, 1, 1);
+                    l.dp = 4; l.ep = ep;
+                    LayoutModel md = shard_layout_model(&c);
+                    char what[192];
+                    snprintf(what, sizeof(what), "%s (experts every %d blocks): tp %d x dp 4, ep %d", shapes[k], every,
+                             tp, ep);
+                    TEST_CHECK(layout_check(&l, &md, 4 * tp, err, sizeof(err)) == LAYOUT_BUILDABLE,
+                               "%s is buildable: %s", what, err);
+                    check_layout(&c, &l, ep, what);
+                }
+            }
         }
     }
 }
