@@ -401,7 +401,7 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
                e->experts, e->top_k, e->every, moe_num_layers(e, l->cfg.num_layers), e->hidden, r->active_params,
                ledger_model_parameters(&l->cfg), ledger_ep(l), e->experts / ledger_ep(l), ly->dp / ledger_ep(l),
                r->b_ep / GB, r->ep_net ? "network" : "NVLink", r->t_ep, m->a2a / GB,
-               ledger_ep(l) > 1 ? " [ep: planner only, the trainer replicates the experts]" : "");
+               ly->tp > 1 ? "; each expert split over tp" : "");
     }
     printf("plan memory (GB per GPU, pipeline stage %d): parameters %.3f | gradients %.3f | master %.3f | AdamW m+v %.3f "
            "| activations %.3f (%d slot%s of %.3f) | buffers %.3f | total %.3f of %.3f usable -> %s\n", m->stage,

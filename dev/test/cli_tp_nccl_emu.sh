@@ -13,14 +13,18 @@
 #     model of every collective, so the NCCL path issues the same collectives on the same sizes), per rank within
 #     64 bytes (the NCCL counters model a host fp64 all-reduce as twice its reduce-scatter, which for a count not
 #     divisible by tp puts a few values' bytes on another rank than the MPI ring does: the same group total);
-#   - BF16, tp 2, tp 2 with sequence parallelism, and tp 2 x dp 2 with ZeRO-3: losses equal the fp32 CPU build on one process within 5e-3
+#     Also experts (4, top-2, every second block, capacity 1.25) at tp 2 with sequence parallelism (expert tensor
+#     parallelism: the gate gradients' fp32 all-reduce runs through the NCCL path too);
+#   - BF16, tp 2, tp 2 with sequence parallelism, experts at tp 2, and tp 2 x dp 2 with ZeRO-3: losses equal the fp32 CPU build on one process within 5e-3
 #     relative (test_gpt.cu's BF16 step-loss tolerance: bf16 activations and gradients, fp32 master weights).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 dp_require_programs ./train_gpt_emu_mpi ./train_gpt_emu_mpi_bf16
 F=(-e d2 -b 4 -t 32 -j '' -g 0 -x 2 -l 1e-3 --comm-stats 1)
 
-for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1" "4 --tp 2 -z 3"; do
+MOE=(--moe-experts 4 --moe-top-k 2 --moe-every 2 --moe-capacity-factor 1.25)
+for setup in "2 --tp 2" "2 --tp 2 --sequence-parallel 1" "4 --tp 2 --sequence-parallel 1 -z 1" "4 --tp 2 -z 3" \
+             "2 --tp 2 --sequence-parallel 1 ${MOE[*]}"; do
     set -- $setup
     N=$1; shift
     name="n$N$(echo "$@" | tr -d ' -')"
@@ -50,6 +54,15 @@ for sp in 0 1; do
     out=$(dp_compare_logs "$TMP/cpu_ref/log.jsonl" "$E/log.jsonl" train loss 5e-3 2)
     check $? "NCCL path, BF16, tp 2, sequence parallel $sp: losses vs the fp32 CPU build on one process: $out"
 done
+
+E="$TMP/bf16_moe"
+$TRAIN "${F[@]}" "${MOE[@]}" -d 128 -o "$TMP/cpu_moe" > "$TMP/cpu_moe.log" 2>&1
+MPIRUN 2 ./train_gpt_emu_mpi_bf16 "${F[@]}" "${MOE[@]}" --tp 2 -d 128 -o "$E" > "$E.log" 2>&1
+rc=$?
+test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
+check $? "NCCL path (emulated), BF16, experts at tp 2: 2 steps under mpirun (exit $rc)"
+out=$(dp_compare_logs "$TMP/cpu_moe/log.jsonl" "$E/log.jsonl" train loss 5e-3 2)
+check $? "NCCL path, BF16, experts at tp 2: losses vs the fp32 CPU build on one process: $out"
 
 E="$TMP/bf16_z3"
 $TRAIN "${F[@]}" -d 256 -o "$TMP/cpu_ref256" > "$TMP/cpu_ref256.log" 2>&1
