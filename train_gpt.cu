@@ -481,11 +481,9 @@ static void setup_data(TrainSession* s) {
  * launcher to end the job */
 static void check_offload_dir(TrainSession* s) {
     if (s->offload.kind != OFFLOAD_NVME) { return; }
-    size_t P = s->model.num_parameters;
-    size_t range = zero_stage_info(s->cfg.zero_stage)->shards_optimizer ? comm_shard_size(s->dp, P) : P;
-    LedgerOffload lo = ledger_offload(OFFLOAD_NVME, range, sizeof(floatX));
     char err[1400];
-    int bad = offload_check_dir(s->offload.dir, lo.nvme, err, sizeof(err));
+    LedgerLayout l = session_ledger_layout(s); /* the ledger's file bytes: --ep has a second file, its experts' */
+    int bad = offload_check_dir(s->offload.dir, ledger_rank(&l, s->pp->rank).nvme, err, sizeof(err));
     double* flags = (double*)calloc_check((size_t)s->world.world, sizeof(double), "offload check");
     flags[s->world.rank] = bad;
     comm_all_reduce_host_f64(&s->world, flags, s->world.world);
@@ -514,7 +512,8 @@ static void session_init(TrainSession* s) {
     int reshard_from = resume_step >= 0 ? checkpoint_layout_change(s, resume_step) : 0; /* old world, 0 = same */
     check_offload_dir(s);                                     /* --offload-optimizer nvme:DIR: writable, space */
     if (moe_ep_size(&s->model.config.moe) > 1) { /* --ep: the dense group over dp, the experts over expert-dp */
-        zero_init_experts(&s->zero, cfg->zero_stage, &s->model, s->dp, s->grid.expert_dp, cfg->master_weights);
+        zero_init_experts(&s->zero, cfg->zero_stage, &s->model, s->dp, s->grid.expert_dp, cfg->master_weights,
+                          &s->offload);
     } else {
         zero_init_offload(&s->zero, cfg->zero_stage, &s->model, s->dp, cfg->master_weights, &s->offload);
     }

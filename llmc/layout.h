@@ -323,10 +323,10 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  "drop it)", l->recompute_every, l->recompute);
         return LAYOUT_INVALID;
     }
-    if (l->ep > 1 && (l->offload != OFFLOAD_NONE || l->compress)) {
-        snprintf(err, cap, "flag --ep %d with %s: expert parallelism keeps the experts' optimizer state in a second ZeRO "
-                 "group that optimizer offload and gradient compression do not cover; use --ep 1 or drop that flag",
-                 l->ep, l->offload != OFFLOAD_NONE ? "--offload-optimizer" : "--grad-compress");
+    if (l->ep > 1 && l->compress) {
+        snprintf(err, cap, "flag --ep %d with --grad-compress: expert parallelism keeps the experts' gradients in a "
+                 "second ZeRO group that gradient compression does not cover; use --ep 1 or --grad-compress none",
+                 l->ep);
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && l->zero == 3) {

@@ -216,11 +216,20 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     }
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
-    if (l->layout.offload) {
-        LedgerOffload o = ledger_offload_ex(l->layout.offload, range, pb, l->layout.zero == 3 && l->layout.offload_params);
-        r.host = o.host_state;
-        r.host_buffers = o.host_buffers;
-        r.nvme = o.nvme;
+    if (l->layout.offload) { /* ep: each parameter group offloads its own range (llmc/zero_experts.h) */
+        size_t ranges[2] = {range, 0};
+        if (ep > 1) {
+            size_t dense = r.P - r.P_exp;
+            ranges[0] = l->layout.zero >= 1 ? (dense + dp - 1) / dp : dense;
+            ranges[1] = l->layout.zero >= 1 ? r.S_exp : r.P_exp;
+        }
+        for (int g = 0; g < (ep > 1 ? 2 : 1); g++) {
+            LedgerOffload o = ledger_offload_ex(l->layout.offload, ranges[g], pb,
+                                                l->layout.zero == 3 && l->layout.offload_params);
+            r.host += o.host_state;
+            r.host_buffers += o.host_buffers;
+            r.nvme += o.nvme;
+        }
         r.master = r.moments = 0;
     }
     TensorParallel tp = tensor_parallel_none();

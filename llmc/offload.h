@@ -9,7 +9,8 @@
  * own shard, padding included):
  *   cpu   w (fp32 weights: the master weights of mixed precision, the fp32 copy of the parameters otherwise),
  *         m and v: n floats each in pinned host memory.
- *   nvme  the same three in DIR/offload_optimizer_rankRRRRR.bin, chunk by chunk: chunk c holds [w | m | v] of
+ *   nvme  the same three in DIR/offload_optimizer_rankRRRRR.bin (the experts' group of --ep: a second file,
+ *         DIR/offload_optimizer_experts_rankRRRRR.bin), chunk by chunk: chunk c holds [w | m | v] of
  *         elements [c*CH, (c+1)*CH) (CH = ledger_offload's chunk, a multiple of 1024: every section starts 4 KiB
  *         aligned), so one pread/pwrite moves a chunk's whole state. Opened with O_DIRECT where the filesystem
  *         accepts it (the first aligned write tells), plain pread/pwrite otherwise; the header line says which.
@@ -79,6 +80,7 @@ typedef struct {
     int kind;
     char dir[900];
     int rank;           /* the world rank (names the nvme file); set by the caller */
+    int group;          /* 0; 1 for the experts' parameter group of --ep (llmc/zero_experts.h): its own nvme file */
     int params;         /* --offload-params cpu: ZeRO-3's parameter shard in pinned host memory (llmc/zero_params.h);
                          * set by the caller (offload_params_parse) */
 } OffloadSpec;
@@ -107,9 +109,9 @@ static inline int offload_params_parse(const char* s, int* params, char* err, si
     return 1;
 }
 
-/* the scratch file of world rank `rank` under dir */
-static inline void offload_file_path(char* out, size_t cap, const char* dir, int rank) {
-    snprintf(out, cap, "%s/offload_optimizer_rank%05d.bin", dir, rank);
+/* the scratch file of world rank `rank` under dir (group 1: the experts' group of --ep, a second file) */
+static inline void offload_file_path(char* out, size_t cap, const char* dir, int rank, int group) {
+    snprintf(out, cap, "%s/offload_optimizer_%srank%05d.bin", dir, group ? "experts_" : "", rank);
 }
 
 /* Checks that nvme directory `dir` exists, is writable (a probe file is created and removed) and has at least `bytes` free (statvfs f_bavail x f_frsize,
@@ -384,7 +386,7 @@ static inline void offload_init(Offload* o, const OffloadSpec* spec, size_t firs
             o->io[k] = (float*)p;
         }
         o->buffer_bytes += 2 * CH * 12;
-        offload_file_path(o->path, sizeof(o->path), spec->dir, rank);
+        offload_file_path(o->path, sizeof(o->path), spec->dir, rank, spec->group);
         char why[128]; /* open_regular: a FIFO or device in its place is refused, never waited on */
         o->fd = open_regular(o->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600, why, sizeof(why));
         o->direct = o->fd >= 0 && O_DIRECT != 0;

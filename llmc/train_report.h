@@ -58,8 +58,14 @@ static void step_pcie_theory(const TrainSession* s, size_t* d2h, size_t* h2d) {
     if (s->zero.params.host) {
         ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->layout.m, s->zero.offload != NULL,
                                          s->zero.opt.master != NULL, d2h, h2d);
-    } else {
-        ledger_offload_step_bytes(hi - lo, sizeof(floatX), d2h, h2d);
+        return;
+    }
+    *d2h = *h2d = 0;
+    for (const ZeroOptimizer* g = &s->zero; g; g = g->experts) { /* --ep: each group's own range */
+        size_t d, u;
+        zero_owned_range(g, &lo, &hi);
+        ledger_offload_step_bytes(hi - lo, sizeof(floatX), &d, &u);
+        *d2h += d; *h2d += u;
     }
 }
 
@@ -88,19 +94,18 @@ static void step_counters_end(TrainSession* s, StepResult* r) {
     }
     if (s->pipe.clock) { r->bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
     if (r->skipped) { return; }
+    ZeroOffloadTotals o = zero_offload_totals(&s->zero); /* --ep: both parameter groups' offloads */
     if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
-        const Offload* o = s->zero.offload;
         size_t d2h, h2d;
         step_pcie_theory(s, &d2h, &h2d);
-        r->off_d2h = (double)(o ? o->step_d2h : 0) + (double)(s->zero.params.pcie_d2h - s->pcie_d2h0);
-        r->off_h2d = (double)(o ? o->step_h2d : 0) + (double)(s->zero.params.pcie_h2d - s->pcie_h2d0);
+        r->off_d2h = (double)o.step_d2h + (double)(s->zero.params.pcie_d2h - s->pcie_d2h0);
+        r->off_h2d = (double)o.step_h2d + (double)(s->zero.params.pcie_h2d - s->pcie_h2d0);
         r->off_d2h_theory = (double)d2h; r->off_h2d_theory = (double)h2d;
     }
     if (s->zero.offload) {
-        const Offload* o = s->zero.offload;
-        r->nvme_read = (double)o->step_read; r->nvme_write = (double)o->step_write; r->nvme_seconds = o->io_seconds;
-        r->off_seconds = o->step_seconds;
-        r->off_d2h_streamed = (double)o->step_d2h_streamed;
+        r->nvme_read = (double)o.step_read; r->nvme_write = (double)o.step_write; r->nvme_seconds = o.io_seconds;
+        r->off_seconds = o.step_seconds;
+        r->off_d2h_streamed = (double)o.step_d2h_streamed;
     }
 }
 
@@ -202,8 +207,8 @@ static void print_ledger_check(const TrainSession* s) {
     if (s->zero.offload || s->zero.params.host) { /* --offload-optimizer / --offload-params: host memory, host
                                                    * buffers, the NVMe file and the host parameter shard */
         const Offload* o = s->zero.offload;
-        size_t og[4] = {o ? o->host_bytes : 0, o ? o->buffer_bytes : 0, o ? o->file_bytes : 0,
-                        zero_params_host_bytes(&s->zero.params)};
+        ZeroOffloadTotals t = zero_offload_totals(&s->zero); /* --ep: both parameter groups' */
+        size_t og[4] = {t.host_bytes, t.buffer_bytes, t.file_bytes, zero_params_host_bytes(&s->zero.params)};
         size_t ow[4] = {r.host, r.host_buffers, r.nvme, r.host_params};
         size_t d2h, h2d;
         step_pcie_theory(s, &d2h, &h2d);

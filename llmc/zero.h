@@ -480,6 +480,7 @@ static inline int zero_has_master(const ZeroOptimizer* z) {
 /* the parameters were replaced outside the optimizer (a resume loaded them): the offload's fp32 weights are
  * re-read from them (then a checkpoint's master weights, where it has them, overwrite them); no-op without offload */
 static inline void zero_params_changed(ZeroOptimizer* z) {
+    if (z->experts) { zero_params_changed(z->experts); } /* --ep: the experts' group's own offload */
     if (!z->offload) { return; }
     if (z->stage->shards_params) { offload_load_weights(z->offload, z->params.shard, z->params.host, 0); }
     else { offload_load_weights(z->offload, z->model->params_memory + z->own_start, 0, 0); }
@@ -507,7 +508,10 @@ static inline void zero_begin_step(ZeroOptimizer* z) {
     profile_begin(PROFILE_GRAD_ZERO);
     z->stage->begin_step(z);
     if (z->offload) { offload_begin_step(z->offload); } /* the step's PCIe counters, the streamed coverage */
-    if (z->experts) { z->experts->stage->begin_step(z->experts); }
+    if (z->experts) {
+        z->experts->stage->begin_step(z->experts);
+        if (z->experts->offload) { offload_begin_step(z->experts->offload); }
+    }
     profile_end();
 }
 
@@ -520,10 +524,8 @@ static inline void zero_groups_backward_begin(void* ctx) {
 }
 static inline void zero_groups_layer_ready(void* ctx, int layer) {
     ZeroOptimizer* z = (ZeroOptimizer*)ctx;
-    profile_begin(PROFILE_COMM_DP);
-    if (z->reducing) { z->stage->layer_ready(z, layer); }
-    if (layer < 0 && z->experts->reducing) { z->experts->stage->layer_ready(z->experts, layer); }
-    profile_end();
+    zero_layer_ready(z, layer);
+    if (layer < 0) { zero_layer_ready(z->experts, layer); }
 }
 
 /* Before a micro-step's backward: whether its backward issues the gradient buckets (ZeRO-2: always; ZeRO-0/1:
@@ -539,12 +541,14 @@ static inline const GPT2GradTarget* zero_micro_step(ZeroOptimizer* z, int last_m
     z->target.layer_ready = z->reducing || z->streaming ? zero_layer_ready : NULL;
     z->target.ctx = z;
     if (z->experts) { /* one target: the dense group's buffers and the experts' (patched in by zero_init_experts);
-                       * --ep refuses --offload-optimizer, so nothing streams */
+                       * with --offload-optimizer each group streams its own reduced buckets */
         ZeroOptimizer* e = z->experts;
         e->reducing = e->stage->reduces_every_micro_step || (last_micro_step && comm_collectives_on(e->dp));
+        e->streaming = e->offload && !e->compress && last_micro_step;
+        int hooks = z->reducing || z->streaming || e->reducing || e->streaming;
         z->target.backward_begin = z->stage->backward_begin ? zero_groups_backward_begin : NULL;
-        z->target.layer_ready = z->reducing || e->reducing ? zero_groups_layer_ready : NULL;
-        if (reduces) { *reduces = z->reducing || e->reducing; }
+        z->target.layer_ready = hooks ? zero_groups_layer_ready : NULL;
+        if (reduces) { *reduces = hooks; }
         return &z->target;
     }
     if (reduces) { *reduces = z->reducing || z->streaming; } /* hooks with collectives or copies: run eagerly */

@@ -41,8 +41,10 @@
 
 /* Sets up ZeRO stage `stage` (0, 1 or 2) for `model` (holding this ep rank's experts, model->config.moe.ep > 1) as the
  * two groups above: z is the dense group over dp, z->experts the experts' group over edp (the expert-dp group).
- * keep_master as zero_init. */
-static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* edp, int keep_master) {
+ * keep_master as zero_init; offload (NULL or none: on the device) as zero_init_offload, for both groups (each its
+ * own Offload: host state, buffers and, for nvme, its own file, offload_file_path's group 1). */
+static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, Comm* dp, Comm* edp, int keep_master,
+                                     const OffloadSpec* offload) {
     GPT2* dv = (GPT2*)malloc_check(sizeof(GPT2), "dense parameter group view");
     GPT2* ev = (GPT2*)malloc_check(sizeof(GPT2), "expert parameter group view");
     *dv = *model;
@@ -61,10 +63,12 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
     ev->params_memory = model->params_memory + Pd;
     parameter_tensors_point(&dv->params, dv->params_memory, dv->param_sizes);
     parameter_tensors_point(&ev->params, ev->params_memory, ev->param_sizes);
-    zero_init_ex(z, stage, dv, dp, keep_master, NULL, 1);
+    zero_init_ex(z, stage, dv, dp, keep_master, offload, 1);
     z->view = dv;
     ZeroOptimizer* e = (ZeroOptimizer*)calloc_check(1, sizeof(ZeroOptimizer), "expert ZeRO group");
-    zero_init_ex(e, stage, ev, edp, keep_master, NULL, 1);
+    OffloadSpec eo;
+    if (offload) { eo = *offload; eo.group = 1; }
+    zero_init_ex(e, stage, ev, edp, keep_master, offload ? &eo : NULL, 1);
     e->view = ev;
     z->experts = e;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { /* backward writes the expert gradients into e's buffer */
@@ -73,6 +77,26 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
             z->target.layer_stride[i] = 0;
         }
     }
+}
+
+/* --offload-optimizer: the offload figures summed over the parameter groups (one Offload each; llmc/offload.h) */
+typedef struct {
+    size_t host_bytes, buffer_bytes, file_bytes;      /* allocated */
+    size_t step_d2h, step_h2d, step_read, step_write, step_d2h_streamed; /* this step's traffic */
+    double io_seconds, step_seconds;
+} ZeroOffloadTotals;
+static inline ZeroOffloadTotals zero_offload_totals(const ZeroOptimizer* z) {
+    ZeroOffloadTotals t;
+    memset(&t, 0, sizeof(t));
+    for (const ZeroOptimizer* g = z; g; g = g->experts) {
+        const Offload* o = g->offload;
+        if (!o) { continue; }
+        t.host_bytes += o->host_bytes; t.buffer_bytes += o->buffer_bytes; t.file_bytes += o->file_bytes;
+        t.step_d2h += o->step_d2h; t.step_h2d += o->step_h2d; t.step_read += o->step_read;
+        t.step_write += o->step_write; t.step_d2h_streamed += o->step_d2h_streamed;
+        t.io_seconds += o->io_seconds; t.step_seconds += o->step_seconds;
+    }
+    return t;
 }
 
 /* the bytes this process allocated for its parameters, gradients, fp32 master weights and AdamW m+v, summed over the

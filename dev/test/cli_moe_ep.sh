@@ -30,6 +30,11 @@
 #     the theory for balanced routing; the memory ledger equals what was allocated.
 #   - validation with an uneven split of windows over the ranks equals ep=1's, and a sample is printed (every
 #     rank of an ep group runs the forwards: they exchange tokens);
+#   - optimizer offload of both ZeRO groups (--offload-optimizer with --ep: each group its own host state, and for
+#     nvme its own file): cpu at ZeRO-0 and nvme at ZeRO-2 train bit-identically to the same layout on the device
+#     (the CPU build's offloaded AdamW is the backend's function on the same values), the offload ledger (host
+#     state, buffers, both files) equals the allocation, every step's PCIe bytes equal the theory summed over the
+#     groups, and an nvme run resumed at step 5 ends with the same weights and state files;
 # Refusals (one line): --ep not dividing E, --ep with --grad-compress, --ep on a dense model, --ep not dividing dp.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
@@ -202,6 +207,30 @@ for spec in "ep2:2:1" "dp4_ep2:2:2" "dp4_ep4:1:1" "dp8_ep4:1:2"; do
 done
 
 dp_refused 2 "--ep 4 does not divide --moe-experts 6" "--ep not dividing E" "${MOE[@]}" -x 1 --moe-experts 6 --ep 4
+# optimizer offload of both groups
+pcie_ok() { # LOG STEPS: every step line's counted offload PCIe bytes equal its theory
+    python3 - "$1" "$2" <<'PY'
+import re, sys
+rows = re.findall(r"^step .*offload PCIe ([0-9.]+)\+([0-9.]+) MB \(theory ([0-9.]+)\+([0-9.]+)\)", open(sys.argv[1]).read(), re.M)
+print("offload PCIe per step (MB, counted and theory): %s" % sorted(set(rows)))
+sys.exit(0 if len(rows) == int(sys.argv[2]) and all(a == c and b == d for a, b, c, d in rows) else 1)
+PY
+}
+run 2 "${MOE[@]}" "${VAL[@]}" --ep 2 --offload-optimizer cpu -o "$TMP/off_cpu" > "$TMP/off_cpu.log" 2>&1
+check $? "ep=2 with --offload-optimizer cpu (both groups' state in host memory): 10 steps"
+out=$(dp_same_training "$TMP/ep2" "$TMP/off_cpu" 10) && grep -q "^offload ledger .* -> equal;" "$TMP/off_cpu.log" &&
+    out="$out; $(pcie_ok "$TMP/off_cpu.log" 10)"
+check $? "ep=2 with cpu offload vs ep=2 on the device: $out; offload ledger equal"
+mkdir -p "$TMP/nv"
+run 2 "${MOE[@]}" --ep 2 -z 2 -o "$TMP/z2dev" > "$TMP/z2dev.log" 2>&1
+run 2 "${MOE[@]}" --ep 2 -z 2 --offload-optimizer "nvme:$TMP/nv" -o "$TMP/z2nv" --exit-after-steps 5 > "$TMP/z2nv1.log" 2>&1 &&
+    run 2 "${MOE[@]}" --ep 2 -z 2 --offload-optimizer "nvme:$TMP/nv" -o "$TMP/z2nv" -y 1 > "$TMP/z2nv.log" 2>&1
+check $? "ep=2 ZeRO-2 with --offload-optimizer nvme (two files per process): 5 steps, checkpoint, resumed for 5 more"
+out=$(dp_same_training "$TMP/z2dev" "$TMP/z2nv" 10) &&
+    cmp -s "$TMP/z2dev/state_00000010_00000.bin" "$TMP/z2nv/state_00000010_00000.bin" &&
+    cmp -s "$TMP/z2dev/state_00000010_00001.bin" "$TMP/z2nv/state_00000010_00001.bin" &&
+    grep -q "^offload ledger .* -> equal;" "$TMP/z2nv.log" && out="$out; $(pcie_ok "$TMP/z2nv1.log" 5)"
+check $? "ep=2 ZeRO-2 nvme, resumed, vs the device run: $out; both state files identical; offload ledger equal"
 dp_refused 2 "flag --ep 2 with --grad-compress" "--ep with gradient compression" "${MOE[@]}" -x 1 --ep 2 --grad-compress int8
 dp_refused 2 "needs a mixture-of-experts model" "--ep on a dense model" -e d2 -b 1 -t 32 -j '' -g 0 -x 1 --ep 2
 dp_refused 2 "--ep 4 does not divide the data-parallel size dp = 2" "--ep not dividing dp" "${MOE[@]}" -x 1 --ep 4

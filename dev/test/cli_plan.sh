@@ -87,9 +87,10 @@ PY
 }
 LAYOUTS=("2|-e d2 -z 0" "3|-e d2 -z 1" "2|-e d2 -z 2 -d 256" "3|-e d2 -z 3 -d 384" "4|-e d2 --tp 2 --pp 2 --sequence-parallel 1 -r 2 -d 256"
          "4|-e d8 --pp 4 --pp-schedule interleaved --pp-virtual 2 -d 512" "2|-e L2:C64:NH2:E4:K2 -z 1"
-         "4|-e L2:C64:NH2:E4:K2 -z 1 --ep 2" "4|-e d2 --tp 2 -z 3 -d 256" "4|-e d2 --pp 2 -z 2 -d 256" "4|-e d2 --pp 2 -z 3 -d 256")
+         "4|-e L2:C64:NH2:E4:K2 -z 1 --ep 2" "4|-e d2 --tp 2 -z 3 -d 256" "4|-e d2 --pp 2 -z 2 -d 256" "4|-e d2 --pp 2 -z 3 -d 256"
+         "4|-e L2:C64:NH2:E4:K2 -z 2 --tp 2 --sequence-parallel 1 -d 256")
 if [ -z "${TESTS_QUICK:-}" ]; then
-    LAYOUTS+=("2|-e L2:C64:NH2:E4:K2 -z 0 --ep 2" "4|-e L2:C64:NH2:E4:K2 -z 0 --ep 4" "4|-e L2:C64:NH2:E4:K2 -z 2 --ep 2"
+    LAYOUTS+=("2|-e L2:C64:NH2:E4:K2 -z 0 --ep 2" "4|-e L2:C64:NH2:E4:K2 -z 0 --ep 4" "4|-e L2:C64:NH2:E4:K2 -z 2 --ep 2" "2|-e L2:C64:NH2:E4:K2 -z 1 --ep 2 --offload-optimizer cpu"
               "2|-e d2 -z 1" "3|-e d2 -z 0" "2|-e d2 --tp 2" "3|-e d8 --pp 3 --pp-schedule gpipe -d 384"
               "2|-e d8 --pp 2 --pp-layers 3,5 -z 1 -d 256" "6|-e d2 --pp 2 -z 1 -d 384")
 fi
