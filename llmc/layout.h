@@ -175,8 +175,8 @@ static inline LayoutVerdict layout_say(LayoutVerdict v, char* err, size_t cap, c
 }
 
 /* experts against the layout, checked first (a combination that never runs is named before the world-size
- * arithmetic): no pp or CUDA graphs with experts, tp only without ep (expert tensor parallelism: each expert's H
- * split over tp); experts to split, and E/ep of them on every ep rank */
+ * arithmetic): no pp or CUDA graphs with experts (tp splits each expert's H, ep the experts, llmc/sharding.h);
+ * experts to split, and E/ep of them on every ep rank */
 static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     if (l->ep > 1 && md->experts == 0) {
         snprintf(err, cap, "flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts "
@@ -187,11 +187,6 @@ static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutMo
         snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without pipeline parallelism "
                  "and CUDA graphs (data, tensor and expert parallelism and ZeRO-1/2 work)", md->experts,
                  l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
-        return LAYOUT_INVALID;
-    }
-    if (md->experts > 0 && l->tp > 1 && l->ep > 1) {
-        snprintf(err, cap, "flag --ep %d with --tp %d: experts are split over tp (expert tensor parallelism) or over "
-                 "ep, not both yet; use --ep 1 or --tp 1", l->ep, l->tp);
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && md->EH > 0 && l->tp > 0 && md->EH % l->tp != 0) {

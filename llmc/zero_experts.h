@@ -149,26 +149,33 @@ static inline AdamWState zero_checkpoint_state(const ZeroOptimizer* z, ZeroGroup
 
 /* ---------------------------------------------------------------- the model file */
 
-/* Writes the full model file at `path` from the ep group's ranks (each holds E/p experts): the parameters of every
- * rank of `ep` are all-gathered (p x P floatX, device), then the one with `writer` set puts each rank's pieces in the
- * full model's order (shard_for_each_piece with that rank's ep_rank; the dense tensors are the same on all) and
- * writes (gpt2_write_model_file, atomic). Collective over ep: every rank of the group calls it. */
+/* Writes the full model file at `path` from the ep group's ranks (each holds E/p experts) and, with tensor
+ * parallelism, their tp groups (each rank each expert's 1/t slice): the parameters of every rank of `ep` are
+ * all-gathered (p x P floatX, device), then those over the tp group (t x p x P), then the one with `writer` set puts
+ * each rank's pieces in the full model's order (shard_for_each_piece with that rank's tp rank and ep_rank; the
+ * replicated tensors from tp rank 0, put last) and writes (gpt2_write_model_file, atomic). Collective over ep and
+ * tp: every rank of those groups calls it. */
 static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
     size_t P = m->num_parameters;
-    int p = ep->world;
-    floatX* all = (floatX*)dev_malloc((size_t)p * P * sizeof(floatX), "gathered parameters (model file, --ep)");
-    dev_memcpy_d2d(all + (size_t)ep->rank * P, m->params_memory, P * sizeof(floatX));
-    comm_all_gather(ep, all, floatx_comm_dtype(), P);
+    int p = ep->world, t = m->tp.size;
+    size_t block = (size_t)p * P; /* one tp rank's ep-gathered parameters */
+    floatX* all = (floatX*)dev_malloc((size_t)t * block * sizeof(floatX), "gathered parameters (model file, --ep)");
+    floatX* mine = all + (size_t)m->tp.rank * block;
+    dev_memcpy_d2d(mine + (size_t)ep->rank * P, m->params_memory, P * sizeof(floatX));
+    comm_all_gather(ep, mine, floatx_comm_dtype(), P);
     comm_join(ep);
+    if (t > 1) { m->tp.all_gather(m->tp.ctx, all, block); }
     if (writer) {
-        float* host = (float*)malloc_check((size_t)p * P * sizeof(float), "host gathered parameters");
+        float* host = (float*)malloc_check((size_t)t * block * sizeof(float), "host gathered parameters");
         float* full = (float*)calloc_check(m->num_parameters_full, sizeof(float), "host full model");
-        dev_download_floats(host, all, (size_t)p * P);
-        for (int r = 0; r < p; r++) {
-            GPT2Config c = m->config;
-            c.moe.ep_rank = r;
-            ShardCopy cp = {full, host + (size_t)r * P};
-            shard_for_each_piece(&c, 1, 0, &m->stage, shard_copy_local_to_full, &cp);
+        dev_download_floats(host, all, (size_t)t * block);
+        for (int tr = t - 1; tr >= 0; tr--) {
+            for (int r = 0; r < p; r++) {
+                GPT2Config c = m->config;
+                c.moe.ep_rank = r;
+                ShardCopy cp = {full, host + (size_t)tr * block + (size_t)r * P};
+                shard_for_each_piece(&c, t, tr, &m->stage, shard_copy_local_to_full, &cp);
+            }
         }
         gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path);
         free(full);

@@ -48,7 +48,7 @@ CELLS=(
 "4|buildable|MOE|--ep 4"
 "2|invalid|MOE|--ep 2 -z 3"
 "2|buildable|MOE|--tp 2"
-"4|invalid|MOE|--tp 2 --ep 2"
+"4|buildable|MOE|--tp 2 --ep 2"
 "3|invalid|MOE|--ep 3"
 )
 agree=0

@@ -17,7 +17,10 @@
 #   - checkpoints: resumed on the same layout (tp 2 x dp 2) bit for bit (steps, model file, every state file),
 #     re-sharded to one process and from one process to tp 2 (llmc/zero_experts.h, zero_experts_read_resharded):
 #     within T(10);
-#   - refused with one line: --ep with --tp, a --tp not dividing --moe-hidden.
+#   - tp 2 x ep 2 (4 processes, ZeRO-1: the experts split over ep, each expert's slices over tp, the experts' norm
+#     summed over tp and ep, the model file gathered over both) against one process, and its checkpoint of step 5
+#     re-sharded onto one process;
+#   - refused with one line: a --tp not dividing --moe-hidden.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 T10=$(dp_order_tol 10)
@@ -131,6 +134,15 @@ $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 -o "$TMP/ck_tp" --exit-afte
 check $? "a one-process checkpoint resumes at tp 2 with ZeRO-1 (re-sharded)"
 against one4 ck_tp
 
-dp_refused 4 "--ep 2 with --tp 2" "--ep with --tp on a MoE model" "${MOE[@]}" -x 1 --tp 2 --ep 2
+# experts split over ep and each expert over tp
+run tpep 4 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --ep 2 -z 1
+against one4 tpep
+grep -q "^memory ledger .* -> equal$" "$TMP/tpep.log"
+check $? "tp 2 x ep 2: the memory ledger equals the allocation"
+MPIRUN 4 $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --ep 2 -z 1 -o "$TMP/ck_tpep" --exit-after-steps 5 \
+    > "$TMP/ck_tpep1.log" 2>&1 && $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 -o "$TMP/ck_tpep" -y 1 \
+    > "$TMP/ck_tpep.log" 2>&1 && grep -q "(tensor-parallel size 2 -> 1) (expert-parallel size 2 -> 1)" "$TMP/ck_tpep.log"
+check $? "a tp 2 x ep 2 checkpoint of step 5 resumes on one process (re-sharded over tp and ep)"
+against one4 ck_tpep
 dp_refused 2 "does not divide the experts' hidden width 511" "--tp not dividing --moe-hidden" "${MOE[@]}" -x 1 --tp 2 \
     --moe-hidden 511

@@ -123,9 +123,10 @@ static void test_options(void) {
     l = base(1); l.tp = 2;
     expect("MoE with tp 2 (expert tensor parallelism)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.tp = 2; l.ep = 2;
-    expect("MoE with tp 2 and ep 2", &l, &MOE, 4, LAYOUT_INVALID, NEEDLES("--ep 2 with --tp 2", "not both"));
+    expect("MoE with tp 2 and ep 2 (experts over ep, each over tp)", &l, &MOE, 4, LAYOUT_BUILDABLE, NULL);
+    l = base(1); l.pp = 2; l.m = 2;
     /* on one process: the never-supported combination is named, not the world-size arithmetic (rule order) */
-    expect("MoE with tp 2 and ep 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--ep 2 with --tp 2"));
+    expect("MoE with pp 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --pp > 1"));
     LayoutModel h6 = MOE;
     h6.EH = 6;
     l = base(1); l.tp = 4;

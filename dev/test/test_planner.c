@@ -348,14 +348,12 @@ static void check_moe(void) {
     base.layout.ep = 1;
     PlanCluster c64 = plan_cluster(plan_device_find("h100"), 64, 8, PLAN_DEFAULT_GEMM_EFF, "bf16");
     PlanResult* s = plan_search(&base, &c64, 4 * 64 * 64, 0, &n);
-    int seen = 0, tp1 = 0, tp_ep = 0;
+    int seen = 0, tp1 = 0;
     for (int i = 0; i < n; i++) {
-        if (s[i].lay.layout.tp == 1) { seen |= 1 << ledger_ep(&s[i].lay); tp1++; }
-        else { tp_ep += ledger_ep(&s[i].lay) != 1; } /* experts split over tp: ep 1 only (llmc/layout.h) */
+        if (s[i].lay.layout.tp == 1) { seen |= 1 << ledger_ep(&s[i].lay); tp1++; } /* tp > 1: each expert over tp */
     }
-    TEST_CHECK(seen == (2 | 4 | 16 | 256) && tp1 == 4 && tp_ep == 0, "--plan-search on a MoE model: at tp 1 one row "
-               "per ep of 1, 2, 4, 8 (dividing E 8 and dp 64), at tp > 1 ep 1 only: %d rows (%d at tp 1), best ep %d",
-               n, tp1, ledger_ep(&s[0].lay));
+    TEST_CHECK(seen == (2 | 4 | 16 | 256) && tp1 == 4, "--plan-search on a MoE model: at tp 1 one row per ep of 1, 2, "
+               "4, 8 (dividing E 8 and dp 64): %d rows (%d at tp 1), best ep %d", n, tp1, ledger_ep(&s[0].lay));
     free(s);
     /* ZeRO-3 with tp and pp: parameters sharded over dp within each tp/pp part, + 2 gathered layers and the globals;
      * per step 3 (N-1)/N of the part's bytes (reduce-scatter, all-gather forward and backward), m = 1, on the last

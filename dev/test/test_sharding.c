@@ -138,7 +138,7 @@ static void test_experts(void) {
             if (gpt2_config_from_shape(&c, shapes[k], err, sizeof(err)) != 1) { FATAL("%s", err); }
             c.moe.every = every;
             for (int tp = 1; tp <= 4; tp *= 2) {
-                for (int ep = 1; ep <= (tp == 1 ? 4 : 1); ep *= 2) {
+                for (int ep = 1; ep <= 4; ep *= 2) {
                     Layout l = layout(tp, 1, 1, 1);
                     l.dp = 4; l.ep = ep;
                     LayoutModel md = shard_layout_model(&c);
