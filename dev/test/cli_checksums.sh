@@ -72,3 +72,10 @@ $TRAIN "${G[@]}" -o "$TMP/fam_to1" -y 1 > "$TMP/fam_to1.log" 2>&1 && grep -q "(t
     out=$(dp_compare_logs "$TMP/fam_straight/log.jsonl" "$TMP/fam_to1/log.jsonl" train loss $T6 6) &&
     out="$out; $(dp_compare_models_rms "$TMP/fam_straight/model_00000006.bin" "$TMP/fam_to1/model_00000006.bin" $T6)"
 check $? "the family's tp 2 checkpoint re-sharded to one process: losses and final weights within T(6): $out"
+# experts: 4 of them top-2 in block 1 (capacity unlimited), tp 2 x ep 2 (each expert's slices over tp, the experts
+# over ep) against one process: every activation and gradient checksum, the experts' tensors summed over tp and ep
+X=(-e d2 -b 2 -t 16 -j '' -g 0 -u 2 -x 1 -d 64 --debug-checksums 1 --moe-experts 4 --moe-top-k 2 --moe-every 2)
+$TRAIN "${X[@]}" > "$TMP/moe_one.log" 2>&1 && MPIRUN 4 $TRAIN "${X[@]}" --tp 2 --ep 2 -z 1 > "$TMP/moe_tpep.log" 2>&1 &&
+    test "$(grep -c 'checksum step 1 grad .* efcw ' "$TMP/moe_tpep.log")" -eq 1 &&
+    out=$(python3 scripts/compare_checksums.py "$TMP/moe_one.log" "$TMP/moe_tpep.log" --rtol 3e-5)
+check $? "experts at tp 2 x ep 2 agree with one process within rtol 3e-5 (efcw's gradient once, of the full tensor): $out"
