@@ -112,7 +112,7 @@ static void setup(Setup* s, const Case* k, TensorParallelComm* tpc) {
     shard_allocate_weights(&s->model, &cfg, &tp, &st);
     s->map.full_of = (size_t*)calloc_check(s->model.num_parameters, sizeof(size_t), "local map");
     shard_for_each_piece(&cfg, tp.size, tp.rank, &st, map_piece, &s->map);
-    if (k->ep > 1) { zero_init_experts(&s->z, k->zero, &s->model, s->g.dp, s->g.expert_dp, 0); }
+    if (k->ep > 1) { zero_init_experts(&s->z, k->zero, &s->model, s->g.dp, s->g.expert_dp, 0, NULL); }
     else { zero_init(&s->z, k->zero, &s->model, s->g.dp, 0); }
     s->Pd = s->z.P;
     step_stats_init(&s->sg, &s->z, s->g.tp, s->g.pp, s->g.ep);
