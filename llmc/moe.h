@@ -27,6 +27,9 @@
  * computing their experts and come back by all-to-all with variable counts (the counts exchanged first), forward
  * and backward; the expert side holds Rr = moe_recv_rows rows. The layer's expert tensors are then those of this
  * rank's E/ep experts only (local index 0..E/ep-1; llmc/sharding.h shard_parameter_sizes, llmc/zero_experts.h).
+ * Expert tensor parallelism (MoEOptions.tp; llmc/README.md "Mixture of experts"): every tp rank routes the same rows
+ * and holds each expert's H/tp slice (the caller passes c->hidden = H/tp), so its expert outputs are partial sums
+ * that the caller reduces; backward sums the gates' gradients over tp and adds the router's input gradient once.
  * Written in the common subset of C11 and C++17. Errors: internal misuse exits with one line (FATAL).
  */
 #ifndef LLMC_MOE_H
