@@ -17,7 +17,7 @@
 static void test_layout(int tp, int dp, int pp, int ep) {
     int W = tp * dp * pp;
     Layout L = grid_layout_for_world(W, tp, pp, ep);
-    char err[512];
+    char err[512] = ""; /* layout_check_axes writes it only on a refusal */
     TEST_CHECK(layout_check_axes(&L, W, err, sizeof(err)) == LAYOUT_BUILDABLE && err[0] == '\0',
                "tp%d dp%d pp%d ep%d: the layout of %d processes is accepted", tp, dp, pp, ep, W);
     Layout D = grid_layout_for_world(W, tp, pp, ep);
