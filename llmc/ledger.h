@@ -170,6 +170,21 @@ static inline void ledger_slots(const LedgerLayout* l, int s, int* need) {
     for (int k = 0; k < l->layout.v; k++) { need[k] = (peak + l->layout.v - 1 - k) / l->layout.v; if (need[k] < 1) { need[k] = 1; } }
 }
 
+/* --offload-optimizer: the host state, host buffers and NVMe bytes of optimizer range `range` of rank r (master and
+ * moments leave the device); with ep each parameter group offloads its own part (llmc/zero_experts.h): the experts'
+ * range (S_exp, or P_exp at ZeRO-0) and the dense rest */
+static inline void ledger_rank_offload(const LedgerLayout* l, LedgerRank* r, size_t range) {
+    size_t experts = l->layout.zero >= 1 ? r->S_exp : r->P_exp, ranges[2] = {range - experts, experts};
+    for (int g = 0; g < (experts ? 2 : 1); g++) {
+        LedgerOffload o = ledger_offload_ex(l->layout.offload, ranges[g], (size_t)l->pb,
+                                            l->layout.zero == 3 && l->layout.offload_params);
+        r->host += o.host_state;
+        r->host_buffers += o.host_buffers;
+        r->nvme += o.nvme;
+    }
+    r->master = r->moments = 0;
+}
+
 /* the bytes of pipeline stage s's processes (every tp and dp rank of a stage holds the same sizes) */
 static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     LedgerRank r;
@@ -216,22 +231,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     }
     r.master = l->master ? range * 4 : 0;
     r.moments = 2 * range * 4;
-    if (l->layout.offload) { /* ep: each parameter group offloads its own range (llmc/zero_experts.h) */
-        size_t ranges[2] = {range, 0};
-        if (ep > 1) {
-            size_t dense = r.P - r.P_exp;
-            ranges[0] = l->layout.zero >= 1 ? (dense + dp - 1) / dp : dense;
-            ranges[1] = l->layout.zero >= 1 ? r.S_exp : r.P_exp;
-        }
-        for (int g = 0; g < (ep > 1 ? 2 : 1); g++) {
-            LedgerOffload o = ledger_offload_ex(l->layout.offload, ranges[g], pb,
-                                                l->layout.zero == 3 && l->layout.offload_params);
-            r.host += o.host_state;
-            r.host_buffers += o.host_buffers;
-            r.nvme += o.nvme;
-        }
-        r.master = r.moments = 0;
-    }
+    if (l->layout.offload) { ledger_rank_offload(l, &r, range); }
     TensorParallel tp = tensor_parallel_none();
     tp.size = l->layout.tp;
     tp.sequence_parallel = l->layout.sp;
