@@ -115,6 +115,31 @@ static inline int gpt2_stage_chunk_offset(const GPT2Stage* st, int k) {
     return j;
 }
 
+/* Mixture-of-experts models stack the expert tensors over their MoE blocks and the dense MLP tensors over the other
+ * blocks; an instance holds the slices of its own layers, in local layer order (llmc/README.md, "Mixture of
+ * experts"). These count and place them for any stage (the whole model: moe_index / moe_dense_index). */
+
+/* 1 if local layer j of stage st is a MoE block */
+static inline int gpt2_stage_is_moe(const MoEConfig* mc, const GPT2Stage* st, int j) {
+    return moe_is_layer(mc, gpt2_stage_global_layer(st, j));
+}
+
+/* the MoE blocks among the local layers [0, j) of stage st (0 in a dense model) */
+static inline int gpt2_stage_moe_before(const MoEConfig* mc, const GPT2Stage* st, int j) {
+    int n = 0;
+    for (int k = 0; k < st->n_chunks && j > 0; k++) {
+        int take = j < st->chunk_layers[k] ? j : st->chunk_layers[k];
+        n += moe_num_layers(mc, st->chunk_first[k] + take) - moe_num_layers(mc, st->chunk_first[k]);
+        j -= take;
+    }
+    return n;
+}
+
+/* the MoE blocks stage st holds */
+static inline int gpt2_stage_moe_blocks(const MoEConfig* mc, const GPT2Stage* st) {
+    return gpt2_stage_moe_before(mc, st, gpt2_stage_layers(st));
+}
+
 /* ============================================================ parameter table */
 
 /* parameter tensors in file order (llmc/README.md, "File formats"); the order is the table's, GPT2_PARAMS */
@@ -232,6 +257,37 @@ static inline size_t gpt2_tensor_slices(const GPT2Config* c, int i) {
     }
 }
 
+/* the slices of tensor i that the local layers [0, j) of stage st use: those layers, the blocks among them without
+ * experts (a MoE model's MLP tensors), the MoE blocks among them (expert tensors); 1 for a tensor not stacked */
+static inline size_t gpt2_stage_slices_before(const GPT2Config* c, const GPT2Stage* st, int i, int j) {
+    int Lm = gpt2_stage_moe_before(&c->moe, st, j);
+    switch (GPT2_PARAMS[i].slices) {
+    case SLICES_LAYERS: return (size_t)j;
+    case SLICES_DENSE: return (size_t)(j - Lm);
+    case SLICES_MOE: return (size_t)Lm;
+    default: return 1;
+    }
+}
+
+/* the slices of tensor i that stage st holds (whether it holds the tensor at all is llmc/sharding.h's to say) */
+static inline size_t gpt2_stage_slices(const GPT2Config* c, const GPT2Stage* st, int i) {
+    return gpt2_stage_slices_before(c, st, i, gpt2_stage_layers(st));
+}
+
+/* the full model's slice of tensor i that stage st's slice s is (gpt2_stage_slices's order: local layer order) */
+static inline size_t gpt2_stage_slice_global(const GPT2Config* c, const GPT2Stage* st, int i, size_t s) {
+    GPT2Slices kind = GPT2_PARAMS[i].slices;
+    if (kind == SLICES_ONE) { return s; }
+    size_t seen = 0;
+    for (int j = 0; j < gpt2_stage_layers(st); j++) {
+        int g = gpt2_stage_global_layer(st, j), moe = moe_is_layer(&c->moe, g);
+        if ((kind == SLICES_MOE && !moe) || (kind == SLICES_DENSE && moe)) { continue; }
+        if (seen++ == s) { return (size_t)(kind == SLICES_MOE ? moe_index(&c->moe, g) : kind == SLICES_DENSE ? moe_dense_index(&c->moe, g) : g); }
+    }
+    FATAL("internal: slice %zu of tensor %d beyond the stage's", s, i);
+    return 0;
+}
+
 /* 1 for tensors of model c stacked over all L layers with one slice per layer (llmc/zero.h's layer buckets): the
  * per-layer tensors, and the dense MLP tensors of a model without experts (in a mixture-of-experts model only the
  * blocks without experts have them, so they are held, like the expert tensors, in the global bucket) */
@@ -346,7 +402,8 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     size_t L_ln = recompute == 2 ? 1 : L;
     /* MoE blocks and blocks with a dense MLP that keep activations: all of them, or with -r 3 the most one window
      * of L consecutive layers can hold (gpt2_moe_entry); the routing statistics stay per MoE block (Lm_all) */
-    size_t Lm_all = (size_t)moe_num_layers(&c->moe, L_all), Lm = Lm_all, Ld = L - Lm;
+    GPT2Stage whole = gpt2_stage_whole(c);
+    size_t Lm_all = (size_t)gpt2_stage_moe_blocks(&c->moe, st ? st : &whole), Lm = Lm_all, Ld = L - Lm;
     if (recompute == 3 && Lm_all) {
         size_t every = (size_t)c->moe.every, most_moe = (L + every - 1) / every, most_dense = L - L / every;
         size_t Ld_all = (size_t)L_all - Lm_all;
@@ -666,13 +723,21 @@ static inline floatX* actX(const GPT2* m, int i, int l, size_t per_layer) {
 static inline float* actF(const GPT2* m, int i, int l, size_t per_layer) {
     return (float*)m->acts.t[i] + (size_t)l * per_layer;
 }
+/* local layer l's slice among the instance's dense blocks (a MoE model's MLP tensors) and among its MoE blocks
+ * (the expert tensors and the routing statistics) */
+static inline size_t gpt2_dense_slice(const GPT2* m, int l) {
+    return (size_t)(l - gpt2_stage_moe_before(&m->config.moe, &m->stage, l));
+}
+static inline size_t gpt2_moe_slice(const GPT2* m, int l) {
+    return (size_t)gpt2_stage_moe_before(&m->config.moe, &m->stage, l);
+}
+
 /* layer l's slice of per-layer tensor i of a full parameter-layout buffer (the dense MLP tensors of a MoE model:
  * its slice among the dense blocks; l must not be a MoE block then) */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
     if (m->param_sizes[i] == 0) { return NULL; } /* absent for these knobs (a bias with bias=0): matmul's "no bias" */
     if (!gpt2_is_per_layer(&m->config, i)) {
-        size_t slices = gpt2_tensor_slices(&m->config, i);
-        return p->t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
+        return p->t[i] + gpt2_dense_slice(m, l) * (m->param_sizes[i] / gpt2_stage_slices(&m->config, &m->stage, i));
     }
     int k = m->param_source.layer_slots;
     return p->t[i] + (size_t)(k > 0 ? (l + m->param_source.layer_offset) % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
@@ -791,18 +856,17 @@ static inline int gpt2_residual3_entry(const GPT2* m, int l) {
 /* The activation entries of a mixture-of-experts model's blocks: MoE block l's among the MoE blocks
  * (gpt2_moe_entry) and dense block l's among the dense ones (gpt2_dense_entry); with -r 3 among those of l's
  * segment (its first layer s = l - l % k), whose window of entries every segment reuses (gpt2_activation_sizes
- * holds the most a window can need). The routing statistics are per MoE block always (moe_index). */
+ * holds the most a window can need). The routing statistics are per MoE block always (gpt2_moe_slice). */
 static inline int gpt2_moe_entry(const GPT2* m, int l) {
     const MoEConfig* mc = &m->config.moe;
-    if (m->recompute != 3) { return moe_index(mc, l); }
+    if (m->recompute != 3) { return (int)gpt2_moe_slice(m, l); }
     int s = l - l % gpt2_recompute_window(3, m->recompute_every, m->n_layers);
-    return moe_index(mc, l) - moe_num_layers(mc, s);
+    return gpt2_stage_moe_before(mc, &m->stage, l) - gpt2_stage_moe_before(mc, &m->stage, s);
 }
 static inline int gpt2_dense_entry(const GPT2* m, int l) {
-    const MoEConfig* mc = &m->config.moe;
-    if (m->recompute != 3) { return moe_dense_index(mc, l); }
+    if (m->recompute != 3) { return (int)gpt2_dense_slice(m, l); }
     int s = l - l % gpt2_recompute_window(3, m->recompute_every, m->n_layers);
-    return moe_dense_index(mc, l) - moe_dense_index(mc, s);
+    return (int)gpt2_dense_slice(m, l) - (int)gpt2_dense_slice(m, s);
 }
 
 static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
@@ -823,7 +887,7 @@ static inline LayerActivations gpt2_layer_acts(const GPT2* m, int l) {
     a.residual2 = actX(m, A_RESIDUAL2, w, BTl * C);
     a.ln2 = actX(m, A_LN2, l_ln, BTl * C);
     /* the dense MLP activations exist for the blocks without experts (gpt2_dense_entry) */
-    int l_mlp = moe_num_layers(&c->moe, c->num_layers) ? gpt2_dense_entry(m, l) : w;
+    int l_mlp = c->moe.experts > 0 ? gpt2_dense_entry(m, l) : w;
     size_t P = (size_t)m->tp.size, Fl = gpt2_dim(c, DIM_FF) / P, FCl = gpt2_dim(c, DIM_FC) / P;
     a.fch = actX(m, A_FCH, l_mlp, BT * FCl);
     a.fch_gelu = actX(m, A_FCH_GELU, l_gelu == 0 ? 0 : l_mlp, BT * Fl);
@@ -848,12 +912,12 @@ static inline MoEConfig gpt2_moe_local(const GPT2* m) {
 }
 
 /* MoE block l's parameters, their gradients (where g says; g NULL: none) and its activations as a MoELayer
- * (llmc/moe.h): slice moe_index(l) of the expert tensors and of the per-MoE-block activations; shared scratch.
+ * (llmc/moe.h): slice gpt2_moe_slice(l) of the expert tensors and of the per-MoE-block activations; shared scratch.
  * Tensor parallel: this rank's slice of every expert (H/tp), efcprojb added by tp rank 0 only (its gradient formed
  * on every rank, equal there). */
 static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, int l) {
     const MoEConfig* mc = &m->config.moe;
-    size_t j = (size_t)moe_index(mc, l), Lm = (size_t)moe_num_layers(mc, m->config.num_layers);
+    size_t j = gpt2_moe_slice(m, l), Lm = (size_t)gpt2_stage_moe_blocks(mc, &m->stage);
     size_t N = (size_t)m->B * m->T, E = (size_t)mc->experts, K = (size_t)mc->top_k, H = (size_t)mc->hidden / m->tp.size;
     size_t C = (size_t)m->config.channels, R = N * K, Rr = moe_recv_rows(mc, N);
     MoELayer a;
@@ -906,14 +970,14 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
  * (per MoE block: fraction of choices per expert, mean probability per expert, load-balancing loss, z-loss,
  * dropped fraction); returns Lm (0 for a dense model, host untouched) */
 static inline int gpt2_moe_stats(const GPT2* m, float* host) {
-    int Lm = moe_num_layers(&m->config.moe, m->config.num_layers);
+    int Lm = gpt2_stage_moe_blocks(&m->config.moe, &m->stage);
     if (Lm) { dev_memcpy_d2h(host, m->acts.t[A_MOE_STATS], (size_t)Lm * moe_stats_floats(&m->config.moe) * sizeof(float)); }
     return Lm;
 }
 
 /* the sum over the MoE blocks of the load-balancing and z-losses of the last forward (synchronises; 0 if dense) */
 static inline float gpt2_moe_aux_loss(const GPT2* m) {
-    int Lm = moe_num_layers(&m->config.moe, m->config.num_layers), S = moe_stats_floats(&m->config.moe);
+    int Lm = gpt2_stage_moe_blocks(&m->config.moe, &m->stage), S = moe_stats_floats(&m->config.moe);
     if (!Lm) { return 0.0f; }
     float* host = (float*)malloc_check((size_t)Lm * S * sizeof(float), "MoE statistics");
     gpt2_moe_stats(m, host);
@@ -1035,7 +1099,7 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     profile_at(PROFILE_LAYERNORM);
     gpt2_fused_residual_norm_forward(c->arch.norm, a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
-    if (moe_is_layer(&c->moe, l)) { /* experts (llmc/moe.h); tp: each expert's H/tp, routing on every rank */
+    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) { /* experts (llmc/moe.h); tp: each expert's H/tp, routing on every rank */
         profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, NULL, l);
         MoEConfig mcl = gpt2_moe_local(m);
@@ -1181,8 +1245,7 @@ static inline void gpt2_recompute_segment_forward(GPT2* m, int l0, int l1, int B
 static inline floatX* gpt2_param_grad(const GPT2* m, const GPT2GradTarget* g, int i, int l) {
     if (m->param_sizes[i] == 0) { return NULL; } /* an absent bias: matmul_backward's dbias NULL */
     if (gpt2_is_per_layer(&m->config, i)) { return gpt2_layer_grad(g, i, l); }
-    size_t slices = gpt2_tensor_slices(&m->config, i);
-    return g->base.t[i] + (size_t)moe_dense_index(&m->config.moe, l) * (m->param_sizes[i] / slices);
+    return g->base.t[i] + gpt2_dense_slice(m, l) * (m->param_sizes[i] / gpt2_stage_slices(&m->config, &m->stage, i));
 }
 
 /* recomputes what -r 1/2 dropped for layer l: LayerNorm outputs (r=2) and the GELU output (r=1, 2; not for an
@@ -1198,7 +1261,7 @@ static inline void gpt2_recompute_layer(GPT2* m, const LayerActivations* a, int 
         gpt2_norm_forward(m->config.arch.norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2,
                           layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
     }
-    if ((m->recompute == 1 || m->recompute == 2) && !moe_is_layer(&m->config.moe, l)) { /* expert GELU outputs are kept */
+    if ((m->recompute == 1 || m->recompute == 2) && !gpt2_stage_is_moe(&m->config.moe, &m->stage, l)) { /* expert GELU outputs are kept */
         gpt2_mlp_act_forward(m, a->fch_gelu, a->fch, N); /* fch holds the pre-activation values either way */
     }
 }
@@ -1300,7 +1363,7 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     LayerActivations a = gpt2_layer_acts(m, l);
     gpt2_recompute_layer(m, &a, l, N, Nl);
     const floatX *dy, *x, *dx;
-    if (moe_is_layer(&c->moe, l)) { /* residual3 = residual2 + g(experts(f(ln2))) (llmc/moe.h) */
+    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) { /* residual3 = residual2 + g(experts(f(ln2))) (llmc/moe.h) */
         profile_at(PROFILE_EXPERTS);
         MoELayer ml = gpt2_moe_layer(m, g, l);
         MoEConfig mcl = gpt2_moe_local(m);
@@ -1457,7 +1520,7 @@ static inline void gpt2_weight_decay_groups(const GPT2* m, int* n_decay_tensors,
     *n_decay_tensors = 0; *n_other_tensors = 0; *n_decay_values = 0; *n_other_values = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (m->param_sizes[i] == 0) { continue; }
-        int tensors = (int)gpt2_tensor_slices(&m->config, i);
+        int tensors = (int)gpt2_stage_slices(&m->config, &m->stage, i);
         if (parameter_is_decayed(i)) { *n_decay_tensors += tensors; *n_decay_values += m->param_sizes[i]; }
         else { *n_other_tensors += tensors; *n_other_values += m->param_sizes[i]; }
     }

@@ -175,7 +175,8 @@ static inline LayoutVerdict layout_say(LayoutVerdict v, char* err, size_t cap, c
 }
 
 /* experts against the layout, checked first (a combination that never runs is named before the world-size
- * arithmetic): no pp or CUDA graphs with experts (tp splits each expert's H, ep the experts, llmc/sharding.h);
+ * arithmetic): no CUDA graphs with experts (tp splits each expert's H, ep the experts, pp the MoE blocks by stage,
+ * llmc/sharding.h);
  * experts to split, and E/ep of them on every ep rank */
 static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     if (l->ep > 1 && md->experts == 0) {
@@ -183,10 +184,9 @@ static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutMo
                  "to split; use --ep 1", l->ep);
         return LAYOUT_INVALID;
     }
-    if (md->experts > 0 && (l->pp > 1 || l->cuda_graphs)) {
-        snprintf(err, cap, "flag --moe-experts %d with %s: mixture-of-experts models run without pipeline parallelism "
-                 "and CUDA graphs (data, tensor and expert parallelism and ZeRO-1/2 work)", md->experts,
-                 l->pp > 1 ? "--pp > 1" : "--cuda-graphs 1");
+    if (md->experts > 0 && l->cuda_graphs) {
+        snprintf(err, cap, "flag --moe-experts %d with --cuda-graphs 1: mixture-of-experts models run without CUDA "
+                 "graphs (their routing reads counts on the host); use --cuda-graphs 0", md->experts);
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && md->EH > 0 && l->tp > 0 && md->EH % l->tp != 0) {

@@ -28,6 +28,7 @@
 #include "llmc/comm.h"
 #include "llmc/gpt2.h"
 #include "llmc/zero.h"
+#include "llmc/zero_experts.h"
 #include "llmc/pipeline.h"
 #include "llmc/model_file.h"
 #include "llmc/process_grid.h"
@@ -66,6 +67,7 @@ struct Pipeline {
     double (*clock)(void* ctx);     /* set: every step's actions are timed into `timeline` (pipe_run) */
     double opt_t0, opt_t1;          /* the optimizer step after the schedule (clock seconds; set by the trainer) */
     unsigned long long boundary_sent, boundary_recv; /* bytes of boundary activations / gradients this step */
+    int last_slot[GPT2_MAX_CHUNKS]; /* the activation slot of each chunk's forward of the step's last micro-batch */
 };
 
 /* the model chunk that holds the head (the loss): the last chunk of the last stage; NULL elsewhere */
@@ -85,6 +87,18 @@ static inline void pipeline_hook_layer_ready(void* ctx, int l) {
     if (l < 0 && z->layer_ready) { profile_begin(PROFILE_COMM_DP); zero2_fold_pending(h->pl->zero); profile_end(); }
 }
 
+/* a mixture-of-experts model's tensor i stacked over its dense or its MoE blocks (the dense MLP and the expert
+ * tensors; not per layer): 1 and the slices chunk k of the rank's stage uses (first, n among the stage's), else 0 */
+static inline int pipeline_chunk_slices(const GPT2* rank_model, int k, int i, size_t* first, size_t* n) {
+    const GPT2Config* c = &rank_model->config;
+    const GPT2Stage* st = &rank_model->stage;
+    if (gpt2_is_per_layer(c, i) || GPT2_PARAMS[i].slices == SLICES_ONE || rank_model->param_sizes[i] == 0) { return 0; }
+    int j0 = gpt2_stage_chunk_offset(st, k);
+    *first = gpt2_stage_slices_before(c, st, i, j0);
+    *n = gpt2_stage_slices_before(c, st, i, j0 + st->chunk_layers[k]) - *first;
+    return 1;
+}
+
 /* chunk k's target over the store's current target (zero_micro_step decides its hooks): its layer l is the stage's
  * layer j0 + l (the full buffer's place or ZeRO-2's slot of that layer). No backward_begin: what it zeroes (ZeRO-2's
  * global tensors' gradients) accumulates over the step's micro-batches here and is zeroed by zero_begin_step. */
@@ -97,6 +111,12 @@ static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     h->j0 = gpt2_stage_chunk_offset(&pl->model->stage, k);
     *g = *z;
     g->layer_offset = h->j0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS && pl->v > 1; i++) { /* a MoE model's dense-MLP and expert gradients */
+        size_t first, n;
+        if (pipeline_chunk_slices(pl->model, k, i, &first, &n)) {
+            g->base.t[i] += first * (pl->model->param_sizes[i] / gpt2_stage_slices(&pl->model->config, &pl->model->stage, i));
+        }
+    }
     g->ctx = h;
     g->backward_begin = NULL;
     g->layer_begin = pipeline_hook_layer_begin;
@@ -109,6 +129,7 @@ static inline void pipeline_forward_cb(void* ctx, int micro, int k, int slot) {
     Pipeline* pl = (Pipeline*)ctx;
     GPT2* m = pl->chunk[k];
     gpt2_use_slot(m, slot);
+    if (micro == pl->m - 1) { pl->last_slot[k] = slot; } /* its routing statistics are the step's (llmc/moe.h) */
     const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
     gpt2_forward(m, tok, tok + (size_t)pl->B * pl->T, pl->B, pl->T, pl->gelu_fusion, pl->dloss, 1);
 }
@@ -176,8 +197,15 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
         int held = per_layer || shard_stage_holds(&rank_model->config, &v.stage, i);
         v.param_sizes[i] = !held ? 0 : per_layer ? per * (size_t)v.n_layers : rank_model->param_sizes[i];
         v.params.t[i] = rank_model->params.t[i] + (slots ? 0 : j0 * per);
+        size_t first, n;
+        if (pipeline_chunk_slices(rank_model, k, i, &first, &n)) { /* its dense or MoE blocks' slices */
+            size_t one = rank_model->param_sizes[i] / gpt2_stage_slices(&rank_model->config, st, i);
+            v.param_sizes[i] = n * one;
+            v.params.t[i] = rank_model->params.t[i] + first * one;
+        }
         v.num_parameters += v.param_sizes[i];
     }
+    v.moe_opt = rank_model->moe_opt; /* capacity, loss coefficients, the ep all-to-all */
     v.num_parameters_full = rank_model->num_parameters_full;
     v.params_memory = NULL; /* not owned */
     v.rope_table = rank_model->rope_table;
@@ -305,7 +333,7 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
  * for validation and sampling): tokens on the device; each chunk uses activation slot 0; the head chunk ends with
  * the losses (targets given) or the logits. Collective over the pp group. */
 static inline void pipeline_forward_only(Pipeline* pl, const int* inputs, const int* targets, int B, int T,
-                                         int gelu_fusion) {
+                                         int gelu_fusion, int pad_tokens) {
     size_t rows = (size_t)tp_rows(&pl->model->tp, B * T) * (size_t)pl->model->config.channels;
     for (int vs = 0; vs < pl->p * pl->v; vs++) {
         int owner = vs % pl->p, k = vs / pl->p;
@@ -316,7 +344,9 @@ static inline void pipeline_forward_only(Pipeline* pl, const int* inputs, const 
             CommP2P in = {0, (owner - 1 + pl->p) % pl->p, gpt2_stage_input(m), floatx_comm_dtype(), rows, 0};
             comm_p2p_batch(pl->pp, &in, 1);
         }
+        m->moe_opt.pad_tokens = pad_tokens; /* a mixture of experts does not route the padding (llmc/moe.h) */
         gpt2_forward(m, inputs, targets, B, T, gelu_fusion, 0.0f, 0);
+        m->moe_opt.pad_tokens = 0;
         if (vs < pl->p * pl->v - 1) {
             CommP2P out = {1, (owner + 1) % pl->p, gpt2_stage_output(m), floatx_comm_dtype(), rows, 0};
             comm_p2p_batch(pl->pp, &out, 1);
@@ -343,15 +373,23 @@ static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits
 
 /* The full model's parameters (fp32, file order) into host_full on pipeline rank 0's tp rank 0 (NULL elsewhere):
  * each stage gathers its part over tp (shard_gather_full_from; src: the stage's flat parameters on the device, the
- * model's own buffer or, under ZeRO-3, a gathered copy) and its tp rank 0 sends it, in the stage's own order, to
- * pipeline rank 0, which puts every stage's pieces in place. Collective over the pp and tp groups. */
-static inline void pipeline_gather_model(Pipeline* pl, const floatX* src, float* host_full) {
+ * model's own buffer or, under ZeRO-3, a gathered copy; with expert parallelism, ep non-NULL, over its ep group
+ * and tp: zero_experts_gather_full) and its tp rank 0 (and ep rank 0) sends it, in the stage's own order, to
+ * pipeline rank 0, which puts every stage's pieces in place. Collective over the pp, tp (and ep) groups. */
+static inline void pipeline_gather_model(Pipeline* pl, const floatX* src, float* host_full, Comm* ep) {
     GPT2* m = pl->model;
-    const GPT2Config* c = &m->config;
-    int tp0 = m->tp.rank == 0;
+    GPT2Config cf = m->config; /* the stage's tensors with every expert (gathered over ep first) */
+    cf.moe.ep = 0;
+    cf.moe.ep_rank = 0;
+    const GPT2Config* c = &cf;
+    int tp0 = m->tp.rank == 0 && (!ep || ep->rank == 0);
     float* mine = tp0 && pl->rank != 0 ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (gather)")
                                         : NULL;
-    shard_gather_full_from(m, src, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
+    if (ep && ep->world > 1) { /* the stage's experts from its ep group (llmc/zero_experts.h) */
+        zero_experts_gather_full(m, ep, !tp0 ? NULL : pl->rank == 0 ? host_full : mine);
+    } else {
+        shard_gather_full_from(m, src, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
+    }
     if (pl->p > 1 && tp0) {
         for (int s = 1; s < pl->p; s++) {
             if (pl->rank != 0 && pl->rank != s) { continue; }
@@ -409,7 +447,7 @@ static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inpu
     size_t BT = (size_t)pl->B * pl->T;
     dev_memcpy_h2d(pl->tokens, host_inputs, BT * sizeof(int));
     dev_memcpy_h2d(pl->tokens + BT, host_targets, BT * sizeof(int));
-    pipeline_forward_only(pl, pl->tokens, pl->tokens + BT, pl->B, pl->T, gelu_fusion);
+    pipeline_forward_only(pl, pl->tokens, pl->tokens + BT, pl->B, pl->T, gelu_fusion, (pl->B - rows) * pl->T);
     GPT2* head = pipeline_head(pl);
     if (!head) { return 0.0; }
     gpt2_use_slot(head, 0);
@@ -419,20 +457,44 @@ static inline double pipeline_window_loss_sum(Pipeline* pl, const int* host_inpu
     return sum;
 }
 
+/* A mixture-of-experts model's routing statistics of the step's last micro-batch, every MoE block's, on every
+ * pipeline rank: host (Lm, 2E+3) fp32 in global block order as gpt2_moe_stats writes them. Each block's come from
+ * the chunk that holds it (the slot of its last forward; -r 3's recompute rewrites the same values), summed over
+ * the pp group in fp64 (one stage holds each block, the others add 0). Collective over the pp group. */
+static inline void pipeline_moe_stats(Pipeline* pl, float* host) {
+    const MoEConfig* mc = &pl->model->config.moe;
+    size_t S = (size_t)moe_stats_floats(mc), Lm = (size_t)moe_num_layers(mc, pl->model->config.num_layers);
+    double* sum = (double*)calloc_check(Lm * S, sizeof(double), "MoE statistics of every stage");
+    for (int k = 0; k < pl->v; k++) {
+        GPT2* m = pl->chunk[k];
+        int saved = m->slot;
+        gpt2_use_slot(m, pl->last_slot[k]);
+        size_t j0 = (size_t)moe_num_layers(mc, m->stage.chunk_first[0]); /* the chunk's first MoE block, globally */
+        int n = gpt2_moe_stats(m, host);
+        gpt2_use_slot(m, saved);
+        for (size_t i = 0; i < (size_t)n * S; i++) { sum[j0 * S + i] = host[i]; }
+    }
+    comm_all_reduce_host_f64(pl->pp, sum, (int)(Lm * S));
+    for (size_t i = 0; i < Lm * S; i++) { host[i] = (float)sum[i]; }
+    free(sum);
+}
+
 /* sampling through the pipeline (llmc/generate.h's forward_logits): tokens(T) on the host at batch 1; the fp32
  * logits of row `row` arrive on pipeline rank 0 */
 static inline void pipeline_sample_logits(void* ctx, const int* host_tokens, int T, int row, float* host_logits) {
     Pipeline* pl = (Pipeline*)ctx;
     dev_memcpy_h2d(pl->tokens, host_tokens, (size_t)T * sizeof(int));
-    pipeline_forward_only(pl, pl->tokens, NULL, 1, T, pl->gelu_fusion);
+    pipeline_forward_only(pl, pl->tokens, NULL, 1, T, pl->gelu_fusion, T - 1 - row);
     pipeline_logits_row(pl, row, host_logits);
 }
 
 /* Writes the full model file at `path` from every stage (gpt2_write_model_file; BF16 builds: the bf16 values,
  * exact through fp32). Every rank of the pp and tp groups of the first data-parallel replica calls (`replica0`; the
  * others only under ZeRO-3, whose stage parameters every rank of the dp group first gathers into one device buffer:
- * zero_params_download_full); the caller with `writer` set (pipeline rank 0, tp rank 0) writes. */
-static inline void pipeline_write_model(Pipeline* pl, ZeroOptimizer* z, const char* path, int writer, int replica0) {
+ * zero_params_download_full; with expert parallelism, ep non-NULL, every rank of the first expert-data-parallel
+ * replica's ep groups); the caller with `writer` set (pipeline rank 0, tp rank 0) writes. */
+static inline void pipeline_write_model(Pipeline* pl, ZeroOptimizer* z, const char* path, int writer, int replica0,
+                                        Comm* ep) {
     GPT2* m = pl->model;
     floatX* part = NULL;
     if (zero_params_sharded(z)) {
@@ -441,7 +503,7 @@ static inline void pipeline_write_model(Pipeline* pl, ZeroOptimizer* z, const ch
     }
     if (replica0) {
         float* host = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (file)") : NULL;
-        pipeline_gather_model(pl, part ? part : m->params_memory, host);
+        pipeline_gather_model(pl, part ? part : m->params_memory, host, ep);
         if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, host, NULL, path); }
         free(host);
     }

@@ -168,14 +168,13 @@ static inline void shard_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], co
                                          const GPT2Stage* st) {
     GPT2Stage whole = gpt2_stage_whole(c);
     if (!st) { st = &whole; }
-    size_t layers = (size_t)gpt2_stage_layers(st);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         TPSlice s = shard_tp_slice(c, i, p, 0);
-        sizes[i] = shard_stage_holds(c, st, i) ? (s.lead_len + s.blocks * s.len) * (gpt2_is_per_layer(c, i) ? layers
-                                                                                  : gpt2_tensor_slices(c, i)) : 0;
+        size_t slices = gpt2_stage_slices(c, st, i); /* its layers, dense blocks or MoE blocks; 1 */
+        sizes[i] = shard_stage_holds(c, st, i) ? (s.lead_len + s.blocks * s.len) * slices : 0;
         if (shard_per_expert(i) && sizes[i]) { /* Lm x E expert matrices, each cut by tp */
             TPSlice u = shard_tp_expert_slice(c, i, p, 0);
-            sizes[i] = gpt2_tensor_slices(c, i) * (size_t)c->moe.experts * u.blocks * u.len;
+            sizes[i] = slices * (size_t)c->moe.experts * u.blocks * u.len;
         }
         if (shard_ep_splits(c, i)) { sizes[i] /= (size_t)moe_ep_size(&c->moe); }
     }
@@ -204,16 +203,18 @@ static inline void shard_for_each_piece(const GPT2Config* c, int p, int r, const
     size_t full[NUM_PARAMETER_TENSORS], local[NUM_PARAMETER_TENSORS];
     gpt2_parameter_sizes(full, c);
     shard_parameter_sizes(local, c, p, st);
-    size_t L = (size_t)c->num_layers, Ls = (size_t)gpt2_stage_layers(st), foff = 0, loff = 0;
+    size_t foff = 0, loff = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (shard_per_expert(i) && local[i]) { /* ep rank q's experts of each MoE block, each expert's tp slice */
-            size_t Lm = gpt2_tensor_slices(c, i), E = (size_t)c->moe.experts, El = E / (size_t)moe_ep_size(&c->moe);
-            size_t q = shard_ep_splits(c, i) ? (size_t)c->moe.ep_rank : 0, uf = full[i] / (Lm * E);
+            size_t Lm = gpt2_stage_slices(c, st, i), E = (size_t)c->moe.experts, El = E / (size_t)moe_ep_size(&c->moe);
+            size_t q = shard_ep_splits(c, i) ? (size_t)c->moe.ep_rank : 0;
+            size_t uf = full[i] / (gpt2_tensor_slices(c, i) * E); /* one expert's matrix in the full model */
             TPSlice u = shard_tp_expert_slice(c, i, p, r);
             size_t ul = u.blocks * u.len;
             for (size_t j = 0; j < Lm; j++) {
                 for (size_t e = 0; e < El; e++) {
-                    size_t fo = foff + (j * E + q * El + e) * uf, lo = loff + (j * El + e) * ul;
+                    size_t gj = gpt2_stage_slice_global(c, st, i, j); /* the stage's MoE block j, globally */
+                    size_t fo = foff + (gj * E + q * El + e) * uf, lo = loff + (j * El + e) * ul;
                     for (size_t b = 0; b < u.blocks; b++) { fn(ctx, i, fo + u.start + b * u.stride, lo + b * u.len, u.len); }
                 }
             }
@@ -221,12 +222,11 @@ static inline void shard_for_each_piece(const GPT2Config* c, int p, int r, const
             loff += local[i];
             continue;
         }
-        int per_layer = gpt2_is_per_layer(c, i);
-        size_t nsl = gpt2_tensor_slices(c, i), layers = per_layer ? Ls : (local[i] ? nsl : 0); /* slices held */
+        size_t nsl = gpt2_tensor_slices(c, i), layers = local[i] ? gpt2_stage_slices(c, st, i) : 0; /* slices held */
         TPSlice s = shard_tp_slice(c, i, p, r);
         for (size_t j = 0; j < layers; j++) {
-            size_t g = per_layer ? (size_t)gpt2_stage_global_layer(st, (int)j) : j;
-            size_t fl = foff + g * (full[i] / (per_layer ? L : nsl)), ll = loff + j * (local[i] / layers);
+            size_t g = gpt2_stage_slice_global(c, st, i, j); /* local slice j's in the full model */
+            size_t fl = foff + g * (full[i] / nsl), ll = loff + j * (local[i] / layers);
             if (s.lead_len) { fn(ctx, i, fl + s.lead_start, ll, s.lead_len); }
             for (size_t b = 0; b < s.blocks; b++) {
                 fn(ctx, i, fl + s.start + b * s.stride, ll + s.lead_len + b * s.len, s.len);

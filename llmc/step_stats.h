@@ -129,9 +129,10 @@ static inline StepStats step_stats_group(ZeroOptimizer* z, float* norm_partials,
 static inline StepStats step_stats(StepStatsGroups* g, ZeroOptimizer* z, double local_loss, int check_overflow) {
     profile_begin(PROFILE_NORM); /* --profile-steps (llmc/profile.h) */
     StepStats st = step_stats_group(z, g->partials, g->tp, g->pp, local_loss, check_overflow);
-    if (z->experts) { /* each ep rank's experts once: their norm over the expert-dp group and the tp group (each
-                       * expert's tp slices; llmc/sharding.h), summed over the ep group */
-        StepStats e = step_stats_group(z->experts, g->expert_partials, g->tp, NULL, 0.0, check_overflow);
+    if (z->experts) { /* each ep rank's experts once: their norm over the expert-dp group, the tp group (each
+                       * expert's tp slices; llmc/sharding.h) and the pp group (each stage's MoE blocks), summed over
+                       * the ep group */
+        StepStats e = step_stats_group(z->experts, g->expert_partials, g->tp, g->pp, 0.0, check_overflow);
         double x[2] = {e.norm_sq, (double)e.overflow};
         comm_all_reduce_host_f64(g->ep, x, 2);
         st.norm_sq += x[0];

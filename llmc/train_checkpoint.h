@@ -68,14 +68,16 @@ static void write_checkpoint(TrainSession* s) {
     char path[1024];
     if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
-        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), in_first_dp_replica(s)); }
+        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), in_first_dp_replica(s), NULL); }
         else { zero_write_model(&s->zero, path, is_rank0(s)); }
-    } else if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts, rank 0 writes */
+    } else if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts (each stage's), rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
-        if (s->grid.coord.dp / s->grid.ep->world == 0) { zero_experts_write_model(&s->model, s->grid.ep, path, is_rank0(s)); }
+        int replica0 = s->grid.coord.dp / s->grid.ep->world == 0;
+        if (replica0 && s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), 1, s->grid.ep); }
+        else if (replica0) { zero_experts_write_model(&s->model, s->grid.ep, path, is_rank0(s)); }
     } else if (in_first_dp_replica(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
-        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), 1); } /* every stage's part */
+        if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), 1, NULL); } /* every stage's part */
         else { gpt2_write_model(&s->model, path, is_rank0(s)); }
     }
     checkpoint_state_path(path, sizeof(path), dir, s->step, s->world.rank);

@@ -364,7 +364,7 @@ static StepMoE step_moe_summary(TrainSession* s) {
         float* stats = (float*)malloc_check((size_t)Lm * moe_stats_floats(moe) * sizeof(float), "MoE statistics");
         int blocks[1024];
         for (int l = 0, b = 0; l < s->model.config.num_layers && b < 1024; l++) { if (moe_is_layer(moe, l)) { blocks[b++] = l; } }
-        gpt2_moe_stats(&s->model, stats);
+        if (s->pp->world > 1) { pipeline_moe_stats(&s->pipe, stats); } else { gpt2_moe_stats(&s->model, stats); }
         moe_stats_summary(moe, stats, Lm < 1024 ? Lm : 1024, blocks, &sum.aux, &sum.drop, &sum.max_load, &sum.json);
         free(stats);
     }
@@ -531,7 +531,7 @@ static void debug_checksums_step(TrainSession* s) {
     size_t BT = (size_t)B * T;
     if (s->pp->world > 1) {
         dev_memcpy_h2d(s->pipe.tokens, s->debug_tokens, 2 * BT * sizeof(int));
-        pipeline_forward_only(&s->pipe, s->pipe.tokens, s->pipe.tokens + BT, B, T, s->cfg.gelu_fusion);
+        pipeline_forward_only(&s->pipe, s->pipe.tokens, s->pipe.tokens + BT, B, T, s->cfg.gelu_fusion, 0);
         for (int k = 0; k < s->pipe.v; k++) {
             gpt2_use_slot(s->pipe.chunk[k], 0);
             checksum_activations(&acts, s->pipe.chunk[k], B, T);

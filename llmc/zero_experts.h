@@ -149,13 +149,13 @@ static inline AdamWState zero_checkpoint_state(const ZeroOptimizer* z, ZeroGroup
 
 /* ---------------------------------------------------------------- the model file */
 
-/* Writes the full model file at `path` from the ep group's ranks (each holds E/p experts) and, with tensor
- * parallelism, their tp groups (each rank each expert's 1/t slice): the parameters of every rank of `ep` are
- * all-gathered (p x P floatX, device), then those over the tp group (t x p x P), then the one with `writer` set puts
- * each rank's pieces in the full model's order (shard_for_each_piece with that rank's tp rank and ep_rank; the
- * replicated tensors from tp rank 0, put last) and writes (gpt2_write_model_file, atomic). Collective over ep and
- * tp: every rank of those groups calls it. */
-static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
+/* Gathers the parameters of the ep group's ranks (each holds E/p experts of the layers of its stage) and, with
+ * tensor parallelism, their tp groups (each rank each expert's 1/t slice) into `full` (host fp32 in the full model's
+ * layout, num_parameters_full, on the caller with full set; NULL elsewhere): every rank's P floatX are all-gathered
+ * over `ep` (p x P, device), then over the tp group (t x p x P), then the caller with `full` puts each rank's pieces
+ * in the full model's places (shard_for_each_piece with that rank's tp rank and ep_rank over m's stage; the
+ * replicated tensors from tp rank 0, put last). Collective over ep and tp: every rank of those groups calls it. */
+static inline void zero_experts_gather_full(const GPT2* m, Comm* ep, float* full) {
     size_t P = m->num_parameters;
     int p = ep->world, t = m->tp.size;
     size_t block = (size_t)p * P; /* one tp rank's ep-gathered parameters */
@@ -165,9 +165,8 @@ static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char*
     comm_all_gather(ep, mine, floatx_comm_dtype(), P);
     comm_join(ep);
     if (t > 1) { m->tp.all_gather(m->tp.ctx, all, block); }
-    if (writer) {
+    if (full) {
         float* host = (float*)malloc_check((size_t)t * block * sizeof(float), "host gathered parameters");
-        float* full = (float*)calloc_check(m->num_parameters_full, sizeof(float), "host full model");
         dev_download_floats(host, all, (size_t)t * block);
         for (int tr = t - 1; tr >= 0; tr--) {
             for (int r = 0; r < p; r++) {
@@ -177,11 +176,19 @@ static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char*
                 shard_for_each_piece(&c, t, tr, &m->stage, shard_copy_local_to_full, &cp);
             }
         }
-        gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path);
-        free(full);
         free(host);
     }
     dev_free(all);
+}
+
+/* Writes the full model file at `path` (no pipeline parallelism: llmc/pipeline_model.h gathers the stages) from the
+ * ep group's ranks and their tp groups (zero_experts_gather_full); the caller with `writer` set writes
+ * (gpt2_write_model_file, atomic). Collective over ep and tp. */
+static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
+    float* full = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host full model") : NULL;
+    zero_experts_gather_full(m, ep, full);
+    if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path); }
+    free(full);
 }
 
 /* ---------------------------------------------------------------- resume at another ep */
