@@ -201,15 +201,15 @@ static inline void zero_experts_map_piece(void* ctx, int tensor, size_t full, si
 }
 
 /* the full-model index of every local parameter (P local values) of tensor-parallel rank tr of tp and ep rank q of p
- * for model c (tp = p = 1: the whole model, the identity); malloc'd, the caller frees; *P_local, *Pd (the dense
- * part) set */
-static inline size_t* zero_experts_index_map(const GPT2Config* c0, int tp, int tr, int p, int q, size_t* P_local,
-                                             size_t* Pd) {
+ * holding pipeline stage st (its layers' dense and MoE blocks) of model c (tp = p = 1, the whole model: the
+ * identity); malloc'd, the caller frees; *P_local, *Pd (the dense part) set */
+static inline size_t* zero_experts_index_map(const GPT2Config* c0, const GPT2Stage* st, int tp, int tr, int p, int q,
+                                             size_t* P_local, size_t* Pd) {
     GPT2Config c = *c0;
     c.moe.ep = p > 1 ? p : 0;
     c.moe.ep_rank = p > 1 ? q : 0;
     size_t sizes[NUM_PARAMETER_TENSORS];
-    shard_parameter_sizes(sizes, &c, tp, NULL);
+    shard_parameter_sizes(sizes, &c, tp, st);
     *P_local = 0;
     *Pd = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -217,7 +217,7 @@ static inline size_t* zero_experts_index_map(const GPT2Config* c0, int tp, int t
         if (!shard_ep_splits(&c, i)) { *Pd += sizes[i]; }
     }
     ZeroExpertsIndexMap m = {(size_t*)malloc_check(*P_local * sizeof(size_t), "expert index map")};
-    shard_for_each_piece(&c, tp, tr, NULL, zero_experts_map_piece, &m);
+    shard_for_each_piece(&c, tp, tr, st, zero_experts_map_piece, &m);
     return m.map;
 }
 
@@ -233,10 +233,11 @@ static inline size_t zero_experts_state_index(const TrainState* h, const size_t*
 }
 
 /* Re-sharded resume of a mixture-of-experts checkpoint (llmc/README.md, "Expert parallelism"): written by `old_world`
- * processes with any --tp, --ep and ZeRO stage (pp = 1, as every MoE run), read by this run's processes with any
- * --tp, --ep and ZeRO stage. Every rank reads the m, v (and master) sections of all old state files of checkpoint
- * `step` into a full-model copy on the host (each file's dense and expert ranges put at their full-model indices
- * through its own tp and ep sizes and ranks, tp rank 0's replicated tensors last; 3 x the full parameter count of fp32: a cost of this path only), then puts its own
+ * processes with any --tp, --pp, --ep and ZeRO stage, read by this run's processes with any --tp, --pp, --ep and ZeRO
+ * stage. Every rank reads the m, v (and master) sections of all old state files of checkpoint `step` into a
+ * full-model copy on the host (each file's dense and expert ranges put at their full-model indices through its own
+ * stage, tp and ep sizes and ranks; files read from the last rank down, so that tp rank 0's replicated tensors and
+ * the first stage's tied wte are put last; 3 x the full parameter count of fp32: a cost of this path only), then puts its own
  * ranges (ours: this run's header, its ep_size/ep_rank/ranges) into opt (the state of zero_checkpoint_state).
  * *found: the step, RNG and loss scale of file 0 and this rank's data position (train_state_reshard_position).
  * Exits with one line for a damaged or non-finite file (train_state_check_size, train_state_check_finite); rank 0
@@ -258,7 +259,7 @@ static inline void zero_experts_read_resharded(const char* output_dir, int step,
         train_state_check_step(path, h->step, step);
         train_state_check_size(path, h, ctx);
         size_t Pl, Pd;
-        size_t* map = zero_experts_index_map(cfg, h->tp_size, h->tp_rank, h->ep_size, h->ep_rank, &Pl, &Pd);
+        size_t* map = zero_experts_index_map(cfg, &h->stage, h->tp_size, h->tp_rank, h->ep_size, h->ep_rank, &Pl, &Pd);
         size_t n = (size_t)h->shard_size;
         float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
         for (int k = 0; k < sections; k++) {
@@ -276,7 +277,8 @@ static inline void zero_experts_read_resharded(const char* output_dir, int step,
         fclose(f);
     }
     size_t Pl, Pd;
-    size_t* map = zero_experts_index_map(cfg, ours->tp_size, ours->tp_rank, ours->ep_size, ours->ep_rank, &Pl, &Pd);
+    size_t* map = zero_experts_index_map(cfg, &ours->stage, ours->tp_size, ours->tp_rank, ours->ep_size, ours->ep_rank,
+                                         &Pl, &Pd);
     size_t n = (size_t)ours->shard_size;
     float* host = (float*)malloc_check(n * sizeof(float), "host optimizer state");
     for (int k = 0; k < sections; k++) {
