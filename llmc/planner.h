@@ -246,10 +246,11 @@ static inline void plan_evaluate_ep(PlanResult* r, const PlanCluster* cl) {
         r->ep_net = ly->tp * ep > gpn;
         double ebw = r->ep_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, elat = r->ep_net ? cl->net_lat_us : cl->nvlink_lat_us;
         double rows = (double)ly->B * ly->T * c->moe.top_k * c->channels * pb;
-        double Lm = (double)moe_num_layers(&c->moe, c->num_layers);
+        /* a stage's MoE blocks: the model's spread evenly over the pp stages (each stage holds its own) */
+        double Lm = (double)moe_num_layers(&c->moe, c->num_layers) / ly->pp;
         /* -r 3 recomputes every MoE block before the last segment: its dispatch and combine run once more */
         int L = c->num_layers, kk = gpt2_recompute_window(ly->recompute, ly->recompute_every, L);
-        double a2a = 4.0 * Lm + (ly->recompute == 3 ? 2.0 * moe_num_layers(&c->moe, (L - 1) / kk * kk) : 0.0);
+        double a2a = 4.0 * Lm + (ly->recompute == 3 ? 2.0 * moe_num_layers(&c->moe, (L - 1) / kk * kk) / ly->pp : 0.0);
         r->t_ep = a2a * ly->m * plan_all_to_all(rows, ep, ebw, elat);
         r->b_ep = a2a * ly->m * (ep - 1.0) / ep * rows;
     }

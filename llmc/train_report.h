@@ -318,7 +318,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     printf("+-----------------------+------------------------------------------------\n");
     warn_if_warmup_covers_run(s);
     if (s->pp->world > 1) { pipeline_print_stages(&s->pipe, s->tp->world); }
-    zero_print_ledger(&s->zero);
+    zero_print_ledger(&s->zero, &s->model);
     if (s->zero.experts) { /* --ep: the two groups (llmc/zero_experts.h) */
         const ZeroOptimizer* d = &s->zero;
         const ZeroOptimizer* e = s->zero.experts;

@@ -757,9 +757,10 @@ static inline double zero_step_bytes_theory(const ZeroOptimizer* z, int accum, i
  * rank. Line 3: the standard mixed-precision Adam formulas of Rajbhandari et al. 2019 (bytes per parameter:
  * 2 params + 2 grads + 12 optimizer = 16; ZeRO-1 2+2+12/N; ZeRO-2 2+(2+12)/N; ZeRO-3 16/N) for this model and N,
  * with the stage in use marked. Then the device memory left, for ZeRO-2/3 what the gradient storage holds and, for
- * ZeRO-3, what the parameter storage holds (own shard + working set). */
-static inline void zero_print_ledger(const ZeroOptimizer* z) {
-    const GPT2* m = z->model;
+ * ZeRO-3, what the parameter storage holds (own shard + working set). `model` is the rank's model, whose activations
+ * are reported (with --ep z->model is the dense group's view, which holds none). */
+static inline void zero_print_ledger(const ZeroOptimizer* z, const GPT2* model) {
+    const GPT2* m = model;
     double MiB = 1024.0 * 1024.0;
     size_t n = z->P, np = z->Ppad, shard = z->own_end - z->own_start;
     int N = z->dp->world, st = z->stage->stage;

@@ -2,7 +2,7 @@
 # tiny batches: two identical runs are bit-identical; 6 steps straight == 3 steps, checkpoint, resume, 3 more
 # (losses, MoE statistics, weights and optimizer state); the step line and log.jsonl carry the routing statistics; the
 # model file is version 7 with the MoE header; refusals are one line (--ep above the processes, k > E, a dense/MoE
-# mismatch between a model file and the --moe-* flags, --pp with experts). Under mpirun: data parallelism against one
+# mismatch between a model file and the --moe-* flags, --cuda-graphs with experts). Under mpirun: data parallelism against one
 # process, and validation (--val-tokens) identical on 1, 2 and 3 processes. Expert parallelism: dev/test/cli_moe_ep.sh.
 # The capacity factor 1.1 makes the capacity non-integral (1.1 x 2 x 64 / 4 = 35.2 -> 36 rows per expert): every
 # block's dropped fraction in log.jsonl must be what that capacity gives for the logged routing (the choices of expert
@@ -81,8 +81,8 @@ if python3 -c "import numpy" 2> /dev/null; then
 else
     echo "# SKIP export_hf.py refusal of a MoE model file: no numpy for python3"
 fi
-expect_error "without pipeline parallelism" "experts with --pp 2 are refused" -- \
-    $TRAIN "${MOE[@]}" -x 1 --pp 2
+expect_error "mixture-of-experts models run without CUDA graphs" "experts with --cuda-graphs 1 are refused" -- \
+    $TRAIN "${MOE[@]}" -x 1 --cuda-graphs 1
 # data parallelism: experts replicated, their gradients in the global bucket. 2 processes with ZeRO-2 against one
 # process accumulating the same two micro-batches (-d 128): the routing and capacity are per micro-batch, so the
 # same; only the order of the gradient sum differs

@@ -124,16 +124,19 @@ static void test_options(void) {
     expect("MoE with tp 2 (expert tensor parallelism)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.tp = 2; l.ep = 2;
     expect("MoE with tp 2 and ep 2 (experts over ep, each over tp)", &l, &MOE, 4, LAYOUT_BUILDABLE, NULL);
-    l = base(1); l.pp = 2; l.m = 2;
+    l = base(1); l.pp = 2; l.m = 2; l.cuda_graphs = 1;
     /* on one process: the never-supported combination is named, not the world-size arithmetic (rule order) */
-    expect("MoE with pp 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --pp > 1"));
+    expect("MoE with CUDA graphs and pp 2 on 1 process", &l, &MOE, 1, LAYOUT_INVALID,
+           NEEDLES("--moe-experts 4 with --cuda-graphs 1"));
     LayoutModel h6 = MOE;
     h6.EH = 6;
     l = base(1); l.tp = 4;
     expect("MoE with tp 4 and expert hidden 6", &l, &h6, 4, LAYOUT_INVALID,
            NEEDLES("--tp 4 does not divide the experts' hidden width 6"));
     l = base(1); l.pp = 2; l.m = 2;
-    expect("MoE with pp 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with --pp > 1"));
+    expect("MoE with pp 2 (each stage its MoE blocks)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
+    l = base(2); l.tp = 2; l.pp = 2; l.m = 2; l.ep = 2;
+    expect("MoE with tp 2 x pp 2 x dp 2 and ep 2", &l, &MOE, 8, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.zero = 3;
     expect("MoE with -z 3", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with -z 3"));
     l = base(2); l.recompute = 3;

@@ -348,12 +348,14 @@ static void check_moe(void) {
     base.layout.ep = 1;
     PlanCluster c64 = plan_cluster(plan_device_find("h100"), 64, 8, PLAN_DEFAULT_GEMM_EFF, "bf16");
     PlanResult* s = plan_search(&base, &c64, 4 * 64 * 64, 0, &n);
-    int seen = 0, tp1 = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i].lay.layout.tp == 1) { seen |= 1 << ledger_ep(&s[i].lay); tp1++; } /* tp > 1: each expert over tp */
+    int seen = 0, tp1 = 0, staged = 0;
+    for (int i = 0; i < n; i++) { /* tp > 1: each expert over tp; pp > 1: each stage its MoE blocks */
+        if (s[i].lay.layout.tp == 1 && s[i].lay.layout.pp == 1) { seen |= 1 << ledger_ep(&s[i].lay); tp1++; }
+        staged += s[i].lay.layout.pp > 1;
     }
-    TEST_CHECK(seen == (2 | 4 | 16 | 256) && tp1 == 4, "--plan-search on a MoE model: at tp 1 one row per ep of 1, 2, "
-               "4, 8 (dividing E 8 and dp 64): %d rows (%d at tp 1), best ep %d", n, tp1, ledger_ep(&s[0].lay));
+    TEST_CHECK(seen == (2 | 4 | 16 | 256) && tp1 == 4 && staged > 0, "--plan-search on a MoE model: at tp 1 and pp 1 "
+               "one row per ep of 1, 2, 4, 8 (dividing E 8 and dp 64), and pipelined rows: %d rows (%d at tp 1 pp 1, %d "
+               "with pp > 1), best ep %d", n, tp1, staged, ledger_ep(&s[0].lay));
     free(s);
     /* ZeRO-3 with tp and pp: parameters sharded over dp within each tp/pp part, + 2 gathered layers and the globals;
      * per step 3 (N-1)/N of the part's bytes (reduce-scatter, all-gather forward and backward), m = 1, on the last

@@ -2,7 +2,7 @@
  * dev/test/test_sharding.c -- the sharding table (llmc/sharding.h) over a grid of layouts: for every layout the
  * compatibility table (llmc/layout.h) lets the trainer build -- tp 1, 2, 4; pp 1, 2, 3 with the even split, given
  * --pp-layers and interleaved chunks; ep 1, 2, 4 for a mixture-of-experts model with experts in every block and in
- * every second one -- the pieces every rank of one data-parallel replica holds (shard_for_each_piece) must
+ * every second one, with those pipelines too (each stage its own MoE and dense blocks' slices) -- the pieces every rank of one data-parallel replica holds (shard_for_each_piece) must
  *   - cover every element of the full model exactly once when each element is counted by its owner only (a tensor
  *     split over tp on every tp rank, a replicated one on tp rank 0; a stage's layers on that stage, wpe on the first,
  *     lnf on the last, the tied wte on the first stage only; expert tensors on the ep rank holding the expert, the
@@ -139,15 +139,20 @@ static void test_experts(void) {
             c.moe.every = every;
             for (int tp = 1; tp <= 4; tp *= 2) {
                 for (int ep = 1; ep <= 4; ep *= 2) {
-                    Layout l = layout(tp, 1, 1, 1);
-                    l.dp = 4; l.ep = ep;
-                    LayoutModel md = shard_layout_model(&c);
-                    char what[192];
-                    snprintf(what, sizeof(what), "%s (experts every %d blocks): tp %d x dp 4, ep %d", shapes[k], every,
-                             tp, ep);
-                    TEST_CHECK(layout_check(&l, &md, 4 * tp, err, sizeof(err)) == LAYOUT_BUILDABLE,
-                               "%s is buildable: %s", what, err);
-                    check_layout(&c, &l, ep, what);
+                    /* pp 1; pp 2 (even, interleaved v 2 and --pp-layers 1,3: stages starting at odd layers); pp 3 */
+                    for (int cut = 0; cut < 5; cut++) {
+                        int pp = cut == 0 ? 1 : cut == 4 ? 3 : 2, v = cut == 2 ? 2 : 1;
+                        Layout l = layout(tp, pp, v, 2 * pp);
+                        l.dp = 4; l.ep = ep;
+                        if (cut == 3) { l.stage_layers[0] = 1; l.stage_layers[1] = 3; }
+                        LayoutModel md = shard_layout_model(&c);
+                        char what[192];
+                        snprintf(what, sizeof(what), "%s (experts every %d blocks): tp %d x dp 4 x pp %d (v %d%s), ep %d",
+                                 shapes[k], every, tp, pp, v, cut == 3 ? ", --pp-layers 1,3" : "", ep);
+                        TEST_CHECK(layout_check(&l, &md, 4 * tp * pp, err, sizeof(err)) == LAYOUT_BUILDABLE,
+                                   "%s is buildable: %s", what, err);
+                        check_layout(&c, &l, ep, what);
+                    }
                 }
             }
         }
