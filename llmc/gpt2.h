@@ -732,13 +732,21 @@ static inline size_t gpt2_moe_slice(const GPT2* m, int l) {
     return (size_t)gpt2_stage_moe_before(&m->config.moe, &m->stage, l);
 }
 
+/* local layer l's slice of tensor i stacked over a mixture-of-experts model's dense or MoE blocks (its dense-MLP and
+ * expert tensors): its slice among the instance's blocks of that kind, or with a parameter source's layer slots
+ * (ZeRO-3's working buffer, llmc/zero_params.h) the slot of layer l, as for the per-layer tensors */
+static inline floatX* gpt2_stacked_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
+    size_t per = m->param_sizes[i] / gpt2_stage_slices(&m->config, &m->stage, i);
+    int k = m->param_source.layer_slots;
+    if (k > 0) { return p->t[i] + (size_t)((l + m->param_source.layer_offset) % k) * per; }
+    return p->t[i] + (GPT2_PARAMS[i].slices == SLICES_MOE ? gpt2_moe_slice(m, l) : gpt2_dense_slice(m, l)) * per;
+}
+
 /* layer l's slice of per-layer tensor i of a full parameter-layout buffer (the dense MLP tensors of a MoE model:
  * its slice among the dense blocks; l must not be a MoE block then) */
 static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int i, int l) {
     if (m->param_sizes[i] == 0) { return NULL; } /* absent for these knobs (a bias with bias=0): matmul's "no bias" */
-    if (!gpt2_is_per_layer(&m->config, i)) {
-        return p->t[i] + gpt2_dense_slice(m, l) * (m->param_sizes[i] / gpt2_stage_slices(&m->config, &m->stage, i));
-    }
+    if (!gpt2_is_per_layer(&m->config, i)) { return gpt2_stacked_param(p, m, i, l); }
     int k = m->param_source.layer_slots;
     return p->t[i] + (size_t)(k > 0 ? (l + m->param_source.layer_offset) % k : l) * (m->param_sizes[i] / (size_t)m->n_layers);
 }
@@ -748,8 +756,8 @@ static inline floatX* layer_param(const ParameterTensors* p, const GPT2* m, int 
 static inline void gpt2_params_needed(GPT2* m, int l, int backward) {
     const GPT2ParamSource* s = &m->param_source;
     if (!s->layer_needed) { return; }
-    int globals = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { globals |= !gpt2_is_per_layer(&m->config, i) && m->param_sizes[i] > 0; }
+    int globals = 0; /* wte, wpe, lnf, an untied head: the tensors not stacked over blocks */
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { globals |= GPT2_PARAMS[i].slices == SLICES_ONE && m->param_sizes[i] > 0; }
     s->layer_needed(s->ctx, l < 0 ? -1 : s->layer_offset + l, backward, s->layer_offset, m->n_layers, globals);
 }
 
@@ -819,6 +827,43 @@ static inline int gpt2_grad_bucket(const GPT2* m, const GPT2GradTarget* g, int l
             out[n].grad = g->base.t[i];
             out[n].begin = off;
             out[n].end = off + size;
+            n++;
+        }
+        off += size;
+    }
+    return n;
+}
+
+/* ZeRO-3's parameter unit (llmc/zero_params.h) of layer l, l >= 0: its bucket's per-layer slices and, in a
+ * mixture-of-experts model, its block's slices of the stacked tensors (the expert tensors of a MoE block, the
+ * dense-MLP tensors of another); l = -1: the tensors not stacked over blocks (wte, wpe, lnf, an untied head). As
+ * pieces of the flat parameter index space pointing into g (per-layer and stacked tensors in g->layer_slots slots
+ * of one slice each, layer l in slot (l + layer_offset) % layer_slots); returns the number of pieces. The units of
+ * l = -1 .. n_layers-1 tile the instance's parameters. */
+static inline int gpt2_param_unit(const GPT2* m, const GPT2GradTarget* g, int l, GPT2GradPiece out[NUM_PARAMETER_TENSORS]) {
+    const GPT2Config* c = &m->config;
+    size_t off = 0, L = (size_t)m->n_layers;
+    int n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t size = m->param_sizes[i], per = 0, j = 0;
+        int stacked = !gpt2_is_per_layer(c, i) && GPT2_PARAMS[i].slices != SLICES_ONE, take = 0;
+        if (l >= 0 && gpt2_is_per_layer(c, i)) {
+            per = size / L; j = (size_t)l; take = 1;
+        } else if (l >= 0 && stacked && size > 0 &&
+                   (GPT2_PARAMS[i].slices == SLICES_MOE) == gpt2_stage_is_moe(&c->moe, &m->stage, l)) {
+            per = size / gpt2_stage_slices(c, &m->stage, i);
+            j = GPT2_PARAMS[i].slices == SLICES_MOE ? gpt2_moe_slice(m, l) : gpt2_dense_slice(m, l);
+            take = 1;
+        } else if (l < 0 && GPT2_PARAMS[i].slices == SLICES_ONE && size > 0) {
+            out[n].grad = g->base.t[i];
+            out[n].begin = off;
+            out[n].end = off + size;
+            n++;
+        }
+        if (take) {
+            out[n].grad = g->base.t[i] + (size_t)((l + g->layer_offset) % g->layer_slots) * per;
+            out[n].begin = off + j * per;
+            out[n].end = out[n].begin + per;
             n++;
         }
         off += size;
@@ -923,12 +968,11 @@ static inline MoELayer gpt2_moe_layer(const GPT2* m, const GPT2GradTarget* g, in
     MoELayer a;
     memset(&a, 0, sizeof(a));
     const ParameterTensors* p = &m->params;
-    a.routerw = p->t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
-    a.efcw = p->t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);
-    a.efcb = m->param_sizes[P_EFCB] ? p->t[P_EFCB] + j * (m->param_sizes[P_EFCB] / Lm) : NULL; /* NULL: bias=0 */
-    a.efcprojw = p->t[P_EFCPROJW] + j * (m->param_sizes[P_EFCPROJW] / Lm);
-    a.efcprojb = m->param_sizes[P_EFCPROJB] && m->tp.rank == 0 ? p->t[P_EFCPROJB] + j * (m->param_sizes[P_EFCPROJB] / Lm)
-                                                               : NULL;
+    a.routerw = gpt2_stacked_param(p, m, P_ROUTERW, l);
+    a.efcw = gpt2_stacked_param(p, m, P_EFCW, l);
+    a.efcb = m->param_sizes[P_EFCB] ? gpt2_stacked_param(p, m, P_EFCB, l) : NULL; /* NULL: bias=0 */
+    a.efcprojw = gpt2_stacked_param(p, m, P_EFCPROJW, l);
+    a.efcprojb = m->param_sizes[P_EFCPROJB] && m->tp.rank == 0 ? gpt2_stacked_param(p, m, P_EFCPROJB, l) : NULL;
     if (g) {
         a.drouterw = g->base.t[P_ROUTERW] + j * (m->param_sizes[P_ROUTERW] / Lm);
         a.defcw = g->base.t[P_EFCW] + j * (m->param_sizes[P_EFCW] / Lm);

@@ -324,9 +324,10 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  l->ep);
         return LAYOUT_INVALID;
     }
-    if (md->experts > 0 && l->zero == 3) {
-        snprintf(err, cap, "flag --moe-experts %d with -z 3: mixture-of-experts models run with -z 0/1/2 (the expert "
-                 "tensors are not per-layer units for ZeRO-3's gathers)", md->experts);
+    if (l->ep > 1 && l->zero == 3) {
+        snprintf(err, cap, "flag --ep %d with -z 3: expert parallelism keeps the experts in a second ZeRO group, which "
+                 "runs ZeRO-0/1/2 (its parameters are not sharded); use -z 2, or --ep 1 (ZeRO-3 then gathers each "
+                 "block's experts with its layer)", l->ep);
         return LAYOUT_INVALID;
     }
     if (l->compress && l->zero > 1) {

@@ -13,7 +13,8 @@
  * allocation code computes, from the same functions (shard_parameter_sizes, gpt2_activation_sizes,
  * gpt2_activation_layout, pipe_slots_needed), so the two cannot drift:
  *   parameters  Ppad * pb, P = this rank's elements (its tp part of its stage), S = ceil(P / dp), Ppad = dp * S;
- *               ZeRO-3: (S + 2 layers + wte/wpe/lnf) * pb, the shard and the working set (llmc/zero_params.h)
+ *               ZeRO-3: (S + 2 layers + wte/wpe/lnf) * pb, the shard and the working set (llmc/zero_params.h; a
+ *               mixture-of-experts model's layers with their block's expert or dense-MLP slices)
  *   gradients   ZeRO-0/1: Ppad * pb; ZeRO-2/3: (2 layer slots + wte/wpe/lnf + S) * pb, slots 128-element aligned
  *   master      fp32, the optimizer range (P for ZeRO-0, S otherwise) * 4 when master weights are kept
  *   moments     AdamW m and v: 2 * range * 4
@@ -192,7 +193,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     r.stage = s;
     const GPT2Config* c = &l->cfg;
     GPT2Stage st = shard_stage_of(&l->layout, c, s);
-    size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, L = (size_t)gpt2_stage_layers(&st);
+    size_t sizes[NUM_PARAMETER_TENSORS], slot = 0, globals = 0, work = 0, L = (size_t)gpt2_stage_layers(&st);
     size_t ep = (size_t)ledger_ep(l);
     GPT2Config ce = *c; /* expert parallelism: this rank holds E/ep experts of every MoE block (the router: all of it) */
     ce.moe.ep = ep > 1 ? (int)ep : 0;
@@ -200,6 +201,9 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         r.P += sizes[i];
         if (gpt2_is_per_layer(c, i)) { slot += sizes[i] / L; } else { globals += sizes[i]; }
+        /* ZeRO-3's working buffer (llmc/zero_params.h): two slots of a layer's (or a block's) slice, globals whole */
+        size_t held = sizes[i] ? gpt2_stage_slices(c, &st, i) : 0;
+        work += GPT2_PARAMS[i].slices == SLICES_ONE ? sizes[i] : held ? 2 * (sizes[i] / held) : 0;
     }
     size_t pb = (size_t)l->pb, dp = (size_t)l->layout.dp;
     r.S = (r.P + dp - 1) / dp;
@@ -224,7 +228,7 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     size_t held = ep > 1 ? r.P : Ppad; /* ep: one flat buffer of both groups, unpadded (the groups gather [0, P)) */
     if (l->layout.zero <= 1) { r.params = held * pb; r.grads = Ppad * pb; }
     else if (l->layout.zero == 2) { r.params = held * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; }
-    else { r.params = (r.S + 2 * slot + globals) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
+    else { r.params = (r.S + work) * pb; r.grads = (2 * a_slot + a_glob + r.S) * pb; } /* ZeRO-3 */
     if (l->layout.zero == 3 && l->layout.offload_params) { /* the shard leaves the device; the working set stays */
         r.params -= r.S * pb;
         r.host_params = pb == 4 && l->layout.offload == OFFLOAD_CPU ? 0 : r.S * pb;

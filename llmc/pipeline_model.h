@@ -201,7 +201,7 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
         if (pipeline_chunk_slices(rank_model, k, i, &first, &n)) { /* its dense or MoE blocks' slices */
             size_t one = rank_model->param_sizes[i] / gpt2_stage_slices(&rank_model->config, st, i);
             v.param_sizes[i] = n * one;
-            v.params.t[i] = rank_model->params.t[i] + first * one;
+            v.params.t[i] = rank_model->params.t[i] + (slots ? 0 : first * one); /* ZeRO-3: the stage's slots */
         }
         v.num_parameters += v.param_sizes[i];
     }

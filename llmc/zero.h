@@ -802,11 +802,15 @@ static inline void zero_print_ledger(const ZeroOptimizer* z, const GPT2* model) 
     }
     if (z->stage->shards_params) {
         const ZeroParamStore* ps = &z->params;
-        size_t slot = 0, L = (size_t)m->n_layers;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (gpt2_is_per_layer(&m->config, i)) { slot += m->param_sizes[i] / L; } }
-        printf("ZeRO-3 parameters: own shard %zu + working set (2 layers of %zu + wte/wpe/lnf %zu, gathered per layer) "
-               "= %zu values, against %zu for the full buffer of ZeRO-0/1/2\n", ps->S, slot,
-               ps->work_elems - 2 * slot, ps->S + ps->work_elems, np);
+        size_t slot = 0, stacked = 0, L = (size_t)m->n_layers;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            if (gpt2_is_per_layer(&m->config, i)) { slot += m->param_sizes[i] / L; }
+            else { stacked += zero_params_slot_elems(m, i); } /* a MoE model's expert and dense-MLP slices */
+        }
+        printf("ZeRO-3 parameters: own shard %zu + working set (2 layer slots of %zu", ps->S, slot);
+        if (stacked) { printf(" + %zu per slot of a block's expert or dense-MLP slices", stacked); }
+        printf(" + wte/wpe/lnf %zu, gathered per layer) = %zu values, against %zu for the full buffer of ZeRO-0/1/2\n",
+               ps->work_elems - 2 * (slot + stacked), ps->S + ps->work_elems, np);
         if (ps->host) {
             printf("parameter offload: cpu: the own shard of %zu values is in pinned host memory (%.1f MiB%s), off the "
                    "device; each gather copies its own part host -> device, then all-gathers on the device\n", ps->S,

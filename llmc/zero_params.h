@@ -7,9 +7,10 @@
  * GPT2ParamSource hook (llmc/gpt2.h).
  *
  * Units. The llm.c layout stacks each per-layer tensor over the layers, so one layer's parameters are 12 pieces of
- * the flat index space (the pieces of gpt2_grad_bucket(l)); the global tensors wte, wpe, lnfw, lnfb are one more
- * unit (-1). The working buffer has the parameter layout of a 2-layer model: per-layer tensor i holds two layer
- * slots back to back (layer l in slot l % 2), the global tensors whole. So the model's working set is at most two
+ * the flat index space (gpt2_param_unit(l); a mixture-of-experts model's block adds its slices of the expert tensors
+ * if it is a MoE block, of the dense-MLP tensors if not); the global tensors wte, wpe, lnfw, lnfb are one more unit
+ * (-1). The working buffer has the parameter layout of a 2-layer model: per-layer (and stacked) tensor i holds two
+ * layer slots back to back (layer l in slot l % 2), the global tensors whole. So the model's working set is at most two
  * layers plus the embedding unit, 2 * (one layer) + (wte, wpe, lnf) values, beside the shard.
  *
  * Gathering a unit: the owned part of each piece is copied from the shard into the working buffer, then one
@@ -79,7 +80,7 @@ typedef struct {
  * the working buffer; returns the count */
 static inline int zero_params_segments(ZeroParamStore* ps, int l, CommSegment seg[NUM_PARAMETER_TENSORS]) {
     GPT2GradPiece pieces[NUM_PARAMETER_TENSORS];
-    int n = gpt2_grad_bucket(ps->model, &ps->pieces, l, pieces);
+    int n = gpt2_param_unit(ps->model, &ps->pieces, l, pieces);
     for (int k = 0; k < n; k++) {
         seg[k].ptr = pieces[k].grad;
         seg[k].begin = pieces[k].begin;
@@ -139,6 +140,13 @@ static inline void zero_params_layer_needed(void* ctx, int l, int backward, int 
     profile_end();
 }
 
+/* one layer slot's elements of tensor i in the working buffer: a layer's slice of a per-layer tensor, one block's
+ * slice of a tensor stacked over a mixture-of-experts model's dense or MoE blocks; 0 for the global tensors */
+static inline size_t zero_params_slot_elems(const GPT2* model, int i) {
+    if (GPT2_PARAMS[i].slices == SLICES_ONE || model->param_sizes[i] == 0) { return 0; }
+    return model->param_sizes[i] / gpt2_stage_slices(&model->config, &model->stage, i);
+}
+
 /* Shards the parameters of `model` (its flat buffer padded to N * S, llmc/zero.h): copies this rank's shard
  * [own_start, own_start + S) out, replaces the model's buffer by the working buffer and points the model's
  * GPT2ParamSource at the store. The full buffer is freed; from here on the model's params hold gathered layers only.
@@ -166,10 +174,11 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
         ps->shard = (floatX*)dev_malloc(S * sizeof(floatX), "parameters (ZeRO-3 shard)");
         dev_memcpy_d2d(ps->shard, model->params_memory + own_start, S * sizeof(floatX));
     }
-    size_t sizes[NUM_PARAMETER_TENSORS], L = (size_t)model->n_layers;
+    size_t sizes[NUM_PARAMETER_TENSORS];
     ps->work_elems = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        sizes[i] = gpt2_is_per_layer(&model->config, i) ? 2 * (model->param_sizes[i] / L) : model->param_sizes[i];
+        sizes[i] = 2 * zero_params_slot_elems(model, i);
+        if (GPT2_PARAMS[i].slices == SLICES_ONE) { sizes[i] = model->param_sizes[i]; }
         ps->work_elems += sizes[i];
     }
     ps->work = (floatX*)dev_malloc(ps->work_elems * sizeof(floatX), "parameters (ZeRO-3 working set: 2 layers + wte/wpe/lnf)");
@@ -181,9 +190,7 @@ static inline void zero_params_init(ZeroParamStore* ps, GPT2* model, Comm* dp, C
     memset(&ps->pieces, 0, sizeof(ps->pieces));
     ps->pieces.base = model->params;
     ps->pieces.layer_slots = 2;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        ps->pieces.layer_stride[i] = gpt2_is_per_layer(&model->config, i) ? model->param_sizes[i] / L : 0;
-    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { ps->pieces.layer_stride[i] = zero_params_slot_elems(model, i); }
     model->param_source.layer_slots = 2;
     model->param_source.layer_needed = zero_params_layer_needed;
     model->param_source.ctx = ps;
