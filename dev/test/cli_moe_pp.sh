@@ -8,8 +8,7 @@
 # process does; the norm is summed over the stages and the tied wte's gradient in another order). A block reading
 # another block's expert slice (a global index used for a stage-local tensor) moves the loss by 1e-3 or more.
 #   - pp 2 (1f1b, capacity factor 1.25: choices dropped), pp 2 interleaved v 2 (no capacity limit; every chunk holds
-#     one MoE and one dense block, so both kinds of slice start past the stage's first), pp 2 x dp 2 with ZeRO-2,
-#     pp 2 x dp 2 with ep 2, tp 2 x pp 2 x dp 2 with ep 2 (8 processes): losses, gradient norms (log.jsonl, full
+#     one MoE and one dense block, so both kinds of slice start past the stage's first), pp 2 x dp 2 with ep 2, tp 2 x pp 2 x dp 2 with ep 2 (8 processes): losses, gradient norms (log.jsonl, full
 #     precision) and the final weights' RMS against one process;
 #   - every MoE block's routing statistics in the log (the fractions per expert and the dropped fraction exactly,
 #     the aux and z losses within T(10)) equal one process's: the stages' statistics gathered;
@@ -76,8 +75,6 @@ ledger il 2
 run ilr3 2 "${MOE[@]}" "${VAL[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 -r 3
 out=$(dp_same_training "$TMP/il" "$TMP/ilr3" 10)
 check $? "pp 2 interleaved with -r 3 (MoE blocks recomputed, routing replayed) vs -r 0: $out"
-run z2 4 "${MOE[@]}" "${CAP[@]}" --pp 2 -z 2
-against one z2
 run ppep 4 "${MOE[@]}" "${CAP[@]}" --pp 2 --ep 2 -z 1
 against one ppep
 ledger ppep 2

@@ -138,7 +138,9 @@ static void test_options(void) {
     l = base(2); l.tp = 2; l.pp = 2; l.m = 2; l.ep = 2;
     expect("MoE with tp 2 x pp 2 x dp 2 and ep 2", &l, &MOE, 8, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.zero = 3;
-    expect("MoE with -z 3", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--moe-experts 4 with -z 3"));
+    expect("MoE with -z 3 (each block's experts gathered with its layer)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
+    l.ep = 2;
+    expect("--ep 2 with -z 3", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--ep 2 with -z 3"));
     l = base(2); l.recompute = 3;
     expect("MoE with -r 3 (a window of MoE entries; the routing replayed)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.ep = 2; l.offload = OFFLOAD_CPU;

@@ -1,0 +1,90 @@
+# dev/test/cli_moe_zero3.sh -- mixture of experts with ZeRO-3 (llmc/README.md, "Mixture of experts" and "ZeRO and
+# the gradient store"): each block's slices of the expert tensors (a MoE block) or of the dense-MLP tensors (another
+# block) are gathered with its layer (llmc/gpt2.h gpt2_param_unit) into two slots of the working buffer; the global
+# unit holds only wte, wpe, lnf. Model d8 (L8 C128, Vp 50304, maxT 256) with 4 experts top-2 (hidden 4C = 512) in
+# every second block, B=2 T=16, 10 steps, fp32 CPU build under mpirun.
+#   - dp 3: -z 3 is bit-identical to -z 2 (the same reduce-scatter; only where the parameters live differs), with -r 3
+#     too (the recompute reads the gathered slots) and with --offload-params cpu; a unit that gathered another
+#     block's experts, or a slot read for the wrong layer, changes the losses;
+#   - the working set is 2 x (a layer's 66,560 per-layer values + a MoE block's 527,360 expert values + a dense
+#     block's 131,712 MLP values) + wte/wpe/lnf 6,471,936 (the formula in this script), not the 2.1M of every expert;
+#     the memory ledger equals the allocation;
+#   - tp 2 x dp 2 with sequence parallelism and tp 2 x pp 2 x dp 2 interleaved at -z 3 against one process within
+#     T(10) = 14 x 16 x 2^-24 (dev/test/dp_lib.sh: tp and pp sum the fp32 partial results in another order);
+#   - checkpoints: dp 3 at -z 3 resumed from step 5 bit for bit (model file and every state file), and re-sharded
+#     onto one process (within T(10) of the dp 3 run);
+#   - --ep 2 with -z 3 refused with one line.
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+T10=$(dp_order_tol 10)
+MOE=(-e d8 -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 --moe-top-k 2 --moe-every 2
+     --moe-z-coef 0.001 --moe-capacity-factor 1.25)
+run() { # NAME N args...: a 10-step run into $TMP/NAME
+    local name=$1 n=$2; shift 2
+    MPIRUN "$n" timeout 300 $TRAIN "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
+    check $? "$name: $n processes, ${*: -4}: runs under mpirun (exit 0)"
+}
+against() { # ONE NAME: losses, norms and final weights of NAME against ONE within T(10)
+    local out
+    out=$(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train loss $T10 10) && \
+        out="$out; $(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train grad_norm $T10 10)" && \
+        out="$out; $(dp_compare_models_rms "$TMP/$1/model_00000010.bin" "$TMP/$2/model_00000010.bin" $T10)"
+    check $? "$2 vs $1 (T(10) = $T10): $out"
+}
+same() { # A B WHAT: bit-identical training
+    local out
+    out=$(dp_same_training "$TMP/$1" "$TMP/$2" 10)
+    check $? "$3: $out"
+}
+
+run z2 3 "${MOE[@]}" -d 192 -z 2
+run z3 3 "${MOE[@]}" -d 192 -z 3
+same z2 z3 "dp 3: -z 3 vs -z 2"
+run z3r3 3 "${MOE[@]}" -d 192 -z 3 -r 3
+same z2 z3r3 "dp 3: -z 3 with -r 3 (segments recomputed from the gathered slots) vs -z 2"
+run z3off 3 "${MOE[@]}" -d 192 -z 3 --offload-params cpu
+same z2 z3off "dp 3: -z 3 with --offload-params cpu vs -z 2"
+python3 - "$TMP/z3.log" <<'PY'
+import re, sys
+C, H, E, V, T = 128, 512, 4, 50304, 256
+layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C           # ln1, qkv, attproj, ln2 (the MLP is stacked)
+moe = E * C + E * H * C + E * H + E * C * H + E * C                  # router, efcw, efcb, efcprojw, efcprojb
+dense = 4 * C * C + 4 * C + C * 4 * C + C                             # fcw, fcb, fcprojw, fcprojb
+glob = V * C + T * C + 2 * C                                          # wte, wpe, lnf
+m = re.search(r"working set \(2 layer slots of (\d+) \+ (\d+) per slot of a block's expert or dense-MLP slices \+ "
+              r"wte/wpe/lnf (\d+), gathered per layer\) = (\d+) values", open(sys.argv[1]).read())
+got = tuple(map(int, m.groups())) if m else None
+shard = (glob + 8 * layer + 4 * moe + 4 * dense + 2) // 3 + 1     # ceil(P / 3)
+want = (layer, moe + dense, glob)
+print("# working set (layer, stacked per slot, globals, total):", got, "formula", want, "every expert", 4 * moe)
+sys.exit(0 if got and got[:3] == want and got[3] - 2 * (layer + moe + dense) - glob in (shard - 1, shard) else 1)
+PY
+check $? "-z 3: the working set holds two slots of a layer with one block's expert or dense-MLP slices, not every expert"
+grep -q "^memory ledger .* -> equal$" "$TMP/z3.log"
+check $? "-z 3: the memory ledger equals the allocation"
+run one 1 "${MOE[@]}" -d 128
+run tpz3 4 "${MOE[@]}" -d 128 --tp 2 --sequence-parallel 1 -z 3
+against one tpz3
+run allz3 8 "${MOE[@]}" -d 128 --tp 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 -z 3
+against one allz3
+test "$(grep -c '^memory ledger (llmc/ledger.h, bytes, pipeline stage [01]).* -> equal$' "$TMP/allz3.log")" -eq 2
+check $? "tp 2 x pp 2 x dp 2 at -z 3: the memory ledger equals the allocation on both stages"
+
+# checkpoints: dp 3 at -z 3 stops after step 5; resumed on the same layout, and on one process
+MPIRUN 3 $TRAIN "${MOE[@]}" -d 192 -z 3 -o "$TMP/ck" --exit-after-steps 5 > "$TMP/ck1.log" 2>&1
+check $? "dp 3 -z 3: checkpoint at step 5"
+cp -r "$TMP/ck" "$TMP/ck_one"
+MPIRUN 3 $TRAIN "${MOE[@]}" -d 192 -z 3 -o "$TMP/ck" -y 1 > "$TMP/ck2.log" 2>&1
+ok=1
+for f in model_00000010.bin state_00000010_00000.bin state_00000010_00001.bin state_00000010_00002.bin; do
+    cmp -s "$TMP/z3/$f" "$TMP/ck/$f" || ok=0
+done
+out=$(dp_same_training "$TMP/z3" "$TMP/ck" 10)
+test $? -eq 0 && test $ok = 1
+check $? "dp 3 -z 3 resume on the same layout: $out; the model file and every state file identical"
+$TRAIN "${MOE[@]}" -d 192 -o "$TMP/ck_one" -y 1 > "$TMP/ck_one.log" 2>&1 &&
+    grep -q "re-sharding the optimizer state for 1 processes with ZeRO stage 0" "$TMP/ck_one.log" &&
+    test "$(grep -c '^step' "$TMP/ck_one.log")" -eq 5
+check $? "the dp 3 -z 3 checkpoint resumes on one process (re-sharded, said in one line)"
+against z3 ck_one
+dp_refused 2 "--ep 2 with -z 3" "--ep 2 with -z 3" "${MOE[@]}" -d 128 -x 1 --ep 2 -z 3
