@@ -14,6 +14,7 @@
  *   DIR/model_SSSSSSSS.bin        weights (rank 0)
  *   DIR/state_SSSSSSSS_RRRRR.bin  optimizer shard, step, RNG, data position (every rank)
  *   DIR/gradres_SSSSSSSS_RRRRR.bin  --grad-compress error-feedback residual (every rank; llmc/grad_compress.h)
+ *   DIR/gradrese_SSSSSSSS_RRRRR.bin the expert group's residual (--ep with --grad-compress, every rank)
  *   DIR/DONE_SSSSSSSS             written last, marks the checkpoint complete
  *   DIR/.lock                     held (flock) by the running rank 0, so two runs never share a directory
  *
@@ -88,8 +89,9 @@ static inline void checkpoint_check_size(const char* path, long long expected, c
 static inline void checkpoint_model_path(char* out, size_t cap, const char* dir, int step) {
     snprintf(out, cap, "%s/model_%08d.bin", dir, step);
 }
-static inline void checkpoint_residual_path(char* out, size_t cap, const char* dir, int step, int rank) {
-    snprintf(out, cap, "%s/gradres_%08d_%05d.bin", dir, step, rank);
+/* group 0: the (dense) parameter group's residual; 1: the expert group's (--ep, llmc/zero_experts.h) */
+static inline void checkpoint_residual_path(char* out, size_t cap, const char* dir, int step, int rank, int group) {
+    snprintf(out, cap, "%s/%s_%08d_%05d.bin", dir, group ? "gradrese" : "gradres", step, rank);
 }
 static inline void checkpoint_state_path(char* out, size_t cap, const char* dir, int step, int rank) {
     snprintf(out, cap, "%s/state_%08d_%05d.bin", dir, step, rank);
@@ -99,12 +101,12 @@ static inline void checkpoint_done_path(char* out, size_t cap, const char* dir, 
 }
 
 /* The step of a checkpoint file named `name` (no directory) or -1 when it is not one: DONE_S, model_S.bin,
- * state_S_R.bin or gradres_S_R.bin with S the step in at least 8 digits (%08d: 9 or 10 from step 10^8 on; all of
+ * state_S_R.bin, gradres_S_R.bin or gradrese_S_R.bin with S the step in at least 8 digits (%08d: 9 or 10 from step 10^8 on; all of
  * them are read, up to INT_MAX) and R the rank in at least 5; anything else (a ".tmp" of a write in progress, a
  * name of someone else's) is -1. *kind receives 0 for a DONE marker, 1 for a data file. */
 static inline int checkpoint_name_step(const char* name, int* kind) {
-    static const char* const prefixes[4] = {"DONE_", "model_", "state_", "gradres_"};
-    for (int k = 0; k < 4; k++) {
+    static const char* const prefixes[5] = {"DONE_", "model_", "state_", "gradres_", "gradrese_"};
+    for (int k = 0; k < 5; k++) {
         size_t pl = strlen(prefixes[k]);
         if (strncmp(name, prefixes[k], pl) != 0) { continue; }
         const char* s = name + pl;

@@ -46,7 +46,8 @@
  *
  * Residuals (error feedback): fp32, one per real parameter, on this rank (device memory; the ledger counts them),
  * saved in every checkpoint as DIR/gradres_SSSSSSSS_RRRRR.bin (magic 20261201, version 1: [2] step [3] rank
- * [4] data-parallel size [5] kind [6,7] P as uint64; then P fp32), so a resume continues bit for bit. They belong
+ * [4] data-parallel size [5] kind [6,7] P as uint64; then P fp32; with --ep the expert group's, over the expert-dp
+ * group, as DIR/gradrese_SSSSSSSS_RRRRR.bin), so a resume continues bit for bit. They belong
  * to one rank of one data-parallel size: resuming with compression and error feedback on another number of
  * processes is refused with one line; resuming without compression drops them (one line says so).
  *
@@ -461,12 +462,14 @@ static inline GradCompressStats grad_compress_take_stats(GradCompressor* g) {
 
 /* ---------------------------------------------------------------- residuals in checkpoints */
 
-/* writes this rank's residual for checkpoint `step` atomically (path.tmp, fsync, rename, directory fsync); no-op
- * without one; a write error removes the temp file and exits with one line */
-static inline void grad_compress_write_residual(const GradCompressor* g, const char* dir, int step, int rank) {
+/* writes this rank's residual of parameter group `group` (0; 1: the expert group under --ep) for checkpoint `step`
+ * atomically (path.tmp, fsync, rename, directory fsync); no-op without one; a write error removes the temp file and
+ * exits with one line */
+static inline void grad_compress_write_residual(const GradCompressor* g, const char* dir, int step, int rank,
+                                                int group) {
     if (!g->residual) { return; }
     char path[1024];
-    checkpoint_residual_path(path, sizeof(path), dir, step, rank);
+    checkpoint_residual_path(path, sizeof(path), dir, step, rank, group);
     int h[FILE_HEADER_INTS];
     memset(h, 0, sizeof(h));
     h[0] = GRAD_RESIDUAL_MAGIC; h[1] = GRAD_RESIDUAL_VERSION;
@@ -482,13 +485,13 @@ static inline void grad_compress_write_residual(const GradCompressor* g, const c
     free(host);
 }
 
-/* Reads this rank's residual of checkpoint `step` when this run keeps residuals. A missing file (the checkpoint was
+/* Reads this rank's residual of parameter group `group` of checkpoint `step` when this run keeps residuals. A missing file (the checkpoint was
  * written without error feedback) leaves zeros and returns 0; a file of another data-parallel size, rank, kind or
  * parameter count exits with one line; returns 1 when read. */
-static inline int grad_compress_read_residual(GradCompressor* g, const char* dir, int step, int rank) {
+static inline int grad_compress_read_residual(GradCompressor* g, const char* dir, int step, int rank, int group) {
     if (!g->residual) { return 0; }
     char path[1024];
-    checkpoint_residual_path(path, sizeof(path), dir, step, rank);
+    checkpoint_residual_path(path, sizeof(path), dir, step, rank, group);
     if (!file_exists(path)) { return 0; }
     int h[FILE_HEADER_INTS];
     FILE* f = checkpoint_open_checked(path, h, GRAD_RESIDUAL_MAGIC, GRAD_RESIDUAL_VERSION, GRAD_RESIDUAL_VERSION,

@@ -318,12 +318,6 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  "drop it)", l->recompute_every, l->recompute);
         return LAYOUT_INVALID;
     }
-    if (l->ep > 1 && l->compress) {
-        snprintf(err, cap, "flag --ep %d with --grad-compress: expert parallelism keeps the experts' gradients in a "
-                 "second ZeRO group that gradient compression does not cover; use --ep 1 or --grad-compress none",
-                 l->ep);
-        return LAYOUT_INVALID;
-    }
     if (l->ep > 1 && l->zero == 3) {
         snprintf(err, cap, "flag --ep %d with -z 3: expert parallelism keeps the experts in a second ZeRO group, which "
                  "runs ZeRO-0/1/2 (its parameters are not sharded); use -z 2, or --ep 1 (ZeRO-3 then gathers each "

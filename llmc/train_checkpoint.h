@@ -85,7 +85,10 @@ static void write_checkpoint(TrainSession* s) {
     ZeroGroupsState groups;
     AdamWState opt = zero_checkpoint_state(&s->zero, &groups); /* --ep: both groups' ranges */
     train_state_write(path, &st, &opt);
-    if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank); }
+    if (s->zero.compress) { grad_compress_write_residual(s->zero.compress, dir, s->step, s->world.rank, 0); }
+    if (s->zero.experts && s->zero.experts->compress) { /* --ep: the expert group's own residual */
+        grad_compress_write_residual(s->zero.experts->compress, dir, s->step, s->world.rank, 1);
+    }
     comm_barrier(&s->world); /* every rank's state is on disk before the checkpoint is marked complete */
     if (is_rank0(s)) {
         ArgSpec specs[TRAIN_NUM_FLAGS];
@@ -177,11 +180,15 @@ static void resume_residuals_same_cut(TrainSession* s, int resume_step) {
  * dropped */
 static void resume_residuals(TrainSession* s, int resume_step) {
     char path[1024];
-    checkpoint_residual_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0);
+    checkpoint_residual_path(path, sizeof(path), s->cfg.output_dir, resume_step, 0, 0);
     int saved = file_exists(path);
     if (saved && s->zero.compress && s->compress.error_feedback) { resume_residuals_same_cut(s, resume_step); }
     int restored = s->zero.compress ? grad_compress_read_residual(s->zero.compress, s->cfg.output_dir, resume_step,
-                                                                  s->world.rank) : 0;
+                                                                  s->world.rank, 0) : 0;
+    if (s->zero.experts && s->zero.experts->compress) { /* --ep: the expert group's (a checkpoint of the same layout) */
+        restored &= grad_compress_read_residual(s->zero.experts->compress, s->cfg.output_dir, resume_step,
+                                                s->world.rank, 1);
+    }
     int wanted = s->zero.compress && s->compress.error_feedback;
     if (!is_rank0(s)) { return; }
     if (wanted && !restored) {

@@ -91,6 +91,11 @@ static void step_counters_end(TrainSession* s, StepResult* r) {
         GradCompressStats cs = grad_compress_take_stats(s->zero.compress);
         r->grad_sent = (double)cs.bytes_sent;
         r->grad_fp32 = cs.fp32_ring_bytes;
+        if (s->zero.experts && s->zero.experts->compress) { /* --ep: the expert group's reduction too */
+            GradCompressStats ce = grad_compress_take_stats(s->zero.experts->compress);
+            r->grad_sent += (double)ce.bytes_sent;
+            r->grad_fp32 += ce.fp32_ring_bytes;
+        }
     }
     if (s->pipe.clock) { r->bubble = (float)pipeline_bubble(&s->pipe); } /* the step's idle share over all stages */
     if (r->skipped) { return; }

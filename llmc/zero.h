@@ -438,7 +438,9 @@ static inline void zero_alloc_device_state(ZeroOptimizer* z, size_t n, int keep_
 }
 
 /* Gradient compression `spec` (llmc/grad_compress.h) for the buckets of ZeRO-0/1 (the caller refuses ZeRO-2 first;
- * inside tp/pp layouts z covers this rank's part and its dp group); seed keys the stochastic-rounding stream. No-op for GRAD_COMPRESS_NONE. */
+ * inside tp/pp layouts z covers this rank's part and its dp group; with --ep the expert group's bucket over the
+ * expert-dp group too, when that group has 2 or more ranks, its rounding stream keyed by seed + 1); seed keys the
+ * stochastic-rounding stream. No-op for GRAD_COMPRESS_NONE. */
 static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressSpec* spec, uint32_t seed) {
     if (spec->kind == GRAD_COMPRESS_NONE) { return; }
     if (z->stage->stage > 1) { FATAL("internal: gradient compression with ZeRO-%d", z->stage->stage); }
@@ -451,12 +453,14 @@ static inline void zero_enable_compression(ZeroOptimizer* z, const GradCompressS
         grad_compress_plan_bucket(z->compress, b, seg, n);
     }
     grad_compress_allocate(z->compress);
+    if (z->experts && z->experts->dp->world > 1) { zero_enable_compression(z->experts, spec, seed + 1u); }
 }
 
 /* --grad-compress: called at the start of optimizer step `step` (0-based, before its backward): the stochastic-rounding
  * stream's step and the warm-up's clock */
 static inline void zero_compress_begin_step(ZeroOptimizer* z, int step) {
     if (z->compress) { z->compress->step = (uint32_t)step; }
+    if (z->experts && z->experts->compress) { z->experts->compress->step = (uint32_t)step; }
 }
 
 /* --optimizer muon (llmc/muon.h): the model's block matrices get Muon with momentum beta and ns_steps Newton-Schulz
@@ -561,6 +565,7 @@ static inline void zero_finish(ZeroOptimizer* z) {
     comm_join(z->dp);
     if (z->experts) { comm_join(z->experts->dp); }
     if (z->compress) { grad_compress_finish(z->compress); } /* decodes the compressed buckets of this step */
+    if (z->experts && z->experts->compress) { grad_compress_finish(z->experts->compress); }
     profile_end();
 }
 
@@ -789,6 +794,11 @@ static inline void zero_print_ledger(const ZeroOptimizer* z, const GPT2* model) 
                "%.1f MiB)\n", grad_compress_describe(&z->compress->spec, what, sizeof(what)),
                z->compress->device_bytes / MiB, z->compress->residual ? z->P * 4.0 / MiB : 0.0,
                (z->compress->device_bytes - (z->compress->residual ? z->P * 4.0 : 0.0)) / MiB);
+    }
+    if (z->experts && z->experts->compress) { /* --ep: the expert group's compressor, over expert-dp */
+        const ZeroOptimizer* e = z->experts;
+        printf("gradient compression of the expert group (%d processes): %.1f MiB per process (error-feedback residual "
+               "%.1f MiB)\n", e->dp->world, e->compress->device_bytes / MiB, e->compress->residual ? e->P * 4.0 / MiB : 0.0);
     }
     if (z->grad_shard) {
         size_t held = 2 * z->grad_slot_elems + z->grad_globals_elems + shard;

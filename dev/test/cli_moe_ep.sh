@@ -35,7 +35,9 @@
 #     (the CPU build's offloaded AdamW is the backend's function on the same values), the offload ledger (host
 #     state, buffers, both files) equals the allocation, every step's PCIe bytes equal the theory summed over the
 #     groups, and an nvme run resumed at step 5 ends with the same weights and state files;
-# Refusals (one line): --ep not dividing E, --ep with --grad-compress, --ep on a dense model, --ep not dividing dp.
+#   - gradient compression of both groups: topk:1 on ep=2 x dp=4 equals the uncompressed run within the same
+#     tolerance; int8 with error feedback resumes bit for bit (each group's residual file, gradres_ and gradrese_);
+# Refusals (one line): --ep not dividing E, --ep on a dense model, --ep not dividing dp.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 run() { local np=$1; shift; MPIRUN "$np" $TRAIN "$@"; }
@@ -231,7 +233,25 @@ out=$(dp_same_training "$TMP/z2dev" "$TMP/z2nv" 10) &&
     cmp -s "$TMP/z2dev/state_00000010_00001.bin" "$TMP/z2nv/state_00000010_00001.bin" &&
     grep -q "^offload ledger .* -> equal;" "$TMP/z2nv.log" && out="$out; $(pcie_ok "$TMP/z2nv1.log" 5)"
 check $? "ep=2 ZeRO-2 nvme, resumed, vs the device run: $out; both state files identical; offload ledger equal"
-dp_refused 2 "flag --ep 2 with --grad-compress" "--ep with gradient compression" "${MOE[@]}" -x 1 --ep 2 --grad-compress int8
+# gradient compression of both groups (the dense one over dp, the experts' over expert-dp = 2): top-k at ratio 1
+# sends every value (fp32 index/value pairs summed in another order than the ring's), so it equals the uncompressed
+# dp4_ep2 run within the same tolerance, which an undecoded or uncompressed expert bucket does not; int8 with error
+# feedback resumes bit for bit from both groups' residual files
+run 4 "${MOE[@]}" --ep 2 -z 1 -g 4 --grad-compress topk:1 -o "$TMP/dp4_ep2_tk" > "$TMP/dp4_ep2_tk.log" 2>&1
+check $? "ep=2 on dp=4 with --grad-compress topk:1: 10 steps"
+out=$(compare 1 10 "$TMP/dp4_ep2" "$TMP/dp4_ep2_tk") && grep -q "^gradient compression of the expert group (2 processes)" "$TMP/dp4_ep2_tk.log"
+check $? "ep=2 on dp=4, topk:1 on both groups vs uncompressed: $(echo "$out" | tail -1)"
+run 4 "${MOE[@]}" --ep 2 -z 1 --grad-compress int8 -o "$TMP/i8" > "$TMP/i8.log" 2>&1 &&
+    run 4 "${MOE[@]}" --ep 2 -z 1 --grad-compress int8 -o "$TMP/i8ck" --exit-after-steps 5 > "$TMP/i8ck1.log" 2>&1 &&
+    test -f "$TMP/i8ck/gradres_00000005_00003.bin" && test -f "$TMP/i8ck/gradrese_00000005_00003.bin" &&
+    run 4 "${MOE[@]}" --ep 2 -z 1 --grad-compress int8 -o "$TMP/i8ck" -y 1 > "$TMP/i8ck2.log" 2>&1
+check $? "ep=2 on dp=4 with --grad-compress int8: 10 steps; 5 steps, a checkpoint with both groups' residuals, resumed"
+same=1
+for f in model_00000010.bin state_00000010_00000.bin state_00000010_00003.bin gradrese_00000010_00001.bin; do
+    cmp -s "$TMP/i8/$f" "$TMP/i8ck/$f" || same=0
+done
+test "$(steps "$TMP/i8.log" | tail -5)" = "$(steps "$TMP/i8ck2.log")" && test $same = 1
+check $? "ep=2 int8 resumed: steps 6..10, the model, state and expert residual files bit-identical to the straight run"
 dp_refused 2 "needs a mixture-of-experts model" "--ep on a dense model" -e d2 -b 1 -t 32 -j '' -g 0 -x 1 --ep 2
 dp_refused 2 "--ep 4 does not divide the data-parallel size dp = 2" "--ep not dividing dp" "${MOE[@]}" -x 1 --ep 4
 

@@ -79,7 +79,8 @@ int main(void) {
     TEST_CHECK(checkpoint_name_step("DONE_123456789", &k) == 123456789 && k == 0 &&
                checkpoint_name_step("model_2147483647.bin", &k) == 2147483647 && k == 1 &&
                checkpoint_name_step("state_100000000_00003.bin", &k) == 100000000 && k == 1 &&
-               checkpoint_name_step("gradres_00000042_00001.bin", &k) == 42 && k == 1,
+               checkpoint_name_step("gradres_00000042_00001.bin", &k) == 42 && k == 1 &&
+               checkpoint_name_step("gradrese_00000043_00001.bin", &k) == 43 && k == 1,
                "checkpoint names: steps of 9 and 10 digits (10^8 .. INT_MAX) are read whole from every kind of file");
     TEST_CHECK(checkpoint_name_step("model_00000042.bin.tmp", NULL) < 0 && checkpoint_name_step("DONE_0000004", NULL) < 0 &&
                checkpoint_name_step("model_2147483648.bin", NULL) < 0 && checkpoint_name_step("state_00000042.bin", NULL) < 0 &&
