@@ -318,10 +318,9 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  "drop it)", l->recompute_every, l->recompute);
         return LAYOUT_INVALID;
     }
-    if (l->ep > 1 && l->zero == 3) {
-        snprintf(err, cap, "flag --ep %d with -z 3: expert parallelism keeps the experts in a second ZeRO group, which "
-                 "runs ZeRO-0/1/2 (its parameters are not sharded); use -z 2, or --ep 1 (ZeRO-3 then gathers each "
-                 "block's experts with its layer)", l->ep);
+    if (l->ep > 1 && l->zero == 3 && l->offload_params) {
+        snprintf(err, cap, "flag --offload-params with --ep %d: the parameter offload keeps one host shard, and expert "
+                 "parallelism shards its experts in a second group; use --ep 1 or drop --offload-params", l->ep);
         return LAYOUT_INVALID;
     }
     if (l->compress && l->zero > 1) {

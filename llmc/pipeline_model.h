@@ -386,7 +386,7 @@ static inline void pipeline_gather_model(Pipeline* pl, const floatX* src, float*
     float* mine = tp0 && pl->rank != 0 ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (gather)")
                                         : NULL;
     if (ep && ep->world > 1) { /* the stage's experts from its ep group (llmc/zero_experts.h) */
-        zero_experts_gather_full(m, ep, !tp0 ? NULL : pl->rank == 0 ? host_full : mine);
+        zero_experts_gather_full(m, ep, src, !tp0 ? NULL : pl->rank == 0 ? host_full : mine);
     } else {
         shard_gather_full_from(m, src, pl->rank == 0 ? host_full : mine); /* this stage's tensors, in the full layout */
     }
@@ -498,8 +498,8 @@ static inline void pipeline_write_model(Pipeline* pl, ZeroOptimizer* z, const ch
     GPT2* m = pl->model;
     floatX* part = NULL;
     if (zero_params_sharded(z)) {
-        part = (floatX*)dev_malloc(z->P * sizeof(floatX), "this stage's parameters (ZeRO-3 model file)");
-        zero_params_download_full(&z->params, NULL, part);
+        part = (floatX*)dev_malloc(m->num_parameters * sizeof(floatX), "this stage's parameters (ZeRO-3 model file)");
+        zero_download_local(z, part); /* --ep: both groups */
     }
     if (replica0) {
         float* host = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host model (file)") : NULL;

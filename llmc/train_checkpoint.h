@@ -66,15 +66,22 @@ static TrainState session_train_state(const TrainSession* s) {
 static void write_checkpoint(TrainSession* s) {
     const char* dir = s->cfg.output_dir;
     char path[1024];
-    if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
+    if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts (each stage's), rank 0 writes */
+        checkpoint_model_path(path, sizeof(path), dir, s->step);
+        int replica0 = s->grid.coord.dp / s->grid.ep->world == 0, sharded = zero_params_sharded(&s->zero);
+        floatX* local = NULL; /* ZeRO-3: every rank gathers its groups' units first */
+        if (sharded && s->pp->world == 1) {
+            local = (floatX*)dev_malloc(s->model.num_parameters * sizeof(floatX), "this rank's parameters (model file)");
+            zero_download_local(&s->zero, local);
+        }
+        if (s->pp->world > 1 && (replica0 || sharded)) {
+            pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), replica0, s->grid.ep);
+        } else if (replica0) { zero_experts_write_model(&s->model, s->grid.ep, local, path, is_rank0(s)); }
+        if (local) { dev_free(local); }
+    } else if (zero_params_sharded(&s->zero)) { /* ZeRO-3: every rank gathers the layers with rank 0, which writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), in_first_dp_replica(s), NULL); }
         else { zero_write_model(&s->zero, path, is_rank0(s)); }
-    } else if (s->zero.experts) { /* --ep: rank 0's ep group gathers the experts (each stage's), rank 0 writes */
-        checkpoint_model_path(path, sizeof(path), dir, s->step);
-        int replica0 = s->grid.coord.dp / s->grid.ep->world == 0;
-        if (replica0 && s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), 1, s->grid.ep); }
-        else if (replica0) { zero_experts_write_model(&s->model, s->grid.ep, path, is_rank0(s)); }
     } else if (in_first_dp_replica(s)) { /* the full model, gathered over the tensor-parallel group; rank 0 writes */
         checkpoint_model_path(path, sizeof(path), dir, s->step);
         if (s->pp->world > 1) { pipeline_write_model(&s->pipe, &s->zero, path, is_rank0(s), 1, NULL); } /* every stage's part */
@@ -262,7 +269,8 @@ static void resume_from_checkpoint(TrainSession* s, int resume_step, int reshard
               mc->vocab_size, mc->max_seq_len, (double)mc->arch.rope_scaling.factor);
     }
     resume_check_flags(s, resume_step); /* the flags that must not change */
-    if (s->zero.experts) { gpt2_load_weights(&s->model, path); } /* --ep: this rank's experts of the full model */
+    if (s->zero.experts && zero_params_sharded(&s->zero)) { zero_experts_load_weights(&s->zero, &s->model, path); }
+    else if (s->zero.experts) { gpt2_load_weights(&s->model, path); } /* --ep: this rank's experts of the full model */
     else { zero_load_weights(&s->zero, path); }                  /* ZeRO-3: this rank's shard */
     zero_params_changed(&s->zero);     /* --offload-optimizer: its fp32 copy of the weights follows them */
     TrainState ours = session_train_state(s), found;

@@ -110,6 +110,7 @@ struct ZeroOptimizer {
      * expert-dp group); each group works on its own view of the model (`view`, owned) */
     int group;                     /* 1: a parameter group (not padded: the all-gather covers [0, P) of the view) */
     ZeroOptimizer* experts;        /* the experts' group, or NULL (no expert parallelism) */
+    int free_view_params;          /* ZeRO-3 experts' group: its view's working buffer is freed with the group */
     GPT2* view;                    /* the group's view of the model (z->model points at it), or NULL */
     Muon* muon;                    /* --optimizer muon (llmc/muon.h): its matrices and workspace; NULL: AdamW only */
 };
@@ -501,6 +502,7 @@ static inline void zero_free(ZeroOptimizer* z) {
     zero_params_free(&z->params);
     if (z->experts) { zero_free(z->experts); free(z->experts); }
     if (z->muon) { muon_free(z->muon); free(z->muon); }
+    if (z->free_view_params && z->view) { dev_free(z->view->params_memory); }
     free(z->view);
     memset(z, 0, sizeof(*z));
 }
@@ -676,6 +678,7 @@ static inline int zero_params_sharded(const ZeroOptimizer* z) { return z->stage-
 /* device bytes of parameters this process holds: the padded flat buffer, or ZeRO-3's shard (unless in host memory)
  * + working buffer */
 static inline size_t zero_param_bytes(const ZeroOptimizer* z) {
+    if (z->experts && z->stage->shards_params) { return zero_params_bytes(&z->params) + zero_params_bytes(&z->experts->params); }
     if (z->experts) { return (z->model->params_capacity + z->experts->model->params_capacity) * sizeof(floatX); }
     return z->stage->shards_params ? zero_params_bytes(&z->params) : z->model->params_capacity * sizeof(floatX);
 }

@@ -21,7 +21,13 @@
  * (zero_experts_write_model), read by taking this rank's experts (gpt2_build_from_file_run). State files hold both
  * groups' ranges one after the other in every section, with p, q and the expert range in the header; a resume at
  * another p, process count or ZeRO stage rebuilds the full state on the host from every old file and takes its own
- * ranges (zero_experts_read_resharded). Errors: one line (FATAL) for what is not supported; allocation failures exit.
+ * ranges (zero_experts_read_resharded).
+ * ZeRO-3 (stage 3): each group's view gets its own copy of its parameters (padded to its shards, zero_init_ex with
+ * group = 0), which its parameter store shards over its group and replaces by its working buffer (two layer slots of
+ * its tensors; llmc/zero_params.h). The model then reads every tensor from its group's working buffer and its one
+ * parameter source gathers both groups' units of a layer (zero_groups_params_needed): the dense part over dp, the
+ * rank's experts of that block over expert-dp. Parameters per rank: Sd + Se + both working sets.
+ * Errors: one line (FATAL) for what is not supported; allocation failures exit.
  * Host-side code over llmc/backend.h and llmc/comm.h: the same on both builds.
  */
 #ifndef LLMC_ZERO_EXPERTS_H
@@ -39,7 +45,33 @@
 #include "llmc/train_state.h"
 #include "llmc/zero.h"
 
-/* Sets up ZeRO stage `stage` (0, 1 or 2) for `model` (holding this ep rank's experts, model->config.moe.ep > 1) as the
+/* ZeRO-3 with expert parallelism: the model's GPT2ParamSource hook over both groups' parameter stores (the dense
+ * group's units over dp; the experts' over expert-dp, which hold no global unit) */
+static inline void zero_groups_params_needed(void* ctx, int l, int backward, int first, int count, int globals) {
+    ZeroOptimizer* z = (ZeroOptimizer*)ctx;
+    zero_params_layer_needed(&z->params, l, backward, first, count, globals);
+    zero_params_layer_needed(&z->experts->params, l, backward, first, count, 0);
+}
+
+/* ZeRO-3: this rank's parameters (its model's P values in the flat order) into dst (device): the dense group's
+ * gathered over dp unit by unit, and with --ep the local experts' over expert-dp after them ([Pd, P)). Collective
+ * over both groups. */
+static inline void zero_download_local(ZeroOptimizer* z, floatX* dst) {
+    zero_params_download_full(&z->params, NULL, dst);
+    if (z->experts) { zero_params_download_full(&z->experts->params, NULL, dst + z->P); }
+}
+
+/* ZeRO-3 with --ep: sets both groups' shards from the model file `path` (this rank's dense tensors and experts of it,
+ * gpt2_build_from_file_run; the configuration checked equal by the caller) */
+static inline void zero_experts_load_weights(ZeroOptimizer* z, const GPT2* m, const char* path) {
+    GPT2 loaded;
+    gpt2_build_from_file_run(&loaded, path, &m->tp, &m->stage, &m->config.moe);
+    zero_params_set_from_full(&z->params, loaded.params_memory);
+    zero_params_set_from_full(&z->experts->params, loaded.params_memory + z->P);
+    gpt2_free(&loaded);
+}
+
+/* Sets up ZeRO stage `stage` (0 to 3) for `model` (holding this ep rank's experts, model->config.moe.ep > 1) as the
  * two groups above: z is the dense group over dp, z->experts the experts' group over edp (the expert-dp group).
  * keep_master as zero_init; offload (NULL or none: on the device) as zero_init_offload, for both groups (each its
  * own Offload: host state, buffers and, for nvme, its own file, offload_file_path's group 1). */
@@ -61,16 +93,36 @@ static inline void zero_init_experts(ZeroOptimizer* z, int stage, GPT2* model, C
     dv->num_parameters = dv->params_capacity = Pd;
     ev->num_parameters = ev->params_capacity = Pe;
     ev->params_memory = model->params_memory + Pd;
+    const ZeroStage* info = zero_stage_info(stage);
+    int sharded = info && info->shards_params; /* ZeRO-3: each group its own buffer (see the header) */
+    if (sharded) {
+        dv->params_memory = (floatX*)dev_malloc(Pd * sizeof(floatX), "dense parameter group (ZeRO-3)");
+        ev->params_memory = (floatX*)dev_malloc(Pe * sizeof(floatX), "expert parameter group (ZeRO-3)");
+        dev_memcpy_d2d(dv->params_memory, model->params_memory, Pd * sizeof(floatX));
+        dev_memcpy_d2d(ev->params_memory, model->params_memory + Pd, Pe * sizeof(floatX));
+    }
     parameter_tensors_point(&dv->params, dv->params_memory, dv->param_sizes);
     parameter_tensors_point(&ev->params, ev->params_memory, ev->param_sizes);
-    zero_init_ex(z, stage, dv, dp, keep_master, offload, 1);
+    zero_init_ex(z, stage, dv, dp, keep_master, offload, !sharded);
     z->view = dv;
     ZeroOptimizer* e = (ZeroOptimizer*)calloc_check(1, sizeof(ZeroOptimizer), "expert ZeRO group");
     OffloadSpec eo;
     if (offload) { eo = *offload; eo.group = 1; }
-    zero_init_ex(e, stage, ev, edp, keep_master, offload ? &eo : NULL, 1);
+    zero_init_ex(e, stage, ev, edp, keep_master, offload ? &eo : NULL, !sharded);
     e->view = ev;
     z->experts = e;
+    if (sharded) { /* the model reads each tensor from its group's working buffer; one source gathers both groups */
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            model->params.t[i] = shard_ep_splits(&model->config, i) ? ev->params.t[i] : dv->params.t[i];
+        }
+        dev_free(model->params_memory);
+        model->params_memory = dv->params_memory; /* the dense working buffer, freed with the model */
+        model->params_capacity = dv->params_capacity;
+        e->free_view_params = 1;                  /* the experts' working buffer, freed with their group */
+        model->param_source = dv->param_source;
+        model->param_source.layer_needed = zero_groups_params_needed;
+        model->param_source.ctx = z;
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { /* backward writes the expert gradients into e's buffer */
         if (shard_ep_splits(&model->config, i)) {
             z->target.base.t[i] = e->target.base.t[i];
@@ -149,19 +201,20 @@ static inline AdamWState zero_checkpoint_state(const ZeroOptimizer* z, ZeroGroup
 
 /* ---------------------------------------------------------------- the model file */
 
-/* Gathers the parameters of the ep group's ranks (each holds E/p experts of the layers of its stage) and, with
+/* Gathers the parameters (src: this rank's P values on the device; NULL: the model's buffer) of the ep group's ranks
+ * (each holds E/p experts of the layers of its stage) and, with
  * tensor parallelism, their tp groups (each rank each expert's 1/t slice) into `full` (host fp32 in the full model's
  * layout, num_parameters_full, on the caller with full set; NULL elsewhere): every rank's P floatX are all-gathered
  * over `ep` (p x P, device), then over the tp group (t x p x P), then the caller with `full` puts each rank's pieces
  * in the full model's places (shard_for_each_piece with that rank's tp rank and ep_rank over m's stage; the
  * replicated tensors from tp rank 0, put last). Collective over ep and tp: every rank of those groups calls it. */
-static inline void zero_experts_gather_full(const GPT2* m, Comm* ep, float* full) {
+static inline void zero_experts_gather_full(const GPT2* m, Comm* ep, const floatX* src, float* full) {
     size_t P = m->num_parameters;
     int p = ep->world, t = m->tp.size;
     size_t block = (size_t)p * P; /* one tp rank's ep-gathered parameters */
     floatX* all = (floatX*)dev_malloc((size_t)t * block * sizeof(floatX), "gathered parameters (model file, --ep)");
     floatX* mine = all + (size_t)m->tp.rank * block;
-    dev_memcpy_d2d(mine + (size_t)ep->rank * P, m->params_memory, P * sizeof(floatX));
+    dev_memcpy_d2d(mine + (size_t)ep->rank * P, src ? src : m->params_memory, P * sizeof(floatX));
     comm_all_gather(ep, mine, floatx_comm_dtype(), P);
     comm_join(ep);
     if (t > 1) { m->tp.all_gather(m->tp.ctx, all, block); }
@@ -182,11 +235,11 @@ static inline void zero_experts_gather_full(const GPT2* m, Comm* ep, float* full
 }
 
 /* Writes the full model file at `path` (no pipeline parallelism: llmc/pipeline_model.h gathers the stages) from the
- * ep group's ranks and their tp groups (zero_experts_gather_full); the caller with `writer` set writes
+ * ep group's ranks and their tp groups (zero_experts_gather_full of src); the caller with `writer` set writes
  * (gpt2_write_model_file, atomic). Collective over ep and tp. */
-static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const char* path, int writer) {
+static inline void zero_experts_write_model(const GPT2* m, Comm* ep, const floatX* src, const char* path, int writer) {
     float* full = writer ? (float*)calloc_check(m->num_parameters_full, sizeof(float), "host full model") : NULL;
-    zero_experts_gather_full(m, ep, full);
+    zero_experts_gather_full(m, ep, src, full);
     if (writer) { gpt2_write_model_file(&m->config, m->num_parameters_full, full, NULL, path); }
     free(full);
 }
