@@ -318,11 +318,6 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  "drop it)", l->recompute_every, l->recompute);
         return LAYOUT_INVALID;
     }
-    if (l->ep > 1 && l->zero == 3 && l->offload_params) {
-        snprintf(err, cap, "flag --offload-params with --ep %d: the parameter offload keeps one host shard, and expert "
-                 "parallelism shards its experts in a second group; use --ep 1 or drop --offload-params", l->ep);
-        return LAYOUT_INVALID;
-    }
     if (l->compress && l->zero > 1) {
         snprintf(err, cap, "flag --grad-compress %s works with -z 0 and -z 1, whose reductions run once per optimizer "
                  "step; ZeRO-%d reduce-scatters every micro-step and is not compressed: use -z 1 or --grad-compress "

@@ -55,12 +55,17 @@ static void report_bad_step(TrainSession* s, const StepResult* r, int overflow) 
 static void step_pcie_theory(const TrainSession* s, size_t* d2h, size_t* h2d) {
     size_t lo, hi;
     zero_owned_range(&s->zero, &lo, &hi);
+    *d2h = *h2d = 0;
     if (s->zero.params.host) {
-        ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->layout.m, s->zero.offload != NULL,
-                                         s->zero.opt.master != NULL, d2h, h2d);
+        for (const ZeroOptimizer* g = &s->zero; g; g = g->experts) { /* --ep: each group's own shard */
+            size_t d, u;
+            zero_owned_range(g, &lo, &hi);
+            ledger_offload_params_step_bytes(hi - lo, sizeof(floatX), s->layout.m, g->offload != NULL,
+                                             g->opt.master != NULL, &d, &u);
+            *d2h += d; *h2d += u;
+        }
         return;
     }
-    *d2h = *h2d = 0;
     for (const ZeroOptimizer* g = &s->zero; g; g = g->experts) { /* --ep: each group's own range */
         size_t d, u;
         zero_owned_range(g, &lo, &hi);
@@ -77,8 +82,8 @@ static void step_counters_begin(TrainSession* s) {
     comm_counters_reset(s->pp);
     if (s->zero.experts) { comm_counters_reset(s->zero.experts->dp); comm_counters_reset(s->grid.ep); } /* --ep */
     s->tp_comm.seconds = 0.0;
-    s->pcie_h2d0 = s->zero.params.pcie_h2d;
-    s->pcie_d2h0 = s->zero.params.pcie_d2h;
+    s->pcie_h2d0 = zero_params_pcie(&s->zero, 0);
+    s->pcie_d2h0 = zero_params_pcie(&s->zero, 1);
     if (s->ep_comm.active) { moe_ep_comm_reset(&s->ep_comm); }   /* --ep: this step's all-to-all counters */
 }
 
@@ -103,8 +108,8 @@ static void step_counters_end(TrainSession* s, StepResult* r) {
     if (s->zero.offload || s->zero.params.host) { /* PCIe bytes: counted beside the ledger's theory */
         size_t d2h, h2d;
         step_pcie_theory(s, &d2h, &h2d);
-        r->off_d2h = (double)o.step_d2h + (double)(s->zero.params.pcie_d2h - s->pcie_d2h0);
-        r->off_h2d = (double)o.step_h2d + (double)(s->zero.params.pcie_h2d - s->pcie_h2d0);
+        r->off_d2h = (double)o.step_d2h + (double)(zero_params_pcie(&s->zero, 1) - s->pcie_d2h0);
+        r->off_h2d = (double)o.step_h2d + (double)(zero_params_pcie(&s->zero, 0) - s->pcie_h2d0);
         r->off_d2h_theory = (double)d2h; r->off_h2d_theory = (double)h2d;
     }
     if (s->zero.offload) {
@@ -213,7 +218,8 @@ static void print_ledger_check(const TrainSession* s) {
                                                    * buffers, the NVMe file and the host parameter shard */
         const Offload* o = s->zero.offload;
         ZeroOffloadTotals t = zero_offload_totals(&s->zero); /* --ep: both parameter groups' */
-        size_t og[4] = {t.host_bytes, t.buffer_bytes, t.file_bytes, zero_params_host_bytes(&s->zero.params)};
+        size_t og[4] = {t.host_bytes, t.buffer_bytes, t.file_bytes, zero_params_host_bytes(&s->zero.params) +
+                        (s->zero.experts ? zero_params_host_bytes(&s->zero.experts->params) : 0)};
         size_t ow[4] = {r.host, r.host_buffers, r.nvme, r.host_params};
         size_t d2h, h2d;
         step_pcie_theory(s, &d2h, &h2d);

@@ -53,6 +53,14 @@ static inline void zero_groups_params_needed(void* ctx, int l, int backward, int
     zero_params_layer_needed(&z->experts->params, l, backward, first, count, 0);
 }
 
+/* --offload-params: the bytes the parameter stores moved so far, host -> device (d2h 0) or back (d2h 1), summed
+ * over the groups (--ep: the experts' store too) */
+static inline unsigned long long zero_params_pcie(const ZeroOptimizer* z, int d2h) {
+    unsigned long long n = 0;
+    for (const ZeroOptimizer* g = z; g; g = g->experts) { n += d2h ? g->params.pcie_d2h : g->params.pcie_h2d; }
+    return n;
+}
+
 /* ZeRO-3: this rank's parameters (its model's P values in the flat order) into dst (device): the dense group's
  * gathered over dp unit by unit, and with --ep the local experts' over expert-dp after them ([Pd, P)). Collective
  * over both groups. */

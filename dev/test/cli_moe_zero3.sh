@@ -1,5 +1,5 @@
 # dev/test/cli_moe_zero3.sh -- mixture of experts with ZeRO-3 (llmc/README.md, "Mixture of experts" and "ZeRO and
-# the gradient store"): each block's slices of the expert tensors (a MoE block) or of the dense-MLP tensors (another
+# the gradient store"; with --ep llmc/zero_experts.h): each block's slices of the expert tensors (a MoE block) or of the dense-MLP tensors (another
 # block) are gathered with its layer (llmc/gpt2.h gpt2_param_unit) into two slots of the working buffer; the global
 # unit holds only wte, wpe, lnf. Model d8 (L8 C128, Vp 50304, maxT 256) with 4 experts top-2 (hidden 4C = 512) in
 # every second block, B=2 T=16, 10 steps, fp32 CPU build under mpirun.
@@ -13,7 +13,11 @@
 #     T(10) = 14 x 16 x 2^-24 (dev/test/dp_lib.sh: tp and pp sum the fp32 partial results in another order);
 #   - checkpoints: dp 3 at -z 3 resumed from step 5 bit for bit (model file and every state file), and re-sharded
 #     onto one process (within T(10) of the dp 3 run);
-#   - --ep 2 with -z 3 refused with one line.
+#   - with expert parallelism (ep 2, expert-dp 2): -z 3 bit-identical to -z 2 (both groups sharded, each gathered
+#     per layer over its own group) and the ledger equal; pp 2 x dp 4 interleaved with ep 2 at -z 3 against one
+#     process; resume bit for bit, and re-sharded onto one process;
+#   - ep 2 at -z 3 with --offload-params cpu: bit-identical to the device shards; the offload ledger (both groups'
+#     host shards) equals the allocation and every step's PCIe bytes equal the theory summed over the groups.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 T10=$(dp_order_tol 10)
@@ -87,4 +91,34 @@ $TRAIN "${MOE[@]}" -d 192 -o "$TMP/ck_one" -y 1 > "$TMP/ck_one.log" 2>&1 &&
     test "$(grep -c '^step' "$TMP/ck_one.log")" -eq 5
 check $? "the dp 3 -z 3 checkpoint resumes on one process (re-sharded, said in one line)"
 against z3 ck_one
-dp_refused 2 "--ep 2 with -z 3" "--ep 2 with -z 3" "${MOE[@]}" -d 128 -x 1 --ep 2 -z 3
+
+# expert parallelism at -z 3 (4 processes: ep 2, expert-dp 2): both groups sharded and gathered per layer, each over
+# its group; bit-identical to ep 2 at -z 2; pp 2 x dp 4 interleaved with ep 2 at -z 3 against one process; resume
+# bit for bit, and re-sharded onto one process
+run epz2 4 "${MOE[@]}" -d 256 --ep 2 -z 2
+run epz3 4 "${MOE[@]}" -d 256 --ep 2 -z 3
+same epz2 epz3 "ep 2 x expert-dp 2: -z 3 (both groups' parameters sharded) vs -z 2"
+grep -q "^memory ledger .* -> equal$" "$TMP/epz3.log"
+check $? "ep 2 at -z 3: the memory ledger equals the allocation"
+run one256 1 "${MOE[@]}" -d 256
+run ppepz3 8 "${MOE[@]}" -d 256 --pp 2 --pp-schedule interleaved --pp-virtual 2 --ep 2 -z 3
+against one256 ppepz3
+MPIRUN 4 $TRAIN "${MOE[@]}" -d 256 --ep 2 -z 3 -o "$TMP/eck" --exit-after-steps 5 > "$TMP/eck1.log" 2>&1 &&
+    cp -r "$TMP/eck" "$TMP/eck_one" && MPIRUN 4 $TRAIN "${MOE[@]}" -d 256 --ep 2 -z 3 -o "$TMP/eck" -y 1 > "$TMP/eck2.log" 2>&1
+check $? "ep 2 at -z 3: checkpoint at step 5, resumed"
+ok=1
+for f in model_00000010.bin state_00000010_00000.bin state_00000010_00001.bin state_00000010_00002.bin state_00000010_00003.bin; do
+    cmp -s "$TMP/epz3/$f" "$TMP/eck/$f" || ok=0
+done
+out=$(dp_same_training "$TMP/epz3" "$TMP/eck" 10)
+test $? -eq 0 && test $ok = 1
+check $? "ep 2 at -z 3 resume on the same layout: $out; the model file and every state file identical"
+$TRAIN "${MOE[@]}" -d 256 -o "$TMP/eck_one" -y 1 > "$TMP/eck_one.log" 2>&1 &&
+    grep -q "ZeRO stage 3; re-sharding the optimizer state for 1 processes with ZeRO stage 0 (expert-parallel size 2 -> 1)" "$TMP/eck_one.log"
+check $? "the ep 2 -z 3 checkpoint resumes on one process (re-sharded)"
+against one256 eck_one
+run epz3off 4 "${MOE[@]}" -d 256 --ep 2 -z 3 --offload-params cpu
+same epz3 epz3off "ep 2 at -z 3 with --offload-params cpu (both groups' shards in host memory) vs on the device"
+grep -q "^offload ledger .* -> equal;" "$TMP/epz3off.log" &&
+    test "$(grep -c 'offload PCIe \([0-9.]*\)+\([0-9.]*\) MB (theory \1+\2)' "$TMP/epz3off.log")" -eq 10
+check $? "ep 2 at -z 3 with --offload-params cpu: the offload ledger equals the allocation, every step's PCIe bytes the theory (both groups)"
