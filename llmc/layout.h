@@ -347,11 +347,11 @@ static inline LayoutVerdict layout_check_options(const Layout* l, const LayoutMo
                  l->zero, l->zero);
         return LAYOUT_INVALID;
     }
-    if (l->muon && (l->offload != OFFLOAD_NONE || l->compress || md->experts > 0)) {
+    if (l->muon && (l->offload != OFFLOAD_NONE || l->compress || (md->experts > 0 && l->ep > 1))) {
         snprintf(err, cap, "flag --optimizer muon does not combine with %s; drop it or use --optimizer adamw",
                  l->offload != OFFLOAD_NONE ? "--offload-optimizer (Newton-Schulz would have to run on the host)"
                  : l->compress ? "--grad-compress (its decoded gradients are not kept for the matrices' gather)"
-                 : "experts (--moe-experts: one Muon matrix per expert is not built)");
+                 : "--ep (the experts' second ZeRO group runs AdamW only; --ep 1 trains the experts with Muon)");
         return LAYOUT_INVALID;
     }
     if (l->cuda_graphs && l->compress) {

@@ -11,8 +11,10 @@
  * with the reference's quintic coefficients (a, b, c) = (3.4445, -4.7750, 2.0315), which push every singular value
  * of X0 (in (0, 1]) into about [0.7, 1.2] in five steps rather than to exactly 1 (dev/test/test_muon.c measures it).
  * Which tensors: those of the parameter table (GPT2_PARAMS) that are decayed 2-D weights stacked per block
- * (qkvw, attprojw, fcw, fcprojw), one matrix (rows = out, cols = in) per layer slice; embeddings, the untied head,
- * norms, biases and (refused for now) expert tensors stay on AdamW.
+ * (qkvw, attprojw, fcw, fcprojw), one matrix (rows = out, cols = in) per layer slice, and a mixture-of-experts model's
+ * router (per MoE block) and experts' fc and fcproj weights (one matrix per expert, each expert orthogonalised on its
+ * own, as its own linear map; --ep's second ZeRO group is not covered and refused); embeddings, the untied head,
+ * norms and biases stay on AdamW.
  *
  * State: the momentum buffer lives in AdamWState.m of the same flat elements (v of those elements stays 0, unused),
  * so checkpoints, their re-sharding and the state files keep one format and a resume is bit-identical.
@@ -58,17 +60,31 @@ typedef struct {
 } Muon;
 
 /* 1 when tensor i of model c is optimised by Muon: a decayed 2-D weight of every block (the parameter table's
- * SLICES_LAYERS / SLICES_DENSE rows with a 2-D slice), present in c */
+ * SLICES_LAYERS / SLICES_DENSE rows with a 2-D slice), and in a mixture-of-experts model the router (one E x C
+ * matrix per MoE block) and the experts' fc and fcproj weights (one matrix per expert: a slice (E, rows, cols)),
+ * present in c */
 static inline int muon_is_matrix(const GPT2Config* c, int i) {
     const GPT2ParamSpec* p = &GPT2_PARAMS[i];
-    return p->decay && (p->slices == SLICES_LAYERS || p->slices == SLICES_DENSE) && p->dims[2] == DIM_1 &&
-           p->dims[1] != DIM_1 && gpt2_tensor_present(c, i);
+    if (!p->decay || !gpt2_tensor_present(c, i)) { return 0; }
+    if (p->slices == SLICES_MOE) { return c->moe.experts > 0; } /* routerw (E, C); efcw, efcprojw (E, rows, cols) */
+    return (p->slices == SLICES_LAYERS || p->slices == SLICES_DENSE) && p->dims[2] == DIM_1 && p->dims[1] != DIM_1;
 }
 
-/* the matrix shape of one slice of Muon tensor i of the whole model: rows (out) x cols (in) */
+/* the matrix shape of one Muon matrix of tensor i of the whole model: rows (out) x cols (in); an expert tensor's
+ * slice (E, rows, cols) holds E of them */
 static inline void muon_matrix_shape(const GPT2Config* c, int i, int* rows, int* cols) {
-    *rows = (int)gpt2_dim(c, GPT2_PARAMS[i].dims[0]);
-    *cols = (int)gpt2_dim(c, GPT2_PARAMS[i].dims[1]);
+    const GPT2Dim* d = GPT2_PARAMS[i].dims;
+    int per_expert = d[2] != DIM_1;
+    *rows = (int)gpt2_dim(c, per_expert ? d[1] : d[0]);
+    *cols = (int)gpt2_dim(c, per_expert ? d[2] : d[1]);
+}
+
+/* the Muon matrices of tensor i in the whole model: one per layer (or dense block, or MoE block for the router),
+ * E per MoE block for an expert tensor */
+static inline double muon_matrix_count(const GPT2Config* c, int i) {
+    const GPT2ParamSpec* p = &GPT2_PARAMS[i];
+    double n = (double)gpt2_tensor_slices(c, i);
+    return p->slices == SLICES_MOE && p->dims[2] != DIM_1 ? n * c->moe.experts : n;
 }
 
 /* Tensor i's matrix on tp rank of p (llmc/sharding.h's row): column-parallel tensors keep rows/p rows, row-parallel

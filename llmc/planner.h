@@ -265,18 +265,19 @@ static inline void plan_evaluate_muon(PlanResult* r, const PlanCluster* cl, doub
     const GPT2Config* c = &l->cfg;
     if (!ly->muon) { return; }
     int tp = ly->tp, dp = ly->dp, gpn = cl->gpus_per_node, share = ly->zero >= 1 ? dp : 1;
-    double layers = (double)c->num_layers / ly->pp, ns = PLAN_MUON_NS_STEPS, pb = l->pb, elems = 0, mats = 0;
+    double ns = PLAN_MUON_NS_STEPS, pb = l->pb, elems = 0, mats = 0;
     double bw = tp > gpn ? cl->dev.net_gbs : cl->dev.nvlink_gbs, lat = tp > gpn ? cl->net_lat_us : cl->nvlink_lat_us;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (!muon_is_matrix(c, i)) { continue; }
         int a, b;
         muon_matrix_shape(c, i, &a, &b);
-        double sh = a < b ? a : b, lg = a < b ? b : a, n = layers * ns / share;
+        double per = muon_matrix_count(c, i) / ly->pp; /* a stage's matrices of this tensor (layers, experts) */
+        double sh = a < b ? a : b, lg = a < b ? b : a, n = per * ns / share;
         r->flops_muon += n * (4.0 * sh * sh * lg / tp + 2.0 * sh * sh * sh);
         r->t_muon += n * plan_allreduce(sh * sh * pb, tp, bw, lat);
         r->b_muon_tp += tp > 1 ? n * 2.0 * (tp - 1.0) / tp * sh * sh * pb : 0.0;
-        elems += layers * a * b / tp;
-        mats += layers;
+        elems += per * a * b / tp;
+        mats += per;
     }
     r->t_muon += r->flops_muon / rate;
     if (ly->zero >= 1 && dp > 1 && mats > 0) {

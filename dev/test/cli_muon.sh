@@ -15,8 +15,9 @@
 #     owners' values);
 #   - resume: a dp 2 ZeRO-2 run cut at step 5 resumes bit for bit (model, both ranks' state files), and its
 #     checkpoint re-shards to tp 2 (momentum re-sharded as m) within T(10) of one process;
-#   - refusals, one line each: an unknown --optimizer, --offload-optimizer, --grad-compress, a mixture-of-experts
-#     model.
+#   - a mixture-of-experts model (the router and each expert's fc and fcproj are Muon matrices): one process, tp 2,
+#     pp 2 and dp 2 at ZeRO-1 within T(10) of one process; ZeRO-3 bit-identical to ZeRO-2;
+#   - refusals, one line each: an unknown --optimizer, --offload-optimizer, --grad-compress, --ep.
 source "$(dirname "$0")/dp_lib.sh"
 M=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 --optimizer muon)
 $TRAIN "${M[@]}" -x 6 -o "$TMP/a" > "$TMP/a.log" 2>&1
@@ -79,8 +80,25 @@ out=$(dp_compare_logs "$TMP/one/log.jsonl" "$TMP/totp/log.jsonl" train loss $T10
     out="$out; $(dp_compare_models_rms "$TMP/one/model_00000010.bin" "$TMP/totp/model_00000010.bin" $T10)"
 check $? "muon: re-sharded dp 2 ZeRO-2 -> tp 2 resume vs one process within T(10): $out"
 expect_error "expected adamw or muon" "--optimizer sgd" -- $TRAIN "${M[@]}" -x 1 --optimizer sgd
-expect_error "--optimizer muon does not combine with" "muon with a mixture-of-experts model" -- \
-    $TRAIN "${M[@]}" -x 1 -e L2:C128:NH4:E4:K2
+# a mixture-of-experts model: the router (one E x C matrix per MoE block) and every expert's fc and fcproj (one
+# matrix each) are Muon's too; d2 with 4 experts in block 1: 4 dense-block + 2 attention + 1 router + 8 expert
+# matrices. One process, tp 2 (each expert's slice, its Gram matrix summed over tp), pp 2 and dp 2 at ZeRO-1 within
+# T(10); ZeRO-3 bit-identical to ZeRO-2
+E=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 -d 256 --optimizer muon --moe-experts 4 --moe-top-k 2 --moe-every 2)
+$TRAIN "${E[@]}" -o "$TMP/e1" > "$TMP/e1.log" 2>&1 &&
+    grep -q 'optimizer: Muon (momentum 0.95, 5 Newton-Schulz steps) on 15 block matrices' "$TMP/e1.log"
+check $? "muon with experts: one process, 15 matrices (qkvw, attprojw x 2, fcw, fcprojw, routerw, 4 x efcw, 4 x efcprojw)"
+for f in "etp|--tp 2" "epp|--pp 2" "ez1|-z 1" "ez2|-z 2" "ez3|-z 3"; do
+    MPIRUN 2 $TRAIN "${E[@]}" ${f#*|} -o "$TMP/${f%%|*}" > "$TMP/${f%%|*}.log" 2>&1 || echo "# ${f%%|*} failed"
+done
+for x in etp epp ez1; do
+    out=$(dp_compare_logs "$TMP/e1/log.jsonl" "$TMP/$x/log.jsonl" train loss $T10 10) &&
+        out="$out; $(dp_compare_models_rms "$TMP/e1/model_00000010.bin" "$TMP/$x/model_00000010.bin" $T10)"
+    check $? "muon with experts, $x vs one process within T(10): $out"
+done
+out=$(dp_same_training "$TMP/ez2" "$TMP/ez3" 10)
+check $? "muon with experts: ZeRO-3 vs ZeRO-2 on dp 2: $out"
+dp_refused 2 "--optimizer muon does not combine with --ep" "muon with --ep 2" "${E[@]}" -x 1 --ep 2
 expect_error "--optimizer muon does not combine with" "muon with --offload-optimizer cpu" -- \
     $TRAIN "${M[@]}" -x 1 --offload-optimizer cpu
 dp_refused 2 "--optimizer muon does not combine with" "muon with --grad-compress" "${M[@]}" -x 1 --grad-compress int8

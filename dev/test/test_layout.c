@@ -140,7 +140,9 @@ static void test_options(void) {
     l = base(2); l.zero = 3;
     expect("MoE with -z 3 (each block's experts gathered with its layer)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l.ep = 2;
-    expect("--ep 2 with -z 3", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--ep 2 with -z 3"));
+    expect("--ep 2 with -z 3 (both groups sharded)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
+    l.offload_params = 1;
+    expect("--ep 2 with -z 3 and parameter offload", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.recompute = 3;
     expect("MoE with -r 3 (a window of MoE entries; the routing replayed)", &l, &MOE, 2, LAYOUT_BUILDABLE, NULL);
     l = base(2); l.ep = 2; l.offload = OFFLOAD_CPU;
@@ -173,7 +175,9 @@ static void test_options(void) {
     l = base(2); l.muon = 1; l.compress = 1;
     expect("muon with gradient compression", &l, &D4, 2, LAYOUT_INVALID, NEEDLES("--optimizer muon", "--grad-compress"));
     l = base(1); l.muon = 1;
-    expect("muon with experts", &l, &MOE, 1, LAYOUT_INVALID, NEEDLES("--optimizer muon", "experts"));
+    expect("muon with experts (one matrix per expert)", &l, &MOE, 1, LAYOUT_BUILDABLE, NULL);
+    l = base(2); l.muon = 1; l.ep = 2;
+    expect("muon with --ep 2", &l, &MOE, 2, LAYOUT_INVALID, NEEDLES("--optimizer muon", "--ep"));
     l = base(2); l.offload_params = 1; l.zero = 2;
     expect("--offload-params cpu with -z 2", &l, &D4, 2, LAYOUT_INVALID, NEEDLES("--offload-params cpu", "needs -z 3"));
     l.zero = 3;

@@ -252,8 +252,8 @@ static void test_element_ops(size_t n) {
     dev_free(g); dev_free(u); dev_free(buf); dev_free(x); free(buf0);
 }
 
-/* the tensor selection from the parameter table: GPT-2's qkvw, attprojw, fcw, fcprojw; never wte/wpe/lmheadw, norms,
- * biases, QK-norm weights, expert tensors */
+/* the tensor selection from the parameter table: GPT-2's qkvw, attprojw, fcw, fcprojw (and with experts the router and
+ * each expert's fc and fcproj); never wte/wpe/lmheadw, norms, biases, QK-norm weights */
 static void test_selection(void) {
     GPT2Config c;
     memset(&c, 0, sizeof(c));
@@ -264,7 +264,21 @@ static void test_selection(void) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (muon_is_matrix(&c, i)) { got |= 1u << i; } }
     uint32_t want = (1u << P_QKVW) | (1u << P_ATTPROJW) | (1u << P_FCW) | (1u << P_FCPROJW);
     TEST_CHECK(got == want, "Muon's tensors from GPT2_PARAMS: qkvw, attprojw, fcw, fcprojw only (mask %#x, want %#x; "
-               "wte, wpe, lmheadw, norms, biases, QK-norm and expert tensors stay on AdamW)", got, want);
+               "wte, wpe, lmheadw, norms, biases and QK-norm weights stay on AdamW; no expert tensor in a dense model)", got, want);
+    GPT2Config e = c; /* with 4 experts (hidden 64) in every second block: the router and each expert's two matrices */
+    e.moe.experts = 4; e.moe.top_k = 2; e.moe.every = 2; e.moe.hidden = 64;
+    uint32_t gote = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { if (muon_is_matrix(&e, i)) { gote |= 1u << i; } }
+    int er, ec, fr, fc, pr, pc;
+    muon_matrix_shape(&e, P_ROUTERW, &er, &ec);
+    muon_matrix_shape(&e, P_EFCW, &fr, &fc);
+    muon_matrix_shape(&e, P_EFCPROJW, &pr, &pc);
+    TEST_CHECK(gote == (want | (1u << P_ROUTERW) | (1u << P_EFCW) | (1u << P_EFCPROJW)) && er == 4 && ec == 32 &&
+               fr == 64 && fc == 32 && pr == 32 && pc == 64 && muon_matrix_count(&e, P_EFCW) == 4.0 &&
+               muon_matrix_count(&e, P_ROUTERW) == 1.0 && muon_matrix_count(&e, P_FCW) == 1.0,
+               "experts: routerw one (E, C) = (4, 32) matrix per MoE block, efcw (H, C) = (%d, %d) and efcprojw "
+               "(C, H) = (%d, %d) one matrix per expert (4 per block), fcw one per dense block; expert biases stay on "
+               "AdamW (mask %#x)", fr, fc, pr, pc, gote);
     int r, cc;
     muon_matrix_shape(&c, P_FCPROJW, &r, &cc);
     TEST_CHECK(r == 32 && cc == 128, "fcprojw's matrix is (C, F) = (32, 128): got (%d, %d)", r, cc);
