@@ -26,26 +26,14 @@ MOE=(-e d8 -b 2 -t 16 -d 128 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 
      --moe-z-coef 0.001)
 CAP=(--moe-capacity-factor 1.25)
 VAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 3 -v 5)
-run() { # NAME N args...: a 10-step run into $TMP/NAME
-    local name=$1 n=$2; shift 2
-    MPIRUN "$n" timeout 300 $TRAIN "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
-    check $? "$name: $n processes, ${*: -6}: runs under mpirun (exit 0)"
-}
-against() { # ONE NAME: losses, norms and final weights of NAME against ONE within T(10)
-    local out
-    out=$(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train loss $T10 10) && \
-        out="$out; $(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train grad_norm $T10 10)" && \
-        out="$out; $(dp_compare_models_rms "$TMP/$1/model_00000010.bin" "$TMP/$2/model_00000010.bin" $T10)"
-    check $? "$2 vs $1 (T(10) = $T10): $out"
-}
 ledger() { # NAME STAGES: every stage's memory ledger equals its allocation
     test "$(grep -c '^memory ledger (llmc/ledger.h, bytes, pipeline stage [0-9]*).* -> equal$' "$TMP/$1.log")" -eq "$2"
     check $? "$1: the memory ledger equals the allocation on each of its $2 stages"
 }
 
-run one 1 "${MOE[@]}" "${CAP[@]}"
-run pp2 2 "${MOE[@]}" "${CAP[@]}" --pp 2
-against one pp2
+dp_run one 1 "${MOE[@]}" "${CAP[@]}"
+dp_run pp2 2 "${MOE[@]}" "${CAP[@]}" --pp 2
+dp_against one pp2
 python3 - "$TMP/one/log.jsonl" "$TMP/pp2/log.jsonl" "$T10" <<'PY'
 import json, sys
 a, b = ([o["moe"] for o in map(json.loads, open(p)) if o["kind"] == "train"] for p in sys.argv[1:3])
@@ -61,29 +49,24 @@ sys.exit(0 if ok and worst <= tol and any(e["drop"] > 0 for s in b for e in s) e
 PY
 check $? "pp 2: every MoE block's routing statistics (4 blocks over 2 stages, choices dropped) equal one process's"
 ledger pp2 2
-run onev 1 "${MOE[@]}" "${VAL[@]}"
-run il 2 "${MOE[@]}" "${VAL[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2
-against onev il
-python3 - "$TMP/onev/log.jsonl" "$TMP/il/log.jsonl" "$T10" <<'PY'
-import json, sys
-a, b = ([o["val_loss"] for o in map(json.loads, open(p)) if o["kind"] == "val"] for p in sys.argv[1:3])
-print("# val losses", a, b)
-sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= float(sys.argv[3]) * x for x, y in zip(a, b)) else 1)
-PY
-check $? "pp 2 interleaved: validation (3 windows, the last batch padded) equals one process's at steps 0, 5, 10"
+dp_run onev 1 "${MOE[@]}" "${VAL[@]}"
+dp_run il 2 "${MOE[@]}" "${VAL[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2
+dp_against onev il
+out=$(dp_compare_logs "$TMP/onev/log.jsonl" "$TMP/il/log.jsonl" val val_loss $T10 3)
+check $? "pp 2 interleaved: validation (3 windows, the last batch padded) equals one process's at steps 0, 5, 10: $out"
 ledger il 2
-run ilr3 2 "${MOE[@]}" "${VAL[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 -r 3
+dp_run ilr3 2 "${MOE[@]}" "${VAL[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 -r 3
 out=$(dp_same_training "$TMP/il" "$TMP/ilr3" 10)
 check $? "pp 2 interleaved with -r 3 (MoE blocks recomputed, routing replayed) vs -r 0: $out"
-run ppep 4 "${MOE[@]}" "${CAP[@]}" --pp 2 --ep 2 -z 1
-against one ppep
+dp_run ppep 4 "${MOE[@]}" "${CAP[@]}" --pp 2 --ep 2 -z 1
+dp_against one ppep
 ledger ppep 2
-run tpppep 8 "${MOE[@]}" "${CAP[@]}" --tp 2 --pp 2 --ep 2 -z 1
-against one tpppep
+dp_run tpppep 8 "${MOE[@]}" "${CAP[@]}" --tp 2 --pp 2 --ep 2 -z 1
+dp_against one tpppep
 E4=(-e d8 -b 2 -t 16 -d 256 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 --moe-top-k 2 --moe-every 4)
-run e4one 1 "${E4[@]}"
-run e4pp4 8 "${E4[@]}" --pp 4 --ep 2 -z 1
-against e4one e4pp4
+dp_run e4one 1 "${E4[@]}"
+dp_run e4pp4 8 "${E4[@]}" --pp 4 --ep 2 -z 1
+dp_against e4one e4pp4
 
 # checkpoints: pp 2 x dp 2 with ep 2 stops after step 5; resumed on the same layout and on one process; one
 # process's step-5 checkpoint resumed on pp 2 interleaved x dp 2 with ep 2 and ZeRO-2
@@ -92,21 +75,16 @@ check $? "pp 2 x ep 2: checkpoint at step 5"
 cp -r "$TMP/ck" "$TMP/ck_one"
 MPIRUN 4 $TRAIN "${MOE[@]}" "${CAP[@]}" --pp 2 --ep 2 -z 1 -o "$TMP/ck" -y 1 > "$TMP/ck2.log" 2>&1
 check $? "pp 2 x ep 2: resumed from step 5"
-same=1
-for f in model_00000010.bin state_00000010_00000.bin state_00000010_00001.bin state_00000010_00002.bin state_00000010_00003.bin; do
-    cmp -s "$TMP/ppep/$f" "$TMP/ck/$f" || same=0
-done
-out=$(dp_same_training "$TMP/ppep" "$TMP/ck" 10)
-test $? -eq 0 && test $same = 1
-check $? "pp 2 x ep 2 resume on the same layout: $out; the model file and every state file identical"
+out=$(dp_same_checkpoint "$TMP/ppep" "$TMP/ck" 10 4)
+check $? "pp 2 x ep 2 resume on the same layout: $out"
 $TRAIN "${MOE[@]}" "${CAP[@]}" -o "$TMP/ck_one" -y 1 > "$TMP/ck_one.log" 2>&1 &&
     grep -q "re-sharding the optimizer state for 1 processes with ZeRO stage 0 (pipeline size 2 -> 1) (expert-parallel size 2 -> 1)" "$TMP/ck_one.log" &&
     test "$(grep -c '^step' "$TMP/ck_one.log")" -eq 5
 check $? "the pp 2 x ep 2 checkpoint resumes on one process (re-sharded, said in one line)"
-against one ck_one
+dp_against one ck_one
 $TRAIN "${MOE[@]}" "${CAP[@]}" -o "$TMP/ck_pp" --exit-after-steps 5 > "$TMP/ck_pp1.log" 2>&1 &&
     MPIRUN 4 $TRAIN "${MOE[@]}" "${CAP[@]}" --pp 2 --pp-schedule interleaved --pp-virtual 2 --ep 2 -z 2 -o "$TMP/ck_pp" -y 1 \
     > "$TMP/ck_pp.log" 2>&1 && grep -q "(pipeline size 1 -> 2) (expert-parallel size 1 -> 2)" "$TMP/ck_pp.log" &&
     test "$(grep -c '^step' "$TMP/ck_pp.log")" -eq 5
 check $? "a one-process checkpoint resumes on pp 2 interleaved x ep 2 with ZeRO-2 (re-sharded)"
-against one ck_pp
+dp_against one ck_pp

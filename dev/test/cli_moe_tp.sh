@@ -26,18 +26,6 @@ dp_require_mpi
 T10=$(dp_order_tol 10)
 MOE=(-e d2 -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 --moe-top-k 2 --moe-every 2 --moe-z-coef 0.001)
 VAL=(-j dev/data/tinyshakespeare/tiny_shakespeare_val.bin -m 3 -v 5)
-run() { # NAME N args...: a 10-step run into $TMP/NAME
-    local name=$1 n=$2; shift 2
-    MPIRUN "$n" timeout 300 $TRAIN "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
-    check $? "$name: $n processes, ${*: -6}: runs under mpirun (exit 0)"
-}
-against() { # ONE NAME: losses, norms and final weights of NAME against ONE within T(10)
-    local out
-    out=$(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train loss $T10 10) && \
-        out="$out; $(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train grad_norm $T10 10)" && \
-        out="$out; $(dp_compare_models_rms "$TMP/$1/model_00000010.bin" "$TMP/$2/model_00000010.bin" $T10)"
-    check $? "$2 vs $1 (T(10) = $T10): $out"
-}
 tp_bytes() { # LOG ACCUM SP: step 2's tp bytes of every rank = theory within 64 bytes
     python3 - "$@" <<'PY'
 import re, sys
@@ -58,16 +46,11 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-run one 1 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25
-run tp2 2 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25 --tp 2 --comm-stats 1
-against one tp2
-python3 - "$TMP/one/log.jsonl" "$TMP/tp2/log.jsonl" "$T10" <<'PY'
-import json, sys
-a, b = ([o["val_loss"] for o in map(json.loads, open(p)) if o["kind"] == "val"] for p in sys.argv[1:3])
-print("# val losses", a, b)
-sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= float(sys.argv[3]) * x for x, y in zip(a, b)) else 1)
-PY
-check $? "tp 2: validation (3 windows, the last batch padded) equals one process's at steps 0, 5, 10"
+dp_run one 1 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25
+dp_run tp2 2 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25 --tp 2 --comm-stats 1
+dp_against one tp2
+out=$(dp_compare_logs "$TMP/one/log.jsonl" "$TMP/tp2/log.jsonl" val val_loss $T10 3)
+check $? "tp 2: validation (3 windows, the last batch padded) equals one process's at steps 0, 5, 10: $out"
 grep -q "drop [1-9]" "$TMP/tp2.log"
 check $? "tp 2 with capacity factor 1.25 drops choices in some step (the capacity is exercised)"
 out=$(tp_bytes "$TMP/tp2.log" 1 0)
@@ -89,22 +72,22 @@ sys.exit(0 if got == want else 1)
 PY
 check $? "tp 2: each rank holds half of every expert and of the dense MLP, the router whole (header = sharding rules)"
 
-run one0 1 "${MOE[@]}" --moe-capacity-factor 0
-run tp2sp 2 "${MOE[@]}" --moe-capacity-factor 0 --tp 2 --sequence-parallel 1 --comm-stats 1
-against one0 tp2sp
+dp_run one0 1 "${MOE[@]}" --moe-capacity-factor 0
+dp_run tp2sp 2 "${MOE[@]}" --moe-capacity-factor 0 --tp 2 --sequence-parallel 1 --comm-stats 1
+dp_against one0 tp2sp
 out=$(tp_bytes "$TMP/tp2sp.log" 1 1)
 check $? "tp 2 with sequence parallelism: tp bytes per rank per step = dense theory + the gates' all-reduce: $out"
-run one4 1 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128
-run tp2dp2 4 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --sequence-parallel 1 -z 2
-against one4 tp2dp2
+dp_run one4 1 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128
+dp_run tp2dp2 4 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --sequence-parallel 1 -z 2
+dp_against one4 tp2dp2
 grep -q "^memory ledger .* -> equal$" "$TMP/tp2dp2.log"
 check $? "tp 2 x dp 2, ZeRO-2: the memory ledger equals the allocation"
 FAM=(-e L2:C64:NH4:KV2:T48:norm=rms:bias=0:mlp=swiglu:pos=rope:tied=0 -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10
      --moe-experts 4 --moe-top-k 2 --moe-every 2 --moe-capacity-factor 1.25)
-run fam1 1 "${FAM[@]}"
-run fam2 2 "${FAM[@]}" --tp 2
-against fam1 fam2
-run tp2r3 2 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25 --tp 2 -r 3
+dp_run fam1 1 "${FAM[@]}"
+dp_run fam2 2 "${FAM[@]}" --tp 2
+dp_against fam1 fam2
+dp_run tp2r3 2 "${MOE[@]}" "${VAL[@]}" --moe-capacity-factor 1.25 --tp 2 -r 3
 out=$(dp_same_training "$TMP/tp2" "$TMP/tp2r3" 10)
 check $? "tp 2 with -r 3 (the MoE block recomputed, routing replayed) vs -r 0: $out"
 
@@ -127,22 +110,22 @@ $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 -o "$TMP/ck_one" -y 1 > "$T
     grep -q "re-sharding the optimizer state for 1 processes with ZeRO stage 0 (tensor-parallel size 2 -> 1)" "$TMP/ck_one.log" &&
     test "$(grep -c '^step' "$TMP/ck_one.log")" -eq 5
 check $? "the tp 2 x dp 2 checkpoint resumes on one process (re-sharded, said in one line)"
-against one4 ck_one
+dp_against one4 ck_one
 $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 -o "$TMP/ck_tp" --exit-after-steps 5 > "$TMP/ck_tp1.log" 2>&1 &&
     MPIRUN 2 $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 -z 1 -o "$TMP/ck_tp" -y 1 > "$TMP/ck_tp.log" 2>&1 &&
     grep -q "(tensor-parallel size 1 -> 2)" "$TMP/ck_tp.log" && test "$(grep -c '^step' "$TMP/ck_tp.log")" -eq 5
 check $? "a one-process checkpoint resumes at tp 2 with ZeRO-1 (re-sharded)"
-against one4 ck_tp
+dp_against one4 ck_tp
 
 # experts split over ep and each expert over tp
-run tpep 4 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --ep 2 -z 1
-against one4 tpep
+dp_run tpep 4 "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --ep 2 -z 1
+dp_against one4 tpep
 grep -q "^memory ledger .* -> equal$" "$TMP/tpep.log"
 check $? "tp 2 x ep 2: the memory ledger equals the allocation"
 MPIRUN 4 $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 --tp 2 --ep 2 -z 1 -o "$TMP/ck_tpep" --exit-after-steps 5 \
     > "$TMP/ck_tpep1.log" 2>&1 && $TRAIN "${MOE[@]}" --moe-capacity-factor 1.25 -d 128 -o "$TMP/ck_tpep" -y 1 \
     > "$TMP/ck_tpep.log" 2>&1 && grep -q "(tensor-parallel size 2 -> 1) (expert-parallel size 2 -> 1)" "$TMP/ck_tpep.log"
 check $? "a tp 2 x ep 2 checkpoint of step 5 resumes on one process (re-sharded over tp and ep)"
-against one4 ck_tpep
+dp_against one4 ck_tpep
 dp_refused 2 "does not divide the experts' hidden width 511" "--tp not dividing --moe-hidden" "${MOE[@]}" -x 1 --tp 2 \
     --moe-hidden 511

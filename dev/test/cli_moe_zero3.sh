@@ -20,33 +20,20 @@
 #     host shards) equals the allocation and every step's PCIe bytes equal the theory summed over the groups.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
-T10=$(dp_order_tol 10)
 MOE=(-e d8 -b 2 -t 16 -j '' -g 0 -u 2 -l 1e-3 -v 0 -x 10 --moe-experts 4 --moe-top-k 2 --moe-every 2
      --moe-z-coef 0.001 --moe-capacity-factor 1.25)
-run() { # NAME N args...: a 10-step run into $TMP/NAME
-    local name=$1 n=$2; shift 2
-    MPIRUN "$n" timeout 300 $TRAIN "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
-    check $? "$name: $n processes, ${*: -4}: runs under mpirun (exit 0)"
-}
-against() { # ONE NAME: losses, norms and final weights of NAME against ONE within T(10)
-    local out
-    out=$(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train loss $T10 10) && \
-        out="$out; $(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train grad_norm $T10 10)" && \
-        out="$out; $(dp_compare_models_rms "$TMP/$1/model_00000010.bin" "$TMP/$2/model_00000010.bin" $T10)"
-    check $? "$2 vs $1 (T(10) = $T10): $out"
-}
 same() { # A B WHAT: bit-identical training
     local out
     out=$(dp_same_training "$TMP/$1" "$TMP/$2" 10)
     check $? "$3: $out"
 }
 
-run z2 3 "${MOE[@]}" -d 192 -z 2
-run z3 3 "${MOE[@]}" -d 192 -z 3
+dp_run z2 3 "${MOE[@]}" -d 192 -z 2
+dp_run z3 3 "${MOE[@]}" -d 192 -z 3
 same z2 z3 "dp 3: -z 3 vs -z 2"
-run z3r3 3 "${MOE[@]}" -d 192 -z 3 -r 3
+dp_run z3r3 3 "${MOE[@]}" -d 192 -z 3 -r 3
 same z2 z3r3 "dp 3: -z 3 with -r 3 (segments recomputed from the gathered slots) vs -z 2"
-run z3off 3 "${MOE[@]}" -d 192 -z 3 --offload-params cpu
+dp_run z3off 3 "${MOE[@]}" -d 192 -z 3 --offload-params cpu
 same z2 z3off "dp 3: -z 3 with --offload-params cpu vs -z 2"
 python3 - "$TMP/z3.log" <<'PY'
 import re, sys
@@ -66,11 +53,11 @@ PY
 check $? "-z 3: the working set holds two slots of a layer with one block's expert or dense-MLP slices, not every expert"
 grep -q "^memory ledger .* -> equal$" "$TMP/z3.log"
 check $? "-z 3: the memory ledger equals the allocation"
-run one 1 "${MOE[@]}" -d 128
-run tpz3 4 "${MOE[@]}" -d 128 --tp 2 --sequence-parallel 1 -z 3
-against one tpz3
-run allz3 8 "${MOE[@]}" -d 128 --tp 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 -z 3
-against one allz3
+dp_run one 1 "${MOE[@]}" -d 128
+dp_run tpz3 4 "${MOE[@]}" -d 128 --tp 2 --sequence-parallel 1 -z 3
+dp_against one tpz3
+dp_run allz3 8 "${MOE[@]}" -d 128 --tp 2 --pp 2 --pp-schedule interleaved --pp-virtual 2 -z 3
+dp_against one allz3
 test "$(grep -c '^memory ledger (llmc/ledger.h, bytes, pipeline stage [01]).* -> equal$' "$TMP/allz3.log")" -eq 2
 check $? "tp 2 x pp 2 x dp 2 at -z 3: the memory ledger equals the allocation on both stages"
 
@@ -79,45 +66,35 @@ MPIRUN 3 $TRAIN "${MOE[@]}" -d 192 -z 3 -o "$TMP/ck" --exit-after-steps 5 > "$TM
 check $? "dp 3 -z 3: checkpoint at step 5"
 cp -r "$TMP/ck" "$TMP/ck_one"
 MPIRUN 3 $TRAIN "${MOE[@]}" -d 192 -z 3 -o "$TMP/ck" -y 1 > "$TMP/ck2.log" 2>&1
-ok=1
-for f in model_00000010.bin state_00000010_00000.bin state_00000010_00001.bin state_00000010_00002.bin; do
-    cmp -s "$TMP/z3/$f" "$TMP/ck/$f" || ok=0
-done
-out=$(dp_same_training "$TMP/z3" "$TMP/ck" 10)
-test $? -eq 0 && test $ok = 1
-check $? "dp 3 -z 3 resume on the same layout: $out; the model file and every state file identical"
+out=$(dp_same_checkpoint "$TMP/z3" "$TMP/ck" 10 3)
+check $? "dp 3 -z 3 resume on the same layout: $out"
 $TRAIN "${MOE[@]}" -d 192 -o "$TMP/ck_one" -y 1 > "$TMP/ck_one.log" 2>&1 &&
     grep -q "re-sharding the optimizer state for 1 processes with ZeRO stage 0" "$TMP/ck_one.log" &&
     test "$(grep -c '^step' "$TMP/ck_one.log")" -eq 5
 check $? "the dp 3 -z 3 checkpoint resumes on one process (re-sharded, said in one line)"
-against z3 ck_one
+dp_against z3 ck_one
 
 # expert parallelism at -z 3 (4 processes: ep 2, expert-dp 2): both groups sharded and gathered per layer, each over
 # its group; bit-identical to ep 2 at -z 2; pp 2 x dp 4 interleaved with ep 2 at -z 3 against one process; resume
 # bit for bit, and re-sharded onto one process
-run epz2 4 "${MOE[@]}" -d 256 --ep 2 -z 2
-run epz3 4 "${MOE[@]}" -d 256 --ep 2 -z 3
+dp_run epz2 4 "${MOE[@]}" -d 256 --ep 2 -z 2
+dp_run epz3 4 "${MOE[@]}" -d 256 --ep 2 -z 3
 same epz2 epz3 "ep 2 x expert-dp 2: -z 3 (both groups' parameters sharded) vs -z 2"
 grep -q "^memory ledger .* -> equal$" "$TMP/epz3.log"
 check $? "ep 2 at -z 3: the memory ledger equals the allocation"
-run one256 1 "${MOE[@]}" -d 256
-run ppepz3 8 "${MOE[@]}" -d 256 --pp 2 --pp-schedule interleaved --pp-virtual 2 --ep 2 -z 3
-against one256 ppepz3
+dp_run one256 1 "${MOE[@]}" -d 256
+dp_run ppepz3 8 "${MOE[@]}" -d 256 --pp 2 --pp-schedule interleaved --pp-virtual 2 --ep 2 -z 3
+dp_against one256 ppepz3
 MPIRUN 4 $TRAIN "${MOE[@]}" -d 256 --ep 2 -z 3 -o "$TMP/eck" --exit-after-steps 5 > "$TMP/eck1.log" 2>&1 &&
     cp -r "$TMP/eck" "$TMP/eck_one" && MPIRUN 4 $TRAIN "${MOE[@]}" -d 256 --ep 2 -z 3 -o "$TMP/eck" -y 1 > "$TMP/eck2.log" 2>&1
 check $? "ep 2 at -z 3: checkpoint at step 5, resumed"
-ok=1
-for f in model_00000010.bin state_00000010_00000.bin state_00000010_00001.bin state_00000010_00002.bin state_00000010_00003.bin; do
-    cmp -s "$TMP/epz3/$f" "$TMP/eck/$f" || ok=0
-done
-out=$(dp_same_training "$TMP/epz3" "$TMP/eck" 10)
-test $? -eq 0 && test $ok = 1
-check $? "ep 2 at -z 3 resume on the same layout: $out; the model file and every state file identical"
+out=$(dp_same_checkpoint "$TMP/epz3" "$TMP/eck" 10 4)
+check $? "ep 2 at -z 3 resume on the same layout: $out"
 $TRAIN "${MOE[@]}" -d 256 -o "$TMP/eck_one" -y 1 > "$TMP/eck_one.log" 2>&1 &&
     grep -q "ZeRO stage 3; re-sharding the optimizer state for 1 processes with ZeRO stage 0 (expert-parallel size 2 -> 1)" "$TMP/eck_one.log"
 check $? "the ep 2 -z 3 checkpoint resumes on one process (re-sharded)"
-against one256 eck_one
-run epz3off 4 "${MOE[@]}" -d 256 --ep 2 -z 3 --offload-params cpu
+dp_against one256 eck_one
+dp_run epz3off 4 "${MOE[@]}" -d 256 --ep 2 -z 3 --offload-params cpu
 same epz3 epz3off "ep 2 at -z 3 with --offload-params cpu (both groups' shards in host memory) vs on the device"
 grep -q "^offload ledger .* -> equal;" "$TMP/epz3off.log" &&
     test "$(grep -c 'offload PCIe \([0-9.]*\)+\([0-9.]*\) MB (theory \1+\2)' "$TMP/epz3off.log")" -eq 10

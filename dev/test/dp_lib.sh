@@ -3,6 +3,11 @@
 #   MPIRUN N args...        mpirun --oversubscribe -np N with one OpenMP thread per rank (2 CPU cores in CI)
 #   dp_same_training A B [STEPS]   the train records of two log.jsonl files are identical (loss, grad_norm, lr at
 #                           every step; STEPS of them when given) and the two final model files are identical
+#   dp_same_checkpoint A B STEP N   dp_same_training A B STEP, and the state files of step STEP of ranks 0..N-1 in
+#                           both directories identical byte for byte (prints the summary)
+#   dp_run NAME N args...   a run of $TRAIN args under MPIRUN N into $TMP/NAME (log $TMP/NAME.log), checked to exit 0
+#   dp_against ONE NAME     losses and gradient norms (log.jsonl) and the final weights (model_00000010.bin) of the
+#                           10-step run $TMP/NAME against $TMP/ONE within T(10), one check line
 #   dp_order_tol STEPS      the tolerance T(STEPS) of an order-dependent comparison (the argument below)
 #   dp_compare_models_rms A B TOL  RMS(wA - wB) / RMS(wA) <= TOL over two fp32 model files (prints the numbers)
 #   dp_compare_logs A B KIND FIELD RTOL [STEPS]  the FIELD values of KIND records in two log.jsonl files agree:
@@ -136,6 +141,32 @@ print("%d train records %s; model_%08d.bin: %s" % (len(a), "identical" if a == b
       "identical" if nd == 0 else "%d bytes differ" % nd))
 sys.exit(0 if same and nd == 0 else 1)
 PY
+}
+
+dp_same_checkpoint() {
+    local a=$1 b=$2 step=$3 n=$4 out ok=1 r f
+    out=$(dp_same_training "$a" "$b" "$step") || ok=0
+    for ((r = 0; r < n; r++)); do
+        f=$(printf 'state_%08d_%05d.bin' "$step" "$r")
+        cmp -s "$a/$f" "$b/$f" || ok=0
+    done
+    echo "$out; the $n state files $( [ $ok = 1 ] && echo identical || echo DIFFER)"
+    test $ok = 1
+}
+
+dp_run() {
+    local name=$1 n=$2; shift 2
+    MPIRUN "$n" timeout 300 $TRAIN "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
+    check $? "$name: $n processes, ${*: -6}: runs under mpirun (exit 0)"
+}
+
+dp_against() {
+    local out t
+    t=$(dp_order_tol 10)
+    out=$(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train loss "$t" 10) && \
+        out="$out; $(dp_compare_logs "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" train grad_norm "$t" 10)" && \
+        out="$out; $(dp_compare_models_rms "$TMP/$1/model_00000010.bin" "$TMP/$2/model_00000010.bin" "$t")"
+    check $? "$2 vs $1 (T(10) = $t): $out"
 }
 
 dp_order_tol() {
