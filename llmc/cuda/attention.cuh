@@ -468,7 +468,8 @@ static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dkbase, size_t 
  * and are rounded to floatX once, into dqkv's k and v parts of kv head j. qkv, dqkv (B,T,(NH+2*NKV)*HS),
  * lse natural log (B,NH,T), D (B,NH,T). NKV = NH: one query head per block, the multi-head kernel. */
 /* Registers: at most 65536 / (3 x 128) = 170 per thread for HS <= 64, so that 3 blocks fit on an SM (hs = 64, every
- * GPT-2 size: 168 registers, 55 KB of shared memory, 3 blocks); HS = 128 (BQ = 32) needs ~210 and runs 2 blocks.
+ * GPT-2 size: 166 registers with the GQA group loop (168 before it), 55 KB of shared memory, 3 blocks; sm_90 ptxas
+ * report of dev/test/check_sass.sh); HS = 128 (BQ = 32) needs more (224 in that report) and runs 2 blocks.
  * Without the bound ptxas capped HS = 32 at 128 registers and spilled (seen in the sm_90 ptxas report). */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
