@@ -14,8 +14,10 @@
  * twice (scratch poisoned in between) and compared bit for bit (determinism).
  * Grouped-query attention (Ainslie et al. 2023; llmc/cuda/attention_gqa.cuh) is checked through the contract's
  * attention_forward / attention_backward with NKV < NH (qkv (B,T,(NH+2*NKV)*hs)): the reference is the FP64 one on
- * the host-expanded qkv (kv head h/g for query head h), dK/dV summed over each group in FP64. The flash path, or
- * cuDNN's when built with it; "gqa" timing lines time the contract at NKV < NH, next to its NKV = NH ("mha") run.
+ * the host-expanded qkv (kv head h/g for query head h), dK/dV summed over each group in FP64. The flash kernels
+ * natively (kv head h/g in their K/V loads, dK/dV summed over the group inside the dK/dV kernel), or, when built
+ * with cuDNN (both directions) or ATTN_BWD_FA2=1 (the backward), the expansion path; "gqa" timing lines time the
+ * contract at NKV < NH, next to its NKV = NH ("mha") run.
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
  * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
@@ -211,7 +213,7 @@ typedef struct {
 /* IMPL_FLASH: forward + the three-pass backward (attention_backward_flash7); IMPL_FA2: the same forward + the
  * one-kernel FlashAttention-2 backward (attention_backward_fa2); IMPL_CONTRACT: the backend contract's
  * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: with NKV < NH the
- * expansion, the multi-head kernels and the group sums) */
+ * native flash kernels, or the expansion, the multi-head kernels and the group sums under USE_CUDNN / ATTN_BWD_FA2) */
 typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN, IMPL_CONTRACT } Impl;
 #define NIMPLS 4 /* the multi-head implementations checked and timed at every shape */
 static const char* impl_name(Impl im) {
@@ -225,12 +227,13 @@ static size_t scratch_floats(Impl im, Shape s) {
     return im == IMPL_FA2 ? attention_fa2_scratch_floats(s.B, s.T, s.C, s.NH) : (size_t)s.B * s.NH * s.T;
 }
 
-/* scratch: the contract's (attention_scratch_floats; the expanded qkv with NKV < NH), unused by the others */
+/* scratch: the contract's (attention_scratch_floats; with NKV < NH the expanded qkv on the expansion path only),
+ * unused by the others */
 static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const floatX* qkv, Shape s) {
     switch (im) {
         case IMPL_FLASH:
-        case IMPL_FA2: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
-        case IMPL_FALLBACK: attention_forward_cuda_cores(out, lse, qkv, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FA2: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH, s.NH); break;
+        case IMPL_FALLBACK: attention_forward_cuda_cores(out, lse, qkv, s.B, s.T, s.C, s.NH, s.NH); break;
         case IMPL_CONTRACT: attention_forward(out, lse, scratch, qkv, s.B, s.T, s.C, s.NH, shape_nkv(s)); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
@@ -242,10 +245,10 @@ static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const 
 static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                          const floatX* out, const float* lse, Shape s) {
     switch (im) {
-        case IMPL_FLASH: attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FLASH: attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH); break;
         case IMPL_FA2: attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
         case IMPL_FALLBACK:
-            attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
+            attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH);
             break;
         case IMPL_CONTRACT:
             attention_backward(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, shape_nkv(s));
@@ -574,7 +577,7 @@ int main(int argc, char** argv) {
         {2, 100, 128, 4, 2},  /* hs 32, g 2, partial second tile */
         {1, 129, 256, 4, 1},  /* hs 64, multi-query, one row into the third tile */
         {2, 77, 768, 12, 4},  /* GPT-2 head size, g 3 */
-        {1, 65, 96, 8, 2},    /* hs 12: fallback path, element expansion/reduction in bf16 */
+        {1, 65, 96, 8, 2},    /* hs 12: fallback path (element expansion/reduction in bf16 on the expansion path) */
     };
     for (const Shape& q : gqa_shapes) {
         if (check_gqa(q, q.NKV)) { passed++; } else { failed++; }
@@ -595,7 +598,8 @@ int main(int argc, char** argv) {
                 if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
                 time_shape(impls[k], tshapes[i]);
             }
-        /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (the expansion's cost) */
+        /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (native GQA's cost, or the
+         * expansion's under USE_CUDNN / ATTN_BWD_FA2) */
         printf("timing of the contract (attention_forward/backward, llmc/cuda/attention_gqa.cuh):\n");
         const Shape cshapes[] = {{64, 1024, 768, 12, 12}, {64, 1024, 768, 12, 4}, {64, 1024, 768, 12, 1}};
         for (const Shape& cs : cshapes) { time_shape(IMPL_CONTRACT, cs); }

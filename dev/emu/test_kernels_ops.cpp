@@ -893,14 +893,19 @@ static std::vector<float> gqa_reduce(const std::vector<float>& x, int N, int C, 
     return r;
 }
 
-/* mode: 0 the dispatching entry points, 1 the CUDA-core fallback forced, 2 the forward as 0 and the one-kernel
- * FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused, dQ summed in key-tile order through
- * an fp32 accumulator and per-tile flags) with its own scratch size. NKV (0: NH) key/value heads: with NKV < NH
- * (mode 0 only) the contract's GQA path runs (qkv expanded in scratch, the multi-head kernels, dK/dV summed over each
- * group), checked against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand, gqa_reduce). With
- * NKV = NH no GQA kernel may run (the multi-head path, unchanged). Tolerance TOL_ATT for both: the group sum of dK/dV
- * adds g-1 fp32 additions and one floatX rounding per element (each of the g terms already rounded to floatX by the
- * multi-head backward), within the backward's budget of 16 floatX roundings for the g <= 4 tested here. */
+/* mode: 0 the dispatching entry points (the contract's attention_forward/backward), 1 the CUDA-core fallback forced,
+ * 2 the forward as 0 and the one-kernel FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused,
+ * dQ summed in key-tile order through an fp32 accumulator and per-tile flags) with its own scratch size (multi-head
+ * only), 3 the GQA expansion path (attention_forward/backward_gqa_expand: qkv expanded in scratch, the multi-head
+ * kernels, dK/dV summed over each group by attention_gqa_reduce_kernel; what the cuDNN build runs, and the
+ * ATTN_BWD_FA2=1 build's backward). NKV (0: NH) key/value heads: with NKV < NH modes 0 and 1 run the flash kernels
+ * natively (kv head h/g indexed in the K/V loads; dK/dV of a kv head summed over its group inside the dK/dV kernel,
+ * in fp32, one rounding): no expansion or reduction kernel may run and the scratch is the multi-head one (D only).
+ * Every GQA run is checked against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand,
+ * gqa_reduce). Tolerance TOL_ATT for all: the native group sum of dK/dV is g times as many fp32 terms as one head's
+ * and one floatX rounding; the expansion path's adds g-1 fp32 additions and one floatX rounding per element (each of
+ * the g terms already rounded to floatX by the multi-head backward), within the backward's budget of 16 floatX
+ * roundings for the g <= 4 tested here. */
 static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     if (NKV == 0) NKV = NH;
     const int hs = C / NH, QW = C + 2 * NKV * hs, N = B * T;
@@ -908,13 +913,28 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     const int force_fallback = mode == 1;
     std::string s = gqa ? shp("B=%d T=%d C=%d NH=%d NKV=%d hs=%d", B, T, C, NH, NKV, hs)
                         : shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
-    const char* path = mode == 1 ? "attention fallback" : mode == 2 ? "attention (fa2 bwd)"
-                       : gqa     ? "attention (GQA)"
+    const char* path = mode == 1 ? (gqa ? "attention fallback (GQA)" : "attention fallback")
+                       : mode == 2 ? "attention (fa2 bwd)"
+                       : mode == 3 ? "attention (GQA expansion)"
+                       : gqa     ? "attention (GQA native)"
                                  : "attention (dispatch)";
-    TEST_CHECK(!gqa || mode == 0, "test_attention: GQA runs through the contract's entry points (mode 0)");
-    const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH) : attention_scratch_floats(B, T, C, NH, NKV);
-    TEST_CHECK(gqa || mode == 2 || nscratch == attention_mha_scratch_floats(B, T, C, NH),
-               "attention_scratch_floats(NKV = NH) is the multi-head scratch, nothing more (%s)", s.c_str());
+    TEST_CHECK(!gqa || mode != 2, "test_attention: the FA2 backward is multi-head (mode 2 takes NKV = NH)");
+    TEST_CHECK(gqa || mode != 3, "test_attention: the expansion path is for NKV < NH (mode 3)");
+    const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH)
+                            : mode == 3 ? attention_gqa_expand_scratch_floats(B, T, C, NH)
+                                        : attention_scratch_floats(B, T, C, NH, NKV);
+    /* a build whose backward expands (ATTN_BWD_FA2=1: ATTN_GQA_NATIVE_BWD is 0) runs mode 0 at NKV < NH through the
+     * expansion in the backward, with the expansion's scratch */
+    const bool bwd_expands = mode == 3 || (gqa && mode == 0 && !ATTN_GQA_NATIVE_BWD);
+    TEST_CHECK(mode == 2 || bwd_expands || (gqa && !ATTN_GQA_NATIVE_BWD) ||
+                   nscratch == attention_mha_scratch_floats(B, T, C, NH),
+               "attention_scratch_floats is the multi-head scratch, nothing more: %zu floats (%s)", nscratch,
+               s.c_str());
+    if (gqa && mode == 0 && ATTN_GQA_NATIVE_BWD) {
+        const size_t nexp = attention_gqa_expand_scratch_floats(B, T, C, NH);
+        TEST_CHECK(nscratch < nexp, "native GQA scratch %zu floats < the expansion path's %zu (%s)", nscratch, nexp,
+                   s.c_str());
+    }
     std::vector<float> qkv = randv((size_t)N * QW, 1.5f), dout = randv((size_t)N * C);
     floatX* d_qkv = upX(qkv);
     floatX* d_dout = upX(dout);
@@ -928,7 +948,9 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     poisonF(d_scratch, nscratch);
     const size_t launches0 = emu::launch_log().size();
     if (force_fallback) {
-        attention_forward_cuda_cores(d_out, d_state, d_qkv, B, T, C, NH);
+        attention_forward_cuda_cores(d_out, d_state, d_qkv, B, T, C, NH, NKV);
+    } else if (mode == 3) {
+        attention_forward_gqa_expand(d_out, d_state, d_scratch, d_qkv, B, T, C, NH, NKV);
     } else {
         attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH, NKV);
     }
@@ -941,15 +963,18 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     /* backward from this side's own forward output and state */
     poisonF(d_scratch, nscratch);
     if (force_fallback) {
-        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    } else if (mode == 3) {
+        attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     }
     {
-        /* the GQA kernels ran exactly when NKV < NH: the expansion in both directions, the reduction in the backward;
-         * packed (X128_SIZE) when hs is a multiple of the packet and the buffers are aligned */
+        /* the expansion and reduction kernels ran exactly on the expansion path (mode 3): the expansion in both
+         * directions, the reduction in the backward; packed (X128_SIZE) when hs is a multiple of the packet and the
+         * buffers are aligned. The native path (modes 0 and 1 with NKV < NH) and NKV = NH launch none. */
         int expand = 0, reduce = 0, packed = 0;
         for (size_t i = launches0; i < emu::launch_log().size(); i++) {
             const std::string& n = emu::launch_log()[i].name;
@@ -957,10 +982,11 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
             reduce += n.find("attention_gqa_reduce_kernel") != std::string::npos;
             packed += n.find("attention_gqa_") != std::string::npos && n.find("<X128_SIZE>") != std::string::npos;
         }
-        const int want_packed = gqa && hs % X128_SIZE == 0 ? 3 : 0;
-        TEST_CHECK(expand == (gqa ? 2 : 0) && reduce == (gqa ? 1 : 0) && packed == want_packed,
+        const int want_expand = mode == 3 ? 2 : bwd_expands ? 1 : 0, want_reduce = bwd_expands ? 1 : 0;
+        const int want_packed = hs % X128_SIZE == 0 ? want_expand + want_reduce : 0;
+        TEST_CHECK(expand == want_expand && reduce == want_reduce && packed == want_packed,
                    "%s: GQA expansion launched %d times, reduction %d, packed %d (want %d, %d, %d) (%s)", path, expand,
-                   reduce, packed, gqa ? 2 : 0, gqa ? 1 : 0, want_packed, s.c_str());
+                   reduce, packed, want_expand, want_reduce, want_packed, s.c_str());
     }
     std::vector<float> g_dqkv = downX(d_dqkv, dqkv.size());
     check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
@@ -998,9 +1024,11 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     poisonX(d_dqkv, dqkv.size());
     poisonF(d_scratch, nscratch); /* the second run must not lean on what the first left in the accumulator */
     if (force_fallback) {
-        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+    } else if (mode == 3) {
+        attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     }
@@ -1724,13 +1752,26 @@ int main(void) {
     test_attention_decode(300, 36, 3);  /* hs=12 */
     test_attention(1, 130, 64, 4, 0);  /* hs=16 */
     test_attention(1, 129, 64, 2, 0);  /* hs=32, one row past two tiles */
-    /* grouped-query attention (B, T, C, NH, mode 0, NKV): the expansion, the multi-head kernels, the group sums */
+    /* grouped-query attention (B, T, C, NH, mode, NKV). Mode 0: the native flash kernels (kv head h/g in the K/V
+     * loads, dK/dV summed over the group inside the dK/dV kernel) */
     test_attention(2, 45, 64, 4, 0, 2);  /* hs=16 (MMA path in bf16), g=2, partial tile */
     test_attention(2, 45, 64, 4, 0, 1);  /* hs=16, NKV=1 (multi-query), g=4 */
     test_attention(2, 70, 128, 4, 0, 2); /* hs=32, g=2, two tiles */
     test_attention(1, 33, 128, 4, 0, 1); /* hs=32, g=4 */
-    test_attention(3, 7, 48, 4, 0, 2);   /* hs=12: attention fallback; element GQA kernels in bf16, packed in fp32 */
-    test_attention(2, 5, 24, 4, 0, 1);   /* hs=6: fallback, element GQA kernels in both builds */
+    test_attention(3, 7, 48, 4, 0, 2);   /* hs=12: attention fallback */
+    test_attention(2, 5, 24, 4, 0, 1);   /* hs=6: fallback */
+    test_attention(2, 1, 64, 4, 0, 2);   /* T=1 */
+    test_attention(1, 63, 256, 4, 0, 1); /* hs=64, T=63: one partial tile, multi-query */
+    test_attention(1, 65, 256, 4, 0, 2); /* hs=64, T=65: one row into the second tile */
+    test_attention(1, 65, 512, 4, 0, 1); /* hs=128 (32-row query tiles), multi-query */
+    test_attention(2, 63, 64, 4, 0, 4);  /* NKV = NH through the contract: the multi-head path */
+    /* the CUDA-core kernels forced, natively at NKV < NH */
+    test_attention(2, 45, 64, 4, 1, 2);
+    test_attention(1, 65, 128, 4, 1, 1);
+    /* mode 3: the expansion path (cuDNN build; ATTN_BWD_FA2=1's backward): expansion, multi-head kernels, reduction */
+    test_attention(2, 45, 64, 4, 3, 2);  /* hs=16: packed expansion/reduction kernels */
+    test_attention(3, 7, 48, 4, 3, 2);   /* hs=12: element kernels in bf16, packed in fp32 */
+    test_attention(2, 5, 24, 4, 3, 1);   /* hs=6: element kernels in both builds */
     test_attention_decode(45, 64, 4, 2);  /* hs=16, g=2 */
     test_attention_decode(150, 128, 4, 1); /* hs=32, multi-query */
     test_attention_decode(9, 36, 6, 3);   /* hs=6, g=2 */
@@ -1796,7 +1837,9 @@ int main(void) {
     test_attention(3, 7, 36, 3, 0);
     test_attention(1, 150, 128, 2, 2);
     test_attention(2, 45, 64, 4, 0, 2);
+    test_attention(1, 65, 128, 4, 0, 1);
     test_attention(3, 7, 48, 4, 0, 2);
+    test_attention(2, 45, 64, 4, 3, 2);
     test_classifier(128, 100, 128, 1);
     test_vocab_parallel(37, 64, 36, 64, 2, 1, 1, 0);
     test_vocab_parallel(7, 30, 25, 30, 4, 1, 1, 0);

@@ -4,22 +4,29 @@
  * and Work Partitioning", Algorithms 1 (forward) and 2 (backward); online softmax from
  * Milakov & Gimelshein 2018). Tensor-core MMA through llmc/cuda/mma.cuh.
  *
- * The kernels here are multi-head (MHA: one K/V head per query head). The contract of llmc/backend.h takes
- * grouped-query attention (GQA, Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models
- * from Multi-Head Checkpoints"): NKV key/value heads, NKV dividing NH, query head h reading kv head h / (NH/NKV)
- * (consecutive query heads share a kv head, the Llama/HF repeat_kv order). llmc/cuda/attention_gqa.cuh implements
- * it on top of this file's kernels: NKV = NH calls them directly (attention_mha_forward/backward below, or cuDNN's);
- * NKV < NH expands qkv to the multi-head layout in scratch first (see that file, and its performance note).
+ * Grouped-query attention (GQA, Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models
+ * from Multi-Head Checkpoints"; llmc/README.md): NKV key/value heads, NKV dividing NH, query head h reading kv head
+ * h / g, g = NH/NKV (consecutive query heads share a kv head, the Llama/HF repeat_kv order). The forward, the
+ * three-pass backward and the CUDA-core kernels take NKV natively: the K/V tile loads index kv head h/g in the
+ * (B,T,(NH+2*NKV)*hs) rows, and the dK/dV kernels own one (key tile, kv head) each and loop over the g query heads of
+ * the group, so dK/dV are summed in fp32 registers in a fixed order and rounded to floatX once (no expanded copy, no
+ * reduction pass, no extra scratch). NKV = NH is multi-head attention (MHA) with the same kernels, the same work and
+ * the same results as before GQA. The one-kernel FA2 backward (attention_backward_fa2) is multi-head only.
+ * llmc/cuda/attention_gqa.cuh maps the contract of llmc/backend.h onto this file (and onto cuDNN's SDPA, which is
+ * reached through an expansion of qkv to the multi-head layout; see that file).
  *
- * Multi-head layout (what every kernel here reads and writes):
- *   qkv  (B,T,3C) floatX, rows [q(C) | k(C) | v(C)]; head h uses channels h*hs..(h+1)*hs-1, hs = C/NH.
- *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d].
+ * Layout (what every kernel here reads and writes), hs = C/NH, KVC = NKV*hs:
+ *   qkv  (B,T,C+2*KVC) floatX, rows [q(C) | k(KVC) | v(KVC)]; query head h uses q channels h*hs..(h+1)*hs-1 and
+ *         kv head h/g's k and v channels; NKV = NH: (B,T,3C), the multi-head layout.
+ *   out  (B,T,C)  floatX, out[b,t,h*hs+d] = sum_{j<=t} softmax_j(q_t.k_j / sqrt(hs)) v_j[d] (k, v of kv head h/g).
  *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
  *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
  *   scratch fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d], (B,NH,T), at its start (backward only;
- *         forward does not touch it); attention_mha_scratch_floats = B*NH*T, or attention_fa2_scratch_floats when
- *         built with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and B*NH*ceil(T/16) flags).
- *   dqkv (B,T,3C) floatX, overwritten with dQ | dK | dV.
+ *         forward does not touch it); attention_mha_scratch_floats = B*NH*T, at every NKV, or
+ *         attention_fa2_scratch_floats when built with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and
+ *         B*NH*ceil(T/16) flags).
+ *   dqkv qkv's shape, floatX, overwritten with dQ | dK | dV; dK, dV of kv head j = the sum over its query heads
+ *         j*g .. j*g+g-1 of their multi-head gradients.
  * The (T,T) score/probability matrix never exists in global memory.
  *
  * Paths (chosen per call by attention_flash_path):
@@ -29,26 +36,34 @@
  *       shared memory with cp.async; scores pre-scaled by log2(e)/sqrt(hs) so exp2f is used; tiles (and
  *       8-key sub-tiles per warp) entirely above the diagonal are skipped; query tiles launched
  *       longest-first. The (64 x hs) output is staged in shared memory for 128-bit stores.
- *     Backward (deterministic, no atomics): (1) D = rowsum(dO*O) into scratch; (2) one block per 64-key
- *       tile accumulates dK, dV in registers over the query tiles at or below the diagonal (FA2 Alg. 2
- *       outer loop over keys); (3) one block per 64-query tile accumulates dQ over key tiles (recomputes
+ *     Backward (deterministic, no atomics): (1) D = rowsum(dO*O) into scratch; (2) one block per (64-key
+ *       tile, kv head) accumulates dK, dV in registers over the g query heads of its group and, for each, the
+ *       query tiles at or below the diagonal (FA2 Alg. 2 outer loop over keys; one double-buffered loop over
+ *       the g x tiles steps); (3) one block per (64-query tile, query head) accumulates dQ over key tiles (recomputes
  *       S and dP; 7 instead of 5 matmuls of work, in exchange for fp32-atomic-free determinism and no
  *       dQ scratch). That is attention_backward_flash7, the default.
- *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly): one kernel per 64-key tile does all
+ *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly; multi-head layout (B,T,3C) only, GQA
+ *       reaches it through attention_gqa.cuh's expansion): one kernel per 64-key tile does all
  *       5 matmuls; D is computed by the block on each query tile's diagonal; dQ is summed in fp32 in global
  *       memory in a fixed key-tile order (last tile first), handed from block to block through per-tile flags
  *       (no atomics on values: deterministic). See attention_backward_fa2_mma_kernel.
  *   Fallback path (any hs <= 256, every precision incl. fp32, any alignment): one warp per query row
- *     (forward, dQ) or key row (dK, dV), fp32 CUDA-core arithmetic, same state and results.
+ *     (forward, dQ) or (key row, kv head) (dK, dV, looping over the group's query heads), fp32 CUDA-core
+ *     arithmetic, same state and results.
  * Both paths handle every T >= 1 (partial tiles are zero-filled and masked).
  *
  * Error behaviour: invalid shapes (C % NH != 0, hs > 256, grid too large) print file:line and exit
  * (FATAL); every CUDA call and launch is checked (CUDA_CHECK / CUDA_CHECK_LAUNCH).
  * All work is queued on main_stream(); nothing synchronises the host.
  *
- * Entry points: attention_forward_flash / attention_backward_flash pick the path per call;
- * attention_forward_cuda_cores / attention_backward_cuda_cores run the fallback kernels directly (the kernel
- * checks and benchmarks time both paths). attention_mha_forward / attention_mha_backward (end of file) are the
+ * Entry points: attention_forward_flash / attention_backward_flash7 (NKV key/value heads) and attention_backward_flash
+ * (multi-head; FA2 or three-pass per ATTN_BWD_FA2) pick the path per call; attention_forward_cuda_cores /
+ * attention_backward_cuda_cores (NKV) run the fallback kernels directly (the kernel checks and benchmarks time both
+ * paths).
+ * Performance (GQA): the forward and the dQ kernel do the work of the multi-head kernels (each query head streams
+ * its kv head's tiles, which g query heads now share through L2 instead of g expanded copies); the dK/dV kernel
+ * runs B*NKV*ceil(T/64) blocks of g times the work each, so at small B*NKV*T/64 fewer blocks fill the GPU (not
+ * measured on a GPU here). attention_mha_forward / attention_mha_backward (end of file) are the
  * multi-head ops the contract wrappers call; when USE_CUDNN is defined, attention_cudnn.cuh defines those two
  * instead (cuDNN SDPA, with the flash path for shapes cuDNN does not take); attention_state_floats and
  * attention_mha_scratch_floats below serve both.
@@ -211,11 +226,12 @@ static __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t ld, c
 /* ======================================================================== MMA forward */
 
 /* grid (ceil(T/64), B*NH), block 128, dynamic smem attn_fwd_smem_bytes(HS).
- * out (B,T,C), lse (B,NH,T) natural log, qkv (B,T,3C). scale_log2 = log2(e)/sqrt(HS). */
+ * out (B,T,C), lse (B,NH,T) natural log, qkv (B,T,(NH+2*NKV)*HS): query head h reads kv head h/(NH/NKV).
+ * scale_log2 = log2(e)/sqrt(HS). */
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attention_forward_mma_kernel(floatX* __restrict__ out, float* __restrict__ lse, const floatX* __restrict__ qkv,
-                                 int T, int C, int NH, float scale_log2) {
+                                 int T, int C, int NH, int NKV, float scale_log2) {
     static_assert(HS % 16 == 0 && sizeof(floatX) == 2, "MMA attention needs hs % 16 == 0 and 16-bit floatX");
     constexpr int LD = HS + 8;
     constexpr int KS = HS / 16;          /* k-steps over the head dimension */
@@ -232,8 +248,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const int b = bh / NH;
     const int h = bh % NH;
     const int q0 = qt * ATTN_ROWS;
-    const size_t ld = (size_t)3 * C;
-    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * HS;
+    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;                 /* q of head h */
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)(h / (NH / NKV)) * HS; /* k of its kv head */
+    const floatX* vbase = kbase + (size_t)NKV * HS;                                  /* v of its kv head */
     const int warp = threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     const int g = lane >> 2;
@@ -244,8 +262,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const int ntiles = qlast / ATTN_KTILE + 1;
 
     attn_load_tile<HS, ATTN_ROWS>(Qs, base + (size_t)q0 * ld, T - q0, ld);
-    attn_load_tile<HS, ATTN_KTILE>(Ks, base + C, T, ld);
-    attn_load_tile<HS, ATTN_KTILE>(Vs, base + 2 * C, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Ks, kbase, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Vs, vbase, T, ld);
     cp_async_commit();
 
     uint32_t qf[KS][4];
@@ -264,8 +282,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         if (kt + 1 < ntiles) {
             const int k1 = (kt + 1) * ATTN_KTILE;
             const int nb = (kt + 1) & 1;
-            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + C, T - k1, ld);
-            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + 2 * C, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, kbase + (size_t)k1 * ld, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, vbase + (size_t)k1 * ld, T - k1, ld);
             cp_async_commit();
         }
         const floatX* Kb = Ks + (kt & 1) * ATTN_KTILE * LD;
@@ -418,14 +436,15 @@ static __device__ __forceinline__ void attn_bwd_dv_update(float dv[ON][4], const
         }
     }
 }
-/* Epilogue of one warp: dK * scale and dV (16 keys x HS each, fp32 fragments) packed to floatX, staged in the warp's
- * own 16 rows of Ks / Vs (the caller makes sure no other warp still reads them), then stored 128-bit to the k and v
- * parts of dqkv (B,T,3C) rows kw.. (< T) of batch b, head h. SYNCWARP: __syncwarp() before staging. */
+/* Epilogue of one warp: dK * scale and dV (16 keys x HS each, fp32 fragments) packed to floatX (one rounding), staged
+ * in the warp's own 16 rows of Ks / Vs (the caller makes sure no other warp still reads them), then stored 128-bit to
+ * rows kw.. (< T) of dK (dkbase: this batch's and kv head's dK column at t = 0, row stride ld) and of dV (dkbase +
+ * vofs). SYNCWARP: __syncwarp() before staging. */
 template <int HS, bool SYNCWARP>
-static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dqkv, const float dk[HS / 8][4],
+static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dkbase, size_t vofs, const float dk[HS / 8][4],
                                                          const float dv[HS / 8][4], floatX* Ks, floatX* Vs,
-                                                         float scale, int b, int h, int warp, int kw, int T, int C,
-                                                         size_t ld, int lane, int g, int t) {
+                                                         float scale, int warp, int kw, int T, size_t ld, int lane,
+                                                         int g, int t) {
     constexpr int LD = HS + 8;
     floatX* kstage = Ks + warp * 16 * LD;
     floatX* vstage = Vs + warp * 16 * LD;
@@ -438,22 +457,25 @@ static __device__ __forceinline__ void attn_bwd_store_kv(floatX* dqkv, const flo
         attn_st32(vstage + (g + 8) * LD + n * 8 + 2 * t, attn_pack_f(dv[n][2], dv[n][3]));
     }
     __syncwarp();
-    floatX* dbase_qkv = dqkv + (size_t)b * T * ld + (size_t)h * HS;
-    attn_store_rows<HS>(dbase_qkv + C, ld, kstage, kw, T, lane);
-    attn_store_rows<HS>(dbase_qkv + 2 * C, ld, vstage, kw, T, lane);
+    attn_store_rows<HS>(dkbase, ld, kstage, kw, T, lane);
+    attn_store_rows<HS>(dkbase + vofs, ld, vstage, kw, T, lane);
 }
 
-/* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_kv_smem_bytes(HS, BQ).
- * One block per 64-key tile; loops over query tiles of BQ rows from the diagonal to T.
- * Writes dK, dV of its keys into dqkv (k and v parts). lse natural log (B,NH,T), D (B,NH,T). */
+/* grid (ceil(T/64), B*NKV), block 128, smem attn_bwd_kv_smem_bytes(HS, BQ).
+ * One block per 64-key tile of one kv head j; loops over the query heads of its group, h = j*gq .. j*gq+gq-1
+ * (gq = NH/NKV), in that order, and for each over its query tiles of BQ rows from the diagonal to T (one flattened,
+ * double-buffered loop). dK, dV accumulate in fp32 registers over the whole group (a fixed order: deterministic)
+ * and are rounded to floatX once, into dqkv's k and v parts of kv head j. qkv, dqkv (B,T,(NH+2*NKV)*HS),
+ * lse natural log (B,NH,T), D (B,NH,T). NKV = NH: one query head per block, the multi-head kernel. */
 /* Registers: at most 65536 / (3 x 128) = 170 per thread for HS <= 64, so that 3 blocks fit on an SM (hs = 64, every
- * GPT-2 size: 168 registers, 55 KB of shared memory, 3 blocks); HS = 128 (BQ = 32) needs ~210 and runs 2 blocks.
+ * GPT-2 size: 166 registers with the GQA group loop (168 before it), 55 KB of shared memory, 3 blocks; sm_90 ptxas
+ * report of dev/test/check_sass.sh); HS = 128 (BQ = 32) needs more (224 in that report) and runs 2 blocks.
  * Without the bound ptxas capped HS = 32 at 128 registers and spilled (seen in the sm_90 ptxas report). */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_kv_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                      const floatX* __restrict__ qkv, const float* __restrict__ lse,
-                                     const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
+                                     const float* __restrict__ Dsum, int T, int C, int NH, int NKV, float scale_log2,
                                      float scale) {
     static_assert(HS % 16 == 0 && BQ % 16 == 0 && BQ <= ATTN_THREADS && sizeof(floatX) == 2, "bad tile");
     constexpr int LD = HS + 8;
@@ -470,41 +492,49 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     float* Ds = Ls + 2 * BQ;                 /* [2][BQ] */
 
     const int kt = blockIdx.x; /* low key tiles have the most query tiles: launched first */
-    const int bh = blockIdx.y;
-    const int b = bh / NH;
-    const int h = bh % NH;
+    const int bj = blockIdx.y;
+    const int b = bj / NKV;
+    const int j = bj % NKV;    /* kv head */
+    const int gq = NH / NKV;   /* query heads per kv head */
+    const int h0 = j * gq;     /* the group's first query head */
     const int k0 = kt * ATTN_ROWS;
-    const size_t ld = (size_t)3 * C;
-    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float* lrow = lse + (size_t)bh * T;
-    const float* drow = Dsum + (size_t)bh * T;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * HS;
+    const floatX* qb0 = qkv + (size_t)b * T * ld + (size_t)h0 * HS;  /* q of head h0; head h0+r at + r*HS */
+    const floatX* db0 = dout + (size_t)b * T * C + (size_t)h0 * HS; /* dO of head h0 */
+    const float* lrow0 = lse + ((size_t)b * NH + h0) * T;           /* lse of head h0; head h0+r at + r*T */
+    const float* drow0 = Dsum + ((size_t)b * NH + h0) * T;
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)j * HS;
+    const floatX* vbase = kbase + (size_t)NKV * HS;
     const int warp = threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     const int g = lane >> 2;
     const int t = lane & 3;
     const int kw = k0 + warp * 16; /* first key row of this warp */
     const int qt_begin = k0 / BQ;
-    const int qt_end = (T + BQ - 1) / BQ;
+    const int nq = (T + BQ - 1) / BQ - qt_begin; /* query tiles per head */
+    const int nit = gq * nq;                     /* steps: (head r, tile qt_begin + i), r outer */
 
-    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
-    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, 0, base, dbase, lrow, drow, qt_begin * BQ, T, C, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Ks, kbase + (size_t)k0 * ld, T - k0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Vs, vbase + (size_t)k0 * ld, T - k0, ld);
+    attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, 0, qb0, db0, lrow0, drow0, qt_begin * BQ, T, C, ld);
     cp_async_commit();
 
     float dk[ON][4], dv[ON][4];
     attn_bwd_zero_kv<ON>(dk, dv);
 
-    for (int qt = qt_begin; qt < qt_end; qt++) {
-        const int buf = (qt - qt_begin) & 1;
+    for (int it = 0; it < nit; it++) {
+        const int buf = it & 1;
         cp_async_wait_all();
         __syncthreads();
-        if (qt + 1 < qt_end) {
-            const int nb = buf ^ 1;
-            attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, nb, base, dbase, lrow, drow, (qt + 1) * BQ, T, C, ld);
+        if (it + 1 < nit) {
+            const int r1 = (it + 1) / nq;
+            const int q1 = (qt_begin + (it + 1) - r1 * nq) * BQ;
+            attn_bwd_load_q_tile<HS, BQ, true>(Qs, dOs, Ls, Ds, buf ^ 1, qb0 + (size_t)r1 * HS, db0 + (size_t)r1 * HS,
+                                               lrow0 + (size_t)r1 * T, drow0 + (size_t)r1 * T, q1, T, C, ld);
             cp_async_commit();
         }
-        const int q0 = qt * BQ;
+        const int r = it / nq;
+        const int q0 = (qt_begin + it - r * nq) * BQ;
         if (q0 + BQ - 1 < kw) { continue; } /* every query of the tile precedes every key of this warp */
         const floatX* Qb = Qs + buf * BQ * LD;
         const floatX* dOb = dOs + buf * BQ * LD;
@@ -548,20 +578,22 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     }
 
     /* epilogue: stage in this warp's own K/V rows (only this warp read them), 128-bit stores */
-    attn_bwd_store_kv<HS, true>(dqkv, dk, dv, Ks, Vs, scale, b, h, warp, kw, T, C, ld, lane, g, t);
+    attn_bwd_store_kv<HS, true>(dqkv + (size_t)b * T * ld + C + (size_t)j * HS, (size_t)NKV * HS, dk, dv, Ks, Vs, scale,
+                                warp, kw, T, ld, lane, g, t);
 }
 
 /* ======================================================================== MMA backward: dQ */
 
 /* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_q_smem_bytes(HS).
- * One block per 64-query tile; loops over key tiles up to the diagonal; writes dQ into dqkv (q part).
+ * One block per 64-query tile of query head h; loops over key tiles (of kv head h/(NH/NKV)) up to the diagonal;
+ * writes dQ into dqkv's q part. qkv, dqkv (B,T,(NH+2*NKV)*HS).
  * Registers: at most 170 for HS <= 64 (3 blocks per SM), as for the dK/dV kernel; left to itself ptxas chose
  * 128 registers and 36 bytes of spills for hs = 64 (seen in the sm_90 ptxas report). */
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_q_mma_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                     const floatX* __restrict__ qkv, const float* __restrict__ lse,
-                                    const float* __restrict__ Dsum, int T, int C, int NH, float scale_log2,
+                                    const float* __restrict__ Dsum, int T, int C, int NH, int NKV, float scale_log2,
                                     float scale) {
     static_assert(HS % 16 == 0 && sizeof(floatX) == 2, "bad tile");
     constexpr int LD = HS + 8;
@@ -580,8 +612,10 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     const int b = bh / NH;
     const int h = bh % NH;
     const int q0 = qt * ATTN_ROWS;
-    const size_t ld = (size_t)3 * C;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * HS;
     const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)(h / (NH / NKV)) * HS;
+    const floatX* vbase = kbase + (size_t)NKV * HS;
     const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     const int warp = threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
@@ -600,8 +634,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
 
     attn_load_tile<HS, ATTN_ROWS>(Qs, base + (size_t)q0 * ld, T - q0, ld);
     attn_load_tile<HS, ATTN_ROWS>(dOs, dbase + (size_t)q0 * C, T - q0, (size_t)C);
-    attn_load_tile<HS, ATTN_KTILE>(Ks, base + C, T, ld);
-    attn_load_tile<HS, ATTN_KTILE>(Vs, base + 2 * C, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Ks, kbase, T, ld);
+    attn_load_tile<HS, ATTN_KTILE>(Vs, vbase, T, ld);
     cp_async_commit();
 
     float dq[ON][4];
@@ -614,8 +648,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         if (kt + 1 < ntiles) {
             const int k1 = (kt + 1) * ATTN_KTILE;
             const int nb = (kt + 1) & 1;
-            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + C, T - k1, ld);
-            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, base + (size_t)k1 * ld + 2 * C, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Ks + nb * ATTN_KTILE * LD, kbase + (size_t)k1 * ld, T - k1, ld);
+            attn_load_tile<HS, ATTN_KTILE>(Vs + nb * ATTN_KTILE * LD, vbase + (size_t)k1 * ld, T - k1, ld);
             cp_async_commit();
         }
         const floatX* Kb = Ks + (kt & 1) * ATTN_KTILE * LD;
@@ -910,7 +944,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     /* epilogue: stage in this warp's own K/V rows, 128-bit stores. The dQ product of the last query tile read
      * every K row, so all warps must be past it first. */
     __syncthreads();
-    attn_bwd_store_kv<HS, false>(dqkv, dk, dv, Ks, Vs, scale, b, h, warp, kw, T, C, ld, lane, g, t);
+    attn_bwd_store_kv<HS, false>(dqkv + (size_t)b * T * ld + C + (size_t)h * HS, (size_t)C, dk, dv, Ks, Vs, scale, warp,
+                                 kw, T, ld, lane, g, t);
 }
 #endif /* !FLOATX_IS_FLOAT */
 
@@ -955,9 +990,10 @@ __global__ void attention_backward_rowdot_kernel(float* __restrict__ Dsum, const
 #define ATTN_FB_DIMS (ATTN_FALLBACK_MAX_HS / WARP_SIZE) /* head dims per lane */
 
 /* forward: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(hs+32) floats.
- * Lanes split the keys (32 at a time) for the scores, then split the head dims for P V. */
+ * Lanes split the keys (32 at a time) for the scores, then split the head dims for P V.
+ * qkv (B,T,(NH+2*NKV)*hs): query head h reads kv head h/(NH/NKV). */
 __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, float* __restrict__ lse,
-                                                  const floatX* __restrict__ qkv, int T, int C, int NH,
+                                                  const floatX* __restrict__ qkv, int T, int C, int NH, int NKV,
                                                   float scale_log2) {
     DYNAMIC_SHARED(float, attn_fsm);
     float* fsm = attn_fsm;
@@ -971,8 +1007,10 @@ __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, floa
     const int bh = blockIdx.y;
     const int b = bh / NH;
     const int h = bh % NH;
-    const size_t ld = (size_t)3 * C;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * hs;
     const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)(h / (NH / NKV)) * hs;
+    const floatX* vbase = kbase + (size_t)NKV * hs;
     for (int d = lane; d < hs; d += WARP_SIZE) { sq[d] = to_float(base[(size_t)i * ld + d]) * scale_log2; }
     __syncwarp();
     float acc[ATTN_FB_DIMS];
@@ -983,7 +1021,7 @@ __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, floa
         const int j = j0 + lane;
         float s = -INFINITY;
         if (j <= i) {
-            const floatX* kr = base + (size_t)j * ld + C;
+            const floatX* kr = kbase + (size_t)j * ld;
             float dot = 0.0f;
             for (int d = 0; d < hs; d++) { dot += sq[d] * to_float(kr[d]); }
             s = dot;
@@ -1001,7 +1039,7 @@ __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, floa
             const int d = lane + r * WARP_SIZE;
             if (d < hs) {
                 float a = acc[r] * alpha;
-                for (int jj = 0; jj < cnt; jj++) { a += sp[jj] * to_float(base[(size_t)(j0 + jj) * ld + 2 * C + d]); }
+                for (int jj = 0; jj < cnt; jj++) { a += sp[jj] * to_float(vbase[(size_t)(j0 + jj) * ld + d]); }
                 acc[r] = a;
             }
         }
@@ -1017,10 +1055,11 @@ __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, floa
     if (lane == 0) { lse[(size_t)bh * T + i] = (m + log2f(l)) * ATTN_LN2; }
 }
 
-/* backward dQ: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+32) floats. */
+/* backward dQ: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+32) floats.
+ * qkv, dqkv (B,T,(NH+2*NKV)*hs): query head h reads kv head h/(NH/NKV). */
 __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                                      const floatX* __restrict__ qkv, const float* __restrict__ lse,
-                                                     const float* __restrict__ Dsum, int T, int C, int NH,
+                                                     const float* __restrict__ Dsum, int T, int C, int NH, int NKV,
                                                      float scale_log2, float scale) {
     DYNAMIC_SHARED(float, attn_fsm);
     float* fsm = attn_fsm;
@@ -1035,8 +1074,10 @@ __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, 
     const int bh = blockIdx.y;
     const int b = bh / NH;
     const int h = bh % NH;
-    const size_t ld = (size_t)3 * C;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * hs;
     const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)(h / (NH / NKV)) * hs;
+    const floatX* vbase = kbase + (size_t)NKV * hs;
     const floatX* dorow = dout + ((size_t)b * T + i) * C + (size_t)h * hs;
     for (int d = lane; d < hs; d += WARP_SIZE) {
         sq[d] = to_float(base[(size_t)i * ld + d]) * scale_log2;
@@ -1052,8 +1093,8 @@ __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, 
         const int j = j0 + lane;
         float ds = 0.0f;
         if (j <= i) {
-            const floatX* kr = base + (size_t)j * ld + C;
-            const floatX* vr = base + (size_t)j * ld + 2 * C;
+            const floatX* kr = kbase + (size_t)j * ld;
+            const floatX* vr = vbase + (size_t)j * ld;
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < hs; d++) {
                 s += sq[d] * to_float(kr[d]);
@@ -1069,7 +1110,7 @@ __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, 
             const int d = lane + r * WARP_SIZE;
             if (d < hs) {
                 float a = acc[r];
-                for (int jj = 0; jj < cnt; jj++) { a += sds[jj] * to_float(base[(size_t)(j0 + jj) * ld + C + d]); }
+                for (int jj = 0; jj < cnt; jj++) { a += sds[jj] * to_float(kbase[(size_t)(j0 + jj) * ld + d]); }
                 acc[r] = a;
             }
         }
@@ -1083,10 +1124,13 @@ __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, 
     }
 }
 
-/* backward dK, dV: one warp per key row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+64) floats. */
+/* backward dK, dV: one warp per key row j of kv head jh; grid (ceil(T/4), B*NKV), block 128, smem 4*(2*hs+64)
+ * floats. Loops over the query heads of the group, jh*gq .. jh*gq+gq-1 (gq = NH/NKV), in that order, and for each
+ * over the queries i >= j; dK, dV accumulate in fp32 over the whole group and are rounded to floatX once.
+ * qkv, dqkv (B,T,(NH+2*NKV)*hs); lse, Dsum (B,NH,T). NKV = NH: the multi-head kernel. */
 __global__ void attention_backward_kv_fallback_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
                                                       const floatX* __restrict__ qkv, const float* __restrict__ lse,
-                                                      const float* __restrict__ Dsum, int T, int C, int NH,
+                                                      const float* __restrict__ Dsum, int T, int C, int NH, int NKV,
                                                       float scale_log2, float scale) {
     DYNAMIC_SHARED(float, attn_fsm);
     float* fsm = attn_fsm;
@@ -1099,61 +1143,67 @@ __global__ void attention_backward_kv_fallback_kernel(floatX* __restrict__ dqkv,
     float* sds = sp + WARP_SIZE;
     const int j = blockIdx.x * (ATTN_THREADS / WARP_SIZE) + warp;
     if (j >= T) { return; }
-    const int bh = blockIdx.y;
-    const int b = bh / NH;
-    const int h = bh % NH;
-    const size_t ld = (size_t)3 * C;
-    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const int bj = blockIdx.y;
+    const int b = bj / NKV;
+    const int jh = bj % NKV;
+    const int gq = NH / NKV;
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * hs;
+    const size_t kofs = (size_t)b * T * ld + C + (size_t)jh * hs; /* kv head jh's k column at t = 0 */
+    const size_t vofs = kofs + (size_t)NKV * hs;
     for (int d = lane; d < hs; d += WARP_SIZE) {
-        sk[d] = to_float(base[(size_t)j * ld + C + d]) * scale_log2;
-        sv[d] = to_float(base[(size_t)j * ld + 2 * C + d]);
+        sk[d] = to_float(qkv[kofs + (size_t)j * ld + d]) * scale_log2;
+        sv[d] = to_float(qkv[vofs + (size_t)j * ld + d]);
     }
     __syncwarp();
     float ak[ATTN_FB_DIMS], av[ATTN_FB_DIMS];
 #pragma unroll
     for (int r = 0; r < ATTN_FB_DIMS; r++) { ak[r] = av[r] = 0.0f; }
-    for (int i0 = j; i0 < T; i0 += WARP_SIZE) {
-        const int i = i0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (i < T) {
-            const floatX* qr = base + (size_t)i * ld;
-            const floatX* dor = dbase + (size_t)i * C;
-            float s = 0.0f, dp = 0.0f;
-            for (int d = 0; d < hs; d++) {
-                s += sk[d] * to_float(qr[d]);
-                dp += sv[d] * to_float(dor[d]);
-            }
-            p = exp2f(s - lse[(size_t)bh * T + i] * ATTN_LOG2E);
-            ds = p * (dp - Dsum[(size_t)bh * T + i]);
-        }
-        sp[lane] = p;
-        sds[lane] = ds;
-        __syncwarp();
-        const int cnt = (T - i0 < WARP_SIZE) ? T - i0 : WARP_SIZE;
-#pragma unroll
-        for (int r = 0; r < ATTN_FB_DIMS; r++) {
-            const int d = lane + r * WARP_SIZE;
-            if (d < hs) {
-                float a = ak[r], c = av[r];
-                for (int ii = 0; ii < cnt; ii++) {
-                    const int q = i0 + ii;
-                    a += sds[ii] * to_float(base[(size_t)q * ld + d]);
-                    c += sp[ii] * to_float(dbase[(size_t)q * C + d]);
+    for (int hr = 0; hr < gq; hr++) {
+        const int h = jh * gq + hr;
+        const size_t bh = (size_t)b * NH + h;
+        const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+        const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+        for (int i0 = j; i0 < T; i0 += WARP_SIZE) {
+            const int i = i0 + lane;
+            float p = 0.0f, ds = 0.0f;
+            if (i < T) {
+                const floatX* qr = base + (size_t)i * ld;
+                const floatX* dor = dbase + (size_t)i * C;
+                float s = 0.0f, dp = 0.0f;
+                for (int d = 0; d < hs; d++) {
+                    s += sk[d] * to_float(qr[d]);
+                    dp += sv[d] * to_float(dor[d]);
                 }
-                ak[r] = a;
-                av[r] = c;
+                p = exp2f(s - lse[bh * T + i] * ATTN_LOG2E);
+                ds = p * (dp - Dsum[bh * T + i]);
             }
+            sp[lane] = p;
+            sds[lane] = ds;
+            __syncwarp();
+            const int cnt = (T - i0 < WARP_SIZE) ? T - i0 : WARP_SIZE;
+#pragma unroll
+            for (int r = 0; r < ATTN_FB_DIMS; r++) {
+                const int d = lane + r * WARP_SIZE;
+                if (d < hs) {
+                    float a = ak[r], c = av[r];
+                    for (int ii = 0; ii < cnt; ii++) {
+                        const int q = i0 + ii;
+                        a += sds[ii] * to_float(base[(size_t)q * ld + d]);
+                        c += sp[ii] * to_float(dbase[(size_t)q * C + d]);
+                    }
+                    ak[r] = a;
+                    av[r] = c;
+                }
+            }
+            __syncwarp();
         }
-        __syncwarp();
     }
-    floatX* drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
 #pragma unroll
     for (int r = 0; r < ATTN_FB_DIMS; r++) {
         const int d = lane + r * WARP_SIZE;
         if (d < hs) {
-            drow[C + d] = from_float<floatX>(ak[r] * scale);
-            drow[2 * C + d] = from_float<floatX>(av[r]);
+            dqkv[kofs + (size_t)j * ld + d] = from_float<floatX>(ak[r] * scale);
+            dqkv[vofs + (size_t)j * ld + d] = from_float<floatX>(av[r]);
         }
     }
 }
@@ -1187,6 +1237,15 @@ static inline int attention_check_dims(int B, int T, int C, int NH) {
     return hs;
 }
 
+/* the group size gq = NH / NKV (query heads per key/value head); exits with one line unless 1 <= NKV and NKV
+ * divides NH */
+static inline int attention_kv_group(int NH, int NKV) {
+    if (NH < 1 || NKV < 1 || NH % NKV != 0) {
+        FATAL("attention: NKV=%d key/value heads must divide NH=%d query heads", NKV, NH);
+    }
+    return NH / NKV;
+}
+
 /* 1 when the tensor-core path handles this call (see the header comment), else 0 */
 static inline int attention_flash_path(int hs, int C, const void* p0, const void* p1, const void* p2) {
 #if FLOATX_IS_FLOAT
@@ -1210,7 +1269,7 @@ static inline void attn_allow_smem(Kernel kernel, size_t bytes) {
 #if !FLOATX_IS_FLOAT
 template <int HS>
 static inline void attention_forward_mma_launch(floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                                int NH, float scale_log2) {
+                                                int NH, int NKV, float scale_log2) {
     static int configured = 0;
     const size_t smem = attn_fwd_smem_bytes(HS);
     if (!configured) {
@@ -1218,7 +1277,7 @@ static inline void attention_forward_mma_launch(floatX* out, float* lse, const f
         configured = 1;
     }
     dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
-    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_mma_kernel<HS>)(out, lse, qkv, T, C, NH,
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_mma_kernel<HS>)(out, lse, qkv, T, C, NH, NKV,
                                                                                      scale_log2);
     CUDA_CHECK_LAUNCH();
 }
@@ -1226,7 +1285,7 @@ static inline void attention_forward_mma_launch(floatX* out, float* lse, const f
 template <int HS>
 static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum, const floatX* dout,
                                                  const floatX* qkv, const float* lse, int B, int T, int C, int NH,
-                                                 float scale_log2, float scale) {
+                                                 int NKV, float scale_log2, float scale) {
     constexpr int BQ = (HS >= 128) ? 32 : 64; /* keeps dK+dV+S+dP accumulators within 255 registers */
     static int configured = 0;
     const size_t smem_kv = attn_bwd_kv_smem_bytes(HS, BQ);
@@ -1236,12 +1295,13 @@ static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum
         attn_allow_smem(attention_backward_q_mma_kernel<HS>, smem_q);
         configured = 1;
     }
-    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
-    LAUNCH(grid, ATTN_THREADS, smem_kv, main_stream(), attention_backward_kv_mma_kernel<HS, BQ>)(
-        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    dim3 grid_kv(CEIL_DIV(T, ATTN_ROWS), B * NKV); /* one block per (64-key tile, kv head) */
+    LAUNCH(grid_kv, ATTN_THREADS, smem_kv, main_stream(), attention_backward_kv_mma_kernel<HS, BQ>)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, NKV, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
+    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
     LAUNCH(grid, ATTN_THREADS, smem_q, main_stream(), attention_backward_q_mma_kernel<HS>)(
-        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, NKV, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1267,36 +1327,40 @@ static inline void attention_backward_fa2_launch(floatX* dqkv, float* scratch, c
 #endif
 
 /* Forward on the CUDA cores (the fallback kernel: any hs <= 256, every precision, any alignment).
- * out (B,T,C) floatX, lse (B,NH,T) fp32 natural log, qkv (B,T,3C) floatX. */
-static inline void attention_forward_cuda_cores(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+ * out (B,T,C) floatX, lse (B,NH,T) fp32 natural log, qkv (B,T,(NH+2*NKV)*hs) floatX (NKV = NH: (B,T,3C)). */
+static inline void attention_forward_cuda_cores(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
+                                                int NKV) {
     const int hs = attention_check_dims(B, T, C, NH);
+    attention_kv_group(NH, NKV);
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)hs);
     dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
     const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (hs + WARP_SIZE) * sizeof(float);
-    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_fallback_kernel)(out, lse, qkv, T, C, NH,
+    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_forward_fallback_kernel)(out, lse, qkv, T, C, NH, NKV,
                                                                                       scale_log2);
     CUDA_CHECK_LAUNCH();
 }
 
 /* Forward: the tensor-core kernels where attention_flash_path allows them, the CUDA-core kernel otherwise.
- * Shapes as attention_forward_cuda_cores. */
-static inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+ * Shapes as attention_forward_cuda_cores (NKV key/value heads read natively, no expansion). */
+static inline void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
+                                           int NKV) {
     const int hs = attention_check_dims(B, T, C, NH);
+    attention_kv_group(NH, NKV);
 #if !FLOATX_IS_FLOAT
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)hs);
     if (attention_flash_path(hs, C, out, qkv, qkv)) {
         switch (hs) {
-            case 16: attention_forward_mma_launch<16>(out, lse, qkv, B, T, C, NH, scale_log2); return;
-            case 32: attention_forward_mma_launch<32>(out, lse, qkv, B, T, C, NH, scale_log2); return;
-            case 64: attention_forward_mma_launch<64>(out, lse, qkv, B, T, C, NH, scale_log2); return;
-            case 128: attention_forward_mma_launch<128>(out, lse, qkv, B, T, C, NH, scale_log2); return;
+            case 16: attention_forward_mma_launch<16>(out, lse, qkv, B, T, C, NH, NKV, scale_log2); return;
+            case 32: attention_forward_mma_launch<32>(out, lse, qkv, B, T, C, NH, NKV, scale_log2); return;
+            case 64: attention_forward_mma_launch<64>(out, lse, qkv, B, T, C, NH, NKV, scale_log2); return;
+            case 128: attention_forward_mma_launch<128>(out, lse, qkv, B, T, C, NH, NKV, scale_log2); return;
             default: break;
         }
     }
 #else
     (void)hs;
 #endif
-    attention_forward_cuda_cores(out, lse, qkv, B, T, C, NH);
+    attention_forward_cuda_cores(out, lse, qkv, B, T, C, NH, NKV);
 }
 
 /* D = rowsum(dO * O) per (b, head, t) into Dsum (B,NH,T) fp32: the first pass of every backward path. 128-bit
@@ -1321,46 +1385,52 @@ static inline void attention_backward_rowdot(float* Dsum, const floatX* dout, co
     CUDA_CHECK_LAUNCH();
 }
 
-/* Backward on the CUDA cores (the fallback kernels). dqkv (B,T,3C) overwritten; Dsum: B*NH*T fp32 scratch;
- * dout, out (B,T,C); qkv (B,T,3C); lse (B,NH,T) from the forward. Deterministic (fixed summation order, no
- * atomics). */
+/* Backward on the CUDA cores (the fallback kernels). dqkv (B,T,(NH+2*NKV)*hs) overwritten (dK/dV of a kv head summed
+ * over its group inside the dK/dV kernel); Dsum: B*NH*T fp32 scratch; dout, out (B,T,C); qkv as dqkv; lse (B,NH,T)
+ * from the forward. Deterministic (fixed summation order, no atomics). */
 static inline void attention_backward_cuda_cores(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
-                                                 const floatX* out, const float* lse, int B, int T, int C, int NH) {
+                                                 const floatX* out, const float* lse, int B, int T, int C, int NH,
+                                                 int NKV) {
     const int hs = attention_check_dims(B, T, C, NH);
+    attention_kv_group(NH, NKV);
     const float scale = 1.0f / sqrtf((float)hs);
     const float scale_log2 = ATTN_LOG2E * scale;
     attention_backward_rowdot(Dsum, dout, out, B, T, C, NH);
+    dim3 grid_kv(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NKV); /* one warp per (key row, kv head) */
     dim3 grid(CEIL_DIV(T, ATTN_THREADS / WARP_SIZE), B * NH);
     const size_t smem = (size_t)(ATTN_THREADS / WARP_SIZE) * (2 * hs + 2 * WARP_SIZE) * sizeof(float);
-    LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_kv_fallback_kernel)(
-        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+    LAUNCH(grid_kv, ATTN_THREADS, smem, main_stream(), attention_backward_kv_fallback_kernel)(
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, NKV, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
     LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_q_fallback_kernel)(
-        dqkv, dout, qkv, lse, Dsum, T, C, NH, scale_log2, scale);
+        dqkv, dout, qkv, lse, Dsum, T, C, NH, NKV, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
 }
 
 /* Backward, three passes (row-dot, dK/dV, dQ: 7 matmuls of work): the tensor-core kernels where attention_flash_path
- * allows them, the CUDA-core kernels otherwise. Shapes as attention_backward_cuda_cores. */
+ * allows them, the CUDA-core kernels otherwise. Shapes as attention_backward_cuda_cores: NKV key/value heads natively
+ * (dK/dV summed over each group inside the dK/dV kernel, in fp32, one rounding). */
 static inline void attention_backward_flash7(floatX* dqkv, float* Dsum, const floatX* dout, const floatX* qkv,
-                                             const floatX* out, const float* lse, int B, int T, int C, int NH) {
+                                             const floatX* out, const float* lse, int B, int T, int C, int NH,
+                                             int NKV) {
     const int hs = attention_check_dims(B, T, C, NH);
+    attention_kv_group(NH, NKV);
 #if !FLOATX_IS_FLOAT
     if (attention_flash_path(hs, C, dqkv, dout, qkv)) { /* hs is 16, 32, 64 or 128 */
         const float scale = 1.0f / sqrtf((float)hs);
         const float scale_log2 = ATTN_LOG2E * scale;
         attention_backward_rowdot(Dsum, dout, out, B, T, C, NH);
         switch (hs) {
-            case 16: attention_backward_mma_launch<16>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            case 32: attention_backward_mma_launch<32>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            case 64: attention_backward_mma_launch<64>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
-            default: attention_backward_mma_launch<128>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, scale_log2, scale); return;
+            case 16: attention_backward_mma_launch<16>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            case 32: attention_backward_mma_launch<32>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            case 64: attention_backward_mma_launch<64>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            default: attention_backward_mma_launch<128>(dqkv, Dsum, dout, qkv, lse, B, T, C, NH, NKV, scale_log2, scale); return;
         }
     }
 #else
     (void)hs;
 #endif
-    attention_backward_cuda_cores(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH);
+    attention_backward_cuda_cores(dqkv, Dsum, dout, qkv, out, lse, B, T, C, NH, NKV);
 }
 
 /* Backward, one kernel with FlashAttention-2's work (5 matmuls, row-dot fused, dQ summed in a fixed order:
@@ -1384,7 +1454,7 @@ static inline void attention_backward_fa2(floatX* dqkv, float* scratch, const fl
 #else
     (void)hs;
 #endif
-    attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
 }
 
 /* Which backward the trainer runs (attention_backward_flash, and cuDNN's fallback for shapes it does not take):
@@ -1398,7 +1468,7 @@ static inline void attention_backward_flash(floatX* dqkv, float* scratch, const 
     if (ATTN_BWD_FA2) {
         attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     } else {
-        attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
     }
 }
 
@@ -1420,7 +1490,7 @@ static inline size_t attention_mha_scratch_floats(int B, int T, int C, int NH) {
 static inline void attention_mha_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
                                          int C, int NH) {
     (void)scratch;
-    attention_forward_flash(out, state, qkv, B, T, C, NH);
+    attention_forward_flash(out, state, qkv, B, T, C, NH, NH);
 }
 /* dqkv (B,T,3C) overwritten, scratch attention_mha_scratch_floats(B, T, C, NH) floats, dout/out (B,T,C),
  * qkv (B,T,3C), state (B,NH,T) lse. Deterministic. */

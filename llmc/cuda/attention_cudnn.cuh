@@ -256,7 +256,7 @@ static inline void attention_mha_forward(floatX* out, float* state, float* scrat
     if (attention_cudnn_supported(attention_check_dims(B, T, C, NH))) {
         attention_forward_cudnn(out, state, qkv, B, T, C, NH);
     } else {
-        attention_forward_flash(out, state, qkv, B, T, C, NH);
+        attention_forward_flash(out, state, qkv, B, T, C, NH, NH);
     }
 }
 static inline void attention_mha_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,

@@ -1,9 +1,9 @@
 /*
  * llmc/cuda/attention_gqa.cuh -- the attention contract of llmc/backend.h on the CUDA backend: causal grouped-query
  * self-attention (GQA, Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
- * Checkpoints"; NKV = 1 is multi-query attention, Shazeer 2019) on top of the multi-head ops attention_mha_forward /
- * attention_mha_backward (the flash kernels of llmc/cuda/attention.cuh, or cuDNN's SDPA under USE_CUDNN,
- * llmc/cuda/attention_cudnn.cuh). Defined once for both builds.
+ * Checkpoints"; NKV = 1 is multi-query attention, Shazeer 2019; llmc/README.md) on the flash kernels of
+ * llmc/cuda/attention.cuh, or cuDNN's SDPA under USE_CUDNN (llmc/cuda/attention_cudnn.cuh). Defined once for both
+ * builds.
  *
  * Contract (llmc/backend.h), hs = C/NH, NKV dividing NH, group g = NH/NKV:
  *   qkv  (B,T,(NH+2*NKV)*hs) floatX, rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; query head h uses key/value head
@@ -11,30 +11,44 @@
  *   out  (B,T,C) floatX; state (B,NH,T) fp32 log-sum-exp per query row (attention_state_floats, attention.cuh).
  *   dqkv qkv's shape, overwritten: dQ as for multi-head attention; dK, dV of kv head j = the sum over its g query
  *        heads j*g .. j*g+g-1 of their multi-head dK, dV.
- *   NKV = NH is multi-head attention, qkv (B,T,3C): the multi-head ops are called directly (same kernels, same
- *   results, no extra pass, no extra scratch).
+ *   NKV = NH is multi-head attention, qkv (B,T,3C): the multi-head ops attention_mha_forward / attention_mha_backward
+ *   are called (same kernels, same results as before GQA, no extra pass, no extra scratch).
  *
- * This first GQA version expands (NKV < NH):
- *   forward:  qkv -> xqkv (B,T,3C) in scratch, each kv head repeated g times (attention_gqa_expand_kernel), then the
- *             multi-head forward on xqkv;
- *   backward: qkv -> xqkv again, the multi-head backward into xdqkv (B,T,3C) in scratch, then
- *             attention_gqa_reduce_kernel: dQ copied, dK/dV of kv head j = sum over r = 0..g-1 of xdqkv's head
- *             j*g + r, in that order, in fp32, one rounding to floatX (deterministic). The g multi-head dK/dV are
- *             each rounded to floatX before this sum (one more rounding than a native kernel's).
- *   Both kernels are memory-bound grid-stride loops over 128-bit packets (X128_SIZE elements, as llmc/cuda/gelu.cuh)
- *   when hs is a multiple of X128_SIZE and the buffers are 16-byte aligned, one element per step otherwise.
- * Scratch (attention_scratch_floats, fp32 floats): NKV = NH: the multi-head scratch (attention_mha_scratch_floats);
- *   NKV < NH: [multi-head scratch (D rowsum; FA2: dQ accumulator and flags), rounded up to 4 floats | xqkv | xdqkv],
- *   xqkv and xdqkv B*T*3C floatX each, rounded up to 16 bytes: with a 16-byte aligned scratch pointer both are
- *   16-byte aligned (the tensor-core path and the packed kernels need it; otherwise the slower paths run, same
- *   contract). The multi-head backward's scratch never overlaps them. The forward uses [0, xqkv end).
- * Performance: the expansion costs one extra write and read of (B,T,3C) floatX in the forward, and in the backward
- *   two passes (the re-expansion, and the reduction reading (B,T,3C) and writing dqkv), plus 2 B*T*3C floatX of
- *   scratch. The next step is native GQA in the flash kernels: kv head index h/g in the K/V tile loads (no xqkv),
- *   and dK/dV accumulated over the group inside the dK/dV kernel (no xdqkv, no reduction pass); cuDNN's SDPA takes
- *   NKV heads natively.
- * Error behaviour: NKV < 1 or NH % NKV != 0 exits with one line (FATAL); other shape errors as attention.cuh's
- *   (attention_check_dims). Launches are checked (CUDA_CHECK_LAUNCH). Queued on main_stream(); no host sync.
+ * What runs at NKV < NH:
+ *   Native (the default build; the forward also with ATTN_BWD_FA2=1): attention_forward_flash and
+ *     attention_backward_flash7 (attention.cuh) with NKV. The forward and dQ kernels load kv head h/g's K/V tiles
+ *     straight from qkv (row stride (NH+2*NKV)*hs); the dK/dV kernel owns one (key tile, kv head j) and loops over
+ *     query heads j*g .. j*g+g-1 in that order, accumulating dK/dV in fp32 registers, rounded to floatX once
+ *     (deterministic, bit-reproducible). Tensor-core path as for multi-head (bf16/fp16, hs 16/32/64/128, 16-byte
+ *     aligned buffers), the CUDA-core kernels otherwise, both native. No expansion, no reduction pass.
+ *   Expansion (USE_CUDNN: both directions, cuDNN's SDPA takes (B,T,3C) here; ATTN_BWD_FA2=1: the backward, as the
+ *     one-kernel FA2 backward is multi-head only): attention_forward_gqa_expand / attention_backward_gqa_expand.
+ *     forward:  qkv -> xqkv (B,T,3C) in scratch, each kv head repeated g times (attention_gqa_expand_kernel), then
+ *               the multi-head forward on xqkv;
+ *     backward: qkv -> xqkv again, the multi-head backward into xdqkv (B,T,3C) in scratch, then
+ *               attention_gqa_reduce_kernel: dQ copied, dK/dV of kv head j = sum over r = 0..g-1 of xdqkv's head
+ *               j*g + r, in that order, in fp32, one rounding to floatX (deterministic). The g multi-head dK/dV are
+ *               each rounded to floatX before this sum (one more rounding than the native kernel's).
+ *     Both kernels are memory-bound grid-stride loops over 128-bit packets (X128_SIZE elements, as
+ *     llmc/cuda/gelu.cuh) when hs is a multiple of X128_SIZE and the buffers are 16-byte aligned, one element per
+ *     step otherwise.
+ * Scratch (attention_scratch_floats, fp32 floats): NKV = NH, or NKV < NH on the native path: the multi-head scratch
+ *   (attention_mha_scratch_floats: D (B,NH,T); FA2: + its dQ accumulator and flags). Expansion path
+ *   (attention_gqa_expand_scratch_floats): [multi-head scratch, rounded up to 4 floats | xqkv | xdqkv], xqkv and
+ *   xdqkv B*T*3C floatX each, rounded up to 16 bytes: with a 16-byte aligned scratch pointer both are 16-byte
+ *   aligned (the tensor-core path and the packed kernels need it; otherwise the slower paths run, same contract). The
+ *   multi-head backward's scratch never overlaps them. The forward uses [0, xqkv end).
+ *   Example, B=4 T=64 C=128 NH=4 NKV=1, bf16: native 1024 floats (4 KiB); expansion 1024 + 2*49152 = 99328 floats
+ *   (388 KiB).
+ * Performance: the native path reads qkv once per kernel as the multi-head kernels do (the g query heads of a group
+ *   share their kv head's tiles through L2) and writes dqkv directly; the expansion path costs one extra write and
+ *   read of (B,T,3C) floatX in the forward, and in the backward two passes (the re-expansion, and the reduction
+ *   reading (B,T,3C) and writing dqkv), plus 2 B*T*3C floatX of scratch. The native dK/dV kernel has B*NKV*ceil(T/64)
+ *   blocks, each g times the multi-head block's work: fewer, longer blocks at small B*NKV. No GPU has timed either
+ *   path here (dev/cuda/attention.cu times the contract at NKV = 12, 4, 1).
+ * Error behaviour: NKV < 1 or NH % NKV != 0 exits with one line (FATAL, attention_kv_group); other shape errors as
+ *   attention.cuh's (attention_check_dims). Launches are checked (CUDA_CHECK_LAUNCH). Queued on main_stream(); no
+ *   host sync.
  */
 #ifndef LLMC_CUDA_ATTENTION_GQA_CUH
 #define LLMC_CUDA_ATTENTION_GQA_CUH
@@ -108,15 +122,20 @@ static __global__ void attention_gqa_reduce_kernel(floatX* dqkv, const floatX* x
 
 /* ======================================================================== host side */
 
-/* the group size g = NH / NKV; exits with one line unless 1 <= NKV and NKV divides NH */
-static inline int attention_kv_group(int NH, int NKV) {
-    if (NH < 1 || NKV < 1 || NH % NKV != 0) {
-        FATAL("attention: NKV=%d key/value heads must divide NH=%d query heads", NKV, NH);
-    }
-    return NH / NKV;
-}
-/* float offset of xqkv in the scratch (after the multi-head scratch, 16-byte aligned), and the floats of one expanded
- * (B,T,3C) floatX buffer (rounded up to 16 bytes) */
+/* Which GQA path each direction runs (NKV < NH): native (the flash kernels index kv head h/g themselves) unless the
+ * multi-head op behind it cannot: cuDNN's SDPA (USE_CUDNN; attention_cudnn.cuh takes (B,T,3C)) expands both
+ * directions, and the one-kernel FA2 backward (ATTN_BWD_FA2=1, attention_backward_fa2_mma_kernel) expands the
+ * backward. */
+#ifdef USE_CUDNN
+#define ATTN_GQA_NATIVE_FWD 0
+#define ATTN_GQA_NATIVE_BWD 0
+#else
+#define ATTN_GQA_NATIVE_FWD 1
+#define ATTN_GQA_NATIVE_BWD (!ATTN_BWD_FA2)
+#endif
+
+/* float offset of xqkv in the expansion path's scratch (after the multi-head scratch, 16-byte aligned), and the
+ * floats of one expanded (B,T,3C) floatX buffer (rounded up to 16 bytes) */
 static inline size_t attn_gqa_xqkv_offset(int B, int T, int C, int NH) {
     return (attention_mha_scratch_floats(B, T, C, NH) + 3) / 4 * 4;
 }
@@ -153,33 +172,24 @@ static inline void attention_gqa_reduce(floatX* dqkv, const floatX* xdqkv, int B
     CUDA_CHECK_LAUNCH();
 }
 
-/* ======================================================================== backend contract */
-/* fp32 scratch floats for attention_forward / attention_backward (layout in the header); exits on a bad NKV */
-static inline size_t attention_scratch_floats(int B, int T, int C, int NH, int NKV) {
-    if (attention_kv_group(NH, NKV) == 1) { return attention_mha_scratch_floats(B, T, C, NH); }
+/* ======================================================================== the expansion path (NKV < NH) */
+/* What the cuDNN build runs in both directions and the ATTN_BWD_FA2=1 build in the backward; compiled in every
+ * build (the kernel tests run it too). Scratch: attention_gqa_expand_scratch_floats floats, layout in the header. */
+static inline size_t attention_gqa_expand_scratch_floats(int B, int T, int C, int NH) {
     return attn_gqa_xqkv_offset(B, T, C, NH) + 2 * attn_gqa_x_floats(B, T, C);
 }
-/* out (B,T,C), state (B,NH,T) lse, scratch attention_scratch_floats(B, T, C, NH, NKV) floats (NKV = NH: unused),
- * qkv (B,T,(NH+2*NKV)*hs) */
-static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T, int C,
-                                     int NH, int NKV) {
-    if (attention_kv_group(NH, NKV) == 1) {
-        attention_mha_forward(out, state, scratch, qkv, B, T, C, NH);
-        return;
-    }
+static inline void attention_forward_gqa_expand(floatX* out, float* state, float* scratch, const floatX* qkv, int B,
+                                                int T, int C, int NH, int NKV) {
+    attention_kv_group(NH, NKV);
     attention_check_dims(B, T, C, NH);
     floatX* xqkv = (floatX*)(scratch + attn_gqa_xqkv_offset(B, T, C, NH));
     attention_gqa_expand(xqkv, qkv, B, T, C, NH, NKV);
     attention_mha_forward(out, state, scratch, xqkv, B, T, C, NH);
 }
-/* dqkv (B,T,(NH+2*NKV)*hs) overwritten, scratch attention_scratch_floats(B, T, C, NH, NKV) floats, dout/out (B,T,C),
- * qkv as the forward's, state (B,NH,T) lse from the forward. Deterministic. */
-static inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                      const floatX* out, const float* state, int B, int T, int C, int NH, int NKV) {
-    if (attention_kv_group(NH, NKV) == 1) {
-        attention_mha_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
-        return;
-    }
+static inline void attention_backward_gqa_expand(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                                 const floatX* out, const float* state, int B, int T, int C, int NH,
+                                                 int NKV) {
+    attention_kv_group(NH, NKV);
     attention_check_dims(B, T, C, NH);
     float* x = scratch + attn_gqa_xqkv_offset(B, T, C, NH);
     floatX* xqkv = (floatX*)x;
@@ -187,6 +197,37 @@ static inline void attention_backward(floatX* dqkv, float* scratch, const floatX
     attention_gqa_expand(xqkv, qkv, B, T, C, NH, NKV);
     attention_mha_backward(xdqkv, scratch, dout, xqkv, out, state, B, T, C, NH);
     attention_gqa_reduce(dqkv, xdqkv, B, T, C, NH, NKV);
+}
+
+/* ======================================================================== backend contract */
+/* fp32 scratch floats for attention_forward / attention_backward (layout in the header); exits on a bad NKV */
+static inline size_t attention_scratch_floats(int B, int T, int C, int NH, int NKV) {
+    if (attention_kv_group(NH, NKV) == 1 || ATTN_GQA_NATIVE_BWD) { return attention_mha_scratch_floats(B, T, C, NH); }
+    return attention_gqa_expand_scratch_floats(B, T, C, NH);
+}
+/* out (B,T,C), state (B,NH,T) lse, scratch attention_scratch_floats(B, T, C, NH, NKV) floats (unused by the native
+ * path and by NKV = NH), qkv (B,T,(NH+2*NKV)*hs) */
+static inline void attention_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T, int C,
+                                     int NH, int NKV) {
+    if (attention_kv_group(NH, NKV) == 1) {
+        attention_mha_forward(out, state, scratch, qkv, B, T, C, NH);
+    } else if (ATTN_GQA_NATIVE_FWD) {
+        attention_forward_flash(out, state, qkv, B, T, C, NH, NKV);
+    } else {
+        attention_forward_gqa_expand(out, state, scratch, qkv, B, T, C, NH, NKV);
+    }
+}
+/* dqkv (B,T,(NH+2*NKV)*hs) overwritten, scratch attention_scratch_floats(B, T, C, NH, NKV) floats, dout/out (B,T,C),
+ * qkv as the forward's, state (B,NH,T) lse from the forward. Deterministic. */
+static inline void attention_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                      const floatX* out, const float* state, int B, int T, int C, int NH, int NKV) {
+    if (attention_kv_group(NH, NKV) == 1) {
+        attention_mha_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+    } else if (ATTN_GQA_NATIVE_BWD) {
+        attention_backward_flash7(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
+    } else {
+        attention_backward_gqa_expand(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
+    }
 }
 
 #endif /* LLMC_CUDA_ATTENTION_GQA_CUH */
