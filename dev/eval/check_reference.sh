@@ -68,14 +68,7 @@ score() {
 }
 
 # (a) transformers -> ours: a random GPT-2 (initializer_range 0.2: spread-out losses, as test-hf's)
-"$PY" - "$TMP/rand" <<'PY'
-import sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel
-torch.manual_seed(0)
-cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=50257, activation_function="gelu_new",
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2)
-GPT2LMHeadModel(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
-PY
+"$PY" dev/test/hf_random_model.py gpt2 "$TMP/rand" --positions 128
 "$PY" scripts/import_hf.py "$TMP/rand" "$TMP/rand.bin" > "$TMP/import.txt" 2>&1
 check $? "(a) import_hf.py of a random GPT2LMHeadModel saved by transformers: $(cut -c1-100 "$TMP/import.txt")"
 score "$TMP/rand.bin" "$TMP/rand" a "(a) random GPT-2 imported"
@@ -95,16 +88,7 @@ check $? "(c) a Llama-style model trained 40 steps (train loss $(grep '^step *40
 score "$TMP/ll/model_00000040.bin" "$TMP/llhf" c "(c) trained Llama-style model exported"
 
 # (d) transformers -> ours: a random LlamaForCausalLM (GQA 4/2, untied; rms_norm_eps 1e-5, the trainer's)
-"$PY" - "$TMP/lrand" <<'PY'
-import sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
-torch.manual_seed(0)
-cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=128, vocab_size=50257, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
-                  eos_token_id=50256)
-LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
-PY
+"$PY" dev/test/hf_random_model.py llama "$TMP/lrand" --positions 128
 "$PY" scripts/import_hf.py "$TMP/lrand" "$TMP/lrand.bin" > "$TMP/limport.txt" 2>&1
 check $? "(d) import_hf.py of a random LlamaForCausalLM saved by transformers: $(cut -c1-100 "$TMP/limport.txt")"
 score "$TMP/lrand.bin" "$TMP/lrand" d "(d) random Llama (KV 2 of 4, untied) imported"

@@ -80,14 +80,7 @@ PY
 }
 
 # 1. transformers -> ours
-"$PY" - "$TMP/rand" <<'PY'
-import sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel
-torch.manual_seed(0)
-cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=50257, activation_function="gelu_new",
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2)
-GPT2LMHeadModel(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
-PY
+"$PY" dev/test/hf_random_model.py gpt2 "$TMP/rand" --positions 64
 "$PY" scripts/import_hf.py "$TMP/rand" "$TMP/rand.bin" > "$TMP/import.txt" 2>&1
 check $? "import_hf.py reads a model saved by transformers' save_pretrained: $(cut -c1-100 "$TMP/import.txt")"
 ours "$TMP/rand.bin" "$TMP/rand_ours.txt"
@@ -121,16 +114,7 @@ sys.exit(0 if ok else 1)
 PY
 
 # 3. the Llama member. transformers -> ours: a random LlamaConfig model (rms_norm_eps 1e-5, the trainer's; GQA 4/2)
-"$PY" - "$TMP/lrand" <<'PY'
-import sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
-torch.manual_seed(0)
-cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=50257, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
-                  eos_token_id=50256)
-LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
-PY
+"$PY" dev/test/hf_random_model.py llama "$TMP/lrand" --positions 64
 "$PY" scripts/import_hf.py "$TMP/lrand" "$TMP/lrand.bin" > "$TMP/limport.txt" 2>&1
 check $? "import_hf.py reads a LlamaForCausalLM saved by transformers: $(cut -c1-120 "$TMP/limport.txt")"
 ours "$TMP/lrand.bin" "$TMP/lrand_ours.txt"
@@ -157,17 +141,7 @@ compare "$TMP/l10_ours.txt" "$TMP/lhf10" "trained family model as bf16 exported 
 # with head size 16 and theta 10000, its 8 frequencies fall in all three bands: pair 0 (wavelength 6.3 < 8) kept,
 # pair 1 (19.9, between 8 and 32) blended, pairs 2..7 (> 32) divided by the factor. transformers -> ours: a random
 # LlamaConfig model with that scaling; ours -> transformers: a scaled family model trained here, exported.
-"$PY" - "$TMP/lscaled" <<'PY'
-import sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
-torch.manual_seed(1)
-cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=50257, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2, bos_token_id=50256,
-                  eos_token_id=50256, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                                                        high_freq_factor=4.0, original_max_position_embeddings=32))
-LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1], safe_serialization=True)
-PY
+"$PY" dev/test/hf_random_model.py llama "$TMP/lscaled" --positions 64 --seed 1 --llama3-scaling 8,1,4,32
 "$PY" scripts/import_hf.py "$TMP/lscaled" "$TMP/lscaled.bin" > "$TMP/lsimport.txt" 2>&1 &&
     "$PY" -c "
 import sys, numpy as np; h = np.fromfile(sys.argv[1], dtype='<i4', count=256)
