@@ -1055,6 +1055,19 @@ __global__ void attention_forward_fallback_kernel(floatX* __restrict__ out, floa
     if (lane == 0) { lse[(size_t)bh * T + i] = (m + log2f(l)) * ATTN_LN2; }
 }
 
+/* The two dot products of one row pair in the CUDA-core backward kernels, summed over d = 0..hs-1 in order (fp32):
+ * *s = a . ra (the scaled score, log2 units, when a is the scaled q or k row), *dp = b . rb (dO . V or V . dO). */
+static __device__ __forceinline__ void attn_fb_dots(const float* a, const floatX* ra, const float* b,
+                                                    const floatX* rb, int hs, float* s, float* dp) {
+    float x = 0.0f, y = 0.0f;
+    for (int d = 0; d < hs; d++) {
+        x += a[d] * to_float(ra[d]);
+        y += b[d] * to_float(rb[d]);
+    }
+    *s = x;
+    *dp = y;
+}
+
 /* backward dQ: one warp per query row; grid (ceil(T/4), B*NH), block 128, smem 4*(2*hs+32) floats.
  * qkv, dqkv (B,T,(NH+2*NKV)*hs): query head h reads kv head h/(NH/NKV). */
 __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, const floatX* __restrict__ dout,
@@ -1095,11 +1108,8 @@ __global__ void attention_backward_q_fallback_kernel(floatX* __restrict__ dqkv, 
         if (j <= i) {
             const floatX* kr = kbase + (size_t)j * ld;
             const floatX* vr = vbase + (size_t)j * ld;
-            float s = 0.0f, dp = 0.0f;
-            for (int d = 0; d < hs; d++) {
-                s += sq[d] * to_float(kr[d]);
-                dp += sdo[d] * to_float(vr[d]);
-            }
+            float s, dp;
+            attn_fb_dots(sq, kr, sdo, vr, hs, &s, &dp);
             ds = exp2f(s - L) * (dp - Di);
         }
         sds[lane] = ds;
@@ -1169,11 +1179,8 @@ __global__ void attention_backward_kv_fallback_kernel(floatX* __restrict__ dqkv,
             if (i < T) {
                 const floatX* qr = base + (size_t)i * ld;
                 const floatX* dor = dbase + (size_t)i * C;
-                float s = 0.0f, dp = 0.0f;
-                for (int d = 0; d < hs; d++) {
-                    s += sk[d] * to_float(qr[d]);
-                    dp += sv[d] * to_float(dor[d]);
-                }
+                float s, dp;
+                attn_fb_dots(sk, qr, sv, dor, hs, &s, &dp);
                 p = exp2f(s - lse[bh * T + i] * ATTN_LOG2E);
                 ds = p * (dp - Dsum[bh * T + i]);
             }
