@@ -108,6 +108,8 @@ static MoEOptions fixture_moe_opt;
 /* the expert tensors' gradients are not compared when the fixture's router is within rounding of a tie (see
  * test_moe_fixture); the reason is printed with the skip */
 static const char* fixture_expert_grads_skip;
+/* the activations the fixture models get: recompute (-r) and the split backward (test_split_backward sets them) */
+static int fixture_recompute, fixture_split_backward;
 
 static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int B, int T, const TensorParallel* tp) {
     GPT2* m = &fm->m;
@@ -128,7 +130,8 @@ static void build_fixture_model_tp(FixtureModel* fm, const char* model_path, int
         free(host);
     }
     fm->norm = (float*)dev_malloc(sizeof(float), "fixture norm");
-    gpt2_allocate_activations(m, B, T, 0, 1);
+    m->split_backward = fixture_split_backward;
+    gpt2_allocate_activations(m, B, T, fixture_recompute, 1);
 }
 static void build_fixture_model(FixtureModel* fm, const char* model_path, int B, int T) {
     build_fixture_model_tp(fm, model_path, B, T, NULL);
@@ -153,6 +156,46 @@ static float run_forward_backward(FixtureModel* fm, const Fixture* fx) {
     gpt2_forward(m, m->inputs, m->targets, fx->B, fx->T, FIXTURE_GELU_FUSION, 1.0f / (float)BT, 1);
     gpt2_backward(m, &fm->target, m->inputs, fx->inputs, fx->B, fx->T);
     return gpt2_mean_loss(m);
+}
+
+/* The split backward of the zero-bubble pipeline schedules (llmc/gpt2.h, gpt2_backward_weights): B (gpt2_backward with
+ * split_backward) then W give the unsplit backward's gradients bit for bit, with recompute -r 0, 2 and 3 (W's
+ * operands then copied, as the activations do not keep them). Also: B alone leaves every weight GEMM's gradient
+ * zero (W, not B, forms them; a B that still formed them would be doubled by W). Catches a GEMM W forgets, an
+ * operand copied before B's last in-place change (the pre-GELU dbias pass), a stash offset overlapping another. */
+static int device_equal(const void* a, const void* b, size_t bytes);
+static void test_split_backward(const char* model_path, const Fixture* fx, const char* what) {
+    static const int recomputes[3] = {0, 2, 3};
+    for (int r = 0; r < 3; r++) {
+        FixtureModel a, b;
+        fixture_recompute = recomputes[r];
+        build_fixture_model(&a, model_path, fx->B, fx->T);
+        fixture_split_backward = 1;
+        build_fixture_model(&b, model_path, fx->B, fx->T);
+        fixture_split_backward = 0;
+        fixture_recompute = 0;
+        run_forward_backward(&a, fx);
+        run_forward_backward(&b, fx); /* B only */
+        GPT2* m = &b.m;
+        size_t zero_after_b = 1, gemm_values = 0;
+        static const int gemms[4] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
+        for (int k = 0; k < 4; k++) {
+            size_t n = m->param_sizes[gemms[k]];
+            float* h = (float*)malloc_check(n * sizeof(float) + 1, "split backward check");
+            dev_download_floats(h, b.target.base.t[gemms[k]], n);
+            for (size_t j = 0; j < n; j++) { zero_after_b &= h[j] == 0.0f; }
+            gemm_values += n;
+            free(h);
+        }
+        TEST_CHECK(zero_after_b && gemm_values > 0, "%s, -r %d: B leaves the %zu weight-GEMM gradient values zero",
+                   what, recomputes[r], gemm_values);
+        gpt2_backward_weights(m, &b.target);
+        size_t P = m->num_parameters;
+        TEST_CHECK(device_equal(a.grads, b.grads, P * sizeof(floatX)),
+                   "%s, -r %d: B then W give the unsplit backward's %zu gradients bit for bit", what, recomputes[r], P);
+        free_fixture_model(&a);
+        free_fixture_model(&b);
+    }
 }
 
 /* sampling's fixed-shape forward (llmc/generate.h): the logits of row r from a batch-1 forward of the r + 1 fixture
@@ -920,6 +963,7 @@ static void test_moe_fixture(const char* model_path, const char* state_path, con
     }
     test_moe_padding(&fm.m, &fx);
     free_fixture_model(&fm);
+    test_split_backward(model_path, &fx, "MoE fixture");
     test_adamw_steps(model_path, &fx, tol);
     fixture_free(&fx);
     memset(&fixture_moe_opt, 0, sizeof(fixture_moe_opt));
@@ -964,6 +1008,7 @@ static void test_family_fixture(const char* model_path, const char* state_path, 
     test_forward_backward(&fm, &fx, tol);
     test_kv_cache_sampling(&fm.m, &fx, tol);
     free_fixture_model(&fm);
+    test_split_backward(model_path, &fx, "family fixture");
     test_adamw_steps(model_path, &fx, tol);
     test_checkpoint_round_trip(model_path, &fx);
     fixture_free(&fx);
@@ -997,6 +1042,7 @@ int main(int argc, char** argv) {
     test_sample_fixed_length(&fm.m, &fx, &tol);
     test_kv_cache_sampling(&fm.m, &fx, &tol);
     free_fixture_model(&fm);
+    test_split_backward(model_path, &fx, "dense fixture");
     test_adamw_steps(model_path, &fx, &tol);
     test_checkpoint_round_trip(model_path, &fx);
     test_train_step_pipeline(model_path, &fx, 0);

@@ -148,7 +148,13 @@
  *                  floatX* dout(N,OC), const floatX* inp(N,C), const floatX* weight(OC,C), float* scratch,
  *                  N, C, OC, const floatX* pre_gelu(N,OC) or NULL)
  *                  If pre_gelu != NULL, dout is first multiplied in place by gelu'(pre_gelu) (dout is then clobbered).
+ *                  dweight NULL: the weight gradient is left to matmul_backward_weight (the split backward of the
+ *                  zero-bubble schedules: B now, W later), everything else as above.
  *                  scratch: matmul_scratch_floats(N, C, OC) floats.
+ *   matmul_backward_weight(floatX* dweight(OC,C) accumulates, const floatX* dout(N,OC), const floatX* inp(N,C), N, C, OC)
+ *                  dweight += dout^T @ inp: the weight GEMM of matmul_backward, the same call, so B (dweight NULL)
+ *                  followed by this gives the unsplit backward's bits (Qi et al. 2023, "Zero Bubble Pipeline
+ *                  Parallelism": W, the deferrable half of a layer's backward).
  *   matmul_backward_dgelu(dinp(N,C) (overwritten), dweight, dbias, dout, inp, weight, scratch, N, C, OC,
  *                  const floatX* inp_pre_gelu(N,C))
  *                  matmul_backward with pre_gelu = NULL, except dinp = (dout @ weight) * gelu'(inp_pre_gelu), for

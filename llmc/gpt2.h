@@ -332,6 +332,10 @@ enum {
     A_QK_PRE, A_QK_RSTD,
     /* backward buffers */
     A_DRESIDUAL, A_DBTC, A_DBT4C, A_SCRATCH_F32,
+    /* split backward only (zero-bubble pipeline schedules; 0 elements otherwise): per layer the operands of its four
+     * weight GEMMs that B leaves to W (gpt2_wgrad_ops): their output gradients, and their inputs when the
+     * activations do not keep them until W (recompute, sequence parallelism) */
+    A_WSTASH,
     /* tensor parallelism only (0 elements otherwise): vocabulary-parallel loss statistics (tp+2)*N fp32, the
      * LayerNorm gradients of one step under sequence parallelism 2*C (or QK-norm's 2*hs), one gathered logits row Vp */
     A_TP_STATS, A_LN_GRAD, A_LOGITS_ROW,
@@ -386,12 +390,30 @@ static inline int gpt2_recompute_segments(int recompute, int every, int L) {
     return (L + kk - 1) / kk;
 }
 
+/* 1 if the split backward must copy the inputs of a layer's weight GEMMs for W: the activation table does not keep
+ * them per layer until W runs (recompute re-forms them in shared entries; sequence parallelism gathers the norm
+ * outputs into scratch) */
+static inline int gpt2_wstash_inputs(int recompute, const TensorParallel* tp) {
+    return recompute > 0 || (tp->size > 1 && tp->sequence_parallel);
+}
+
+/* elements of one layer's split-backward operands (A_WSTASH) for N rows: the output gradients of qkv (N,QKVl),
+ * attproj (N,C), fc (N,FCl) and fcproj (N,C), then, if gpt2_wstash_inputs, their inputs ln1 (N,C), atty (N,Cl),
+ * ln2 (N,C), fch_gelu (N,Fl) */
+static inline size_t gpt2_wstash_layer_elems(const GPT2Config* c, const TensorParallel* tp, int recompute, size_t N) {
+    size_t p = (size_t)tp->size, C = (size_t)c->channels;
+    size_t QKVl = gpt2_dim(c, DIM_QKV) / p, FCl = gpt2_dim(c, DIM_FC) / p, Fl = gpt2_dim(c, DIM_FF) / p;
+    size_t douts = QKVl + C + FCl + C, inputs = C + C / p + C + Fl;
+    return N * (douts + (gpt2_wstash_inputs(recompute, tp) ? inputs : 0));
+}
+
 /* element counts for micro-batch (B,T) on one tensor-parallel rank of `tp` holding stage st (NULL: the whole
  * model; its layers, and the LayerNorm/logits/loss tensors only with the head); recompute: 0 none, 1 GELU output,
  * 2 also LayerNorm outputs, 3 every layer of a segment of `every` layers from the segment's input (see above;
- * `every` is read only with 3) */
+ * `every` is read only with 3); split: 1 for the split backward (B and W apart: A_WSTASH) */
 static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const GPT2Config* c, int B, int T,
-                                         int recompute, int every, const TensorParallel* tp, const GPT2Stage* st) {
+                                         int recompute, int every, const TensorParallel* tp, const GPT2Stage* st,
+                                         int split) {
     size_t p = (size_t)tp->size;
     int L_all = st ? gpt2_stage_layers(st) : c->num_layers;
     size_t L = (size_t)gpt2_recompute_window(recompute, every, L_all); /* entries of the stacked tensors */
@@ -440,6 +462,7 @@ static inline void gpt2_activation_sizes(size_t n[NUM_ACTIVATION_TENSORS], const
     n[A_DRESIDUAL] = BTl * C;
     n[A_DBTC] = BT * C;
     n[A_DBT4C] = BT * max_size(QKVl, dfc); /* d qkv, then the MLP's d(act) and d(fch) */
+    n[A_WSTASH] = split ? (size_t)L_all * gpt2_wstash_layer_elems(c, tp, recompute, BT) : 0;
     /* fp32 scratch: the blocks' ops (attention, QK-norm, the norms, the MLP matmuls), and the head's matmul */
     size_t f32 = attention_scratch_floats(B, T, (int)Cl, (int)(NH / p), (int)(NKV / p));
     if (qk) { f32 = max_size(f32, qknorm_scratch_floats((int)BT, (int)(NH / p), (int)(NKV / p), (int)hs)); }
@@ -543,6 +566,8 @@ typedef struct {
     double* loss_sum;           /* (1) device fp64: sum of those means since gpt2_loss_sum_reset (gpt2_loss_sum_read) */
     float* rope_table;          /* pos=rope: (maxT, hs/2, 2) fp32 device cos/sin (rope_table, llmc/rope_table.h); else NULL */
     int rope_table_view;        /* 1: rope_table is another instance's (a pipeline chunk view), not freed here */
+    int split_backward;         /* 1: gpt2_backward is B (input gradients) and gpt2_backward_weights W (set before
+                                 * the activations are allocated: A_WSTASH) */
 } GPT2;
 
 /* allocates the parameter buffer (zeroed) of an instance of model cfg holding the tensors of sizes[] (this
@@ -672,7 +697,7 @@ static inline void gpt2_allocate_activation_slots(GPT2* model, int B, int T, int
     }
     ActivationTensors sizes;
     gpt2_activation_sizes(sizes.count, &model->config, B, T, recompute, model->recompute_every, &model->tp,
-                          &model->stage);
+                          &model->stage, model->split_backward);
     size_t offsets[NUM_ACTIVATION_TENSORS];
     size_t total = gpt2_activation_layout(sizes.count, offsets);
     model->acts_bytes = total;
@@ -1367,6 +1392,55 @@ static inline void gpt2_qknorm_backward(GPT2* m, const GPT2GradTarget* g, const 
 #define LLMC_GELU_BWD_EPILOGUE 1
 #endif
 
+/* ---- the split backward (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"; llmc/README.md, "Pipeline
+ * parallelism"): with m->split_backward, gpt2_backward is B (every input gradient, the norms', biases' and
+ * embedding's gradients, and each expert block whole) and leaves the four weight GEMMs of every dense block to
+ * gpt2_backward_weights (W), which may run later, after other micro-batches' passes. B copies each GEMM's output
+ * gradient (and, by gpt2_wstash_inputs, its input) into the slot's A_WSTASH; W runs matmul_backward_weight on them,
+ * the very call the unsplit backward makes, so B then W gives the unsplit backward's bits. */
+
+/* one weight GEMM of block l: dW(OC,Cin) += dout(N,OC)^T @ inp(N,Cin); `param` the weight tensor */
+typedef struct {
+    int param, Cin, OC;
+    floatX *dout, *inp;  /* in A_WSTASH; inp in the activations when they keep it */
+} GPT2WgradOp;
+
+enum { GPT2_WG_FCPROJ = 0, GPT2_WG_FC, GPT2_WG_ATTPROJ, GPT2_WG_QKV, GPT2_WG_OPS };
+
+/* the four weight GEMMs of block l in the slot in use, in the order B reaches them (fcproj, fc, attproj, qkv);
+ * returns the first of them W runs: GPT2_WG_ATTPROJ for an expert block (B does its MLP whole), else 0 */
+static inline int gpt2_wgrad_ops(const GPT2* m, int l, GPT2WgradOp op[GPT2_WG_OPS]) {
+    const GPT2Config* c = &m->config;
+    int p = m->tp.size, C = c->channels, N = m->B * m->T;
+    int QKVl = (int)(gpt2_dim(c, DIM_QKV) / p), FCl = (int)(gpt2_dim(c, DIM_FC) / p), Fl = (int)(gpt2_dim(c, DIM_FF) / p);
+    floatX* d = (floatX*)m->acts.t[A_WSTASH] + (size_t)l * gpt2_wstash_layer_elems(c, &m->tp, m->recompute, (size_t)N);
+    floatX* in = d + (size_t)N * (QKVl + C + FCl + C);
+    int copy = gpt2_wstash_inputs(m->recompute, &m->tp);
+    LayerActivations a = gpt2_layer_acts(m, l);
+    GPT2WgradOp q = {P_QKVW, C, QKVl, d, copy ? in : a.ln1};
+    GPT2WgradOp ap = {P_ATTPROJW, C / p, C, d + (size_t)N * QKVl, copy ? in + (size_t)N * C : a.atty};
+    GPT2WgradOp fc = {P_FCW, C, FCl, ap.dout + (size_t)N * C, copy ? ap.inp + (size_t)N * (C / p) : a.ln2};
+    GPT2WgradOp fp = {P_FCPROJW, Fl, C, fc.dout + (size_t)N * FCl, copy ? fc.inp + (size_t)N * C : a.fch_gelu};
+    op[GPT2_WG_FCPROJ] = fp; op[GPT2_WG_FC] = fc; op[GPT2_WG_ATTPROJ] = ap; op[GPT2_WG_QKV] = q;
+    return gpt2_stage_is_moe(&c->moe, &m->stage, l) ? GPT2_WG_ATTPROJ : 0;
+}
+
+/* the weight-gradient pointer B passes for tensor i of block l: NULL under the split backward (W forms it) */
+static inline floatX* gpt2_bgrad(const GPT2* m, const GPT2GradTarget* g, int i, int l) {
+    return m->split_backward ? NULL : gpt2_param_grad(m, g, i, l);
+}
+
+/* B's hand-over of weight GEMM k of block l: copies its output gradient dout (and its input inp, when the
+ * activations do not keep it) into the slot's A_WSTASH; nothing without the split backward */
+static inline void gpt2_wstash_put(const GPT2* m, int l, int k, const floatX* dout, const floatX* inp) {
+    if (!m->split_backward) { return; }
+    GPT2WgradOp op[GPT2_WG_OPS];
+    gpt2_wgrad_ops(m, l, op);
+    size_t N = (size_t)m->B * m->T;
+    dev_memcpy_d2d(op[k].dout, dout, N * op[k].OC * sizeof(floatX));
+    if (op[k].inp != inp) { dev_memcpy_d2d(op[k].inp, inp, N * op[k].Cin * sizeof(floatX)); }
+}
+
 /* The MLP's backward from residual3 = residual2 + g(fch_gelu @ fcprojw^T + fcprojb) down to d fch: dy (N,C) the
  * gathered output gradient; accumulates fcproj's weight and bias gradients and returns d fch (N,FCl) in dbuf
  * (A_DBT4C), ready for the fc backward. GELU: its derivative goes into the fcproj input-gradient GEMM
@@ -1377,14 +1451,16 @@ static inline floatX* gpt2_mlp_act_backward(GPT2* m, const GPT2GradTarget* g, co
     const GPT2Config* c = &m->config;
     int Fl = (int)(gpt2_dim(c, DIM_FF) / (size_t)m->tp.size), C = c->channels;
     const floatX* w = layer_param(&m->params, m, P_FCPROJW, l);
-    floatX *dw = gpt2_param_grad(m, g, P_FCPROJW, l), *db = gpt2_param_grad(m, g, P_FCPROJB, l);
+    floatX *dw = gpt2_bgrad(m, g, P_FCPROJW, l), *db = gpt2_param_grad(m, g, P_FCPROJB, l);
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     if (c->arch.mlp == MLP_GELU && LLMC_GELU_BWD_EPILOGUE) {
         matmul_backward_dgelu(dbuf, dw, db, (floatX*)dy, a->fch_gelu, w, scratch_f32, N, Fl, C, a->fch);
+        gpt2_wstash_put(m, l, GPT2_WG_FCPROJ, dy, a->fch_gelu);
         return dbuf;
     }
     floatX* dact = c->arch.mlp == MLP_SWIGLU ? dbuf + (size_t)N * 2 * Fl : dbuf;
     matmul_backward(dact, dw, db, (floatX*)dy, a->fch_gelu, w, scratch_f32, N, Fl, C, NULL);
+    gpt2_wstash_put(m, l, GPT2_WG_FCPROJ, dy, a->fch_gelu);
     profile_at(PROFILE_GELU);
     if (c->arch.mlp == MLP_SWIGLU) { swiglu_backward(dbuf, dact, a->fch, N, Fl); }
     if (c->arch.mlp == MLP_RELU2) { relu2_backward_inplace(dbuf, a->fch, (size_t)N * Fl); }
@@ -1424,9 +1500,10 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
         /* fch_gelu = act(f(ln2) @ fcw^T + fcb) */
         profile_at(PROFILE_FC);
         x = tp_gather(tp, a.ln2, scratch, N, C);
-        matmul_backward(dbtc, gpt2_param_grad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dfch, x,
+        matmul_backward(dbtc, gpt2_bgrad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dfch, x,
                         layer_param(p, m, P_FCW, l), scratch_f32, N, C, (int)(gpt2_dim(c, DIM_FC) / tp->size),
                         LLMC_GELU_BWD_EPILOGUE || c->arch.mlp != MLP_GELU ? NULL : a.fch);
+        gpt2_wstash_put(m, l, GPT2_WG_FC, dfch, x); /* after the call: a pre-GELU dbias pass rewrites dfch */
         dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
     }
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,
@@ -1434,16 +1511,18 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
     profile_at(PROFILE_ATTPROJ);
     dy = tp_gather(tp, dresidual, scratch, N, C);                                       /* g backward */
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_ATTPROJW, l), gpt2_param_grad(m, g, P_ATTPROJB, l), (floatX*)dy, a.atty,
+    matmul_backward(dbtc, gpt2_bgrad(m, g, P_ATTPROJW, l), gpt2_param_grad(m, g, P_ATTPROJB, l), (floatX*)dy, a.atty,
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
+    gpt2_wstash_put(m, l, GPT2_WG_ATTPROJ, dy, a.atty);
     profile_at(PROFILE_ATTENTION);
     attention_backward(dbt4c, scratch_f32, dbtc, a.qkv, a.atty, a.att_state, B, T, Cl, NHl, KVl);
     if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
     if (c->arch.qk_norm) { gpt2_qknorm_backward(m, g, &a, dbt4c, l, N); }
     profile_at(PROFILE_QKV);
     x = tp_gather(tp, a.ln1, scratch, N, C);
-    matmul_backward(dbtc, gpt2_layer_grad(g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
+    matmul_backward(dbtc, gpt2_bgrad(m, g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
                     layer_param(p, m, P_QKVW, l), scratch_f32, N, C, QKVl, NULL);
+    gpt2_wstash_put(m, l, GPT2_WG_QKV, dbt4c, x);
     dx = tp_reduce(tp, dbtc, N, C);                                                     /* f backward */
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), dx,
                             a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, Nl);
@@ -1490,7 +1569,7 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
         gpt2_params_needed(m, l, 1);
         if (g->layer_begin) { g->layer_begin(g->ctx, l); }
         gpt2_block_backward(m, g, l, B, T);
-        if (g->layer_ready) { g->layer_ready(g->ctx, l); }
+        if (g->layer_ready && !m->split_backward) { g->layer_ready(g->ctx, l); } /* split: after W */
     }
     profile_at(PROFILE_EMBEDDING);
     floatX* dwpe = m->param_sizes[P_WPE] ? g->base.t[P_WPE] : NULL; /* NULL: rotary positions, no table */
@@ -1503,8 +1582,26 @@ static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* in
         encoder_backward_vocab_shard(g->base.t[P_WTE], dwpe, demb, inputs, host_inputs, tp->rank * Vs, Vs,
                                      B, T, C);
     }
-    if (g->layer_ready) { g->layer_ready(g->ctx, -1); }
+    if (g->layer_ready && !m->split_backward) { g->layer_ready(g->ctx, -1); }
     profile_end();
+}
+
+/* W of the split backward (m->split_backward): after gpt2_backward (B) of the same micro-batch on the same slot, with
+ * the same target g, whatever ran between (other micro-batches' passes on other slots): the weight GEMMs of every
+ * dense block, top layer first, from the operands B left in A_WSTASH; g's layer_ready(l) after layer l's (so a
+ * data-parallel bucket leaves when its layer's gradients are whole) and layer_ready(-1) at the end, as the unsplit
+ * backward calls them. Reads no parameter (ZeRO-3's store is not asked for any). */
+static inline void gpt2_backward_weights(GPT2* m, const GPT2GradTarget* g) {
+    if (!m->split_backward) { FATAL("internal: gpt2_backward_weights without the split backward"); }
+    int N = m->B * m->T;
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        GPT2WgradOp op[GPT2_WG_OPS];
+        for (int k = gpt2_wgrad_ops(m, l, op); k < GPT2_WG_OPS; k++) {
+            matmul_backward_weight(gpt2_param_grad(m, g, op[k].param, l), op[k].dout, op[k].inp, N, op[k].Cin, op[k].OC);
+        }
+        if (g->layer_ready) { g->layer_ready(g->ctx, l); }
+    }
+    if (g->layer_ready) { g->layer_ready(g->ctx, -1); }
 }
 
 /* ============================================================ AdamW over a range */

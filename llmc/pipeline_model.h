@@ -535,7 +535,8 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
             }
             GPT2Stage cs = gpt2_chunk_stage(&st, k);
             size_t counts[NUM_ACTIVATION_TENSORS];
-            gpt2_activation_sizes(counts, c, pl->B, pl->T, pl->recompute, pl->recompute_every, &pl->model->tp, &cs);
+            gpt2_activation_sizes(counts, c, pl->B, pl->T, pl->recompute, pl->recompute_every, &pl->model->tp, &cs,
+                                  pl->model->split_backward);
             acts += gpt2_activation_layout(counts, NULL) * (size_t)ns;
             slots += ns;
         }

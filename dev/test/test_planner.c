@@ -225,7 +225,7 @@ static void check_ledger_rules(void) {
         TensorParallel tp1 = tensor_parallel_none();
         GPT2Stage whole = gpt2_stage_whole(&h.cfg);
         size_t counts[NUM_ACTIVATION_TENSORS], want2, want4;
-        gpt2_activation_sizes(counts, &h.cfg, h.layout.B, h.layout.T, 0, 1, &tp1, &whole);
+        gpt2_activation_sizes(counts, &h.cfg, h.layout.B, h.layout.T, 0, 1, &tp1, &whole, 0);
         counts[A_ATT_STATE] = (size_t)h.cfg.num_layers * h.layout.B * h.layout.T * h.cfg.num_heads; /* flash: B NH T per layer */
         want2 = gpt2_activation_layout_x(counts, NULL, 2);
         want4 = gpt2_activation_layout_x(counts, NULL, 4);

@@ -106,16 +106,36 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
 /* fp32 scratch needed by matmul_backward: none on the CPU (returns 0). */
 static inline size_t matmul_scratch_floats(int N, int C, int OC) { (void)N; (void)C; (void)OC; return 0; }
 
+/* dweight(OC,C) += dout(N,OC)^T @ inp(N,C): matmul_backward's weight gradient alone (llmc/backend.h; W of the split
+ * backward). Deterministic: fixed partitions; rows summed in order. */
+static inline void matmul_backward_weight(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC) {
+#ifdef LLMC_CPU_NAIVE
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        float* dw = dweight + (size_t)o * C;
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + (size_t)n * C;
+            float g = dout[(size_t)n * OC + o];
+            for (int i = 0; i < C; i++) { dw[i] += x[i] * g; }
+        }
+    }
+#else
+    cpu_sgemm_rows(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+#endif
+}
+
 /* Backward of matmul_forward:
  *   if pre_gelu != NULL: dout(N,OC) *= gelu'(pre_gelu) in place (dout is clobbered);
  *   dinp(N,C) = dout @ weight (overwritten; may be NULL to skip);
- *   dweight(OC,C) += dout^T @ inp;  dbias(OC) += sum_n dout[n,:] (if dbias != NULL).
+ *   dweight(OC,C) += dout^T @ inp (NULL: left to matmul_backward_weight);  dbias(OC) += sum_n dout[n,:] (if dbias
+ *   != NULL).
  * scratch unused. Deterministic: fixed partitions; dbias sums rows in order. */
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dout,
                                    const floatX* inp, const floatX* weight, float* scratch,
                                    int N, int C, int OC, const floatX* pre_gelu) {
     (void)scratch;
     if (pre_gelu) { gelu_backward_inplace(dout, pre_gelu, (size_t)N * OC); }
+    if (dweight) { matmul_backward_weight(dweight, dout, inp, N, C, OC); }
 #ifdef LLMC_CPU_NAIVE
     if (dinp) {
         #pragma omp parallel for schedule(static)
@@ -130,21 +150,16 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
             }
         }
     }
-    #pragma omp parallel for schedule(static)
-    for (int o = 0; o < OC; o++) {
-        float* dw = dweight + (size_t)o * C;
-        float bsum = 0.0f;
-        for (int n = 0; n < N; n++) {
-            const float* x = inp + (size_t)n * C;
-            float g = dout[(size_t)n * OC + o];
-            bsum += g;
-            for (int i = 0; i < C; i++) { dw[i] += x[i] * g; }
+    if (dbias) {
+        #pragma omp parallel for schedule(static)
+        for (int o = 0; o < OC; o++) {
+            float bsum = 0.0f;
+            for (int n = 0; n < N; n++) { bsum += dout[(size_t)n * OC + o]; }
+            dbias[o] += bsum;
         }
-        if (dbias) { dbias[o] += bsum; }
     }
 #else
     if (dinp) { cpu_sgemm_rows(0, 0, N, C, OC, dout, OC, weight, C, 0.0f, dinp, C); }
-    cpu_sgemm_rows(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
         #pragma omp parallel if((long)N * OC >= LLMC_CPU_PAR_MIN)
         {

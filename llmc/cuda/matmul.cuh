@@ -11,8 +11,10 @@
  *                   inp(N,C), weight(OC,C), scratch fp32, N, C, OC, pre_gelu(N,OC) or NULL)
  *       with pre_gelu: dout *= gelu'(pre_gelu) in place first (fused into the dbias pass when dbias != NULL);
  *       dbias += column sums of dout (fixed-order two-pass reduction through scratch, no atomics);
- *       dinp = dout @ weight; dweight += dout^T @ inp (cuBLASLt beta = 1).
+ *       dinp = dout @ weight; dweight += dout^T @ inp (cuBLASLt beta = 1; dweight NULL: skipped, for W later).
  *       scratch: matmul_scratch_floats(N, C, OC) floats.
+ *   matmul_backward_weight(dweight(OC,C) +=, dout(N,OC), inp(N,C), N, C, OC)
+ *       the weight GEMM alone: W of the split backward (Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
  *   matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, scratch, N, C, OC, inp_pre_gelu(N,C))
  *       matmul_backward without pre_gelu, except dinp = (dout @ weight) * gelu'(inp_pre_gelu): the MLP's fcproj
  *       backward handing the fc layer d(pre-GELU) (cuBLASLt CUBLASLT_EPILOGUE_DGELU).
@@ -305,6 +307,14 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
     if (pre_gelu) { gelu_forward(out, pre_gelu, (size_t)N * OC); }
 }
 
+/* dweight(OC,C) += dout(N,OC)^T @ inp(N,C): matmul_backward's weight GEMM alone (W of the split backward; the same
+ * cuBLASLt call, so B then W gives matmul_backward's bits) */
+static inline void matmul_backward_weight(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC) {
+    if (N == 0 || OC == 0 || C == 0) { return; }
+    /* dW^T(C,OC) += inp^T(C,N) @ dout(N,OC): B = dout stored (OC,N) col-major, transposed */
+    matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
+}
+
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dout, const floatX* inp,
                                    const floatX* weight, float* scratch, int N, int C, int OC, const floatX* pre_gelu) {
     if (N == 0 || OC == 0 || C == 0) { return; }
@@ -315,8 +325,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     }
     /* dinp^T(C,N) = W(C,OC col-major) @ dout^T(OC,N) */
     matmul_cublaslt(dinp, weight, dout, NULL, NULL, C, N, OC, 0, 0, C, OC, C, 0);
-    /* dW^T(C,OC) += inp^T(C,N) @ dout(N,OC): B = dout stored (OC,N) col-major, transposed */
-    matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
+    if (dweight) { matmul_backward_weight(dweight, dout, inp, N, C, OC); }
 }
 
 /* The fcproj input gradient through GELU (issue 15, item 9b): as matmul_backward(..., pre_gelu = NULL), but dinp is
@@ -335,7 +344,7 @@ static inline void matmul_backward_dgelu(floatX* dinp, floatX* dweight, floatX* 
         matmul_cublaslt(dinp, weight, dout, NULL, NULL, C, N, OC, 0, 0, C, OC, C, 0);
         gelu_backward_inplace(dinp, inp_pre_gelu, (size_t)N * C);
     }
-    matmul_cublaslt(dweight, inp, dout, NULL, NULL, C, OC, N, 0, 1, C, OC, C, 1);
+    if (dweight) { matmul_backward_weight(dweight, dout, inp, N, C, OC); }
 }
 
 #endif /* LLMC_CUDA_MATMUL_CUH */
