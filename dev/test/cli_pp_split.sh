@@ -1,0 +1,74 @@
+# dev/test/cli_pp_split.sh -- the split-backward pipeline schedule zb-h1 (Qi et al. 2023, "Zero Bubble Pipeline
+# Parallelism"; llmc/README.md, "Pipeline parallelism") through the real CLI under mpirun, CPU build (fp32, MPI).
+# Each backward pass is B (input gradients, and the norms', biases' and embedding's) and, later, W (the weight GEMMs
+# from the operands B kept); ZB-H1 runs 1F1B's F and B order and defers W into the cool-down. Every tensor's gradient
+# is then accumulated over the micro-batches in the order 1F1B accumulates it (W in micro-batch order; B's parts as
+# 1F1B's B), and W is the very GEMM 1F1B's backward calls, so zb-h1 trains bit for bit as 1f1b on the same layout:
+# that is the check here, stronger than any tolerance (a W run twice, skipped, run on another slot's operands, or a
+# bucket reduced before its W, changes bits). Model L4:C64:NH4:T48, B 2, T 32, 4 steps.
+#   - pp 2 (m 8 and m 4, with -r 3 too), pp 4 (one layer a stage, m 8), tp 2 x pp 2 x dp 2 ZeRO-1 with sequence
+#     parallelism (W's inputs copied, as the gathered rows do not stay): step records and the model file equal
+#     1f1b's on the same layout byte for byte; pp 2 also against one process within T(4) of dp_lib.sh;
+#   - the memory ledger equals the allocation on every stage (the W operands counted);
+#   - trace.json: per rank m W slices per traced step beside m F and m B;
+#   - a checkpoint resumes bit for bit under zb-h1, and resumed under 1f1b continues bit for bit too;
+#   - -z 2 and -z 3 with zb-h1 are refused with one line (ZeRO-2 reduce-scatters a layer's slot as its backward
+#     ends, before its W).
+source "$(dirname "$0")/dp_lib.sh"
+dp_require_mpi
+M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
+run() { # NAME N args...: 4 steps into $TMP/NAME
+    local name=$1 n=$2; shift 2
+    MPIRUN "$n" timeout 300 $TRAIN "${M[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
+    check $? "$name: $n processes, $*: runs under mpirun (exit 0)"
+}
+T4=$(dp_order_tol 4)
+
+for spec in "a:2:--pp 2 -d 512" "b:2:--pp 2 -d 256" "c:2:--pp 2 -d 512 -r 3" "d:4:--pp 4 -d 512" \
+            "e:8:--tp 2 --pp 2 -z 1 -d 512 --sequence-parallel 1"; do
+    IFS=: read -r name n flags <<< "$spec"
+    # shellcheck disable=SC2086
+    { run "${name}_1f1b" "$n" $flags --pp-schedule 1f1b; run "${name}_zb" "$n" $flags --pp-schedule zb-h1; }
+    out=$(dp_same_training "$TMP/${name}_1f1b" "$TMP/${name}_zb" 4)
+    check $? "$n processes, $flags: zb-h1 trains bit for bit as 1f1b: $out"
+    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/${name}_zb.log")
+    want=$(grep -o -- '--pp [0-9]*' <<< "$flags" | cut -d' ' -f2)
+    test "$stages" -eq "$want"
+    check $? "$n processes, $flags zb-h1: the memory ledger equals the allocation on every stage ($stages of $want)"
+done
+
+$TRAIN "${M[@]}" -d 512 -o "$TMP/one" > "$TMP/one.log" 2>&1
+check $? "reference: one process, 8 micro-batches"
+out=$(dp_compare_logs "$TMP/one/log.jsonl" "$TMP/a_zb/log.jsonl" train loss "$T4" 4 && \
+      dp_compare_logs "$TMP/one/log.jsonl" "$TMP/a_zb/log.jsonl" train grad_norm "$T4" 4 && \
+      dp_compare_models_rms "$TMP/one/model_00000004.bin" "$TMP/a_zb/model_00000004.bin" "$T4")
+check $? "pp 2 zb-h1 vs one process within T(4) = $T4: ${out//$'\n'/; }"
+
+python3 - "$TMP/a_zb/trace.json" 2 8 <<'PY'
+import collections, json, sys
+path, p, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ev = json.load(open(path))["traceEvents"]
+count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "X")
+steps = count[(0, "optimizer")]
+ok = steps >= 1
+for r in range(p):
+    ok &= all(count[(r, c)] == steps * m for c in ("forward", "backward", "weight"))
+print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight", "optimizer")) for r in range(p)])
+sys.exit(0 if ok else 1)
+PY
+check $? "trace.json (pp 2 zb-h1, m 8): every rank has m F, m B and m W slices per traced step"
+
+run cut 2 --pp 2 -d 512 --pp-schedule zb-h1 --exit-after-steps 2
+cp -r "$TMP/cut" "$TMP/cut1f1b"
+MPIRUN 2 $TRAIN "${M[@]}" --pp 2 -d 512 --pp-schedule zb-h1 -o "$TMP/cut" -y 1 > "$TMP/cut2.log" 2>&1 && \
+    grep -q "^resume: continuing from step 2" "$TMP/cut2.log"
+ok=$?
+for f in model_00000004.bin state_00000004_0000{0,1}.bin; do cmp -s "$TMP/a_zb/$f" "$TMP/cut/$f" || ok=1; done
+check $ok "pp 2 zb-h1 resumed at step 2: the final model and both state files equal the straight run's"
+MPIRUN 2 $TRAIN "${M[@]}" --pp 2 -d 512 --pp-schedule 1f1b -o "$TMP/cut1f1b" -y 1 > "$TMP/cut3.log" 2>&1
+out=$(dp_same_training "$TMP/a_zb" "$TMP/cut1f1b" 4)
+check $? "the zb-h1 checkpoint of step 2 resumed under 1f1b equals zb-h1's straight run: $out"
+
+B=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -x 1 -d 256)
+dp_refused 4 "-z 2" "zb-h1 with ZeRO-2" "${B[@]}" --pp 2 -z 2 --pp-schedule zb-h1
+dp_refused 4 "-z 3" "zb-h1 with ZeRO-3" "${B[@]}" --pp 2 -z 3 --pp-schedule zb-h1
