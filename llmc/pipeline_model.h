@@ -322,7 +322,8 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
     pl->gelu_fusion = gelu_fusion;
     for (int k = 0; k < pl->v; k++) { gpt2_loss_sum_reset(pl->chunk[k]); }
     pl->boundary_sent = pl->boundary_recv = 0;
-    PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock};
+    /* no weight callback: the schedules that split the backward into B and W are not wired into the trainer yet */
+    PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock, NULL};
     pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
     pipeline_sum_embedding_grads(pl);
     zero_micro_step(zero, 1, NULL);
@@ -551,10 +552,11 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
            pipe_schedule_name(kind), pl->p, pl->m, pl->v, kind == PIPE_INTERLEAVED ? "v" : "");
 }
 
-/* The schedule trace (--pp-trace-steps): every rank's recorded F, B and transfer events of the first steps, gathered
+/* The schedule trace (--pp-trace-steps): every rank's recorded F, B, W and transfer events of the first steps, gathered
  * to world rank 0, which writes DIR/trace.json in the Chrome trace-event format (one track per rank, times in
  * microseconds from the first recorded step's start on each rank; open it in chrome://tracing or Perfetto). */
-#define PIPELINE_TRACE_OPTIMIZER 6 /* an event kind after PipeActionKind's: the step's reduction, clipping, AdamW */
+/* an event kind after PipeActionKind's: the step's reduction, clipping, AdamW */
+#define PIPELINE_TRACE_OPTIMIZER PIPE_ACTION_KINDS
 typedef struct {
     int steps_left, steps_done, cap, n;
     double* ev;        /* (cap, 7) this rank's events: kind, micro, chunk, n, t0, t1, step */
@@ -605,8 +607,9 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
     memcpy(mine + 1, tr->ev, (size_t)tr->n * 7 * sizeof(double));
     comm_all_reduce_host_f64(world, all, (int)total);
     if (world->rank == 0) {
-        static const char* cat[7] = {"forward", "backward", "send activation", "receive activation", "send gradient",
-                                     "receive gradient", "optimizer"};
+        static const char* cat[PIPE_ACTION_KINDS + 1] = {"forward", "backward", "weight gradient", "send activation",
+                                                         "receive activation", "send gradient", "receive gradient",
+                                                         "optimizer"};
         size_t bufcap = (size_t)W * ((size_t)cap * 200 + 200) + 64, len = 0;
         char* out = (char*)malloc_check(bufcap, "pipeline trace text");
         len += (size_t)snprintf(out + len, bufcap - len, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
@@ -617,7 +620,7 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
             for (int k = 0; k < (int)t[0]; k++) {
                 const double* e = t + 1 + (size_t)k * 7;
                 int kind = (int)e[0];
-                const char* nm = kind == PIPE_F ? "F" : kind == PIPE_B ? "B" : "p2p";
+                const char* nm = kind == PIPE_F ? "F" : kind == PIPE_B ? "B" : kind == PIPE_W ? "W" : "p2p";
                 char name[48];
                 if (kind == PIPELINE_TRACE_OPTIMIZER) { snprintf(name, sizeof(name), "optimizer"); }
                 else { snprintf(name, sizeof(name), "%s%d.%d", nm, (int)e[1], (int)e[2]); }

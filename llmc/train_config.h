@@ -108,6 +108,11 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
         snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
         return 1;
     }
+    if (pipe_schedule_splits(l->schedule)) { /* llmc/pipeline.h builds them; the model's B / W split is wired separately */
+        snprintf(err, cap, "flag --pp-schedule %s: the trainer does not run this schedule yet (its backward split into B "
+                 "and W is not wired); expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
+        return 1;
+    }
     if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > LAYOUT_MAX_STAGES)) {
         snprintf(err, cap, "flag --pp-layers needs --pp-virtual 1 and --pp at most %d", LAYOUT_MAX_STAGES);
         return 1;

@@ -1,15 +1,26 @@
 /*
  * dev/test/mpi_pipe_bubble.c -- the pipeline bubble measured through the real executor (llmc/pipeline.h pipe_run,
  * comm_p2p_batch transfers between the processes, the trainer's measurement pipe_bubble_measured) with stages of
- * equal, known cost: every forward sleeps tf and every backward tb (no computation, so the 2 CPU cores of CI do
- * not distort the costs). Run by dev/test/cli_pp_bubble.sh as `mpirun -np 4 build/mpi_pipe_bubble`.
+ * known cost: every forward sleeps tf, every backward tb and every weight-gradient pass tw (no computation, so the
+ * 2 CPU cores of CI do not distort the costs). Run by dev/test/cli_pp_bubble.sh as `mpirun -np 4
+ * build/mpi_pipe_bubble`.
  *
- * For p = world ranks and m = 8 micro-batches, rank 0 prints one line per check (failure flags all-reduced first):
- *   - gpipe and 1f1b (tf = 10 ms, tb = 20 ms): the measured bubble, the median of 3 steps after a warm-up step, is
- *     within 25% (relative) of (p-1)/(m+p-1) (Narayanan et al. 2021, section 2.2; the 25% covers process wake-up
- *     and message latency, about 1 ms per action here);
- *   - interleaved with v = 2 chunks per rank, each chunk half a stage (tf/2, tb/2): the measured bubble is smaller
- *     than 1f1b's, as (p-1)/(v m+p-1) < (p-1)/(m+p-1) says;
+ * For p = world ranks and m = 8 micro-batches, rank 0 prints a table (schedule, p, m, theory, measured) and one line
+ * per check (failure flags all-reduced first). Every measured bubble is the median of 3 steps after a warm-up step:
+ * the machine is shared and a preempted process only ever lengthens a step, so one disturbed step must not decide
+ * (requiring all three would fail on any preemption; the median needs two of three clean):
+ *   - gpipe and 1f1b (tf = 20 ms, tb = 40 ms): within 25% (relative) of (p-1)/(m+p-1) (Narayanan et al. 2021,
+ *     section 2.2; the 25% covers process wake-up and message latency, about 1 ms per action here);
+ *   - interleaved with v = 2 chunks per rank, each chunk half a stage (tf/2, tb/2): smaller than 1f1b's, as
+ *     (p-1)/(v m+p-1) < (p-1)/(m+p-1) says;
+ *   - the split schedules in a real layer's ratios, F = B = W = u = 10 ms per stage (B and W each cost about a
+ *     forward in a matmul-dominated layer; 1f1b's backward is B + W = 2u), transfers the real small messages: zb-h1
+ *     (F, B, W = u), dualpipev (two chunks of half a stage per rank: u/2 each, the same work per rank) and dualpipe
+ *     (a stage per chunk, one chunk per micro-batch: u each, the same work per rank) within 25% (relative) or 2
+ *     points of their theory (pipe_bubble_table, the DeepSeek-V3 report's Table 2: ZB1P (p-1)(F+B-2W),
+ *     DualPipe (p/2-1)(F&B+B-3W), over the step = work + idle), and zb-h1 and dualpipev below 1f1b's measured bubble
+ *     at the same m (1f1b's run above: tf : tb = 1 : 2 = F : B + W; a bubble share does not depend on the unit, and
+ *     the longer actions there make its overheads relatively smaller, so the comparison is not flattered);
  *   - every step's boundary messages arrived with their sender's values (a transfer paired with the wrong peer or
  *     micro-batch fails).
  */
@@ -18,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
 #include "llmc/utils.h"
 #include "llmc/comm.h"
 #include "llmc/pipeline.h"
@@ -26,7 +38,7 @@
 static Comm g;
 #define MSG 64 /* floats per boundary message */
 typedef struct {
-    double tf, tb;        /* seconds per forward / backward of one chunk */
+    double tf, tb, tw;    /* seconds per forward / backward (input gradient) / weight gradients of one chunk */
     float* buf;           /* (v * max_slots, MSG) one message buffer per activation slot of each chunk */
     int max_slots, v, wrong;
 } Sleeper;
@@ -37,6 +49,7 @@ static void sleep_for(double s) {
 }
 static void fwd(void* ctx, int micro, int chunk, int slot) { (void)micro; (void)chunk; (void)slot; sleep_for(((Sleeper*)ctx)->tf); }
 static void bwd(void* ctx, int micro, int chunk, int slot) { (void)micro; (void)chunk; (void)slot; sleep_for(((Sleeper*)ctx)->tb); }
+static void wgt(void* ctx, int micro, int chunk, int slot) { (void)micro; (void)chunk; (void)slot; sleep_for(((Sleeper*)ctx)->tw); }
 static double clk(void* ctx) { (void)ctx; return wall_seconds(); }
 
 /* a message's contents: who sent it, for which micro-batch and whether it is a gradient */
@@ -69,17 +82,18 @@ static int cmp_double(const void* a, const void* b) {
 }
 
 /* the median bubble of `steps` measured steps (after one warm-up step) of schedule kind */
-static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb, int steps, int* wrong) {
+static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb, double tw, int steps, int* wrong) {
     int p = g.world;
     PipeSchedule sc = pipe_schedule_build(kind, p, m, v);
     int need[64];
+    v = sc.v; /* dualpipev and dualpipe: 2 chunks */
     pipe_slots_needed(&sc, g.rank, need);
     int most = 1;
     for (int k = 0; k < v; k++) { most = need[k] > most ? need[k] : most; }
-    Sleeper sl = {tf, tb, NULL, most, v, 0};
+    Sleeper sl = {tf, tb, tw, NULL, most, v, 0};
     sl.buf = (float*)calloc_check((size_t)v * most * MSG * 2, sizeof(float), "messages");
     PipeSlots ps = pipe_slots_alloc(m, v, most);
-    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk};
+    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk, wgt};
     PipeTimeline tl;
     memset(&tl, 0, sizeof(tl));
     double b[16];
@@ -102,6 +116,12 @@ static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb,
     return b[steps / 2];
 }
 
+/* the theory of a split schedule: pipe_bubble_table's idle over the step (work + idle), f, b, w one chunk's costs */
+static double split_theory(PipeScheduleKind kind, int p, int m, double f, double b, double w) {
+    double idle = pipe_bubble_table(kind, p, f, b, w, f + b + w), work = pipe_work_time(kind, p, m, 1, f, b, w);
+    return idle / (work + idle);
+}
+
 int main(int argc, char** argv) {
     comm_init(&g, &argc, &argv, "", 60.0);
     mpi_checks.comm = &g;
@@ -111,17 +131,25 @@ int main(int argc, char** argv) {
         comm_finalize(&g);
         return 1;
     }
-    const double tf = 0.020, tb = 0.040;
-    double gp = measure(PIPE_GPIPE, m, 1, tf, tb, 3, &wrong);
-    double of = measure(PIPE_1F1B, m, 1, tf, tb, 3, &wrong);
-    double il = measure(PIPE_INTERLEAVED, m, 2, tf / 2, tb / 2, 3, &wrong);
+    const double tf = 0.020, tb = 0.040, u = 0.010;
+    double gp = measure(PIPE_GPIPE, m, 1, tf, tb, 0, 3, &wrong);
+    double of = measure(PIPE_1F1B, m, 1, tf, tb, 0, 3, &wrong);
+    double il = measure(PIPE_INTERLEAVED, m, 2, tf / 2, tb / 2, 0, 3, &wrong);
+    double zb = measure(PIPE_ZBH1, m, 1, u, u, u, 3, &wrong);
+    double dv = measure(PIPE_DUALPIPEV, m, 1, u / 2, u / 2, u / 2, 3, &wrong);
+    int even = p % 2 == 0;
+    double dp = even ? measure(PIPE_DUALPIPE, m, 1, u, u, u, 3, &wrong) : 0.0;
     double th = pipe_bubble_theory(PIPE_1F1B, p, m, 1), thi = pipe_bubble_theory(PIPE_INTERLEAVED, p, m, 2);
+    double thz = split_theory(PIPE_ZBH1, p, m, u, u, u), thv = split_theory(PIPE_DUALPIPEV, p, m, u / 2, u / 2, u / 2);
+    double thd = even ? split_theory(PIPE_DUALPIPE, p, m, u, u, u) : 0.0;
     if (g.rank == 0) {
-        printf("# schedule     p  m  v  theory  measured (median of 3 steps; F %.0f ms, B %.0f ms per stage)\n",
-               tf * 1e3, tb * 1e3);
-        printf("# gpipe        %d  %d  1  %5.1f%%  %5.1f%%\n", p, m, 100 * th, 100 * gp);
-        printf("# 1f1b         %d  %d  1  %5.1f%%  %5.1f%%\n", p, m, 100 * th, 100 * of);
-        printf("# interleaved  %d  %d  2  %5.1f%%  %5.1f%%\n", p, m, 100 * thi, 100 * il);
+        printf("# schedule     p  m  v  theory  measured (median of 3 steps)  costs per chunk\n");
+        printf("# gpipe        %d  %d  1  %5.1f%%  %5.1f%%  F %.0f ms, B %.0f ms\n", p, m, 100 * th, 100 * gp, tf * 1e3, tb * 1e3);
+        printf("# 1f1b         %d  %d  1  %5.1f%%  %5.1f%%  F %.0f ms, B %.0f ms\n", p, m, 100 * th, 100 * of, tf * 1e3, tb * 1e3);
+        printf("# interleaved  %d  %d  2  %5.1f%%  %5.1f%%  F %.0f ms, B %.0f ms\n", p, m, 100 * thi, 100 * il, tf * 5e2, tb * 5e2);
+        printf("# zb-h1        %d  %d  1  %5.1f%%  %5.1f%%  F, B, W %.0f ms\n", p, m, 100 * thz, 100 * zb, u * 1e3);
+        printf("# dualpipev    %d  %d  2  %5.1f%%  %5.1f%%  F, B, W %.0f ms (two half stages per rank)\n", p, m, 100 * thv, 100 * dv, u * 5e2);
+        if (even) { printf("# dualpipe     %d  %d  2  %5.1f%%  %5.1f%%  F, B, W %.0f ms (two copies, one chunk per micro-batch)\n", p, m, 100 * thd, 100 * dp, u * 1e3); }
     }
     check_all(gp > 0.75 * th && gp < 1.25 * th, "gpipe at p %d, m %d: measured bubble %.1f%% within 25%% of "
               "(p-1)/(m+p-1) = %.1f%%", p, m, 100 * gp, 100 * th);
@@ -129,6 +157,15 @@ int main(int argc, char** argv) {
               "(p-1)/(m+p-1) = %.1f%%", p, m, 100 * of, 100 * th);
     check_all(il < of, "interleaved (v = 2) at p %d, m %d: measured bubble %.1f%% below 1f1b's %.1f%% (theory %.1f%%)",
               p, m, 100 * il, 100 * of, 100 * thi);
+#define NEAR(x, t) (fabs((x) - (t)) <= 0.25 * (t) || fabs((x) - (t)) <= 0.02)
+    check_all(NEAR(zb, thz), "zb-h1 at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 points of "
+              "(p-1)(F+B-W) over the step = %.1f%%", p, m, 100 * zb, 100 * thz);
+    check_all(NEAR(dv, thv), "dualpipev at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 points of "
+              "(p-1)(F&B+B-2W) over the step = %.1f%%", p, m, 100 * dv, 100 * thv);
+    check_all(!even || NEAR(dp, thd), "dualpipe at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 "
+              "points of (p/2-1)(F&B+B-2W) over the step = %.1f%%", p, m, 100 * dp, 100 * thd);
+    check_all(zb < of && dv < of, "zb-h1 (%.1f%%) and dualpipev (%.1f%%) below 1f1b (%.1f%%) at p %d, m %d, the same "
+              "cost ratio (1f1b's backward = B + W)", 100 * zb, 100 * dv, 100 * of, p, m);
     check_all(wrong == 0, "every boundary message came from the expected stage for the expected micro-batch (%d wrong)",
               wrong);
     int rc = mpi_check_summary();

@@ -1,11 +1,19 @@
 /* dev/test/test_pipeline.c -- the pipeline schedules of llmc/pipeline.h on the simulator: for p <= 8 ranks and
- * m <= 32 micro-batches, gpipe, 1f1b and interleaved (v = 2, 3) are deadlock-free, every (micro-batch, chunk) gets
- * one forward and one backward on every rank, and the peak number of live activation sets of each rank equals the
- * formula (gpipe m*v; 1f1b min(m, p - s); interleaved min(m v, 2 (p - s - 1) + (v - 1) p + 1)); deliberately
- * broken schedules are rejected: a backward before its forward, transfers reordered into a deadlock, a missing
- * backward; impossible parameters are refused by the generator (checked by the trainer's CLI tests). */
+ * m <= 32 micro-batches, gpipe, 1f1b, interleaved (v = 2, 3), zb-h1, dualpipev and dualpipe (even p) are
+ * deadlock-free, every (micro-batch, chunk) cell that exists gets one forward, one backward and, for the schedules
+ * that split the backward, one W (after its B, after its F), and the peak number of live activation sets of each
+ * rank (F to B, or to W) equals the formula (gpipe m*v; 1f1b min(m, p - s); interleaved min(m v, 2 (p - s - 1) +
+ * (v - 1) p + 1); zb-h1 p; dualpipev 2p + 1; dualpipe p + 1); the timed simulator with F = B = W = 1 gives every rank
+ * of the split schedules the idle time of the DeepSeek-V3 report's Table 2 (pipe_bubble_table); the executor
+ * (pipe_run, no-op callbacks) runs every rank's list within pipe_slots_needed slots, B and W on F's slot, a local
+ * hand-over's source slot still held; deliberately broken schedules are rejected: a backward before its forward,
+ * transfers reordered into a deadlock, a missing backward, a W before its B, a missing W, a W in a schedule that
+ * does not split, a transfer across dualpipev's local hand-over, a cell dualpipe's micro-batch does not visit;
+ * impossible parameters are refused by the generator with one line naming the flag (checked in a child process). */
 #include "llmc/pipeline.h"
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "dev/test/testing.h"
 
 static int schedule_ok(PipeScheduleKind kind, int p, int m, int v, char* why, size_t cap) {
@@ -25,26 +33,131 @@ static int schedule_ok(PipeScheduleKind kind, int p, int m, int v, char* why, si
     return ok;
 }
 
+/* the layouts of p <= 8, m <= 32 (v = 2, 3 for interleaved, 1 otherwise) that `kind` allows */
+static int layout_allowed(int kind, int p, int m, int v) {
+    if ((kind == PIPE_INTERLEAVED) != (v > 1)) { return 0; }
+    if (m < pipe_schedule_min_micro((PipeScheduleKind)kind, p)) { return 0; }
+    if (kind == PIPE_INTERLEAVED && (m % p != 0 || p < 2)) { return 0; }
+    if (kind == PIPE_DUALPIPE && (p % 2 != 0 || m % 2 != 0)) { return 0; }
+    return 1;
+}
+
 static void test_all_schedules(void) {
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < PIPE_SCHEDULE_KINDS; kind++) {
         int tried = 0, passed = 0;
         char why[512] = "";
         for (int p = 1; p <= 8; p++) {
             for (int m = 1; m <= 32; m++) {
                 for (int v = 1; v <= 3; v++) {
-                    if ((kind == PIPE_INTERLEAVED) != (v > 1)) { continue; }
-                    if (kind != PIPE_GPIPE && m < p) { continue; }
-                    if (kind == PIPE_INTERLEAVED && (m % p != 0 || p < 2)) { continue; }
+                    if (!layout_allowed(kind, p, m, v)) { continue; }
                     tried++;
                     char w[512];
                     if (schedule_ok((PipeScheduleKind)kind, p, m, v, w, sizeof(w))) { passed++; } else if (!why[0]) { strcpy(why, w); }
                 }
             }
         }
-        TEST_CHECK(passed == tried && tried > 0, "%s: %d of %d layouts (p <= 8, m <= 32%s) deadlock-free, complete, peak "
+        TEST_CHECK(passed == tried && tried > 0, "%s: %d of %d layouts (p <= 8, m <= 32%s) deadlock-free, complete%s, peak "
                    "live activations = formula%s%s", pipe_schedule_name((PipeScheduleKind)kind), passed, tried,
-                   kind == PIPE_INTERLEAVED ? ", v = 2, 3" : "", why[0] ? "; first failure: " : "", why);
+                   kind == PIPE_INTERLEAVED ? ", v = 2, 3" : kind == PIPE_DUALPIPE ? ", even p and m" : "",
+                   pipe_schedule_splits((PipeScheduleKind)kind) ? " (F, B, W once per cell, W after B)" : "",
+                   why[0] ? "; first failure: " : "", why);
     }
+}
+
+/* the timed simulator against pipe_bubble_table: with F = B = W = 1 and free transfers every rank of a split schedule
+ * idles exactly the table's time per step */
+static void test_bubble_table(void) {
+    const double unit[4] = {1.0, 1.0, 1.0, 0.0};
+    for (int kind = PIPE_ZBH1; kind <= PIPE_DUALPIPE; kind++) {
+        int tried = 0, passed = 0;
+        char why[256] = "";
+        for (int p = 1; p <= 8; p++) {
+            for (int m = 1; m <= 32; m++) {
+                if (!layout_allowed(kind, p, m, 1)) { continue; }
+                PipeSchedule sc = pipe_schedule_build((PipeScheduleKind)kind, p, m, 1);
+                PipeSimResult r = pipe_simulate_costs(&sc, unit);
+                double want = pipe_bubble_table((PipeScheduleKind)kind, p, 1.0, 1.0, 1.0, 3.0);
+                int ok = r.ok;
+                for (int s = 0; s < p; s++) {
+                    double idle = r.makespan - r.busy[s];
+                    if (fabs(idle - want) > 1e-9 || fabs(r.busy[s] - pipe_work_time((PipeScheduleKind)kind, p, m, 1, 1, 1, 1)) > 1e-9) {
+                        if (ok && !why[0]) { snprintf(why, sizeof(why), "p=%d m=%d rank %d: idle %.1f, table %.1f", p, m, s, idle, want); }
+                        ok = 0;
+                    }
+                }
+                tried++;
+                passed += ok;
+                pipe_schedule_free(&sc);
+            }
+        }
+        const char* formula = kind == PIPE_ZBH1 ? "(p-1)(F+B-W)" : kind == PIPE_DUALPIPEV ? "(p-1)(F&B+B-2W)" : "(p/2-1)(F&B+B-2W)";
+        TEST_CHECK(passed == tried && tried > 0, "%s: timed simulation (F = B = W = 1, free transfers) idles %s on every "
+                   "rank in %d of %d layouts%s%s", pipe_schedule_name((PipeScheduleKind)kind), formula, passed, tried,
+                   why[0] ? "; first failure: " : "", why);
+    }
+}
+
+/* an executor that runs no model: checks what pipe_run hands it (B and W of a cell on its F's slot; a local
+ * hand-over's source cell still holding its slot when its consumer runs) */
+typedef struct {
+    const PipeSchedule* sc;
+    PipeSlots* ps;
+    int s, bad;
+    int* slot_of;     /* (m*v) the slot F gave each cell */
+} CheckExec;
+
+static void chk_forward(void* ctx, int micro, int chunk, int slot) {
+    CheckExec* e = (CheckExec*)ctx;
+    e->slot_of[micro * e->sc->v + chunk] = slot;
+    int src;
+    if (pipe_local_input(e->sc, e->s, micro, chunk, &src) && pipe_slot_get(e->ps, micro, src, 0) < 0) { e->bad++; }
+}
+static void chk_backward(void* ctx, int micro, int chunk, int slot) {
+    CheckExec* e = (CheckExec*)ctx;
+    if (e->slot_of[micro * e->sc->v + chunk] != slot) { e->bad++; }
+    int r, c; /* the gradient of a local hand-over: the next chunk's cell must still hold its slot */
+    if (pipe_next_of(e->sc, e->s, micro, chunk, &r, &c) && r == e->s && pipe_slot_get(e->ps, micro, c, 0) < 0) { e->bad++; }
+}
+static void chk_weight(void* ctx, int micro, int chunk, int slot) {
+    CheckExec* e = (CheckExec*)ctx;
+    if (e->slot_of[micro * e->sc->v + chunk] != slot) { e->bad++; }
+}
+static void chk_transfer(void* ctx, const PipeTransfer* t, int n) { (void)ctx; (void)t; (void)n; }
+
+static void test_executor_slots(void) {
+    int tried = 0, passed = 0;
+    char why[256] = "";
+    for (int kind = 0; kind < PIPE_SCHEDULE_KINDS; kind++) {
+        for (int p = 1; p <= 8; p++) {
+            for (int m = 1; m <= 32; m += 3) {
+                int v = kind == PIPE_INTERLEAVED ? 2 : 1;
+                if (!layout_allowed(kind, p, m, v)) { continue; }
+                PipeSchedule sc = pipe_schedule_build((PipeScheduleKind)kind, p, m, v);
+                for (int s = 0; s < p; s++) {
+                    int need[8], most = 1;
+                    pipe_slots_needed(&sc, s, need);
+                    for (int c = 0; c < sc.v; c++) { most = need[c] > most ? need[c] : most; }
+                    PipeSlots ps = pipe_slots_alloc(m, sc.v, most);
+                    int* slot_of = (int*)calloc((size_t)m * sc.v, sizeof(int));
+                    CheckExec e = {&sc, &ps, s, 0, slot_of};
+                    PipeExecutor ex = {&e, chk_forward, chk_backward, chk_transfer, NULL, chk_weight};
+                    pipe_run(&sc, s, &ex, &ps, NULL); /* FATAL if a chunk runs out of its slots */
+                    int held = 0;
+                    for (int c = 0; c < sc.v; c++) { held += ps.held[c]; }
+                    tried++;
+                    if (e.bad == 0 && held == 0) { passed++; }
+                    else if (!why[0]) { snprintf(why, sizeof(why), "%s p=%d m=%d rank %d: %d wrong slots, %d held at the end",
+                                                 pipe_schedule_name((PipeScheduleKind)kind), p, m, s, e.bad, held); }
+                    free(slot_of);
+                    pipe_slots_free(&ps);
+                }
+                pipe_schedule_free(&sc);
+            }
+        }
+    }
+    TEST_CHECK(passed == tried && tried > 0, "executor: %d of %d ranks (every schedule, p <= 8, m = 1, 4, .., 31) run "
+               "within pipe_slots_needed slots, B and W on F's slot, a local hand-over's source slot held, every slot "
+               "given back%s%s", passed, tried, why[0] ? "; first failure: " : "", why);
 }
 
 /* a copy of rank s's action list with actions a and b swapped */
@@ -88,6 +201,103 @@ static void test_broken_schedules(void) {
     TEST_CHECK(!r.ok && strstr(r.error, "missing"), "a missing backward is rejected: %s", r.error);
     sc.count[0]++;
     pipe_schedule_free(&sc);
+    /* zb-h1, p = 2, m = 4: on rank 1 the first W moved before its B */
+    sc = pipe_schedule_build(PIPE_ZBH1, 2, 4, 1);
+    int w = -1;
+    b = -1;
+    for (int k = 0; k < sc.count[1]; k++) {
+        if (sc.act[1][k].kind == PIPE_W && w < 0) { w = k; }
+    }
+    for (int k = 0; k < sc.count[1]; k++) {
+        if (sc.act[1][k].kind == PIPE_B && sc.act[1][k].micro == sc.act[1][w].micro) { b = k; }
+    }
+    swap_actions(&sc, 1, b, w);
+    r = pipe_simulate(&sc);
+    TEST_CHECK(!r.ok && strstr(r.error, "W(0,0) before its B"), "a W before its B is rejected: %s", r.error);
+    swap_actions(&sc, 1, b, w);
+    r = pipe_simulate(&sc);
+    TEST_CHECK(r.ok, "the same list in its order runs (%s)", r.ok ? "ok" : r.error);
+    /* the last W of rank 0 dropped */
+    sc.count[0]--;
+    r = pipe_simulate(&sc);
+    TEST_CHECK(!r.ok && strstr(r.error, "weight gradient (W) missing"), "a missing W is rejected: %s", r.error);
+    sc.count[0]++;
+    /* the same list as a schedule that does not split its backward */
+    sc.split = 0;
+    r = pipe_simulate(&sc);
+    TEST_CHECK(!r.ok && strstr(r.error, "does not split"), "a W in a schedule without the B / W split is rejected: %s",
+               r.error);
+    pipe_schedule_free(&sc);
+    /* dualpipev, p = 2, m = 4: rank 1's first F of chunk 1 preceded by a receive (its input is local) */
+    sc = pipe_schedule_build(PIPE_DUALPIPEV, 2, 4, 1);
+    for (int k = 0; k < sc.count[1]; k++) {
+        if (sc.act[1][k].kind == PIPE_F && sc.act[1][k].chunk == 1) {
+            sc.act[1][k].kind = PIPE_RECV_ACT;
+            sc.act[1][k].group = 1 << 20;
+            break;
+        }
+    }
+    r = pipe_simulate(&sc);
+    TEST_CHECK(!r.ok && strstr(r.error, "local hand-over"), "a transfer across dualpipev's local hand-over is rejected: %s",
+               r.error);
+    pipe_schedule_free(&sc);
+    /* dualpipe, p = 2, m = 4: micro-batch 0 (down) given a forward on chunk 1 (up) */
+    sc = pipe_schedule_build(PIPE_DUALPIPE, 2, 4, 1);
+    for (int k = 0; k < sc.count[0]; k++) {
+        if (sc.act[0][k].kind == PIPE_F && sc.act[0][k].micro == 0) { sc.act[0][k].chunk = 1; break; }
+    }
+    r = pipe_simulate(&sc);
+    TEST_CHECK(!r.ok && strstr(r.error, "does not visit"), "a cell a dualpipe micro-batch does not visit is rejected: %s",
+               r.error);
+    pipe_schedule_free(&sc);
+}
+
+/* pipe_schedule_build in a child: its exit status and first line on stderr */
+static int build_refused(PipeScheduleKind kind, int p, int m, int v, char* line, size_t cap) {
+    int fd[2];
+    line[0] = 0;
+    if (pipe(fd) != 0) { return 0; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        PipeSchedule sc = pipe_schedule_build(kind, p, m, v);
+        pipe_schedule_free(&sc);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = read(fd[0], line + n, cap - 1 - n)) > 0) { n += (size_t)got; }
+    line[n] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char* nl = strchr(line, '\n');
+    int lines = nl && nl[1] == 0;
+    if (nl) { *nl = 0; }
+    return WIFEXITED(status) && WEXITSTATUS(status) != 0 && lines;
+}
+
+static void test_refusals(void) {
+    struct { PipeScheduleKind kind; int p, m, v; const char* flag; const char* what; } cases[] = {
+        {PIPE_DUALPIPE, 3, 6, 1, "--pp", "dualpipe with an odd --pp"},
+        {PIPE_DUALPIPE, 2, 5, 1, "-d", "dualpipe with an odd m"},
+        {PIPE_DUALPIPE, 4, 6, 1, "-d", "dualpipe with m < 2p"},
+        {PIPE_DUALPIPEV, 4, 7, 1, "-d", "dualpipev with m < 2p"},
+        {PIPE_ZBH1, 4, 3, 1, "-d", "zb-h1 with m < p"},
+        {PIPE_ZBH1, 2, 4, 2, "--pp-virtual", "zb-h1 with --pp-virtual 2"},
+        {PIPE_DUALPIPEV, 2, 4, 2, "--pp-virtual", "dualpipev with --pp-virtual 2"},
+        {PIPE_DUALPIPE, 2, 4, 2, "--pp-virtual", "dualpipe with --pp-virtual 2"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char line[512];
+        int ok = build_refused(cases[k].kind, cases[k].p, cases[k].m, cases[k].v, line, sizeof(line));
+        TEST_CHECK(ok && strstr(line, cases[k].flag) && strstr(line, pipe_schedule_name(cases[k].kind)),
+                   "%s (p %d, m %d, v %d) refused in one line naming %s: %s", cases[k].what, cases[k].p, cases[k].m,
+                   cases[k].v, cases[k].flag, line);
+    }
 }
 
 static void test_bubble_formulas(void) {
@@ -96,9 +306,38 @@ static void test_bubble_formulas(void) {
                "bubble (p-1)/(m+p-1) = 3/11 at p 4, m 8; interleaved (p-1)/(v m+p-1) = 3/19 at v 2");
 }
 
+/* the DeepSeek-V3 report's Table 2 (b the input gradient, w the weight gradients: the report's B is b + w) */
+static void test_bubble_table_formulas(void) {
+    double f = 1.0, b = 0.8, w = 0.6, fb = 2.1; /* an overlapped pair shorter than f + b + w */
+    int p = 8;
+    TEST_CHECK(fabs(pipe_bubble_table(PIPE_1F1B, p, f, b, w, fb) - 7 * (f + b + w)) < 1e-12 &&
+               fabs(pipe_bubble_table(PIPE_ZBH1, p, f, b, w, fb) - 7 * (f + (b + w) - 2 * w)) < 1e-12 &&
+               fabs(pipe_bubble_table(PIPE_DUALPIPE, p, f, b, w, fb) - 3 * (fb + (b + w) - 3 * w)) < 1e-12 &&
+               fabs(pipe_bubble_table(PIPE_DUALPIPEV, p / 2, f, b, w, fb) - 3 * (fb + (b + w) - 3 * w)) < 1e-12,
+               "Table 2 at PP = 8: 1F1B (PP-1)(F+B), ZB1P (PP-1)(F+B-2W), DualPipe (PP/2-1)(F&B+B-3W), DualPipeV the same "
+               "on PP/2 ranks (B = the full backward)");
+    TEST_CHECK(pipe_schedule_param_copies(PIPE_1F1B) == 1 && pipe_schedule_param_copies(PIPE_ZBH1) == 1 &&
+               pipe_schedule_param_copies(PIPE_DUALPIPE) == 2 && pipe_schedule_param_copies(PIPE_DUALPIPEV) == 1 &&
+               pipe_activation_table(PIPE_1F1B, 8) == 8 && pipe_activation_table(PIPE_ZBH1, 8) == 8 &&
+               pipe_activation_table(PIPE_DUALPIPE, 8) == 9 && pipe_activation_table(PIPE_DUALPIPEV, 4) == 9,
+               "parameter copies 1, 1, 2 (dualpipev 1) and activations PP, PP, PP + 1 per rank");
+    int ok = 1;
+    for (int p = 2; p <= 8; p += 2) { /* the table's activation memory is the simulator's peak (pipe_peak_theory) */
+        ok &= pipe_peak_theory(PIPE_ZBH1, p, 2 * p, 1, 0) == pipe_activation_table(PIPE_ZBH1, p);
+        ok &= pipe_peak_theory(PIPE_DUALPIPE, p, 2 * p, 1, 0) == pipe_activation_table(PIPE_DUALPIPE, p);
+        ok &= pipe_peak_theory(PIPE_DUALPIPEV, p, 2 * p, 1, 0) == pipe_activation_table(PIPE_DUALPIPEV, p);
+    }
+    TEST_CHECK(ok, "the simulator's peak live activation sets (one set = a micro-batch on one stage) equal the table's "
+               "activation memory: zb-h1 p, dualpipe p + 1, dualpipev 2p + 1 (PP + 1, PP = 2p stages)");
+}
+
 int main(void) {
     test_all_schedules();
     test_broken_schedules();
+    test_bubble_table();
+    test_executor_slots();
+    test_refusals();
     test_bubble_formulas();
+    test_bubble_table_formulas();
     return testing_finish();
 }
