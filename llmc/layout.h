@@ -286,11 +286,18 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
         return layout_say(LAYOUT_INVALID, err, cap, "flag --pp-layers needs --pp-virtual 1 and --pp at most 64");
     }
     if (l->pp == 1) { return LAYOUT_BUILDABLE; }
+    if (pipe_schedule_splits(l->schedule) && l->zero >= 2) {
+        snprintf(err, cap, "flag -z %d with --pp-schedule %s: ZeRO-%d reduce-scatters each layer's gradients as its "
+                 "backward pass ends, through two reused layer slots, but %s forms the weight gradients in a later W "
+                 "pass; use -z 1 or -z 0, or --pp-schedule 1f1b", l->zero, sched, l->zero, sched);
+        return LAYOUT_INVALID;
+    }
     long long tokens_per_micro = (long long)l->B * l->T * l->dp;
-    if (l->schedule != PIPE_GPIPE && l->m < l->pp) {
+    int least = pipe_schedule_min_micro(l->schedule, l->pp);
+    if (l->m < least) {
         snprintf(err, cap, "flag --pp %d with %d micro-batches per step (the gradient-accumulation steps of -d): the %s "
-                 "schedule needs at least %d micro-batches; pass -d %lld (pp x B x T x data-parallel size) or more",
-                 l->pp, l->m, sched, l->pp, tokens_per_micro * l->pp);
+                 "schedule needs at least %d micro-batches; pass -d %lld (%d x B x T x data-parallel size) or more",
+                 l->pp, l->m, sched, least, tokens_per_micro * least, least);
         return LAYOUT_INVALID;
     }
     if (l->v > 1 && l->m % l->pp != 0) {

@@ -246,7 +246,8 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
         GPT2Stage cs = gpt2_chunk_stage(&st, k);
         size_t counts[NUM_ACTIVATION_TENSORS];
         int every = l->layout.recompute_every > 0 ? l->layout.recompute_every : 1;
-        gpt2_activation_sizes(counts, c, l->layout.B, l->layout.T, l->layout.recompute, every, &tp, &cs, 0);
+        gpt2_activation_sizes(counts, c, l->layout.B, l->layout.T, l->layout.recompute, every, &tp, &cs,
+                              l->layout.pp > 1 && pipe_schedule_splits(l->layout.schedule));
         if (l->flash) { /* per layer entry: B NH/tp T floats */
             size_t entries = (size_t)gpt2_recompute_window(l->layout.recompute, every, gpt2_stage_layers(&cs));
             counts[A_ATT_STATE] = entries * BT * (size_t)(c->num_heads / l->layout.tp);

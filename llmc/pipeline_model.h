@@ -16,8 +16,10 @@
  * Activation memory: each model chunk keeps pipe_slots_needed activation tables (GPipe m, 1F1B at most p - s + 1).
  * Precision: the boundary tensors are floatX, sent as they are, so a pipeline run computes the same per-layer
  * values as one process; only the order of the gradient sums over micro-batches of the tied wte differs.
- * ZeRO: stages 0 and 1 (the full gradient buffer); ZeRO-2's reused layer slots assume one backward per layer per
- * micro-step and are refused with pipelines by the trainer.
+ * ZeRO: stages 0 to 3 (llmc/README.md, "Pipeline parallelism"); under a split-backward schedule (zb-h1) 0 and 1 only:
+ * ZeRO-2's reused layer slots are reduce-scattered as each backward pass ends, before its W. Split backward: each
+ * chunk model's split_backward is set from the schedule, B runs gpt2_backward and W gpt2_backward_weights on the
+ * same slot (pipeline_weight_cb), the store's hooks fire from W.
  * Errors: layout errors are reported by the trainer's checks (one line); internal misuse FATALs.
  */
 #ifndef LLMC_PIPELINE_MODEL_H
@@ -68,6 +70,7 @@ struct Pipeline {
     double opt_t0, opt_t1;          /* the optimizer step after the schedule (clock seconds; set by the trainer) */
     unsigned long long boundary_sent, boundary_recv; /* bytes of boundary activations / gradients this step */
     int last_slot[GPT2_MAX_CHUNKS]; /* the activation slot of each chunk's forward of the step's last micro-batch */
+    int last_micro[GPT2_MAX_CHUNKS]; /* the micro-batch of each chunk's last gradient pass (pipeline_last_backward) */
 };
 
 /* the model chunk that holds the head (the loss): the last chunk of the last stage; NULL elsewhere */
@@ -137,10 +140,19 @@ static inline void pipeline_backward_cb(void* ctx, int micro, int k, int slot) {
     Pipeline* pl = (Pipeline*)ctx;
     GPT2* m = pl->chunk[k];
     gpt2_use_slot(m, slot);
-    zero_micro_step(pl->zero, micro == pl->m - 1, NULL); /* a chunk's last backward issues its gradient buckets */
+    zero_micro_step(pl->zero, micro == pl->last_micro[k], NULL); /* a chunk's last backward issues its buckets */
     const GPT2GradTarget* g = pipeline_chunk_target(pl, k);
     const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
     gpt2_backward(m, g, tok, pl->host_inputs + (size_t)micro * pl->B * pl->T, pl->B, pl->T);
+}
+/* W of (micro, chunk k) under a split schedule: the weight GEMMs from the operands its B left in the slot; the
+ * store's hooks fire here (a data-parallel bucket leaves once W has made its layer's gradients whole) */
+static inline void pipeline_weight_cb(void* ctx, int micro, int k, int slot) {
+    Pipeline* pl = (Pipeline*)ctx;
+    GPT2* m = pl->chunk[k];
+    gpt2_use_slot(m, slot);
+    zero_micro_step(pl->zero, micro == pl->last_micro[k], NULL); /* the chunk's last W issues its buckets */
+    gpt2_backward_weights(m, pipeline_chunk_target(pl, k));
 }
 
 /* the boundary rows of activation slot `slot` of chunk k: the input, the output, the gradient buffer */
@@ -213,6 +225,16 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
     return v;
 }
 
+/* The data-parallel buckets of a chunk leave with its last gradient pass of the step (B, or W under a split
+ * schedule): last[c] = the micro-batch of chunk c's last such pass on rank s (-1: none) */
+static inline void pipeline_last_backward(const PipeSchedule* sc, int s, int* last) {
+    PipeActionKind kind = sc->split ? PIPE_W : PIPE_B;
+    for (int c = 0; c < sc->v; c++) { last[c] = -1; }
+    for (int a = 0; a < sc->count[s]; a++) {
+        if (sc->act[s][a].kind == kind) { last[sc->act[s][a].chunk] = sc->act[s][a].micro; }
+    }
+}
+
 /* Sets up rank pl->pp->rank's part of the pipeline over `model` (allocated with this rank's stage, shard_stage_of of
  * layout l; its ZeRO store initialised, so that the parameter buffer no longer moves): l's schedule for its m
  * micro-batches and v chunks, the chunk views, each chunk's activation slots for micro-batches (B,T) with l's
@@ -227,7 +249,9 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
     pl->pp = pp;
     pl->model = model;
     pl->sched = pipe_schedule_build(kind, pl->p, m, v);
+    pipeline_last_backward(&pl->sched, pl->rank, pl->last_micro);
     pipe_slots_needed(&pl->sched, pl->rank, pl->need);
+    model->split_backward = pl->sched.split; /* B and W apart: the slots keep W's operands (A_WSTASH) */
     int most = 0;
     for (int k = 0; k < v; k++) {
         pl->chunk[k] = model;
@@ -322,8 +346,8 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
     pl->gelu_fusion = gelu_fusion;
     for (int k = 0; k < pl->v; k++) { gpt2_loss_sum_reset(pl->chunk[k]); }
     pl->boundary_sent = pl->boundary_recv = 0;
-    /* no weight callback: the schedules that split the backward into B and W are not wired into the trainer yet */
-    PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock, NULL};
+    PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock,
+                       pipeline_weight_cb};
     pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
     pipeline_sum_embedding_grads(pl);
     zero_micro_step(zero, 1, NULL);
@@ -547,9 +571,19 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
                st.has_embedding ? " + embedding" : "", st.has_head ? " + lnf, head" : "", n, weights_mib,
                (double)acts / MiB, slots, slots > 1 ? "s" : "", pl->B);
     }
-    printf("pipeline bubble expected %.1f%% (%s, p = %d, m = %d, v = %d: (p-1)/(%sm+p-1) with equal stage costs); "
-           "measured each step: 1 - mean busy / the slowest stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v),
-           pipe_schedule_name(kind), pl->p, pl->m, pl->v, kind == PIPE_INTERLEAVED ? "v" : "");
+    const char* idle = kind == PIPE_ZBH1 ? "idle (p-1)(F+B-2W) over m(F+B) of work, DeepSeek-V3's Table 2 with B = 2F = 2W"
+                     : kind == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1) with equal stage costs"
+                     : "(p-1)/(m+p-1) with equal stage costs";
+    int peak = 0;
+    for (int s = 0; s < pl->p; s++) {
+        int k = pipe_peak_theory(kind, pl->p, pl->m, pl->v, s);
+        peak = k > peak ? k : peak;
+    }
+    printf("pipeline bubble expected %.1f%% (%s, p = %d, m = %d, v = %d: %s); %d parameter cop%s; at most %d "
+           "micro-batch x chunk activation sets alive per rank; measured each step: 1 - mean busy / the slowest "
+           "stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v), pipe_schedule_name(kind), pl->p,
+           pl->m, pl->v, idle, pipe_schedule_param_copies(kind), pipe_schedule_param_copies(kind) > 1 ? "ies" : "y",
+           peak);
 }
 
 /* The schedule trace (--pp-trace-steps): every rank's recorded F, B, W and transfer events of the first steps, gathered

@@ -105,12 +105,14 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
         return 1;
     }
     if (!pipe_schedule_from_name(c->pp_schedule, &l->schedule)) {
-        snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
+        snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved, zb-h1 (dualpipev, "
+                 "dualpipe: simulated only)", c->pp_schedule);
         return 1;
     }
-    if (pipe_schedule_splits(l->schedule)) { /* llmc/pipeline.h builds them; the model's B / W split is wired separately */
-        snprintf(err, cap, "flag --pp-schedule %s: the trainer does not run this schedule yet (its backward split into B "
-                 "and W is not wired); expected one of gpipe, 1f1b, interleaved", c->pp_schedule);
+    if (l->schedule == PIPE_DUALPIPEV || l->schedule == PIPE_DUALPIPE) { /* llmc/pipeline.h builds and simulates them */
+        snprintf(err, cap, "flag --pp-schedule %s: the trainer does not run this schedule yet (its chunk placement is "
+                 "not wired into the stages; build/test_pipeline and build/mpi_pipe_bubble run it); expected one of "
+                 "gpipe, 1f1b, interleaved, zb-h1", c->pp_schedule);
         return 1;
     }
     if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > LAYOUT_MAX_STAGES)) {

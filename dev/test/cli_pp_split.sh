@@ -52,8 +52,8 @@ count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "
 steps = count[(0, "optimizer")]
 ok = steps >= 1
 for r in range(p):
-    ok &= all(count[(r, c)] == steps * m for c in ("forward", "backward", "weight"))
-print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight", "optimizer")) for r in range(p)])
+    ok &= all(count[(r, c)] == steps * m for c in ("forward", "backward", "weight gradient"))
+print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight gradient", "optimizer")) for r in range(p)])
 sys.exit(0 if ok else 1)
 PY
 check $? "trace.json (pp 2 zb-h1, m 8): every rank has m F, m B and m W slices per traced step"
