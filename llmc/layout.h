@@ -147,12 +147,14 @@ static inline int layout_parse_stage_layers(const char* text, int pp, int L, int
 }
 
 /* the layers of chunk k (0 <= k < v) of pipeline rank s of a model with L layers: *first (global index of its first
- * layer) and *count. Interleaved (v > 1): virtual stage k*pp + s holds the (k*pp + s)-th of pp*v equal ranges;
+ * layer) and *count. Interleaved (v > 1): virtual stage k*pp + s holds the (k*pp + s)-th of pp*v equal ranges (dualpipev,
+ * v = 2: chunk 0 virtual stage s, chunk 1 virtual stage 2pp-1-s, a V);
  * otherwise --pp-layers, or the even split with the first L mod pp stages one layer more. */
 static inline void layout_chunk_layers(const Layout* l, int L, int s, int k, int* first, int* count) {
     if (l->v > 1) {
         int Lc = L / (l->pp * l->v);
-        *first = (k * l->pp + s) * Lc;
+        int vs = l->schedule == PIPE_DUALPIPEV ? (k == 0 ? s : 2 * l->pp - 1 - s) : k * l->pp + s; /* the V */
+        *first = vs * Lc;
         *count = Lc;
         return;
     }
@@ -272,7 +274,12 @@ static inline LayoutVerdict layout_check_model(const Layout* l, const LayoutMode
 /* pipeline: schedule, chunks, stage layers, micro-batches */
 static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutModel* md, char* err, size_t cap) {
     const char* sched = pipe_schedule_name(l->schedule);
-    if ((l->schedule == PIPE_INTERLEAVED) != (l->v > 1)) {
+    if (l->schedule == PIPE_DUALPIPEV && (l->v != 2 || l->pp < 2 || (md->L > 0 && md->L % (2 * l->pp) != 0))) {
+        snprintf(err, cap, "flag --pp-schedule dualpipev places chunks s and 2p-1-s on stage s: it needs --pp 2 or more "
+                 "and the model's L = %d divisible by 2 x --pp = %d", md->L, 2 * l->pp);
+        return LAYOUT_INVALID;
+    }
+    if (l->schedule != PIPE_DUALPIPEV && (l->schedule == PIPE_INTERLEAVED) != (l->v > 1)) {
         snprintf(err, cap, "flag --pp-virtual %d with --pp-schedule %s: the interleaved schedule needs --pp-virtual 2 "
                  "or more, the others exactly 1", l->v, sched);
         return LAYOUT_INVALID;
@@ -300,7 +307,7 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
                  l->pp, l->m, sched, least, tokens_per_micro * least, least);
         return LAYOUT_INVALID;
     }
-    if (l->v > 1 && l->m % l->pp != 0) {
+    if (l->schedule == PIPE_INTERLEAVED && l->m % l->pp != 0) {
         snprintf(err, cap, "flag --pp-schedule interleaved runs the micro-batches in groups of --pp %d, but a step has "
                  "%d (-d / (B*T*dp)); use a multiple of %d", l->pp, l->m, l->pp);
         return LAYOUT_INVALID;

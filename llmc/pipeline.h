@@ -531,7 +531,7 @@ static inline PipeSchedule pipe_schedule_build(PipeScheduleKind kind, int p, int
     const char* name = pipe_schedule_name(kind);
     if ((int)kind < 0 || (int)kind >= PIPE_SCHEDULE_KINDS) { FATAL("pipeline schedule: unknown kind %d", (int)kind); }
     if (p < 1 || m < 1 || v < 1) { FATAL("pipeline schedule: p=%d, m=%d, v=%d must be positive", p, m, v); }
-    if (kind != PIPE_INTERLEAVED && v != 1) {
+    if (kind != PIPE_INTERLEAVED && v != 1 && v != pipe_schedule_chunks(kind, 1)) { /* the V shapes: 1 or their 2 */
         FATAL("--pp-virtual %d with --pp-schedule %s: only interleaved takes --pp-virtual%s; expected --pp-virtual 1",
               v, name, kind == PIPE_DUALPIPEV || kind == PIPE_DUALPIPE ? " (this one places two chunks per rank itself)" : "");
     }

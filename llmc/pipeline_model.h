@@ -127,10 +127,31 @@ static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     return g;
 }
 
+/* A local hand-over (dualpipev's turn on rank p-1: pipe_local_input): the (Nl,C) boundary rows copied between two
+ * chunks' activation slots of micro-batch `micro` on this rank, where other schedules send them. forward: chunk
+ * src's output into chunk k's input (slot `slot`); backward: the input gradient of the chunk that took chunk k's
+ * output into chunk k's gradient buffer. Both slots are held by the executor until the copy has run. */
+static inline void pipeline_local_rows(Pipeline* pl, int micro, int k, int slot, int backward) {
+    int src, r;
+    if (backward ? !(pipe_next_of(&pl->sched, pl->rank, micro, k, &r, &src) && r == pl->rank)
+                 : !pipe_local_input(&pl->sched, pl->rank, micro, k, &src)) {
+        return;
+    }
+    GPT2 *from = pl->chunk[src], *to = pl->chunk[k];
+    int saved = from->slot;
+    gpt2_use_slot(from, pipe_slot_get(&pl->slots, micro, src, 0));
+    const floatX* rows = backward ? gpt2_stage_dinput(from) : gpt2_stage_output(from);
+    gpt2_use_slot(from, saved);
+    gpt2_use_slot(to, slot);
+    size_t n = (size_t)tp_rows(&to->tp, pl->B * pl->T) * (size_t)to->config.channels;
+    dev_memcpy_d2d(backward ? gpt2_stage_dinput(to) : gpt2_stage_input(to), rows, n * sizeof(floatX));
+}
+
 /* executor callbacks */
 static inline void pipeline_forward_cb(void* ctx, int micro, int k, int slot) {
     Pipeline* pl = (Pipeline*)ctx;
     GPT2* m = pl->chunk[k];
+    pipeline_local_rows(pl, micro, k, slot, 0);
     gpt2_use_slot(m, slot);
     if (micro == pl->m - 1) { pl->last_slot[k] = slot; } /* its routing statistics are the step's (llmc/moe.h) */
     const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
@@ -139,6 +160,7 @@ static inline void pipeline_forward_cb(void* ctx, int micro, int k, int slot) {
 static inline void pipeline_backward_cb(void* ctx, int micro, int k, int slot) {
     Pipeline* pl = (Pipeline*)ctx;
     GPT2* m = pl->chunk[k];
+    pipeline_local_rows(pl, micro, k, slot, 1);
     gpt2_use_slot(m, slot);
     zero_micro_step(pl->zero, micro == pl->last_micro[k], NULL); /* a chunk's last backward issues its buckets */
     const GPT2GradTarget* g = pipeline_chunk_target(pl, k);
@@ -256,6 +278,7 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
     for (int k = 0; k < v; k++) {
         pl->chunk[k] = model;
         if (v > 1) { pl->views[k] = pipeline_chunk_view(model, k); pl->chunk[k] = &pl->views[k]; }
+        pl->chunk[k]->split_backward = pl->sched.split;
         if (pl->need[k] < 1) { pl->need[k] = 1; } /* validation and sampling use slot 0 */
         gpt2_allocate_activation_slots(pl->chunk[k], B, T, recompute, every, pl->need[k]);
         if (pl->need[k] > most) { most = pl->need[k]; }
@@ -269,7 +292,8 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
     }
     pl->tokens = (int*)dev_malloc((size_t)m * 2 * B * T * sizeof(int), "pipeline tokens");
     pl->host_inputs = (int*)malloc_check((size_t)m * B * T * sizeof(int), "pipeline host tokens");
-    if (pl->p > 1 && model->config.arch.tied_head && (model->stage.has_embedding || model->stage.has_head)) {
+    if (pl->p > 1 && model->config.arch.tied_head && model->stage.has_embedding != model->stage.has_head) {
+        /* the two ends on two ranks (dualpipev's V starts and ends on rank 0: one wte, one gradient buffer) */
         pl->wte_peer = (floatX*)dev_malloc(model->param_sizes[P_WTE] * sizeof(floatX), "the other end's wte gradient");
         pl->wte_sync = l->dp >= 3 || l->compress; /* 2 ranks sum a + b = b + a whatever the chunks */
     }
@@ -360,20 +384,26 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
 static inline void pipeline_forward_only(Pipeline* pl, const int* inputs, const int* targets, int B, int T,
                                          int gelu_fusion, int pad_tokens) {
     size_t rows = (size_t)tp_rows(&pl->model->tp, B * T) * (size_t)pl->model->config.channels;
-    for (int vs = 0; vs < pl->p * pl->v; vs++) {
-        int owner = vs % pl->p, k = vs / pl->p;
+    int nv = pipe_vstages(&pl->sched);
+    for (int vs = 0; vs < nv; vs++) {
+        int owner, k, prev = -1, kp = 0, next = -1, kn;
+        pipe_place(&pl->sched, 0, vs, &owner, &k); /* micro-batch 0's path (every schedule run here has one) */
         if (owner != pl->rank) { continue; }
+        if (vs > 0) { pipe_place(&pl->sched, 0, vs - 1, &prev, &kp); }
+        if (vs < nv - 1) { pipe_place(&pl->sched, 0, vs + 1, &next, &kn); }
         GPT2* m = pl->chunk[k];
         gpt2_use_slot(m, 0);
-        if (vs > 0) {
-            CommP2P in = {0, (owner - 1 + pl->p) % pl->p, gpt2_stage_input(m), floatx_comm_dtype(), rows, 0};
+        if (prev == pl->rank) { /* a local hand-over: the previous chunk's output, on this rank */
+            dev_memcpy_d2d(gpt2_stage_input(m), gpt2_stage_output(pl->chunk[kp]), rows * sizeof(floatX));
+        } else if (prev >= 0) {
+            CommP2P in = {0, prev, gpt2_stage_input(m), floatx_comm_dtype(), rows, 0};
             comm_p2p_batch(pl->pp, &in, 1);
         }
         m->moe_opt.pad_tokens = pad_tokens; /* a mixture of experts does not route the padding (llmc/moe.h) */
         gpt2_forward(m, inputs, targets, B, T, gelu_fusion, 0.0f, 0);
         m->moe_opt.pad_tokens = 0;
-        if (vs < pl->p * pl->v - 1) {
-            CommP2P out = {1, (owner + 1) % pl->p, gpt2_stage_output(m), floatx_comm_dtype(), rows, 0};
+        if (next >= 0 && next != pl->rank) {
+            CommP2P out = {1, next, gpt2_stage_output(m), floatx_comm_dtype(), rows, 0};
             comm_p2p_batch(pl->pp, &out, 1);
         }
     }
@@ -386,7 +416,7 @@ static inline void pipeline_logits_row(Pipeline* pl, int row, float* host_logits
     GPT2* head = pipeline_head(pl);
     if (head) { gpt2_logits_row(head, row, host_logits); }
     if (pl->p == 1) { return; }
-    if (pl->rank != 0 && !head) { return; }
+    if ((pl->rank != 0 && !head) || (pl->rank == 0 && head)) { return; } /* dualpipev: the head is on rank 0 */
     if (!pl->logits_row) { pl->logits_row = (float*)dev_malloc((size_t)Vp * sizeof(float), "sampled logits row"); }
     float* dev = pl->logits_row; /* kept for the next token */
     if (head) { dev_memcpy_h2d(dev, host_logits, (size_t)Vp * sizeof(float)); }
@@ -572,6 +602,8 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
                (double)acts / MiB, slots, slots > 1 ? "s" : "", pl->B);
     }
     const char* idle = kind == PIPE_ZBH1 ? "idle (p-1)(F+B-2W) over m(F+B) of work, DeepSeek-V3's Table 2 with B = 2F = 2W"
+                     : kind == PIPE_DUALPIPEV ? "idle (p-1)(F&B+B-3W) over 2m(F+B) of work, DeepSeek-V3's Table 2 with "
+                                                "2p stages, B = 2F = 2W and F&B = F+B (no overlap)"
                      : kind == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1) with equal stage costs"
                      : "(p-1)/(m+p-1) with equal stage costs";
     int peak = 0;

@@ -330,7 +330,7 @@ static inline GPT2Stage shard_stage_of(const Layout* l, const GPT2Config* c, int
     memset(&st, 0, sizeof(st));
     st.n_chunks = l->v > 1 ? l->v : 1;
     st.has_embedding = s == 0;
-    st.has_head = s == l->pp - 1;
+    st.has_head = s == (l->schedule == PIPE_DUALPIPEV ? 0 : l->pp - 1); /* the V ends where it starts */
     for (int k = 0; k < st.n_chunks; k++) { layout_chunk_layers(l, c->num_layers, s, k, &st.chunk_first[k], &st.chunk_layers[k]); }
     return st;
 }

@@ -323,7 +323,7 @@ static void print_header(TrainSession* s, const ArgSpec* specs, int n_specs) {
     if (s->pp->world > 1) {
         printf("| layout                | tensor parallel %d%s x data parallel %d x pipeline %d (%s, %d chunk%s per "
                "stage, %d micro-batches)\n", s->tp->world, s->cfg.sequence_parallel ? " (sequence parallel)" : "",
-               s->dp->world, s->pp->world, s->cfg.pp_schedule, s->cfg.pp_virtual, s->cfg.pp_virtual > 1 ? "s" : "",
+               s->dp->world, s->pp->world, s->cfg.pp_schedule, s->layout.v, s->layout.v > 1 ? "s" : "",
                s->layout.m);
     }
     printf("+-----------------------+------------------------------------------------\n");

@@ -14,6 +14,17 @@
 #   - a checkpoint resumes bit for bit under zb-h1, and resumed under 1f1b continues bit for bit too;
 #   - -z 2 and -z 3 with zb-h1 are refused with one line (ZeRO-2 reduce-scatters a layer's slot as its backward
 #     ends, before its W).
+# dualpipev (DeepSeek's V-shaped DualPipe without a second copy): rank s holds virtual stages s and 2p-1-s, so rank 0
+# holds the embedding and the head (one wte, no embedding group) and rank p-1 turns the V by a local hand-over of the
+# boundary rows. Its layers sit on other ranks than 1f1b's, so the gradient norm's per-rank partial sums and the
+# tied wte's micro-batch terms are added in another order: against one process within T(4) (losses, norms,
+# validation losses through the V's forward-only pass, final weights):
+#   - pp 2 (m 4, 8), pp 4 (L8, m 8), tp 2 x pp 2 x dp 2 ZeRO-1; the ledger equals the allocation; 2m W slices per
+#     rank and traced step;
+#   - a checkpoint resumes bit for bit under dualpipev, and resumed under 1f1b (the stages' layers change:
+#     re-sharded) continues within T(4);
+#   - sampling through the V prints the text one process prints (the logits row stays on rank 0);
+#   - refused with one line: m < 2p, L not divisible by 2p, --pp-virtual 2, dualpipe (not run by the trainer).
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
@@ -69,6 +80,62 @@ MPIRUN 2 $TRAIN "${M[@]}" --pp 2 -d 512 --pp-schedule 1f1b -o "$TMP/cut1f1b" -y 
 out=$(dp_same_training "$TMP/a_zb" "$TMP/cut1f1b" 4)
 check $? "the zb-h1 checkpoint of step 2 resumed under 1f1b equals zb-h1's straight run: $out"
 
+VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
+V=(-j "$VAL" -v 2 -m 2)
+for spec in "v1:2:-d 512" "v2:2:-d 256" "v3:4:-e L8:C64:NH4:T48 -d 512" "v4:8:--tp 2 -z 1 -d 512"; do
+    IFS=: read -r name n flags <<< "$spec"
+    # shellcheck disable=SC2086
+    { run "${name}_one" 1 ${flags/--tp 2 -z 1/} "${V[@]}"; run "$name" "$n" $flags "${V[@]}" --pp 2 --pp-schedule dualpipev; }
+    [ "$name" = v3 ] && { rm -rf "$TMP/$name"; run "$name" "$n" $flags "${V[@]}" --pp 4 --pp-schedule dualpipev; }
+    out=$(dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" train loss "$T4" 4 && \
+          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" train grad_norm "$T4" 4 && \
+          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" val val_loss "$T4" 3 && \
+          dp_compare_models_rms "$TMP/${name}_one/model_00000004.bin" "$TMP/$name/model_00000004.bin" "$T4")
+    check $? "$n processes, dualpipev, $flags vs one process within T(4): ${out//$'\n'/; }"
+    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/$name.log")
+    test "$stages" -eq "$(grep -c '^pipeline stage [0-9]*: layers' "$TMP/$name.log")" && test "$stages" -ge 2
+    check $? "$n processes, dualpipev, $flags: the memory ledger equals the allocation on every stage ($stages)"
+done
+grep -q '^pipeline stage 0: layers 0,3 + embedding + lnf, head' "$TMP/v1.log" && grep -q '^pipeline stage 1: layers 1,2 |' "$TMP/v1.log"
+check $? "dualpipev pp 2: stage 0 holds layers 0 and 3, the embedding and the head; stage 1 layers 1 and 2"
+python3 - "$TMP/v1/trace.json" 2 8 <<'PY'
+import collections, json, sys
+path, p, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ev = json.load(open(path))["traceEvents"]
+count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "X")
+steps = count[(0, "optimizer")]
+ok = steps >= 1 and all(count[(r, c)] == steps * 2 * m for r in range(p) for c in ("forward", "backward", "weight gradient"))
+print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight gradient", "optimizer")) for r in range(p)])
+sys.exit(0 if ok else 1)
+PY
+check $? "trace.json (pp 2 dualpipev, m 8): every rank has 2m F, B and W slices per traced step (two chunks)"
+
+run vcut 2 -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipev --exit-after-steps 2
+cp -r "$TMP/vcut" "$TMP/vcut1f1b"
+MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipev -o "$TMP/vcut" -y 1 > "$TMP/vcut2.log" 2>&1
+out=$(dp_same_checkpoint "$TMP/v1" "$TMP/vcut" 4 2)
+check $? "pp 2 dualpipev resumed at step 2 equals the straight run: $out"
+MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule 1f1b -o "$TMP/vcut1f1b" -y 1 > "$TMP/vcut3.log" 2>&1 && \
+    grep -q "^resume: checkpoint step 2 .* re-sharding" "$TMP/vcut3.log"
+out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/vcut1f1b/log.jsonl" train loss "$T4" 4 && \
+      dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/vcut1f1b/model_00000004.bin" "$T4")
+check $? "the dualpipev checkpoint resumed under 1f1b (re-sharded, announced) within T(4) of one process: ${out//$'\n'/; }"
+
+S=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 12 -l 0 -x 1 -d 256 --prompt "ROMEO:")
+$TRAIN "${S[@]}" -o "$TMP/s1" > "$TMP/s1.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${S[@]}" --pp 2 --pp-schedule dualpipev -o "$TMP/s2" > "$TMP/s2.log" 2>&1
+python3 - "$TMP/s1/log.jsonl" "$TMP/s2/log.jsonl" <<'PY'
+import json, sys
+t = [[o["text"] for o in map(json.loads, open(p)) if o["kind"] == "sample"] for p in sys.argv[1:3]]
+print("one process %r; dualpipev %r" % (t[0], t[1]))
+sys.exit(0 if len(t[0]) == 1 and t[0] == t[1] and len(t[0][0]) > 0 else 1)
+PY
+check $? "sampling through the dualpipev V prints the text one process prints"
+
 B=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -x 1 -d 256)
+dp_refused 2 "needs at least 4 micro-batches" "dualpipev with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipev
+dp_refused 4 "divisible by 2 x --pp" "dualpipev over 4 stages of a 4-layer model" "${B[@]}" -d 512 --pp 4 --pp-schedule dualpipev
+dp_refused 2 "--pp-virtual" "dualpipev with --pp-virtual 2" "${B[@]}" --pp 2 --pp-schedule dualpipev --pp-virtual 2
+dp_refused 2 "dualpipe" "dualpipe (built and simulated, not run by the trainer)" "${B[@]}" --pp 2 --pp-schedule dualpipe
 dp_refused 4 "-z 2" "zb-h1 with ZeRO-2" "${B[@]}" --pp 2 -z 2 --pp-schedule zb-h1
 dp_refused 4 "-z 3" "zb-h1 with ZeRO-3" "${B[@]}" --pp 2 -z 3 --pp-schedule zb-h1
