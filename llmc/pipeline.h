@@ -1032,6 +1032,54 @@ static inline int pipe_transfer_cmp(const void* x, const void* y) {
     return a->tag < b->tag ? -1 : a->tag > b->tag;
 }
 
+/* 1 if every ordered pair of ranks sees its messages in the same order on both sides: the sends of rank a to rank b,
+ * in a's list order with each group sorted as pipe_run sorts it, carry the same tags as b's receives from a in b's
+ * order. That is what a transport matching messages in order per peer (NCCL) needs to pair them as MPI's tags do.
+ * Otherwise 0 and the first mismatch in err. */
+static inline int pipe_messages_in_order(const PipeSchedule* sc, char* err, size_t cap) {
+    int p = sc->p, total = 0, ok = 1;
+    for (int s = 0; s < p; s++) { total += sc->count[s]; }
+    int* seq[2];
+    seq[0] = (int*)malloc_check(((size_t)total + 1) * sizeof(int), "pipeline message order");
+    seq[1] = (int*)malloc_check(((size_t)total + 1) * sizeof(int), "pipeline message order");
+    PipeTransfer* g = (PipeTransfer*)malloc_check(((size_t)total + 1) * sizeof(PipeTransfer), "pipeline message order");
+    for (int a = 0; a < p && ok; a++) {
+        for (int b = 0; b < p && ok; b++) {
+            if (a == b) { continue; }
+            int n[2] = {0, 0};
+            for (int side = 0; side < 2; side++) { /* side 0: a's sends to b; side 1: b's receives from a */
+                int s = side ? b : a, peer = side ? a : b;
+                for (int k = 0; k < sc->count[s];) {
+                    if (sc->act[s][k].kind < PIPE_SEND_ACT) { k++; continue; }
+                    int e = pipe_group_end(sc, s, k), len = 0;
+                    for (int x = k; x < e; x++) {
+                        PipeAction y;
+                        g[len].a = sc->act[s][x];
+                        pipe_partner(sc, s, &sc->act[s][x], &g[len].peer, &y);
+                        g[len].tag = pipe_tag(sc, s, &sc->act[s][x]);
+                        len++;
+                    }
+                    qsort(g, (size_t)len, sizeof(PipeTransfer), pipe_transfer_cmp);
+                    for (int x = 0; x < len; x++) {
+                        int send = g[x].a.kind == PIPE_SEND_ACT || g[x].a.kind == PIPE_SEND_GRAD;
+                        if (g[x].peer == peer && send == !side) { seq[side][n[side]++] = g[x].tag; }
+                    }
+                    k = e;
+                }
+            }
+            for (int k = 0; ok && k < (n[0] > n[1] ? n[0] : n[1]); k++) {
+                if (k >= n[0] || k >= n[1] || seq[0][k] != seq[1][k]) {
+                    snprintf(err, cap, "rank %d -> rank %d, message %d: sent with tag %d, received with tag %d", a, b, k,
+                             k < n[0] ? seq[0][k] : -1, k < n[1] ? seq[1][k] : -1);
+                    ok = 0;
+                }
+            }
+        }
+    }
+    free(seq[0]); free(seq[1]); free(g);
+    return ok;
+}
+
 /* Runs rank s's actions of schedule sc through ex, with activation slots ps (pipe_slots_alloc with at least
  * pipe_slots_needed slots per chunk); records every action in tl (when tl and ex->clock are set; tl is reset). */
 static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* ex, PipeSlots* ps, PipeTimeline* tl) {

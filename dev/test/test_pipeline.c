@@ -10,6 +10,7 @@
  * hand-over's source slot still held; deliberately broken schedules are rejected: a backward before its forward,
  * transfers reordered into a deadlock, a missing backward, a W before its B, a missing W, a W in a schedule that
  * does not split, a transfer across dualpipev's local hand-over, a cell dualpipe's micro-batch does not visit;
+ * every pair of ranks posts its messages in the same order on both ends (NCCL's in-order matching);
  * impossible parameters are refused by the generator with one line naming the flag (checked in a child process). */
 #include "llmc/pipeline.h"
 #include <math.h>
@@ -293,6 +294,41 @@ static int build_refused(PipeScheduleKind kind, int p, int m, int v, char* line,
     return WIFEXITED(status) && WEXITSTATUS(status) != 0 && lines;
 }
 
+/* NCCL pairs a peer's messages in order: both ends of every pair see the same sequence (pipe_messages_in_order) */
+static void test_message_order(void) {
+    int tried = 0, passed = 0;
+    char why[256] = "";
+    for (int kind = 0; kind < PIPE_SCHEDULE_KINDS; kind++) {
+        for (int p = 2; p <= 8; p++) {
+            for (int m = 1; m <= 32; m++) {
+                int v = kind == PIPE_INTERLEAVED ? 2 : 1;
+                if (!layout_allowed(kind, p, m, v)) { continue; }
+                PipeSchedule sc = pipe_schedule_build((PipeScheduleKind)kind, p, m, v);
+                char w[200];
+                tried++;
+                if (pipe_messages_in_order(&sc, w, sizeof(w))) { passed++; }
+                else if (!why[0]) { snprintf(why, sizeof(why), "%s p=%d m=%d: %s", pipe_schedule_name((PipeScheduleKind)kind), p, m, w); }
+                pipe_schedule_free(&sc);
+            }
+        }
+    }
+    TEST_CHECK(passed == tried && tried > 0, "every schedule (p 2..8, m <= 32, interleaved v = 2): each pair of ranks "
+               "posts its messages in the same order on both ends, as NCCL's in-order matching needs (%d of %d)%s%s",
+               passed, tried, why[0] ? "; first failure: " : "", why);
+    /* swapped: rank 0 of gpipe p = 2, m = 2 sends micro-batch 1's activation before micro-batch 0's */
+    PipeSchedule sc = pipe_schedule_build(PIPE_GPIPE, 2, 2, 1);
+    int first = -1, second = -1;
+    for (int k = 0; k < sc.count[0]; k++) {
+        if (sc.act[0][k].kind == PIPE_SEND_ACT) { if (first < 0) { first = k; } else if (second < 0) { second = k; } }
+    }
+    int t = sc.act[0][first].micro;
+    sc.act[0][first].micro = sc.act[0][second].micro;
+    sc.act[0][second].micro = t;
+    char w[200] = "";
+    TEST_CHECK(!pipe_messages_in_order(&sc, w, sizeof(w)), "two sends swapped are found: %s", w);
+    pipe_schedule_free(&sc);
+}
+
 static void test_refusals(void) {
     struct { PipeScheduleKind kind; int p, m, v; const char* flag; const char* what; } cases[] = {
         {PIPE_DUALPIPE, 3, 6, 1, "--pp", "dualpipe with an odd --pp"},
@@ -349,6 +385,7 @@ int main(void) {
     test_broken_schedules();
     test_bubble_table();
     test_executor_slots();
+    test_message_order();
     test_refusals();
     test_bubble_formulas();
     test_bubble_table_formulas();
