@@ -30,13 +30,15 @@
  *   zb-h1        ZB-H1 of Qi et al. 2023/2024 ("Zero Bubble Pipeline Parallelism", section 2.1, ZB1P in the
  *                DeepSeek-V3 report): the backward split into B (input gradient, on the critical path) and W
  *                (weight gradients, free to move); 1F1B's order of F and B (p - 1 - s warm-up forwards on rank s),
- *                each B followed by its send, then a W, but rank s runs W(k - s) after B(k): its first s W's are
- *                deferred and run in the cool-down, after its last B. Why s: B no longer waits for W, so the
- *                gradient crosses a stage in B instead of B + W, and the later ranks, which start last and would
- *                idle at the end, fill their tail with the deferred W's; every rank then holds at most p
- *                micro-batches between F and W (1F1B's peak, on rank 0; p - s between F and B, as 1F1B), and with
- *                T_W <= T_F, T_B every rank idles (p-1)(F+B-W) per step instead of 1F1B's (p-1)(F+B+W) (F, B,
- *                W the actions' costs; the report writes B for B+W: (PP-1)(F+B-2W)). m >= p.
+ *                and rank s runs W(k - s) after B(k): its first s W's are deferred and run in the cool-down, after
+ *                its last B (a W goes before B(k)'s gradient send in the steady state, where that send waits for
+ *                the next forward's receive in one group, and after it in the cool-down). Why s: B no longer waits
+ *                for W, so the gradient crosses a stage in B instead of B + W, and the later ranks, which start
+ *                last and would idle at the end, fill their tail with the deferred W's; every rank then holds at
+ *                most p micro-batches between F and W (1F1B's peak, on rank 0; p - s between F and B, as 1F1B),
+ *                and every rank idles (p-1)(F+B-W) per step instead of 1F1B's (p-1)(F+B+W) (F, B, W the actions'
+ *                costs; the report writes B for B+W: (PP-1)(F+B-2W); exact for F = B = W in the timed simulator,
+ *                dev/test/test_pipeline.c). m >= p.
  *   dualpipev    DualPipeV (DeepSeek's dualpipe/dualpipev.py; Sea AI Lab's "cut-in-half" of DualPipe), the V
  *                mapping above, rank s in dualpipev.py's eight phases: (p-1-s)*2 forwards of chunk 0; s+1 pairs
  *                F chunk 0, F chunk 1; p-1-s times B chunk 1 (W deferred), W, F chunk 1; m-2p+s+1 times F chunk 0
@@ -153,7 +155,9 @@ static inline double pipe_bubble_theory(PipeScheduleKind kind, int p, int m, int
  *   dualpipev    the same with PP = 2p stages on p ranks: (p-1)(fb+b-2w)
  *   interleaved  (p-1)(f+b+w)/v (Narayanan et al. 2021, chunks of 1/v of a stage: pass the chunk's costs times v)
  * Per rank and schedule: pipe_schedule_param_copies (1, 1, 2 for dualpipe, 1 for dualpipev) and
- * pipe_activation_table (activation memory per rank in micro-batch x stage units). */
+ * pipe_activation_table (activation memory per rank in micro-batch x stage units). The generated schedules idle
+ * exactly this in the timed simulator (free transfers) for zb-h1 with w <= f, b, and for dualpipe(v) with f = b >= w;
+ * with f != b dualpipe(v)'s simulated idle differs from the table by a few units either way (dev/test/test_pipeline.c). */
 static inline double pipe_bubble_table(PipeScheduleKind kind, int p, double f, double b, double w, double fb) {
     switch (kind) {
     case PIPE_ZBH1: return (p - 1) * (f + b - w);
@@ -1026,6 +1030,54 @@ static inline int pipe_transfer_cmp(const void* x, const void* y) {
     const PipeTransfer* b = (const PipeTransfer*)y;
     if (a->peer != b->peer) { return a->peer < b->peer ? -1 : 1; }
     return a->tag < b->tag ? -1 : a->tag > b->tag;
+}
+
+/* 1 if every ordered pair of ranks sees its messages in the same order on both sides: the sends of rank a to rank b,
+ * in a's list order with each group sorted as pipe_run sorts it, carry the same tags as b's receives from a in b's
+ * order. That is what a transport matching messages in order per peer (NCCL) needs to pair them as MPI's tags do.
+ * Otherwise 0 and the first mismatch in err. */
+static inline int pipe_messages_in_order(const PipeSchedule* sc, char* err, size_t cap) {
+    int p = sc->p, total = 0, ok = 1;
+    for (int s = 0; s < p; s++) { total += sc->count[s]; }
+    int* seq[2];
+    seq[0] = (int*)malloc_check(((size_t)total + 1) * sizeof(int), "pipeline message order");
+    seq[1] = (int*)malloc_check(((size_t)total + 1) * sizeof(int), "pipeline message order");
+    PipeTransfer* g = (PipeTransfer*)malloc_check(((size_t)total + 1) * sizeof(PipeTransfer), "pipeline message order");
+    for (int a = 0; a < p && ok; a++) {
+        for (int b = 0; b < p && ok; b++) {
+            if (a == b) { continue; }
+            int n[2] = {0, 0};
+            for (int side = 0; side < 2; side++) { /* side 0: a's sends to b; side 1: b's receives from a */
+                int s = side ? b : a, peer = side ? a : b;
+                for (int k = 0; k < sc->count[s];) {
+                    if (sc->act[s][k].kind < PIPE_SEND_ACT) { k++; continue; }
+                    int e = pipe_group_end(sc, s, k), len = 0;
+                    for (int x = k; x < e; x++) {
+                        PipeAction y;
+                        g[len].a = sc->act[s][x];
+                        pipe_partner(sc, s, &sc->act[s][x], &g[len].peer, &y);
+                        g[len].tag = pipe_tag(sc, s, &sc->act[s][x]);
+                        len++;
+                    }
+                    qsort(g, (size_t)len, sizeof(PipeTransfer), pipe_transfer_cmp);
+                    for (int x = 0; x < len; x++) {
+                        int send = g[x].a.kind == PIPE_SEND_ACT || g[x].a.kind == PIPE_SEND_GRAD;
+                        if (g[x].peer == peer && send == !side) { seq[side][n[side]++] = g[x].tag; }
+                    }
+                    k = e;
+                }
+            }
+            for (int k = 0; ok && k < (n[0] > n[1] ? n[0] : n[1]); k++) {
+                if (k >= n[0] || k >= n[1] || seq[0][k] != seq[1][k]) {
+                    snprintf(err, cap, "rank %d -> rank %d, message %d: sent with tag %d, received with tag %d", a, b, k,
+                             k < n[0] ? seq[0][k] : -1, k < n[1] ? seq[1][k] : -1);
+                    ok = 0;
+                }
+            }
+        }
+    }
+    free(seq[0]); free(seq[1]); free(g);
+    return ok;
 }
 
 /* Runs rank s's actions of schedule sc through ex, with activation slots ps (pipe_slots_alloc with at least

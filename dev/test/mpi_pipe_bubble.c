@@ -16,9 +16,12 @@
  *   - the split schedules in a real layer's ratios, F = B = W = u = 10 ms per stage (B and W each cost about a
  *     forward in a matmul-dominated layer; 1f1b's backward is B + W = 2u), transfers the real small messages: zb-h1
  *     (F, B, W = u), dualpipev (two chunks of half a stage per rank: u/2 each, the same work per rank) and dualpipe
- *     (a stage per chunk, one chunk per micro-batch: u each, the same work per rank) within 25% (relative) or 2
+ *     (a stage per chunk, one chunk per micro-batch: u each, the same work per rank) within 25% (relative) or 5
  *     points of their theory (pipe_bubble_table, the DeepSeek-V3 report's Table 2: ZB1P (p-1)(F+B-2W),
- *     DualPipe (p/2-1)(F&B+B-3W), over the step = work + idle), and zb-h1 and dualpipev below 1f1b's measured bubble
+ *     DualPipe (p/2-1)(F&B+B-3W), over the step = work + idle; the 5 points: at 10 ms per action the wake-up and
+ *     message latency on a shared 2-core machine at load average 4 measured up to +4.9 points for zb-h1, while an
+ *     order that loses the split's gain, zb-h1 with its W before every gradient send, idles 2(p-1) units, 20% here),
+ *     and zb-h1 and dualpipev below 1f1b's measured bubble
  *     at the same m (1f1b's run above: tf : tb = 1 : 2 = F : B + W; a bubble share does not depend on the unit, and
  *     the longer actions there make its overheads relatively smaller, so the comparison is not flattered);
  *   - every step's boundary messages arrived with their sender's values (a transfer paired with the wrong peer or
@@ -157,12 +160,12 @@ int main(int argc, char** argv) {
               "(p-1)/(m+p-1) = %.1f%%", p, m, 100 * of, 100 * th);
     check_all(il < of, "interleaved (v = 2) at p %d, m %d: measured bubble %.1f%% below 1f1b's %.1f%% (theory %.1f%%)",
               p, m, 100 * il, 100 * of, 100 * thi);
-#define NEAR(x, t) (fabs((x) - (t)) <= 0.25 * (t) || fabs((x) - (t)) <= 0.02)
-    check_all(NEAR(zb, thz), "zb-h1 at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 points of "
+#define NEAR(x, t) (fabs((x) - (t)) <= 0.25 * (t) || fabs((x) - (t)) <= 0.05)
+    check_all(NEAR(zb, thz), "zb-h1 at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 5 points of "
               "(p-1)(F+B-W) over the step = %.1f%%", p, m, 100 * zb, 100 * thz);
-    check_all(NEAR(dv, thv), "dualpipev at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 points of "
+    check_all(NEAR(dv, thv), "dualpipev at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 5 points of "
               "(p-1)(F&B+B-2W) over the step = %.1f%%", p, m, 100 * dv, 100 * thv);
-    check_all(!even || NEAR(dp, thd), "dualpipe at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 2 "
+    check_all(!even || NEAR(dp, thd), "dualpipe at p %d, m %d (F = B = W): measured bubble %.1f%% within 25%% or 5 "
               "points of (p/2-1)(F&B+B-2W) over the step = %.1f%%", p, m, 100 * dp, 100 * thd);
     check_all(zb < of && dv < of, "zb-h1 (%.1f%%) and dualpipev (%.1f%%) below 1f1b (%.1f%%) at p %d, m %d, the same "
               "cost ratio (1f1b's backward = B + W)", 100 * zb, 100 * dv, 100 * of, p, m);
