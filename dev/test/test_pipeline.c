@@ -337,8 +337,8 @@ static void test_refusals(void) {
         {PIPE_DUALPIPEV, 4, 7, 1, "-d", "dualpipev with m < 2p"},
         {PIPE_ZBH1, 4, 3, 1, "-d", "zb-h1 with m < p"},
         {PIPE_ZBH1, 2, 4, 2, "--pp-virtual", "zb-h1 with --pp-virtual 2"},
-        {PIPE_DUALPIPEV, 2, 4, 2, "--pp-virtual", "dualpipev with --pp-virtual 2"},
-        {PIPE_DUALPIPE, 2, 4, 2, "--pp-virtual", "dualpipe with --pp-virtual 2"},
+        {PIPE_DUALPIPEV, 2, 4, 3, "--pp-virtual", "dualpipev with v 3 (its V is 2 chunks; the trainer refuses --pp-virtual)"},
+        {PIPE_DUALPIPE, 2, 4, 3, "--pp-virtual", "dualpipe with v 3"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         char line[512];
