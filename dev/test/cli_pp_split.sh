@@ -7,7 +7,8 @@
 # that is the check here, stronger than any tolerance (a W run twice, skipped, run on another slot's operands, or a
 # bucket reduced before its W, changes bits). Model L4:C64:NH4:T48, B 2, T 32, 4 steps.
 #   - pp 2 (m 8 and m 4, with -r 3 too), pp 4 (one layer a stage, m 8), tp 2 x pp 2 x dp 2 ZeRO-1 with sequence
-#     parallelism (W's inputs copied, as the gathered rows do not stay): step records and the model file equal
+#     parallelism (W's inputs copied, as the gathered rows do not stay), a mixture of experts (E4 top-2: the expert
+#     MLPs' weight gradients stay in B, attention's go to W): step records and the model file equal
 #     1f1b's on the same layout byte for byte; pp 2 also against one process within T(4) of dp_lib.sh;
 #   - the memory ledger equals the allocation on every stage (the W operands counted);
 #   - trace.json: per rank m W slices per traced step beside m F and m B;
@@ -36,7 +37,7 @@ run() { # NAME N args...: 4 steps into $TMP/NAME
 T4=$(dp_order_tol 4)
 
 for spec in "a:2:--pp 2 -d 512" "b:2:--pp 2 -d 256" "c:2:--pp 2 -d 512 -r 3" "d:4:--pp 4 -d 512" \
-            "e:8:--tp 2 --pp 2 -z 1 -d 512 --sequence-parallel 1"; do
+            "e:8:--tp 2 --pp 2 -z 1 -d 512 --sequence-parallel 1" "f:2:-e L4:C64:NH4:T48:E4:K2 --pp 2 -d 256"; do
     IFS=: read -r name n flags <<< "$spec"
     # shellcheck disable=SC2086
     { run "${name}_1f1b" "$n" $flags --pp-schedule 1f1b; run "${name}_zb" "$n" $flags --pp-schedule zb-h1; }
