@@ -112,6 +112,7 @@ typedef struct {
     double timeout_s;          /* bootstrap wait and NCCL watchdog: seconds without progress before aborting */
     CommCounters counters;     /* since the last comm_counters_reset */
     CommCounters total;        /* since comm_init */
+    int p2p_posted;            /* 1 while a comm_p2p_post batch awaits its comm_p2p_wait */
 #ifdef USE_MPI
     CommMpi mpi;
 #endif
@@ -385,9 +386,15 @@ static inline void comm_recv(Comm* c, void* buf, CommDtype t, size_t count, int 
  * Counters: one call adding the bytes sent and received. n == 0: no-op (not counted).
  * Errors (one line, the job ends): n < 0, any transfer in a group of one process (or a single-process build: no
  * peers), a peer outside [0, world) or equal to this rank, a negative tag; NCCL before comm_init_device; the
- * transport's own errors (comm_mpi_p2p_batch: above 1 GiB, tag above MPI_TAG_UB, counts that differ between the
- * sides; MPI and NCCL return codes). */
-static inline void comm_p2p_batch(Comm* c, const CommP2P* ops, int n) {
+ * transport's own errors (comm_mpi_p2p_post / _wait: above 1 GiB, tag above MPI_TAG_UB, counts that differ between the
+ * sides; MPI and NCCL return codes).
+ * comm_p2p_post / comm_p2p_wait split the call (the pipeline executor's overlap: llmc/README.md, "Pipeline
+ * parallelism"): post returns once the batch is posted, work may run, wait completes it. Between the two, a send's
+ * buffer must not be written nor a receive's read. At most one batch is outstanding per group: a post first waits
+ * for the previous one. */
+static inline void comm_p2p_wait(Comm* c);
+static inline void comm_p2p_post(Comm* c, const CommP2P* ops, int n) {
+    comm_p2p_wait(c); /* one batch outstanding per group */
     if (n == 0) { return; }
     if (n < 0) { FATAL("comm_p2p_batch: %d transfers", n); }
     if (c->world == 1) { FATAL("comm_p2p_batch: %d transfer(s) but no peer in a group of one process", n); }
@@ -407,10 +414,30 @@ static inline void comm_p2p_batch(Comm* c, const CommP2P* ops, int n) {
     }
     comm_count(c, sent, recv);
 #if defined(COMM_HAVE_NCCL)
-    comm_nccl_p2p_batch(&c->nccl, ops, n);
+    comm_nccl_p2p_post(&c->nccl, ops, n);
+    c->p2p_posted = 1;
 #elif defined(USE_MPI)
-    comm_mpi_p2p_batch(&c->mpi, ops, n);
+    comm_mpi_p2p_post(&c->mpi, ops, n);
+    c->p2p_posted = 1;
 #endif
+}
+
+/* completes the batch comm_p2p_post posted (none outstanding: no-op): MPI, its MPI_Waitall and the receives' byte
+ * counts checked; NCCL, later main-stream work waits for it (the host does not block) */
+static inline void comm_p2p_wait(Comm* c) {
+    if (!c->p2p_posted) { return; }
+    c->p2p_posted = 0;
+#if defined(COMM_HAVE_NCCL)
+    comm_nccl_wait(&c->nccl);
+#elif defined(USE_MPI)
+    comm_mpi_p2p_wait(&c->mpi);
+#endif
+}
+
+/* comm_p2p_post, then comm_p2p_wait: the batch complete on return (MPI), or before any later main-stream work (NCCL) */
+static inline void comm_p2p_batch(Comm* c, const CommP2P* ops, int n) {
+    comm_p2p_post(c, ops, n);
+    comm_p2p_wait(c);
 }
 
 /* all ranks reach this point (and on NCCL all queued collectives have completed) */

@@ -37,6 +37,8 @@ typedef struct {
     MPI_Request* reqs; /* (reqs_cap) requests and statuses of a point-to-point batch, grown on demand */
     MPI_Status* stats;
     int reqs_cap;
+    CommP2P* posted;   /* (reqs_cap) the batch posted and not yet waited for (comm_mpi_p2p_wait), posted_n of them */
+    int posted_n;
 } CommMpi;
 
 static inline void comm_mpi_check_at(int rc, const char* what, const char* file, int line) {
@@ -181,12 +183,12 @@ static inline void comm_mpi_barrier(CommMpi* m) { COMM_MPI_CHECK(MPI_Barrier(m->
 #define COMM_MPI_P2P_TAG0 32 /* MPI tag of a batch transfer = COMM_MPI_P2P_TAG0 + its tag (above 7 and 11) */
 
 /* Posts every transfer of ops(n) (n >= 1, peers already checked by comm.h) at once, MPI_Isend / MPI_Irecv of
- * buf(count * comm_dtype_size(t) bytes) with tag COMM_MPI_P2P_TAG0 + tag, then completes them with one
- * MPI_Waitall; host buffers; returns when every transfer is done. Messages between a pair match on the tag (and,
+ * buf(count * comm_dtype_size(t) bytes) with tag COMM_MPI_P2P_TAG0 + tag, and returns; comm_mpi_p2p_wait completes
+ * them with one MPI_Waitall (one batch outstanding at a time: comm.h waits before posting another); host buffers. Messages between a pair match on the tag (and,
  * for equal tags, in posting order). Errors, one line and the job ends: a transfer above 1 GiB or a tag above
  * MPI_TAG_UB - COMM_MPI_P2P_TAG0 (before anything is posted), a failed MPI call, a receive that got a different
  * number of bytes than it asked for (the two sides posted different counts). */
-static inline void comm_mpi_p2p_batch(CommMpi* m, const CommP2P* ops, int n) {
+static inline void comm_mpi_p2p_post(CommMpi* m, const CommP2P* ops, int n) {
     int* tag_ub = NULL;
     int flag = 0;
     COMM_MPI_CHECK(MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag));
@@ -201,10 +203,14 @@ static inline void comm_mpi_p2p_batch(CommMpi* m, const CommP2P* ops, int n) {
     if (n > m->reqs_cap) {
         free(m->reqs);
         free(m->stats);
+        free(m->posted);
         m->reqs = (MPI_Request*)malloc_check((size_t)n * sizeof(MPI_Request), "comm_p2p_batch requests");
         m->stats = (MPI_Status*)malloc_check((size_t)n * sizeof(MPI_Status), "comm_p2p_batch statuses");
+        m->posted = (CommP2P*)malloc_check((size_t)n * sizeof(CommP2P), "comm_p2p_batch transfers");
         m->reqs_cap = n;
     }
+    memcpy(m->posted, ops, (size_t)n * sizeof(CommP2P));
+    m->posted_n = n;
     for (int i = 0; i < n; i++) {
         int bytes = (int)(ops[i].count * comm_dtype_size(ops[i].t)), tag = COMM_MPI_P2P_TAG0 + ops[i].tag;
         if (ops[i].send) {
@@ -213,6 +219,14 @@ static inline void comm_mpi_p2p_batch(CommMpi* m, const CommP2P* ops, int n) {
             COMM_MPI_CHECK(MPI_Irecv(ops[i].buf, bytes, MPI_BYTE, ops[i].peer, tag, m->comm, &m->reqs[i]));
         }
     }
+}
+
+/* completes the batch comm_mpi_p2p_post posted (none: no-op): MPI_Waitall, then each receive's byte count checked */
+static inline void comm_mpi_p2p_wait(CommMpi* m) {
+    int n = m->posted_n;
+    const CommP2P* ops = m->posted;
+    if (n == 0) { return; }
+    m->posted_n = 0;
     int rc = MPI_Waitall(n, m->reqs, m->stats);
     if (rc == MPI_ERR_IN_STATUS) { /* name the transfer's own error rather than "error code in status" */
         for (int i = 0; i < n; i++) {
@@ -276,8 +290,11 @@ static inline void comm_mpi_finalize(CommMpi* m, int is_world) {
     m->tmp_bytes = 0;
     free(m->reqs);
     free(m->stats);
+    free(m->posted);
     m->reqs = NULL;
     m->stats = NULL;
+    m->posted = NULL;
+    m->posted_n = 0;
     m->reqs_cap = 0;
 }
 

@@ -195,10 +195,11 @@ static inline void comm_nccl_recv(CommNccl* n, void* buf, CommDtype t, size_t co
 }
 
 /* the transfers ops(nops) as one group on the communication stream, after the compute work queued so far:
- * ncclGroupStart, ncclSend / ncclRecv in the given order, ncclGroupEnd; later main-stream work waits for them
- * without blocking the host (comm_nccl_wait; a hang is caught by the next host wait's watchdog). NCCL ignores the
+ * ncclGroupStart, ncclSend / ncclRecv in the given order, ncclGroupEnd; main-stream work queued after comm.h's
+ * comm_p2p_wait (comm_nccl_wait) waits for them without blocking the host (a hang is caught by the next host wait's
+ * watchdog); main-stream work queued before that wait runs beside them. NCCL ignores the
  * tags: between a pair, the k-th send matches the peer's k-th receive (see comm_p2p_batch in comm.h). */
-static inline void comm_nccl_p2p_batch(CommNccl* n, const CommP2P* ops, int nops) {
+static inline void comm_nccl_p2p_post(CommNccl* n, const CommP2P* ops, int nops) {
     comm_nccl_begin(n);
     COMM_NCCL_CHECK(ncclGroupStart());
     for (int i = 0; i < nops; i++) {
@@ -211,7 +212,6 @@ static inline void comm_nccl_p2p_batch(CommNccl* n, const CommP2P* ops, int nops
     }
     COMM_NCCL_CHECK(ncclGroupEnd());
     comm_nccl_end(n);
-    comm_nccl_wait(n);
 }
 
 /* ---------------------------------------------------------------- collectives on host buffers */

@@ -91,6 +91,9 @@ typedef struct {
     PipeScheduleKind kind;
     int p, m, v;      /* pipeline ranks, micro-batches, chunks per rank (2 for dualpipev and dualpipe) */
     int split;        /* 1: the backward is split into B (input gradient) and W (weight gradients) actions */
+    int overlap;      /* 1: the executor posts a transfer group and waits for it only before the first later action
+                       * that reads one of its receives, or before the next group (pipe_group_feeds): the compute
+                       * between runs while the transfers fly. Set for the split schedules (DualPipe's overlap) */
     int* count;       /* (p) actions of each rank */
     PipeAction** act; /* (p) each rank's actions */
 } PipeSchedule;
@@ -414,26 +417,19 @@ static inline int pipe_dual_micro(const PipeDual* d, int ph, int k) {
 static inline int pipe_dual_no_input(const PipeDual* d, int ph) { return (d->first && ph == 0) || (d->last && ph == 1); }
 static inline int pipe_dual_no_output(const PipeDual* d, int ph) { return (d->first && ph == 1) || (d->last && ph == 0); }
 
-static inline void pipe_dual_recv_forward(PipeDual* d, int phase) {
-    int ph = phase ^ d->flip;
-    if (pipe_dual_no_input(d, ph)) { return; }
-    pipe_push(d->l, PIPE_RECV_ACT, pipe_dual_micro(d, ph, d->ra[ph]++), ph, d->l->group++);
+/* a transfer of phase `phase` (dualpipe(v).py's recv_forward, send_forward, recv_backward, send_backward), skipped
+ * where the phase has no previous (RECV_ACT, SEND_GRAD) or next (SEND_ACT, RECV_GRAD) stage; each kind counts its
+ * own micro-batches per phase */
+static inline void pipe_dual_transfer(PipeDual* d, int phase, PipeActionKind kind) {
+    int ph = phase ^ d->flip, prev_side = kind == PIPE_RECV_ACT || kind == PIPE_SEND_GRAD;
+    if (prev_side ? pipe_dual_no_input(d, ph) : pipe_dual_no_output(d, ph)) { return; }
+    int* n = kind == PIPE_RECV_ACT ? d->ra : kind == PIPE_SEND_ACT ? d->sa : kind == PIPE_RECV_GRAD ? d->rg : d->sg;
+    pipe_push(d->l, kind, pipe_dual_micro(d, ph, n[ph]++), ph, d->l->group++);
 }
-static inline void pipe_dual_send_forward(PipeDual* d, int phase) {
-    int ph = phase ^ d->flip;
-    if (pipe_dual_no_output(d, ph)) { return; }
-    pipe_push(d->l, PIPE_SEND_ACT, pipe_dual_micro(d, ph, d->sa[ph]++), ph, d->l->group++);
-}
-static inline void pipe_dual_recv_backward(PipeDual* d, int phase) {
-    int ph = phase ^ d->flip;
-    if (pipe_dual_no_output(d, ph)) { return; }
-    pipe_push(d->l, PIPE_RECV_GRAD, pipe_dual_micro(d, ph, d->rg[ph]++), ph, d->l->group++);
-}
-static inline void pipe_dual_send_backward(PipeDual* d, int phase) {
-    int ph = phase ^ d->flip;
-    if (pipe_dual_no_input(d, ph)) { return; }
-    pipe_push(d->l, PIPE_SEND_GRAD, pipe_dual_micro(d, ph, d->sg[ph]++), ph, d->l->group++);
-}
+static inline void pipe_dual_recv_forward(PipeDual* d, int phase) { pipe_dual_transfer(d, phase, PIPE_RECV_ACT); }
+static inline void pipe_dual_send_forward(PipeDual* d, int phase) { pipe_dual_transfer(d, phase, PIPE_SEND_ACT); }
+static inline void pipe_dual_recv_backward(PipeDual* d, int phase) { pipe_dual_transfer(d, phase, PIPE_RECV_GRAD); }
+static inline void pipe_dual_send_backward(PipeDual* d, int phase) { pipe_dual_transfer(d, phase, PIPE_SEND_GRAD); }
 static inline void pipe_dual_F(PipeDual* d, int phase) {
     int ph = phase ^ d->flip;
     pipe_push(d->l, PIPE_F, pipe_dual_micro(d, ph, d->f[ph]++), ph, -1);
@@ -560,6 +556,7 @@ static inline PipeSchedule pipe_schedule_build(PipeScheduleKind kind, int p, int
     }
     PipeSchedule sc;
     sc.kind = kind; sc.p = p; sc.m = m; sc.v = pipe_schedule_chunks(kind, v); sc.split = pipe_schedule_splits(kind);
+    sc.overlap = sc.split; /* DualPipe's overlap: compute runs while the transfers fly */
     sc.count = (int*)calloc_check((size_t)p, sizeof(int), "pipeline schedule counts");
     sc.act = (PipeAction**)calloc_check((size_t)p, sizeof(PipeAction*), "pipeline schedule");
     for (int s = 0; s < p; s++) {
@@ -889,6 +886,11 @@ typedef struct {
     void (*transfer)(void* ctx, const PipeTransfer* t, int n);
     double (*clock)(void* ctx);
     void (*weight)(void* ctx, int micro, int chunk, int slot);
+    /* optional, for sc->overlap: transfer split in two, post (returns once the group is posted) and wait (completes
+     * it); NULL: transfer is called at the post and the group is complete at once (the slots still follow the
+     * schedule's overlap, so a run uses what pipe_slots_needed counts either way) */
+    void (*post)(void* ctx, const PipeTransfer* t, int n);
+    void (*wait)(void* ctx);
 } PipeExecutor;
 
 /* one timed action: F, B, W, or a transfer group (kind of its first transfer, n transfers) */
@@ -971,23 +973,44 @@ static inline void pipe_slots_after(const PipeSchedule* sc, int s, PipeSlots* ps
     }
 }
 
+/* 1 if compute action x of rank s reads a receive of the transfer group at actions [g0, g1): F(i, c) its activation
+ * (RECV_ACT of (i, c)), B(i, c) its gradient (RECV_GRAD of (i, c)); the overlapping executor waits for the group
+ * before such an action (and before the next group, and at the end) */
+static inline int pipe_group_feeds(const PipeSchedule* sc, int s, int g0, int g1, const PipeAction* x) {
+    for (int a = g0; a < g1; a++) {
+        const PipeAction* t = &sc->act[s][a];
+        if (t->micro != x->micro || t->chunk != x->chunk) { continue; }
+        if ((x->kind == PIPE_F && t->kind == PIPE_RECV_ACT) || (x->kind == PIPE_B && t->kind == PIPE_RECV_GRAD)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Walks rank s's actions, assigning and releasing slots as the executor (pipe_run) does: a transfer group holds the
  * slots of all its transfers while it runs (a receive must not land in a slot a send of the same group still
  * reads), so its sends' slots are given back after the group; returns in need[c] the most slots chunk c holds at
  * once. */
 static inline void pipe_slots_walk(const PipeSchedule* sc, int s, PipeSlots* ps, int* need) {
-    int k = 0;
+    int k = 0, p0 = -1, p1 = -1; /* [p0, p1): the group posted and not yet waited for (sc->overlap) */
     while (k < sc->count[s]) {
-        int end = sc->act[s][k].kind < PIPE_SEND_ACT ? k + 1 : pipe_group_end(sc, s, k);
+        const PipeAction* y = &sc->act[s][k];
+        int end = y->kind < PIPE_SEND_ACT ? k + 1 : pipe_group_end(sc, s, k);
+        if (p0 >= 0 && (y->kind >= PIPE_SEND_ACT || pipe_group_feeds(sc, s, p0, p1, y))) { /* the wait */
+            for (int a = p0; a < p1; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); }
+            p0 = -1;
+        }
         for (int a = k; a < end; a++) { /* acquire: forwards and every transfer of the group */
             const PipeAction* x = &sc->act[s][a];
             if (x->kind == PIPE_B || x->kind == PIPE_W) { continue; }
             pipe_slot_get(ps, x->micro, x->chunk, 1);
             if (ps->held[x->chunk] > need[x->chunk]) { need[x->chunk] = ps->held[x->chunk]; }
         }
-        for (int a = k; a < end; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); } /* release */
+        if (y->kind >= PIPE_SEND_ACT && sc->overlap) { p0 = k; p1 = end; }
+        else { for (int a = k; a < end; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); } } /* release */
         k = end;
     }
+    for (int a = p0; p0 >= 0 && a < p1; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); }
 }
 
 static inline PipeSlots pipe_slots_alloc(int m, int v, int max_slots) {
@@ -1080,6 +1103,18 @@ static inline int pipe_messages_in_order(const PipeSchedule* sc, char* err, size
     return ok;
 }
 
+/* the wait of the transfer group at actions [p0, p1) of rank s that pipe_run posted (ex->wait when the executor
+ * posts; the group is complete already otherwise), then what it completes for the slots; timed as an event of the
+ * group's kind with n = 0 transfers */
+static inline void pipe_run_wait(const PipeSchedule* sc, int s, const PipeExecutor* ex, PipeSlots* ps, PipeTimeline* tl,
+                                 int p0, int p1, int timed) {
+    double t0 = timed ? ex->clock(ex->ctx) : 0.0;
+    if (ex->post && ex->wait) { ex->wait(ex->ctx); }
+    for (int a = p0; a < p1; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); }
+    const PipeAction* x = &sc->act[s][p0];
+    if (timed) { pipe_timeline_add(tl, x->kind, x->micro, x->chunk, 0, t0, ex->clock(ex->ctx)); }
+}
+
 /* Runs rank s's actions of schedule sc through ex, with activation slots ps (pipe_slots_alloc with at least
  * pipe_slots_needed slots per chunk); records every action in tl (when tl and ex->clock are set; tl is reset). */
 static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* ex, PipeSlots* ps, PipeTimeline* tl) {
@@ -1090,10 +1125,15 @@ static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* e
     }
     if (timed) { tl->n = 0; tl->t0 = ex->clock(ex->ctx); }
     PipeTransfer* group = (PipeTransfer*)malloc_check((size_t)(sc->count[s] + 1) * sizeof(PipeTransfer), "pipeline group");
-    int k = 0;
+    int k = 0, p0 = -1, p1 = -1; /* [p0, p1): the group posted and not yet waited for (sc->overlap; pipe_slots_walk) */
     while (k < sc->count[s]) {
         const PipeAction* x = &sc->act[s][k];
         double t0 = timed ? ex->clock(ex->ctx) : 0.0;
+        if (p0 >= 0 && (x->kind >= PIPE_SEND_ACT || pipe_group_feeds(sc, s, p0, p1, x))) {
+            pipe_run_wait(sc, s, ex, ps, tl, p0, p1, timed);
+            p0 = -1;
+            t0 = timed ? ex->clock(ex->ctx) : 0.0;
+        }
         if (x->kind < PIPE_SEND_ACT) {
             int slot = pipe_slot_get(ps, x->micro, x->chunk, x->kind != PIPE_W);
             if (slot < 0) { FATAL("internal: %s(%d,%d) on rank %d has no activation slot", pipe_action_name(x->kind),
@@ -1117,11 +1157,12 @@ static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* e
             g->slot = pipe_slot_get(ps, t->micro, t->chunk, 1);
         }
         qsort(group, (size_t)n, sizeof(PipeTransfer), pipe_transfer_cmp);
-        ex->transfer(ex->ctx, group, n);
-        for (int a = 0; a < n; a++) { pipe_slots_after(sc, s, ps, &group[a].a); }
+        if (sc->overlap && ex->post) { ex->post(ex->ctx, group, n); } else { ex->transfer(ex->ctx, group, n); }
         if (timed) { pipe_timeline_add(tl, x->kind, x->micro, x->chunk, n, t0, ex->clock(ex->ctx)); }
+        if (sc->overlap) { p0 = k; p1 = end; } else { for (int a = k; a < end; a++) { pipe_slots_after(sc, s, ps, &sc->act[s][a]); } }
         k = end;
     }
+    if (p0 >= 0) { pipe_run_wait(sc, s, ex, ps, tl, p0, p1, timed); }
     free(group);
     if (timed) { tl->t1 = ex->clock(ex->ctx); }
 }

@@ -188,7 +188,7 @@ static inline floatX* pipeline_slot_rows(Pipeline* pl, int k, int slot, PipeActi
     return p;
 }
 
-static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n) {
+static inline void pipeline_transfer_post_cb(void* ctx, const PipeTransfer* t, int n) {
     Pipeline* pl = (Pipeline*)ctx;
     CommP2P ops[8];
     if (n > 8) { FATAL("internal: a pipeline transfer group of %d", n); }
@@ -204,8 +204,19 @@ static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n)
         else { pl->boundary_recv += rows * comm_dtype_size(ops[a].t); }
     }
     profile_begin(PROFILE_COMM_PP); /* --profile-steps (llmc/profile.h) */
-    comm_p2p_batch(pl->pp, ops, n);
+    comm_p2p_post(pl->pp, ops, n);
     profile_end();
+}
+static inline void pipeline_transfer_wait_cb(void* ctx) {
+    Pipeline* pl = (Pipeline*)ctx;
+    profile_begin(PROFILE_COMM_PP);
+    comm_p2p_wait(pl->pp);
+    profile_end();
+}
+/* a transfer group posted and completed (the schedules without overlap) */
+static inline void pipeline_transfer_cb(void* ctx, const PipeTransfer* t, int n) {
+    pipeline_transfer_post_cb(ctx, t, n);
+    pipeline_transfer_wait_cb(ctx);
 }
 
 /* A view of model chunk k of `rank_model` (interleaved pipeline schedule: a rank holds several chunks) as a model of
@@ -371,7 +382,7 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
     for (int k = 0; k < pl->v; k++) { gpt2_loss_sum_reset(pl->chunk[k]); }
     pl->boundary_sent = pl->boundary_recv = 0;
     PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock,
-                       pipeline_weight_cb};
+                       pipeline_weight_cb, pipeline_transfer_post_cb, pipeline_transfer_wait_cb};
     pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
     pipeline_sum_embedding_grads(pl);
     zero_micro_step(zero, 1, NULL);
@@ -632,7 +643,7 @@ typedef struct {
 static inline void pipeline_trace_init(PipelineTrace* tr, const Pipeline* pl, int steps) {
     memset(tr, 0, sizeof(*tr));
     tr->steps_left = steps;
-    tr->cap = steps * (pl->sched.count[pl->rank] + 1); /* + the optimizer step */
+    tr->cap = steps * (2 * pl->sched.count[pl->rank] + 1); /* every action, a wait per overlapped group, the optimizer */
     if (steps > 0) { tr->ev = (double*)calloc_check((size_t)tr->cap * 7 + 1, sizeof(double), "pipeline trace"); }
 }
 

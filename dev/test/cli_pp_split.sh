@@ -29,10 +29,19 @@
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
-run() { # NAME N args...: 4 steps into $TMP/NAME
-    local name=$1 n=$2; shift 2
-    MPIRUN "$n" timeout 300 $TRAIN "${M[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.log" 2>&1
-    check $? "$name: $n processes, $*: runs under mpirun (exit 0)"
+run() { local name=$1 n=$2; shift 2; dp_run "$name" "$n" "${M[@]}" "$@"; } # NAME N args...: 4 steps into $TMP/NAME
+trace_slices() { # TRACE P M CHUNKS: per rank and traced step, CHUNKS x M F, B and W slices
+    python3 - "$@" <<'PY'
+import collections, json, sys
+path, p, m, v = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ev = json.load(open(path))["traceEvents"]
+count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "X")
+steps = count[(0, "optimizer")]
+kinds = ("forward", "backward", "weight gradient", "optimizer")
+ok = steps >= 1 and all(count[(r, c)] == steps * v * m for r in range(p) for c in kinds[:3])
+print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in kinds) for r in range(p)])
+sys.exit(0 if ok else 1)
+PY
 }
 T4=$(dp_order_tol 4)
 
@@ -56,18 +65,7 @@ out=$(dp_compare_logs "$TMP/one/log.jsonl" "$TMP/a_zb/log.jsonl" train loss "$T4
       dp_compare_models_rms "$TMP/one/model_00000004.bin" "$TMP/a_zb/model_00000004.bin" "$T4")
 check $? "pp 2 zb-h1 vs one process within T(4) = $T4: ${out//$'\n'/; }"
 
-python3 - "$TMP/a_zb/trace.json" 2 8 <<'PY'
-import collections, json, sys
-path, p, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ev = json.load(open(path))["traceEvents"]
-count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "X")
-steps = count[(0, "optimizer")]
-ok = steps >= 1
-for r in range(p):
-    ok &= all(count[(r, c)] == steps * m for c in ("forward", "backward", "weight gradient"))
-print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight gradient", "optimizer")) for r in range(p)])
-sys.exit(0 if ok else 1)
-PY
+trace_slices "$TMP/a_zb/trace.json" 2 8 1
 check $? "trace.json (pp 2 zb-h1, m 8): every rank has m F, m B and m W slices per traced step"
 
 run cut 2 --pp 2 -d 512 --pp-schedule zb-h1 --exit-after-steps 2
@@ -99,16 +97,7 @@ for spec in "v1:2:-d 512" "v2:2:-d 256" "v3:4:-e L8:C64:NH4:T48 -d 512" "v4:8:--
 done
 grep -q '^pipeline stage 0: layers 0,3 + embedding + lnf, head' "$TMP/v1.log" && grep -q '^pipeline stage 1: layers 1,2 |' "$TMP/v1.log"
 check $? "dualpipev pp 2: stage 0 holds layers 0 and 3, the embedding and the head; stage 1 layers 1 and 2"
-python3 - "$TMP/v1/trace.json" 2 8 <<'PY'
-import collections, json, sys
-path, p, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ev = json.load(open(path))["traceEvents"]
-count = collections.Counter((e["tid"], e["cat"]) for e in ev if e.get("ph") == "X")
-steps = count[(0, "optimizer")]
-ok = steps >= 1 and all(count[(r, c)] == steps * 2 * m for r in range(p) for c in ("forward", "backward", "weight gradient"))
-print("per rank (forward, backward, weight, optimizer): %s" % [tuple(count[(r, c)] for c in ("forward", "backward", "weight gradient", "optimizer")) for r in range(p)])
-sys.exit(0 if ok else 1)
-PY
+trace_slices "$TMP/v1/trace.json" 2 8 2
 check $? "trace.json (pp 2 dualpipev, m 8): every rank has 2m F, B and W slices per traced step (two chunks)"
 
 run vcut 2 -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipev --exit-after-steps 2

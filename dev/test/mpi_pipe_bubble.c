@@ -24,8 +24,12 @@
  *     and zb-h1 and dualpipev below 1f1b's measured bubble
  *     at the same m (1f1b's run above: tf : tb = 1 : 2 = F : B + W; a bubble share does not depend on the unit, and
  *     the longer actions there make its overheads relatively smaller, so the comparison is not flattered);
+ *   - the overlap (sc->overlap, the executor's post / wait): dualpipev with a slow link, every transfer group taking
+ *     u = 10 ms from its post (the wait sleeps what is left), steps faster with post / wait than with each group
+ *     blocking (the compute between a post and its wait hides up to one action's time per group; measured 497 vs
+ *     538 ms at p 4, m 8 on 2 loaded cores, so the check is an ordering, like the one above);
  *   - every step's boundary messages arrived with their sender's values (a transfer paired with the wrong peer or
- *     micro-batch fails).
+ *     micro-batch fails; with the overlap, a send buffer reused before its wait fails too).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +48,11 @@ typedef struct {
     double tf, tb, tw;    /* seconds per forward / backward (input gradient) / weight gradients of one chunk */
     float* buf;           /* (v * max_slots, MSG) one message buffer per activation slot of each chunk */
     int max_slots, v, wrong;
+    double tx;            /* seconds a transfer group takes on the link (0: the real small messages only) */
+    double posted_at;     /* the posted group: when, its transfers and messages (checked at the wait) */
+    PipeTransfer t[8];
+    CommP2P ops[8];
+    int n;
 } Sleeper;
 
 static void sleep_for(double s) {
@@ -58,9 +67,10 @@ static double clk(void* ctx) { (void)ctx; return wall_seconds(); }
 /* a message's contents: who sent it, for which micro-batch and whether it is a gradient */
 static float msg_value(int sender, int micro, int grad, int i) { return (float)(sender * 100000 + micro * 100 + grad * 10 + i % 7); }
 
-static void transfer(void* ctx, const PipeTransfer* t, int n) {
+/* posts a group (the executor's post): fills the send buffers with their sender's values */
+static void post(void* ctx, const PipeTransfer* t, int n) {
     Sleeper* sl = (Sleeper*)ctx;
-    CommP2P ops[8];
+    CommP2P* ops = sl->ops;
     for (int a = 0; a < n; a++) {
         int send = t[a].a.kind == PIPE_SEND_ACT || t[a].a.kind == PIPE_SEND_GRAD;
         int grad = t[a].a.kind == PIPE_SEND_GRAD || t[a].a.kind == PIPE_RECV_GRAD;
@@ -68,24 +78,38 @@ static void transfer(void* ctx, const PipeTransfer* t, int n) {
         if (send) { for (int i = 0; i < MSG; i++) { b[i] = msg_value(g.rank, t[a].a.micro, grad, i); } }
         CommP2P o = {send, t[a].peer, b, COMM_F32, MSG, t[a].tag};
         ops[a] = o;
+        sl->t[a] = t[a];
     }
-    comm_p2p_batch(&g, ops, n);
-    for (int a = 0; a < n; a++) {
-        if (ops[a].send) { continue; }
-        int grad = t[a].a.kind == PIPE_RECV_GRAD;
+    sl->n = n;
+    sl->posted_at = wall_seconds();
+    comm_p2p_post(&g, ops, n);
+}
+/* completes it (the executor's wait): the link time tx from the post, then every received message checked */
+static void wait(void* ctx) {
+    Sleeper* sl = (Sleeper*)ctx;
+    comm_p2p_wait(&g);
+    double left = sl->posted_at + sl->tx - wall_seconds();
+    if (left > 0) { sleep_for(left); }
+    for (int a = 0; a < sl->n; a++) {
+        if (sl->ops[a].send) { continue; }
+        int grad = sl->t[a].a.kind == PIPE_RECV_GRAD;
         for (int i = 0; i < MSG; i++) {
-            if (((float*)ops[a].buf)[i] != msg_value(t[a].peer, t[a].a.micro, grad, i)) { sl->wrong++; break; }
+            if (((float*)sl->ops[a].buf)[i] != msg_value(sl->t[a].peer, sl->t[a].a.micro, grad, i)) { sl->wrong++; break; }
         }
     }
+    sl->n = 0;
 }
+static void transfer(void* ctx, const PipeTransfer* t, int n) { post(ctx, t, n); wait(ctx); }
 
 static int cmp_double(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return x < y ? -1 : x > y;
 }
 
-/* the median bubble of `steps` measured steps (after one warm-up step) of schedule kind */
-static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb, double tw, int steps, int* wrong) {
+/* the median bubble of `steps` measured steps (after one warm-up step) of schedule kind, transfers taking tx on the
+ * link; overlap 0: the executor has no post / wait (each group blocks); *step (if set): the median step seconds */
+static double measure_x(PipeScheduleKind kind, int m, int v, double tf, double tb, double tw, double tx, int overlap,
+                        int steps, int* wrong, double* step) {
     int p = g.world;
     PipeSchedule sc = pipe_schedule_build(kind, p, m, v);
     int need[64];
@@ -93,13 +117,15 @@ static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb,
     pipe_slots_needed(&sc, g.rank, need);
     int most = 1;
     for (int k = 0; k < v; k++) { most = need[k] > most ? need[k] : most; }
-    Sleeper sl = {tf, tb, tw, NULL, most, v, 0};
+    Sleeper sl;
+    memset(&sl, 0, sizeof(sl));
+    sl.tf = tf; sl.tb = tb; sl.tw = tw; sl.max_slots = most; sl.v = v; sl.tx = tx;
     sl.buf = (float*)calloc_check((size_t)v * most * MSG * 2, sizeof(float), "messages");
     PipeSlots ps = pipe_slots_alloc(m, v, most);
-    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk, wgt};
+    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk, wgt, overlap ? post : NULL, overlap ? wait : NULL};
     PipeTimeline tl;
     memset(&tl, 0, sizeof(tl));
-    double b[16];
+    double b[16], t[16];
     for (int k = 0; k <= steps; k++) {
         comm_barrier(&g);
         pipe_run(&sc, g.rank, &ex, &ps, &tl);
@@ -107,16 +133,26 @@ static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb,
         x[g.rank] = pipe_timeline_busy(&tl);
         x[p + g.rank] = tl.t1 - tl.t0;
         comm_all_reduce_host_f64(&g, x, 2 * p);
-        if (k > 0) { b[k - 1] = pipe_bubble_measured(x, x + p, p); }
+        if (k > 0) {
+            b[k - 1] = pipe_bubble_measured(x, x + p, p);
+            t[k - 1] = 0.0;
+            for (int r = 0; r < p; r++) { t[k - 1] = x[p + r] > t[k - 1] ? x[p + r] : t[k - 1]; }
+        }
         free(x);
     }
     qsort(b, (size_t)steps, sizeof(double), cmp_double);
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    if (step) { *step = t[steps / 2]; }
     *wrong += sl.wrong;
     free(tl.ev);
     free(sl.buf);
     pipe_slots_free(&ps);
     pipe_schedule_free(&sc);
     return b[steps / 2];
+}
+
+static double measure(PipeScheduleKind kind, int m, int v, double tf, double tb, double tw, int steps, int* wrong) {
+    return measure_x(kind, m, v, tf, tb, tw, 0.0, 1, steps, wrong, NULL);
 }
 
 /* the theory of a split schedule: pipe_bubble_table's idle over the step (work + idle), f, b, w one chunk's costs */
@@ -169,6 +205,13 @@ int main(int argc, char** argv) {
               "points of (p/2-1)(F&B+B-2W) over the step = %.1f%%", p, m, 100 * dp, 100 * thd);
     check_all(zb < of && dv < of, "zb-h1 (%.1f%%) and dualpipev (%.1f%%) below 1f1b (%.1f%%) at p %d, m %d, the same "
               "cost ratio (1f1b's backward = B + W)", 100 * zb, 100 * dv, 100 * of, p, m);
+    /* the overlap: a slow link (each group tx = u on the wire) under dualpipev with and without post / wait */
+    double so = 0.0, sb = 0.0;
+    measure_x(PIPE_DUALPIPEV, m, 1, u / 2, u / 2, u / 2, u, 1, 3, &wrong, &so);
+    measure_x(PIPE_DUALPIPEV, m, 1, u / 2, u / 2, u / 2, u, 0, 3, &wrong, &sb);
+    if (g.rank == 0) { printf("# dualpipev with %.0f ms per transfer group: step %.1f ms overlapped, %.1f ms blocking\n", u * 1e3, so * 1e3, sb * 1e3); }
+    check_all(so < sb, "dualpipev at p %d, m %d with %.0f ms per transfer group: the overlapped executor (post, compute, "
+              "wait) steps in %.1f ms, below the blocking one's %.1f ms", p, m, u * 1e3, so * 1e3, sb * 1e3);
     check_all(wrong == 0, "every boundary message came from the expected stage for the expected micro-batch (%d wrong)",
               wrong);
     int rc = mpi_check_summary();

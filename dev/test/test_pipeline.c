@@ -154,7 +154,7 @@ static void test_executor_slots(void) {
                     PipeSlots ps = pipe_slots_alloc(m, sc.v, most);
                     int* slot_of = (int*)calloc((size_t)m * sc.v, sizeof(int));
                     CheckExec e = {&sc, &ps, s, 0, slot_of};
-                    PipeExecutor ex = {&e, chk_forward, chk_backward, chk_transfer, NULL, chk_weight};
+                    PipeExecutor ex = {&e, chk_forward, chk_backward, chk_transfer, NULL, chk_weight, NULL, NULL};
                     pipe_run(&sc, s, &ex, &ps, NULL); /* FATAL if a chunk runs out of its slots */
                     int held = 0;
                     for (int c = 0; c < sc.v; c++) { held += ps.held[c]; }
