@@ -454,6 +454,8 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
            "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us,
            ly->schedule == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1)"
            : ly->schedule == PIPE_ZBH1 ? "zb-h1's idle (p-1)(F+B-2W) at B = 2F = 2W (DeepSeek-V3's Table 2)"
+           : ly->schedule == PIPE_DUALPIPEV ? "dualpipev's idle (p-1)(F&B+B-3W) on 2p stages at B = 2F = 2W, F&B = F+B "
+                                              "(DeepSeek-V3's Table 2)"
            : "(p-1)/(m+p-1)", 100.0 * cl->mem_reserve);
     plan_print_muon(r);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
@@ -471,8 +473,9 @@ static inline int plan_cmp(const void* a, const void* b) {
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
- * and 3 (base's recompute_every), the 1f1b schedule, interleaved with v 2 and zb-h1 (its bubble at B = 2F = 2W, its
- * W operands in the activations; dense models only: an expert block keeps its W in B), sequence parallel with tp > 1, and for
+ * and 3 (base's recompute_every), the 1f1b schedule, interleaved with v 2, zb-h1 and dualpipev (their bubble at
+ * B = 2F = 2W, their W operands in the activations; dense models only: an expert block keeps its W in B), sequence
+ * parallel with tp > 1, and for
  * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
  * invalid ones are skipped, theory-only ones (none at present) kept with theory = 1. Returns
  * the count in *n of a malloc'd array sorted best first (fitting layouts first, then by tokens/s, then by less
@@ -492,15 +495,16 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
             int m = (int)(tokens / per);
             for (int ep = 1; ep <= (c->moe.experts > 0 ? dp : 1); ep *= 2) { /* MoE: ep dividing dp and E */
             for (int z = 0; z <= 3; z++) {
-                for (int k = 0; k < 12; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2, zb-h1 */
-                    int rc = k % 4, inter = k / 4 == 1, zb = k / 4 == 2;
-                    if (rc == 1 || ((inter || zb) && pp < 2)) { continue; }
-                    if (zb && c->moe.experts) { continue; } /* an expert block's W stays in B: the bubble would be
-                                                             * under-estimated */
+                for (int k = 0; k < 16; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2, zb-h1, dualpipev */
+                    int rc = k % 4, inter = k / 4 == 1, zb = k / 4 == 2, dv = k / 4 == 3;
+                    if (rc == 1 || ((inter || zb || dv) && pp < 2)) { continue; }
+                    if ((zb || dv) && c->moe.experts) { continue; } /* an expert block's W stays in B: the bubble
+                                                                     * would be under-estimated */
                     LedgerLayout l = *base;
                     Layout* ly = &l.layout;
                     ly->tp = tp; ly->sp = tp > 1; ly->pp = pp; ly->dp = dp; ly->ep = ep; ly->zero = z; ly->recompute = rc;
-                    ly->v = inter ? 2 : 1; ly->schedule = inter ? PIPE_INTERLEAVED : zb ? PIPE_ZBH1 : PIPE_1F1B; ly->m = m;
+                    ly->v = inter || dv ? 2 : 1; ly->m = m;
+                    ly->schedule = inter ? PIPE_INTERLEAVED : zb ? PIPE_ZBH1 : dv ? PIPE_DUALPIPEV : PIPE_1F1B;
                     memset(ly->stage_layers, 0, sizeof(ly->stage_layers)); ly->offload = 0; ly->offload_params = 0;
                     char err[512];
                     LayoutVerdict verdict = layout_check(&l.layout, &md, 0, err, sizeof(err));
@@ -530,15 +534,15 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
 /* prints the top `top` of a search, one line each, with why it ranks where it does */
 static inline void plan_print_search(const PlanResult* r, int n, int top) {
     printf("plan search: %d (tp, pp, dp, ep) layouts; top %d by predicted tokens/s (fitting first)\n", n, n < top ? n : top);
-    printf("rank |  tp |  pp |   dp |  ep | ZeRO | r | schedule |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
+    printf("rank |  tp |  pp |   dp |  ep | ZeRO | r |  schedule |    m | GB/GPU | step s |   tokens/s |  MFU  | bubble | limit\n");
     for (int i = 0; i < n && i < top; i++) {
         const LedgerLayout* l = &r[i].lay;
         const Layout* ly = &l->layout;
         char sched[24];
         if (ly->pp < 2) { snprintf(sched, sizeof(sched), "-"); }
-        else if (ly->v > 1) { snprintf(sched, sizeof(sched), "int. v%d", ly->v); }
+        else if (ly->schedule == PIPE_INTERLEAVED) { snprintf(sched, sizeof(sched), "int. v%d", ly->v); }
         else { snprintf(sched, sizeof(sched), "%s", pipe_schedule_name(ly->schedule)); }
-        printf("%4d | %3d | %3d | %4d | %3d | %4d | %d | %8s | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n",
+        printf("%4d | %3d | %3d | %4d | %3d | %4d | %d | %9s | %4d | %6.1f | %6.3f | %10.0f | %4.1f%% | %5.1f%% | %s%s\n",
                i + 1, ly->tp, ly->pp, ly->dp, ledger_ep(l), ly->zero, ly->recompute, sched, ly->m, r[i].mem_bytes / 1e9,
                r[i].t_step, r[i].tok_s, 100.0 * r[i].mfu, 100.0 * r[i].bubble, r[i].limit, plan_theory_note(l));
     }
