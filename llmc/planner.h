@@ -331,8 +331,11 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double boundary = btc / (ly->sp && ly->tp > 1 ? ly->tp : 1); /* sequence parallel: each tp rank its rows */
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
     r.t_pp = ly->pp > 1 ? 2.0 * (ly->pp - 1) * ly->v * t_p2p : 0.0;
-    r.b_pp = ly->pp > 1 ? (2.0 * ly->v - 2.0 / ly->pp) * ly->m * boundary : 0.0; /* mean: the ends send one way */
-    if (ly->pp > 1 && c->arch.tied_head) { /* the tied wte at the two ends (llmc/pipeline_model.h): its gradient sent
+    /* the boundaries a micro-batch crosses between ranks, each an activation and a gradient: p v - 1 (dualpipev: its
+     * 2p - 1 less the local turn on rank p - 1); the mean over the ranks */
+    double crossings = ly->schedule == PIPE_DUALPIPEV ? 2.0 * ly->pp - 2.0 : (double)ly->pp * ly->v - 1.0;
+    r.b_pp = ly->pp > 1 ? 2.0 * crossings / ly->pp * ly->m * boundary : 0.0;
+    if (ly->pp > 1 && c->arch.tied_head && ly->schedule != PIPE_DUALPIPEV) { /* dualpipev: both ends on rank 0 */ /* the tied wte at the two ends (llmc/pipeline_model.h): its gradient sent
                                             * both ways, and with 3+ dp ranks or compression the first stage's
                                             * weights to the last after the update; once per step */
         double wte = (double)c->padded_vocab_size * c->channels / ly->tp * pb, sync = ly->dp >= 3 || ly->compress;
