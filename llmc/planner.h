@@ -380,6 +380,15 @@ static inline void plan_print_muon(const PlanResult* r) {
 }
 
 /* prints the full table of one layout */
+/* the bubble formula the plan takes for a schedule (pipe_bubble_theory's) */
+static inline const char* plan_bubble_formula(PipeScheduleKind kind) {
+    return kind == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1)"
+           : kind == PIPE_ZBH1 ? "zb-h1's idle (p-1)(F+B-2W) at B = 2F = 2W (DeepSeek-V3's Table 2)"
+           : kind == PIPE_DUALPIPEV ? "dualpipev's idle (p-1)(F&B+B-3W) on 2p stages at B = 2F = 2W, F&B = F+B "
+                                      "(DeepSeek-V3's Table 2)"
+           : "(p-1)/(m+p-1)";
+}
+
 static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     const LedgerLayout* l = &r->lay;
     const Layout* ly = &l->layout;
@@ -454,12 +463,8 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
     printf("plan assumptions: one GEMM efficiency for all matmuls; collectives ring or tree (the faster), latency "
            "NVLink %.0f us, network %.0f us per step; exposed: tp 100%%, dp reductions beyond one micro-batch's "
            "backward, dp all-gathers 100%%, pp the fill and drain transfers only; bubble %s; %.0f%% of the "
-           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us,
-           ly->schedule == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1)"
-           : ly->schedule == PIPE_ZBH1 ? "zb-h1's idle (p-1)(F+B-2W) at B = 2F = 2W (DeepSeek-V3's Table 2)"
-           : ly->schedule == PIPE_DUALPIPEV ? "dualpipev's idle (p-1)(F&B+B-3W) on 2p stages at B = 2F = 2W, F&B = F+B "
-                                              "(DeepSeek-V3's Table 2)"
-           : "(p-1)/(m+p-1)", 100.0 * cl->mem_reserve);
+           "memory reserved\n", cl->nvlink_lat_us, cl->net_lat_us, plan_bubble_formula(ly->schedule),
+           100.0 * cl->mem_reserve);
     plan_print_muon(r);
     printf("plan time: compute %.3f s | bubble %.1f%% | optimizer %.3f s | step %.3f s | %.0f tokens/s | MFU %.1f%% | "
            "%.1f TFLOP/s per GPU | %s\n", r->t_compute, 100.0 * r->bubble, r->t_opt, r->t_step, r->tok_s,
