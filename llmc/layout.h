@@ -290,7 +290,8 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
         return LAYOUT_INVALID;
     }
     if (l->stage_layers[0] && (l->v > 1 || l->pp > LAYOUT_MAX_STAGES)) {
-        return layout_say(LAYOUT_INVALID, err, cap, "flag --pp-layers needs --pp-virtual 1 and --pp at most 64");
+        return layout_say(LAYOUT_INVALID, err, cap, "flag --pp-layers needs one chunk per stage (--pp-virtual 1, and "
+                          "not --pp-schedule interleaved or dualpipev) and --pp at most 64");
     }
     if (l->pp == 1) { return LAYOUT_BUILDABLE; }
     if (pipe_schedule_splits(l->schedule) && l->zero >= 2) {
@@ -302,7 +303,7 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
     long long tokens_per_micro = (long long)l->B * l->T * l->dp;
     int least = pipe_schedule_min_micro(l->schedule, l->pp);
     if (l->m < least) {
-        snprintf(err, cap, "flag --pp %d with %d micro-batches per step (the gradient-accumulation steps of -d): the %s "
+        snprintf(err, cap, "flag --pp %d with %d micro-batch(es) per step (the gradient-accumulation steps of -d): the %s "
                  "schedule needs at least %d micro-batches; pass -d %lld (%d x B x T x data-parallel size) or more",
                  l->pp, l->m, sched, least, tokens_per_micro * least, least);
         return LAYOUT_INVALID;

@@ -612,9 +612,11 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
                st.has_embedding ? " + embedding" : "", st.has_head ? " + lnf, head" : "", n, weights_mib,
                (double)acts / MiB, slots, slots > 1 ? "s" : "", pl->B);
     }
-    const char* idle = kind == PIPE_ZBH1 ? "idle (p-1)(F+B-2W) over m(F+B) of work, DeepSeek-V3's Table 2 with B = 2F = 2W"
+    const char* idle = kind == PIPE_ZBH1 ? "idle (p-1)(F+B-2W) over m(F+B) of work, DeepSeek-V3's Table 2 with B the "
+                                           "whole backward (B and W passes), equal stage costs and B = 2F = 2W"
                      : kind == PIPE_DUALPIPEV ? "idle (p-1)(F&B+B-3W) over 2m(F+B) of work, DeepSeek-V3's Table 2 with "
-                                                "2p stages, B = 2F = 2W and F&B = F+B (no overlap)"
+                                                "2p stages, B the whole backward, equal stage costs, B = 2F = 2W and "
+                                                "F&B = F+B (no overlapped pairs)"
                      : kind == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1) with equal stage costs"
                      : "(p-1)/(m+p-1) with equal stage costs";
     int peak = 0;
@@ -623,8 +625,8 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
         peak = k > peak ? k : peak;
     }
     printf("pipeline bubble expected %.1f%% (%s, p = %d, m = %d, v = %d: %s); %d parameter cop%s; at most %d "
-           "micro-batch x chunk activation sets alive per rank; measured each step: 1 - mean busy / the slowest "
-           "stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v), pipe_schedule_name(kind), pl->p,
+           "micro-batch x chunk activation sets alive per rank (the slots on the stage lines add those a transfer "
+           "still reads); measured each step: 1 - mean busy / the slowest stage's time\n", 100.0 * pipe_bubble_theory(kind, pl->p, pl->m, pl->v), pipe_schedule_name(kind), pl->p,
            pl->m, pl->v, idle, pipe_schedule_param_copies(kind), pipe_schedule_param_copies(kind) > 1 ? "ies" : "y",
            peak);
 }

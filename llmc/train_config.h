@@ -122,7 +122,8 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
     }
     l->v = pipe_schedule_chunks(l->schedule, l->v); /* dualpipev: chunks s and 2p-1-s */
     if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > LAYOUT_MAX_STAGES)) {
-        snprintf(err, cap, "flag --pp-layers needs --pp-virtual 1 and --pp at most %d", LAYOUT_MAX_STAGES);
+        snprintf(err, cap, "flag --pp-layers needs one chunk per stage (--pp-virtual 1, and not --pp-schedule "
+                 "interleaved or dualpipev) and --pp at most %d", LAYOUT_MAX_STAGES);
         return 1;
     }
     if (layout_parse_stage_layers(c->pp_layers, c->pp, mc->num_layers, l->stage_layers, err, cap)) { return 1; }

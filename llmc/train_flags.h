@@ -185,7 +185,7 @@
       "micro-batches of a step are the gradient-accumulation steps that -d implies", \
       MAY_CHANGE("the process layout: the state is re-sharded")) \
     X(STRING, pp_schedule, "1f1b", NULL, "pp-schedule", NO_MIN, NO_MAX, \
-      "pipeline schedule: gpipe, 1f1b (PipeDream-Flush), interleaved (1F1B over --pp-virtual chunks per stage) or " \
+      "pipeline schedule: gpipe, 1f1b (PipeDream-Flush), interleaved (1F1B over --pp-virtual chunks per stage), " \
       "zb-h1 (zero bubble: 1F1B with each backward split into B and a deferred W) or dualpipev (DeepSeek's V-shaped " \
       "DualPipe); the last two with -z 0 or 1", \
       MAY_CHANGE("the order of micro-batches, same sums")) \
