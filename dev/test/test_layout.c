@@ -84,7 +84,7 @@ static void test_model(void) {
 static void test_pipeline(void) {
     Layout l = base(2); l.pp = 4; l.m = 3;
     expect("pp 4, 1f1b, 3 micro-batches", &l, &D8, 8, LAYOUT_INVALID,
-           NEEDLES("--pp 4 with 3 micro-batches", "1f1b", "at least 4", "pass -d 1024"));
+           NEEDLES("--pp 4 with 3 micro-batch(es)", "1f1b", "at least 4", "pass -d 1024"));
     l.schedule = PIPE_GPIPE;
     expect("pp 4, gpipe, 3 micro-batches", &l, &D8, 8, LAYOUT_BUILDABLE, NULL);
     l = base(1); l.pp = 2; l.m = 4; l.v = 2;
@@ -100,7 +100,7 @@ static void test_pipeline(void) {
     l = base(1); l.pp = 2; l.m = 2; l.stage_layers[0] = 3; l.stage_layers[1] = 5;
     expect("--pp-layers 3,5", &l, &D8, 2, LAYOUT_BUILDABLE, NULL);
     l.v = 2; l.schedule = PIPE_INTERLEAVED;
-    expect("--pp-layers with --pp-virtual 2", &l, &D8, 2, LAYOUT_INVALID, NEEDLES("--pp-layers needs --pp-virtual 1"));
+    expect("--pp-layers with --pp-virtual 2", &l, &D8, 2, LAYOUT_INVALID, NEEDLES("--pp-layers needs one chunk per stage (--pp-virtual 1"));
 }
 
 static void test_options(void) {
