@@ -3,7 +3,8 @@
 # over MPI (the stand-in dev/emu/nccl/nccl.h), so the collectives take llmc/comm_nccl.h: the communication
 # stream and events, grouped ncclReduce/ncclBroadcast per owned chunk, ncclAllReduce buckets, ZeRO-2's
 # layer slots with fences, the all-gather of the parameters, the NCCL byte counters. Tolerances: dp_lib.sh.
-# For 2 ranks x 2 micro-steps and 3 ranks x 1 micro-step, ZeRO-0/1/2, 2 steps of d2 (B=4, T=32):
+# For 2 ranks x 2 micro-steps and 3 ranks x 1 micro-step, ZeRO-0/1/2, 2 steps of d2 (B=2, T=32: none of
+# the properties below depends on the batch size, and the emulator's time grows with it):
 #   - every run exits 0 after 2 steps;
 #   - losses equal the CPU build under mpirun with the same flags within 1e-5 relative (another implementation
 #     of every op: the emulated CUDA kernels and the CPU backend agree to ~1e-6 in fp32, and test_gpt.cu's fp32
@@ -26,11 +27,11 @@ dp_require_mpi
 EMU=./train_gpt_emu_mpi
 EMU16=./train_gpt_emu_mpi_bf16
 dp_require_programs "$EMU" "$EMU16"
-F=(-e d2 -b 4 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 --comm-stats 1)
+F=(-e d2 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 2 --comm-stats 1)
 P=6868480
 for setup in "2 2" "3 1"; do
     set -- $setup
-    N=$1; A=$2; D=$((128 * N * A))
+    N=$1; A=$2; D=$((64 * N * A))
     for z in 0 1 2; do
         E="$TMP/emu_n${N}z$z"; C="$TMP/cpu_n${N}z$z"
         MPIRUN $N $EMU "${F[@]}" -z $z -d $D -o "$E" > "$E.log" 2>&1
@@ -63,10 +64,10 @@ PY
     done
 done
 
-MPIRUN 2 $TRAIN "${F[@]}" -z 0 -d 256 -o "$TMP/cpu16ref" > "$TMP/cpu16ref.log" 2>&1
+MPIRUN 2 $TRAIN "${F[@]}" -z 0 -d 128 -o "$TMP/cpu16ref" > "$TMP/cpu16ref.log" 2>&1
 for z in 0 1 2; do
     E="$TMP/bf16_z$z"
-    MPIRUN 2 $EMU16 "${F[@]}" -z $z -d 256 -o "$E" > "$E.log" 2>&1
+    MPIRUN 2 $EMU16 "${F[@]}" -z $z -d 128 -o "$E" > "$E.log" 2>&1
     rc=$?
     test $rc -eq 0 && test "$(grep -c '^step' "$E.log")" -eq 2
     check $? "NCCL path (emulated), BF16, N=2, ZeRO-$z: 2 steps under mpirun (exit $rc)"
@@ -105,7 +106,7 @@ check $? "NCCL path, N=2 x 2, ZeRO-3: bytes per rank per step = 2 x (2 parameter
 # collective through NCCL in a world of one (gpu_check.sh's ZeRO rows); the losses and weights agree as above.
 for z in 0 1 2; do
     O="$TMP/one_z$z"
-    MPIRUN 1 $EMU "${F[@]}" -z $z -d 256 -o "$O" > "$O.log" 2>&1
+    MPIRUN 1 $EMU "${F[@]}" -z $z -d 128 -o "$O" > "$O.log" 2>&1
     rc=$?
     # the header names the collective backend: nccl once NCCL is started, else the bootstrap's (mpi here)
     got=$(grep -o "processes / ZeRO .*| 1 / stage $z (collectives: [a-z]*)" "$O.log" | grep -o '[a-z]*)$' | tr -d ')')
