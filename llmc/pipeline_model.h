@@ -127,6 +127,17 @@ static inline const GPT2GradTarget* pipeline_chunk_target(Pipeline* pl, int k) {
     return g;
 }
 
+/* the boundary rows of activation slot `slot` of chunk k: the input, the output, the gradient buffer */
+static inline floatX* pipeline_slot_rows(Pipeline* pl, int k, int slot, PipeActionKind kind) {
+    GPT2* m = pl->chunk[k];
+    int saved = m->slot;
+    gpt2_use_slot(m, slot);
+    floatX* p = kind == PIPE_SEND_ACT ? gpt2_stage_output(m) : kind == PIPE_RECV_ACT ? gpt2_stage_input(m)
+                                                                                      : gpt2_stage_dinput(m);
+    gpt2_use_slot(m, saved);
+    return p;
+}
+
 /* A local hand-over (dualpipev's turn on rank p-1: pipe_local_input): the (Nl,C) boundary rows copied between two
  * chunks' activation slots of micro-batch `micro` on this rank, where other schedules send them. forward: chunk
  * src's output into chunk k's input (slot `slot`); backward: the input gradient of the chunk that took chunk k's
@@ -137,14 +148,11 @@ static inline void pipeline_local_rows(Pipeline* pl, int micro, int k, int slot,
                  : !pipe_local_input(&pl->sched, pl->rank, micro, k, &src)) {
         return;
     }
-    GPT2 *from = pl->chunk[src], *to = pl->chunk[k];
-    int saved = from->slot;
-    gpt2_use_slot(from, pipe_slot_get(&pl->slots, micro, src, 0));
-    const floatX* rows = backward ? gpt2_stage_dinput(from) : gpt2_stage_output(from);
-    gpt2_use_slot(from, saved);
-    gpt2_use_slot(to, slot);
-    size_t n = (size_t)tp_rows(&to->tp, pl->B * pl->T) * (size_t)to->config.channels;
-    dev_memcpy_d2d(backward ? gpt2_stage_dinput(to) : gpt2_stage_input(to), rows, n * sizeof(floatX));
+    const floatX* rows = pipeline_slot_rows(pl, src, pipe_slot_get(&pl->slots, micro, src, 0),
+                                            backward ? PIPE_SEND_GRAD : PIPE_SEND_ACT);
+    floatX* dst = pipeline_slot_rows(pl, k, slot, backward ? PIPE_RECV_GRAD : PIPE_RECV_ACT);
+    size_t n = (size_t)tp_rows(&pl->model->tp, pl->B * pl->T) * (size_t)pl->model->config.channels;
+    dev_memcpy_d2d(dst, rows, n * sizeof(floatX));
 }
 
 /* executor callbacks */
@@ -175,17 +183,6 @@ static inline void pipeline_weight_cb(void* ctx, int micro, int k, int slot) {
     gpt2_use_slot(m, slot);
     zero_micro_step(pl->zero, micro == pl->last_micro[k], NULL); /* the chunk's last W issues its buckets */
     gpt2_backward_weights(m, pipeline_chunk_target(pl, k));
-}
-
-/* the boundary rows of activation slot `slot` of chunk k: the input, the output, the gradient buffer */
-static inline floatX* pipeline_slot_rows(Pipeline* pl, int k, int slot, PipeActionKind kind) {
-    GPT2* m = pl->chunk[k];
-    int saved = m->slot;
-    gpt2_use_slot(m, slot);
-    floatX* p = kind == PIPE_SEND_ACT ? gpt2_stage_output(m) : kind == PIPE_RECV_ACT ? gpt2_stage_input(m)
-                                                                                      : gpt2_stage_dinput(m);
-    gpt2_use_slot(m, saved);
-    return p;
 }
 
 static inline void pipeline_transfer_post_cb(void* ctx, const PipeTransfer* t, int n) {
