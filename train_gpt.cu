@@ -167,18 +167,19 @@ static void micro_steps(TrainSession* s, float dloss) {
     for (int micro = 0; micro < s->layout.m; micro++) { micro_step(s, dloss, micro); }
 }
 
-/* this rank's mean loss over the step's micro-steps: the step's one loss read (synchronises); on a pipeline the last
- * stage holds the loss (0 elsewhere) */
+/* this rank's mean loss over the step's micro-steps: the step's one loss read (synchronises); on a pipeline the
+ * chunks with the head hold the loss (0 elsewhere) */
 static double local_loss(TrainSession* s) {
-    GPT2* head = s->pp->world > 1 ? pipeline_head(&s->pipe) : &s->model;
-    return head ? gpt2_loss_sum_read(head) / s->layout.m : 0.0;
+    double sum = s->pp->world > 1 ? pipeline_loss_sum(&s->pipe) : gpt2_loss_sum_read(&s->model);
+    return sum / s->layout.m;
 }
 
 /* after the update: the copies a layout keeps of one tensor made bit-identical where the reductions could part them
- * (the tied wte on the pipeline's two ends, llmc/pipeline_model.h; under gradient compression the tensors every tp
- * rank holds whole, llmc/tp_replicas.h) */
+ * (the tied wte on the pipeline's two ends and dualpipe's second parameter copy, llmc/pipeline_model.h; under
+ * gradient compression the tensors every tp rank holds whole, llmc/tp_replicas.h) */
 static void sync_replicas(TrainSession* s) {
     pipeline_sync_embedding(&s->pipe);
+    pipeline_sync_copies(&s->pipe);
     if (s->zero.compress) { tp_sync_replicas(&s->model, s->tp); }
 }
 

@@ -155,7 +155,9 @@ static inline void checksum_gradients(ChecksumList* l, ZeroOptimizer* z) {
             a = a > lo ? a : lo;
             b = b < hi ? b : hi;
             int layer = per_layer ? gpt2_stage_global_layer(&m->stage, (int)j) : -1;
-            int own = dp_owner && shard_counts_in_norm(m, i);
+            size_t s0, s1; /* a second parameter copy's layers are counted on the other rank */
+            shard_norm_span(m, i, &s0, &s1);
+            int own = dp_owner && j * per >= s0 && (j + 1) * per <= s1;
             checksum_add(l, parameter_name(i), layer, host + (b > a ? a - lo : 0), b > a ? b - a : 0, own && b > a);
         }
         t0 += size;

@@ -68,6 +68,8 @@ typedef struct {
     int chunk_layers[GPT2_MAX_CHUNKS];  /* layers of each chunk */
     int has_embedding;                  /* wte and wpe; forward starts from the tokens */
     int has_head;                       /* lnf and wte; forward ends in the logits and the loss */
+    int copies;                         /* 2: a second parameter copy (the dualpipe schedule): chunk 1 repeats another
+                                         * rank's chunk 0, and the ends' tensors are counted where chunk 0 embeds */
 } GPT2Stage;
 
 static inline GPT2Stage gpt2_stage_whole(const GPT2Config* c) {
@@ -96,15 +98,21 @@ static inline int gpt2_stage_global_layer(const GPT2Stage* st, int j) {
     return -1;
 }
 
-/* chunk k of stage st as a stage of its own: its layers; the embedding if it is st's first chunk, the head if last */
+/* chunk k of stage st as a stage of its own: its layers; the embedding if it starts at layer 0 (of a stage with the
+ * embedding), the head if it ends last among st's chunks (of a stage with the head): the first and last chunk of a
+ * plain or interleaved stage, and either order on a rank of the dualpipe schedule, whose end ranks hold both */
 static inline GPT2Stage gpt2_chunk_stage(const GPT2Stage* st, int k) {
     GPT2Stage c;
     memset(&c, 0, sizeof(c));
     c.n_chunks = 1;
     c.chunk_first[0] = st->chunk_first[k];
     c.chunk_layers[0] = st->chunk_layers[k];
-    c.has_embedding = st->has_embedding && k == 0;
-    c.has_head = st->has_head && k == st->n_chunks - 1;
+    int last = 1;
+    for (int q = 0; q < st->n_chunks; q++) {
+        last &= st->chunk_first[q] + st->chunk_layers[q] <= st->chunk_first[k] + st->chunk_layers[k];
+    }
+    c.has_embedding = st->has_embedding && st->chunk_first[k] == 0;
+    c.has_head = st->has_head && last;
     return c;
 }
 

@@ -148,10 +148,12 @@ static inline int layout_parse_stage_layers(const char* text, int pp, int L, int
 
 /* the layers of chunk k (0 <= k < v) of pipeline rank s of a model with L layers: *first (global index of its first
  * layer) and *count. Interleaved (v > 1): virtual stage k*pp + s holds the (k*pp + s)-th of pp*v equal ranges (dualpipev,
- * v = 2: chunk 0 virtual stage s, chunk 1 virtual stage 2pp-1-s, a V);
- * otherwise --pp-layers, or the even split with the first L mod pp stages one layer more. */
+ * v = 2: chunk 0 virtual stage s, chunk 1 virtual stage 2pp-1-s, a V); otherwise --pp-layers, or the even split
+ * with the first L mod pp stages one layer more, chunk 0 being stage s (dualpipe, v = 2: chunk 1 is stage pp-1-s,
+ * a second copy of the layers of rank pp-1-s's chunk 0). */
 static inline void layout_chunk_layers(const Layout* l, int L, int s, int k, int* first, int* count) {
-    if (l->v > 1) {
+    if (l->schedule == PIPE_DUALPIPE && k == 1) { s = l->pp - 1 - s; k = 0; } /* the up pipeline's stage p-1-s */
+    if (l->v > 1 && l->schedule != PIPE_DUALPIPE) {
         int Lc = L / (l->pp * l->v);
         int vs = l->schedule == PIPE_DUALPIPEV ? (k == 0 ? s : 2 * l->pp - 1 - s) : k * l->pp + s; /* the V */
         *first = vs * Lc;
@@ -184,6 +186,12 @@ static inline LayoutVerdict layout_check_experts(const Layout* l, const LayoutMo
     if (l->ep > 1 && md->experts == 0) {
         snprintf(err, cap, "flag --ep %d needs a mixture-of-experts model (--moe-experts E): a dense model has no experts "
                  "to split; use --ep 1", l->ep);
+        return LAYOUT_INVALID;
+    }
+    if (md->experts > 0 && l->schedule == PIPE_DUALPIPE) {
+        snprintf(err, cap, "flag --moe-experts %d with --pp-schedule dualpipe: the second parameter copy is built for "
+                 "dense models (its gradient sum does not cover the expert tensors); use --pp-schedule dualpipev or "
+                 "zb-h1", md->experts);
         return LAYOUT_INVALID;
     }
     if (md->experts > 0 && l->cuda_graphs) {
@@ -279,7 +287,14 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
                  "and the model's L = %d divisible by 2 x --pp = %d", md->L, 2 * l->pp);
         return LAYOUT_INVALID;
     }
-    if (l->schedule != PIPE_DUALPIPEV && (l->schedule == PIPE_INTERLEAVED) != (l->v > 1)) {
+    if (l->schedule == PIPE_DUALPIPE && (l->v != 2 || l->pp < 2 || l->pp % 2 != 0 || l->m % 2 != 0)) {
+        snprintf(err, cap, "flag --pp-schedule dualpipe runs two pipelines in opposite directions, each with half of "
+                 "a step's micro-batches: it needs an even --pp (got %d) and an even number of micro-batches per step "
+                 "(got %d: -d / (B*T*dp))", l->pp, l->m);
+        return LAYOUT_INVALID;
+    }
+    int two = l->schedule == PIPE_DUALPIPEV || l->schedule == PIPE_DUALPIPE; /* they place their two chunks */
+    if (!two && (l->schedule == PIPE_INTERLEAVED) != (l->v > 1)) {
         snprintf(err, cap, "flag --pp-virtual %d with --pp-schedule %s: the interleaved schedule needs --pp-virtual 2 "
                  "or more, the others exactly 1", l->v, sched);
         return LAYOUT_INVALID;
@@ -289,7 +304,7 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
                  "--pp x --pp-virtual = %d x %d", md->L, l->pp, l->v);
         return LAYOUT_INVALID;
     }
-    if (l->stage_layers[0] && (l->v > 1 || l->pp > LAYOUT_MAX_STAGES)) {
+    if (l->stage_layers[0] && ((l->v > 1 && l->schedule != PIPE_DUALPIPE) || l->pp > LAYOUT_MAX_STAGES)) {
         return layout_say(LAYOUT_INVALID, err, cap, "flag --pp-layers needs one chunk per stage (--pp-virtual 1, and "
                           "not --pp-schedule interleaved or dualpipev) and --pp at most 64");
     }

@@ -23,7 +23,8 @@
  *               ceil(L/k) segment inputs (B T/sp C floatX each) and min(k, L) layers' activations (+ k-1 residual
  *               rows inside a segment) instead of L layers' (llmc/gpt2.h, gpt2_recompute_window)
  *   buffers     token buffers (2 B T int32 per slot), the pipeline's m micro-batches of tokens, the other end's wte
- *               gradient on the first/last stage (pp > 1)
+ *               gradient on the first/last stage (pp > 1; not where one rank holds both ends), the largest tensor's
+ *               gradient from the other copy (dualpipe's two parameter copies)
  * Optimizer offload (--offload-optimizer, llmc/offload.h; ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari
  * et al. 2021): master and moments leave the device (0 there); ledger_offload gives the host and NVMe bytes, and the
  * offload module sizes its allocations with the same function: fp32 weights + m + v of the range (12 bytes each, in
@@ -261,7 +262,12 @@ static inline LedgerRank ledger_rank(const LedgerLayout* l, int s) {
     r.buffers += r.a2a;
     if (l->layout.pp > 1) {
         r.buffers += (size_t)l->layout.m * 2 * BT * sizeof(int);
-        if (l->cfg.arch.tied_head && (st.has_embedding || st.has_head)) { r.buffers += sizes[P_WTE] * pb; }
+        if (l->cfg.arch.tied_head && st.has_embedding != st.has_head) { r.buffers += sizes[P_WTE] * pb; }
+        if (st.copies == 2) { /* dualpipe: the other copy's gradient of one tensor (pipeline_sum_copies) */
+            size_t most = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { most = sizes[i] > most ? sizes[i] : most; }
+            r.buffers += most * pb;
+        }
     }
     return r;
 }

@@ -317,7 +317,7 @@ static inline void gpt2_build_from_file_run(GPT2* m, const char* path, const Ten
     }
     FILE* f = fopen_check(path, "rb");
     fseek(f, FILE_HEADER_INTS * sizeof(int), SEEK_SET);
-    if (model_file_version_is_bf16(version) && precision_is_bf16() && m->num_parameters == P) {
+    if (model_file_version_is_bf16(version) && precision_is_bf16() && shard_is_full_model(m)) {
         void* host = malloc_check(P * 2, "host weights");
         fread_check(host, 2, P, f, path);
         model_file_check_finite(path, &cfg, NULL, (const uint16_t*)host, P, host);

@@ -57,6 +57,8 @@ struct Pipeline {
     int* tokens;                    /* (m, 2, B, T) device: inputs, targets of the step's micro-batches */
     int* host_inputs;               /* (m, B, T) host: the inputs (the deterministic encoder backward reads them) */
     floatX* wte_peer;               /* the other end's wte gradient (first and last stage, p > 1) */
+    floatX* copy_peer;              /* dualpipe: the other copy's gradient of one tensor (pipeline_sum_copies) */
+    int copy_sync;                  /* dualpipe: chunk 0's updated parameters sent to the other copy each step */
     int wte_sync;                   /* the first stage sends its updated wte to the last (pipeline_sync_embedding) */
     float* logits_row;              /* (Vp) device fp32: a sampled logits row on its way to rank 0 (made on first use) */
     /* the step in progress */
@@ -73,8 +75,22 @@ struct Pipeline {
     int last_micro[GPT2_MAX_CHUNKS]; /* the micro-batch of each chunk's last gradient pass (pipeline_last_backward) */
 };
 
-/* the model chunk that holds the head (the loss): the last chunk of the last stage; NULL elsewhere */
-static inline GPT2* pipeline_head(Pipeline* pl) { return pl->model->stage.has_head ? pl->chunk[pl->v - 1] : NULL; }
+/* the model chunk that holds the head of the forward-only passes (validation, sampling): where micro-batch 0's
+ * path ends (the last stage's last chunk; dualpipev: rank 0's chunk 1; dualpipe: the down pipeline's, rank p-1's
+ * chunk 0); NULL on the other ranks */
+static inline GPT2* pipeline_head(Pipeline* pl) {
+    int rank, k;
+    pipe_place(&pl->sched, 0, pipe_vstages(&pl->sched) - 1, &rank, &k);
+    return rank == pl->rank ? pl->chunk[k] : NULL;
+}
+
+/* the sum of the mean losses of this rank's forwards with targets since gpt2_loss_sum_reset: of every chunk with
+ * the head (dualpipe: rank 0 and rank p-1 each hold a pipeline's head and see half of the micro-batches) */
+static inline double pipeline_loss_sum(Pipeline* pl) {
+    double sum = 0.0;
+    for (int k = 0; k < pl->v; k++) { sum += pl->chunk[k]->stage.has_head ? gpt2_loss_sum_read(pl->chunk[k]) : 0.0; }
+    return sum;
+}
 
 static inline void pipeline_hook_layer_begin(void* ctx, int l) {
     PipelineHookCtx* h = (PipelineHookCtx*)ctx;
@@ -260,6 +276,7 @@ static inline GPT2 pipeline_chunk_view(const GPT2* rank_model, int k) {
 static inline void pipeline_last_backward(const PipeSchedule* sc, int s, int* last) {
     PipeActionKind kind = sc->split ? PIPE_W : PIPE_B;
     for (int c = 0; c < sc->v; c++) { last[c] = -1; }
+    if (pipe_schedule_param_copies(sc->kind) > 1) { return; } /* after the copies' sum (pipeline_step) */
     for (int a = 0; a < sc->count[s]; a++) {
         if (sc->act[s][a].kind == kind) { last[sc->act[s][a].chunk] = sc->act[s][a].micro; }
     }
@@ -305,6 +322,12 @@ static inline void pipeline_init(Pipeline* pl, GPT2* model, Comm* pp, const Layo
         pl->wte_peer = (floatX*)dev_malloc(model->param_sizes[P_WTE] * sizeof(floatX), "the other end's wte gradient");
         pl->wte_sync = l->dp >= 3 || l->compress; /* 2 ranks sum a + b = b + a whatever the chunks */
     }
+    if (pl->p > 1 && model->stage.copies == 2) { /* dualpipe: the largest tensor's gradient from the other copy */
+        size_t most = 0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { most = model->param_sizes[i] > most ? model->param_sizes[i] : most; }
+        pl->copy_peer = (floatX*)dev_malloc(most * sizeof(floatX), "the other parameter copy's gradient");
+        pl->copy_sync = l->dp >= 3 || l->compress; /* as wte_sync: the two copies' flat orders differ */
+    }
 }
 
 static inline void pipeline_free(Pipeline* pl) {
@@ -316,6 +339,7 @@ static inline void pipeline_free(Pipeline* pl) {
     dev_free(pl->tokens);
     free(pl->host_inputs);
     if (pl->wte_peer) { dev_free(pl->wte_peer); }
+    if (pl->copy_peer) { dev_free(pl->copy_peer); }
     if (pl->logits_row) { dev_free(pl->logits_row); }
     free(pl->timeline.ev);
     memset(pl, 0, sizeof(*pl));
@@ -341,6 +365,63 @@ static inline void pipeline_sum_embedding_grads(Pipeline* pl) {
     profile_begin(PROFILE_COMM_PP);
     comm_p2p_batch(pl->pp, ops, 2); /* after the schedule: no transfer of it is in flight, tag 0 is free */
     residual_forward(g, g, pl->wte_peer, n);
+    profile_end();
+}
+
+/* DualPipe's two parameter copies (Liu et al. 2024, "DeepSeek-V3 Technical Report", section 3.2.1: "the
+ * gradients of the two copies are summed"): rank s's chunk 0 is stage s, its chunk 1 stage p-1-s, the copy of rank
+ * p-1-s's chunk 0; ranks 0 and p-1 both hold wte, wpe, lnf (and an untied head). After the schedule each rank
+ * exchanges every gradient tensor with rank p-1-s (one tensor at a time through copy_peer) and adds the other
+ * copy's part of the same layers: chunk 0 += the peer's chunk 1, chunk 1 += the peer's chunk 0, the ends' tensors
+ * += the peer's. a + b = b + a, so both copies hold the same sum bit for bit, before any data-parallel reduction
+ * (the layers' buckets are held back until then: pipeline_step). Collective over the pp group's pairs (s, p-1-s). */
+static inline void pipeline_sum_copies(Pipeline* pl) {
+    if (!pl->copy_peer) { return; }
+    const GPT2* m = pl->model;
+    int peer = pl->p - 1 - pl->rank, c0 = m->stage.chunk_layers[0], c1 = m->stage.chunk_layers[1];
+    profile_begin(PROFILE_COMM_PP);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = m->param_sizes[i];
+        if (n == 0) { continue; }
+        floatX* g = pl->zero->target.base.t[i];
+        CommP2P ops[2] = {{1, peer, g, floatx_comm_dtype(), n, 0}, {0, peer, pl->copy_peer, floatx_comm_dtype(), n, 0}};
+        comm_p2p_batch(pl->pp, ops, 2); /* after the schedule: no transfer of it is in flight, tag 0 is free */
+        if (!gpt2_is_per_layer(&m->config, i)) { residual_forward(g, g, pl->copy_peer, n); continue; }
+        size_t per = n / (size_t)(c0 + c1); /* the peer holds c1 layers of its chunk 0, then our c0 as its chunk 1 */
+        residual_forward(g, g, pl->copy_peer + (size_t)c1 * per, (size_t)c0 * per);
+        residual_forward(g + (size_t)c0 * per, g + (size_t)c0 * per, pl->copy_peer, (size_t)c1 * per);
+    }
+    profile_end();
+}
+
+/* After the optimizer update, where the two copies could part (pl->copy_sync: the same reasons as wte_sync below):
+ * rank s sends its chunk 0's parameters (and rank 0 the ends' tensors) into rank p-1-s's chunk 1 (rank p-1's
+ * ends), so the second copy is the first bit for bit; its own optimizer state only feeds its overwritten update.
+ * Collective over the pp group's pairs. */
+static inline void pipeline_sync_copies(Pipeline* pl) {
+    if (!pl->copy_sync) { return; }
+    GPT2* m = pl->model;
+    int peer = pl->p - 1 - pl->rank, c0 = m->stage.chunk_layers[0], c1 = m->stage.chunk_layers[1], n = 0;
+    int ends_out = m->stage.has_embedding && m->stage.chunk_first[0] == 0; /* rank 0 sends, rank p-1 receives */
+    CommP2P ops[2 * NUM_PARAMETER_TENSORS];
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t size = m->param_sizes[i];
+        if (size == 0) { continue; }
+        floatX* w = m->params.t[i];
+        if (!gpt2_is_per_layer(&m->config, i)) {
+            CommP2P op = {ends_out, peer, w, floatx_comm_dtype(), size, 0};
+            ops[n++] = op;
+            continue;
+        }
+        size_t per = size / (size_t)(c0 + c1);
+        CommP2P out = {1, peer, w, floatx_comm_dtype(), (size_t)c0 * per, 0};
+        CommP2P in = {0, peer, w + (size_t)c0 * per, floatx_comm_dtype(), (size_t)c1 * per, 0};
+        ops[n++] = out;
+        ops[n++] = in;
+    }
+    profile_begin(PROFILE_COMM_PP);
+    comm_p2p_batch(pl->pp, ops, n);
+    comm_join(pl->pp); /* the next forward reads the received copy */
     profile_end();
 }
 
@@ -381,6 +462,11 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
     PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock,
                        pipeline_weight_cb, pipeline_transfer_post_cb, pipeline_transfer_wait_cb};
     pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
+    if (pl->copy_peer) { /* dualpipe: the copies summed, then every layer's bucket (held back: pipeline_last_backward) */
+        pipeline_sum_copies(pl);
+        const GPT2GradTarget* t = zero_micro_step(zero, 1, NULL);
+        for (int j = pl->model->n_layers - 1; j >= 0 && t->layer_ready; j--) { t->layer_ready(t->ctx, j); }
+    }
     pipeline_sum_embedding_grads(pl);
     zero_micro_step(zero, 1, NULL);
     if (zero->target.layer_ready) { zero->target.layer_ready(zero->target.ctx, -1); }
@@ -614,6 +700,9 @@ static inline void pipeline_print_stages(const Pipeline* pl, int tp) {
                      : kind == PIPE_DUALPIPEV ? "idle (p-1)(F&B+B-3W) over 2m(F+B) of work, DeepSeek-V3's Table 2 with "
                                                 "2p stages, B the whole backward, equal stage costs, B = 2F = 2W and "
                                                 "F&B = F+B (no overlapped pairs)"
+                     : kind == PIPE_DUALPIPE ? "idle (p/2-1)(F&B+B-3W) over m(F+B) of work, DeepSeek-V3's Table 2 with "
+                                               "B the whole backward, equal stage costs, B = 2F = 2W and F&B = F+B (no "
+                                               "overlapped pairs)"
                      : kind == PIPE_INTERLEAVED ? "(p-1)/(vm+p-1) with equal stage costs"
                      : "(p-1)/(m+p-1) with equal stage costs";
     int peak = 0;

@@ -250,10 +250,21 @@ static inline void shard_copy_local_to_full(void* ctx, int tensor, size_t full_o
     memcpy(c->dst + full_offset, c->src + local_offset, n * sizeof(float));
 }
 
+/* 1 if this instance's flat parameters are the full model's in file order: every tensor, its layers in order (not
+ * so on a dualpipe end rank of pp 2, which holds every layer with its second chunk's first) */
+static inline int shard_is_full_model(const GPT2* model) {
+    int next = 0;
+    for (int k = 0; k < model->stage.n_chunks; k++) {
+        if (model->stage.chunk_first[k] != next) { return 0; }
+        next += model->stage.chunk_layers[k];
+    }
+    return model->num_parameters == model->num_parameters_full;
+}
+
 /* sets this rank's parameters from the full model `host_full` (num_parameters_full fp32 on the host, file order),
  * converted to floatX (round to nearest) */
 static inline void shard_upload_full(GPT2* model, const float* host_full) {
-    if (model->tp.size == 1 && model->num_parameters == model->num_parameters_full) {
+    if (model->tp.size == 1 && shard_is_full_model(model)) {
         dev_upload_floats(model->params_memory, host_full, model->num_parameters);
         return;
     }
@@ -273,7 +284,7 @@ static inline void shard_gather_full_from(GPT2* model, const floatX* src, float*
     int p = model->tp.size;
     if (p == 1) {
         if (!host_full) { return; }
-        if (model->num_parameters == model->num_parameters_full) {
+        if (shard_is_full_model(model)) {
             dev_download_floats(host_full, src, model->num_parameters);
             return;
         }
@@ -323,14 +334,28 @@ static inline int shard_counts_in_norm(const GPT2* m, int i) {
     return shard_tp_split(i) || m->tp.rank == 0;
 }
 
+/* the elements [*lo, *hi) of tensor i of this instance that count in the full model's gradient norm here
+ * (shard_counts_in_norm; *lo = *hi = 0: none). A stage with a second parameter copy (GPT2Stage.copies 2, the
+ * dualpipe schedule) counts its chunk 0's layers only, and the ends' tensors only where chunk 0 holds the
+ * embedding: each copy holds the same summed gradient (llmc/pipeline_model.h, pipeline_sum_copies). */
+static inline void shard_norm_span(const GPT2* m, int i, size_t* lo, size_t* hi) {
+    *lo = 0;
+    *hi = shard_counts_in_norm(m, i) ? m->param_sizes[i] : 0;
+    if (m->stage.copies != 2 || *hi == 0) { return; }
+    if (gpt2_is_per_layer(&m->config, i)) { *hi = m->param_sizes[i] / (size_t)m->n_layers * (size_t)m->stage.chunk_layers[0]; }
+    else if (m->stage.chunk_first[0] != 0) { *hi = 0; }
+}
+
 /* the layers pipeline rank s holds in layout l of model c: its chunks (layout_chunk_layers), the embedding on the
  * first rank, the head on the last */
 static inline GPT2Stage shard_stage_of(const Layout* l, const GPT2Config* c, int s) {
     GPT2Stage st;
     memset(&st, 0, sizeof(st));
     st.n_chunks = l->v > 1 ? l->v : 1;
-    st.has_embedding = s == 0;
-    st.has_head = s == (l->schedule == PIPE_DUALPIPEV ? 0 : l->pp - 1); /* the V ends where it starts */
+    int dual = l->schedule == PIPE_DUALPIPE && l->pp > 1; /* both pipelines' ends: ranks 0 and pp-1 hold both */
+    st.has_embedding = s == 0 || (dual && s == l->pp - 1);
+    st.has_head = s == (l->schedule == PIPE_DUALPIPEV ? 0 : l->pp - 1) || (dual && s == 0); /* the V ends where it starts */
+    st.copies = dual ? 2 : 1;
     for (int k = 0; k < st.n_chunks; k++) { layout_chunk_layers(l, c->num_layers, s, k, &st.chunk_first[k], &st.chunk_layers[k]); }
     return st;
 }

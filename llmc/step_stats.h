@@ -64,7 +64,11 @@ static inline void step_stats_free(StepStatsGroups* g) {
  * this rank contributes to the full model's norm (shard_counts_in_norm) */
 static inline void step_stats_norm_partial(ZeroOptimizer* z, float* out, size_t a, size_t b) {
     int all = 1;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { all &= z->model->param_sizes[i] == 0 || shard_counts_in_norm(z->model, i); }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t s0, s1;
+        shard_norm_span(z->model, i, &s0, &s1);
+        all &= z->model->param_sizes[i] == 0 || (s0 == 0 && s1 == z->model->param_sizes[i]);
+    }
     if (all) {
         global_norm_squared(out, zero_grad_at(z, a), b - a, 0);
         return;
@@ -72,12 +76,11 @@ static inline void step_stats_norm_partial(ZeroOptimizer* z, float* out, size_t 
     dev_memset(out, 0, sizeof(float));
     size_t t0 = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t t1 = t0 + z->model->param_sizes[i];
-        size_t lo = a > t0 ? a : t0, hi = b < t1 ? b : t1;
-        if (lo < hi && shard_counts_in_norm(z->model, i)) {
-            global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1);
-        }
-        t0 = t1;
+        size_t s0, s1;
+        shard_norm_span(z->model, i, &s0, &s1); /* the part of tensor i counted here */
+        size_t lo = a > t0 + s0 ? a : t0 + s0, hi = b < t0 + s1 ? b : t0 + s1;
+        if (lo < hi) { global_norm_squared(out, zero_grad_at(z, lo), hi - lo, 1); }
+        t0 += z->model->param_sizes[i];
     }
 }
 

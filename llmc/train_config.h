@@ -105,23 +105,17 @@ static inline int train_config_layout(const TrainConfig* c, int world, const GPT
         return 1;
     }
     if (!pipe_schedule_from_name(c->pp_schedule, &l->schedule)) {
-        snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved, zb-h1, dualpipev",
-                 c->pp_schedule);
+        snprintf(err, cap, "flag --pp-schedule is '%s'; expected one of gpipe, 1f1b, interleaved, zb-h1, dualpipev, "
+                 "dualpipe", c->pp_schedule);
         return 1;
     }
-    if (l->schedule == PIPE_DUALPIPE) { /* llmc/pipeline.h builds and simulates it */
-        snprintf(err, cap, "flag --pp-schedule dualpipe: the trainer does not run this schedule yet (its second "
-                 "parameter copy is not wired; build/test_pipeline and build/mpi_pipe_bubble run it); expected one of "
-                 "gpipe, 1f1b, interleaved, zb-h1, dualpipev");
+    if ((l->schedule == PIPE_DUALPIPEV || l->schedule == PIPE_DUALPIPE) && c->pp_virtual > 1) {
+        snprintf(err, cap, "flag --pp-virtual %d with --pp-schedule %s: the schedule places two chunks per stage "
+                 "itself; expected --pp-virtual 1", c->pp_virtual, pipe_schedule_name(l->schedule));
         return 1;
     }
-    if (l->schedule == PIPE_DUALPIPEV && c->pp_virtual > 1) {
-        snprintf(err, cap, "flag --pp-virtual %d with --pp-schedule dualpipev: the V places two chunks per stage "
-                 "itself; expected --pp-virtual 1", c->pp_virtual);
-        return 1;
-    }
-    l->v = pipe_schedule_chunks(l->schedule, l->v); /* dualpipev: chunks s and 2p-1-s */
-    if (c->pp_layers[0] && (c->pp_virtual > 1 || c->pp > LAYOUT_MAX_STAGES)) {
+    l->v = pipe_schedule_chunks(l->schedule, l->v); /* dualpipev: chunks s and 2p-1-s; dualpipe: s and p-1-s */
+    if (c->pp_layers[0] && (c->pp_virtual > 1 || l->schedule == PIPE_DUALPIPEV || c->pp > LAYOUT_MAX_STAGES)) {
         snprintf(err, cap, "flag --pp-layers needs one chunk per stage (--pp-virtual 1, and not --pp-schedule "
                  "interleaved or dualpipev) and --pp at most %d", LAYOUT_MAX_STAGES);
         return 1;

@@ -186,8 +186,9 @@
       MAY_CHANGE("the process layout: the state is re-sharded")) \
     X(STRING, pp_schedule, "1f1b", NULL, "pp-schedule", NO_MIN, NO_MAX, \
       "pipeline schedule: gpipe, 1f1b (PipeDream-Flush), interleaved (1F1B over --pp-virtual chunks per stage), " \
-      "zb-h1 (zero bubble: 1F1B with each backward split into B and a deferred W) or dualpipev (DeepSeek's V-shaped " \
-      "DualPipe); the last two with -z 0 or 1", \
+      "zb-h1 (zero bubble: 1F1B with each backward split into B and a deferred W), dualpipev (DeepSeek's V-shaped " \
+      "DualPipe) or dualpipe (DeepSeek-V3's DualPipe: two pipelines in opposite directions, two parameter copies, " \
+      "even --pp, dense models); the last three with -z 0 or 1", \
       MAY_CHANGE("the order of micro-batches, same sums")) \
     X(INT, pp_virtual, 1, NULL, "pp-virtual", 1, GPT2_MAX_CHUNKS, \
       "model chunks per pipeline stage (v) for --pp-schedule interleaved; L divisible by pp x v", \

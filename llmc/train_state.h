@@ -80,7 +80,8 @@ static inline uint64_t header_get_u64(const int* h, int i) {
  * layers) [39] has the embedding [40] has the head [41 + 2k, 42 + 2k] first layer and layer count of chunk k
  * [100] expert-parallel size (0 without --ep) [101] ep rank [102,103] expert shard start [104,105] expert shard size
  * (llmc/zero_experts.h: the body's sections then hold the dense range followed by the expert range) [106] steps
- * skipped as not finite (0 in the files of earlier versions) */
+ * skipped as not finite (0 in the files of earlier versions) [107] 2: the stage's chunk 1 is a second parameter copy
+ * (the dualpipe schedule; 0 otherwise and in earlier files) */
 static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]) {
     memset(h, 0, FILE_HEADER_INTS * sizeof(int));
     h[0] = STATE_FILE_MAGIC; h[1] = STATE_FILE_VERSION;
@@ -119,6 +120,7 @@ static inline void train_state_pack(const TrainState* s, int h[FILE_HEADER_INTS]
         header_put_u64(h, 104, s->expert_size);
     }
     h[106] = s->skipped_steps;
+    h[107] = s->pp_size > 1 && s->stage.copies == 2 ? 2 : 0; /* dualpipe's second parameter copy */
 }
 static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState* s) {
     memset(s, 0, sizeof(*s));
@@ -145,6 +147,7 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
         s->stage.n_chunks = h[38];
         s->stage.has_embedding = h[39];
         s->stage.has_head = h[40];
+        s->stage.copies = h[107] == 2 ? 2 : 1;
         for (int k = 0; k < h[38]; k++) {
             s->stage.chunk_first[k] = h[41 + 2 * k];
             s->stage.chunk_layers[k] = h[42 + 2 * k];
@@ -413,15 +416,32 @@ typedef struct {
     TrainStatePiece* v;
     size_t count, cap;
     int tp, pp, has_embedding;
+    const GPT2Config* cfg;
+    GPT2Stage stage;                            /* the old part's */
+    size_t foff[NUM_PARAMETER_TENSORS];         /* each tensor's offset in the full model's flat order */
 } TrainStatePieces;
 
+/* 1 if a piece of tensor i at full offset `full` is the old part's second parameter copy (GPT2Stage.copies 2, the
+ * dualpipe schedule: chunk 1's layers, and the ends' tensors where chunk 0 does not embed), held by another part
+ * as its first */
+static inline int train_state_piece_is_copy(const TrainStatePieces* ps, int i, size_t full) {
+    const GPT2Stage* st = &ps->stage;
+    if (st->copies != 2) { return 0; }
+    if (!gpt2_is_per_layer(ps->cfg, i)) { return st->chunk_first[0] != 0; }
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_sizes(sizes, ps->cfg);
+    size_t layer = (full - ps->foff[i]) / (sizes[i] / (size_t)ps->cfg->num_layers);
+    return layer < (size_t)st->chunk_first[0] || layer >= (size_t)(st->chunk_first[0] + st->chunk_layers[0]);
+}
+
 /* shard_for_each_piece callback: keeps the pieces of split tensors, of the replicated ones (the same on every
- * tp rank) only tp rank 0's, and of the tied wte (the same on the first and last pipeline stage) only the first
- * stage's, so that the pieces tile the full model once */
+ * tp rank) only tp rank 0's, of the tied wte (the same on the first and last pipeline stage) only the first
+ * stage's, and of a second parameter copy none, so that the pieces tile the full model once */
 static inline void train_state_collect_piece(void* ctx, int tensor, size_t full, size_t local, size_t n) {
     TrainStatePieces* ps = (TrainStatePieces*)ctx;
     if (ps->tp != 0 && !shard_tp_split(tensor)) { return; }
     if (tensor == P_WTE && !ps->has_embedding) { return; }
+    if (train_state_piece_is_copy(ps, tensor, full)) { return; }
     if (ps->count == ps->cap) {
         ps->cap = ps->cap ? 2 * ps->cap : 1024;
         ps->v = (TrainStatePiece*)realloc(ps->v, ps->cap * sizeof(TrainStatePiece));
@@ -548,6 +568,9 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
     cfg.num_layers = ours->num_layers; cfg.num_heads = ours->num_heads; cfg.channels = ours->channels;
     gpt2_arch_default(&cfg.arch, cfg.channels, cfg.num_heads);
     if (ctx->arch) { cfg.arch = *ctx->arch; } /* the decoder family: its tensors (no biases, lmheadw, SwiGLU's fc) */
+    size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
+    gpt2_parameter_sizes(sizes, &cfg);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { rs.old_pieces.foff[i] = off; off += sizes[i]; }
     int per_stage = old_world / rs.old[0].pp_size;
     for (int pp = 0; pp < rs.old[0].pp_size; pp++) {
         for (int r = 0; r < rs.old[0].tp_size; r++) {
@@ -555,6 +578,8 @@ static inline void train_state_read_resharded(int step, int old_world, const Tra
             rs.old_pieces.tp = r;
             rs.old_pieces.pp = pp;
             rs.old_pieces.has_embedding = h->stage.has_embedding;
+            rs.old_pieces.cfg = &cfg;
+            rs.old_pieces.stage = h->stage;
             shard_for_each_piece(&cfg, rs.old[0].tp_size, r, &h->stage, train_state_collect_piece, &rs.old_pieces);
         }
     }
