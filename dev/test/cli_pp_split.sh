@@ -25,7 +25,15 @@
 #   - a checkpoint resumes bit for bit under dualpipev, and resumed under 1f1b (the stages' layers change:
 #     re-sharded) continues within T(4);
 #   - sampling through the V prints the text one process prints (the logits row stays on rank 0);
-#   - refused with one line: m < 2p, L not divisible by 2p, --pp-virtual 2, dualpipe (not run by the trainer).
+#   - refused with one line: m < 2p, L not divisible by 2p, --pp-virtual 2.
+# dualpipe (DeepSeek-V3's DualPipe: two pipelines in opposite directions, two parameter copies): rank s holds stage s
+# and a second copy of stage p-1-s; micro-batches 0..m/2-1 run down, the others up; the copies' gradients are summed
+# pairwise before the data-parallel reduction, the norm counts each layer once. Against the same one-process
+# references within T(4), the same four shapes; the ledger; stage lines; m F, B and W slices per rank;
+#   - a checkpoint resumes bit for bit under dualpipe, and re-sharded under 1f1b (from the first copies) within T(4);
+#   - pp 2 x dp 2 with int8 compression resumes bit for bit (the copies stay one through the post-update sync);
+#   - sampling prints one process's text (the head on rank p-1);
+#   - refused with one line: odd --pp, odd m, m < 2p, experts, --pp-virtual 2, -z 2.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
@@ -115,18 +123,71 @@ check $? "the dualpipev checkpoint resumed under 1f1b (re-sharded, announced) wi
 S=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 12 -l 0 -x 1 -d 256 --prompt "ROMEO:")
 $TRAIN "${S[@]}" -o "$TMP/s1" > "$TMP/s1.log" 2>&1 && \
     MPIRUN 2 $TRAIN "${S[@]}" --pp 2 --pp-schedule dualpipev -o "$TMP/s2" > "$TMP/s2.log" 2>&1
-python3 - "$TMP/s1/log.jsonl" "$TMP/s2/log.jsonl" <<'PY'
+same_sample() { # LOG1 LOG2: one sample each, the same non-empty text
+    python3 - "$1" "$2" <<'PY'
 import json, sys
 t = [[o["text"] for o in map(json.loads, open(p)) if o["kind"] == "sample"] for p in sys.argv[1:3]]
-print("one process %r; dualpipev %r" % (t[0], t[1]))
+print("one process %r; pipeline %r" % (t[0], t[1]))
 sys.exit(0 if len(t[0]) == 1 and t[0] == t[1] and len(t[0][0]) > 0 else 1)
 PY
+}
+same_sample "$TMP/s1/log.jsonl" "$TMP/s2/log.jsonl"
 check $? "sampling through the dualpipev V prints the text one process prints"
+
+# dualpipe: the same shapes as dualpipev (pp 2 at m 8 and 4, pp 4, tp 2 x pp 2 x dp 2 ZeRO-1) against the same
+# one-process references
+for spec in "v1:2:2:-d 512" "v2:2:2:-d 256" "v3:4:4:-e L8:C64:NH4:T48 -d 512" "v4:8:2:--tp 2 -z 1 -d 512"; do
+    IFS=: read -r name n pp flags <<< "$spec"
+    # shellcheck disable=SC2086
+    run "d$name" "$n" $flags "${V[@]}" --pp "$pp" --pp-schedule dualpipe
+    out=$(dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" train loss "$T4" 4 && \
+          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" train grad_norm "$T4" 4 && \
+          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" val val_loss "$T4" 3 && \
+          dp_compare_models_rms "$TMP/${name}_one/model_00000004.bin" "$TMP/d$name/model_00000004.bin" "$T4")
+    check $? "$n processes, dualpipe, --pp $pp $flags vs one process within T(4): ${out//$'\n'/; }"
+    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/d$name.log")
+    test "$stages" -eq "$(grep -c '^pipeline stage [0-9]*: layers' "$TMP/d$name.log")" && test "$stages" -eq "$pp"
+    check $? "$n processes, dualpipe, --pp $pp $flags: the memory ledger equals the allocation on every stage ($stages)"
+done
+grep -q '^pipeline stage 1: layers 2-3,4-5 |' "$TMP/dv3.log" && grep -q '^pipeline stage 2: layers 4-5,2-3 |' "$TMP/dv3.log" && \
+    grep -q '^pipeline stage 3: layers 6-7,0-1 + embedding + lnf, head' "$TMP/dv3.log" && \
+    grep -q '2 parameter copies' "$TMP/dv3.log"
+check $? "dualpipe pp 4: stage 1 holds layers 2-3 and a copy of stage 2's 4-5, stage 2 the reverse; stage 3 holds 6-7, a copy of 0-1 and both ends; 2 parameter copies"
+trace_slices "$TMP/dv1/trace.json" 2 8 1
+check $? "trace.json (pp 2 dualpipe, m 8): every rank has m F, B and W slices per traced step (m/2 per direction)"
+run dcut 2 -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipe --exit-after-steps 2
+cp -r "$TMP/dcut" "$TMP/dcut1f1b"
+MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipe -o "$TMP/dcut" -y 1 > "$TMP/dcut2.log" 2>&1
+out=$(dp_same_checkpoint "$TMP/dv1" "$TMP/dcut" 4 2)
+check $? "pp 2 dualpipe resumed at step 2 equals the straight run: $out"
+MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule 1f1b -o "$TMP/dcut1f1b" -y 1 > "$TMP/dcut3.log" 2>&1 && \
+    grep -q "^resume: checkpoint step 2 .* re-sharding" "$TMP/dcut3.log"
+out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/dcut1f1b/log.jsonl" train loss "$T4" 4 && \
+      dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/dcut1f1b/model_00000004.bin" "$T4")
+check $? "the dualpipe checkpoint resumed under 1f1b (re-sharded from the first copies) within T(4) of one process: ${out//$'\n'/; }"
+# pp 2 x dp 2 with int8 compression: each copy compresses its own buckets (another flat order), so the copies part
+# unless rank s sends its chunk 0 to the other copy after the update; a resume loads both copies from one, so
+# 6 steps straight equal 3 + checkpoint + resume only if the copies stayed one (it fails from step 4 without the sync)
+G=("${M[@]}" -x 6 --pp 2 -d 512 -z 0 --pp-schedule dualpipe --grad-compress int8 --grad-compress-round stochastic)
+MPIRUN 4 $TRAIN "${G[@]}" -o "$TMP/dz-s" > "$TMP/dz-s.log" 2>&1 && \
+    MPIRUN 4 $TRAIN "${G[@]}" -o "$TMP/dz-r" --exit-after-steps 3 > "$TMP/dz-a.log" 2>&1 && \
+    MPIRUN 4 $TRAIN "${G[@]}" -o "$TMP/dz-r" -y 1 > "$TMP/dz-b.log" 2>&1 && \
+    cmp -s <(dp_step_lines "$TMP/dz-s.log") <(cat <(dp_step_lines "$TMP/dz-a.log") <(dp_step_lines "$TMP/dz-b.log")) && \
+    cmp -s "$TMP/dz-s/model_00000006.bin" "$TMP/dz-r/model_00000006.bin"
+check $? "pp 2 x dp 2 dualpipe, int8 compression: 6 steps straight == 3 + checkpoint + resume (the copies stay one)"
+MPIRUN 2 $TRAIN "${S[@]}" --pp 2 --pp-schedule dualpipe -o "$TMP/s3" > "$TMP/s3.log" 2>&1
+same_sample "$TMP/s1/log.jsonl" "$TMP/s3/log.jsonl"
+check $? "sampling through dualpipe (the head on rank p-1, its logits row sent to rank 0) prints the text one process prints"
 
 B=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -x 1 -d 256)
 dp_refused 2 "needs at least 4 micro-batches" "dualpipev with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipev
 dp_refused 4 "divisible by 2 x --pp" "dualpipev over 4 stages of a 4-layer model" "${B[@]}" -d 512 --pp 4 --pp-schedule dualpipev
 dp_refused 2 "--pp-virtual" "dualpipev with --pp-virtual 2" "${B[@]}" --pp 2 --pp-schedule dualpipev --pp-virtual 2
-dp_refused 2 "dualpipe" "dualpipe (built and simulated, not run by the trainer)" "${B[@]}" --pp 2 --pp-schedule dualpipe
+dp_refused 3 "even --pp" "dualpipe over 3 stages" "${B[@]}" -e L6:C64:NH4:T48 -d 768 --pp 3 --pp-schedule dualpipe
+dp_refused 2 "even number of micro-batches" "dualpipe with 5 micro-batches" "${B[@]}" -d 320 --pp 2 --pp-schedule dualpipe
+dp_refused 2 "needs at least 4 micro-batches" "dualpipe with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipe
+dp_refused 2 "dense models" "dualpipe with experts" "${B[@]}" -e L4:C64:NH4:T48:E4:K2 --pp 2 --pp-schedule dualpipe
+dp_refused 2 "--pp-virtual" "dualpipe with --pp-virtual 2" "${B[@]}" --pp 2 --pp-schedule dualpipe --pp-virtual 2
+dp_refused 4 "-z 2" "dualpipe with ZeRO-2" "${B[@]}" --pp 2 -z 2 --pp-schedule dualpipe
 dp_refused 4 "-z 2" "zb-h1 with ZeRO-2" "${B[@]}" --pp 2 -z 2 --pp-schedule zb-h1
 dp_refused 4 "-z 3" "zb-h1 with ZeRO-3" "${B[@]}" --pp 2 -z 3 --pp-schedule zb-h1
