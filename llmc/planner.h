@@ -330,15 +330,25 @@ static inline PlanResult plan_evaluate(const LedgerLayout* lay, const PlanCluste
     double pbw = r.pp_net ? cl->dev.net_gbs : cl->dev.nvlink_gbs, plat = r.pp_net ? cl->net_lat_us : cl->nvlink_lat_us;
     double boundary = btc / (ly->sp && ly->tp > 1 ? ly->tp : 1); /* sequence parallel: each tp rank its rows */
     double t_p2p = boundary / (pbw * 1e9) + plat * 1e-6;
-    r.t_pp = ly->pp > 1 ? 2.0 * (ly->pp - 1) * ly->v * t_p2p : 0.0;
+    int dual = ly->schedule == PIPE_DUALPIPE, sync = ly->dp >= 3 || ly->compress;
+    r.t_pp = ly->pp > 1 ? 2.0 * (ly->pp - 1) * (dual ? 1 : ly->v) * t_p2p : 0.0;
     /* the boundaries a micro-batch crosses between ranks, each an activation and a gradient: p v - 1 (dualpipev: its
-     * 2p - 1 less the local turn on rank p - 1); the mean over the ranks */
-    double crossings = ly->schedule == PIPE_DUALPIPEV ? 2.0 * ly->pp - 2.0 : (double)ly->pp * ly->v - 1.0;
+     * 2p - 1 less the local turn on rank p - 1; dualpipe: p - 1 in either direction); the mean over the ranks */
+    double crossings = ly->schedule == PIPE_DUALPIPEV ? 2.0 * ly->pp - 2.0 : dual ? ly->pp - 1.0
+                                                      : (double)ly->pp * ly->v - 1.0;
     r.b_pp = ly->pp > 1 ? 2.0 * crossings / ly->pp * ly->m * boundary : 0.0;
-    if (ly->pp > 1 && c->arch.tied_head && ly->schedule != PIPE_DUALPIPEV) { /* dualpipev: both ends on rank 0 */ /* the tied wte at the two ends (llmc/pipeline_model.h): its gradient sent
+    if (ly->pp > 1 && dual) { /* dualpipe's copies: every gradient to the other copy's rank once per step, and with
+                               * 3+ dp ranks or compression the first copy's weights after the update
+                               * (pipeline_sum_copies, pipeline_sync_copies; the worst rank's parameters) */
+        double grads = (double)r.mem.P * pb;
+        r.b_pp += (1.0 + 0.5 * sync) * grads;
+        r.t_pp += (1.0 + 0.5 * sync) * grads / (pbw * 1e9) + plat * 1e-6;
+    }
+    if (ly->pp > 1 && c->arch.tied_head && ly->schedule != PIPE_DUALPIPEV && !dual) { /* dualpipe(v): one rank holds
+                                            * both ends */ /* the tied wte at the two ends (llmc/pipeline_model.h): its gradient sent
                                             * both ways, and with 3+ dp ranks or compression the first stage's
                                             * weights to the last after the update; once per step */
-        double wte = (double)c->padded_vocab_size * c->channels / ly->tp * pb, sync = ly->dp >= 3 || ly->compress;
+        double wte = (double)c->padded_vocab_size * c->channels / ly->tp * pb;
         r.b_pp += (2.0 + sync) * wte / ly->pp;
         r.t_pp += (1.0 + sync) * (wte / (pbw * 1e9) + plat * 1e-6);
     }
@@ -386,6 +396,8 @@ static inline const char* plan_bubble_formula(PipeScheduleKind kind) {
            : kind == PIPE_ZBH1 ? "zb-h1's idle (p-1)(F+B-2W) at B = 2F = 2W (DeepSeek-V3's Table 2)"
            : kind == PIPE_DUALPIPEV ? "dualpipev's idle (p-1)(F&B+B-3W) on 2p stages at B = 2F = 2W, F&B = F+B "
                                       "(DeepSeek-V3's Table 2)"
+           : kind == PIPE_DUALPIPE ? "dualpipe's idle (p/2-1)(F&B+B-3W) at B = 2F = 2W, F&B = F+B (DeepSeek-V3's "
+                                     "Table 2), two parameter copies"
            : "(p-1)/(m+p-1)";
 }
 
@@ -481,7 +493,7 @@ static inline int plan_cmp(const void* a, const void* b) {
 
 /* Enumerates the layouts of base's model on cl->gpus GPUs: tp (powers of two up to the GPUs per node, dividing NH, C,
  * Vp), pp (1..L, even split rule), dp = gpus / (tp pp), m = tokens / (B T dp) (integer), ZeRO 0-3, recompute 0, 2
- * and 3 (base's recompute_every), the 1f1b schedule, interleaved with v 2, zb-h1 and dualpipev (their bubble at
+ * and 3 (base's recompute_every), the 1f1b schedule, interleaved with v 2, zb-h1, dualpipev and dualpipe (bubble at
  * B = 2F = 2W, their W operands in the activations; dense models only: an expert block keeps its W in B), sequence
  * parallel with tp > 1, and for
  * a mixture-of-experts model ep (powers of two dividing dp); every candidate goes through layout_check (llmc/layout.h):
@@ -503,16 +515,18 @@ static inline PlanResult* plan_search(const LedgerLayout* base, const PlanCluste
             int m = (int)(tokens / per);
             for (int ep = 1; ep <= (c->moe.experts > 0 ? dp : 1); ep *= 2) { /* MoE: ep dividing dp and E */
             for (int z = 0; z <= 3; z++) {
-                for (int k = 0; k < 16; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2, zb-h1, dualpipev */
-                    int rc = k % 4, inter = k / 4 == 1, zb = k / 4 == 2, dv = k / 4 == 3;
-                    if (rc == 1 || ((inter || zb || dv) && pp < 2)) { continue; }
-                    if ((zb || dv) && c->moe.experts) { continue; } /* an expert block's W stays in B: the bubble
-                                                                     * would be under-estimated */
+                for (int k = 0; k < 20; k++) { /* recompute 0, 2, (3) x 1f1b, interleaved v 2, zb-h1, dualpipev,
+                                                * dualpipe */
+                    int rc = k % 4, inter = k / 4 == 1, zb = k / 4 == 2, dv = k / 4 == 3, du = k / 4 == 4;
+                    if (rc == 1 || ((inter || zb || dv || du) && pp < 2)) { continue; }
+                    if ((zb || dv || du) && c->moe.experts) { continue; } /* an expert block's W stays in B: the
+                                                                           * bubble would be under-estimated */
                     LedgerLayout l = *base;
                     Layout* ly = &l.layout;
                     ly->tp = tp; ly->sp = tp > 1; ly->pp = pp; ly->dp = dp; ly->ep = ep; ly->zero = z; ly->recompute = rc;
-                    ly->v = inter || dv ? 2 : 1; ly->m = m;
-                    ly->schedule = inter ? PIPE_INTERLEAVED : zb ? PIPE_ZBH1 : dv ? PIPE_DUALPIPEV : PIPE_1F1B;
+                    ly->v = inter || dv || du ? 2 : 1; ly->m = m;
+                    ly->schedule = inter ? PIPE_INTERLEAVED : zb ? PIPE_ZBH1 : dv ? PIPE_DUALPIPEV
+                                 : du ? PIPE_DUALPIPE : PIPE_1F1B;
                     memset(ly->stage_layers, 0, sizeof(ly->stage_layers)); ly->offload = 0; ly->offload_params = 0;
                     char err[512];
                     LayoutVerdict verdict = layout_check(&l.layout, &md, 0, err, sizeof(err));
