@@ -524,6 +524,7 @@ static void session_init(TrainSession* s) {
     if (s->pp->world > 1) { /* the schedule, its executor and each chunk's activation slots */
         pipeline_init(&s->pipe, &s->model, s->pp, &s->layout);
         s->pipe.gelu_fusion = cfg->gelu_fusion;
+        s->pipe.fb_overlap = cfg->pp_fb_overlap; /* dualpipe(v)'s overlapped F&B pairs */
         pipeline_trace_init(&s->trace, &s->pipe, cfg->output_dir[0] ? cfg->pp_trace_steps : 0);
     } else {
         gpt2_allocate_activations(&s->model, cfg->B, cfg->T, cfg->recompute, cfg->recompute_every);

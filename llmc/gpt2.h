@@ -1144,15 +1144,11 @@ static inline void gpt2_fused_residual_norm_forward(GPT2Norm norm, floatX* resid
     }
 }
 
-/* forward of transformer block l over (B,T): its input (residual_in) and LayerNorm 1 output (ln1, ln1_mean, ln1_rstd)
- * must be in place; writes the rest of its activations (gpt2_layer_acts). With `finish`, also the block's output
- * (residual3) fused with the next LayerNorm: the next layer's ln1, the final LayerNorm (A_LNF) after the last layer
- * with the head, or the plain sum without it; without `finish` it stops after the MLP up-projection (what a -r 3
- * recompute of a segment's last layer needs). Tensor parallel: collective over the group (every rank calls). */
-static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fusion, int finish) {
+/* block l's attention half: from ln1 to the fused residual + LayerNorm 2 (residual2, ln2) */
+static inline void gpt2_block_attn_forward(GPT2* m, int l, int B, int T) {
     const GPT2Config* c = &m->config;
     const TensorParallel* tp = &m->tp;
-    int L = m->n_layers, C = c->channels;
+    int C = c->channels;
     int N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
     int KVl = c->arch.n_kv_head / tp->size, QKVl = (int)(gpt2_dim(c, DIM_QKV) / tp->size); /* this rank's heads */
     const ParameterTensors* p = &m->params;
@@ -1176,28 +1172,20 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     profile_at(PROFILE_LAYERNORM);
     gpt2_fused_residual_norm_forward(c->arch.norm, a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual_in, y,
                                      layer_param(p, m, P_LN2W, l), layer_param(p, m, P_LN2B, l), Nl, C);
-    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) { /* experts (llmc/moe.h); tp: each expert's H/tp, routing on every rank */
-        profile_at(PROFILE_EXPERTS);
-        MoELayer ml = gpt2_moe_layer(m, NULL, l);
-        MoEConfig mcl = gpt2_moe_local(m);
-        MoEOptions o = m->moe_opt;
-        o.tp = tp;
-        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
-        moe_layer_forward(&ml, &mcl, &o, scratch, x, N, C); /* reads x before it writes scratch */
-        if (!finish) { return; }
-        y = tp_reduce(tp, scratch, N, C);                                               /* g */
-    } else {
-        x = tp_gather(tp, a.ln2, scratch, N, C);                                        /* f */
-        gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
-        if (!finish) { return; }
-        profile_at(PROFILE_FCPROJ);
-        matmul_forward(scratch, a.fch_gelu, layer_param(p, m, P_FCPROJW, l),
-                       gpt2_bias_once(m, layer_param(p, m, P_FCPROJB, l)), N, (int)(gpt2_dim(c, DIM_FF) / tp->size), C,
-                       NULL);
-        y = tp_reduce(tp, scratch, N, C);                                               /* g */
-    }
+}
+
+/* block l's output from its MLP's (N,C) rows in the scratch (this rank's partial sums under tp): g, then the
+ * residual fused with the next LayerNorm (the next layer's ln1, lnf after the last layer with the head, or the plain
+ * sum without it) */
+static inline void gpt2_block_out_forward(GPT2* m, int l, int N) {
+    const GPT2Config* c = &m->config;
+    const TensorParallel* tp = &m->tp;
+    int C = c->channels, Nl = tp_rows(tp, N);
+    const ParameterTensors* p = &m->params;
+    const floatX* y = tp_reduce(tp, (floatX*)m->acts.t[A_SCRATCH_BTC], N, C);          /* g */
+    LayerActivations a = gpt2_layer_acts(m, l);
     profile_at(PROFILE_LAYERNORM);
-    if (l + 1 < L) {
+    if (l + 1 < m->n_layers) {
         LayerActivations an = gpt2_layer_acts(m, l + 1);
         gpt2_params_needed(m, l + 1, 0);
         gpt2_fused_residual_norm_forward(c->arch.norm, a.residual3, an.ln1, an.ln1_mean, an.ln1_rstd, a.residual2, y,
@@ -1211,6 +1199,66 @@ static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fus
     }
 }
 
+/* A MoE block's pass in the three phases of its MLP (llmc/moe.h, MoEPhase: the all-to-alls posted between them)
+ * and what it reads between them (host). gpt2_moe_block_forward(.., k) runs phase k: 0 the attention half, then
+ * the routing and the dispatch; 1 the experts; 2 the combine and (with `finish`) the block's output. */
+typedef struct {
+    MoELayer ml;
+    MoEConfig mc;
+    MoEOptions o;
+    MoEPhase ph;
+    const floatX *x, *dy;
+} GPT2MoEBlock;
+
+static inline void gpt2_moe_block_forward(GPT2* m, GPT2MoEBlock* b, int l, int B, int T, int k, int finish) {
+    int N = B * T, C = m->config.channels;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    if (k == 0) { /* experts (llmc/moe.h); tp: each expert's H/tp, routing on every rank */
+        gpt2_block_attn_forward(m, l, B, T);
+        profile_at(PROFILE_EXPERTS);
+        b->ml = gpt2_moe_layer(m, NULL, l);
+        b->mc = gpt2_moe_local(m);
+        b->o = m->moe_opt;
+        b->o.tp = &m->tp;
+        b->x = tp_gather(&m->tp, gpt2_layer_acts(m, l).ln2, scratch, N, C);           /* f */
+        moe_forward_dispatch(&b->ph, &b->ml, &b->mc, &b->o, b->x, N, C);
+    } else if (k == 1) {
+        profile_at(PROFILE_EXPERTS);
+        moe_forward_experts(&b->ph, &b->ml, &b->mc, &b->o, C);
+    } else {
+        profile_at(PROFILE_EXPERTS);
+        moe_forward_combine(&b->ph, &b->ml, &b->mc, &b->o, scratch, N, C); /* x was read in phase 0 */
+        if (finish) { gpt2_block_out_forward(m, l, N); }
+    }
+}
+
+/* forward of transformer block l over (B,T): its input (residual_in) and LayerNorm 1 output (ln1, ln1_mean, ln1_rstd)
+ * must be in place; writes the rest of its activations (gpt2_layer_acts). With `finish`, also the block's output
+ * (residual3) fused with the next LayerNorm: the next layer's ln1, the final LayerNorm (A_LNF) after the last layer
+ * with the head, or the plain sum without it; without `finish` it stops after the MLP up-projection (what a -r 3
+ * recompute of a segment's last layer needs). Tensor parallel: collective over the group (every rank calls). */
+static inline void gpt2_block_forward(GPT2* m, int l, int B, int T, int gelu_fusion, int finish) {
+    const GPT2Config* c = &m->config;
+    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) {
+        GPT2MoEBlock b;
+        for (int k = 0; k < 3; k++) { gpt2_moe_block_forward(m, &b, l, B, T, k, finish); }
+        return;
+    }
+    const TensorParallel* tp = &m->tp;
+    int N = B * T, C = c->channels;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    LayerActivations a = gpt2_layer_acts(m, l);
+    gpt2_block_attn_forward(m, l, B, T);
+    const floatX* x = tp_gather(tp, a.ln2, scratch, N, C);                              /* f */
+    gpt2_mlp_up_forward(m, &a, x, l, N, gelu_fusion);
+    if (!finish) { return; }
+    profile_at(PROFILE_FCPROJ);
+    matmul_forward(scratch, a.fch_gelu, layer_param(&m->params, m, P_FCPROJW, l),
+                   gpt2_bias_once(m, layer_param(&m->params, m, P_FCPROJB, l)), N, (int)(gpt2_dim(c, DIM_FF) / tp->size),
+                   C, NULL);
+    gpt2_block_out_forward(m, l, N);
+}
+
 /* LayerNorm 1 of layer l from its input (residual_in): the first layer's, and a -r 3 segment's first on recompute
  * (the same values as the previous block's fused residual + LayerNorm: both normalise the rounded sum) */
 static inline void gpt2_ln1_forward(GPT2* m, int l, int Nl) {
@@ -1222,27 +1270,21 @@ static inline void gpt2_ln1_forward(GPT2* m, int l, int Nl) {
                       m->config.channels);
 }
 
-/* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
- * (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device without a host sync
- * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
- * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)).
- * Tensor parallel: every rank of the group calls it with the same tokens; the logits buffer holds this rank's
- * vocabulary columns (N,Vp/tp); the losses are the same on every rank.
- * Pipeline stage: without the embedding, the stage's input (Nl,C) must be in gpt2_stage_input (the previous
- * stage's output) and `inputs` is not read; without the head the forward ends at gpt2_stage_output (Nl,C) and
- * targets are not read. */
-static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
-                                float dloss, int write_dlogits) {
+/* gpt2_forward's parts (a pass run in steps, llmc/gpt2_pair.h, calls them in turn): the begin (checks, the
+ * embedding or the stage input, LayerNorm 1 of the first layer), the blocks (gpt2_block_forward), the end (the head:
+ * logits, losses). The caller holds the profile pass. */
+static inline void gpt2_forward_begin(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
+                                      float dloss, int write_dlogits) {
     const GPT2Config* c = &m->config;
     if (B <= 0 || T <= 0 || B > m->B || T > m->T) { FATAL("internal: forward with (B=%d,T=%d) above allocated (%d,%d)", B, T, m->B, m->T); }
     const TensorParallel* tp = &m->tp;
-    int L = m->n_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels, Vp = c->padded_vocab_size;
     int N = B * T, Nl = tp_rows(tp, N), Vs = Vp / tp->size;
     const ParameterTensors* p = &m->params;
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     floatX* encoded = (floatX*)m->acts.t[A_ENCODED];
     /* per-call layer views must use the allocated (B,T) strides, which gpt2_layer_acts does */
-    profile_begin_pass(PROFILE_FWD, PROFILE_EMBEDDING); /* --profile-steps: the phases of llmc/profile.h */
+    profile_at(PROFILE_EMBEDDING);
     gpt2_params_needed(m, -1, 0);
     m->moe_dloss = targets != NULL && write_dlogits ? dloss : 0.0f; /* the MoE losses' weight in backward */
     const floatX* wpe = m->param_sizes[P_WPE] ? p->t[P_WPE] : NULL; /* NULL: rotary positions, no table */
@@ -1258,12 +1300,18 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
     }
     m->gelu_fusion = gelu_fusion;
     gpt2_ln1_forward(m, 0, Nl);
-    for (int l = 0; l < L; l++) { gpt2_block_forward(m, l, B, T, gelu_fusion, 1); }
-    if (!m->stage.has_head) { profile_end(); return; }
+}
+static inline void gpt2_forward_end(GPT2* m, const int* targets, int B, int T, float dloss, int write_dlogits) {
+    const GPT2Config* c = &m->config;
+    if (!m->stage.has_head) { return; }
+    const TensorParallel* tp = &m->tp;
+    int C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T, Vs = Vp / tp->size;
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     profile_at(PROFILE_LM_HEAD);
     floatX* logits = (floatX*)m->acts.t[A_LOGITS];
     const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);         /* f */
-    matmul_forward(logits, x, p->t[gpt2_head_tensor(c)], NULL, N, C, Vs, NULL);
+    matmul_forward(logits, x, m->params.t[gpt2_head_tensor(c)], NULL, N, C, Vs, NULL);
     if (targets != NULL) {
         profile_at(PROFILE_CLASSIFIER);
         if (tp->size == 1) {
@@ -1273,6 +1321,23 @@ static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, 
         }
         loss_mean_accumulate(m->loss_mean, m->loss_sum, (float*)m->acts.t[A_LOSSES], N);
     }
+}
+
+/* forward pass over tokens `inputs` (B,T) (device). If targets != NULL also computes the per-token losses
+ * (A_LOSSES) and their mean, and adds the mean to the loss accumulator, on the device without a host sync
+ * (gpt2_mean_loss / gpt2_loss_sum_read read them); if write_dlogits, the logits buffer is replaced by
+ * dloss * (softmax - onehot) for the backward pass (dloss = 1/(B*T*grad_accum*processes)).
+ * Tensor parallel: every rank of the group calls it with the same tokens; the logits buffer holds this rank's
+ * vocabulary columns (N,Vp/tp); the losses are the same on every rank.
+ * Pipeline stage: without the embedding, the stage's input (Nl,C) must be in gpt2_stage_input (the previous
+ * stage's output) and `inputs` is not read; without the head the forward ends at gpt2_stage_output (Nl,C) and
+ * targets are not read. */
+static inline void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int gelu_fusion,
+                                float dloss, int write_dlogits) {
+    profile_begin_pass(PROFILE_FWD, PROFILE_EMBEDDING); /* --profile-steps: the phases of llmc/profile.h */
+    gpt2_forward_begin(m, inputs, targets, B, T, gelu_fusion, dloss, write_dlogits);
+    for (int l = 0; l < m->n_layers; l++) { gpt2_block_forward(m, l, B, T, gelu_fusion, 1); }
+    gpt2_forward_end(m, targets, B, T, dloss, write_dlogits);
     profile_end();
 }
 
@@ -1475,9 +1540,9 @@ static inline floatX* gpt2_mlp_act_backward(GPT2* m, const GPT2GradTarget* g, co
     return dbuf;
 }
 
-/* backward pass of one transformer block: dresidual (Nl,C) holds d(loss)/d(residual3) on entry and
- * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
-static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
+/* block l's attention half backward, from the MLP's input gradient dx (Nl,C) (after f's backward): LayerNorm 2 into
+ * dresidual, the attention projection, attention, QK-norm, the qkv projection and LayerNorm 1 */
+static inline void gpt2_block_attn_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T, const floatX* dx) {
     const GPT2Config* c = &m->config;
     const TensorParallel* tp = &m->tp;
     int C = c->channels, N = B * T, Nl = tp_rows(tp, N), Cl = C / tp->size, NHl = c->num_heads / tp->size;
@@ -1489,36 +1554,11 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
     float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
     LayerActivations a = gpt2_layer_acts(m, l);
-    gpt2_recompute_layer(m, &a, l, N, Nl);
-    const floatX *dy, *x, *dx;
-    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) { /* residual3 = residual2 + g(experts(f(ln2))) (llmc/moe.h) */
-        profile_at(PROFILE_EXPERTS);
-        MoELayer ml = gpt2_moe_layer(m, g, l);
-        MoEConfig mcl = gpt2_moe_local(m);
-        MoEOptions o = m->moe_opt;
-        o.tp = tp;
-        dy = tp_gather(tp, dresidual, dbt4c, N, C);                                     /* g backward */
-        x = tp_gather(tp, a.ln2, scratch, N, C);
-        moe_layer_backward(&ml, &mcl, &o, dbtc, dy, x, scratch_f32, N, C, m->moe_dloss);
-        dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
-    } else {
-        profile_at(PROFILE_FCPROJ);
-        dy = tp_gather(tp, dresidual, scratch, N, C);                                   /* g backward */
-        floatX* dfch = gpt2_mlp_act_backward(m, g, &a, dbt4c, dy, l, N);
-        /* fch_gelu = act(f(ln2) @ fcw^T + fcb) */
-        profile_at(PROFILE_FC);
-        x = tp_gather(tp, a.ln2, scratch, N, C);
-        matmul_backward(dbtc, gpt2_bgrad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dfch, x,
-                        layer_param(p, m, P_FCW, l), scratch_f32, N, C, (int)(gpt2_dim(c, DIM_FC) / tp->size),
-                        LLMC_GELU_BWD_EPILOGUE || c->arch.mlp != MLP_GELU ? NULL : a.fch);
-        gpt2_wstash_put(m, l, GPT2_WG_FC, dfch, x); /* after the call: a pre-GELU dbias pass rewrites dfch */
-        dx = tp_reduce(tp, dbtc, N, C);                                                 /* f backward */
-    }
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN2W, l), gpt2_layer_grad(g, P_LN2B, l), dx,
                             a.residual2, layer_param(p, m, P_LN2W, l), a.ln2_mean, a.ln2_rstd, Nl);
     /* residual2 = residual_in + g(atty @ attprojw^T + attprojb) */
     profile_at(PROFILE_ATTPROJ);
-    dy = tp_gather(tp, dresidual, scratch, N, C);                                       /* g backward */
+    const floatX* dy = tp_gather(tp, dresidual, scratch, N, C);                         /* g backward */
     matmul_backward(dbtc, gpt2_bgrad(m, g, P_ATTPROJW, l), gpt2_param_grad(m, g, P_ATTPROJB, l), (floatX*)dy, a.atty,
                     layer_param(p, m, P_ATTPROJW, l), scratch_f32, N, Cl, C, NULL);
     gpt2_wstash_put(m, l, GPT2_WG_ATTPROJ, dy, a.atty);
@@ -1527,13 +1567,128 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
     if (m->rope_table) { rope_backward(dbt4c, m->rope_table, B, T, NHl, KVl, C / c->num_heads, 0); } /* pos=rope */
     if (c->arch.qk_norm) { gpt2_qknorm_backward(m, g, &a, dbt4c, l, N); }
     profile_at(PROFILE_QKV);
-    x = tp_gather(tp, a.ln1, scratch, N, C);
+    const floatX* x = tp_gather(tp, a.ln1, scratch, N, C);
     matmul_backward(dbtc, gpt2_bgrad(m, g, P_QKVW, l), gpt2_param_grad(m, g, P_QKVB, l), dbt4c, x,
                     layer_param(p, m, P_QKVW, l), scratch_f32, N, C, QKVl, NULL);
     gpt2_wstash_put(m, l, GPT2_WG_QKV, dbt4c, x);
     dx = tp_reduce(tp, dbtc, N, C);                                                     /* f backward */
     gpt2_layernorm_backward(m, dresidual, gpt2_layer_grad(g, P_LN1W, l), gpt2_layer_grad(g, P_LN1B, l), dx,
                             a.residual_in, layer_param(p, m, P_LN1W, l), a.ln1_mean, a.ln1_rstd, Nl);
+}
+
+/* phase k of MoE block l's backward (GPT2MoEBlock; llmc/moe.h's three phases): 0 the dropped activations recomputed,
+ * the combine's backward and the dispatch of the output gradients; 1 the experts; 2 the input gradients combined,
+ * the router, then the attention half */
+static inline void gpt2_moe_block_backward(GPT2* m, const GPT2GradTarget* g, GPT2MoEBlock* b, int l, int B, int T,
+                                           int k) {
+    const TensorParallel* tp = &m->tp;
+    int C = m->config.channels, N = B * T, Nl = tp_rows(tp, N);
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    profile_at(PROFILE_EXPERTS); /* residual3 = residual2 + g(experts(f(ln2))) (llmc/moe.h) */
+    if (k == 0) {
+        LayerActivations a = gpt2_layer_acts(m, l);
+        gpt2_recompute_layer(m, &a, l, N, Nl);
+        b->ml = gpt2_moe_layer(m, g, l);
+        b->mc = gpt2_moe_local(m);
+        b->o = m->moe_opt;
+        b->o.tp = tp;
+        b->dy = tp_gather(tp, (floatX*)m->acts.t[A_DRESIDUAL], (floatX*)m->acts.t[A_DBT4C], N, C); /* g backward */
+        b->x = tp_gather(tp, a.ln2, (floatX*)m->acts.t[A_SCRATCH_BTC], N, C);
+        moe_backward_dispatch(&b->ph, &b->ml, &b->mc, &b->o, b->dy, N, C);
+    } else if (k == 1) {
+        moe_backward_experts(&b->ph, &b->ml, &b->mc, &b->o, b->x, (float*)m->acts.t[A_SCRATCH_F32], N, C);
+    } else {
+        moe_backward_combine(&b->ph, &b->ml, &b->mc, &b->o, dbtc, b->x, N, C, m->moe_dloss);
+        gpt2_block_attn_backward(m, g, l, B, T, tp_reduce(tp, dbtc, N, C));             /* f backward */
+    }
+}
+
+/* backward pass of one transformer block: dresidual (Nl,C) holds d(loss)/d(residual3) on entry and
+ * d(loss)/d(residual_in) on exit; layer l's gradients accumulate where g says */
+static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
+    const GPT2Config* c = &m->config;
+    if (gpt2_stage_is_moe(&c->moe, &m->stage, l)) {
+        GPT2MoEBlock b;
+        for (int k = 0; k < 3; k++) { gpt2_moe_block_backward(m, g, &b, l, B, T, k); }
+        return;
+    }
+    const TensorParallel* tp = &m->tp;
+    int C = c->channels, N = B * T, Nl = tp_rows(tp, N);
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    floatX* dbt4c = (floatX*)m->acts.t[A_DBT4C];
+    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
+    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
+    LayerActivations a = gpt2_layer_acts(m, l);
+    gpt2_recompute_layer(m, &a, l, N, Nl);
+    profile_at(PROFILE_FCPROJ);
+    const floatX* dy = tp_gather(tp, dresidual, scratch, N, C);                         /* g backward */
+    floatX* dfch = gpt2_mlp_act_backward(m, g, &a, dbt4c, dy, l, N);
+    /* fch_gelu = act(f(ln2) @ fcw^T + fcb) */
+    profile_at(PROFILE_FC);
+    const floatX* x = tp_gather(tp, a.ln2, scratch, N, C);
+    matmul_backward(dbtc, gpt2_bgrad(m, g, P_FCW, l), gpt2_param_grad(m, g, P_FCB, l), dfch, x,
+                    layer_param(&m->params, m, P_FCW, l), scratch_f32, N, C, (int)(gpt2_dim(c, DIM_FC) / tp->size),
+                    LLMC_GELU_BWD_EPILOGUE || c->arch.mlp != MLP_GELU ? NULL : a.fch);
+    gpt2_wstash_put(m, l, GPT2_WG_FC, dfch, x); /* after the call: a pre-GELU dbias pass rewrites dfch */
+    gpt2_block_attn_backward(m, g, l, B, T, tp_reduce(tp, dbtc, N, C));                 /* f backward */
+}
+
+/* gpt2_backward's parts (llmc/gpt2_pair.h runs them in turn): the begin (the head's backward into dresidual),
+ * each layer's begin (a -r 3 segment recomputed, its parameters, the store's layer_begin) and end (layer_ready,
+ * unless W runs later), the end (the embedding's backward, layer_ready(-1)). The caller holds the profile pass. */
+static inline void gpt2_backward_begin(GPT2* m, const GPT2GradTarget* g, int B, int T) {
+    const GPT2Config* c = &m->config;
+    const TensorParallel* tp = &m->tp;
+    int L = m->n_layers, C = c->channels, Vs = c->padded_vocab_size / tp->size;
+    int N = B * T, Nl = tp_rows(tp, N);
+    const ParameterTensors* p = &m->params;
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
+    profile_at(PROFILE_LM_HEAD);
+    if (g->backward_begin) { g->backward_begin(g->ctx); }
+    gpt2_params_needed(m, -1, 1);
+    if (!m->stage.has_head) { return; } /* the next pipeline stage's gradient is already in A_DRESIDUAL */
+    /* LM head: dlnf = f_backward(dlogits @ W), dW += dlogits^T @ f(lnf); W = wte (tied) or lmheadw */
+    const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], (floatX*)m->acts.t[A_SCRATCH_BTC], N, C);
+    int h = gpt2_head_tensor(c);
+    matmul_backward(dbtc, g->base.t[h], NULL, (floatX*)m->acts.t[A_LOGITS], x, p->t[h],
+                    (float*)m->acts.t[A_SCRATCH_F32], N, C, Vs, NULL);
+    const floatX* dx = tp_reduce(tp, dbtc, N, C);
+    dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
+    LayerActivations last = gpt2_layer_acts(m, L - 1);
+    gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
+                            (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
+}
+static inline void gpt2_backward_layer_begin(GPT2* m, const GPT2GradTarget* g, int l, int B, int T) {
+    int L = m->n_layers, kk = gpt2_recompute_window(m->recompute, m->recompute_every, L);
+    int last_segment = (L - 1) / kk * kk; /* its activations are still in place after the forward */
+    if (m->recompute == 3 && l < last_segment && (l + 1) % kk == 0) {
+        gpt2_recompute_segment_forward(m, l + 1 - kk, l + 1, B, T);
+    }
+    gpt2_params_needed(m, l, 1);
+    if (g->layer_begin) { g->layer_begin(g->ctx, l); }
+}
+static inline void gpt2_backward_layer_end(GPT2* m, const GPT2GradTarget* g, int l) {
+    if (g->layer_ready && !m->split_backward) { g->layer_ready(g->ctx, l); } /* split: after W */
+}
+static inline void gpt2_backward_end(GPT2* m, const GPT2GradTarget* g, const int* inputs, const int* host_inputs,
+                                     int B, int T) {
+    const TensorParallel* tp = &m->tp;
+    int C = m->config.channels, Vs = m->config.padded_vocab_size / tp->size, N = B * T;
+    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
+    profile_at(PROFILE_EMBEDDING);
+    floatX* dwpe = m->param_sizes[P_WPE] ? g->base.t[P_WPE] : NULL; /* NULL: rotary positions, no table */
+    if (!m->stage.has_embedding) {
+        /* dresidual is d(loss)/d(stage input): the previous pipeline stage's gradient */
+    } else if (tp->size == 1) {
+        encoder_backward(g->base.t[P_WTE], dwpe, dresidual, inputs, host_inputs, B, T, C);
+    } else {
+        const floatX* demb = tp_gather(tp, dresidual, (floatX*)m->acts.t[A_SCRATCH_BTC], N, C); /* g backward */
+        encoder_backward_vocab_shard(g->base.t[P_WTE], dwpe, demb, inputs, host_inputs, tp->rank * Vs, Vs,
+                                     B, T, C);
+    }
+    gpt2_backward_layer_end(m, g, -1);
 }
 
 /* backward pass after gpt2_forward(..., write_dlogits=1); gradients accumulate where g says, with g's hooks
@@ -1544,53 +1699,14 @@ static inline void gpt2_block_backward(GPT2* m, const GPT2GradTarget* g, int l, 
  * tokens are not read. */
 static inline void gpt2_backward(GPT2* m, const GPT2GradTarget* g, const int* inputs, const int* host_inputs, int B,
                                  int T) {
-    const GPT2Config* c = &m->config;
-    const TensorParallel* tp = &m->tp;
-    int L = m->n_layers, C = c->channels, Vs = c->padded_vocab_size / tp->size;
-    int N = B * T, Nl = tp_rows(tp, N);
-    const ParameterTensors* p = &m->params;
-    floatX* dresidual = (floatX*)m->acts.t[A_DRESIDUAL];
-    floatX* dbtc = (floatX*)m->acts.t[A_DBTC];
-    floatX* scratch = (floatX*)m->acts.t[A_SCRATCH_BTC];
-    float* scratch_f32 = (float*)m->acts.t[A_SCRATCH_F32];
-    floatX* dlogits = (floatX*)m->acts.t[A_LOGITS];
     profile_begin_pass(PROFILE_BWD, PROFILE_LM_HEAD); /* --profile-steps: the phases of llmc/profile.h */
-    if (g->backward_begin) { g->backward_begin(g->ctx); }
-    gpt2_params_needed(m, -1, 1);
-    if (m->stage.has_head) {
-        /* LM head: dlnf = f_backward(dlogits @ W), dW += dlogits^T @ f(lnf); W = wte (tied) or lmheadw */
-        const floatX* x = tp_gather(tp, (floatX*)m->acts.t[A_LNF], scratch, N, C);
-        int h = gpt2_head_tensor(c);
-        matmul_backward(dbtc, g->base.t[h], NULL, dlogits, x, p->t[h], scratch_f32, N, C, Vs, NULL);
-        const floatX* dx = tp_reduce(tp, dbtc, N, C);
-        dev_memset(dresidual, 0, (size_t)Nl * C * sizeof(floatX));
-        LayerActivations last = gpt2_layer_acts(m, L - 1);
-        gpt2_layernorm_backward(m, dresidual, g->base.t[P_LNFW], g->base.t[P_LNFB], dx, last.residual3, p->t[P_LNFW],
-                                (float*)m->acts.t[A_LNF_MEAN], (float*)m->acts.t[A_LNF_RSTD], Nl);
-    } /* else the next pipeline stage's gradient is already in A_DRESIDUAL */
-    int kk = gpt2_recompute_window(m->recompute, m->recompute_every, L);
-    int last_segment = (L - 1) / kk * kk; /* its activations are still in place after the forward */
-    for (int l = L - 1; l >= 0; l--) {
-        if (m->recompute == 3 && l < last_segment && (l + 1) % kk == 0) {
-            gpt2_recompute_segment_forward(m, l + 1 - kk, l + 1, B, T);
-        }
-        gpt2_params_needed(m, l, 1);
-        if (g->layer_begin) { g->layer_begin(g->ctx, l); }
+    gpt2_backward_begin(m, g, B, T);
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        gpt2_backward_layer_begin(m, g, l, B, T);
         gpt2_block_backward(m, g, l, B, T);
-        if (g->layer_ready && !m->split_backward) { g->layer_ready(g->ctx, l); } /* split: after W */
+        gpt2_backward_layer_end(m, g, l);
     }
-    profile_at(PROFILE_EMBEDDING);
-    floatX* dwpe = m->param_sizes[P_WPE] ? g->base.t[P_WPE] : NULL; /* NULL: rotary positions, no table */
-    if (!m->stage.has_embedding) {
-        /* dresidual is d(loss)/d(stage input): the previous pipeline stage's gradient */
-    } else if (tp->size == 1) {
-        encoder_backward(g->base.t[P_WTE], dwpe, dresidual, inputs, host_inputs, B, T, C);
-    } else {
-        const floatX* demb = tp_gather(tp, dresidual, scratch, N, C);                   /* g backward */
-        encoder_backward_vocab_shard(g->base.t[P_WTE], dwpe, demb, inputs, host_inputs, tp->rank * Vs, Vs,
-                                     B, T, C);
-    }
-    if (g->layer_ready && !m->split_backward) { g->layer_ready(g->ctx, -1); }
+    gpt2_backward_end(m, g, inputs, host_inputs, B, T);
     profile_end();
 }
 

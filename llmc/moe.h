@@ -66,14 +66,16 @@ typedef struct {
  *               rcount[q] elements from q into recv + rdispl[q] (counts and displacements in elements; the own
  *               block is copied); is_int: 1 = int32 elements, 0 = floatX. Device buffers; device work queued
  *               afterwards sees the result. Every rank calls it with matching counts (scount[q] on this rank =
- *               rcount[this rank] on q).
+ *               rcount[this rank] on q). defer = 1: returns once the transfers are posted; wait(ctx) completes
+ *               them, and until then recv must not be read nor send written (the layer's phases: moe_forward_*).
  * Counters (host, the layer adds to them; the caller resets them): token rows of floatX activations or gradients
  * this rank sent to / received from other ranks of the group (its own block not counted). */
 typedef struct {
     int rank, size;
     void* ctx;
     void (*all_to_all)(void* ctx, const void* send, const size_t* scount, const size_t* sdispl, void* recv,
-                       const size_t* rcount, const size_t* rdispl, int is_int);
+                       const size_t* rcount, const size_t* rdispl, int is_int, int defer);
+    void (*wait)(void* ctx);
     unsigned long long rows_sent, rows_recv;
 } MoEExpertParallel;
 
@@ -191,7 +193,7 @@ static inline void moe_route(MoERoute* r, const int* plan, const int* rk, int E,
  * receives r->rrows into `recv`; reverse = 1 swaps the two (the expert side answers). Counts the rows moved to and
  * from other ranks into ep->rows_sent / rows_recv. */
 static inline void moe_exchange_rows(MoEExpertParallel* ep, const MoERoute* r, const floatX* send, floatX* recv,
-                                     size_t width, int reverse) {
+                                     size_t width, int reverse, int defer) {
     size_t sc[MOE_MAX_EXPERTS], sd[MOE_MAX_EXPERTS], rc[MOE_MAX_EXPERTS], rd[MOE_MAX_EXPERTS];
     for (int q = 0; q < ep->size; q++) {
         sc[q] = (reverse ? r->rrows[q] : r->srows[q]) * width;
@@ -200,7 +202,7 @@ static inline void moe_exchange_rows(MoEExpertParallel* ep, const MoERoute* r, c
         rd[q] = (reverse ? r->sdisp[q] : r->rdisp[q]) * width;
         if (q != ep->rank) { ep->rows_sent += sc[q] / width; ep->rows_recv += rc[q] / width; }
     }
-    ep->all_to_all(ep->ctx, send, sc, sd, recv, rc, rd, 0);
+    ep->all_to_all(ep->ctx, send, sc, sd, recv, rc, rd, 0, defer);
 }
 
 /* the expert GEMMs of the forward on grouped rows: expert e (global index e0 + j) on the rows of each block
@@ -268,7 +270,7 @@ static inline void moe_ep_route(MoERoute* r, const MoELayer* a, const MoEConfig*
     if (exchange) {
         size_t cnt[MOE_MAX_EXPERTS], disp[MOE_MAX_EXPERTS];
         for (int q = 0; q < ep->size; q++) { cnt[q] = (size_t)El; disp[q] = (size_t)q * El; }
-        ep->all_to_all(ep->ctx, a->plan + E, cnt, disp, a->rplan, cnt, disp, 1);
+        ep->all_to_all(ep->ctx, a->plan + E, cnt, disp, a->rplan, cnt, disp, 1, 0);
     }
     int plan[3 * MOE_MAX_EXPERTS], rk[MOE_MAX_EXPERTS];
     dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
@@ -280,33 +282,67 @@ static inline void moe_ep_route(MoERoute* r, const MoELayer* a, const MoEConfig*
     }
 }
 
+/* The state of one MoE MLP's pass between its phases (host): the routing, the routed tokens, expert parallelism */
+typedef struct {
+    MoERoute r;
+    int Nr, ep;
+} MoEPhase;
+
+/* the rows of a deferred all-to-all (moe_exchange_rows with defer) are in place */
+static inline void moe_exchange_wait(MoEExpertParallel* ep) {
+    if (ep->wait) { ep->wait(ep->ctx); }
+}
+
 /* Forward of one MoE MLP: y(N,C) (overwritten) = sum over the kept choices of gate * expert(x(N,C)); fills the
  * layer's probabilities, choices, gates, plan, statistics, grouped input and expert activations. With
  * o->pad_tokens, only the first N - pad_tokens tokens are routed (capacity, plan and statistics of those; the
  * padding's rows of y are 0; a forward of padding only leaves the statistics as they were). With expert
  * parallelism (o->ep of size > 1; every rank of the group calls this together) the grouped rows go to the ranks
- * holding their experts (all-to-all), come back as expert outputs (the reverse all-to-all) and are combined here. */
-static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
-                                     const floatX* x, int N, int C) {
-    int E = c->experts, k = c->top_k, H = c->hidden;
-    int Nr = moe_routed_tokens(o, N); /* the real tokens [0, Nr); the padding after them is not routed */
+ * holding their experts (all-to-all), come back as expert outputs (the reverse all-to-all) and are combined here.
+ * In three phases around the two all-to-alls (DeepSeek-V3 report 3.2.1: another pass computes while they fly;
+ * llmc/gpt2_pair.h): moe_forward_dispatch routes (the count exchange and its host read are blocking) and posts the
+ * dispatch; moe_forward_experts waits for it, runs this rank's experts and posts the combine; moe_forward_combine
+ * waits for that and combines into y. Without expert parallelism nothing is posted. moe_layer_forward runs the
+ * three in a row; x is read in the first phase only, y written in the last. */
+static inline void moe_forward_dispatch(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                        const floatX* x, int N, int C) {
+    int E = c->experts, k = c->top_k;
+    int Nr = st->Nr = moe_routed_tokens(o, N); /* the real tokens [0, Nr); the padding after them is not routed */
+    st->ep = o->ep && o->ep->size > 1;
     moe_router_forward(a->probs, a->lse, a->choice, a->gate, x, a->routerw, Nr, C, E, k);
     moe_dispatch_plan(a->row, a->plan, a->choice, Nr, E, k, moe_capacity(c, o, Nr));
     if (Nr > 0) { moe_route_stats(a->stats, a->probs, a->lse, a->plan, Nr, E, k, o->aux_coef, o->z_coef); }
     moe_permute(a->xe, x, a->row, Nr, C, k);
-    if (o->ep && o->ep->size > 1) {
-        MoERoute r;
-        moe_ep_route(&r, a, c, o->ep, 1);
-        moe_exchange_rows(o->ep, &r, a->xe, a->xr, (size_t)C, 0);
-        moe_experts_forward(a, a->recv, a->xr, r.rk, E, r.El, 0, C, H); /* the layer holds only its E/ep experts */
-        moe_exchange_rows(o->ep, &r, a->recv, a->out, (size_t)C, 1);
+    if (st->ep) {
+        moe_ep_route(&st->r, a, c, o->ep, 1);
+        moe_exchange_rows(o->ep, &st->r, a->xe, a->xr, (size_t)C, 0, 1);
+    }
+}
+static inline void moe_forward_experts(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                       int C) {
+    int E = c->experts, H = c->hidden;
+    if (st->ep) {
+        moe_exchange_wait(o->ep);
+        moe_experts_forward(a, a->recv, a->xr, st->r.rk, E, st->r.El, 0, C, H); /* only its E/ep experts */
+        moe_exchange_rows(o->ep, &st->r, a->recv, a->out, (size_t)C, 1, 1);
     } else {
         int plan[3 * MOE_MAX_EXPERTS];
         dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
         moe_experts_forward(a, a->out, a->xe, plan + E, E, E, 0, C, H);
     }
-    moe_combine(y, a->out, a->row, a->gate, Nr, C, k);
-    if (Nr < N) { dev_memset(y + (size_t)Nr * C, 0, (size_t)(N - Nr) * C * sizeof(floatX)); }
+}
+static inline void moe_forward_combine(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                       floatX* y, int N, int C) {
+    if (st->ep) { moe_exchange_wait(o->ep); }
+    moe_combine(y, a->out, a->row, a->gate, st->Nr, C, c->top_k);
+    if (st->Nr < N) { dev_memset(y + (size_t)st->Nr * C, 0, (size_t)(N - st->Nr) * C * sizeof(floatX)); }
+}
+static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* y,
+                                     const floatX* x, int N, int C) {
+    MoEPhase st;
+    moe_forward_dispatch(&st, a, c, o, x, N, C);
+    moe_forward_experts(&st, a, c, o, C);
+    moe_forward_combine(&st, a, c, o, y, N, C);
 }
 
 /* Backward of one MoE MLP: from dy(N,C) = d(loss)/d(y) writes dx(N,C) (overwritten) = d(loss)/d(x) through the
@@ -318,31 +354,51 @@ static inline void moe_layer_forward(const MoELayer* a, const MoEConfig* c, cons
  * sum for the caller's tp reduction, so only tp rank 0 adds the router's input gradient to it. x is the layer input of the forward (the grouped input is
  * rebuilt from it; under expert parallelism the received rows were saved instead, and the output gradients go to
  * the experts' ranks and the input gradients come back by the same two all-to-alls as in the forward).
- * scratch_f32: matmul_scratch_floats(Rr, C, H) and (Rr, H, C) floats. */
-static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* dx,
-                                      const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
-                                      float dloss) {
-    int E = c->experts, k = c->top_k, H = c->hidden;
+ * scratch_f32: matmul_scratch_floats(Rr, C, H) and (Rr, H, C) floats. The same three phases as the forward:
+ * moe_backward_dispatch (dy read), moe_backward_experts (x read without expert parallelism), moe_backward_combine
+ * (x read, dx written); moe_layer_backward runs them in a row. */
+static inline void moe_backward_dispatch(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                         const floatX* dy, int N, int C) {
+    int k = c->top_k;
     if (o->pad_tokens != 0) { FATAL("internal: MoE backward of a forward with %d padding tokens", o->pad_tokens); }
     moe_combine_backward(a->dout, a->dgate, dy, a->out, a->row, a->gate, N, C, k);
-    int tp = o->tp && o->tp->size > 1;
-    if (tp) { o->tp->all_reduce_f32(o->tp->ctx, a->dgate, (size_t)N * k); }
-    if (o->ep && o->ep->size > 1) {
-        MoERoute r;
-        moe_ep_route(&r, a, c, o->ep, 0);
-        moe_exchange_rows(o->ep, &r, a->dout, a->drecv, (size_t)C, 0);
-        moe_experts_backward(a, a->recv, a->drecv, a->xr, r.rk, E, r.El, 0, scratch_f32, C, H);
-        moe_exchange_rows(o->ep, &r, a->recv, a->dxe, (size_t)C, 1);
+    if (o->tp && o->tp->size > 1) { o->tp->all_reduce_f32(o->tp->ctx, a->dgate, (size_t)N * k); }
+    st->ep = o->ep && o->ep->size > 1;
+    if (st->ep) {
+        moe_ep_route(&st->r, a, c, o->ep, 0);
+        moe_exchange_rows(o->ep, &st->r, a->dout, a->drecv, (size_t)C, 0, 1);
+    }
+}
+static inline void moe_backward_experts(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                        const floatX* x, float* scratch_f32, int N, int C) {
+    int E = c->experts, k = c->top_k, H = c->hidden;
+    if (st->ep) {
+        moe_exchange_wait(o->ep);
+        moe_experts_backward(a, a->recv, a->drecv, a->xr, st->r.rk, E, st->r.El, 0, scratch_f32, C, H);
+        moe_exchange_rows(o->ep, &st->r, a->recv, a->dxe, (size_t)C, 1, 1);
     } else {
         moe_permute(a->xe, x, a->row, N, C, k);
         int plan[3 * MOE_MAX_EXPERTS];
         dev_memcpy_d2h(plan, a->plan, 3 * (size_t)E * sizeof(int));
         moe_experts_backward(a, a->dxe, a->dout, a->xe, plan + E, E, E, 0, scratch_f32, C, H);
     }
+}
+static inline void moe_backward_combine(MoEPhase* st, const MoELayer* a, const MoEConfig* c, const MoEOptions* o,
+                                        floatX* dx, const floatX* x, int N, int C, float dloss) {
+    int E = c->experts, k = c->top_k, tp = o->tp && o->tp->size > 1;
+    if (st->ep) { moe_exchange_wait(o->ep); }
     moe_permute_backward(dx, a->dxe, a->row, N, C, k);
     /* tp ranks other than 0: the router's input gradient goes to the free (R,C) scratch dxe and is dropped */
     moe_router_backward(tp && o->tp->rank > 0 ? a->dxe : dx, a->drouterw, a->dlogits, a->dgate, a->probs, a->lse, a->choice, a->gate, a->stats, x,
                         a->routerw, N, C, E, k, dloss, o->aux_coef, o->z_coef);
+}
+static inline void moe_layer_backward(const MoELayer* a, const MoEConfig* c, const MoEOptions* o, floatX* dx,
+                                      const floatX* dy, const floatX* x, float* scratch_f32, int N, int C,
+                                      float dloss) {
+    MoEPhase st;
+    moe_backward_dispatch(&st, a, c, o, dy, N, C);
+    moe_backward_experts(&st, a, c, o, x, scratch_f32, N, C);
+    moe_backward_combine(&st, a, c, o, dx, x, N, C, dloss);
 }
 
 /* Summary of the routing statistics `stats` (Lm blocks of moe_stats_floats, as moe_route_stats writes them) of a

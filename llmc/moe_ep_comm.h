@@ -8,7 +8,9 @@
  * in-order matching pairs them; MPI matches by tag 0 on the private communicator); the own block is a device
  * copy; transfers of zero elements are not posted (both sides know the count: the receiver's count is the
  * sender's, exchanged first). CPU build: MPI_Isend/MPI_Irecv + MPI_Waitall; NCCL: ncclGroupStart, ncclSend /
- * ncclRecv, ncclGroupEnd on the communication stream, which the compute stream then waits for. Units: counts and
+ * ncclRecv, ncclGroupEnd on the communication stream, which the compute stream then waits for; a deferred call
+ * (defer = 1: the layer's phases, llmc/moe.h) returns after the post (comm_p2p_post) and moe_ep_comm_wait completes
+ * it (comm_p2p_wait; a later post on the group completes it first). Units: counts and
  * displacements in elements of floatX (`dtype` on the wire) or int32.
  * Counters: the Comm's (bytes sent/received by this rank, all transfers); data_bytes_sent/recv count the floatX
  * transfers only (token rows), count_bytes_sent the int32 count exchanges; the caller zeroes them.
@@ -35,7 +37,8 @@ typedef struct {
 } MoEEpComm;
 
 static inline void moe_ep_comm_all_to_all(void* ctx, const void* send, const size_t* scount, const size_t* sdispl,
-                                          void* recv, const size_t* rcount, const size_t* rdispl, int is_int) {
+                                          void* recv, const size_t* rcount, const size_t* rdispl, int is_int,
+                                          int defer) {
     MoEEpComm* b = (MoEEpComm*)ctx;
     Comm* c = &b->comm;
     CommDtype t = is_int ? COMM_I32 : b->dtype;
@@ -71,7 +74,14 @@ static inline void moe_ep_comm_all_to_all(void* ctx, const void* send, const siz
         else { b->data_bytes_sent += scount[q] * es; b->data_bytes_recv += rcount[q] * es; }
     }
     profile_begin(PROFILE_COMM_EP); /* --profile-steps (llmc/profile.h) */
-    comm_p2p_batch(c, ops, n);
+    comm_p2p_post(c, ops, n); /* defer: completed by moe_ep_comm_wait (or by the next post on this group) */
+    if (!defer) { comm_p2p_wait(c); }
+    profile_end();
+}
+static inline void moe_ep_comm_wait(void* ctx) {
+    MoEEpComm* b = (MoEEpComm*)ctx;
+    profile_begin(PROFILE_COMM_EP);
+    comm_p2p_wait(&b->comm);
     profile_end();
 }
 
@@ -89,6 +99,7 @@ static inline MoEExpertParallel* moe_ep_comm_init(MoEEpComm* b, Comm* group, Com
         b->ep.size = b->comm.world;
         b->ep.ctx = b;
         b->ep.all_to_all = moe_ep_comm_all_to_all;
+        b->ep.wait = moe_ep_comm_wait;
     }
     return &b->ep;
 }

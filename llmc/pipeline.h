@@ -85,6 +85,8 @@ typedef struct {
     int micro;        /* micro-batch 0..m-1 */
     int chunk;        /* model chunk on this rank 0..v-1 */
     int group;        /* transfers: adjacent ones with the same group are posted together; -1 for F, B and W */
+    int pair;         /* B only: 1 = one overlapped pair with the F just before it (DualPipe's F&B chunk pair; the
+                       * executor's `pair` callback runs both at once when it has one) */
 } PipeAction;
 
 typedef struct {
@@ -208,7 +210,7 @@ static inline void pipe_push(PipeList* l, PipeActionKind kind, int micro, int ch
         l->a = (PipeAction*)realloc(l->a, (size_t)l->cap * sizeof(PipeAction));
         if (!l->a) { FATAL("out of host memory building a pipeline schedule"); }
     }
-    PipeAction x = {kind, micro, chunk, group};
+    PipeAction x = {kind, micro, chunk, group, 0};
     l->a[l->n++] = x;
 }
 
@@ -463,6 +465,7 @@ static inline void pipe_dual_forward_backward_chunk(PipeDual* d, int phase0, int
     pipe_dual_recv_backward(d, phase1);
     pipe_dual_F(d, phase0);
     pipe_dual_B(d, phase1, 0);
+    d->l->a[d->l->n - 2].pair = 1; /* B (before its W): overlapped with the F before it */
     pipe_dual_send_forward(d, phase0);
     pipe_dual_send_backward(d, phase1);
 }
@@ -891,9 +894,13 @@ typedef struct {
      * schedule's overlap, so a run uses what pipe_slots_needed counts either way) */
     void (*post)(void* ctx, const PipeTransfer* t, int n);
     void (*wait)(void* ctx);
+    /* optional: F(fm, fc) on slot fs and B(bm, bc) on slot bs as one overlapped pair (an F followed by a B with
+     * `pair` set); NULL: the two run one after the other through forward and backward */
+    void (*pair)(void* ctx, int fm, int fc, int fs, int bm, int bc, int bs);
 } PipeExecutor;
 
-/* one timed action: F, B, W, or a transfer group (kind of its first transfer, n transfers) */
+/* one timed action: F, B, W (n = 1; 2: one half of an overlapped F&B pair), or a transfer group (kind of its first
+ * transfer, n transfers) */
 typedef struct {
     PipeActionKind kind;
     int micro, chunk, n;
@@ -1133,6 +1140,26 @@ static inline void pipe_run(const PipeSchedule* sc, int s, const PipeExecutor* e
             pipe_run_wait(sc, s, ex, ps, tl, p0, p1, timed);
             p0 = -1;
             t0 = timed ? ex->clock(ex->ctx) : 0.0;
+        }
+        const PipeAction* y = k + 1 < sc->count[s] ? &sc->act[s][k + 1] : NULL;
+        if (x->kind == PIPE_F && y && y->kind == PIPE_B && y->pair && ex->pair) { /* an overlapped F&B pair */
+            if (p0 >= 0 && pipe_group_feeds(sc, s, p0, p1, y)) { /* what the B reads, before the pair starts */
+                pipe_run_wait(sc, s, ex, ps, tl, p0, p1, timed);
+                p0 = -1;
+                t0 = timed ? ex->clock(ex->ctx) : 0.0;
+            }
+            int fs = pipe_slot_get(ps, x->micro, x->chunk, 1), bs = pipe_slot_get(ps, y->micro, y->chunk, 0);
+            if (bs < 0) { FATAL("internal: B(%d,%d) on rank %d has no activation slot", y->micro, y->chunk, s); }
+            ex->pair(ex->ctx, x->micro, x->chunk, fs, y->micro, y->chunk, bs);
+            pipe_slots_after(sc, s, ps, x);
+            pipe_slots_after(sc, s, ps, y);
+            if (timed) { /* one slice each, the pair's time halved between them */
+                double t1 = ex->clock(ex->ctx), tm = 0.5 * (t0 + t1);
+                pipe_timeline_add(tl, PIPE_F, x->micro, x->chunk, 2, t0, tm);
+                pipe_timeline_add(tl, PIPE_B, y->micro, y->chunk, 2, tm, t1);
+            }
+            k += 2;
+            continue;
         }
         if (x->kind < PIPE_SEND_ACT) {
             int slot = pipe_slot_get(ps, x->micro, x->chunk, x->kind != PIPE_W);

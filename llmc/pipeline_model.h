@@ -29,6 +29,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/gpt2.h"
+#include "llmc/gpt2_pair.h"
 #include "llmc/zero.h"
 #include "llmc/zero_experts.h"
 #include "llmc/pipeline.h"
@@ -59,6 +60,7 @@ struct Pipeline {
     floatX* wte_peer;               /* the other end's wte gradient (first and last stage, p > 1) */
     floatX* copy_peer;              /* dualpipe: the other copy's gradient of one tensor (pipeline_sum_copies) */
     int copy_sync;                  /* dualpipe: chunk 0's updated parameters sent to the other copy each step */
+    int fb_overlap;                 /* --pp-fb-overlap: dualpipe(v)'s F&B pairs run interleaved (pipeline_pair_cb) */
     int wte_sync;                   /* the first stage sends its updated wte to the last (pipeline_sync_embedding) */
     float* logits_row;              /* (Vp) device fp32: a sampled logits row on its way to rank 0 (made on first use) */
     /* the step in progress */
@@ -191,6 +193,26 @@ static inline void pipeline_backward_cb(void* ctx, int micro, int k, int slot) {
     const int* tok = pl->tokens + (size_t)micro * 2 * pl->B * pl->T;
     gpt2_backward(m, g, tok, pl->host_inputs + (size_t)micro * pl->B * pl->T, pl->B, pl->T);
 }
+/* An overlapped F&B pair (dualpipe(v)'s chunk pairs, llmc/gpt2_pair.h): F of (fm, chunk fc) on slot fs and B of
+ * (bm, chunk bc) on slot bs, set up as pipeline_forward_cb and pipeline_backward_cb set them up, then run a step of
+ * each in turn, so a MoE block's all-to-all of one flies while the other computes (--pp-fb-overlap 1) */
+static inline void pipeline_pair_cb(void* ctx, int fm, int fc, int fs, int bm, int bc, int bs) {
+    Pipeline* pl = (Pipeline*)ctx;
+    GPT2 *mf = pl->chunk[fc], *mb = pl->chunk[bc];
+    pipeline_local_rows(pl, fm, fc, fs, 0);
+    pipeline_local_rows(pl, bm, bc, bs, 1);
+    gpt2_use_slot(mf, fs);
+    gpt2_use_slot(mb, bs);
+    if (fm == pl->m - 1) { pl->last_slot[fc] = fs; }
+    zero_micro_step(pl->zero, bm == pl->last_micro[bc], NULL);
+    const int* ft = pl->tokens + (size_t)fm * 2 * pl->B * pl->T;
+    const int* bt = pl->tokens + (size_t)bm * 2 * pl->B * pl->T;
+    GPT2Pass f = gpt2_pass_forward(mf, ft, ft + (size_t)pl->B * pl->T, pl->B, pl->T, pl->gelu_fusion, pl->dloss, 1);
+    GPT2Pass b = gpt2_pass_backward(mb, pipeline_chunk_target(pl, bc), bt, pl->host_inputs + (size_t)bm * pl->B * pl->T,
+                                    pl->B, pl->T);
+    gpt2_pair(&f, &b);
+}
+
 /* W of (micro, chunk k) under a split schedule: the weight GEMMs from the operands its B left in the slot; the
  * store's hooks fire here (a data-parallel bucket leaves once W has made its layer's gradients whole) */
 static inline void pipeline_weight_cb(void* ctx, int micro, int k, int slot) {
@@ -460,7 +482,8 @@ static inline void pipeline_step(Pipeline* pl, ZeroOptimizer* zero, float dloss,
     for (int k = 0; k < pl->v; k++) { gpt2_loss_sum_reset(pl->chunk[k]); }
     pl->boundary_sent = pl->boundary_recv = 0;
     PipeExecutor ex = {pl, pipeline_forward_cb, pipeline_backward_cb, pipeline_transfer_cb, pl->clock,
-                       pipeline_weight_cb, pipeline_transfer_post_cb, pipeline_transfer_wait_cb};
+                       pipeline_weight_cb, pipeline_transfer_post_cb, pipeline_transfer_wait_cb,
+                       pl->fb_overlap ? pipeline_pair_cb : NULL};
     pipe_run(&pl->sched, pl->rank, &ex, &pl->slots, pl->clock ? &pl->timeline : NULL);
     if (pl->copy_peer) { /* dualpipe: the copies summed, then every layer's bucket (held back: pipeline_last_backward) */
         pipeline_sum_copies(pl);
@@ -789,10 +812,12 @@ static inline void pipeline_trace_write(PipelineTrace* tr, Comm* world, const ch
                 char name[48];
                 if (kind == PIPELINE_TRACE_OPTIMIZER) { snprintf(name, sizeof(name), "optimizer"); }
                 else { snprintf(name, sizeof(name), "%s%d.%d", nm, (int)e[1], (int)e[2]); }
+                int pair = kind < PIPE_SEND_ACT && (int)e[3] == 2; /* half of an overlapped F&B pair */
                 len += (size_t)snprintf(out + len, bufcap - len, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
                                         "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"recorded_step\":%d,"
-                                        "\"micro\":%d,\"chunk\":%d,\"transfers\":%d}}", name, cat[kind], q,
-                                        e[4] * 1e6, (e[5] - e[4]) * 1e6, (int)e[6], (int)e[1], (int)e[2], (int)e[3]);
+                                        "\"micro\":%d,\"chunk\":%d,\"transfers\":%d,\"pair\":%d}}", name, cat[kind], q,
+                                        e[4] * 1e6, (e[5] - e[4]) * 1e6, (int)e[6], (int)e[1], (int)e[2],
+                                        pair ? 0 : (int)e[3], pair);
             }
         }
         len += (size_t)snprintf(out + len, bufcap - len, "\n]}\n");

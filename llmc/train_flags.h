@@ -197,6 +197,10 @@
       "layers of each pipeline stage, comma-separated, e.g. 3,5 ('' = even split, the first (L mod pp) stages one " \
       "more)", \
       MAY_CHANGE("the process layout")) \
+    X(INT, pp_fb_overlap, 1, NULL, "pp-fb-overlap", 0, 1, \
+      "1 = dualpipe and dualpipev run each F&B chunk pair interleaved, a MoE block's all-to-all of one pass in flight " \
+      "while the other computes (DeepSeek-V3's overlapped pairs); 0 = one after the other (the same arithmetic)", \
+      MAY_CHANGE("the order of work only, not what is computed")) \
     X(INT, pp_trace_steps, 2, NULL, "pp-trace-steps", 0, NO_MAX, \
       "with --pp > 1 and -o: DIR/trace.json (Chrome trace format, one track per process) of the first N steps", \
       MAY_CHANGE("diagnostics")) \

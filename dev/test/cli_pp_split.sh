@@ -34,6 +34,8 @@
 #   - pp 2 x dp 2 with int8 compression resumes bit for bit (the copies stay one through the post-update sync);
 #   - sampling prints one process's text (the head on rank p-1);
 #   - refused with one line: odd --pp, odd m, m < 2p, experts, --pp-virtual 2, -z 2.
+# Overlapped F&B pairs (--pp-fb-overlap 1, the default): dualpipev with experts over ep 2 and dense dualpipe train bit
+# for bit as with --pp-fb-overlap 0 (the same arithmetic, interleaved); the trace marks the pairs on every rank.
 source "$(dirname "$0")/dp_lib.sh"
 dp_require_mpi
 M=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -u 2 -l 1e-3 -x 4)
@@ -178,6 +180,32 @@ check $? "pp 2 x dp 2 dualpipe, int8 compression: 6 steps straight == 3 + checkp
 MPIRUN 2 $TRAIN "${S[@]}" --pp 2 --pp-schedule dualpipe -o "$TMP/s3" > "$TMP/s3.log" 2>&1
 same_sample "$TMP/s1/log.jsonl" "$TMP/s3/log.jsonl"
 check $? "sampling through dualpipe (the head on rank p-1, its logits row sent to rank 0) prints the text one process prints"
+
+# overlapped F&B pairs (--pp-fb-overlap, llmc/gpt2_pair.h): dualpipe(v)'s chunk pairs run interleaved block by block,
+# a MoE block's all-to-alls posted while the other pass computes; the same arithmetic as one after the other, so
+# the runs are bit for bit the same: dualpipev with experts over ep 2 (pp 2 x dp 2, the all-to-alls deferred), and
+# dense dualpipe; the trace marks each pair's two halves
+pair_runs() { # NAME NP FLAGS...: the run with and without the pairs, compared byte for byte
+    local name=$1 np=$2; shift 2
+    run "${name}1" "$np" "$@" --pp-fb-overlap 1
+    run "${name}0" "$np" "$@" --pp-fb-overlap 0
+    out=$(dp_same_training "$TMP/${name}0" "$TMP/${name}1" 4)
+}
+pair_runs fbe 4 -e L4:C64:NH4:T48:E4:K2 -d 512 --pp 2 --ep 2 -z 1 --pp-schedule dualpipev
+check $? "pp 2 x dp 2 x ep 2 dualpipev with experts: the overlapped F&B pairs train bit for bit as one after the other: $out"
+pair_runs fbd 2 -d 512 --pp 2 --pp-schedule dualpipe
+check $? "pp 2 dualpipe: the overlapped F&B pairs train bit for bit as one after the other: $out"
+python3 - "$TMP/fbe1/trace.json" "$TMP/fbe0/trace.json" <<'PY'
+import collections, json, sys
+def pairs(path):
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X" and e["args"].get("pair")]
+    return collections.Counter((e["tid"], e["cat"]) for e in ev)
+on, off = pairs(sys.argv[1]), pairs(sys.argv[2])
+print("pair halves per (rank, kind): %s; with --pp-fb-overlap 0: %d" % (dict(on), sum(off.values())))
+ranks = {r for r, _ in on}
+sys.exit(0 if len(ranks) == 4 and all(on[(r, "forward")] == on[(r, "backward")] > 0 for r in ranks) and not off else 1)
+PY
+check $? "trace.json: every rank ran overlapped F&B pairs (one forward and one backward half each), none with --pp-fb-overlap 0"
 
 B=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -x 1 -d 256)
 dp_refused 2 "needs at least 4 micro-batches" "dualpipev with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipev

@@ -122,7 +122,7 @@ static double measure_x(PipeScheduleKind kind, int m, int v, double tf, double t
     sl.tf = tf; sl.tb = tb; sl.tw = tw; sl.max_slots = most; sl.v = v; sl.tx = tx;
     sl.buf = (float*)calloc_check((size_t)v * most * MSG * 2, sizeof(float), "messages");
     PipeSlots ps = pipe_slots_alloc(m, v, most);
-    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk, wgt, overlap ? post : NULL, overlap ? wait : NULL};
+    PipeExecutor ex = {&sl, fwd, bwd, transfer, clk, wgt, overlap ? post : NULL, overlap ? wait : NULL, NULL};
     PipeTimeline tl;
     memset(&tl, 0, sizeof(tl));
     double b[16], t[16];
