@@ -355,7 +355,7 @@ static inline GPT2Stage shard_stage_of(const Layout* l, const GPT2Config* c, int
     int dual = l->schedule == PIPE_DUALPIPE && l->pp > 1; /* both pipelines' ends: ranks 0 and pp-1 hold both */
     st.has_embedding = s == 0 || (dual && s == l->pp - 1);
     st.has_head = s == (l->schedule == PIPE_DUALPIPEV ? 0 : l->pp - 1) || (dual && s == 0); /* the V ends where it starts */
-    st.copies = dual ? 2 : 1;
+    st.copies = dual ? 2 : 0; /* 0: one copy (as gpt2_stage_whole and an unpacked header) */
     for (int k = 0; k < st.n_chunks; k++) { layout_chunk_layers(l, c->num_layers, s, k, &st.chunk_first[k], &st.chunk_layers[k]); }
     return st;
 }

@@ -147,7 +147,7 @@ static inline void train_state_unpack(const int h[FILE_HEADER_INTS], TrainState*
         s->stage.n_chunks = h[38];
         s->stage.has_embedding = h[39];
         s->stage.has_head = h[40];
-        s->stage.copies = h[107] == 2 ? 2 : 1;
+        s->stage.copies = h[107] == 2 ? 2 : 0;
         for (int k = 0; k < h[38]; k++) {
             s->stage.chunk_first[k] = h[41 + 2 * k];
             s->stage.chunk_layers[k] = h[42 + 2 * k];

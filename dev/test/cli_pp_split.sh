@@ -6,7 +6,7 @@
 # 1F1B's B), and W is the very GEMM 1F1B's backward calls, so zb-h1 trains bit for bit as 1f1b on the same layout:
 # that is the check here, stronger than any tolerance (a W run twice, skipped, run on another slot's operands, or a
 # bucket reduced before its W, changes bits). Model L4:C64:NH4:T48, B 2, T 32, 4 steps.
-#   - pp 2 (m 8 and m 4, with -r 3 too), pp 4 (one layer a stage, m 8), tp 2 x pp 2 x dp 2 ZeRO-1 with sequence
+#   - pp 2 (m 8 and m 4, with -r 3 too), pp 4 (one layer a stage, m 8 and 4), tp 2 x pp 2 x dp 2 ZeRO-1 with sequence
 #     parallelism (W's inputs copied, as the gathered rows do not stay), a mixture of experts (E4 top-2: the expert
 #     MLPs' weight gradients stay in B, attention's go to W): step records and the model file equal
 #     1f1b's on the same layout byte for byte; pp 2 also against one process within T(4) of dp_lib.sh;
@@ -55,7 +55,7 @@ PY
 }
 T4=$(dp_order_tol 4)
 
-for spec in "a:2:--pp 2 -d 512" "b:2:--pp 2 -d 256" "c:2:--pp 2 -d 512 -r 3" "d:4:--pp 4 -d 512" \
+for spec in "a:2:--pp 2 -d 512" "b:2:--pp 2 -d 256" "c:2:--pp 2 -d 512 -r 3" "d:4:--pp 4 -d 512" "g:4:--pp 4 -d 256" \
             "e:8:--tp 2 --pp 2 -z 1 -d 512 --sequence-parallel 1" "f:2:-e L4:C64:NH4:T48:E4:K2 --pp 2 -d 256"; do
     IFS=: read -r name n flags <<< "$spec"
     # shellcheck disable=SC2086
@@ -85,42 +85,59 @@ check $? "the zb-h1 checkpoint of step 2 resumed under 1f1b equals zb-h1's strai
 
 VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 V=(-j "$VAL" -v 2 -m 2)
-for spec in "v1:2:-d 512" "v2:2:-d 256" "v3:4:-e L8:C64:NH4:T48 -d 512" "v4:8:--tp 2 -z 1 -d 512"; do
-    IFS=: read -r name n flags <<< "$spec"
+# against_one REF RUN LABEL PP: losses, norms, validation losses and final weights of run RUN within T(4) of the
+# one-process run REF; the memory ledger equals the allocation on each of its PP stages
+against_one() {
+    local ref=$1 name=$2 label=$3 pp=$4
+    out=$(dp_compare_logs "$TMP/$ref/log.jsonl" "$TMP/$name/log.jsonl" train loss "$T4" 4 && \
+          dp_compare_logs "$TMP/$ref/log.jsonl" "$TMP/$name/log.jsonl" train grad_norm "$T4" 4 && \
+          dp_compare_logs "$TMP/$ref/log.jsonl" "$TMP/$name/log.jsonl" val val_loss "$T4" 3 && \
+          dp_compare_models_rms "$TMP/$ref/model_00000004.bin" "$TMP/$name/model_00000004.bin" "$T4")
+    check $? "$label vs one process within T(4): ${out//$'\n'/; }"
+    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/$name.log")
+    test "$stages" -eq "$pp" && test "$(grep -c '^pipeline stage [0-9]*: layers' "$TMP/$name.log")" -eq "$pp"
+    check $? "$label: the memory ledger equals the allocation on every stage ($stages)"
+}
+# dualpipev and dualpipe on pp 2 (m 8 and 4), pp 4 and tp 2 x pp 2 x dp 2 ZeRO-1 against one process
+for spec in "v1:2:2:-d 512" "v2:2:2:-d 256" "v3:4:4:-e L8:C64:NH4:T48 -d 512" "v4:8:2:--tp 2 -z 1 -d 512"; do
+    IFS=: read -r name n pp flags <<< "$spec"
     # shellcheck disable=SC2086
     # the one-process reference (v4's is v1's: the same batch and steps without tp)
     [ "$name" = v4 ] || run "${name}_one" 1 ${flags/--tp 2 -z 1/} "${V[@]}"
     [ "$name" = v4 ] && cp -r "$TMP/v1_one" "$TMP/v4_one"
-    run "$name" "$n" $flags "${V[@]}" --pp 2 --pp-schedule dualpipev
-    [ "$name" = v3 ] && { rm -rf "$TMP/$name"; run "$name" "$n" $flags "${V[@]}" --pp 4 --pp-schedule dualpipev; }
-    out=$(dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" train loss "$T4" 4 && \
-          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" train grad_norm "$T4" 4 && \
-          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/$name/log.jsonl" val val_loss "$T4" 3 && \
-          dp_compare_models_rms "$TMP/${name}_one/model_00000004.bin" "$TMP/$name/model_00000004.bin" "$T4")
-    check $? "$n processes, dualpipev, $flags vs one process within T(4): ${out//$'\n'/; }"
-    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/$name.log")
-    test "$stages" -eq "$(grep -c '^pipeline stage [0-9]*: layers' "$TMP/$name.log")" && test "$stages" -ge 2
-    check $? "$n processes, dualpipev, $flags: the memory ledger equals the allocation on every stage ($stages)"
+    for sched in dualpipev dualpipe; do
+        # shellcheck disable=SC2086
+        run "${sched}_$name" "$n" $flags "${V[@]}" --pp "$pp" --pp-schedule "$sched"
+        against_one "${name}_one" "${sched}_$name" "$n processes, $sched, --pp $pp $flags" "$pp"
+    done
 done
 out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/a_zb/log.jsonl" train loss "$T4" 4 && \
       dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/a_zb/log.jsonl" train grad_norm "$T4" 4 && \
       dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/a_zb/model_00000004.bin" "$T4")
 check $? "pp 2 zb-h1 vs one process (the dualpipev rows' reference: validation does not change training) within T(4) = $T4: ${out//$'\n'/; }"
-grep -q '^pipeline stage 0: layers 0,3 + embedding + lnf, head' "$TMP/v1.log" && grep -q '^pipeline stage 1: layers 1,2 |' "$TMP/v1.log"
+grep -q '^pipeline stage 0: layers 0,3 + embedding + lnf, head' "$TMP/dualpipev_v1.log" && \
+    grep -q '^pipeline stage 1: layers 1,2 |' "$TMP/dualpipev_v1.log"
 check $? "dualpipev pp 2: stage 0 holds layers 0 and 3, the embedding and the head; stage 1 layers 1 and 2"
-trace_slices "$TMP/v1/trace.json" 2 8 2
+trace_slices "$TMP/dualpipev_v1/trace.json" 2 8 2
 check $? "trace.json (pp 2 dualpipev, m 8): every rank has 2m F, B and W slices per traced step (two chunks)"
 
-run vcut 2 -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipev --exit-after-steps 2
-cp -r "$TMP/vcut" "$TMP/vcut1f1b"
-MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipev -o "$TMP/vcut" -y 1 > "$TMP/vcut2.log" 2>&1
-out=$(dp_same_checkpoint "$TMP/v1" "$TMP/vcut" 4 2)
-check $? "pp 2 dualpipev resumed at step 2 equals the straight run: $out"
-MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule 1f1b -o "$TMP/vcut1f1b" -y 1 > "$TMP/vcut3.log" 2>&1 && \
-    grep -q "^resume: checkpoint step 2 .* re-sharding" "$TMP/vcut3.log"
-out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/vcut1f1b/log.jsonl" train loss "$T4" 4 && \
-      dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/vcut1f1b/model_00000004.bin" "$T4")
-check $? "the dualpipev checkpoint resumed under 1f1b (re-sharded, announced) within T(4) of one process: ${out//$'\n'/; }"
+# resume_checks SCHED: a checkpoint of step 2 resumed under SCHED equals the straight run (pp 2, m 8); resumed under
+# 1f1b (the stages' layers change: re-sharded, announced) within T(4) of one process
+resume_checks() {
+    local sched=$1
+    run "cut_$sched" 2 -d 512 "${V[@]}" --pp 2 --pp-schedule "$sched" --exit-after-steps 2
+    cp -r "$TMP/cut_$sched" "$TMP/cut_${sched}_1f1b"
+    MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule "$sched" -o "$TMP/cut_$sched" -y 1 \
+        > "$TMP/cut_${sched}_2.log" 2>&1
+    out=$(dp_same_checkpoint "$TMP/${sched}_v1" "$TMP/cut_$sched" 4 2)
+    check $? "pp 2 $sched resumed at step 2 equals the straight run: $out"
+    MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule 1f1b -o "$TMP/cut_${sched}_1f1b" -y 1 \
+        > "$TMP/cut_${sched}_3.log" 2>&1 && grep -q "^resume: checkpoint step 2 .* re-sharding" "$TMP/cut_${sched}_3.log"
+    out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/cut_${sched}_1f1b/log.jsonl" train loss "$T4" 4 && \
+          dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/cut_${sched}_1f1b/model_00000004.bin" "$T4")
+    check $? "the $sched checkpoint resumed under 1f1b (re-sharded, announced; dualpipe's from the first copies) within T(4) of one process: ${out//$'\n'/; }"
+}
+resume_checks dualpipev
 
 S=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 12 -l 0 -x 1 -d 256 --prompt "ROMEO:")
 $TRAIN "${S[@]}" -o "$TMP/s1" > "$TMP/s1.log" 2>&1 && \
@@ -136,37 +153,13 @@ PY
 same_sample "$TMP/s1/log.jsonl" "$TMP/s2/log.jsonl"
 check $? "sampling through the dualpipev V prints the text one process prints"
 
-# dualpipe: the same shapes as dualpipev (pp 2 at m 8 and 4, pp 4, tp 2 x pp 2 x dp 2 ZeRO-1) against the same
-# one-process references
-for spec in "v1:2:2:-d 512" "v2:2:2:-d 256" "v3:4:4:-e L8:C64:NH4:T48 -d 512" "v4:8:2:--tp 2 -z 1 -d 512"; do
-    IFS=: read -r name n pp flags <<< "$spec"
-    # shellcheck disable=SC2086
-    run "d$name" "$n" $flags "${V[@]}" --pp "$pp" --pp-schedule dualpipe
-    out=$(dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" train loss "$T4" 4 && \
-          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" train grad_norm "$T4" 4 && \
-          dp_compare_logs "$TMP/${name}_one/log.jsonl" "$TMP/d$name/log.jsonl" val val_loss "$T4" 3 && \
-          dp_compare_models_rms "$TMP/${name}_one/model_00000004.bin" "$TMP/d$name/model_00000004.bin" "$T4")
-    check $? "$n processes, dualpipe, --pp $pp $flags vs one process within T(4): ${out//$'\n'/; }"
-    stages=$(grep -c '^memory ledger .* -> equal$' "$TMP/d$name.log")
-    test "$stages" -eq "$(grep -c '^pipeline stage [0-9]*: layers' "$TMP/d$name.log")" && test "$stages" -eq "$pp"
-    check $? "$n processes, dualpipe, --pp $pp $flags: the memory ledger equals the allocation on every stage ($stages)"
-done
-grep -q '^pipeline stage 1: layers 2-3,4-5 |' "$TMP/dv3.log" && grep -q '^pipeline stage 2: layers 4-5,2-3 |' "$TMP/dv3.log" && \
-    grep -q '^pipeline stage 3: layers 6-7,0-1 + embedding + lnf, head' "$TMP/dv3.log" && \
-    grep -q '2 parameter copies' "$TMP/dv3.log"
+L=$TMP/dualpipe_v3.log
+grep -q '^pipeline stage 1: layers 2-3,4-5 |' "$L" && grep -q '^pipeline stage 2: layers 4-5,2-3 |' "$L" && \
+    grep -q '^pipeline stage 3: layers 6-7,0-1 + embedding + lnf, head' "$L" && grep -q '2 parameter copies' "$L"
 check $? "dualpipe pp 4: stage 1 holds layers 2-3 and a copy of stage 2's 4-5, stage 2 the reverse; stage 3 holds 6-7, a copy of 0-1 and both ends; 2 parameter copies"
-trace_slices "$TMP/dv1/trace.json" 2 8 1
+trace_slices "$TMP/dualpipe_v1/trace.json" 2 8 1
 check $? "trace.json (pp 2 dualpipe, m 8): every rank has m F, B and W slices per traced step (m/2 per direction)"
-run dcut 2 -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipe --exit-after-steps 2
-cp -r "$TMP/dcut" "$TMP/dcut1f1b"
-MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule dualpipe -o "$TMP/dcut" -y 1 > "$TMP/dcut2.log" 2>&1
-out=$(dp_same_checkpoint "$TMP/dv1" "$TMP/dcut" 4 2)
-check $? "pp 2 dualpipe resumed at step 2 equals the straight run: $out"
-MPIRUN 2 $TRAIN "${M[@]}" -d 512 "${V[@]}" --pp 2 --pp-schedule 1f1b -o "$TMP/dcut1f1b" -y 1 > "$TMP/dcut3.log" 2>&1 && \
-    grep -q "^resume: checkpoint step 2 .* re-sharding" "$TMP/dcut3.log"
-out=$(dp_compare_logs "$TMP/v1_one/log.jsonl" "$TMP/dcut1f1b/log.jsonl" train loss "$T4" 4 && \
-      dp_compare_models_rms "$TMP/v1_one/model_00000004.bin" "$TMP/dcut1f1b/model_00000004.bin" "$T4")
-check $? "the dualpipe checkpoint resumed under 1f1b (re-sharded from the first copies) within T(4) of one process: ${out//$'\n'/; }"
+resume_checks dualpipe
 # pp 2 x dp 2 with int8 compression: each copy compresses its own buckets (another flat order), so the copies part
 # unless rank s sends its chunk 0 to the other copy after the update; a resume loads both copies from one, so
 # 6 steps straight equal 3 + checkpoint + resume only if the copies stayed one (it fails from step 4 without the sync)
