@@ -42,7 +42,7 @@
  *   dualpipev    DualPipeV (DeepSeek's dualpipe/dualpipev.py; Sea AI Lab's "cut-in-half" of DualPipe), the V
  *                mapping above, rank s in dualpipev.py's eight phases: (p-1-s)*2 forwards of chunk 0; s+1 pairs
  *                F chunk 0, F chunk 1; p-1-s times B chunk 1 (W deferred), W, F chunk 1; m-2p+s+1 times F chunk 0
- *                + B chunk 1, F chunk 1 + B chunk 0 (the overlapped pairs of DualPipe; here one after the other);
+ *                + B chunk 1, F chunk 1 + B chunk 0 (the overlapped pairs of DualPipe: the B's `pair` mark);
  *                p-1-s times B chunk 1, F chunk 1 + B chunk 0; s+1 times B chunk 1, B chunk 0 (W deferred from the
  *                middle one on); p-1-s times W, B chunk 0 (deferred); s+1 W's. A backward not deferred is B
  *                followed at once by its W; deferred W's run first in, first out. The transfers between two
@@ -152,7 +152,8 @@ static inline double pipe_bubble_theory(PipeScheduleKind kind, int p, int m, int
 /* The idle time of every rank in one step (the DeepSeek-V3 report's Table 2, and the DualPipe repository's table)
  * from the costs of one chunk's actions: f forward, b the B action (the input gradient of a split schedule), w the W
  * action (weight gradients; for gpipe / 1f1b, whose backward is one action, pass its whole cost as b and w = 0),
- * fb an overlapped forward + backward pair (f + b + w when nothing overlaps, as in this executor). The report's B
+ * fb an overlapped forward + backward pair (f + b + w when nothing overlaps; the executor's pairs, --pp-fb-overlap,
+ * hide only communication, which these costs leave out, so the callers pass f + b + w). The report's B
  * is the full backward, b + w here:
  *   1f1b, gpipe  (p-1)(F+B)          = (p-1)(f+b+w)
  *   zb-h1        (p-1)(F+B-2W)       = (p-1)(f+b-w)                    (ZB1P)
