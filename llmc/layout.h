@@ -287,10 +287,15 @@ static inline LayoutVerdict layout_check_pipeline(const Layout* l, const LayoutM
                  "and the model's L = %d divisible by 2 x --pp = %d", md->L, 2 * l->pp);
         return LAYOUT_INVALID;
     }
-    if (l->schedule == PIPE_DUALPIPE && (l->v != 2 || l->pp < 2 || l->pp % 2 != 0 || l->m % 2 != 0)) {
-        snprintf(err, cap, "flag --pp-schedule dualpipe runs two pipelines in opposite directions, each with half of "
-                 "a step's micro-batches: it needs an even --pp (got %d) and an even number of micro-batches per step "
-                 "(got %d: -d / (B*T*dp))", l->pp, l->m);
+    if (l->schedule == PIPE_DUALPIPE && (l->v != 2 || l->pp < 2 || l->pp % 2 != 0)) {
+        snprintf(err, cap, "flag --pp-schedule dualpipe runs two pipelines in opposite directions, meeting between the "
+                 "middle stages: it needs an even --pp of 2 or more (got %d)", l->pp);
+        return LAYOUT_INVALID;
+    }
+    if (l->schedule == PIPE_DUALPIPE && l->m % 2 != 0) {
+        snprintf(err, cap, "flag --pp-schedule dualpipe sends half of a step's micro-batches each way: it needs an even "
+                 "number of them (got %d = -d / (B*T*dp)); pass -d %lld, for example", l->m,
+                 (long long)(l->m + 1) * l->B * l->T * l->dp);
         return LAYOUT_INVALID;
     }
     int two = l->schedule == PIPE_DUALPIPEV || l->schedule == PIPE_DUALPIPE; /* they place their two chunks */

@@ -466,8 +466,10 @@ static inline void plan_print(const PlanResult* r, const PlanCluster* cl) {
                "PCIe per step %.3f GB down + %.3f GB up (the gathers' own parts); transfer time not modelled\n",
                (double)m->S * l->pb / GB, m->host_params / GB, d2h / GB, h2d / GB);
     }
-    printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU\n",
-           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), ly->tp, ly->pp, ly->dp, ly->zero) / GB);
+    int copies = ly->pp > 1 ? pipe_schedule_param_copies(ly->schedule) : 1; /* dualpipe: every stage twice */
+    printf("plan model state at 16 bytes/parameter (Rajbhandari et al.): %.3f GB per GPU%s\n", copies *
+           ledger_model_state_16((double)ledger_model_parameters(&l->cfg), ly->tp, ly->pp, ly->dp, ly->zero) / GB,
+           copies > 1 ? " (two parameter copies)" : "");
     printf("plan comm per step per GPU: tp %.3f GB over %s (exposed %.3f s) | pp %.3f GB over %s (exposed %.3f s) | dp "
            "%.3f GB over %s (exposed %.3f s)\n", r->b_tp / GB, r->tp_net ? "network" : "NVLink", r->t_tp, r->b_pp / GB,
            r->pp_net ? "network" : "NVLink", r->t_pp, r->b_dp / GB, r->dp_net ? "network" : "NVLink", r->t_dp);

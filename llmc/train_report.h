@@ -543,7 +543,8 @@ static void debug_checksums_step(TrainSession* s) {
     if (s->pp->world > 1) {
         dev_memcpy_h2d(s->pipe.tokens, s->debug_tokens, 2 * BT * sizeof(int));
         pipeline_forward_only(&s->pipe, s->pipe.tokens, s->pipe.tokens + BT, B, T, s->cfg.gelu_fusion, 0);
-        for (int k = 0; k < s->pipe.v; k++) {
+        for (int k = 0; k < s->pipe.v; k++) { /* the chunks the forward-only pass ran (dualpipe: not the copies) */
+            if (!pipe_visits(&s->pipe.sched, 0, k)) { continue; }
             gpt2_use_slot(s->pipe.chunk[k], 0);
             checksum_activations(&acts, s->pipe.chunk[k], B, T);
         }

@@ -204,8 +204,8 @@ B=(-e L4:C64:NH4:T48 -b 2 -t 32 -j '' -g 0 -x 1 -d 256)
 dp_refused 2 "needs at least 4 micro-batches" "dualpipev with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipev
 dp_refused 4 "divisible by 2 x --pp" "dualpipev over 4 stages of a 4-layer model" "${B[@]}" -d 512 --pp 4 --pp-schedule dualpipev
 dp_refused 2 "--pp-virtual" "dualpipev with --pp-virtual 2" "${B[@]}" --pp 2 --pp-schedule dualpipev --pp-virtual 2
-dp_refused 3 "even --pp" "dualpipe over 3 stages" "${B[@]}" -e L6:C64:NH4:T48 -d 768 --pp 3 --pp-schedule dualpipe
-dp_refused 2 "even number of micro-batches" "dualpipe with 5 micro-batches" "${B[@]}" -d 320 --pp 2 --pp-schedule dualpipe
+dp_refused 3 "even --pp of 2 or more" "dualpipe over 3 stages" "${B[@]}" -e L6:C64:NH4:T48 -d 768 --pp 3 --pp-schedule dualpipe
+dp_refused 2 "an even number of them" "dualpipe with 5 micro-batches" "${B[@]}" -d 320 --pp 2 --pp-schedule dualpipe
 dp_refused 2 "needs at least 4 micro-batches" "dualpipe with 2 micro-batches on 2 stages" "${B[@]}" -d 128 --pp 2 --pp-schedule dualpipe
 dp_refused 2 "dense models" "dualpipe with experts" "${B[@]}" -e L4:C64:NH4:T48:E4:K2 --pp 2 --pp-schedule dualpipe
 dp_refused 2 "--pp-virtual" "dualpipe with --pp-virtual 2" "${B[@]}" --pp 2 --pp-schedule dualpipe --pp-virtual 2
