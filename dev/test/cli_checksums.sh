@@ -20,6 +20,11 @@ for f in one 3d; do
 done
 out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/3d.log" --rtol 3e-5)
 check $? "tp 2 x pp 2 + sp agrees with one process within rtol 3e-5 (K 2^-24, K = 512): $out"
+# dualpipe (two parameter copies): each layer's activations and gradients printed once, by its first copy (m 4)
+$TRAIN "${F[@]}" -d 512 > "$TMP/one4.log" 2>&1 && \
+    MPIRUN 2 $TRAIN "${F[@]}" -d 512 --pp 2 --pp-schedule dualpipe > "$TMP/dual.log" 2>&1
+out=$(python3 scripts/compare_checksums.py "$TMP/one4.log" "$TMP/dual.log" --rtol 3e-5)
+check $? "pp 2 dualpipe agrees with one process within rtol 3e-5, each layer once: $out"
 $TRAIN "${F[@]}" --seed 7 > "$TMP/seed.log" 2>&1
 out=$(python3 scripts/compare_checksums.py "$TMP/one.log" "$TMP/seed.log" --rtol 3e-5)
 rc=$?
