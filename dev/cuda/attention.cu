@@ -15,8 +15,8 @@
  * Grouped-query attention (Ainslie et al. 2023; llmc/cuda/attention_gqa.cuh) is checked through the contract's
  * attention_forward / attention_backward with NKV < NH (qkv (B,T,(NH+2*NKV)*hs)): the reference is the FP64 one on
  * the host-expanded qkv (kv head h/g for query head h), dK/dV summed over each group in FP64. The flash kernels
- * natively (kv head h/g in their K/V loads, dK/dV summed over the group inside the dK/dV kernel), or, when built
- * with cuDNN (both directions) or ATTN_BWD_FA2=1 (the backward), the expansion path; "gqa" timing lines time the
+ * natively (kv head h/g in their K/V loads, dK/dV summed over the group inside the dK/dV kernel, or the one FA2
+ * backward kernel with ATTN_BWD_FA2=1), or, when built with cuDNN (both directions), the expansion path; "gqa" timing lines time the
  * contract at NKV < NH, next to its NKV = NH ("mha") run.
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
@@ -213,7 +213,7 @@ typedef struct {
 /* IMPL_FLASH: forward + the three-pass backward (attention_backward_flash7); IMPL_FA2: the same forward + the
  * one-kernel FlashAttention-2 backward (attention_backward_fa2); IMPL_CONTRACT: the backend contract's
  * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: with NKV < NH the
- * native flash kernels, or the expansion, the multi-head kernels and the group sums under USE_CUDNN / ATTN_BWD_FA2) */
+ * native flash kernels, or the expansion, the multi-head kernels and the group sums under USE_CUDNN) */
 typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN, IMPL_CONTRACT } Impl;
 #define NIMPLS 4 /* the multi-head implementations checked and timed at every shape */
 static const char* impl_name(Impl im) {
@@ -246,7 +246,7 @@ static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* do
                          const floatX* out, const float* lse, Shape s) {
     switch (im) {
         case IMPL_FLASH: attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH); break;
-        case IMPL_FA2: attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH); break;
+        case IMPL_FA2: attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH); break;
         case IMPL_FALLBACK:
             attention_backward_cuda_cores(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH);
             break;
@@ -599,7 +599,7 @@ int main(int argc, char** argv) {
                 time_shape(impls[k], tshapes[i]);
             }
         /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (native GQA's cost, or the
-         * expansion's under USE_CUDNN / ATTN_BWD_FA2) */
+         * expansion's under USE_CUDNN) */
         printf("timing of the contract (attention_forward/backward, llmc/cuda/attention_gqa.cuh):\n");
         const Shape cshapes[] = {{64, 1024, 768, 12, 12}, {64, 1024, 768, 12, 4}, {64, 1024, 768, 12, 1}};
         for (const Shape& cs : cshapes) { time_shape(IMPL_CONTRACT, cs); }

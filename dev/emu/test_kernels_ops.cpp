@@ -900,10 +900,10 @@ static std::vector<float> gqa_reduce(const std::vector<float>& x, int N, int C, 
 
 /* mode: 0 the dispatching entry points (the contract's attention_forward/backward), 1 the CUDA-core fallback forced,
  * 2 the forward as 0 and the one-kernel FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused,
- * dQ summed in key-tile order through an fp32 accumulator and per-tile flags) with its own scratch size (multi-head
- * only), 3 the GQA expansion path (attention_forward/backward_gqa_expand: qkv expanded in scratch, the multi-head
- * kernels, dK/dV summed over each group by attention_gqa_reduce_kernel; what the cuDNN build runs, and the
- * ATTN_BWD_FA2=1 build's backward). NKV (0: NH) key/value heads: with NKV < NH modes 0 and 1 run the flash kernels
+ * dQ summed in key-tile order through an fp32 accumulator and per-tile flags; the ATTN_BWD_FA2=1 build's backward)
+ * with its own scratch size, 3 the GQA expansion path (attention_forward/backward_gqa_expand: qkv expanded in
+ * scratch, the multi-head kernels, dK/dV summed over each group by attention_gqa_reduce_kernel; what the cuDNN build
+ * runs). NKV (0: NH) key/value heads: with NKV < NH modes 0, 1 and 2 run the flash kernels
  * natively (kv head h/g indexed in the K/V loads; dK/dV of a kv head summed over its group inside the dK/dV kernel,
  * in fp32, one rounding): no expansion or reduction kernel may run and the scratch is the multi-head one (D only).
  * Every GQA run is checked against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand,
@@ -923,12 +923,11 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
                        : mode == 3 ? "attention (GQA expansion)"
                        : gqa     ? "attention (GQA native)"
                                  : "attention (dispatch)";
-    TEST_CHECK(!gqa || mode != 2, "test_attention: the FA2 backward is multi-head (mode 2 takes NKV = NH)");
     TEST_CHECK(gqa || mode != 3, "test_attention: the expansion path is for NKV < NH (mode 3)");
     const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH)
                             : mode == 3 ? attention_gqa_expand_scratch_floats(B, T, C, NH)
                                         : attention_scratch_floats(B, T, C, NH, NKV);
-    /* a build whose backward expands (ATTN_BWD_FA2=1: ATTN_GQA_NATIVE_BWD is 0) runs mode 0 at NKV < NH through the
+    /* a build whose backward expands (USE_CUDNN: ATTN_GQA_NATIVE_BWD is 0) runs mode 0 at NKV < NH through the
      * expansion in the backward, with the expansion's scratch */
     const bool bwd_expands = mode == 3 || (gqa && mode == 0 && !ATTN_GQA_NATIVE_BWD);
     TEST_CHECK(mode == 2 || bwd_expands || (gqa && !ATTN_GQA_NATIVE_BWD) ||
@@ -970,7 +969,7 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     if (force_fallback) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
-        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 3) {
         attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
@@ -980,9 +979,10 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
         /* the expansion and reduction kernels ran exactly on the expansion path (mode 3): the expansion in both
          * directions, the reduction in the backward; packed (X128_SIZE) when hs is a multiple of the packet and the
          * buffers are aligned. The native path (modes 0 and 1 with NKV < NH) and NKV = NH launch none. */
-        int expand = 0, reduce = 0, packed = 0;
+        int expand = 0, reduce = 0, packed = 0, fa2 = 0;
         for (size_t i = launches0; i < emu::launch_log().size(); i++) {
             const std::string& n = emu::launch_log()[i].name;
+            fa2 += n.find("attention_backward_fa2_mma_kernel") != std::string::npos;
             expand += n.find("attention_gqa_expand_kernel") != std::string::npos;
             reduce += n.find("attention_gqa_reduce_kernel") != std::string::npos;
             packed += n.find("attention_gqa_") != std::string::npos && n.find("<X128_SIZE>") != std::string::npos;
@@ -992,6 +992,12 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
         TEST_CHECK(expand == want_expand && reduce == want_reduce && packed == want_packed,
                    "%s: GQA expansion launched %d times, reduction %d, packed %d (want %d, %d, %d) (%s)", path, expand,
                    reduce, packed, want_expand, want_reduce, want_packed, s.c_str());
+        /* mode 2 on the tensor-core path is the one FA2 kernel, one launch at every NKV (not its flash7 fallback) */
+        if (mode == 2) {
+            const int want_fa2 = attention_flash_path(hs, C, d_dqkv, d_dout, d_qkv) ? 1 : 0;
+            TEST_CHECK(fa2 == want_fa2, "%s: the FA2 kernel launched %d times (want %d) (%s)", path, fa2, want_fa2,
+                       s.c_str());
+        }
     }
     std::vector<float> g_dqkv = downX(d_dqkv, dqkv.size());
     check((std::string(path) + " backward dqkv").c_str(), s, g_dqkv, dqkv, TOL_ATT);
@@ -1031,7 +1037,7 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     if (force_fallback) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
-        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH);
+        attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 3) {
         attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
@@ -1773,7 +1779,7 @@ int main(void) {
     /* the CUDA-core kernels forced, natively at NKV < NH */
     test_attention(2, 45, 64, 4, 1, 2);
     test_attention(1, 65, 128, 4, 1, 1);
-    /* mode 3: the expansion path (cuDNN build; ATTN_BWD_FA2=1's backward): expansion, multi-head kernels, reduction */
+    /* mode 3: the expansion path (the cuDNN build): expansion, multi-head kernels, reduction */
     test_attention(2, 45, 64, 4, 3, 2);  /* hs=16: packed expansion/reduction kernels */
     test_attention(3, 7, 48, 4, 3, 2);   /* hs=12: element kernels in bf16, packed in fp32 */
     test_attention(2, 5, 24, 4, 3, 1);   /* hs=6: element kernels in both builds */
@@ -1786,6 +1792,13 @@ int main(void) {
     test_attention(3, 200, 128, 2, 2); /* hs=64, 4 tiles (last partial), B*NH = 6 */
     test_attention(2, 97, 256, 2, 2);  /* hs=128: 32-row query tiles, two per key tile */
     test_attention(1, 130, 64, 4, 2);  /* hs=16, one row into the third tile */
+    /* ... natively at NKV < NH: one block per (key tile, kv head) over the group's query heads, dQ flags per head */
+    test_attention(2, 45, 64, 4, 2, 2);   /* hs=16, g=2, partial tile */
+    test_attention(3, 200, 128, 4, 2, 2); /* hs=32, g=2, 4 tiles (last partial): dQ of each head from 4 key tiles */
+    test_attention(2, 1, 64, 4, 2, 1);    /* T=1, multi-query */
+    test_attention(1, 63, 256, 4, 2, 1);  /* hs=64, T=63, multi-query */
+    test_attention(1, 65, 256, 4, 2, 2);  /* hs=64, T=65: one row into the second tile */
+    test_attention(1, 97, 512, 4, 2, 1);  /* hs=128 (32-row query tiles, two per key tile), multi-query */
 
     test_classifier(128, 100, 128, 1); /* fixture */
     test_classifier(128, 100, 128, 0);

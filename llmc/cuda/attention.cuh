@@ -7,11 +7,11 @@
  * Grouped-query attention (GQA, Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models
  * from Multi-Head Checkpoints"; llmc/README.md): NKV key/value heads, NKV dividing NH, query head h reading kv head
  * h / g, g = NH/NKV (consecutive query heads share a kv head, the Llama/HF repeat_kv order). The forward, the
- * three-pass backward and the CUDA-core kernels take NKV natively: the K/V tile loads index kv head h/g in the
- * (B,T,(NH+2*NKV)*hs) rows, and the dK/dV kernels own one (key tile, kv head) each and loop over the g query heads of
+ * three-pass backward, the one-kernel FA2 backward and the CUDA-core kernels take NKV natively: the K/V tile loads
+ * index kv head h/g in the (B,T,(NH+2*NKV)*hs) rows, and the dK/dV kernels own one (key tile, kv head) each and loop over the g query heads of
  * the group, so dK/dV are summed in fp32 registers in a fixed order and rounded to floatX once (no expanded copy, no
  * reduction pass, no extra scratch). NKV = NH is multi-head attention (MHA) with the same kernels, the same work and
- * the same results as before GQA. The one-kernel FA2 backward (attention_backward_fa2) is multi-head only.
+ * the same results as before GQA.
  * llmc/cuda/attention_gqa.cuh maps the contract of llmc/backend.h onto this file (and onto cuDNN's SDPA, which is
  * reached through an expansion of qkv to the multi-head layout; see that file).
  *
@@ -42,11 +42,11 @@
  *       the g x tiles steps); (3) one block per (64-query tile, query head) accumulates dQ over key tiles (recomputes
  *       S and dP; 7 instead of 5 matmuls of work, in exchange for fp32-atomic-free determinism and no
  *       dQ scratch). That is attention_backward_flash7, the default.
- *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly; multi-head layout (B,T,3C) only, GQA
- *       reaches it through attention_gqa.cuh's expansion): one kernel per 64-key tile does all
- *       5 matmuls; D is computed by the block on each query tile's diagonal; dQ is summed in fp32 in global
- *       memory in a fixed key-tile order (last tile first), handed from block to block through per-tile flags
- *       (no atomics on values: deterministic). See attention_backward_fa2_mma_kernel.
+ *     Backward, FA2 (ATTN_BWD_FA2=1, or attention_backward_fa2 directly): one kernel per (64-key tile, kv head),
+ *       looping over the group's query heads as the dK/dV kernel does, does all 5 matmuls;
+ *       D is computed by the block on each query tile's diagonal; dQ is summed in fp32 in global memory in a fixed
+ *       key-tile order (last tile first), handed from block to block through per-tile flags (no atomics on values:
+ *       deterministic). See attention_backward_fa2_mma_kernel.
  *   Fallback path (any hs <= 256, every precision incl. fp32, any alignment): one warp per query row
  *     (forward, dQ) or (key row, kv head) (dK, dV, looping over the group's query heads), fp32 CUDA-core
  *     arithmetic, same state and results.
@@ -737,30 +737,43 @@ static __device__ __forceinline__ void attn_wait_flag(const unsigned int* flag, 
     __threadfence();
 }
 
-/* grid (ceil(T/64), B*NH), block 128, smem attn_bwd_fa2_smem_bytes(HS, BQ). The whole backward of FlashAttention-2
+/* The FA2 backward's step order over a group's query heads and their query tiles: (h, qt) -> the next tile of head h,
+ * or after its last (qt_end - 1) the first tile (qt_begin) of head h + 1. */
+static __device__ __forceinline__ void attn_bwd_next_step(int& h, int& qt, int qt_begin, int qt_end) {
+    if (++qt == qt_end) {
+        qt = qt_begin;
+        h++;
+    }
+}
+
+/* grid (ceil(T/64), B*NKV), block 128, smem attn_bwd_fa2_smem_bytes(HS, BQ). The whole backward of FlashAttention-2
  * (Dao 2023, Algorithm 2) in one kernel: 5 matmuls per (key tile, query tile) pair, S = Q K^T, dV += P^T dO,
- * dP = dO V^T, dK += dS^T Q, dQ += dS K; the row-dot D = rowsum(dO*O) fused in.
+ * dP = dO V^T, dK += dS^T Q, dQ += dS K; the row-dot D = rowsum(dO*O) fused in. Grouped-query attention natively:
+ * one block per (key tile, kv head j); it loops over the query heads of its group, h = j*gq .. j*gq+gq-1
+ * (gq = NH/NKV), in that order, and for each over its query tiles (one flattened, double-buffered loop, as
+ * attention_backward_kv_mma_kernel). NKV = NH: one query head per block, the multi-head kernel.
  *   Key tile kt = gridDim.x-1-blockIdx.x (the last key tiles, which have the fewest query tiles, launched first);
- *   dK, dV of its 64 keys accumulate in registers over the query tiles qt of BQ rows at or below the diagonal (as
- *   attention_backward_kv_mma_kernel), written once at the end.
+ *   dK, dV of its 64 keys accumulate in fp32 registers over the group's heads and, for each, the query tiles qt of BQ
+ *   rows at or below the diagonal, and are rounded to floatX once, at the end (dK, dV of kv head j).
  *   dQ: the query tile qt gets contributions from key tiles kd(qt) = q0/64 down to 0, in that order, into an fp32
  *   accumulator dqacc (B,NH,T,HS): key tile kd(qt) writes it, the next ones add to it, key tile 0 adds its part
  *   and stores dQ (floatX, times 1/sqrt(hs)) into dqkv. Order is enforced with one flag per (b, h, query tile)
  *   (flags, zeroed before the launch): key tile kt waits until flags[qt] == kd(qt) - kt, adds, raises it by one.
  *   The sum order is fixed, so dQ is bit-identical from run to run; no atomics touch values. Every block waits only
- *   on blocks of the same (b, h) with a smaller blockIdx.x, launched before it, so the waits cannot deadlock on a
- *   GPU that starts blocks in launch order (the assumption of FlashAttention-2's deterministic backward too).
+ *   on blocks of the same (b, kv head) with a smaller blockIdx.x, launched before it, which never wait on it (a block
+ *   finishes a (head, query tile) step before its next), so the waits cannot deadlock on a GPU that starts blocks
+ *   in launch order (the assumption of FlashAttention-2's deterministic backward too).
  *   D: the block on the diagonal of qt (kt == kd(qt)) is qt's first visitor; it computes D = rowsum(dO*O) for
  *   qt's rows from its dO tile (in shared memory) and O (global, 128-bit), and publishes it to Dsum (B,NH,T)
  *   before it raises qt's flag; the other blocks read D after flags[qt] >= 1.
  * Inputs as attention_backward_kv_mma_kernel plus out (B,T,C), Dsum (B,NH,T) out, dqacc (B*NH*T*HS fp32,
- * 8-byte aligned), flags (B*NH*ceil(T/BQ), zero). */
+ * 8-byte aligned), flags (B*NH*ceil(T/BQ), zero); qkv, dqkv (B,T,(NH+2*NKV)*HS). */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     attention_backward_fa2_mma_kernel(floatX* __restrict__ dqkv, float* Dsum, float* dqacc, unsigned int* flags,
                                       const floatX* __restrict__ dout, const floatX* __restrict__ out,
                                       const floatX* __restrict__ qkv, const float* __restrict__ lse, int T, int C,
-                                      int NH, float scale_log2, float scale) {
+                                      int NH, int NKV, float scale_log2, float scale) {
     static_assert(HS % 16 == 0 && BQ % 16 == 0 && ATTN_ROWS % BQ == 0 && sizeof(floatX) == 2, "bad tile");
     constexpr int LD = HS + 8;
     constexpr int KS = HS / 16;
@@ -783,18 +796,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     float* Ds = Ls + 2 * BQ;                 /* [BQ] */
 
     const int kt = (int)gridDim.x - 1 - (int)blockIdx.x;
-    const int bh = blockIdx.y;
-    const int b = bh / NH;
-    const int h = bh % NH;
+    const int bj = blockIdx.y;
+    const int b = bj / NKV;
+    const int j = bj % NKV;  /* kv head */
+    const int gq = NH / NKV; /* query heads per kv head */
+    const int h0 = j * gq;   /* the group's first query head */
     const int k0 = kt * ATTN_ROWS;
-    const size_t ld = (size_t)3 * C;
-    const floatX* base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const floatX* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
-    const floatX* obase = out + (size_t)b * T * C + (size_t)h * HS;
-    const float* lrow = lse + (size_t)bh * T;
-    float* drow = Dsum + (size_t)bh * T;
-    float* accp = dqacc + (size_t)bh * T * HS;
-    unsigned int* fl = flags + (size_t)bh * ((T + BQ - 1) / BQ);
+    const size_t ld = (size_t)C + 2 * (size_t)NKV * HS;
+    const floatX* kbase = qkv + (size_t)b * T * ld + C + (size_t)j * HS;
     const int warp = threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     const int g = lane >> 2;
@@ -803,26 +812,44 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
     const int rg = warp % RW;      /* this warp's dQ rows rg*16.. and columns cg*HS/CW.. */
     const int cg = warp / RW;
     const int qt_begin = k0 / BQ;
-    const int qt_end = (T + BQ - 1) / BQ;
+    const int qt_end = (T + BQ - 1) / BQ; /* query tiles per head (flags per head) */
 
-    attn_load_tile<HS, ATTN_ROWS>(Ks, base + (size_t)k0 * ld + C, T - k0, ld);
-    attn_load_tile<HS, ATTN_ROWS>(Vs, base + (size_t)k0 * ld + 2 * C, T - k0, ld);
-    attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, 0, base, dbase, lrow, nullptr, qt_begin * BQ, T, C, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Ks, kbase + (size_t)k0 * ld, T - k0, ld);
+    attn_load_tile<HS, ATTN_ROWS>(Vs, kbase + (size_t)NKV * HS + (size_t)k0 * ld, T - k0, ld);
+    attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, 0, qkv + (size_t)b * T * ld + (size_t)h0 * HS,
+                                        dout + (size_t)b * T * C + (size_t)h0 * HS, lse + ((size_t)b * NH + h0) * T,
+                                        nullptr, qt_begin * BQ, T, C, ld);
     cp_async_commit();
 
     float dk[ON][4], dv[ON][4];
     attn_bwd_zero_kv<ON>(dk, dv);
 
-    for (int qt = qt_begin; qt < qt_end; qt++) {
-        const int buf = (qt - qt_begin) & 1;
+    /* nit steps (h, qt): the group's query heads h = h0 .. h0+gq-1 (outer), each over its query tiles qt_begin ..
+     * qt_end-1 (inner), one double-buffered sequence (a head's last tile prefetches the next head's first), advanced
+     * by attn_bwd_next_step; per-head pointers derived from the kernel's arguments at each step. This counted loop
+     * fits the register bounds without spills; a nested (head, tile) loop, or one advanced by a running buffer slot,
+     * spilled at hs 64 (sm_90 ptxas report: 159 registers at hs 64 and 253 at hs 128 here, 168 and 226 for the
+     * multi-head kernel before GQA). */
+    const int nit = gq * (qt_end - qt_begin);
+    int h = h0, qt = qt_begin;
+    for (int it = 0; it < nit; it++) {
+        const int buf = it & 1;
         cp_async_wait_all();
-        __syncthreads(); /* tile qt visible; every warp is done with tile qt-1 (its buffers, dSs and Ds) */
-        if (qt + 1 < qt_end) {
-            const int nb = buf ^ 1;
-            attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, nb, base, dbase, lrow, nullptr, (qt + 1) * BQ, T,
-                                                C, ld);
+        __syncthreads(); /* this step's tile visible; every warp is done with the last step (buffers, dSs, Ds) */
+        if (it + 1 < nit) { /* prefetch the next step's tile */
+            int h1 = h, q1 = qt;
+            attn_bwd_next_step(h1, q1, qt_begin, qt_end);
+            attn_bwd_load_q_tile<HS, BQ, false>(Qs, dOs, Ls, nullptr, buf ^ 1,
+                                                qkv + (size_t)b * T * ld + (size_t)h1 * HS,
+                                                dout + (size_t)b * T * C + (size_t)h1 * HS,
+                                                lse + ((size_t)b * NH + h1) * T, nullptr, q1 * BQ, T, C, ld);
             cp_async_commit();
         }
+        const size_t bh = (size_t)b * NH + h;
+        const floatX* obase = out + (size_t)b * T * C + (size_t)h * HS;
+        float* drow = Dsum + bh * T;
+        float* accp = dqacc + bh * T * HS;
+        unsigned int* fl = flags + bh * qt_end;
         const int q0 = qt * BQ;
         const int kd = q0 / ATTN_ROWS; /* the key tile on this query tile's diagonal: its first visitor */
         const floatX* Qb = Qs + buf * BQ * LD;
@@ -852,11 +879,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
         } else {
             if (threadIdx.x == 0) { attn_wait_flag(fl + qt, 1u); }
             __syncthreads();
-            if (threadIdx.x < BQ) { Ds[threadIdx.x] = (q0 + (int)threadIdx.x < T) ? __ldcg(drow + q0 + threadIdx.x) : 0.0f; }
+            if (threadIdx.x < BQ) {
+                Ds[threadIdx.x] = (q0 + (int)threadIdx.x < T) ? __ldcg(drow + q0 + threadIdx.x) : 0.0f;
+            }
         }
         __syncthreads();
 
-        /* S^T = K Q^T, P^T = exp(S^T*scale - lse) (16 keys x BQ queries per warp; zero where query < key or >= T) */
+        /* S^T = K Q^T, P^T = exp(S^T*scale - lse) (16 keys x BQ queries per warp; zero where query < key or
+         * >= T) */
         float st[SN][4];
         attn_warp_gemm_abt<LD, SN, KS>(st, Ks, warp * 16, Qb, kw - q0, g, t);
 #pragma unroll
@@ -939,13 +969,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, HS >= 128 ? 1 : 3)
             __syncthreads(); /* every thread's part of the sum (and D, on the diagonal) is out */
             if (threadIdx.x == 0) { *(volatile unsigned int*)(fl + qt) = (unsigned int)(kd - kt + 1); }
         }
+        attn_bwd_next_step(h, qt, qt_begin, qt_end);
     }
 
     /* epilogue: stage in this warp's own K/V rows, 128-bit stores. The dQ product of the last query tile read
      * every K row, so all warps must be past it first. */
     __syncthreads();
-    attn_bwd_store_kv<HS, false>(dqkv + (size_t)b * T * ld + C + (size_t)h * HS, (size_t)C, dk, dv, Ks, Vs, scale, warp,
-                                 kw, T, ld, lane, g, t);
+    attn_bwd_store_kv<HS, false>(dqkv + (size_t)b * T * ld + C + (size_t)j * HS, (size_t)NKV * HS, dk, dv, Ks, Vs,
+                                 scale, warp, kw, T, ld, lane, g, t);
 }
 #endif /* !FLOATX_IS_FLOAT */
 
@@ -1315,7 +1346,7 @@ static inline void attention_backward_mma_launch(floatX* dqkv, const float* Dsum
 template <int HS>
 static inline void attention_backward_fa2_launch(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                                                  const floatX* out, const float* lse, int B, int T, int C, int NH,
-                                                 float scale_log2, float scale) {
+                                                 int NKV, float scale_log2, float scale) {
     constexpr int BQ = (HS >= 128) ? 32 : 64; /* as the dK/dV kernel: registers */
     static int configured = 0;
     const size_t smem = attn_bwd_fa2_smem_bytes(HS, BQ);
@@ -1326,9 +1357,9 @@ static inline void attention_backward_fa2_launch(floatX* dqkv, float* scratch, c
     float* dqacc = scratch + attn_fa2_acc_offset(B, T, NH);
     unsigned int* flags = (unsigned int*)(dqacc + (size_t)B * T * C);
     CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)B * NH * CEIL_DIV(T, BQ) * sizeof(unsigned int), main_stream()));
-    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NH);
+    dim3 grid(CEIL_DIV(T, ATTN_ROWS), B * NKV);
     LAUNCH(grid, ATTN_THREADS, smem, main_stream(), attention_backward_fa2_mma_kernel<HS, BQ>)(
-        dqkv, scratch, dqacc, flags, dout, out, qkv, lse, T, C, NH, scale_log2, scale);
+        dqkv, scratch, dqacc, flags, dout, out, qkv, lse, T, C, NH, NKV, scale_log2, scale);
     CUDA_CHECK_LAUNCH();
 }
 #endif
@@ -1441,41 +1472,45 @@ static inline void attention_backward_flash7(floatX* dqkv, float* Dsum, const fl
 }
 
 /* Backward, one kernel with FlashAttention-2's work (5 matmuls, row-dot fused, dQ summed in a fixed order:
- * attention_backward_fa2_mma_kernel). scratch: attention_fa2_scratch_floats(B, T, C, NH) floats, D (B,NH,T) left at
- * its start as by the other paths. Where the tensor-core path does not apply (or out is not 16-byte aligned) it
- * runs attention_backward_flash7. Shapes as attention_backward_cuda_cores; deterministic. */
+ * attention_backward_fa2_mma_kernel), NKV key/value heads natively. scratch: attention_fa2_scratch_floats(B, T, C,
+ * NH) floats (at every NKV), D (B,NH,T) left at its start as by the other paths. Where the tensor-core path does not
+ * apply (or out is not 16-byte aligned) it runs attention_backward_flash7. Shapes as attention_backward_cuda_cores;
+ * deterministic. Errors: attention_kv_group / attention_check_dims (FATAL). */
 static inline void attention_backward_fa2(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                          const floatX* out, const float* lse, int B, int T, int C, int NH) {
+                                          const floatX* out, const float* lse, int B, int T, int C, int NH, int NKV) {
     const int hs = attention_check_dims(B, T, C, NH);
+    attention_kv_group(NH, NKV);
 #if !FLOATX_IS_FLOAT
     if (attention_flash_path(hs, C, dqkv, dout, qkv) && ptr_aligned(out, 16)) {
         const float scale = 1.0f / sqrtf((float)hs);
         const float scale_log2 = ATTN_LOG2E * scale;
         switch (hs) {
-            case 16: attention_backward_fa2_launch<16>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
-            case 32: attention_backward_fa2_launch<32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
-            case 64: attention_backward_fa2_launch<64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
-            default: attention_backward_fa2_launch<128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, scale_log2, scale); return;
+            case 16: attention_backward_fa2_launch<16>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            case 32: attention_backward_fa2_launch<32>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            case 64: attention_backward_fa2_launch<64>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, scale_log2, scale); return;
+            default: attention_backward_fa2_launch<128>(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, scale_log2, scale); return;
         }
     }
 #else
     (void)hs;
 #endif
-    attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
+    attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
 }
 
 /* Which backward the trainer runs (attention_backward_flash, and cuDNN's fallback for shapes it does not take):
  * ATTN_BWD_FA2=1 at compile time selects attention_backward_fa2 (its scratch is then attention_fa2_scratch_floats),
- * 0 (default) the three-pass attention_backward_flash7. Both are always compiled (dev/cuda/attention.cu times both). */
+ * 0 (default) the three-pass attention_backward_flash7. Both are always compiled (dev/cuda/attention.cu times both).
+ * Both take NKV key/value heads natively (qkv, dqkv (B,T,(NH+2*NKV)*hs)); NKV = NH is multi-head attention. */
 #ifndef ATTN_BWD_FA2
 #define ATTN_BWD_FA2 0
 #endif
 static inline void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                            const floatX* out, const float* lse, int B, int T, int C, int NH) {
+                                            const floatX* out, const float* lse, int B, int T, int C, int NH,
+                                            int NKV) {
     if (ATTN_BWD_FA2) {
-        attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward_fa2(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
     } else {
-        attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
+        attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
     }
 }
 
@@ -1503,7 +1538,7 @@ static inline void attention_mha_forward(floatX* out, float* state, float* scrat
  * qkv (B,T,3C), state (B,NH,T) lse. Deterministic. */
 static inline void attention_mha_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                                           const floatX* out, const float* state, int B, int T, int C, int NH) {
-    attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+    attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NH);
 }
 #endif /* USE_CUDNN */
 

@@ -264,7 +264,7 @@ static inline void attention_mha_backward(floatX* dqkv, float* scratch, const fl
     if (attention_cudnn_supported(attention_check_dims(B, T, C, NH))) {
         attention_backward_cudnn(dqkv, dout, qkv, out, state, B, T, C, NH);
     } else {
-        attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+        attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NH);
     }
 }
 #endif /* USE_CUDNN */

@@ -15,14 +15,15 @@
  *   are called (same kernels, same results as before GQA, no extra pass, no extra scratch).
  *
  * What runs at NKV < NH:
- *   Native (the default build; the forward also with ATTN_BWD_FA2=1): attention_forward_flash and
- *     attention_backward_flash7 (attention.cuh) with NKV. The forward and dQ kernels load kv head h/g's K/V tiles
- *     straight from qkv (row stride (NH+2*NKV)*hs); the dK/dV kernel owns one (key tile, kv head j) and loops over
+ *   Native (every build but cuDNN's): attention_forward_flash and attention_backward_flash (attention.cuh: the
+ *     three-pass attention_backward_flash7, or with ATTN_BWD_FA2=1 the one-kernel attention_backward_fa2) with NKV.
+ *     The forward and dQ kernels load kv head h/g's K/V tiles straight from qkv (row stride (NH+2*NKV)*hs); the
+ *     dK/dV kernel (FA2: the one backward kernel) owns one (key tile, kv head j) and loops over
  *     query heads j*g .. j*g+g-1 in that order, accumulating dK/dV in fp32 registers, rounded to floatX once
  *     (deterministic, bit-reproducible). Tensor-core path as for multi-head (bf16/fp16, hs 16/32/64/128, 16-byte
  *     aligned buffers), the CUDA-core kernels otherwise, both native. No expansion, no reduction pass.
- *   Expansion (USE_CUDNN: both directions, cuDNN's SDPA takes (B,T,3C) here; ATTN_BWD_FA2=1: the backward, as the
- *     one-kernel FA2 backward is multi-head only): attention_forward_gqa_expand / attention_backward_gqa_expand.
+ *   Expansion (USE_CUDNN: both directions, cuDNN's SDPA takes (B,T,3C) here): attention_forward_gqa_expand /
+ *     attention_backward_gqa_expand.
  *     forward:  qkv -> xqkv (B,T,3C) in scratch, each kv head repeated g times (attention_gqa_expand_kernel), then
  *               the multi-head forward on xqkv;
  *     backward: qkv -> xqkv again, the multi-head backward into xdqkv (B,T,3C) in scratch, then
@@ -122,16 +123,15 @@ static __global__ void attention_gqa_reduce_kernel(floatX* dqkv, const floatX* x
 
 /* ======================================================================== host side */
 
-/* Which GQA path each direction runs (NKV < NH): native (the flash kernels index kv head h/g themselves) unless the
- * multi-head op behind it cannot: cuDNN's SDPA (USE_CUDNN; attention_cudnn.cuh takes (B,T,3C)) expands both
- * directions, and the one-kernel FA2 backward (ATTN_BWD_FA2=1, attention_backward_fa2_mma_kernel) expands the
- * backward. */
+/* Which GQA path each direction runs (NKV < NH): native (the flash kernels index kv head h/g themselves: the
+ * forward, the three-pass backward and the one-kernel FA2 backward of ATTN_BWD_FA2=1) unless the multi-head op
+ * behind it cannot: cuDNN's SDPA (USE_CUDNN; attention_cudnn.cuh takes (B,T,3C)) expands both directions. */
 #ifdef USE_CUDNN
 #define ATTN_GQA_NATIVE_FWD 0
 #define ATTN_GQA_NATIVE_BWD 0
 #else
 #define ATTN_GQA_NATIVE_FWD 1
-#define ATTN_GQA_NATIVE_BWD (!ATTN_BWD_FA2)
+#define ATTN_GQA_NATIVE_BWD 1
 #endif
 
 /* float offset of xqkv in the expansion path's scratch (after the multi-head scratch, 16-byte aligned), and the
@@ -173,7 +173,7 @@ static inline void attention_gqa_reduce(floatX* dqkv, const floatX* xdqkv, int B
 }
 
 /* ======================================================================== the expansion path (NKV < NH) */
-/* What the cuDNN build runs in both directions and the ATTN_BWD_FA2=1 build in the backward; compiled in every
+/* What the cuDNN build runs in both directions; compiled in every
  * build (the kernel tests run it too). Scratch: attention_gqa_expand_scratch_floats floats, layout in the header. */
 static inline size_t attention_gqa_expand_scratch_floats(int B, int T, int C, int NH) {
     return attn_gqa_xqkv_offset(B, T, C, NH) + 2 * attn_gqa_x_floats(B, T, C);
@@ -224,7 +224,7 @@ static inline void attention_backward(floatX* dqkv, float* scratch, const floatX
     if (attention_kv_group(NH, NKV) == 1) {
         attention_mha_backward(dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
     } else if (ATTN_GQA_NATIVE_BWD) {
-        attention_backward_flash7(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
+        attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
     } else {
         attention_backward_gqa_expand(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NKV);
     }
