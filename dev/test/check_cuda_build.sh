@@ -24,9 +24,12 @@ build "nvcc builds train_gpt (BF16, sm_80 + sm_90) warning-free" make -s train_g
 DEFAULT_BIN=$(mktemp)
 cp -p train_gpt "$DEFAULT_BIN" 2> /dev/null
 # The builds below run in two lanes at once (a single-architecture nvcc is one process, so one lane alone leaves the
-# second core idle; the two cuDNN builds, ~3 minutes each, go one to each lane): lane 2 in a folder of its own whose
-# sources are links to these (its ./train_gpt, ./test_gpt and dev/cuda/bin are its own), lane 1 here. Lane 2's lines
-# are printed after lane 1's, in a fixed order.
+# second core idle; the cuDNN build, ~3 minutes, is lane 1's, the others and dev/cuda's programs lane 2's): lane 2 in
+# a folder of its own whose sources are links to these (its ./train_gpt, ./test_gpt and dev/cuda/bin are its own),
+# lane 1 here. Lane 2's lines are printed after lane 1's, in a fixed order.
+# Not built here: dev/cuda's attention program with USE_CUDNN=1 (`make -C dev/cuda USE_CUDNN=1`, a benchmark tool):
+# its cuDNN code is llmc/cuda/attention_cudnn.cuh, which train_gpt_cudnn compiles with the same nvcc flags, and the
+# cudnn-frontend headers cost nvcc's front end ~3 minutes a build (2026-12-07: make test over 35 minutes).
 LANE=$(mktemp -d)
 trap 'rm -f "$LOG" "${DEFAULT_BIN:-}"; rm -rf "$LANE"' EXIT
 for f in Makefile train_gpt.cu test_gpt.cu llmc build; do ln -s "$PWD/$f" "$LANE/$f"; done
@@ -35,13 +38,26 @@ for f in dev/*; do [ "$f" = dev/cuda ] || ln -s "$PWD/$f" "$LANE/$f"; done
 for f in dev/cuda/*; do [ "$f" = dev/cuda/bin ] || ln -s "$PWD/$f" "$LANE/$f"; done
 (
     LOG=$LANE/lane.log
-    build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
-        make -s -B -C "$LANE/dev/cuda" bin/attention USE_CUDNN=1 GPU_ARCH=90
     # test_gpt for sm_90 only: test_gpt.cu has no device code of its own (it includes train_gpt.cu with -DTESTING and
     # adds host code), so its sm_80 device code is the default train_gpt's above, same headers and flags; its host
     # code and its sm_90 pass are compiled here
     build "nvcc builds test_gpt (BF16, sm_90) warning-free" make -s -C "$LANE" test_gpt GPU_ARCH=90
     build "nvcc builds train_gpt in FP32 (sm_90)" make -s -B -C "$LANE" train_gpt PRECISION=FP32 GPU_ARCH=90
+    # Every dev/cuda program includes the whole CUDA backend (dev/cuda/common.h -> llmc/backend.h) and no device code
+    # of its own (no __global__, no __CUDA_ARCH__ in dev/cuda/*.cu), so each one's device code is the same kernel set.
+    # One program is built as `make -C dev/cuda` builds it (sm_80 + sm_90: every kernel's sm_80 pass under dev/cuda's
+    # flags once), the others for sm_90 only: their own host code and the Makefile's rule are what they add
+    build "make -C dev/cuda builds a kernel program for the default architectures (sm_80 + sm_90)" \
+        make -s -C "$LANE/dev/cuda" bin/global_norm
+    build "make -C dev/cuda builds every kernel benchmark/check program (the others for sm_90)" \
+        make -s -C "$LANE/dev/cuda" GPU_ARCH=90
+    n_src=$(ls dev/cuda/*.cu | wc -l)
+    n_bin=$(ls "$LANE/dev/cuda/bin" 2>/dev/null | wc -l)
+    if [ "$n_bin" -eq "$n_src" ] && [ "$n_src" -ge 8 ]; then
+        echo "ok - dev/cuda/bin holds one program per dev/cuda/*.cu ($n_bin)"
+    else
+        echo "not ok - dev/cuda/bin holds $n_bin programs for $n_src sources"
+    fi
 ) > "$LANE/lane.out" 2>&1 &
 LANE_PID=$!
 build "nvcc builds train_gpt_cudnn (cuDNN attention, sm_90)" make -s -B train_gpt_cudnn GPU_ARCH=90
@@ -98,18 +114,6 @@ fi
 # (no default build to put back: the FP16 one goes too, so that no check below runs it as the default)
 if [ -s "$DEFAULT_BIN" ]; then mv -f "$DEFAULT_BIN" train_gpt && chmod +x train_gpt && touch train_gpt; else rm -f train_gpt; fi
 build "train_gpt is the default BF16 build again (up to date for make)" make -s -q train_gpt
-# Every dev/cuda program includes the whole CUDA backend (dev/cuda/common.h -> llmc/backend.h) and no device code of
-# its own (no __global__, no __CUDA_ARCH__ in dev/cuda/*.cu), so each one's device code is the same kernel set. One
-# program is built as `make -C dev/cuda` builds it (sm_80 + sm_90: every kernel's sm_80 pass under dev/cuda's flags
-# once), the others for sm_90 only: their own host code and the Makefile's rule are what they add
-build "make -C dev/cuda builds a kernel program for the default architectures (sm_80 + sm_90)" make -s -C dev/cuda bin/global_norm
-build "make -C dev/cuda builds every kernel benchmark/check program (the others for sm_90)" make -s -j2 -C dev/cuda GPU_ARCH=90
-n_src=$(ls dev/cuda/*.cu | wc -l)
-n_bin=$(ls dev/cuda/bin 2>/dev/null | wc -l)
-test "$n_bin" -eq "$n_src" -a "$n_src" -ge 8
-check_rc=$?
-[ $check_rc -eq 0 ] && echo "ok - dev/cuda/bin holds one program per dev/cuda/*.cu ($n_bin)" ||
-    echo "not ok - dev/cuda/bin holds $n_bin programs for $n_src sources"
 if ! nvidia-smi > /dev/null 2>&1 && [ -x ./train_gpt ]; then
     ./train_gpt > /dev/null 2> "$LOG"
     rc=$?
