@@ -12,7 +12,7 @@
 #   make fuzz            the fuzzing of test-sanitize with a random seed for 5 minutes per file reader (exploration)
 #   make train_gpt       CUDA trainer (nvcc, cuBLASLt, NCCL; cuDNN with USE_CUDNN=1); GPU_ARCH="80 90" by default
 #   make print-cuda-libs where cuBLAS, cuDNN and NCCL were found (llmc/cuda/libs.mk)
-#   make test_gpt        CUDA model test
+#   make test_gpt        CUDA model test (train_gpt_cudnn, test_gpt_cudnn: the same with cuDNN attention)
 #   make test-gpu        CUDA tests on a real GPU (BF16 and FP32)
 #   make test-hf         export/import against transformers (optional tier: PyTorch + transformers; PYTHON=...)
 #   make test-eval       -h 1's per-example scores against transformers (optional tier: PyTorch + transformers; PYTHON=...)
@@ -177,14 +177,23 @@ NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/nu
 NVCC_LIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
 endif
 
-train_gpt: train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
+# cuDNN's attention (USE_CUDNN=1) is llmc/cuda/attention_cudnn.cpp, plain C++17 built once by the host C++ compiler
+# and linked into every USE_CUDNN binary: the cudnn-frontend headers cost nvcc ~2 minutes a translation unit, g++
+# under one (llmc/README.md, "Layers")
+CUDNN_OBJ  := $(BUILD)/attention_cudnn.o
+CUDNN_LINK  = $(if $(filter 1,$(USE_CUDNN)),$(CUDNN_OBJ))
+$(CUDNN_OBJ): USE_CUDNN = 1
+$(CUDNN_OBJ): llmc/cuda/attention_cudnn.cpp llmc/cuda/attention_cudnn.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CXX) -std=c++17 -O2 -I. -Wall -Wextra $(WERROR_C) -isystem $(CUDA_HOME)/include $(CUDA_LIB_CFLAGS) -c $< -o $@
 
-# the trainer with cuDNN's attention as a binary of its own, so that scripts/gpu_check.sh builds and times both
-# attention paths side by side (make train_gpt USE_CUDNN=1 builds the same program as ./train_gpt)
-train_gpt_cudnn: USE_CUDNN = 1
-train_gpt_cudnn: train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(NVCC_LIBS) -o $@
+# train_gpt_cudnn / test_gpt_cudnn: the trainer and the model test with cuDNN's attention as binaries of their own,
+# so that scripts/gpu_check.sh builds, checks and times both attention paths side by side (make train_gpt
+# USE_CUDNN=1 builds the same program as ./train_gpt_cudnn)
+train_gpt_cudnn test_gpt_cudnn: USE_CUDNN = 1
+train_gpt_cudnn test_gpt_cudnn: $(CUDNN_OBJ)
+train_gpt train_gpt_cudnn: train_gpt.cu $(CUDA_DEPS) $(CUDNN_LINK)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) train_gpt.cu $(CUDNN_LINK) $(NVCC_LIBS) -o $@
 
 # copies the header-only cudnn-frontend (pip's nvidia-cudnn-frontend) into .gpu_carry/cudnn-frontend/include
 # (git-ignored; scripts/gpu_prepare.sh), where llmc/cuda/libs.mk looks when Python cannot import it: a folder to take
@@ -197,8 +206,8 @@ cudnn-frontend-headers:
 	    mv "$(CUDNN_FRONTEND_CARRY).tmp" "$(CUDNN_FRONTEND_CARRY)"; fi
 	@echo "cudnn-frontend headers in $(CUDNN_FRONTEND_CARRY) (from $(CUDNN_FRONTEND_PATH))"
 
-test_gpt: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+test_gpt test_gpt_cudnn: test_gpt.cu train_gpt.cu $(CUDA_DEPS) $(CUDNN_LINK)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_LIB_CFLAGS) -Xcompiler -Wno-unused-function test_gpt.cu $(CUDNN_LINK) $(NVCC_LIBS) -o $@
 
 # ---------------------------------------------------------------- default goal
 # `make` builds what this machine can: the CPU trainer always, the CUDA trainer and model test when nvcc runs and
@@ -344,7 +353,7 @@ fixture:
 	$(PYTHON) train_gpt.py --write-family-fixture
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
+	rm -rf $(BUILD) train_gpt train_gpt_cudnn test_gpt_cudnn train_gpt_cpu train_gpt_cpu_naive test_gpt test_gpt_fp32 test_gpt_cpu test_gpt_emu test_gpt_emu_bf16 train_gpt_emu_mpi train_gpt_emu_mpi_bf16
 
 .PHONY: all layout-matrix test test-programs test-quick test-gpu test-hf test-eval test-slurm fixture clean unit-tests cpu-bench cudnn-frontend-headers test-sanitize \
         fuzz

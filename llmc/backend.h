@@ -204,7 +204,7 @@
  *   size_t attention_state_floats(B, T, NH)  fp32 values saved per layer for backward (CPU: (B,NH,T,T) probabilities;
  *                                            GPU flash kernel: (B,NH,T) log-sum-exp)
  *   size_t attention_scratch_floats(B, T, C, NH, NKV)  fp32 scratch for forward/backward (shared, not saved; on the
- *                                            GPU with NKV < NH it includes two expanded (B,T,3C) floatX buffers)
+ *                                            GPU the flash backward's, the same at every NKV)
  *   attention_forward(floatX* out(B,T,C), float* state, float* scratch, const floatX* qkv(B,T,(NH+2*NKV)*hs), B, T, C,
  *                     NH, NKV)
  *                     qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], head i of each section uses its channels

@@ -10,14 +10,16 @@
 #    4 bench      GPT-2 124M (d12) BF16, T=1024, B=$BENCH_B, $BENCH_STEPS steps: median tokens/s after step 5, MFU
 #                 (llm.c's 6N + 6LCT convention, llmc/mfu.h), the ledger's largest micro-batch, and the trainer's
 #                 phase table when ./train_gpt has --profile-steps (else a row says it has not)
-#                 The decoder family's l12 (Llama-style at d12's size) the same way: its tokens/s beside d12's;
+#                 The decoder family's l12 (Llama-style at d12's size) the same way: its tokens/s beside d12's, and
+#                 l12 with 4 key/value heads (grouped-query attention);
 #                 and d12 with --optimizer muon (its tokens/s beside AdamW's)
 #    5 devcuda    every dev/cuda program (checks against CPU references, then timings at training shapes), each
 #                 under its own timeout, plus rows for the kernels changed on a prediction (dev/cuda/NOTES.md)
 #    6 zero       1-process ZeRO-0/1/2/3 through the NCCL path (d12, B=8, 2 micro-steps, 3 steps); their losses
 #                 compared automatically (step 1 must be equal; later steps within 1%)
 #    7 graphs     the benchmark again with --cuda-graphs 1
-#    8 cudnn      the benchmark with train_gpt_cudnn (if its background build finished): which attention is faster
+#    8 cudnn      test_gpt_cudnn against the fixtures (cuDNN's attention, GQA included), then the benchmark with
+#                 train_gpt_cudnn (if their background build finished): which attention is faster; l12 with KV4
 #    9 torch      train_gpt.py with torch.compile on the benchmark's config, with what is left (at most 120 s)
 #   10 offload    --offload-optimizer cpu (ZeRO-1) and --offload-params cpu (ZeRO-3): PCIe bytes and GB/s
 #   11 moe        d12 with 8 experts top-2 in every block, B=8: tokens/s and the routing
@@ -64,13 +66,13 @@ t0=$SECONDS
 # ---------------------------------------------------------------- the plan
 # key | limit (s) | least time to start (s) | predicted (s) | what it does
 PLAN="preflight|15|5|5|nvidia-smi, nvcc, make, cuBLAS / NCCL / cuDNN / OpenSSL presence
-build|120|30|40-70|train_gpt, test_gpt, test_gpt_fp32 (sm_$ARCH; USE_NCCL=0 and WERROR=0 retries inside the limit); dev/cuda, train_gpt_cudnn beside it
+build|120|30|40-70|train_gpt, test_gpt, test_gpt_fp32 (sm_$ARCH; USE_NCCL=0 and WERROR=0 retries inside the limit); dev/cuda, train_gpt_cudnn + test_gpt_cudnn beside it
 fixture|60|15|2 x 15|test_gpt (BF16) and test_gpt_fp32 against the PyTorch fixture
-bench|90|20|40-65|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s, MFU, phase table; the family's l12 and Muon beside it
+bench|110|20|55-85|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s, MFU, phase table; the family's l12 (KV 12 and 4) and Muon beside it
 devcuda|90|20|40-70|dev/cuda checks and timings at training shapes, each program <= 25 s
 zero|60|20|4 x 10|ZeRO-0/1/2/3, 1 process, 2 micro-steps; losses compared
 graphs|30|15|15-20|ours with --cuda-graphs 1
-cudnn|90|15|15-90|ours with cuDNN attention (train_gpt_cudnn; waits for its build, which started in stage 2, ~3 min)
+cudnn|100|15|40-100|test_gpt_cudnn, then d12 and l12 KV4 with cuDNN attention (waits for their build, started in stage 2, ~1-2 min)
 torch|120|60|60-120|PyTorch torch.compile, same config, with what is left
 offload|40|20|2 x 15|--offload-optimizer cpu, --offload-params cpu
 moe|60|15|15-40|MoE d12 E=8 top-2 B=8 (580M parameters to initialize)
@@ -256,8 +258,8 @@ stage_build() {
     # beside the trainer's build: dev/cuda's programs (the devcuda stage waits for them) and the cuDNN trainer
     bg devcuda_build 300 "$LOGS/build_devcuda.log" make -k -j "$JOBS" -C dev/cuda GPU_ARCH="$ARCH" WERROR=1
     if [ "$CUDNN_OK" = 1 ]; then
-        rm -f train_gpt_cudnn
-        bg cudnn_build 400 "$LOGS/build_cudnn.log" make train_gpt_cudnn GPU_ARCH="$ARCH" WERROR=0
+        rm -f train_gpt_cudnn test_gpt_cudnn
+        bg cudnn_build 400 "$LOGS/build_cudnn.log" make -j "$JOBS" train_gpt_cudnn test_gpt_cudnn GPU_ARCH="$ARCH" WERROR=0
     fi
     local targets="train_gpt test_gpt test_gpt_fp32" rc
     run build 0 make -k -j "$JOBS" $targets GPU_ARCH="$ARCH" USE_NCCL=1 WERROR=1
@@ -325,7 +327,8 @@ bench() {
     [ $rc -ne 0 ] && failed "$name: $(status_word $rc): $(gist "$WORK/$name.txt")"
     return $rc
 }
-OURS=n/a
+OURS=n/a L12=n/a
+L12_GQA="L12:C768:NH12:KV4:norm=rms:pos=rope:theta=500000:mlp=swiglu:bias=0" # l12 with 4 key/value heads
 stage_bench() {
     [ -x ./train_gpt ] || { failed "./train_gpt not built"; return; }
     local prof=() rc
@@ -347,10 +350,15 @@ stage_bench() {
             row "phase table (--profile-steps 5)" "no table found in the output"; failed "--profile-steps printed no phase table"
         fi
     fi
-    # the decoder family's 124M-class member (RMSNorm, rotary, SwiGLU, no biases; llmc/gpt2.h l12) beside GPT-2's
+    # the decoder family's 124M-class member (RMSNorm, rotary, SwiGLU, no biases; llmc/gpt2.h l12) beside GPT-2's,
+    # and the same with 4 key/value heads (grouped-query attention, the flash kernels' native GQA)
     bench bench_l12 0 ./train_gpt -e l12
     rc=$?
+    L12=$TOK
     row "family l12 (Llama-style 124M) BF16 tokens/s" "$TOK (MFU $MFU; $(status_word $rc); GPT-2 d12: $OURS)"
+    bench bench_l12_gqa 0 ./train_gpt -e "$L12_GQA"
+    rc=$?
+    row "family l12 with KV4 (GQA) BF16 tokens/s" "$TOK (MFU $MFU; $(status_word $rc); l12 (KV12): $L12)"
     # Muon (llmc/muon.h) on d12: its Newton-Schulz GEMMs beside AdamW's step (the planner predicts 2.8% of a B=64 step)
     bench bench_muon 0 ./train_gpt --optimizer muon
     rc=$?
@@ -489,8 +497,8 @@ stage_graphs() {
 # ---------------------------------------------------------------- 8 cuDNN attention
 stage_cudnn() {
     if [ "$CUDNN_OK" != 1 ]; then skipped "no cuDNN or cudnn-frontend headers (preflight row; scripts/gpu_prepare.sh)"; return; fi
-    # its build started with stage 2; wait for it as long as the stage leaves 25 s for the benchmark
-    local wait=$(( $(time_for 0) - 25 ))
+    # its build (train_gpt_cudnn, test_gpt_cudnn) started with stage 2; wait for it as long as the stage leaves 40 s
+    local wait=$(( $(time_for 0) - 40 ))
     bg_wait cudnn_build $(( wait > 0 ? wait : 0 ))
     case $BG_RC in
         running) skipped "train_gpt_cudnn still building at $((SECONDS - t0)) s (build_cudnn.log)"; return;;
@@ -500,12 +508,27 @@ stage_cudnn() {
            failed "train_gpt_cudnn build: $(gist "$LOGS/build_cudnn.log")"; return;;
     esac
     STAGE_STATUS=ran STAGE_DETAIL=
+    # correctness first: the model test with cuDNN's attention against the PyTorch fixtures (the family fixture has
+    # 2 key/value heads for 4 query heads: cuDNN's GQA graph, forward and backward); a shape cuDNN declines runs on
+    # the flash kernels and says so on stderr ("note: cuDNN has no SDPA ...")
+    local rc res declined
+    if [ -x ./test_gpt_cudnn ]; then
+        run test_gpt_cudnn 30 ./test_gpt_cudnn
+        rc=$?
+        res=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$WORK/test_gpt_cudnn.txt" | tail -n 1)
+        declined=$(grep -c 'note: cuDNN has no SDPA' "$WORK/test_gpt_cudnn.txt")
+        row "test_gpt_cudnn (fixture, cuDNN attention)" "$(status_word $rc): ${res:-no summary line}; shapes cuDNN declined: $declined$([ $rc -ne 0 ] && echo "; $(gist "$WORK/test_gpt_cudnn.txt")")"
+        [ $rc -ne 0 ] && failed "test_gpt_cudnn: $(gist "$WORK/test_gpt_cudnn.txt")"
+    fi
     bench bench_cudnn 0 ./train_gpt_cudnn
-    local rc=$?
+    rc=$?
     row "cuDNN attention d12 BF16 B=$BENCH_B tokens/s" "$TOK (MFU $MFU; $(status_word $rc))"
     if [[ "$OURS" =~ ^[0-9]+$ ]] && [[ "$TOK" =~ ^[0-9]+$ ]]; then
         row "faster attention on this machine" "$([ "$TOK" -gt "$OURS" ] && echo "cuDNN" || echo "ours (flash kernel)") (ours $OURS vs cuDNN $TOK tokens/s)"
     fi
+    bench bench_cudnn_gqa 0 ./train_gpt_cudnn -e "$L12_GQA"
+    rc=$?
+    row "cuDNN attention l12 KV4 (GQA) BF16 tokens/s" "$TOK (MFU $MFU; $(status_word $rc); declined: $(grep -c 'note: cuDNN has no SDPA' "$WORK/bench_cudnn_gqa.txt"))"
 }
 
 # ---------------------------------------------------------------- 9 PyTorch

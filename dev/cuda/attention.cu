@@ -1,6 +1,6 @@
 /*
  * dev/cuda/attention.cu -- checks and times the causal attention kernels of llmc/cuda/attention.cuh
- * (and llmc/cuda/attention_cudnn.cuh when built with -DUSE_CUDNN).
+ * (and cuDNN's SDPA, llmc/cuda/attention_cudnn.h, when built with USE_CUDNN=1: make -C dev/cuda USE_CUDNN=1).
  *
  *   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -DENABLE_BF16 dev/cuda/attention.cu -o attention
  *   ./attention            # checks at several shapes, then timing at GPT-2 shapes
@@ -16,8 +16,9 @@
  * attention_forward / attention_backward with NKV < NH (qkv (B,T,(NH+2*NKV)*hs)): the reference is the FP64 one on
  * the host-expanded qkv (kv head h/g for query head h), dK/dV summed over each group in FP64. The flash kernels
  * natively (kv head h/g in their K/V loads, dK/dV summed over the group inside the dK/dV kernel, or the one FA2
- * backward kernel with ATTN_BWD_FA2=1), or, when built with cuDNN (both directions), the expansion path; "gqa" timing lines time the
- * contract at NKV < NH, next to its NKV = NH ("mha") run.
+ * backward kernel with ATTN_BWD_FA2=1), or, when built with cuDNN, cuDNN's SDPA with NKV key/value heads (both
+ * directions; dK/dV summed by cuDNN); "gqa" timing lines time the contract at NKV < NH, next to its NKV = NH ("mha")
+ * run.
  *
  * Tolerances (argued from the numerics, not tuned): let u be the unit roundoff of floatX (2^-8 for
  * bf16 taken conservatively, 2^-11 for fp16; for fp32 the fp32 accumulation error, ~1e-5). Every
@@ -50,10 +51,7 @@
 
 #include "../../llmc/cuda/common.cuh"
 #include "../../llmc/cuda/attention.cuh"
-#ifdef USE_CUDNN
-#include "../../llmc/cuda/attention_cudnn.cuh"
-#endif
-#include "../../llmc/cuda/attention_gqa.cuh"
+#include "../../llmc/cuda/attention_gqa.cuh" /* and, with USE_CUDNN, llmc/cuda/attention_cudnn.h */
 
 #define PEAK_TFLOPS 989.0
 
@@ -212,8 +210,9 @@ typedef struct {
 
 /* IMPL_FLASH: forward + the three-pass backward (attention_backward_flash7); IMPL_FA2: the same forward + the
  * one-kernel FlashAttention-2 backward (attention_backward_fa2); IMPL_CONTRACT: the backend contract's
- * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: with NKV < NH the
- * native flash kernels, or the expansion, the multi-head kernels and the group sums under USE_CUDNN) */
+ * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: the flash kernels
+ * with NKV heads natively, or under USE_CUDNN cuDNN's SDPA with NKV heads first); IMPL_CUDNN: cuDNN's SDPA alone
+ * (attention_cudnn_forward / _backward; a shape cuDNN declines leaves the outputs unwritten, and the check fails) */
 typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN, IMPL_CONTRACT } Impl;
 #define NIMPLS 4 /* the multi-head implementations checked and timed at every shape */
 static const char* impl_name(Impl im) {
@@ -227,8 +226,7 @@ static size_t scratch_floats(Impl im, Shape s) {
     return im == IMPL_FA2 ? attention_fa2_scratch_floats(s.B, s.T, s.C, s.NH) : (size_t)s.B * s.NH * s.T;
 }
 
-/* scratch: the contract's (attention_scratch_floats; with NKV < NH the expanded qkv on the expansion path only),
- * unused by the others */
+/* scratch: the flash backward's (unused by the forwards and by cuDNN) */
 static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const floatX* qkv, Shape s) {
     switch (im) {
         case IMPL_FLASH:
@@ -237,7 +235,8 @@ static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const 
         case IMPL_CONTRACT: attention_forward(out, lse, scratch, qkv, s.B, s.T, s.C, s.NH, shape_nkv(s)); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
-            attention_forward_cudnn(out, lse, qkv, s.B, s.T, s.C, s.NH);
+            attention_cudnn_forward(out, lse, qkv, s.B, s.T, s.NH, s.NH, s.C / s.NH, attention_cudnn_dtype(),
+                                    main_stream());
 #endif
             break;
     }
@@ -255,7 +254,8 @@ static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* do
             break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
-            attention_backward_cudnn(dqkv, dout, qkv, out, lse, s.B, s.T, s.C, s.NH);
+            attention_cudnn_backward(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NH, s.C / s.NH,
+                                     attention_cudnn_dtype(), main_stream());
 #endif
             break;
     }
@@ -533,7 +533,7 @@ static int check_gqa(Shape s, int NKV) {
     }
     const int same = memcmp(h_dqkv, h_dqkv2, nq * sizeof(float)) == 0;
 #ifdef USE_CUDNN
-    const int cudnn = attention_cudnn_supported(hs);
+    const int cudnn = attention_cudnn_supported(hs); /* the contract ran cuDNN's backward (deterministic or not) */
 #else
     const int cudnn = 0;
 #endif
@@ -577,7 +577,7 @@ int main(int argc, char** argv) {
         {2, 100, 128, 4, 2},  /* hs 32, g 2, partial second tile */
         {1, 129, 256, 4, 1},  /* hs 64, multi-query, one row into the third tile */
         {2, 77, 768, 12, 4},  /* GPT-2 head size, g 3 */
-        {1, 65, 96, 8, 2},    /* hs 12: fallback path (element expansion/reduction in bf16 on the expansion path) */
+        {1, 65, 96, 8, 2},    /* hs 12: the CUDA-core fallback (cuDNN takes hs % 8 == 0 only) */
     };
     for (const Shape& q : gqa_shapes) {
         if (check_gqa(q, q.NKV)) { passed++; } else { failed++; }
@@ -598,8 +598,8 @@ int main(int argc, char** argv) {
                 if (impls[k] == IMPL_FALLBACK || !impl_applies(impls[k], tshapes[i])) { continue; }
                 time_shape(impls[k], tshapes[i]);
             }
-        /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (native GQA's cost, or the
-         * expansion's under USE_CUDNN) */
+        /* the contract at GPT-2 124M's micro-batch: multi-head, then 4 and 1 kv heads (native GQA's cost: the flash
+         * kernels', or cuDNN's under USE_CUDNN) */
         printf("timing of the contract (attention_forward/backward, llmc/cuda/attention_gqa.cuh):\n");
         const Shape cshapes[] = {{64, 1024, 768, 12, 12}, {64, 1024, 768, 12, 4}, {64, 1024, 768, 12, 1}};
         for (const Shape& cs : cshapes) { time_shape(IMPL_CONTRACT, cs); }

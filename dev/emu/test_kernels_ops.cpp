@@ -901,16 +901,11 @@ static std::vector<float> gqa_reduce(const std::vector<float>& x, int N, int C, 
 /* mode: 0 the dispatching entry points (the contract's attention_forward/backward), 1 the CUDA-core fallback forced,
  * 2 the forward as 0 and the one-kernel FlashAttention-2 backward (attention_backward_fa2: 5 matmuls, row-dot fused,
  * dQ summed in key-tile order through an fp32 accumulator and per-tile flags; the ATTN_BWD_FA2=1 build's backward)
- * with its own scratch size, 3 the GQA expansion path (attention_forward/backward_gqa_expand: qkv expanded in
- * scratch, the multi-head kernels, dK/dV summed over each group by attention_gqa_reduce_kernel; what the cuDNN build
- * runs). NKV (0: NH) key/value heads: with NKV < NH modes 0, 1 and 2 run the flash kernels
- * natively (kv head h/g indexed in the K/V loads; dK/dV of a kv head summed over its group inside the dK/dV kernel,
- * in fp32, one rounding): no expansion or reduction kernel may run and the scratch is the multi-head one (D only).
- * Every GQA run is checked against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand,
- * gqa_reduce). Tolerance TOL_ATT for all: the native group sum of dK/dV is g times as many fp32 terms as one head's
- * and one floatX rounding; the expansion path's adds g-1 fp32 additions and one floatX rounding per element (each of
- * the g terms already rounded to floatX by the multi-head backward), within the backward's budget of 16 floatX
- * roundings for the g <= 4 tested here. */
+ * with its own scratch size. NKV (0: NH) key/value heads: with NKV < NH every mode runs the flash kernels natively
+ * (kv head h/g indexed in the K/V loads; dK/dV of a kv head summed over its group inside the dK/dV kernel, in fp32,
+ * one rounding), and the contract's scratch is the flash backward's (D only; FA2: its own). Every GQA run is checked
+ * against the multi-head CPU reference on the explicitly expanded qkv (gqa_expand, gqa_reduce). Tolerance TOL_ATT
+ * for all: the native group sum of dK/dV is g times as many fp32 terms as one head's and one floatX rounding. */
 static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     if (NKV == 0) NKV = NH;
     const int hs = C / NH, QW = C + 2 * NKV * hs, N = B * T;
@@ -920,25 +915,14 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
                         : shp("B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, hs);
     const char* path = mode == 1 ? (gqa ? "attention fallback (GQA)" : "attention fallback")
                        : mode == 2 ? "attention (fa2 bwd)"
-                       : mode == 3 ? "attention (GQA expansion)"
                        : gqa     ? "attention (GQA native)"
                                  : "attention (dispatch)";
-    TEST_CHECK(gqa || mode != 3, "test_attention: the expansion path is for NKV < NH (mode 3)");
     const size_t nscratch = mode == 2 ? attention_fa2_scratch_floats(B, T, C, NH)
-                            : mode == 3 ? attention_gqa_expand_scratch_floats(B, T, C, NH)
-                                        : attention_scratch_floats(B, T, C, NH, NKV);
-    /* a build whose backward expands (USE_CUDNN: ATTN_GQA_NATIVE_BWD is 0) runs mode 0 at NKV < NH through the
-     * expansion in the backward, with the expansion's scratch */
-    const bool bwd_expands = mode == 3 || (gqa && mode == 0 && !ATTN_GQA_NATIVE_BWD);
-    TEST_CHECK(mode == 2 || bwd_expands || (gqa && !ATTN_GQA_NATIVE_BWD) ||
-                   nscratch == attention_mha_scratch_floats(B, T, C, NH),
-               "attention_scratch_floats is the multi-head scratch, nothing more: %zu floats (%s)", nscratch,
+                                      : attention_scratch_floats(B, T, C, NH, NKV);
+    /* the contract's scratch is the flash backward's at every NKV: GQA needs nothing more (no expanded copy) */
+    TEST_CHECK(mode == 2 || nscratch == attention_flash_scratch_floats(B, T, C, NH),
+               "attention_scratch_floats is the flash backward's scratch, nothing more: %zu floats (%s)", nscratch,
                s.c_str());
-    if (gqa && mode == 0 && ATTN_GQA_NATIVE_BWD) {
-        const size_t nexp = attention_gqa_expand_scratch_floats(B, T, C, NH);
-        TEST_CHECK(nscratch < nexp, "native GQA scratch %zu floats < the expansion path's %zu (%s)", nscratch, nexp,
-                   s.c_str());
-    }
     std::vector<float> qkv = randv((size_t)N * QW, 1.5f), dout = randv((size_t)N * C);
     floatX* d_qkv = upX(qkv);
     floatX* d_dout = upX(dout);
@@ -953,8 +937,6 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
     const size_t launches0 = emu::launch_log().size();
     if (force_fallback) {
         attention_forward_cuda_cores(d_out, d_state, d_qkv, B, T, C, NH, NKV);
-    } else if (mode == 3) {
-        attention_forward_gqa_expand(d_out, d_state, d_scratch, d_qkv, B, T, C, NH, NKV);
     } else {
         attention_forward(d_out, d_state, d_scratch, d_qkv, B, T, C, NH, NKV);
     }
@@ -970,29 +952,15 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
-    } else if (mode == 3) {
-        attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     }
     {
-        /* the expansion and reduction kernels ran exactly on the expansion path (mode 3): the expansion in both
-         * directions, the reduction in the backward; packed (X128_SIZE) when hs is a multiple of the packet and the
-         * buffers are aligned. The native path (modes 0 and 1 with NKV < NH) and NKV = NH launch none. */
-        int expand = 0, reduce = 0, packed = 0, fa2 = 0;
-        for (size_t i = launches0; i < emu::launch_log().size(); i++) {
-            const std::string& n = emu::launch_log()[i].name;
-            fa2 += n.find("attention_backward_fa2_mma_kernel") != std::string::npos;
-            expand += n.find("attention_gqa_expand_kernel") != std::string::npos;
-            reduce += n.find("attention_gqa_reduce_kernel") != std::string::npos;
-            packed += n.find("attention_gqa_") != std::string::npos && n.find("<X128_SIZE>") != std::string::npos;
-        }
-        const int want_expand = mode == 3 ? 2 : bwd_expands ? 1 : 0, want_reduce = bwd_expands ? 1 : 0;
-        const int want_packed = hs % X128_SIZE == 0 ? want_expand + want_reduce : 0;
-        TEST_CHECK(expand == want_expand && reduce == want_reduce && packed == want_packed,
-                   "%s: GQA expansion launched %d times, reduction %d, packed %d (want %d, %d, %d) (%s)", path, expand,
-                   reduce, packed, want_expand, want_reduce, want_packed, s.c_str());
         /* mode 2 on the tensor-core path is the one FA2 kernel, one launch at every NKV (not its flash7 fallback) */
+        int fa2 = 0;
+        for (size_t i = launches0; i < emu::launch_log().size(); i++) {
+            fa2 += emu::launch_log()[i].name.find("attention_backward_fa2_mma_kernel") != std::string::npos;
+        }
         if (mode == 2) {
             const int want_fa2 = attention_flash_path(hs, C, d_dqkv, d_dout, d_qkv) ? 1 : 0;
             TEST_CHECK(fa2 == want_fa2, "%s: the FA2 kernel launched %d times (want %d) (%s)", path, fa2, want_fa2,
@@ -1038,8 +1006,6 @@ static void test_attention(int B, int T, int C, int NH, int mode, int NKV = 0) {
         attention_backward_cuda_cores(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else if (mode == 2) {
         attention_backward_fa2(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
-    } else if (mode == 3) {
-        attention_backward_gqa_expand(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     } else {
         attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_state, B, T, C, NH, NKV);
     }
@@ -1779,10 +1745,6 @@ int main(void) {
     /* the CUDA-core kernels forced, natively at NKV < NH */
     test_attention(2, 45, 64, 4, 1, 2);
     test_attention(1, 65, 128, 4, 1, 1);
-    /* mode 3: the expansion path (the cuDNN build): expansion, multi-head kernels, reduction */
-    test_attention(2, 45, 64, 4, 3, 2);  /* hs=16: packed expansion/reduction kernels */
-    test_attention(3, 7, 48, 4, 3, 2);   /* hs=12: element kernels in bf16, packed in fp32 */
-    test_attention(2, 5, 24, 4, 3, 1);   /* hs=6: element kernels in both builds */
     test_attention_decode(45, 64, 4, 2);  /* hs=16, g=2 */
     test_attention_decode(150, 128, 4, 1); /* hs=32, multi-query */
     test_attention_decode(9, 36, 6, 3);   /* hs=6, g=2 */

@@ -24,12 +24,9 @@ build "nvcc builds train_gpt (BF16, sm_80 + sm_90) warning-free" make -s train_g
 DEFAULT_BIN=$(mktemp)
 cp -p train_gpt "$DEFAULT_BIN" 2> /dev/null
 # The builds below run in two lanes at once (a single-architecture nvcc is one process, so one lane alone leaves the
-# second core idle; the cuDNN build, ~3 minutes, is lane 1's, the others and dev/cuda's programs lane 2's): lane 2 in
-# a folder of its own whose sources are links to these (its ./train_gpt, ./test_gpt and dev/cuda/bin are its own),
-# lane 1 here. Lane 2's lines are printed after lane 1's, in a fixed order.
-# Not built here: dev/cuda's attention program with USE_CUDNN=1 (`make -C dev/cuda USE_CUDNN=1`, a benchmark tool):
-# its cuDNN code is llmc/cuda/attention_cudnn.cuh, which train_gpt_cudnn compiles with the same nvcc flags, and the
-# cudnn-frontend headers cost nvcc's front end ~3 minutes a build (2026-12-07: make test over 35 minutes).
+# second core idle; the cuDNN builds are lane 1's, the others and dev/cuda's programs lane 2's): lane 2 in a folder of
+# its own whose sources are links to these (its ./train_gpt, ./test_gpt and dev/cuda/bin are its own), lane 1 here.
+# Lane 2's lines are printed after lane 1's, in a fixed order.
 LANE=$(mktemp -d)
 trap 'rm -f "$LOG" "${DEFAULT_BIN:-}"; rm -rf "$LANE"' EXIT
 for f in Makefile train_gpt.cu test_gpt.cu llmc build; do ln -s "$PWD/$f" "$LANE/$f"; done
@@ -51,6 +48,11 @@ for f in dev/cuda/*; do [ "$f" = dev/cuda/bin ] || ln -s "$PWD/$f" "$LANE/$f"; d
         make -s -C "$LANE/dev/cuda" bin/global_norm
     build "make -C dev/cuda builds every kernel benchmark/check program (the others for sm_90)" \
         make -s -C "$LANE/dev/cuda" GPU_ARCH=90
+    # dev/cuda's attention program with cuDNN's SDPA (USE_CUDNN=1), over its plain build in this lane's bin: after
+    # lane 1 has built the shared object (build/attention_cudnn.o; -W: only attention.cu counts as changed)
+    while [ ! -e "$LANE/cudnn_object_built" ] && kill -0 $$ 2> /dev/null; do sleep 2; done
+    build "make -C dev/cuda USE_CUDNN=1 builds the attention program with cuDNN's SDPA (sm_90)" \
+        make -s -C "$LANE/dev/cuda" USE_CUDNN=1 GPU_ARCH=90 -W attention.cu bin/attention
     n_src=$(ls dev/cuda/*.cu | wc -l)
     n_bin=$(ls "$LANE/dev/cuda/bin" 2>/dev/null | wc -l)
     if [ "$n_bin" -eq "$n_src" ] && [ "$n_src" -ge 8 ]; then
@@ -60,8 +62,12 @@ for f in dev/cuda/*; do [ "$f" = dev/cuda/bin ] || ln -s "$PWD/$f" "$LANE/$f"; d
     fi
 ) > "$LANE/lane.out" 2>&1 &
 LANE_PID=$!
-build "nvcc builds train_gpt_cudnn (cuDNN attention, sm_90)" make -s -B train_gpt_cudnn GPU_ARCH=90
-rm -f train_gpt_cudnn
+# cuDNN's attention: llmc/cuda/attention_cudnn.cpp by the host C++ compiler (-Werror), linked into the trainer and
+# the model test (scripts/gpu_check.sh runs it against the fixtures); lane 2 links it into dev/cuda's attention
+build "g++ builds the cuDNN attention object and nvcc train_gpt_cudnn, test_gpt_cudnn (sm_90) warning-free" \
+    make -s -B train_gpt_cudnn test_gpt_cudnn GPU_ARCH=90
+rm -f train_gpt_cudnn test_gpt_cudnn
+touch "$LANE/cudnn_object_built"
 # FP16 and USE_NCCL=0 in one build: the NCCL code does not depend on the precision (in this lane, which is shorter:
 # the default ./train_gpt it overwrites is put back at the end)
 build "nvcc builds train_gpt in FP16 without NCCL (PRECISION=FP16 USE_NCCL=0, sm_90)" \

@@ -12,8 +12,8 @@
  * the group, so dK/dV are summed in fp32 registers in a fixed order and rounded to floatX once (no expanded copy, no
  * reduction pass, no extra scratch). NKV = NH is multi-head attention (MHA) with the same kernels, the same work and
  * the same results as before GQA.
- * llmc/cuda/attention_gqa.cuh maps the contract of llmc/backend.h onto this file (and onto cuDNN's SDPA, which is
- * reached through an expansion of qkv to the multi-head layout; see that file).
+ * llmc/cuda/attention_gqa.cuh maps the contract of llmc/backend.h onto this file (and, under USE_CUDNN, onto cuDNN's
+ * SDPA first; see that file).
  *
  * Layout (what every kernel here reads and writes), hs = C/NH, KVC = NKV*hs:
  *   qkv  (B,T,C+2*KVC) floatX, rows [q(C) | k(KVC) | v(KVC)]; query head h uses q channels h*hs..(h+1)*hs-1 and
@@ -22,7 +22,7 @@
  *   state (B,NH,T) fp32: natural-log log-sum-exp of the scaled scores of each query row,
  *         lse[b,h,t] = log(sum_{j<=t} exp(q_t.k_j / sqrt(hs)))   (attention_state_floats = B*NH*T).
  *   scratch fp32: D[b,h,t] = sum_d dout[b,t,h*hs+d] * out[b,t,h*hs+d], (B,NH,T), at its start (backward only;
- *         forward does not touch it); attention_mha_scratch_floats = B*NH*T, at every NKV, or
+ *         forward does not touch it); attention_flash_scratch_floats = B*NH*T, at every NKV, or
  *         attention_fa2_scratch_floats when built with ATTN_BWD_FA2=1 (+ the fp32 dQ accumulator B*T*C and
  *         B*NH*ceil(T/16) flags).
  *   dqkv qkv's shape, floatX, overwritten with dQ | dK | dV; dK, dV of kv head j = the sum over its query heads
@@ -63,10 +63,8 @@
  * Performance (GQA): the forward and the dQ kernel do the work of the multi-head kernels (each query head streams
  * its kv head's tiles, which g query heads now share through L2 instead of g expanded copies); the dK/dV kernel
  * runs B*NKV*ceil(T/64) blocks of g times the work each, so at small B*NKV*T/64 fewer blocks fill the GPU (not
- * measured on a GPU here). attention_mha_forward / attention_mha_backward (end of file) are the
- * multi-head ops the contract wrappers call; when USE_CUDNN is defined, attention_cudnn.cuh defines those two
- * instead (cuDNN SDPA, with the flash path for shapes cuDNN does not take); attention_state_floats and
- * attention_mha_scratch_floats below serve both.
+ * measured on a GPU here). attention_state_floats and attention_flash_scratch_floats (end of file) size the contract's
+ * buffers, for cuDNN's SDPA too (USE_CUDNN: its stats are this state; the flash kernels run what cuDNN does not take).
  */
 #ifndef LLMC_CUDA_ATTENTION_CUH
 #define LLMC_CUDA_ATTENTION_CUH
@@ -1514,32 +1512,15 @@ static inline void attention_backward_flash(floatX* dqkv, float* scratch, const 
     }
 }
 
-/* ======================================================================== multi-head entry points */
+/* ======================================================================== the contract's buffer sizes */
 /* fp32 values saved per layer for backward: the (B,NH,T) log-sum-exp (the cuDNN path, USE_CUDNN, saves its
  * softmax stats in the same layout). Part of the contract, unchanged by GQA (the state is per query head). */
 static inline size_t attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
-/* fp32 scratch of the multi-head (NKV = NH) backward: D = rowsum(dO*O), (B,NH,T), for the flash backward (also
- * cuDNN's fallback; cuDNN itself uses its own workspace), or attention_fa2_scratch_floats with ATTN_BWD_FA2=1.
- * The contract's attention_scratch_floats (llmc/cuda/attention_gqa.cuh) adds the GQA buffers after it. */
-static inline size_t attention_mha_scratch_floats(int B, int T, int C, int NH) {
+/* fp32 scratch of the flash backward at every NKV: D = rowsum(dO*O), (B,NH,T), or attention_fa2_scratch_floats with
+ * ATTN_BWD_FA2=1. The contract's attention_scratch_floats (llmc/cuda/attention_gqa.cuh) is this. */
+static inline size_t attention_flash_scratch_floats(int B, int T, int C, int NH) {
     if (ATTN_BWD_FA2) { return attention_fa2_scratch_floats(B, T, C, NH); }
     return (size_t)B * NH * T;
 }
-#ifndef USE_CUDNN
-/* Multi-head attention (NKV = NH) on the flash kernels; attention_cudnn.cuh defines these two instead under
- * USE_CUDNN. The contract functions (llmc/cuda/attention_gqa.cuh) call them, directly when NKV = NH.
- * out (B,T,C), state (B,NH,T) lse, scratch unused, qkv (B,T,3C). Errors: attention_check_dims (FATAL). */
-static inline void attention_mha_forward(floatX* out, float* state, float* scratch, const floatX* qkv, int B, int T,
-                                         int C, int NH) {
-    (void)scratch;
-    attention_forward_flash(out, state, qkv, B, T, C, NH, NH);
-}
-/* dqkv (B,T,3C) overwritten, scratch attention_mha_scratch_floats(B, T, C, NH) floats, dout/out (B,T,C),
- * qkv (B,T,3C), state (B,NH,T) lse. Deterministic. */
-static inline void attention_mha_backward(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
-                                          const floatX* out, const float* state, int B, int T, int C, int NH) {
-    attention_backward_flash(dqkv, scratch, dout, qkv, out, state, B, T, C, NH, NH);
-}
-#endif /* USE_CUDNN */
 
 #endif /* LLMC_CUDA_ATTENTION_CUH */

@@ -43,10 +43,7 @@
 #include "attention_decode.cuh"
 #include "compress.cuh"
 #include "moe.cuh"
-#ifdef USE_CUDNN
-#include "attention_cudnn.cuh"
-#endif
-#include "attention_gqa.cuh" /* the attention contract (grouped-query) over the multi-head ops above */
+#include "attention_gqa.cuh" /* the attention contract: cuDNN's SDPA first under USE_CUDNN, else the flash kernels */
 
 /* ---------------------------------------------------------------- lifetime */
 

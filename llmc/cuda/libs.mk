@@ -30,7 +30,7 @@ cuda_inc = $(if $(filter $(CUDA_HOME) /usr /usr/local,$(1)),,-isystem $(1)/inclu
 # $(call cuda_need,home,what,package,hint) -> home, or stop with one line
 cuda_need = $(if $(1),$(1),$(error $(2) not found (looked in $(CUDA_HOME), /usr, /usr/local and Python's nvidia.* packages): install $(3), or set $(4)))
 
-# attention through cuDNN's SDPA graph (USE_CUDNN=1, llmc/cuda/attention_cudnn.cuh) also needs the header-only
+# attention through cuDNN's SDPA graph (USE_CUDNN=1, llmc/cuda/attention_cudnn.cpp) also needs the header-only
 # cudnn-frontend, from the PyPI package nvidia-cudnn-frontend (its headers in <site-packages>/include); where Python
 # cannot import it, the copy that scripts/gpu_prepare.sh (`make cudnn-frontend-headers`) leaves in the repository's
 # .gpu_carry/cudnn-frontend/include (git-ignored, a folder to take along to a GPU machine whose image lacks it)
