@@ -99,6 +99,15 @@ std::string finalize(GraphPtr& g, cudaStream_t stream) {
     if (e.is_good()) { e = g->build_plans(h); }
     return e.is_good() ? std::string() : e.get_message() + " ";
 }
+/* Q (NH heads), K and V (NKV heads): views into qkv, row stride (NH+2*NKV)*hs */
+struct QKV {
+    std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
+};
+QKV qkv_views(GraphPtr& g, int B, int T, int NH, int NKV, int hs) {
+    const int64_t ld = (int64_t)(NH + 2 * NKV) * hs;
+    return QKV{bhtd(g, "Q", UID_Q, B, T, NH, hs, ld), bhtd(g, "K", UID_K, B, T, NKV, hs, ld),
+               bhtd(g, "V", UID_V, B, T, NKV, hs, ld)};
+}
 std::string shape_text(int B, int T, int NH, int NKV, int hs) {
     char buf[128];
     snprintf(buf, sizeof(buf), "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
@@ -108,19 +117,16 @@ std::string shape_text(int B, int T, int NH, int NKV, int hs) {
 GraphPtr forward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
     State& s = state();
     const ShapeKey key(B, T, NH, NKV, hs, dtype);
-    auto it = s.fwd.find(key);
-    if (it != s.fwd.end()) { return it->second; }
-    const int64_t ld = (int64_t)(NH + 2 * NKV) * hs, C = (int64_t)NH * hs;
+    if (s.fwd.count(key)) { return s.fwd[key]; }
+    const int64_t C = (int64_t)NH * hs;
     auto g = new_graph(dtype);
-    auto Q = bhtd(g, "Q", UID_Q, B, T, NH, hs, ld);
-    auto K = bhtd(g, "K", UID_K, B, T, NKV, hs, ld);
-    auto V = bhtd(g, "V", UID_V, B, T, NKV, hs, ld);
+    const QKV in = qkv_views(g, B, T, NH, NKV, hs);
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("attention_forward")
                     .set_generate_stats(true)
                     .set_causal_mask(true)
                     .set_attn_scale(1.0f / std::sqrt((float)hs));
-    auto outs = g->sdpa(Q, K, V, opts);
+    auto outs = g->sdpa(in.q, in.k, in.v, opts);
     outs[0]->set_output(true).set_uid(UID_O).set_dim({B, NH, T, hs}).set_stride({(int64_t)T * C, hs, C, 1});
     outs[1]->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT).set_dim({B, NH, T, 1}).set_stride(
         {(int64_t)NH * T, T, 1, 1});
@@ -137,16 +143,13 @@ GraphPtr forward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStr
 GraphPtr backward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
     State& s = state();
     const ShapeKey key(B, T, NH, NKV, hs, dtype);
-    auto it = s.bwd.find(key);
-    if (it != s.bwd.end()) { return it->second; }
+    if (s.bwd.count(key)) { return s.bwd[key]; }
     const int64_t ld = (int64_t)(NH + 2 * NKV) * hs, C = (int64_t)NH * hs;
     std::string why;
     GraphPtr g;
     for (int deterministic = 1; deterministic >= 0; deterministic--) {
         g = new_graph(dtype);
-        auto Q = bhtd(g, "Q", UID_Q, B, T, NH, hs, ld);
-        auto K = bhtd(g, "K", UID_K, B, T, NKV, hs, ld);
-        auto V = bhtd(g, "V", UID_V, B, T, NKV, hs, ld);
+        const QKV in = qkv_views(g, B, T, NH, NKV, hs);
         auto O = bhtd(g, "O", UID_O, B, T, NH, hs, C);
         auto dO = bhtd(g, "dO", UID_DO, B, T, NH, hs, C);
         auto opts = fe::graph::SDPA_backward_attributes()
@@ -154,7 +157,7 @@ GraphPtr backward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaSt
                         .set_causal_mask(true)
                         .set_attn_scale(1.0f / std::sqrt((float)hs))
                         .set_deterministic_algorithm(deterministic != 0);
-        auto grads = g->sdpa_backward(Q, K, V, O, dO, stats_tensor(g, B, T, NH), opts);
+        auto grads = g->sdpa_backward(in.q, in.k, in.v, O, dO, stats_tensor(g, B, T, NH), opts);
         const int64_t uids[3] = {UID_DQ, UID_DK, UID_DV};
         const int heads[3] = {NH, NKV, NKV};
         for (int i = 0; i < 3; i++) {
