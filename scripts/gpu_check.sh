@@ -18,8 +18,9 @@
 #    6 zero       1-process ZeRO-0/1/2/3 through the NCCL path (d12, B=8, 2 micro-steps, 3 steps); their losses
 #                 compared automatically (step 1 must be equal; later steps within 1%)
 #    7 graphs     the benchmark again with --cuda-graphs 1
-#    8 cudnn      test_gpt_cudnn against the fixtures (cuDNN's attention, GQA included), then the benchmark with
-#                 train_gpt_cudnn (if their background build finished): which attention is faster; l12 with KV4
+#    8 cudnn      test_gpt_cudnn against the fixtures (cuDNN's attention, GQA included) and dev/cuda's attention checks
+#                 built with cuDNN, then the benchmark with train_gpt_cudnn (if their background build finished): which
+#                 attention is faster; l12 with KV4
 #    9 torch      train_gpt.py with torch.compile on the benchmark's config, with what is left (at most 120 s)
 #   10 offload    --offload-optimizer cpu (ZeRO-1) and --offload-params cpu (ZeRO-3): PCIe bytes and GB/s
 #   11 moe        d12 with 8 experts top-2 in every block, B=8: tokens/s and the routing
@@ -72,7 +73,7 @@ bench|110|20|55-85|ours d12 BF16 B=$BENCH_B T=1024, $BENCH_STEPS steps: tokens/s
 devcuda|90|20|40-70|dev/cuda checks and timings at training shapes, each program <= 25 s
 zero|60|20|4 x 10|ZeRO-0/1/2/3, 1 process, 2 micro-steps; losses compared
 graphs|30|15|15-20|ours with --cuda-graphs 1
-cudnn|100|15|40-100|test_gpt_cudnn, then d12 and l12 KV4 with cuDNN attention (waits for their build, started in stage 2, ~1-2 min)
+cudnn|120|15|50-120|test_gpt_cudnn, dev/cuda attention's checks with cuDNN, d12 and l12 KV4 with cuDNN (waits for the build begun in stage 2)
 torch|120|60|60-120|PyTorch torch.compile, same config, with what is left
 offload|40|20|2 x 15|--offload-optimizer cpu, --offload-params cpu
 moe|60|15|15-40|MoE d12 E=8 top-2 B=8 (580M parameters to initialize)
@@ -519,6 +520,18 @@ stage_cudnn() {
         declined=$(grep -c 'note: cuDNN has no SDPA' "$WORK/test_gpt_cudnn.txt")
         row "test_gpt_cudnn (fixture, cuDNN attention)" "$(status_word $rc): ${res:-no summary line}; shapes cuDNN declined: $declined$([ $rc -ne 0 ] && echo "; $(gist "$WORK/test_gpt_cudnn.txt")")"
         [ $rc -ne 0 ] && failed "test_gpt_cudnn: $(gist "$WORK/test_gpt_cudnn.txt")"
+    fi
+    # dev/cuda's attention checks with cuDNN built in (its multi-head cases, and the contract's GQA cases at hs 32-64
+    # with NKV 1-4, which now go to cuDNN first); built here, after the devcuda stage ran the plain build
+    run cudnn_devcuda_build 40 make -s -C dev/cuda USE_CUDNN=1 GPU_ARCH="$ARCH" WERROR=0 -W attention.cu bin/attention
+    if [ $? -eq 0 ]; then
+        run cudnn_devcuda 25 dev/cuda/bin/attention check
+        rc=$?
+        res=$(grep -E 'checks: [0-9]+ passed' "$WORK/cudnn_devcuda.txt" | tail -n 1)
+        row "dev/cuda attention with cuDNN (checks)" "$(status_word $rc): ${res:-no summary line}; declined: $(grep -c 'note: cuDNN has no SDPA' "$WORK/cudnn_devcuda.txt")"
+        [ $rc -ne 0 ] && failed "dev/cuda attention with cuDNN: $(gist "$WORK/cudnn_devcuda.txt")"
+    else
+        row "dev/cuda attention with cuDNN (build)" "FAILED: $(gist "$WORK/cudnn_devcuda_build.txt")"
     fi
     bench bench_cudnn 0 ./train_gpt_cudnn
     rc=$?
