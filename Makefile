@@ -183,6 +183,7 @@ endif
 CUDNN_OBJ  := $(BUILD)/attention_cudnn.o
 CUDNN_LINK  = $(if $(filter 1,$(USE_CUDNN)),$(CUDNN_OBJ))
 $(CUDNN_OBJ): USE_CUDNN = 1
+$(CUDNN_OBJ): override USE_NCCL = 0
 $(CUDNN_OBJ): llmc/cuda/attention_cudnn.cpp llmc/cuda/attention_cudnn.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) -std=c++17 -O2 -I. -Wall -Wextra $(WERROR_C) -isystem $(CUDA_HOME)/include $(CUDA_LIB_CFLAGS) -c $< -o $@
@@ -324,9 +325,9 @@ test-quick: train_gpt_cpu test_gpt_cpu $(TEST_BINS) $(QUICK_MPI_BINS) $(BUILD)/s
 # GELU_BWD_EPILOGUE=0 whatever the make variable says: GELU's derivative in our fc dbias pass, not in cuBLASLt's DGELU
 # epilogue, whose precision NVIDIA does not document, so that the 1e-5 gradient tolerances of test_gpt.cu measure our
 # code (as its FP32 forward avoids cuBLASLt's GELU epilogue, FIXTURE_GELU_FUSION); dev/cuda/matmul checks the epilogue.
-test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS)
+test_gpt_fp32: test_gpt.cu train_gpt.cu $(CUDA_DEPS) $(CUDNN_LINK)
 	$(NVCC) $(filter-out -DENABLE_$(PRECISION) --use_fast_math -DLLMC_GELU_BWD_EPILOGUE=%,$(NVCC_FLAGS)) $(CUDA_LIB_CFLAGS) -DENABLE_FP32 \
-	    -DLLMC_GELU_BWD_EPILOGUE=0 -Xcompiler -Wno-unused-function test_gpt.cu $(NVCC_LIBS) -o $@
+	    -DLLMC_GELU_BWD_EPILOGUE=0 -Xcompiler -Wno-unused-function test_gpt.cu $(CUDNN_LINK) $(NVCC_LIBS) -o $@
 
 # the optional transformers tier of scripts/export_hf.py / import_hf.py (needs torch + transformers for $(PYTHON))
 test-hf: train_gpt_cpu

@@ -212,7 +212,8 @@ typedef struct {
  * one-kernel FlashAttention-2 backward (attention_backward_fa2); IMPL_CONTRACT: the backend contract's
  * attention_forward / attention_backward at s.NKV key/value heads (llmc/cuda/attention_gqa.cuh: the flash kernels
  * with NKV heads natively, or under USE_CUDNN cuDNN's SDPA with NKV heads first); IMPL_CUDNN: cuDNN's SDPA alone
- * (attention_cudnn_forward / _backward; a shape cuDNN declines leaves the outputs unwritten, and the check fails) */
+ * (attention_cudnn_forward / _backward at s.NKV heads; a shape cuDNN declines is reported as declined and skipped:
+ * the contract runs the flash kernels there) */
 typedef enum { IMPL_FLASH, IMPL_FA2, IMPL_FALLBACK, IMPL_CUDNN, IMPL_CONTRACT } Impl;
 #define NIMPLS 4 /* the multi-head implementations checked and timed at every shape */
 static const char* impl_name(Impl im) {
@@ -226,8 +227,9 @@ static size_t scratch_floats(Impl im, Shape s) {
     return im == IMPL_FA2 ? attention_fa2_scratch_floats(s.B, s.T, s.C, s.NH) : (size_t)s.B * s.NH * s.T;
 }
 
-/* scratch: the flash backward's (unused by the forwards and by cuDNN) */
-static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const floatX* qkv, Shape s) {
+/* scratch: the flash backward's (unused by the forwards and by cuDNN). Both return 1 when they ran, 0 when cuDNN
+ * declined the shape (IMPL_CUDNN only; its stderr line says why) */
+static int run_forward(Impl im, floatX* out, float* lse, float* scratch, const floatX* qkv, Shape s) {
     switch (im) {
         case IMPL_FLASH:
         case IMPL_FA2: attention_forward_flash(out, lse, qkv, s.B, s.T, s.C, s.NH, s.NH); break;
@@ -235,13 +237,14 @@ static void run_forward(Impl im, floatX* out, float* lse, float* scratch, const 
         case IMPL_CONTRACT: attention_forward(out, lse, scratch, qkv, s.B, s.T, s.C, s.NH, shape_nkv(s)); break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
-            attention_cudnn_forward(out, lse, qkv, s.B, s.T, s.NH, s.NH, s.C / s.NH, attention_cudnn_dtype(),
-                                    main_stream());
+            return attention_cudnn_forward(out, lse, qkv, s.B, s.T, s.NH, shape_nkv(s), s.C / s.NH,
+                                           attention_cudnn_dtype(), main_stream());
 #endif
             break;
     }
+    return 1;
 }
-static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+static int run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
                          const floatX* out, const float* lse, Shape s) {
     switch (im) {
         case IMPL_FLASH: attention_backward_flash7(dqkv, scratch, dout, qkv, out, lse, s.B, s.T, s.C, s.NH, s.NH); break;
@@ -254,11 +257,12 @@ static void run_backward(Impl im, floatX* dqkv, float* scratch, const floatX* do
             break;
         case IMPL_CUDNN:
 #ifdef USE_CUDNN
-            attention_cudnn_backward(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NH, s.C / s.NH,
-                                     attention_cudnn_dtype(), main_stream());
+            return attention_cudnn_backward(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, shape_nkv(s), s.C / s.NH,
+                                            attention_cudnn_dtype(), main_stream());
 #endif
             break;
     }
+    return 1;
 }
 static int impl_applies(Impl im, Shape s) {
 #ifdef USE_CUDNN
@@ -323,25 +327,36 @@ static int check_shape(Impl im, Shape s) {
     int ok = 1;
     poison(d_out, nout * sizeof(floatX));
     poison(d_lse, nl * sizeof(float));
-    run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
+    const int ran_fwd = run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
     CUDA_CHECK(cudaDeviceSynchronize());
+    if (!ran_fwd) { printf("    %-22s declined by cuDNN (the contract runs the flash kernels)\n", "forward"); }
     download_floatx(h_out, d_out, nout);
     CUDA_CHECK(cudaMemcpy(h_lse, d_lse, nl * sizeof(float), cudaMemcpyDeviceToHost));
-    ok &= compare("out", h_out, r_out, nout, 8 * u, 0);
-    {
-        int lse_ok = 1;
-        double maxerr = 0;
-        for (size_t i = 0; i < nl; i++) {
-            const double e = fabs(h_lse[i] - r_lse[i]);
-            if (!(e <= 1e-3 * fmax(1.0, fabs(r_lse[i])))) { lse_ok = 0; }
-            if (e > maxerr || e != e) { maxerr = e; }
+    if (ran_fwd) {
+        ok &= compare("out", h_out, r_out, nout, 8 * u, 0);
+        {
+            int lse_ok = 1;
+            double maxerr = 0;
+            for (size_t i = 0; i < nl; i++) {
+                const double e = fabs(h_lse[i] - r_lse[i]);
+                if (!(e <= 1e-3 * fmax(1.0, fabs(r_lse[i])))) { lse_ok = 0; }
+                if (e > maxerr || e != e) { maxerr = e; }
+            }
+            printf("    %-22s max err %.3e  %s\n", "lse", maxerr, lse_ok ? "ok" : "FAIL");
+            ok &= lse_ok;
         }
-        printf("    %-22s max err %.3e  %s\n", "lse", maxerr, lse_ok ? "ok" : "FAIL");
-        ok &= lse_ok;
     }
+    /* where cuDNN declined the forward, the backward reads the flash kernels' out and lse */
+    if (!ran_fwd) { run_forward(IMPL_FLASH, d_out, d_lse, d_scratch, d_qkv, s); }
     poison(d_dqkv, nqkv * sizeof(floatX));
     poison(d_scratch, scratch_floats(im, s) * sizeof(float));
-    run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
+    if (!run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s)) {
+        printf("    %-22s declined by cuDNN (the contract runs the flash kernels)\n", "backward");
+        bufs_free(&b);
+        free(h_qkv); free(h_dout); free(h_out); free(h_lse); free(h_dqkv); free(h_dqkv2);
+        free(r_out); free(r_lse); free(r_dqkv);
+        return ok;
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
     download_floatx(h_dqkv, d_dqkv, nqkv);
     /* compare dq, dk, dv separately (each has its own scale) */
@@ -403,6 +418,15 @@ static void time_shape(Impl im, Shape s) {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
+    if (!run_forward(im, d_out, d_lse, d_scratch, d_qkv, s) ||
+        !run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s)) {
+        printf("  %-8s B=%-3d T=%-5d C=%-5d NH=%-3d NKV=%-3d  declined by cuDNN: not timed\n", impl_name(im), s.B, s.T,
+               s.C, s.NH, shape_nkv(s));
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e1));
+        bufs_free(&b);
+        return;
+    }
     for (int r = 0; r < warmup + reps; r++) {
         CUDA_CHECK(cudaEventRecord(e0, main_stream()));
         run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
@@ -449,8 +473,9 @@ static void time_shape(Impl im, Shape s) {
 
 /* ------------------------------------------------------------------ grouped-query attention (contract) */
 
-/* checks attention_forward / attention_backward (llmc/cuda/attention_gqa.cuh) at NKV kv heads; returns 1 on pass */
-static int check_gqa(Shape s, int NKV) {
+/* checks attention_forward / attention_backward (llmc/cuda/attention_gqa.cuh; im IMPL_CONTRACT) or cuDNN's SDPA alone
+ * (IMPL_CUDNN) at NKV kv heads; returns 1 on pass (a shape cuDNN declines: reported, not a failure) */
+static int check_gqa(Impl im, Shape s, int NKV) {
     const int hs = s.C / s.NH, g = s.NH / NKV, QW = s.C + 2 * NKV * hs;
     const size_t N = (size_t)s.B * s.T, nq = N * QW, nx = N * 3 * s.C, nout = N * s.C, nl = (size_t)s.B * s.NH * s.T;
     const size_t nscr = attention_scratch_floats(s.B, s.T, s.C, s.NH, NKV);
@@ -491,22 +516,30 @@ static int check_gqa(Shape s, int NKV) {
             r_dqkv[n * QW + c] = acc;
         }
     }
-    printf("  gqa      B=%d T=%d C=%d NH=%d NKV=%d (hs=%d, g=%d)\n", s.B, s.T, s.C, s.NH, NKV, hs, g);
+    printf("  gqa %-8s B=%d T=%d C=%d NH=%d NKV=%d (hs=%d, g=%d)\n", impl_name(im), s.B, s.T, s.C, s.NH, NKV, hs, g);
+    s.NKV = NKV;
     const double u = floatx_u();
     int ok = 1;
     poison(d_out, nout * sizeof(floatX));
     poison(d_lse, nl * sizeof(float));
     poison(d_scratch, nscr * sizeof(float));
-    attention_forward(d_out, d_lse, d_scratch, d_qkv, s.B, s.T, s.C, s.NH, NKV);
+    int ran = run_forward(im, d_out, d_lse, d_scratch, d_qkv, s);
     CUDA_CHECK(cudaDeviceSynchronize());
     download_floatx(h_out, d_out, nout);
-    ok &= compare("out", h_out, r_out, nout, 8 * u, 0);
-    for (int run = 0; run < 2; run++) {
+    if (ran) { ok &= compare("out", h_out, r_out, nout, 8 * u, 0); }
+    for (int run = 0; run < 2 && ran; run++) {
         poison(d_dqkv, nq * sizeof(floatX));
         poison(d_scratch, nscr * sizeof(float));
-        attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.C, s.NH, NKV);
+        ran = run_backward(im, d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, s);
         CUDA_CHECK(cudaDeviceSynchronize());
         download_floatx(run ? h_dqkv2 : h_dqkv, d_dqkv, nq);
+    }
+    if (!ran) { /* only IMPL_CUDNN declines */
+        printf("    declined by cuDNN (the contract runs the flash kernels)\n");
+        bufs_free(&b);
+        free(h_qkv); free(h_x); free(h_dout); free(h_out); free(h_dqkv); free(h_dqkv2);
+        free(r_out); free(r_lse); free(r_xd); free(r_dqkv);
+        return ok;
     }
     double max_dout = 0, max_qkv = 0;
     for (size_t i = 0; i < nout; i++) { max_dout = fmax(max_dout, fabs(h_dout[i])); }
@@ -580,7 +613,12 @@ int main(int argc, char** argv) {
         {1, 65, 96, 8, 2},    /* hs 12: the CUDA-core fallback (cuDNN takes hs % 8 == 0 only) */
     };
     for (const Shape& q : gqa_shapes) {
-        if (check_gqa(q, q.NKV)) { passed++; } else { failed++; }
+        if (check_gqa(IMPL_CONTRACT, q, q.NKV)) { passed++; } else { failed++; }
+    }
+    /* and through cuDNN's SDPA alone where this build has it (the contract may fall back to flash silently) */
+    for (const Shape& q : gqa_shapes) {
+        if (!impl_applies(IMPL_CUDNN, q)) { continue; }
+        if (check_gqa(IMPL_CUDNN, q, q.NKV)) { passed++; } else { failed++; }
     }
     printf("attention checks: %d passed, %d failed\n", passed, failed);
     if (!check_only) {

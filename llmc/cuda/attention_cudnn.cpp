@@ -12,6 +12,7 @@
 #include <cudnn_frontend.h>
 
 #include <cmath>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,15 +90,19 @@ std::shared_ptr<fe::graph::Tensor_attributes> stats_tensor(GraphPtr& g, int B, i
                          .set_stride({(int64_t)NH * T, T, 1, 1})
                          .set_data_type(fe::DataType_t::FLOAT));
 }
-/* validates and builds g; returns "" on success, else the reason no engine takes it */
-std::string finalize(GraphPtr& g, cudaStream_t stream) {
+/* validates and builds g; returns "" on success, else why cuDNN takes no plan for it (the caller falls back). A graph
+ * that the frontend's validation rejects for any reason but GRAPH_NOT_SUPPORTED is malformed, a bug here: FATAL. */
+std::string finalize(GraphPtr& g, cudaStream_t stream, const char* what) {
     cudnnHandle_t h = handle(stream);
     fe::error_t e = g->validate();
+    if (!e.is_good() && e.get_code() != fe::error_code_t::GRAPH_NOT_SUPPORTED) {
+        FATAL("cuDNN frontend rejects our SDPA %s graph: %s", what, e.get_message().c_str());
+    }
     if (e.is_good()) { e = g->build_operation_graph(h); }
     if (e.is_good()) { e = g->create_execution_plans({fe::HeurMode_t::A}); }
     if (e.is_good()) { e = g->check_support(h); }
     if (e.is_good()) { e = g->build_plans(h); }
-    return e.is_good() ? std::string() : e.get_message() + " ";
+    return e.is_good() ? std::string() : e.get_message();
 }
 /* Q (NH heads), K and V (NKV heads): views into qkv, row stride (NH+2*NKV)*hs */
 struct QKV {
@@ -114,41 +119,36 @@ std::string shape_text(int B, int T, int NH, int NKV, int hs) {
     return buf;
 }
 
-GraphPtr forward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
-    State& s = state();
-    const ShapeKey key(B, T, NH, NKV, hs, dtype);
-    if (s.fwd.count(key)) { return s.fwd[key]; }
+/* the forward graph with one of the frontend's SDPA implementations; null with *why set when cuDNN takes no plan */
+GraphPtr try_forward(int B, int T, int NH, int NKV, int hs, int dtype, fe::AttentionImplementation_t impl,
+                     cudaStream_t stream, std::string* why) {
     const int64_t C = (int64_t)NH * hs;
-    auto g = new_graph(dtype);
-    const QKV in = qkv_views(g, B, T, NH, NKV, hs);
-    auto opts = fe::graph::SDPA_attributes()
-                    .set_name("attention_forward")
-                    .set_generate_stats(true)
-                    .set_causal_mask(true)
-                    .set_attn_scale(1.0f / std::sqrt((float)hs));
-    auto outs = g->sdpa(in.q, in.k, in.v, opts);
-    outs[0]->set_output(true).set_uid(UID_O).set_dim({B, NH, T, hs}).set_stride({(int64_t)T * C, hs, C, 1});
-    outs[1]->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT).set_dim({B, NH, T, 1}).set_stride(
-        {(int64_t)NH * T, T, 1, 1});
-    const std::string why = finalize(g, stream);
-    if (!why.empty()) {
-        fprintf(stderr, "note: cuDNN has no SDPA forward for %s (%s); our flash attention runs it\n",
-                shape_text(B, T, NH, NKV, hs).c_str(), why.c_str());
-        g = nullptr;
+    try {
+        auto g = new_graph(dtype);
+        const QKV in = qkv_views(g, B, T, NH, NKV, hs);
+        auto opts = fe::graph::SDPA_attributes()
+                        .set_name("attention_forward")
+                        .set_generate_stats(true)
+                        .set_causal_mask(true)
+                        .set_attn_scale(1.0f / std::sqrt((float)hs))
+                        .set_implementation(impl);
+        auto outs = g->sdpa(in.q, in.k, in.v, opts);
+        outs[0]->set_output(true).set_uid(UID_O).set_dim({B, NH, T, hs}).set_stride({(int64_t)T * C, hs, C, 1});
+        outs[1]->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT).set_dim(
+            {B, NH, T, 1}).set_stride({(int64_t)NH * T, T, 1, 1});
+        *why = finalize(g, stream, "forward");
+        return why->empty() ? g : nullptr;
+    } catch (const std::exception& ex) { /* sdpa() throws when no implementation takes the attributes */
+        *why = ex.what();
+        return nullptr;
     }
-    s.fwd[key] = g;
-    return g;
 }
-
-GraphPtr backward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
-    State& s = state();
-    const ShapeKey key(B, T, NH, NKV, hs, dtype);
-    if (s.bwd.count(key)) { return s.bwd[key]; }
+/* the backward graph, deterministic or not; null with *why set when cuDNN takes no plan */
+GraphPtr try_backward(int B, int T, int NH, int NKV, int hs, int dtype, int deterministic, cudaStream_t stream,
+                      std::string* why) {
     const int64_t ld = (int64_t)(NH + 2 * NKV) * hs, C = (int64_t)NH * hs;
-    std::string why;
-    GraphPtr g;
-    for (int deterministic = 1; deterministic >= 0; deterministic--) {
-        g = new_graph(dtype);
+    try {
+        auto g = new_graph(dtype);
         const QKV in = qkv_views(g, B, T, NH, NKV, hs);
         auto O = bhtd(g, "O", UID_O, B, T, NH, hs, C);
         auto dO = bhtd(g, "dO", UID_DO, B, T, NH, hs, C);
@@ -164,19 +164,51 @@ GraphPtr backward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaSt
             grads[i]->set_output(true).set_uid(uids[i]).set_dim({B, heads[i], T, hs}).set_stride(
                 {(int64_t)T * ld, hs, ld, 1});
         }
-        why = finalize(g, stream);
-        if (why.empty()) { break; }
-        if (deterministic && !s.warned_nondeterministic) {
-            fprintf(stderr, "warning: cuDNN has no deterministic SDPA backward for %s (%s); trying the "
+        *why = finalize(g, stream, "backward");
+        return why->empty() ? g : nullptr;
+    } catch (const std::exception& ex) {
+        *why = ex.what();
+        return nullptr;
+    }
+}
+
+/* the cached forward graph: the frontend's own choice of implementation, else its composite one; null (said once)
+ * when cuDNN takes neither */
+GraphPtr forward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
+    State& s = state();
+    const ShapeKey key(B, T, NH, NKV, hs, dtype);
+    if (s.fwd.count(key)) { return s.fwd[key]; }
+    std::string why;
+    GraphPtr g = try_forward(B, T, NH, NKV, hs, dtype, fe::AttentionImplementation_t::AUTO, stream, &why);
+    if (!g) { g = try_forward(B, T, NH, NKV, hs, dtype, fe::AttentionImplementation_t::COMPOSITE, stream, &why); }
+    if (!g) {
+        fprintf(stderr, "note: cuDNN has no SDPA forward for %s (%s); our flash attention runs it\n",
+                shape_text(B, T, NH, NKV, hs).c_str(), why.c_str());
+    }
+    s.fwd[key] = g;
+    return g;
+}
+/* the cached backward graph: deterministic where cuDNN has one (else the other, said once); null (said once) when
+ * cuDNN takes neither */
+GraphPtr backward_graph(int B, int T, int NH, int NKV, int hs, int dtype, cudaStream_t stream) {
+    State& s = state();
+    const ShapeKey key(B, T, NH, NKV, hs, dtype);
+    if (s.bwd.count(key)) { return s.bwd[key]; }
+    std::string why;
+    GraphPtr g = try_backward(B, T, NH, NKV, hs, dtype, 1, stream, &why);
+    if (!g) {
+        const std::string why_det = why;
+        g = try_backward(B, T, NH, NKV, hs, dtype, 0, stream, &why);
+        if (g && !s.warned_nondeterministic) {
+            fprintf(stderr, "warning: cuDNN has no deterministic SDPA backward for %s (%s); using the "
                             "non-deterministic one\n",
-                    shape_text(B, T, NH, NKV, hs).c_str(), why.c_str());
+                    shape_text(B, T, NH, NKV, hs).c_str(), why_det.c_str());
             s.warned_nondeterministic = 1;
         }
     }
-    if (!why.empty()) {
+    if (!g) {
         fprintf(stderr, "note: cuDNN has no SDPA backward for %s (%s); our flash attention runs it\n",
                 shape_text(B, T, NH, NKV, hs).c_str(), why.c_str());
-        g = nullptr;
     }
     s.bwd[key] = g;
     return g;

@@ -19,14 +19,20 @@
  *   dqkv qkv's shape, overwritten; dK, dV of kv head j summed over its g query heads (by cuDNN).
  *   Scale 1/sqrt(hs), causal (top-left diagonal), no dropout. Q, K, V, dQ, dK, dV are strided views into qkv/dqkv
  *   (dims [B,heads,T,hs], strides [T*ld, hs, ld, 1], ld = (NH+2*NKV)*hs); O, dO use ld = NH*hs.
- * Returns 1 when cuDNN ran the op; 0 when cuDNN has no engine for this shape on this GPU (said once per shape and
- *   direction on stderr): the caller then runs our flash kernels, which take every shape. The caller checks the
- *   shape (NH % NKV == 0, hs % 8 == 0, hs <= 128: attention_cudnn_supported in attention_gqa.cuh).
- * Graphs are built once per (B, T, NH, NKV, hs, dtype) and direction and cached; the workspace grows on demand
- *   (cudaMalloc, which synchronises the device, only when it grows). Work is queued on `stream`; no host sync.
+ * Returns 1 when cuDNN ran the op; 0 when cuDNN takes no plan for this shape on this GPU (a "note:" line on stderr,
+ *   once per shape and direction; e.g. the frontend declines the backward at T = 1): the caller then runs our flash
+ *   kernels, which take every shape. The forward tries the frontend's own choice of implementation, then its
+ *   composite one. The caller checks the shape and pointers (NH % NKV == 0, hs % 8 == 0, hs <= 128, 16-byte aligned
+ *   buffers: attention_gqa.cuh).
+ * Graphs are built once per (B, T, NH, NKV, hs, dtype) and direction and cached (a shape cuDNN declines too); the
+ *   workspace grows on demand (cudaMalloc, which synchronises the device, only when it grows; the deterministic
+ *   backward's can be large, e.g. a dP buffer of B*NH*T*T*2 bytes on Hopper, and is not in the trainer's ledger).
+ *   Work is queued on `stream`; no host sync.
  * The backward asks for cuDNN's deterministic algorithm; where no engine has one at a shape it builds the
- *   non-deterministic one and says so once on stderr.
- * Errors (cuDNN status, frontend error_t, CUDA) print one line with file:line and exit (FATAL, llmc/utils.h).
+ *   non-deterministic one and says so once on stderr ("warning: cuDNN has no deterministic SDPA backward").
+ * Errors print one line with file:line and exit (FATAL, llmc/utils.h): cuDNN status, CUDA, the frontend at execution,
+ *   and a graph the frontend's validation finds malformed (anything but GRAPH_NOT_SUPPORTED: a bug here, not a shape
+ *   to fall back from).
  */
 #ifndef LLMC_CUDA_ATTENTION_CUDNN_H
 #define LLMC_CUDA_ATTENTION_CUDNN_H

@@ -12,9 +12,10 @@
  *   dqkv qkv's shape, overwritten: dQ as for multi-head attention; dK, dV of kv head j = the sum over its g query
  *        heads j*g .. j*g+g-1 of their multi-head dK, dV.
  * What runs, at every NKV (no expansion of k and v anywhere):
- *   USE_CUDNN=1, bf16/fp16, hs % 8 == 0 and hs <= 128 (attention_cudnn_supported): cuDNN's SDPA with NKV key/value
- *     heads (its GQA: the graph's K and V have NKV heads, cuDNN sums dK/dV over each group). Where cuDNN has no
- *     engine for a shape (said once on stderr), and in every other build or shape: the flash kernels below.
+ *   USE_CUDNN=1, bf16/fp16, hs % 8 == 0 and hs <= 128 (attention_cudnn_supported), 16-byte aligned buffers: cuDNN's
+ *     SDPA with NKV key/value heads (its GQA: the graph's K and V have NKV heads, cuDNN sums dK/dV over each group).
+ *     Where cuDNN has no plan for a shape (said once on stderr), and in every other build or shape: the flash
+ *     kernels below.
  *   Flash: attention_forward_flash and attention_backward_flash (attention.cuh: the three-pass
  *     attention_backward_flash7, or with ATTN_BWD_FA2=1 the one-kernel attention_backward_fa2) with NKV. The
  *     forward and dQ kernels load kv head h/g's K/V tiles straight from qkv (row stride (NH+2*NKV)*hs); the dK/dV
@@ -45,7 +46,9 @@
 #endif
 
 /* 1 when this build sends attention of head size hs to cuDNN's SDPA first (USE_CUDNN, bf16 or fp16, hs % 8 == 0,
- * hs <= 128); cuDNN may still decline a shape at run time, and the flash kernels then run it */
+ * hs <= 128) when the buffers are also 16-byte aligned (cuDNN's execute refuses others; with hs % 8 == 0 the k and v
+ * views are then aligned too; the trainer's activations are 256-byte aligned); cuDNN may still decline a shape when it
+ * builds the graph, and the flash kernels then run it */
 static inline int attention_cudnn_supported(int hs) {
 #if defined(USE_CUDNN) && !FLOATX_IS_FLOAT
     return hs % 8 == 0 && hs <= 128;
@@ -77,7 +80,7 @@ static inline void attention_forward(floatX* out, float* state, float* scratch, 
     attention_kv_group(NH, NKV);
     const int hs = attention_check_dims(B, T, C, NH);
 #ifdef USE_CUDNN
-    if (attention_cudnn_supported(hs) &&
+    if (attention_cudnn_supported(hs) && ptr_aligned(out, 16) && ptr_aligned(qkv, 16) &&
         attention_cudnn_forward(out, state, qkv, B, T, NH, NKV, hs, attention_cudnn_dtype(), main_stream())) {
         return;
     }
@@ -94,8 +97,9 @@ static inline void attention_backward(floatX* dqkv, float* scratch, const floatX
     attention_kv_group(NH, NKV);
     const int hs = attention_check_dims(B, T, C, NH);
 #ifdef USE_CUDNN
-    if (attention_cudnn_supported(hs) && attention_cudnn_backward(dqkv, dout, qkv, out, state, B, T, NH, NKV, hs,
-                                                                  attention_cudnn_dtype(), main_stream())) {
+    if (attention_cudnn_supported(hs) && ptr_aligned(dqkv, 16) && ptr_aligned(dout, 16) && ptr_aligned(qkv, 16) &&
+        ptr_aligned(out, 16) &&
+        attention_cudnn_backward(dqkv, dout, qkv, out, state, B, T, NH, NKV, hs, attention_cudnn_dtype(), main_stream())) {
         return;
     }
 #else
